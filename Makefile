@@ -1,0 +1,45 @@
+# The two commands users need: `make run` (demo on a local Consul) and
+# `make test` (everything, including integration tests on a real Consul).
+
+GO       ?= go
+TOOLS    := $(CURDIR)/.tools/bin
+CONSUL   := $(TOOLS)/consul
+BIN      := $(CURDIR)/bin/consul-xds-bridge
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+# Integration tests start several Consul agents; keep them from starving on 2 cores.
+TESTFLAGS ?= -count=1 -timeout 20m
+
+.PHONY: all build consul test unit vet fmt-check run clean
+
+all: build
+
+build:
+	$(GO) build -ldflags "$(LDFLAGS)" -o $(BIN) ./cmd/consul-xds-bridge
+
+consul: $(CONSUL)
+
+$(CONSUL): scripts/install-consul.sh
+	./scripts/install-consul.sh
+
+# Everything: vet, formatting, unit and integration tests against a real Consul.
+test: consul fmt-check vet
+	CONSUL_BIN=$(CONSUL) $(GO) test $(TESTFLAGS) ./...
+
+# Fast feedback without Consul (integration tests skip unless CI=true).
+unit:
+	$(GO) test -count=1 -short ./...
+
+vet:
+	$(GO) vet ./...
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go' -not -path './.tools/*')); \
+	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
+
+run: build consul
+	$(GO) run ./examples/demo -consul $(CONSUL) -bridge $(BIN) -config config.hcl
+
+clean:
+	rm -rf bin

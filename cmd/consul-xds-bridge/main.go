@@ -1,0 +1,174 @@
+// Command consul-xds-bridge watches Consul and serves Envoy configuration
+// over ADS. This file holds only the CLI: flags, config loading, signals.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/rs/zerolog"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+)
+
+// Set at build time with -ldflags "-X main.version=... -X main.commit=...".
+var (
+	version = "dev"
+	commit  = ""
+)
+
+const usage = `Usage: consul-xds-bridge <command> [flags]
+
+Commands:
+  run -config FILE [-config FILE ...]   run the daemon
+  validate FILE...                      check configuration files; print file:line:col problems
+  version                               print version information
+`
+
+func main() {
+	os.Exit(realMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+func realMain(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	switch args[0] {
+	case "run":
+		return runCmd(args[1:], stderr)
+	case "validate":
+		return validateCmd(args[1:], stdout, stderr)
+	case "version", "-version", "--version":
+		printVersion(stdout)
+		return 0
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (s *stringList) String() string     { return strings.Join(*s, ",") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
+
+func runCmd(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var configs stringList
+	fs.Var(&configs, "config", "configuration file (HCL); repeat for several")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if len(configs) == 0 {
+		fmt.Fprintln(stderr, "run: at least one -config FILE is required")
+		return 2
+	}
+	cfg, sources, diags := policy.LoadFiles(configs...)
+	if diags.HasErrors() {
+		printDiagnostics(stderr, sources, diags)
+		return 1
+	}
+	log, err := newLogger(cfg.Settings.Log, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "run: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log.Info().Str("version", version).Strs("config", configs).Msg("starting")
+	d := bridge.New(bridge.Config{Settings: cfg.Settings, Logger: log})
+	if err := d.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		log.Error().Err(err).Msg("bridge stopped with an error")
+		return 1
+	}
+	log.Info().Msg("stopped")
+	return 0
+}
+
+func validateCmd(args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "validate: name at least one configuration file")
+		return 2
+	}
+	_, sources, diags := policy.LoadFiles(args...)
+	if len(diags) > 0 {
+		printDiagnostics(stderr, sources, diags)
+	}
+	if diags.HasErrors() {
+		return 1
+	}
+	fmt.Fprintf(stdout, "%d file(s) valid\n", len(args))
+	return 0
+}
+
+// printDiagnostics writes one "file:line:col: summary: detail" line per
+// problem, the form editors and CI annotate.
+func printDiagnostics(w io.Writer, _ map[string][]byte, diags hcl.Diagnostics) {
+	for _, d := range diags {
+		sev := "error"
+		if d.Severity == hcl.DiagWarning {
+			sev = "warning"
+		}
+		pos := ""
+		if d.Subject != nil {
+			pos = fmt.Sprintf("%s:%d:%d: ", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column)
+		}
+		msg := d.Summary
+		if d.Detail != "" {
+			msg += ": " + d.Detail
+		}
+		if sev == "warning" {
+			msg = "warning: " + msg
+		}
+		fmt.Fprintf(w, "%s%s\n", pos, msg)
+	}
+}
+
+func newLogger(s policy.LogSettings, w io.Writer) (zerolog.Logger, error) {
+	level, err := zerolog.ParseLevel(s.Level)
+	if err != nil {
+		return zerolog.Logger{}, fmt.Errorf("log level %q: %w", s.Level, err)
+	}
+	if s.Format == "console" {
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+	}
+	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
+}
+
+func printVersion(w io.Writer) {
+	gcp := "unknown"
+	rev := commit
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, dep := range bi.Deps {
+			if dep.Path == "github.com/envoyproxy/go-control-plane" {
+				gcp = dep.Version
+			}
+		}
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && rev == "" {
+				rev = s.Value
+			}
+		}
+	}
+	if rev == "" {
+		rev = "unknown"
+	}
+	fmt.Fprintf(w, "consul-xds-bridge %s\ncommit: %s\ngo-control-plane: %s\n", version, rev, gcp)
+}

@@ -1,0 +1,53 @@
+package consul
+
+import (
+	"fmt"
+
+	"github.com/hashicorp/consul/api"
+)
+
+// ClientConfig is how to reach Consul. Empty fields keep what Consul's own
+// environment variables (CONSUL_HTTP_ADDR, CONSUL_HTTP_TOKEN,
+// CONSUL_HTTP_TOKEN_FILE, CONSUL_CACERT, ...) say, as api.DefaultConfig does.
+type ClientConfig struct {
+	Address    string
+	Datacenter string
+	// TokenFile holds the ACL token; it is read by the client, never logged.
+	TokenFile string
+	// MaxConns caps connections to the agent. Every watched service holds
+	// one blocking query, so this is also the ceiling on concurrent watches
+	// before queries queue; keep it under the agent's http_max_conns_per_client
+	// (200 by default).
+	MaxConns int
+}
+
+// NewClient builds a Consul API client.
+func NewClient(c ClientConfig) (*api.Client, error) {
+	cfg := api.DefaultConfig()
+	if c.Address != "" {
+		cfg.Address = c.Address
+	}
+	if c.Datacenter != "" {
+		cfg.Datacenter = c.Datacenter
+	}
+	if c.TokenFile != "" {
+		cfg.TokenFile = c.TokenFile
+		cfg.Token = ""
+	}
+	maxConns := c.MaxConns
+	if maxConns <= 0 {
+		maxConns = 150
+	}
+	// The default pooled transport keeps only GOMAXPROCS+1 idle connections
+	// per host, so with one long poll per service most connections would be
+	// torn down and re-dialled after every response.
+	if cfg.Transport != nil {
+		cfg.Transport.MaxIdleConnsPerHost = maxConns
+		cfg.Transport.MaxConnsPerHost = maxConns
+	}
+	client, err := api.NewClient(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("consul client for %s: %w", cfg.Address, err)
+	}
+	return client, nil
+}

@@ -1,0 +1,170 @@
+package consul
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"github.com/hashicorp/consul/api"
+	"github.com/rs/zerolog"
+)
+
+// QueryOptions tune every blocking query the watcher makes.
+type QueryOptions struct {
+	// Datacenter to query; "" means the agent's own.
+	Datacenter string
+	// Stale allows any server to answer, spreading load off the leader.
+	Stale bool
+	// WaitTime is how long one blocking query may block (Consul caps it at 10m).
+	WaitTime time.Duration
+	// MinInterval is the floor between the starts of two queries of one view,
+	// so a hot key cannot make us hammer Consul.
+	MinInterval time.Duration
+	// BackoffInitial and BackoffMax bound the jittered exponential backoff
+	// after a failed query.
+	BackoffInitial, BackoffMax time.Duration
+}
+
+func (o QueryOptions) withDefaults() QueryOptions {
+	if o.WaitTime <= 0 {
+		o.WaitTime = 60 * time.Second
+	}
+	if o.MinInterval <= 0 {
+		o.MinInterval = 50 * time.Millisecond
+	}
+	if o.BackoffInitial <= 0 {
+		o.BackoffInitial = 250 * time.Millisecond
+	}
+	if o.BackoffMax <= 0 {
+		o.BackoffMax = 30 * time.Second
+	}
+	return o
+}
+
+// requestTimeout bounds one HTTP call: Consul adds up to WaitTime/16 of
+// jitter to a blocking query, and a frozen agent must still surface as an
+// error eventually rather than hang the view forever.
+func (o QueryOptions) requestTimeout() time.Duration {
+	return o.WaitTime + o.WaitTime/16 + 10*time.Second
+}
+
+// fetchFunc performs one query with the given options.
+type fetchFunc[T any] func(q *api.QueryOptions) (T, *api.QueryMeta, error)
+
+// view runs one blocking query in a loop, the way consul-template's
+// watch/view.go does, and reports data only when it changed.
+type view[T any] struct {
+	// id names the query in logs, e.g. "health(web)".
+	id    string
+	fetch fetchFunc[T]
+	equal func(a, b T) bool
+	opts  QueryOptions
+	log   zerolog.Logger
+	// result, if set, is told about every query outcome (for metrics and
+	// staleness tracking); it must not block.
+	result func(err error, d time.Duration)
+}
+
+// run blocks until ctx ends. emit is called with each changed value, the
+// index it came with, and when the query returned.
+func (v *view[T]) run(ctx context.Context, emit func(data T, index uint64, at time.Time)) {
+	opts := v.opts.withDefaults()
+	bo := backoff.NewExponentialBackOff()
+	bo.InitialInterval = opts.BackoffInitial
+	bo.MaxInterval = opts.BackoffMax
+	bo.RandomizationFactor = 0.5
+	bo.Multiplier = 2
+	bo.Reset()
+
+	var (
+		waitIndex uint64
+		last      T
+		have      bool
+		lastStart time.Time
+		failures  int
+	)
+	for {
+		if wait := time.Until(lastStart.Add(opts.MinInterval)); wait > 0 {
+			// Jitter spreads out views that were woken by the same write.
+			wait += rand.N(opts.MinInterval/4 + 1)
+			if !sleep(ctx, wait) {
+				return
+			}
+		}
+		lastStart = time.Now()
+
+		reqCtx, cancel := context.WithTimeout(ctx, opts.requestTimeout())
+		q := (&api.QueryOptions{
+			Datacenter: opts.Datacenter,
+			AllowStale: opts.Stale,
+			WaitIndex:  waitIndex,
+			WaitTime:   opts.WaitTime,
+		}).WithContext(reqCtx)
+		data, meta, err := v.fetch(q)
+		cancel()
+		if ctx.Err() != nil {
+			return
+		}
+		if v.result != nil {
+			v.result(err, time.Since(lastStart))
+		}
+		if err == nil && meta == nil {
+			err = errors.New("consul returned no query metadata")
+		}
+		if err != nil {
+			failures++
+			d := bo.NextBackOff()
+			ev := v.log.Warn()
+			if failures == 1 {
+				ev = v.log.Error()
+			}
+			ev.Err(err).Str("query", v.id).Int("failures", failures).Dur("retry_in", d).
+				Msg("consul query failed; keeping last good data")
+			if !sleep(ctx, d) {
+				return
+			}
+			continue
+		}
+		if failures > 0 {
+			v.log.Info().Str("query", v.id).Int("failures", failures).Msg("consul query recovered")
+			failures = 0
+		}
+		bo.Reset()
+
+		// Index rules from Consul's blocking-query docs: an index that goes
+		// backwards (snapshot restore, new leader with older state) resets
+		// to 0 so the next call returns at once with fresh data; an index of
+		// 0 after a response would turn blocking into a busy loop, so it is
+		// raised to 1.
+		switch idx := meta.LastIndex; {
+		case idx < waitIndex:
+			v.log.Info().Str("query", v.id).Uint64("index", idx).Uint64("previous", waitIndex).
+				Msg("consul index went backwards; resetting")
+			waitIndex = 0
+		case idx == 0:
+			waitIndex = 1
+		default:
+			waitIndex = idx
+		}
+
+		if have && v.equal(last, data) {
+			continue
+		}
+		last, have = data, true
+		emit(data, meta.LastIndex, time.Now())
+	}
+}
+
+// sleep waits for d or ctx, reporting whether it was d.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}

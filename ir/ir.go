@@ -1,0 +1,136 @@
+// Package ir is the resolved world the bridge serves, in plain Go structs:
+// clusters, their endpoints, and (per proxy group) listeners and routes. It
+// imports neither Consul's API nor Envoy's protos, so a reader can see here
+// what proxies will get without knowing either.
+package ir
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Model is everything the bridge serves at one moment. Slices are sorted by
+// name so equal worlds produce equal models.
+type Model struct {
+	// Clusters and their load assignments are shared by every proxy.
+	Clusters []Cluster
+	// Groups holds per-proxy-group resources (listeners, routes), keyed by
+	// the node.cluster the proxies announce. Empty until policy declares any.
+	Groups []Group
+}
+
+// Group is what the proxies of one node.cluster get on top of the shared
+// clusters.
+type Group struct {
+	Name string
+}
+
+// LBPolicy is a cluster's load-balancing algorithm.
+type LBPolicy string
+
+// Load-balancing policies; the zero value means round robin.
+const (
+	LBRoundRobin   LBPolicy = "round_robin"
+	LBLeastRequest LBPolicy = "least_request"
+	LBRingHash     LBPolicy = "ring_hash"
+	LBRandom       LBPolicy = "random"
+)
+
+// Cluster is one upstream cluster with its endpoints, delivered by EDS.
+type Cluster struct {
+	Name           string
+	ConnectTimeout time.Duration
+	LBPolicy       LBPolicy
+	Endpoints      []Endpoint
+}
+
+// Health is an endpoint's health as the proxy should treat it.
+type Health int
+
+// Endpoint health states.
+const (
+	Healthy Health = iota
+	Unhealthy
+	Draining
+)
+
+func (h Health) String() string {
+	switch h {
+	case Healthy:
+		return "HEALTHY"
+	case Unhealthy:
+		return "UNHEALTHY"
+	case Draining:
+		return "DRAINING"
+	}
+	return fmt.Sprintf("Health(%d)", int(h))
+}
+
+// Locality places an endpoint for zone-aware routing.
+type Locality struct {
+	Region string
+	Zone   string
+}
+
+// Endpoint is one address a cluster may send traffic to.
+type Endpoint struct {
+	Address  netip.Addr
+	Port     uint32
+	Health   Health
+	Weight   uint32
+	Locality Locality
+	// Priority 0 is preferred; higher values are failover tiers.
+	Priority uint32
+}
+
+// Validation errors, joined by Validate so every problem is reported at once.
+var (
+	ErrClusterName    = errors.New("cluster name is empty")
+	ErrDuplicate      = errors.New("duplicate name")
+	ErrUnsorted       = errors.New("not sorted by name")
+	ErrConnectTimeout = errors.New("connect timeout must be positive")
+	ErrEndpoint       = errors.New("invalid endpoint")
+)
+
+// Validate checks the invariants the translator relies on.
+func (m *Model) Validate() error {
+	var errs []error
+	for i, c := range m.Clusters {
+		if c.Name == "" {
+			errs = append(errs, fmt.Errorf("cluster %d: %w", i, ErrClusterName))
+		}
+		if i > 0 {
+			switch prev := m.Clusters[i-1].Name; {
+			case prev == c.Name:
+				errs = append(errs, fmt.Errorf("cluster %q: %w", c.Name, ErrDuplicate))
+			case prev > c.Name:
+				errs = append(errs, fmt.Errorf("cluster %q after %q: %w", c.Name, prev, ErrUnsorted))
+			}
+		}
+		if c.ConnectTimeout <= 0 {
+			errs = append(errs, fmt.Errorf("cluster %q: %w", c.Name, ErrConnectTimeout))
+		}
+		for _, e := range c.Endpoints {
+			if !e.Address.IsValid() || e.Port == 0 || e.Port > 65535 || e.Weight == 0 {
+				errs = append(errs, fmt.Errorf("cluster %q endpoint %s:%d weight %d: %w", c.Name, e.Address, e.Port, e.Weight, ErrEndpoint))
+			}
+		}
+	}
+	if !slices.IsSortedFunc(m.Groups, func(a, b Group) int { return strings.Compare(a.Name, b.Name) }) {
+		errs = append(errs, fmt.Errorf("groups: %w", ErrUnsorted))
+	}
+	return errors.Join(errs...)
+}
+
+// Cluster returns the named cluster, or nil.
+func (m *Model) Cluster(name string) *Cluster {
+	i, ok := slices.BinarySearchFunc(m.Clusters, name, func(c Cluster, n string) int { return strings.Compare(c.Name, n) })
+	if !ok {
+		return nil
+	}
+	return &m.Clusters[i]
+}

@@ -1,0 +1,43 @@
+package policy
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/zclconf/go-cty/cty"
+	"github.com/zclconf/go-cty/cty/convert"
+)
+
+// durationAttr converts an optional attribute written in Go duration syntax
+// ("1.5s", "300ms") into dst, leaving dst alone when the attribute is absent.
+func durationAttr(expr hcl.Expression, dst *time.Duration) hcl.Diagnostics {
+	if expr == nil {
+		return nil
+	}
+	v, diags := expr.Value(nil)
+	if diags.HasErrors() || v.IsNull() {
+		return diags
+	}
+	bad := func(detail string) hcl.Diagnostics {
+		return hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Invalid duration",
+			Detail:   detail,
+			Subject:  expr.Range().Ptr(),
+		}}
+	}
+	sv, err := convert.Convert(v, cty.String)
+	if err != nil || !sv.IsKnown() {
+		return bad(`A duration must be a string in Go syntax, e.g. "1s" or "250ms".`)
+	}
+	d, err := time.ParseDuration(sv.AsString())
+	if err != nil {
+		return bad(fmt.Sprintf(`%q is not a duration: use Go syntax, e.g. "1s" or "250ms".`, sv.AsString()))
+	}
+	if d <= 0 {
+		return bad(fmt.Sprintf("%q must be positive.", sv.AsString()))
+	}
+	*dst = d
+	return nil
+}

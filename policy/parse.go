@@ -1,0 +1,132 @@
+package policy
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
+	"github.com/hashicorp/hcl/v2/hclparse"
+)
+
+// Document is one parsed HCL source (a file or a KV key), not yet merged.
+type Document struct {
+	Name   string
+	consul *consulBlock
+	xds    *xdsBlock
+	admin  *adminBlock
+	log    *logBlock
+}
+
+type documentSchema struct {
+	Consul *consulBlock `hcl:"consul,block"`
+	XDS    *xdsBlock    `hcl:"xds,block"`
+	Admin  *adminBlock  `hcl:"admin,block"`
+	Log    *logBlock    `hcl:"log,block"`
+}
+
+// Parse decodes one HCL document. name is what diagnostics call it (a file
+// path or a KV key). It does no I/O.
+func Parse(name string, src []byte) (*Document, hcl.Diagnostics) {
+	f, diags := hclparse.NewParser().ParseHCL(src, name)
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	var raw documentSchema
+	diags = append(diags, gohcl.DecodeBody(f.Body, nil, &raw)...)
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	return &Document{Name: name, consul: raw.Consul, xds: raw.XDS, admin: raw.Admin, log: raw.Log}, diags
+}
+
+// Config is the merged configuration of every document.
+type Config struct {
+	Settings Settings
+	// Sources names the documents merged, in order.
+	Sources []string
+}
+
+// Merge combines documents into one Config. Each settings block may appear
+// in only one document; a second one is an error naming both places.
+func Merge(docs ...*Document) (*Config, hcl.Diagnostics) {
+	cfg := &Config{Settings: DefaultSettings()}
+	var diags hcl.Diagnostics
+	var seen = map[string]hcl.Range{}
+	once := func(block string, present bool, rng hcl.Range) bool {
+		if !present {
+			return false
+		}
+		if prev, ok := seen[block]; ok {
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  fmt.Sprintf("Duplicate %s block", block),
+				Detail:   fmt.Sprintf("Only one %s block is allowed across all configuration; previous definition at %s.", block, prev),
+				Subject:  rng.Ptr(),
+			})
+			return false
+		}
+		seen[block] = rng
+		return true
+	}
+	for _, d := range docs {
+		cfg.Sources = append(cfg.Sources, d.Name)
+		if d.consul != nil && once("consul", true, d.consul.DefRange) {
+			diags = append(diags, d.consul.apply(&cfg.Settings.Consul)...)
+		}
+		if d.xds != nil && once("xds", true, d.xds.DefRange) {
+			diags = append(diags, d.xds.apply(&cfg.Settings.XDS)...)
+		}
+		if d.admin != nil && once("admin", true, d.admin.DefRange) {
+			diags = append(diags, d.admin.apply(&cfg.Settings.Admin)...)
+		}
+		if d.log != nil && once("log", true, d.log.DefRange) {
+			diags = append(diags, d.log.apply(&cfg.Settings.Log)...)
+		}
+	}
+	return cfg, diags
+}
+
+// LoadFiles reads, parses and merges configuration files. The returned map
+// holds each file's source for printing diagnostics with context.
+func LoadFiles(paths ...string) (*Config, map[string][]byte, hcl.Diagnostics) {
+	var (
+		diags   hcl.Diagnostics
+		docs    []*Document
+		sources = map[string][]byte{}
+	)
+	if len(paths) == 0 {
+		return nil, sources, hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "No configuration files",
+			Detail:   "Pass at least one file with -config FILE.",
+		}}
+	}
+	for _, p := range paths {
+		src, err := os.ReadFile(p)
+		if err != nil {
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Cannot read configuration file",
+				Detail:   err.Error(),
+				Subject:  &hcl.Range{Filename: p},
+			})
+			continue
+		}
+		sources[p] = src
+		d, ds := Parse(p, src)
+		diags = append(diags, ds...)
+		if d != nil {
+			docs = append(docs, d)
+		}
+	}
+	if diags.HasErrors() {
+		return nil, sources, diags
+	}
+	cfg, ds := Merge(docs...)
+	diags = append(diags, ds...)
+	if diags.HasErrors() {
+		return nil, sources, diags
+	}
+	return cfg, sources, diags
+}

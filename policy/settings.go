@@ -1,0 +1,175 @@
+// Package policy reads the bridge's HCL configuration: daemon settings and
+// routing policy, from files and (later) Consul KV documents. Every problem is
+// an hcl.Diagnostic with a source range so it prints as file:line:col. It
+// knows nothing about Consul's API or Envoy.
+package policy
+
+import (
+	"fmt"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+// Settings are the daemon's own settings (everything but routing policy),
+// with defaults applied.
+type Settings struct {
+	Consul ConsulSettings
+	XDS    XDSSettings
+	Admin  AdminSettings
+	Log    LogSettings
+}
+
+// ConsulSettings is the `consul` block.
+type ConsulSettings struct {
+	// Address is host:port of the agent's HTTP API; "" keeps CONSUL_HTTP_ADDR
+	// or Consul's default.
+	Address    string
+	Datacenter string
+	// TokenFile names a file holding the ACL token (never the token itself).
+	TokenFile string
+	Stale     bool
+	KVPrefix  string
+	// WaitTime is how long one blocking query may block.
+	WaitTime time.Duration
+}
+
+// XDSSettings is the `xds` block.
+type XDSSettings struct {
+	// Listen is host:port, or unix:///path for a Unix socket.
+	Listen string
+}
+
+// AdminSettings is the `admin` block.
+type AdminSettings struct {
+	Listen string
+}
+
+// LogSettings is the `log` block.
+type LogSettings struct {
+	Level  string
+	Format string
+}
+
+// Defaults for settings a file leaves out.
+const (
+	DefaultXDSListen   = "127.0.0.1:18000"
+	DefaultAdminListen = "127.0.0.1:19100"
+	DefaultWaitTime    = 60 * time.Second
+)
+
+// DefaultSettings are what an empty configuration means.
+func DefaultSettings() Settings {
+	return Settings{
+		Consul: ConsulSettings{Stale: true, WaitTime: DefaultWaitTime},
+		XDS:    XDSSettings{Listen: DefaultXDSListen},
+		Admin:  AdminSettings{Listen: DefaultAdminListen},
+		Log:    LogSettings{Level: "info", Format: "json"},
+	}
+}
+
+// The raw blocks as written; hcl.Expression fields are converted by hand so
+// errors point at the attribute's value.
+type consulBlock struct {
+	Address    *string        `hcl:"address,optional"`
+	Datacenter *string        `hcl:"datacenter,optional"`
+	TokenFile  *string        `hcl:"token_file,optional"`
+	Stale      *bool          `hcl:"stale,optional"`
+	KVPrefix   *string        `hcl:"kv_prefix,optional"`
+	WaitTime   hcl.Expression `hcl:"wait_time,optional"`
+	DefRange   hcl.Range      `hcl:",def_range"`
+}
+
+type xdsBlock struct {
+	Listen   *string   `hcl:"listen,optional"`
+	DefRange hcl.Range `hcl:",def_range"`
+}
+
+type adminBlock struct {
+	Listen   *string   `hcl:"listen,optional"`
+	DefRange hcl.Range `hcl:",def_range"`
+}
+
+type logBlock struct {
+	Level    *string   `hcl:"level,optional"`
+	Format   *string   `hcl:"format,optional"`
+	DefRange hcl.Range `hcl:",def_range"`
+}
+
+func (b *consulBlock) apply(s *ConsulSettings) hcl.Diagnostics {
+	set(&s.Address, b.Address)
+	set(&s.Datacenter, b.Datacenter)
+	set(&s.TokenFile, b.TokenFile)
+	set(&s.Stale, b.Stale)
+	set(&s.KVPrefix, b.KVPrefix)
+	diags := durationAttr(b.WaitTime, &s.WaitTime)
+	if s.WaitTime > 10*time.Minute {
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Invalid wait_time",
+			Detail:   fmt.Sprintf("Consul caps blocking queries at 10m; %s is longer. Use a value between 1s and 10m.", s.WaitTime),
+			Subject:  b.WaitTime.Range().Ptr(),
+		})
+	}
+	return diags
+}
+
+func (b *xdsBlock) apply(s *XDSSettings) hcl.Diagnostics {
+	set(&s.Listen, b.Listen)
+	return checkListen("xds", s.Listen, b.DefRange)
+}
+
+func (b *adminBlock) apply(s *AdminSettings) hcl.Diagnostics {
+	set(&s.Listen, b.Listen)
+	return checkListen("admin", s.Listen, b.DefRange)
+}
+
+func (b *logBlock) apply(s *LogSettings) hcl.Diagnostics {
+	set(&s.Level, b.Level)
+	set(&s.Format, b.Format)
+	var diags hcl.Diagnostics
+	switch s.Level {
+	case "trace", "debug", "info", "warn", "error":
+	default:
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Invalid log level",
+			Detail:   fmt.Sprintf("level = %q is not one of trace, debug, info, warn, error.", s.Level),
+			Subject:  b.DefRange.Ptr(),
+		})
+	}
+	switch s.Format {
+	case "json", "console":
+	default:
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Invalid log format",
+			Detail:   fmt.Sprintf("format = %q is not one of json, console.", s.Format),
+			Subject:  b.DefRange.Ptr(),
+		})
+	}
+	return diags
+}
+
+func checkListen(block, addr string, rng hcl.Range) hcl.Diagnostics {
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok && path != "" {
+		return nil
+	}
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Invalid listen address",
+			Detail:   fmt.Sprintf("%s listen = %q: %v. Use host:port (e.g. 127.0.0.1:18000) or unix:///path.", block, addr, err),
+			Subject:  rng.Ptr(),
+		}}
+	}
+	return nil
+}
+
+func set[T any](dst *T, v *T) {
+	if v != nil {
+		*dst = *v
+	}
+}

@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Builds Consul from its Go module into the project's tools folder, once.
+#
+# No Consul package is available from the registries this project may use, so we
+# build the last MPL-2.0 release (v1.15.4) from source. The module's go.mod
+# replaces its sub-modules with folders the module zip does not contain; dropping
+# those replaces and pinning api v1.25.1 makes it build with plain `go build`.
+set -euo pipefail
+
+VERSION="${CONSUL_VERSION:-1.15.4}"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+DEST="${CONSUL_INSTALL_DIR:-$ROOT/.tools/bin}"
+BIN="$DEST/consul"
+
+if [[ -x "$BIN" ]] && "$BIN" version 2>/dev/null | head -1 | grep -qx "Consul v$VERSION"; then
+  exit 0
+fi
+
+echo "install-consul: building Consul v$VERSION into $DEST (takes a few minutes on a cold cache)" >&2
+mkdir -p "$DEST"
+SRC="$(go mod download -json "github.com/hashicorp/consul@v$VERSION" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')"
+if [[ -z "$SRC" || ! -d "$SRC" ]]; then
+  echo "install-consul: go mod download did not give a source folder for consul v$VERSION" >&2
+  exit 1
+fi
+
+TMP="$(mktemp -d)"
+trap 'chmod -R u+w "$TMP" 2>/dev/null; rm -rf "$TMP"' EXIT
+cp -r "$SRC" "$TMP/consul"
+chmod -R u+w "$TMP/consul"
+cd "$TMP/consul"
+for m in api envoyextensions proto-public sdk troubleshoot; do
+  go mod edit -dropreplace "github.com/hashicorp/consul/$m"
+done
+# The build runs outside our module; keep our GOFLAGS (e.g. -mod=vendor) out of it.
+export GOFLAGS=-mod=mod GOWORK=off
+go get github.com/hashicorp/consul/api@v1.25.1
+go build -o "$BIN.tmp" .
+mv "$BIN.tmp" "$BIN"
+"$BIN" version | head -1

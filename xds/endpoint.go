@@ -1,0 +1,71 @@
+package xds
+
+import (
+	"cmp"
+	"slices"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+)
+
+var healthStatuses = map[ir.Health]corev3.HealthStatus{
+	ir.Healthy:   corev3.HealthStatus_HEALTHY,
+	ir.Unhealthy: corev3.HealthStatus_UNHEALTHY,
+	ir.Draining:  corev3.HealthStatus_DRAINING,
+}
+
+type localityKey struct {
+	priority     uint32
+	region, zone string
+}
+
+// buildLoadAssignment groups a cluster's endpoints by priority and locality,
+// in a stable order so equal endpoint sets always marshal to equal bytes.
+func buildLoadAssignment(c *ir.Cluster) *endpointv3.ClusterLoadAssignment {
+	groups := map[localityKey][]ir.Endpoint{}
+	for _, e := range c.Endpoints {
+		k := localityKey{e.Priority, e.Locality.Region, e.Locality.Zone}
+		groups[k] = append(groups[k], e)
+	}
+	keys := make([]localityKey, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	slices.SortFunc(keys, func(a, b localityKey) int {
+		return cmp.Or(cmp.Compare(a.priority, b.priority), cmp.Compare(a.region, b.region), cmp.Compare(a.zone, b.zone))
+	})
+
+	cla := &endpointv3.ClusterLoadAssignment{ClusterName: c.Name}
+	for _, k := range keys {
+		eps := groups[k]
+		slices.SortFunc(eps, func(a, b ir.Endpoint) int {
+			return cmp.Or(a.Address.Compare(b.Address), cmp.Compare(a.Port, b.Port))
+		})
+		lle := &endpointv3.LocalityLbEndpoints{Priority: k.priority}
+		if k.region != "" || k.zone != "" {
+			lle.Locality = &corev3.Locality{Region: k.region, Zone: k.zone}
+		}
+		for _, e := range eps {
+			lle.LbEndpoints = append(lle.LbEndpoints, &endpointv3.LbEndpoint{
+				HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
+					Address: socketAddress(e.Address.String(), e.Port),
+				}},
+				HealthStatus:        healthStatuses[e.Health],
+				LoadBalancingWeight: wrapperspb.UInt32(e.Weight),
+			})
+		}
+		cla.Endpoints = append(cla.Endpoints, lle)
+	}
+	return cla
+}
+
+func socketAddress(addr string, port uint32) *corev3.Address {
+	return &corev3.Address{Address: &corev3.Address_SocketAddress{SocketAddress: &corev3.SocketAddress{
+		Protocol:      corev3.SocketAddress_TCP,
+		Address:       addr,
+		PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
+	}}}
+}

@@ -1,0 +1,114 @@
+package xds_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+// goldenTypes names the golden file of each resource type.
+var goldenTypes = map[string]string{
+	resourcev3.ClusterType:  "cds",
+	resourcev3.EndpointType: "eds",
+	resourcev3.ListenerType: "lds",
+	resourcev3.RouteType:    "rds",
+}
+
+// TestGolden runs every case in testdata/<case>/ (catalog.json in Consul's
+// own API shape) through bridge.Build and Translate and compares each
+// resource type with testdata/<case>/<type>.golden.json.
+func TestGolden(t *testing.T) {
+	dirs, err := filepath.Glob("testdata/*/catalog.json")
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no golden cases found: %v", err)
+	}
+	for _, catPath := range dirs {
+		dir := filepath.Dir(catPath)
+		t.Run(filepath.Base(dir), func(t *testing.T) {
+			f, err := os.Open(catPath)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			cat, err := consul.ReadFixture(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			model, warnings := bridge.Build(cat, nil)
+			res, err := xds.Translate(model)
+			if err != nil {
+				t.Fatalf("Translate: %v", err)
+			}
+			byType := res.ByType()
+			snap := &cachev3.Snapshot{}
+			for typ, items := range byType {
+				snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources("v", items)
+			}
+			if err := snap.Consistent(); err != nil {
+				t.Errorf("snapshot not consistent: %v", err)
+			}
+			for typ, short := range goldenTypes {
+				compareGolden(t, filepath.Join(dir, short+".golden.json"), marshalResources(t, byType[typ]))
+			}
+			compareGolden(t, filepath.Join(dir, "warnings.golden.txt"), []byte(strings.Join(warnings, "\n")+"\n"))
+		})
+	}
+}
+
+// marshalResources renders resources as indented JSON. protojson output is
+// deliberately unstable in whitespace, so it is re-encoded with
+// encoding/json to get bytes that only change when content does.
+func marshalResources(t *testing.T, items []types.Resource) []byte {
+	t.Helper()
+	list := make([]json.RawMessage, 0, len(items))
+	for _, r := range items {
+		b, err := protojson.Marshal(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		list = append(list, b)
+	}
+	var v any
+	raw, _ := json.Marshal(list)
+	if err := json.Unmarshal(raw, &v); err != nil {
+		t.Fatal(err)
+	}
+	out, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(out, '\n')
+}
+
+func compareGolden(t *testing.T, path string, got []byte) {
+	t.Helper()
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./xds -run TestGolden -update to create it)", err)
+	}
+	if !bytes.Equal(want, got) {
+		t.Errorf("%s differs (-want +got); if the change is intended, rerun with -update:\n%s", path, cmp.Diff(string(want), string(got)))
+	}
+}

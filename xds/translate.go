@@ -1,0 +1,84 @@
+// Package xds turns the bridge's model into Envoy xDS resources (Translate,
+// pure, one builder per resource type) and serves them over ADS with
+// go-control-plane.
+package xds
+
+import (
+	"errors"
+	"fmt"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+)
+
+// Resources are the xDS resources of one snapshot, each slice sorted by name.
+type Resources struct {
+	Clusters  []*clusterv3.Cluster
+	Endpoints []*endpointv3.ClusterLoadAssignment
+	Listeners []*listenerv3.Listener
+	Routes    []*routev3.RouteConfiguration
+}
+
+// ByType returns the resources keyed by type URL, the shape go-control-plane
+// snapshots take.
+func (r *Resources) ByType() map[string][]types.Resource {
+	out := map[string][]types.Resource{
+		resourcev3.ClusterType:  make([]types.Resource, 0, len(r.Clusters)),
+		resourcev3.EndpointType: make([]types.Resource, 0, len(r.Endpoints)),
+		resourcev3.ListenerType: make([]types.Resource, 0, len(r.Listeners)),
+		resourcev3.RouteType:    make([]types.Resource, 0, len(r.Routes)),
+	}
+	for _, c := range r.Clusters {
+		out[resourcev3.ClusterType] = append(out[resourcev3.ClusterType], c)
+	}
+	for _, e := range r.Endpoints {
+		out[resourcev3.EndpointType] = append(out[resourcev3.EndpointType], e)
+	}
+	for _, l := range r.Listeners {
+		out[resourcev3.ListenerType] = append(out[resourcev3.ListenerType], l)
+	}
+	for _, rc := range r.Routes {
+		out[resourcev3.RouteType] = append(out[resourcev3.RouteType], rc)
+	}
+	return out
+}
+
+// Translate builds the xDS resources for a model. It is pure. A resource
+// that fails Envoy's own validation (ValidateAll) is an error: the caller
+// must keep serving what it had rather than push something Envoy rejects.
+func Translate(m *ir.Model) (*Resources, error) {
+	if err := m.Validate(); err != nil {
+		return nil, fmt.Errorf("model: %w", err)
+	}
+	r := &Resources{}
+	for i := range m.Clusters {
+		c := &m.Clusters[i]
+		r.Clusters = append(r.Clusters, buildCluster(c))
+		r.Endpoints = append(r.Endpoints, buildLoadAssignment(c))
+	}
+	if err := validateAll(r); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+type validator interface{ ValidateAll() error }
+
+func validateAll(r *Resources) error {
+	var errs []error
+	for typ, items := range r.ByType() {
+		for _, res := range items {
+			if err := res.(validator).ValidateAll(); err != nil {
+				errs = append(errs, fmt.Errorf("%s %q fails Envoy validation: %w", typ, cachev3.GetResourceName(res), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -79,7 +79,8 @@ func (v *view[T]) run(ctx context.Context, emit func(data T, index uint64, at ti
 	bo.Reset()
 
 	var (
-		waitIndex uint64
+		waitIndex uint64 // what the next query blocks on
+		lastIndex uint64 // what Consul last answered, before sanitising
 		last      T
 		have      bool
 		lastStart time.Time
@@ -139,15 +140,14 @@ func (v *view[T]) run(ctx context.Context, emit func(data T, index uint64, at ti
 		// 0 after a response would turn blocking into a busy loop, so it is
 		// raised to 1.
 		switch idx := meta.LastIndex; {
-		case idx < waitIndex:
-			v.log.Info().Str("query", v.id).Uint64("index", idx).Uint64("previous", waitIndex).
+		case idx < lastIndex:
+			v.log.Info().Str("query", v.id).Uint64("index", idx).Uint64("previous", lastIndex).
 				Msg("consul index went backwards; resetting")
 			waitIndex = 0
-		case idx == 0:
-			waitIndex = 1
 		default:
-			waitIndex = idx
+			waitIndex = max(idx, 1)
 		}
+		lastIndex = meta.LastIndex
 
 		if have && v.equal(last, data) {
 			continue

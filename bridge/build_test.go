@@ -1,0 +1,68 @@
+package bridge
+
+import (
+	"testing"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+)
+
+func TestHealthAndWeight(t *testing.T) {
+	tests := map[string]struct {
+		in         consul.Instance
+		wantHealth ir.Health
+		wantWeight uint32
+	}{
+		"passing uses passing weight":          {consul.Instance{Status: consul.StatusPassing, WeightPassing: 3, WeightWarning: 1}, ir.Healthy, 3},
+		"warning is healthy at warning weight": {consul.Instance{Status: consul.StatusWarning, WeightPassing: 3, WeightWarning: 2}, ir.Healthy, 2},
+		"warning weight zero means no traffic": {consul.Instance{Status: consul.StatusWarning, WeightPassing: 3, WeightWarning: 0}, ir.Unhealthy, 1},
+		"critical":                             {consul.Instance{Status: consul.StatusCritical, WeightPassing: 3, WeightWarning: 1}, ir.Unhealthy, 3},
+		"maintenance drains":                   {consul.Instance{Status: consul.StatusMaintenance, WeightPassing: 1, WeightWarning: 1}, ir.Draining, 1},
+		"unset weights default to 1":           {consul.Instance{Status: consul.StatusPassing}, ir.Healthy, 1},
+		"huge weight is clamped":               {consul.Instance{Status: consul.StatusPassing, WeightPassing: 1 << 20, WeightWarning: 1}, ir.Healthy, maxWeight},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			h, w := healthAndWeight(tc.in)
+			if h != tc.wantHealth || w != tc.wantWeight {
+				t.Fatalf("got %v/%d, want %v/%d", h, w, tc.wantHealth, tc.wantWeight)
+			}
+		})
+	}
+}
+
+func TestBuildFollowsCatalog(t *testing.T) {
+	svc := func(name string, addrs ...string) *consul.Service {
+		s := &consul.Service{Name: name}
+		for _, a := range addrs {
+			s.Instances = append(s.Instances, consul.Instance{ID: a, Address: a, Port: 80, Status: consul.StatusPassing, Datacenter: "dc1"})
+		}
+		return s
+	}
+	before, _ := Build(consul.NewCatalog([]*consul.Service{svc("web", "10.0.0.1", "10.0.0.2"), svc("api", "10.0.0.3")}), nil)
+	after, _ := Build(consul.NewCatalog([]*consul.Service{svc("web", "10.0.0.2")}), nil)
+
+	if got := clusterNames(before); got != "api,web" {
+		t.Fatalf("clusters before = %s", got)
+	}
+	if got := clusterNames(after); got != "web" {
+		t.Fatalf("clusters after api disappeared = %s", got)
+	}
+	if eps := after.Cluster("web").Endpoints; len(eps) != 1 || eps[0].Address.String() != "10.0.0.2" {
+		t.Fatalf("web endpoints after deregistration = %+v", eps)
+	}
+	if err := after.Validate(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func clusterNames(m *ir.Model) string {
+	s := ""
+	for i, c := range m.Clusters {
+		if i > 0 {
+			s += ","
+		}
+		s += c.Name
+	}
+	return s
+}

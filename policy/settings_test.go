@@ -1,0 +1,102 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+func TestSettingsDefaultsAndOverrides(t *testing.T) {
+	doc, diags := Parse("a.hcl", []byte(`
+consul {
+  address   = "10.0.0.5:8500"
+  stale     = false
+  wait_time = "30s"
+}
+log { level = "debug" }
+`))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	cfg, diags := Merge(doc)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	s := cfg.Settings
+	if s.Consul.Address != "10.0.0.5:8500" || s.Consul.Stale || s.Consul.WaitTime != 30*time.Second {
+		t.Fatalf("consul settings not applied: %+v", s.Consul)
+	}
+	if s.Log.Level != "debug" || s.Log.Format != "json" {
+		t.Fatalf("log settings: %+v", s.Log)
+	}
+	if s.XDS.Listen != DefaultXDSListen || s.Admin.Listen != DefaultAdminListen {
+		t.Fatalf("defaults lost: %+v %+v", s.XDS, s.Admin)
+	}
+}
+
+func TestSettingsDiagnostics(t *testing.T) {
+	tests := map[string]struct {
+		files map[string]string
+		want  string // "file:line:col: summary"
+	}{
+		"bad duration": {
+			files: map[string]string{"a.hcl": "consul {\n  wait_time = \"soon\"\n}\n"},
+			want:  `a.hcl:2:15: Invalid duration`,
+		},
+		"wait time above consul's cap": {
+			files: map[string]string{"a.hcl": "consul {\n  wait_time = \"11m\"\n}\n"},
+			want:  `a.hcl:2:15: Invalid wait_time`,
+		},
+		"unknown attribute": {
+			files: map[string]string{"a.hcl": "consul {\n  adress = \"x\"\n}\n"},
+			want:  `a.hcl:2:3: Unsupported argument`,
+		},
+		"bad listen": {
+			files: map[string]string{"a.hcl": "xds {\n  listen = \"18000\"\n}\n"},
+			want:  `a.hcl:1:1: Invalid listen address`,
+		},
+		"bad log format": {
+			files: map[string]string{"a.hcl": "\nlog { format = \"xml\" }\n"},
+			want:  `a.hcl:2:1: Invalid log format`,
+		},
+		"duplicate block across files": {
+			files: map[string]string{"a.hcl": "admin {}\n", "b.hcl": "\n\nadmin {}\n"},
+			want:  `b.hcl:3:1: Duplicate admin block`,
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var docs []*Document
+			var diags hcl.Diagnostics
+			for _, fn := range []string{"a.hcl", "b.hcl"} {
+				src, ok := tc.files[fn]
+				if !ok {
+					continue
+				}
+				d, ds := Parse(fn, []byte(src))
+				diags = append(diags, ds...)
+				if d != nil {
+					docs = append(docs, d)
+				}
+			}
+			if !diags.HasErrors() {
+				_, ds := Merge(docs...)
+				diags = append(diags, ds...)
+			}
+			var got []string
+			for _, d := range diags {
+				got = append(got, fmt.Sprintf("%s:%d:%d: %s", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column, d.Summary))
+			}
+			if len(got) == 0 || got[0] != tc.want {
+				t.Fatalf("diagnostics = %q, want first %q", got, tc.want)
+			}
+			if name == "duplicate block across files" && !strings.Contains(diags[0].Detail, "a.hcl:1,1") {
+				t.Fatalf("duplicate does not name the previous definition: %s", diags[0].Detail)
+			}
+		})
+	}
+}
+

@@ -99,4 +99,3 @@ func TestSettingsDiagnostics(t *testing.T) {
 		})
 	}
 }
-

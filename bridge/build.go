@@ -1,11 +1,14 @@
 // Package bridge joins the Consul catalog with routing policy into the model
 // the proxies get (Build, pure), and runs the daemon around it: watches,
-// debounce, readiness and serving.
+// debounce, readiness, reload and serving.
 package bridge
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
+	"strings"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
@@ -21,32 +24,208 @@ const maxWeight = 65535
 // pure: no I/O, no clock, output sorted. Odd catalog data (an instance whose
 // address is a hostname, a zero port) is left out and reported as a warning,
 // never an error, so one bad registration cannot stop a fleet's updates.
-func Build(cat *consul.Catalog, _ *policy.Policy) (*ir.Model, []string) {
+// A nil policy mirrors the catalog: one cluster per service.
+func Build(cat *consul.Catalog, pol *policy.Policy) (*ir.Model, []string) {
+	if pol == nil {
+		pol = &policy.Policy{ExportAllServices: true}
+	}
+	b := &builder{cat: cat, pol: pol, clusters: map[string]ir.Cluster{}, referenced: map[string]bool{}}
+	for _, name := range referencedServices(pol) {
+		b.referenced[name] = true
+	}
+	for _, name := range clusterServices(cat, pol) {
+		b.service(name)
+	}
 	m := &ir.Model{}
-	var warnings []string
-	if cat == nil {
-		return m, nil
+	for _, name := range slices.Sorted(maps.Keys(b.clusters)) {
+		m.Clusters = append(m.Clusters, b.clusters[name])
 	}
-	for _, svc := range cat.Services {
-		c := ir.Cluster{
-			Name:           svc.Name,
-			ConnectTimeout: policy.DefaultConnectTimeout,
-			LBPolicy:       ir.LBRoundRobin,
-		}
-		for _, in := range svc.Instances {
-			ep, warn := endpoint(in, svc.Datacenter)
-			if warn != "" {
-				warnings = append(warnings, fmt.Sprintf("service %q instance %q on node %q: %s", svc.Name, in.ID, in.Node, warn))
-				continue
-			}
-			c.Endpoints = append(c.Endpoints, ep)
-		}
-		m.Clusters = append(m.Clusters, c)
+	for _, p := range pol.Proxies {
+		m.Groups = append(m.Groups, b.group(p))
 	}
-	return m, warnings
+	slices.SortFunc(m.Groups, func(a, b ir.Group) int { return strings.Compare(a.Name, b.Name) })
+	return m, b.warnings
 }
 
-func endpoint(in consul.Instance, dc string) (ir.Endpoint, string) {
+// WatchTargets is what the Consul watcher must watch for a policy: every
+// service the policy names (in its datacenter and failover datacenters),
+// and with export_all_services every local catalog service.
+func WatchTargets(pol *policy.Policy) consul.Targets {
+	if pol == nil {
+		return consul.Targets{AllLocal: true}
+	}
+	t := consul.Targets{AllLocal: pol.ExportAllServices}
+	seen := map[consul.ServiceKey]bool{}
+	add := func(k consul.ServiceKey) {
+		if !seen[k] {
+			seen[k] = true
+			t.Services = append(t.Services, k)
+		}
+	}
+	for _, name := range referencedServices(pol) {
+		s := serviceSettings(pol, name)
+		add(consul.ServiceKey{Datacenter: s.Datacenter, Name: s.ConsulName})
+		for _, dc := range s.FailoverDatacenters {
+			add(consul.ServiceKey{Datacenter: dc, Name: s.ConsulName})
+		}
+	}
+	slices.SortFunc(t.Services, func(a, b consul.ServiceKey) int {
+		return strings.Compare(a.Datacenter+"\x00"+a.Name, b.Datacenter+"\x00"+b.Name)
+	})
+	return t
+}
+
+// referencedServices lists service (cluster) names the policy declares or
+// routes to, sorted.
+func referencedServices(pol *policy.Policy) []string {
+	set := map[string]bool{}
+	for _, s := range pol.Services {
+		set[s.Name] = true
+	}
+	for _, p := range pol.Proxies {
+		for _, l := range p.Listeners {
+			for _, t := range l.TCP {
+				set[t.Service] = true
+			}
+			for _, vh := range l.VirtualHosts {
+				for _, r := range vh.Routes {
+					for _, t := range r.Targets {
+						set[t.Service] = true
+					}
+					if r.Mirror != nil {
+						set[r.Mirror.Service] = true
+					}
+				}
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// clusterServices is every service that becomes a cluster.
+func clusterServices(cat *consul.Catalog, pol *policy.Policy) []string {
+	set := map[string]bool{}
+	for _, n := range referencedServices(pol) {
+		set[n] = true
+	}
+	if pol.ExportAllServices && cat != nil {
+		for _, s := range cat.Services {
+			if s.Datacenter == "" {
+				set[s.Name] = true
+			}
+		}
+	}
+	return slices.Sorted(maps.Keys(set))
+}
+
+// serviceSettings returns the policy's service block for name, or the
+// defaults for a service the policy only routes to.
+func serviceSettings(pol *policy.Policy, name string) *policy.Service {
+	if s := pol.Service(name); s != nil {
+		return s
+	}
+	return &policy.Service{
+		Name:           name,
+		ConsulName:     name,
+		ConnectTimeout: policy.DefaultConnectTimeout,
+		LBPolicy:       ir.LBRoundRobin,
+	}
+}
+
+type builder struct {
+	// referenced services get a warning when Consul has no instance of
+	// them: a route to nothing is likely a typo or a missing deployment.
+	referenced map[string]bool
+	cat        *consul.Catalog
+	pol        *policy.Policy
+	clusters   map[string]ir.Cluster
+	warnings   []string
+}
+
+func (b *builder) warn(format string, args ...any) {
+	b.warnings = append(b.warnings, fmt.Sprintf(format, args...))
+}
+
+// service adds the cluster of a service and one per declared subset.
+func (b *builder) service(name string) {
+	s := serviceSettings(b.pol, name)
+	tiers := [][]consul.Instance{b.instances(s.Datacenter, s.ConsulName)}
+	for _, dc := range s.FailoverDatacenters {
+		tiers = append(tiers, b.instances(dc, s.ConsulName))
+	}
+	if len(tiers[0]) == 0 && b.referenced[name] {
+		where := "the local datacenter"
+		if s.Datacenter != "" {
+			where = "datacenter " + s.Datacenter
+		}
+		b.warn("service %q has no instances in %s (yet): cluster %q has no local endpoints", s.ConsulName, where, s.Name)
+	}
+	base := ir.Cluster{
+		Name:             s.Name,
+		Service:          s.ConsulName,
+		ConnectTimeout:   s.ConnectTimeout,
+		LBPolicy:         s.LBPolicy,
+		HTTP2:            s.HTTP2,
+		CircuitBreaker:   s.CircuitBreaker,
+		OutlierDetection: s.OutlierDetection,
+		HealthCheck:      s.HealthCheck,
+		TLS:              s.TLS,
+	}
+	c := base
+	c.Endpoints = b.endpoints(s, tiers, nil)
+	b.clusters[c.Name] = c
+	for _, sub := range s.Subsets {
+		c := base
+		c.Name = s.Name + "." + sub.Name
+		c.Subset = sub.Name
+		c.Endpoints = b.endpoints(s, tiers, &sub)
+		b.clusters[c.Name] = c
+	}
+}
+
+func (b *builder) instances(dc, name string) []consul.Instance {
+	if svc := b.cat.Service(dc, name); svc != nil {
+		return svc.Instances
+	}
+	return nil
+}
+
+func (b *builder) endpoints(s *policy.Service, tiers [][]consul.Instance, sub *policy.Subset) []ir.Endpoint {
+	var out []ir.Endpoint
+	for prio, instances := range tiers {
+		for _, in := range instances {
+			if sub != nil && !matchesSubset(in, sub) {
+				continue
+			}
+			ep, warn := endpoint(in, s.OnlyPassing)
+			if warn != "" {
+				if sub == nil {
+					b.warn("service %q instance %q on node %q: %s", s.ConsulName, in.ID, in.Node, warn)
+				}
+				continue
+			}
+			ep.Priority = uint32(prio)
+			out = append(out, ep)
+		}
+	}
+	return out
+}
+
+func matchesSubset(in consul.Instance, sub *policy.Subset) bool {
+	for _, t := range sub.Tags {
+		if _, ok := slices.BinarySearch(in.Tags, t); !ok {
+			return false
+		}
+	}
+	for k, v := range sub.Meta {
+		if in.Meta[k] != v {
+			return false
+		}
+	}
+	return true
+}
+
+func endpoint(in consul.Instance, onlyPassing bool) (ir.Endpoint, string) {
 	addr, err := netip.ParseAddr(in.Address)
 	if err != nil {
 		return ir.Endpoint{}, fmt.Sprintf("address %q is not an IP address; EDS endpoints must be IPs, so it is skipped", in.Address)
@@ -55,9 +234,8 @@ func endpoint(in consul.Instance, dc string) (ir.Endpoint, string) {
 		return ir.Endpoint{}, fmt.Sprintf("port %d is out of range; skipped", in.Port)
 	}
 	health, weight := healthAndWeight(in)
-	region := in.Datacenter
-	if region == "" {
-		region = dc
+	if onlyPassing && in.Status == consul.StatusWarning {
+		health = ir.Unhealthy
 	}
 	zone := in.NodeMeta["zone"]
 	if zone == "" {
@@ -68,7 +246,7 @@ func endpoint(in consul.Instance, dc string) (ir.Endpoint, string) {
 		Port:     uint32(in.Port),
 		Health:   health,
 		Weight:   weight,
-		Locality: ir.Locality{Region: region, Zone: zone},
+		Locality: ir.Locality{Region: in.Datacenter, Zone: zone},
 	}, ""
 }
 
@@ -101,4 +279,76 @@ func healthAndWeight(in consul.Instance) (ir.Health, uint32) {
 		weight = 1
 	}
 	return health, uint32(min(weight, maxWeight))
+}
+
+// clusterName is the CDS name of a target: "svc" or "svc.subset".
+func clusterName(t policy.Target) string {
+	if t.Subset == "" {
+		return t.Service
+	}
+	return t.Service + "." + t.Subset
+}
+
+func (b *builder) group(p *policy.Proxy) ir.Group {
+	g := ir.Group{Name: p.Name}
+	for _, l := range p.Listeners {
+		il := ir.Listener{
+			Name:        p.Name + "." + l.Name,
+			Address:     l.Address,
+			Port:        uint32(l.Port),
+			Protocol:    l.Protocol,
+			IdleTimeout: l.IdleTimeout,
+			TCP:         weighted(l.TCP),
+		}
+		for _, vh := range l.VirtualHosts {
+			ivh := ir.VirtualHost{Name: vh.Name, Domains: vh.Domains}
+			for _, r := range vh.Routes {
+				ir := b.route(r)
+				if ir.Fault != nil {
+					il.UsesFault = true
+				}
+				ivh.Routes = append(ivh.Routes, ir)
+			}
+			il.VirtualHosts = append(il.VirtualHosts, ivh)
+		}
+		g.Listeners = append(g.Listeners, il)
+	}
+	slices.SortFunc(g.Listeners, func(a, b ir.Listener) int { return strings.Compare(a.Name, b.Name) })
+	return g
+}
+
+func weighted(ts []policy.Target) []ir.WeightedCluster {
+	var out []ir.WeightedCluster
+	for _, t := range ts {
+		out = append(out, ir.WeightedCluster{Name: clusterName(t), Weight: uint32(t.Weight)})
+	}
+	return out
+}
+
+func (b *builder) route(r *policy.Route) ir.Route {
+	out := ir.Route{
+		Source:          r.Source,
+		Match:           r.Match,
+		Clusters:        weighted(r.Targets),
+		Redirect:        r.Redirect,
+		DirectResponse:  r.DirectResponse,
+		Timeout:         r.Timeout,
+		IdleTimeout:     r.IdleTimeout,
+		Retry:           r.Retry,
+		Rewrite:         r.Rewrite,
+		RequestHeaders:  r.RequestHeaders,
+		ResponseHeaders: r.ResponseHeaders,
+		Fault:           r.Fault,
+	}
+	if r.Mirror != nil {
+		out.Mirror = &ir.Mirror{Cluster: clusterName(r.Mirror.Target), Percent: r.Mirror.Percent}
+	}
+	// Ring hash needs the route to say what to hash; take it from the
+	// (first) target service's settings.
+	if len(r.Targets) > 0 {
+		if s := b.pol.Service(r.Targets[0].Service); s != nil && s.LBPolicy == ir.LBRingHash {
+			out.HashPolicies = s.HashPolicies
+		}
+	}
+	return out
 }

@@ -2,10 +2,8 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net"
-	"net/http"
 	"os"
 	"slices"
 	"strings"
@@ -22,20 +20,26 @@ import (
 
 // Config configures a Daemon.
 type Config struct {
+	// ConfigFiles are re-read on every reload (file change or Reload).
+	ConfigFiles []string
+	// Settings are the daemon settings loaded at start; a reload that
+	// changes them is logged, not applied (they need a restart).
 	Settings policy.Settings
-	Policy   *policy.Policy
-	Logger   zerolog.Logger
-	// HoldOff is how long the daemon waits after a catalog change for more
-	// changes before it builds; MaxDelay caps the total wait during a
-	// continuous burst. Defaults: 100ms and 1s.
+	// Policy is the routing policy loaded from ConfigFiles at start. With
+	// a KV prefix configured, the daemon waits for KV before serving.
+	Policy *policy.Policy
+	Logger zerolog.Logger
+	// HoldOff is how long the daemon waits after a change for more changes
+	// before it builds; MaxDelay caps the total wait during a continuous
+	// burst. Defaults: 100ms and 1s.
 	HoldOff, MaxDelay time.Duration
 	// Query tunes Consul blocking queries; zero fields take defaults, and
 	// the datacenter, stale and wait time come from Settings.
 	Query consul.QueryOptions
 }
 
-// Daemon runs the whole pipeline: Consul watches, debounce, build,
-// translate, and the xDS and admin servers.
+// Daemon runs the whole pipeline: Consul and policy watches, debounce,
+// build, translate, and the xDS and admin servers.
 type Daemon struct {
 	cfg Config
 	log zerolog.Logger
@@ -44,10 +48,10 @@ type Daemon struct {
 	started   chan struct{}
 	xdsAddr   net.Addr
 	adminAddr net.Addr
+	reload    chan struct{}
 
-	ready     atomic.Bool
-	builds    atomic.Uint64
-	lastWarns []string
+	ready  atomic.Bool
+	status atomic.Pointer[PolicyStatus]
 }
 
 // New returns a daemon; nothing runs until Run.
@@ -58,12 +62,15 @@ func New(cfg Config) *Daemon {
 	if cfg.MaxDelay <= 0 {
 		cfg.MaxDelay = time.Second
 	}
-	return &Daemon{
+	d := &Daemon{
 		cfg:     cfg,
 		log:     cfg.Logger.With().Str("component", "bridge").Logger(),
 		xds:     xds.NewServer(xds.ServerConfig{Logger: cfg.Logger}),
 		started: make(chan struct{}),
+		reload:  make(chan struct{}, 1),
 	}
+	d.status.Store(&PolicyStatus{})
+	return d
 }
 
 // Started is closed once the xDS and admin listeners are open.
@@ -75,8 +82,21 @@ func (d *Daemon) XDSAddr() net.Addr { return d.xdsAddr }
 // AdminAddr is the admin HTTP address; valid after Started.
 func (d *Daemon) AdminAddr() net.Addr { return d.adminAddr }
 
-// Ready reports whether the first complete Consul sync has been served.
+// Ready reports whether a complete Consul sync with a valid policy has
+// been served.
 func (d *Daemon) Ready() bool { return d.ready.Load() }
+
+// Policy returns the status of the active policy and the last reload.
+func (d *Daemon) Policy() *PolicyStatus { return d.status.Load() }
+
+// Reload asks the daemon to re-read its configuration files (SIGHUP). It
+// never blocks; reloads requested while one is pending coalesce.
+func (d *Daemon) Reload() {
+	select {
+	case d.reload <- struct{}{}:
+	default:
+	}
+}
 
 // Run serves until ctx ends or a server fails.
 func (d *Daemon) Run(ctx context.Context) error {
@@ -91,23 +111,29 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	xdsLis, err := listen(s.XDS.Listen)
 	if err != nil {
-		return fmt.Errorf("xds listen: %w", err)
+		return fmt.Errorf("xds listen on %s: %w", s.XDS.Listen, err)
 	}
 	adminLis, err := listen(s.Admin.Listen)
 	if err != nil {
 		xdsLis.Close()
-		return fmt.Errorf("admin listen: %w", err)
+		return fmt.Errorf("admin listen on %s: %w", s.Admin.Listen, err)
 	}
 	d.xdsAddr, d.adminAddr = xdsLis.Addr(), adminLis.Addr()
 	close(d.started)
 
 	q := d.cfg.Query
 	q.Datacenter, q.Stale, q.WaitTime = s.Consul.Datacenter, s.Consul.Stale, s.Consul.WaitTime
+	consulLog := d.cfg.Logger.With().Str("component", "consul").Logger()
 	watcher := consul.NewWatcher(consul.Config{
-		Client: client,
-		Query:  q,
-		Logger: d.cfg.Logger.With().Str("component", "consul").Logger(),
+		Client:  client,
+		Query:   q,
+		Targets: WatchTargets(d.cfg.Policy),
+		Logger:  consulLog,
 	})
+	var kv *consul.KVWatcher
+	if s.Consul.KVPrefix != "" {
+		kv = consul.NewKVWatcher(consul.KVConfig{Client: client, Prefix: s.Consul.KVPrefix, Query: q, Logger: consulLog})
+	}
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -123,120 +149,241 @@ func (d *Daemon) Run(ctx context.Context) error {
 		}
 	}
 	wg.Go(func() { fail(watcher.Run(ctx)) })
+	var kvUpdates <-chan consul.KVUpdate
+	if kv != nil {
+		kvUpdates = kv.Updates()
+		wg.Go(func() { fail(kv.Run(ctx)) })
+	}
+	wg.Go(func() { fail(d.watchFiles(ctx)) })
 	wg.Go(func() { fail(d.xds.Serve(ctx, xdsLis)) })
 	wg.Go(func() { fail(d.serveAdmin(ctx, adminLis)) })
-	wg.Go(func() { d.loop(ctx, watcher.Updates()) })
+	wg.Go(func() {
+		l := &loop{d: d, watcher: watcher, policy: d.cfg.Policy, kvNeeded: kv != nil}
+		l.run(ctx, watcher.Updates(), kvUpdates)
+	})
 	wg.Wait()
 	return firstErr
 }
 
-// loop debounces catalog updates and builds. Its states:
-//   - idle: nothing pending, no timer;
-//   - pending: an update arrived; the timer fires HoldOff after the latest
-//     one, but never later than MaxDelay after the first of the burst;
-//   - build: on the timer, the newest update is built and served.
-//
-// Before the first complete sync, incomplete updates are dropped: a proxy
-// must never be answered with a partial world.
-func (d *Daemon) loop(ctx context.Context, updates <-chan consul.Update) {
-	var (
-		pending    *consul.Update
-		burstStart time.Time
-		timer      = time.NewTimer(time.Hour)
-	)
-	timer.Stop()
-	defer timer.Stop()
+// loop owns the daemon's mutable state: the latest catalog, the active
+// policy and the debounce timer. Its states:
+//   - waiting: no complete catalog or (with KV) no policy read yet; nothing
+//     is served, so proxies' requests wait rather than get a partial world;
+//   - idle: serving, nothing pending;
+//   - pending: something changed; the timer fires HoldOff after the latest
+//     change, but never later than MaxDelay after the first of a burst;
+//   - build: on the timer, the newest catalog and policy are built and
+//     served. A build also waits (up to pendingGrace) for services a new
+//     policy just started watching, so new routes do not briefly point at
+//     empty clusters.
+type loop struct {
+	d        *Daemon
+	watcher  *consul.Watcher
+	policy   *policy.Policy
+	kvNeeded bool
+	kvDocs   *consul.KVUpdate
+
+	catalog      *consul.Update
+	changedAt    time.Time
+	burstStart   time.Time
+	pendingSince time.Time
+	timer        *time.Timer
+	lastWarnings []string
+}
+
+const pendingGrace = 2 * time.Second
+
+func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates <-chan consul.KVUpdate) {
+	l.timer = time.NewTimer(time.Hour)
+	l.timer.Stop()
+	defer l.timer.Stop()
+	if l.kvNeeded {
+		l.setStatus(func(st *PolicyStatus) { st.Waiting = "waiting for the first read of Consul KV policy documents" })
+	} else {
+		_, _, sources := l.readDocuments()
+		l.recordPolicy(sources, nil)
+	}
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case u := <-updates:
-			if !u.Complete && !d.ready.Load() {
-				continue
+			if !u.Complete && !l.d.ready.Load() {
+				continue // a partial world is never served
 			}
-			if pending != nil && pending.ChangedAt.Before(u.ChangedAt) {
-				u.ChangedAt = pending.ChangedAt
+			if l.changedAt.IsZero() || u.ChangedAt.Before(l.changedAt) {
+				l.changedAt = u.ChangedAt
 			}
-			pending = &u
-			now := time.Now()
-			if burstStart.IsZero() {
-				burstStart = now
-			}
-			timer.Reset(min(d.cfg.HoldOff, burstStart.Add(d.cfg.MaxDelay).Sub(now)))
-		case <-timer.C:
-			if pending != nil {
-				d.build(ctx, *pending)
-			}
-			pending, burstStart = nil, time.Time{}
+			l.catalog = &u
+			l.schedule()
+		case kvu := <-kvUpdates:
+			l.kvDocs = &kvu
+			l.reloadPolicy("kv")
+		case <-l.d.reload:
+			l.reloadPolicy("files")
+		case <-l.timer.C:
+			l.build(ctx)
 		}
 	}
 }
 
-func (d *Daemon) build(ctx context.Context, u consul.Update) {
-	model, warnings := Build(u.Catalog, d.cfg.Policy)
-	d.logNewWarnings(warnings)
-	res, err := xds.Translate(model)
-	if err != nil {
-		d.log.Error().Err(err).Msg("translation failed; keeping the last good snapshot")
-		return
+func (l *loop) schedule() {
+	now := time.Now()
+	if l.burstStart.IsZero() {
+		l.burstStart = now
 	}
-	changed, err := d.xds.SetResources(ctx, res, nil)
-	if err != nil {
-		d.log.Error().Err(err).Msg("setting snapshot failed; keeping the last good snapshot")
-		return
-	}
-	d.builds.Add(1)
-	if !d.ready.Swap(true) {
-		d.log.Info().Int("clusters", len(res.Clusters)).Msg("first complete Consul sync served; ready")
-	}
-	if len(changed) > 0 {
-		d.log.Info().Strs("types", changed).Int("clusters", len(res.Clusters)).
-			Dur("since_consul_change", time.Since(u.ChangedAt)).Msg("snapshot updated")
-	}
+	l.timer.Reset(max(0, min(l.d.cfg.HoldOff, l.burstStart.Add(l.d.cfg.MaxDelay).Sub(now))))
 }
 
-// logNewWarnings logs each catalog warning once, not on every rebuild.
-func (d *Daemon) logNewWarnings(warnings []string) {
-	for _, w := range warnings {
-		if !slices.Contains(d.lastWarns, w) {
-			d.log.Warn().Str("warning", w).Msg("odd catalog data")
+func (l *loop) build(ctx context.Context) {
+	l.burstStart = time.Time{}
+	if l.catalog == nil || (l.kvNeeded && l.kvDocs == nil) || l.policy == nil && l.kvNeeded {
+		return
+	}
+	if len(l.catalog.Pending) > 0 && l.d.ready.Load() {
+		if l.pendingSince.IsZero() {
+			l.pendingSince = time.Now()
 		}
-	}
-	d.lastWarns = warnings
-}
-
-// serveAdmin serves the admin HTTP API; more endpoints join it as the
-// operator surface grows.
-func (d *Daemon) serveAdmin(ctx context.Context, lis net.Listener) error {
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		fmt.Fprintln(w, `{"status":"ok"}`)
-	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "application/json")
-		if d.Ready() {
-			fmt.Fprintln(w, `{"ready":true}`)
+		if time.Since(l.pendingSince) < pendingGrace {
+			l.timer.Reset(l.d.cfg.HoldOff)
 			return
 		}
-		w.WriteHeader(http.StatusServiceUnavailable)
-		fmt.Fprintln(w, `{"ready":false,"reason":"waiting for the first complete Consul sync"}`)
+		l.d.log.Warn().Strs("services", keys(l.catalog.Pending)).Msg("services still loading after grace period; serving without them")
+	}
+	l.pendingSince = time.Time{}
+	model, warnings := Build(l.catalog.Catalog, l.policy)
+	l.logNewWarnings(warnings)
+	out, err := xds.Translate(model)
+	if err != nil {
+		l.d.log.Error().Err(err).Msg("translation failed; keeping the last good snapshot")
+		return
+	}
+	pol := l.policy
+	resolve := func(nodeCluster string) string {
+		if p := pol.ProxyFor(nodeCluster); p != nil {
+			return p.Name
+		}
+		return ""
+	}
+	changed, err := l.d.xds.Update(ctx, out, resolve)
+	if err != nil {
+		l.d.log.Error().Err(err).Msg("setting snapshot failed; keeping the last good snapshot")
+		return
+	}
+	if !l.d.ready.Swap(true) {
+		l.d.log.Info().Int("clusters", len(out.Shared.Clusters)).Int("groups", len(out.Groups)).
+			Msg("first complete Consul sync served; ready")
+	}
+	if len(changed) > 0 {
+		ev := l.d.log.Info().Strs("types", changed).Int("clusters", len(out.Shared.Clusters))
+		if !l.changedAt.IsZero() {
+			ev = ev.Dur("since_consul_change", time.Since(l.changedAt))
+		}
+		ev.Msg("snapshot updated")
+	}
+	l.changedAt = time.Time{}
+	l.setStatus(func(st *PolicyStatus) { st.Warnings = warnings })
+}
+
+func keys(ks []consul.ServiceKey) []string {
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		out[i] = k.String()
+	}
+	return out
+}
+
+// logNewWarnings logs each build warning once, not on every rebuild.
+func (l *loop) logNewWarnings(warnings []string) {
+	for _, w := range warnings {
+		if !slices.Contains(l.lastWarnings, w) {
+			l.d.log.Warn().Str("warning", w).Msg("policy or catalog problem")
+		}
+	}
+	l.lastWarnings = warnings
+}
+
+// reloadPolicy re-reads the files and merges them with the latest KV
+// documents. A policy with any error is rejected whole and the last good
+// one keeps serving.
+func (l *loop) reloadPolicy(trigger string) {
+	if l.kvNeeded && l.kvDocs == nil {
+		return // the first KV read will load everything
+	}
+	docs, diags, sources := l.readDocuments()
+	if !diags.HasErrors() {
+		cfg, ds := policy.Merge(docs...)
+		diags = append(diags, ds...)
+		if !diags.HasErrors() {
+			if cfg.Settings != l.d.cfg.Settings {
+				l.d.log.Warn().Msg("daemon settings (consul, xds, admin, log blocks) changed; restart to apply them")
+			}
+			l.policy = cfg.Policy
+			l.watcher.SetTargets(WatchTargets(cfg.Policy))
+			l.recordPolicy(sources, diags)
+			l.d.log.Info().Str("trigger", trigger).Int("sources", len(sources)).Msg("policy loaded")
+			l.schedule()
+			return
+		}
+	}
+	lines := policy.FormatDiagnostics(diags)
+	l.d.log.Error().Str("trigger", trigger).Strs("diagnostics", lines).Msg("policy rejected; keeping the last good policy")
+	l.setStatus(func(st *PolicyStatus) {
+		st.LastError = &ReloadError{At: time.Now(), Diagnostics: lines}
+		st.FailedReloads++
 	})
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.Serve(lis) }()
-	d.log.Info().Str("addr", lis.Addr().String()).Msg("serving admin HTTP")
-	select {
-	case err := <-errc:
-		return fmt.Errorf("admin server: %w", err)
-	case <-ctx.Done():
+}
+
+func (l *loop) readDocuments() ([]*policy.Document, hclDiagnostics, []SourceStatus) {
+	var (
+		docs    []*policy.Document
+		diags   hclDiagnostics
+		sources []SourceStatus
+	)
+	for _, f := range l.d.cfg.ConfigFiles {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			diags = append(diags, readError(f, err))
+			continue
+		}
+		doc, ds := policy.Parse(f, src)
+		diags = append(diags, ds...)
+		if doc != nil {
+			docs = append(docs, doc)
+		}
+		sources = append(sources, SourceStatus{Name: f, Kind: "file", Hash: hash(src)})
 	}
-	sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-	defer cancel()
-	if err := srv.Shutdown(sctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("admin shutdown: %w", err)
+	if l.kvDocs != nil {
+		for _, r := range l.kvDocs.Rejected {
+			diags = append(diags, kvRejected(r))
+		}
+		for _, kd := range l.kvDocs.Documents {
+			doc, ds := policy.ParseKV(kd.Key, kd.Value)
+			diags = append(diags, ds...)
+			if doc != nil {
+				docs = append(docs, doc)
+			}
+			sources = append(sources, SourceStatus{Name: kd.Key, Kind: "kv", Hash: hash(kd.Value), ModifyIndex: kd.ModifyIndex})
+		}
 	}
-	return nil
+	return docs, diags, sources
+}
+
+func (l *loop) recordPolicy(sources []SourceStatus, diags hclDiagnostics) {
+	l.setStatus(func(st *PolicyStatus) {
+		st.Waiting = ""
+		st.LoadedAt = time.Now()
+		st.Sources = sources
+		st.LastError = nil
+		st.SuccessfulReloads++
+		st.PolicyWarnings = policy.FormatDiagnostics(diags)
+	})
+}
+
+func (l *loop) setStatus(f func(*PolicyStatus)) {
+	st := *l.d.status.Load()
+	f(&st)
+	l.d.status.Store(&st)
 }
 
 // listen accepts host:port or unix:///path. A stale socket file from a

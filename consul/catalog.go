@@ -1,5 +1,6 @@
-// Package consul watches the Consul catalog and health with blocking queries
-// and emits immutable, sorted snapshots of it. It knows nothing about Envoy.
+// Package consul watches the Consul catalog, health and KV with blocking
+// queries and emits immutable, sorted snapshots of them. It knows nothing
+// about Envoy or about what the KV documents say.
 package consul
 
 import (
@@ -32,7 +33,10 @@ type Catalog struct {
 
 // Service is every instance of one Consul service in one datacenter.
 type Service struct {
-	Name       string `json:"name"`
+	Name string `json:"name"`
+	// Datacenter is "" for the local datacenter (the watcher's
+	// Query.Datacenter, or the agent's own) and the name of any other, as in
+	// [ServiceKey].
 	Datacenter string `json:"datacenter,omitempty"`
 	// Index is Consul's X-Consul-Index of the health query that produced it.
 	Index     uint64     `json:"index"`
@@ -64,8 +68,8 @@ type Check struct {
 	Status string `json:"status"`
 }
 
-// Service returns the named service of datacenter dc ("" matches a service
-// watched without an explicit datacenter).
+// Service returns the named service of datacenter dc ("" is the local
+// datacenter, as in [ServiceKey]), or nil if it is not in the catalog.
 func (c *Catalog) Service(dc, name string) *Service {
 	if c == nil {
 		return nil

@@ -65,6 +65,10 @@ type view[T any] struct {
 	// result, if set, is told about every query outcome (for metrics and
 	// staleness tracking); it must not block.
 	result func(err error, d time.Duration)
+	// failed, if set, is told about every failed query before the backoff,
+	// for owners whose state depends on errors and not only on data (a
+	// remote datacenter that never answers). It may block until ctx ends.
+	failed func(err error)
 }
 
 // run blocks until ctx ends. emit is called with each changed value, the
@@ -123,6 +127,9 @@ func (v *view[T]) run(ctx context.Context, emit func(data T, index uint64, at ti
 			}
 			ev.Err(err).Str("query", v.id).Int("failures", failures).Dur("retry_in", d).
 				Msg("consul query failed; keeping last good data")
+			if v.failed != nil {
+				v.failed(err)
+			}
 			if !sleep(ctx, d) {
 				return
 			}

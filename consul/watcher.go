@@ -1,7 +1,9 @@
 package consul
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"sync"
@@ -16,51 +18,154 @@ type Config struct {
 	// Client talks to the Consul agent.
 	Client *api.Client
 	// Query tunes every blocking query (datacenter, stale, wait, backoff).
+	// Query.Datacenter is the local datacenter: services there have
+	// Datacenter "" in keys and in the Catalog.
 	Query QueryOptions
-	// Want selects which catalog services get a health watch; nil selects
-	// all. Services that are not wanted never appear in a Catalog.
-	Want func(name string) bool
-	// Logger receives one event per query failure, recovery and index reset.
+	// Targets is the initial set of services to watch; [Watcher.SetTargets]
+	// replaces it while running. The zero value watches only the service
+	// list, so set AllLocal to watch every registered service.
+	Targets Targets
+	// Logger receives one event per query failure, recovery, index reset
+	// and started or stopped health watch.
 	Logger zerolog.Logger
 	// OnQuery, if set, is told the outcome of every Consul request, by
 	// endpoint ("catalog_services", "health_service"). It must not block.
 	OnQuery func(endpoint string, err error, d time.Duration)
 }
 
+// Targets says which services to watch. Routing policy decides it, so it
+// changes at run time; see [Watcher.SetTargets].
+type Targets struct {
+	// AllLocal watches every service in the local catalog (export_all_services).
+	// A service that leaves the catalog list stops being watched unless it is
+	// also in Services.
+	AllLocal bool
+	// Services are watched whether or not the catalog lists them yet (a
+	// policy may reference a service before it registers): an unregistered
+	// local service appears in the Catalog with no instances.
+	Services []ServiceKey
+}
+
+// ServiceKey names one service in one datacenter; Datacenter "" is the
+// local one.
+type ServiceKey struct{ Datacenter, Name string }
+
+// String is "name" for the local datacenter and "name@dc" otherwise, for logs.
+func (k ServiceKey) String() string {
+	if k.Datacenter == "" {
+		return k.Name
+	}
+	return k.Name + "@" + k.Datacenter
+}
+
+func compareKeys(a, b ServiceKey) int {
+	return cmp.Or(cmp.Compare(a.Datacenter, b.Datacenter), cmp.Compare(a.Name, b.Name))
+}
+
+// normalise sorts and deduplicates the targets and drops nameless ones. A
+// key naming the local datacenter explicitly becomes "", or the service
+// would get two watches and two entries with the same (Datacenter, Name).
+func (t Targets) normalise(localDC string) Targets {
+	out := Targets{AllLocal: t.AllLocal, Services: make([]ServiceKey, 0, len(t.Services))}
+	for _, k := range t.Services {
+		if k.Name == "" {
+			continue
+		}
+		if k.Datacenter == localDC {
+			k.Datacenter = ""
+		}
+		out.Services = append(out.Services, k)
+	}
+	slices.SortFunc(out.Services, compareKeys)
+	out.Services = slices.Compact(out.Services)
+	return out
+}
+
 // Update is one catalog snapshot handed to the consumer.
 type Update struct {
+	// Catalog holds every target that has been read at least once, with
+	// local services under Datacenter "".
 	Catalog *Catalog
-	// Complete is true once the service list and every wanted service's
-	// health have been read at least once: before that the catalog is
-	// partial and must not be served.
+	// Complete is true when the service list and every target have been
+	// read at least once. Before the first complete update the catalog is
+	// partial and must not be served. After it, an incomplete update only
+	// lacks targets added since and never read (see Pending): everything
+	// else in it is current or last-good data, so a consumer already
+	// serving can go on serving it.
 	Complete bool
+	// Pending lists, sorted, the targets whose health has never been read.
+	// It may be empty while Complete is false: until the service list has
+	// been read, the services AllLocal stands for are not known.
+	Pending []ServiceKey
+	// Unreachable lists, sorted, the remote-datacenter targets that have
+	// never been read because their datacenter answers with errors. Each
+	// is in Catalog with no instances and counts as read for Complete, so
+	// one unreachable datacenter cannot hold back every other service.
+	// Once read, a target leaves this list: later errors keep its last
+	// good data, as for any service.
+	Unreachable []ServiceKey
 	// ChangedAt is when the oldest Consul response folded into this update
-	// returned, so consumers can measure change-to-push latency.
+	// returned (or when the targets changed), so consumers can measure
+	// change-to-push latency.
 	ChangedAt time.Time
 }
 
-// Watcher keeps one blocking query on the service list and one per wanted
+// Watcher keeps one blocking query on the service list and one per target
 // service, and publishes a new Catalog whenever any of them changes.
 type Watcher struct {
 	cfg     Config
 	updates chan Update
+
+	mu      sync.Mutex
+	targets Targets // normalised; replaced, never mutated
+	// retarget holds at most one "targets changed" signal for Run; Run reads
+	// the newest targets, so signals sent while one is pending can be lost.
+	retarget chan struct{}
 }
 
 // NewWatcher returns a Watcher; nothing runs until Run.
 func NewWatcher(cfg Config) *Watcher {
-	return &Watcher{cfg: cfg, updates: make(chan Update, 1)}
+	return &Watcher{
+		cfg:      cfg,
+		updates:  make(chan Update, 1),
+		targets:  cfg.Targets.normalise(cfg.Query.Datacenter),
+		retarget: make(chan struct{}, 1),
+	}
 }
 
 // Updates delivers catalog snapshots. Only the newest unread one is kept:
 // a slow consumer skips intermediate states but never sees them out of order.
 func (w *Watcher) Updates() <-chan Update { return w.updates }
 
+// SetTargets replaces the set of watched services. It is safe from any
+// goroutine, before or during Run, and never blocks; Run starts the missing
+// health watches and stops the ones no longer wanted. Setting the same
+// targets again does nothing, so callers may call it on every policy reload.
+func (w *Watcher) SetTargets(t Targets) {
+	t = t.normalise(w.cfg.Query.Datacenter)
+	w.mu.Lock()
+	w.targets = t
+	w.mu.Unlock()
+	select {
+	case w.retarget <- struct{}{}:
+	default:
+	}
+}
+
+func (w *Watcher) currentTargets() Targets {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.targets
+}
+
 // event is what the view goroutines send to Run, the only owner of state.
 type event struct {
-	services []string // catalog service list, when service == ""
-	service  string
-	gen      uint64 // which health watch of service sent it
+	list     bool
+	services []string // the catalog service list, when list
+	key      ServiceKey
+	gen      uint64 // which health watch of key sent it
 	health   *Service
+	err      error // a failed health query, from remote watches only
 	at       time.Time
 }
 
@@ -68,6 +173,9 @@ type healthWatch struct {
 	gen    uint64
 	cancel context.CancelFunc
 	data   *Service // nil until the first response
+	// unreachable marks data as a stand-in for a remote service whose
+	// datacenter has never answered.
+	unreachable bool
 }
 
 // Run watches until ctx ends. Consul errors never end it: views back off and
@@ -100,95 +208,152 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	wg.Go(func() {
 		catalog.run(ctx, func(names []string, _ uint64, at time.Time) {
-			send(ctx, event{services: names, at: at})
+			send(ctx, event{list: true, services: names, at: at})
 		})
 	})
 
 	var (
-		watches     = map[string]*healthWatch{}
-		gen         uint64
-		listLoaded  bool
-		pendingFrom time.Time
+		watches    = map[ServiceKey]*healthWatch{}
+		gen        uint64
+		list       []string
+		listLoaded bool
+		targets    = w.currentTargets()
 	)
-	startHealth := func(name string) {
+	startHealth := func(key ServiceKey) {
 		gen++
 		hctx, hcancel := context.WithCancel(ctx)
-		hw := &healthWatch{gen: gen, cancel: hcancel}
-		watches[name] = hw
+		watches[key] = &healthWatch{gen: gen, cancel: hcancel}
+		opts := w.cfg.Query
+		if key.Datacenter != "" {
+			opts.Datacenter = key.Datacenter
+		}
+		myGen := gen
 		v := view[*Service]{
-			id: "health(" + name + ")",
+			id: "health(" + key.String() + ")",
 			fetch: func(q *api.QueryOptions) (*Service, *api.QueryMeta, error) {
-				entries, meta, err := w.cfg.Client.Health().Service(name, "", false, q)
+				entries, meta, err := w.cfg.Client.Health().Service(key.Name, "", false, q)
 				if err != nil || meta == nil {
 					return nil, meta, err
 				}
-				return NewService(name, w.cfg.Query.Datacenter, meta.LastIndex, entries), meta, nil
+				return NewService(key.Name, key.Datacenter, meta.LastIndex, entries), meta, nil
 			},
 			equal:  equalService,
-			opts:   w.cfg.Query,
+			opts:   opts,
 			log:    log,
 			result: w.resultFunc("health_service"),
 		}
-		myGen := gen
+		if key.Datacenter != "" {
+			v.failed = func(err error) {
+				send(hctx, event{key: key, gen: myGen, err: err, at: time.Now()})
+			}
+		}
 		wg.Go(func() {
 			v.run(hctx, func(s *Service, _ uint64, at time.Time) {
-				send(hctx, event{service: name, gen: myGen, health: s, at: at})
+				send(hctx, event{key: key, gen: myGen, health: s, at: at})
 			})
 		})
 	}
+	// reconcile makes the running health watches match the targets and the
+	// service list, reporting whether it started or stopped any.
+	reconcile := func() bool {
+		want := make(map[ServiceKey]bool, len(targets.Services)+len(list))
+		for _, k := range targets.Services {
+			want[k] = true
+		}
+		if targets.AllLocal {
+			for _, n := range list {
+				want[ServiceKey{Name: n}] = true
+			}
+		}
+		changed := false
+		for k, hw := range watches {
+			if !want[k] {
+				hw.cancel()
+				delete(watches, k)
+				changed = true
+				log.Debug().Str("service", k.Name).Str("datacenter", k.Datacenter).Msg("stopped health watch")
+			}
+		}
+		for _, k := range slices.SortedFunc(maps.Keys(want), compareKeys) {
+			if watches[k] == nil {
+				startHealth(k)
+				changed = true
+				log.Debug().Str("service", k.Name).Str("datacenter", k.Datacenter).Msg("started health watch")
+			}
+		}
+		return changed
+	}
+	reconcile()
 
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
+		case <-w.retarget:
+			targets = w.currentTargets()
+			if reconcile() {
+				w.publish(watches, listLoaded, time.Now())
+			}
 		case ev := <-events:
-			if pendingFrom.IsZero() || ev.at.Before(pendingFrom) {
-				pendingFrom = ev.at
-			}
-			if ev.service == "" {
-				listLoaded = true
-				wanted := map[string]bool{}
-				for _, n := range ev.services {
-					if w.cfg.Want == nil || w.cfg.Want(n) {
-						wanted[n] = true
-					}
+			if ev.list {
+				first := !listLoaded
+				list, listLoaded = ev.services, true
+				// Without AllLocal the list only matters for completeness,
+				// so its changes alone are no news to the consumer.
+				if !reconcile() && !first {
+					continue
 				}
-				for name, hw := range watches {
-					if !wanted[name] {
-						hw.cancel()
-						delete(watches, name)
-						log.Debug().Str("service", name).Msg("service gone; stopped its health watch")
-					}
-				}
-				for _, name := range slices.Sorted(maps.Keys(wanted)) {
-					if watches[name] == nil {
-						startHealth(name)
-						log.Debug().Str("service", name).Msg("started health watch")
-					}
-				}
-			} else if hw := watches[ev.service]; hw != nil && hw.gen == ev.gen {
-				hw.data = ev.health
 			} else {
-				continue // a stopped watch's last word
+				hw := watches[ev.key]
+				if hw == nil || hw.gen != ev.gen {
+					continue // a stopped watch's last word
+				}
+				if ev.err != nil {
+					if hw.data != nil || !answeredError(ev.err) {
+						continue
+					}
+					hw.data = &Service{Name: ev.key.Name, Datacenter: ev.key.Datacenter, Instances: []Instance{}}
+					hw.unreachable = true
+					log.Warn().Err(ev.err).Str("service", ev.key.Name).Str("datacenter", ev.key.Datacenter).
+						Msg("remote datacenter unreachable; serving the service as empty until it answers")
+				} else {
+					hw.data, hw.unreachable = ev.health, false
+				}
 			}
-			w.publish(watches, listLoaded, pendingFrom)
-			pendingFrom = time.Time{}
+			w.publish(watches, listLoaded, ev.at)
 		}
 	}
 }
 
-func (w *Watcher) publish(watches map[string]*healthWatch, listLoaded bool, at time.Time) {
-	complete := listLoaded
+// answeredError reports whether Consul answered with an error status rather
+// than not answering at all. For a remote-datacenter query that means the
+// local agent works and the remote side does not (no path to the
+// datacenter, no leader there, a token that is not valid there). A local
+// agent that does not answer is no reason to give up on a remote service:
+// the rest of the catalog waits for that agent too.
+func answeredError(err error) bool {
+	var se api.StatusError
+	return errors.As(err, &se)
+}
+
+func (w *Watcher) publish(watches map[ServiceKey]*healthWatch, listLoaded bool, at time.Time) {
+	u := Update{Complete: listLoaded, ChangedAt: at}
 	services := make([]*Service, 0, len(watches))
-	for _, hw := range watches {
+	for k, hw := range watches {
 		if hw.data == nil {
 			// Not yet read: leave it out rather than serve it empty.
-			complete = false
+			u.Complete = false
+			u.Pending = append(u.Pending, k)
 			continue
+		}
+		if hw.unreachable {
+			u.Unreachable = append(u.Unreachable, k)
 		}
 		services = append(services, hw.data)
 	}
-	u := Update{Catalog: NewCatalog(services), Complete: complete, ChangedAt: at}
+	slices.SortFunc(u.Pending, compareKeys)
+	slices.SortFunc(u.Unreachable, compareKeys)
+	u.Catalog = NewCatalog(services)
 	select {
 	case old := <-w.updates:
 		if old.ChangedAt.Before(u.ChangedAt) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,27 +18,41 @@ import (
 )
 
 // fakeConsul imitates Consul's blocking-query semantics closely enough to
-// test the watch loop: each path has an index and a body; a request whose
+// test the watch loop: each resource has an index and a body; a request whose
 // ?index equals the current index blocks until a change or its wait ends.
+// A resource is named by its path, plus "?dc=NAME" when the request has a
+// dc parameter, so each datacenter has its own data.
 type fakeConsul struct {
 	t  *testing.T
 	mu sync.Mutex
-	// per path
+	// per resource
 	index   map[string]uint64
 	body    map[string]any
-	fail    map[string]int // respond 500 this many more times
+	fail    map[string]failure
 	changed chan struct{}
 	reqs    []request
 }
 
+// failure answers the next n requests of a resource with an error status.
+type failure struct {
+	n    int
+	code int
+	msg  string
+}
+
+// notFound as a body answers 404 with the index, as Consul does for a KV
+// prefix with no keys.
+type notFound struct{}
+
 type request struct {
-	path  string
-	index uint64
-	at    time.Time
+	resource string
+	index    uint64
+	query    url.Values
+	at       time.Time
 }
 
 func newFakeConsul(t *testing.T) (*fakeConsul, *api.Client) {
-	f := &fakeConsul{t: t, index: map[string]uint64{}, body: map[string]any{}, fail: map[string]int{}, changed: make(chan struct{})}
+	f := &fakeConsul{t: t, index: map[string]uint64{}, body: map[string]any{}, fail: map[string]failure{}, changed: make(chan struct{})}
 	srv := httptest.NewServer(f)
 	t.Cleanup(srv.Close)
 	cfg := api.DefaultConfig()
@@ -49,26 +64,37 @@ func newFakeConsul(t *testing.T) (*fakeConsul, *api.Client) {
 	return f, c
 }
 
-func (f *fakeConsul) set(path string, index uint64, body any) {
+func (f *fakeConsul) set(resource string, index uint64, body any) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.index[path], f.body[path] = index, body
+	f.index[resource], f.body[resource] = index, body
+	f.wake()
+}
+
+// wake ends every blocked query's wait; f.mu must be held.
+func (f *fakeConsul) wake() {
 	close(f.changed)
 	f.changed = make(chan struct{})
 }
 
-func (f *fakeConsul) failNext(path string, n int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.fail[path] = n
+func (f *fakeConsul) failNext(resource string, n int) {
+	f.failWith(resource, n, http.StatusInternalServerError, "rpc error: no leader")
 }
 
-func (f *fakeConsul) requests(path string) []request {
+// failWith answers the next n requests of resource with code and msg, or,
+// with code 0, by closing the connection without an answer.
+func (f *fakeConsul) failWith(resource string, n, code int, msg string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.fail[resource] = failure{n: n, code: code, msg: msg}
+}
+
+func (f *fakeConsul) requests(resource string) []request {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	var out []request
 	for _, r := range f.reqs {
-		if r.path == path {
+		if r.resource == resource {
 			out = append(out, r)
 		}
 	}
@@ -76,17 +102,30 @@ func (f *fakeConsul) requests(path string) []request {
 }
 
 func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	idx, _ := strconv.ParseUint(r.URL.Query().Get("index"), 10, 64)
-	wait, err := time.ParseDuration(r.URL.Query().Get("wait"))
+	q := r.URL.Query()
+	idx, _ := strconv.ParseUint(q.Get("index"), 10, 64)
+	wait, err := time.ParseDuration(q.Get("wait"))
 	if err != nil {
 		wait = time.Second
 	}
+	res := r.URL.Path
+	if dc := q.Get("dc"); dc != "" {
+		res += "?dc=" + dc
+	}
 	f.mu.Lock()
-	f.reqs = append(f.reqs, request{path: r.URL.Path, index: idx, at: time.Now()})
-	if f.fail[r.URL.Path] > 0 {
-		f.fail[r.URL.Path]--
+	f.reqs = append(f.reqs, request{resource: res, index: idx, query: q, at: time.Now()})
+	if fl := f.fail[res]; fl.n > 0 {
+		fl.n--
+		f.fail[res] = fl
 		f.mu.Unlock()
-		http.Error(w, "rpc error: no leader", http.StatusInternalServerError)
+		if fl.code == 0 {
+			// No answer at all, like an agent that went away.
+			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
+				conn.Close()
+			}
+			return
+		}
+		http.Error(w, fl.msg, fl.code)
 		return
 	}
 	timer := time.NewTimer(wait)
@@ -94,7 +133,7 @@ func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	// Like Consul, block while the data's index is not past the one asked
 	// for; an index that went backwards therefore blocks until the wait ends.
 wait:
-	for idx != 0 && f.index[r.URL.Path] <= idx {
+	for idx != 0 && f.index[res] <= idx {
 		ch := f.changed
 		f.mu.Unlock()
 		select {
@@ -107,8 +146,8 @@ wait:
 			return
 		}
 	}
-	body, ok := f.body[r.URL.Path]
-	cur := f.index[r.URL.Path]
+	body, ok := f.body[res]
+	cur := f.index[res]
 	f.mu.Unlock()
 	if !ok {
 		http.NotFound(w, r)
@@ -116,6 +155,10 @@ wait:
 	}
 	w.Header().Set("X-Consul-Index", strconv.FormatUint(cur, 10))
 	w.Header().Set("X-Consul-KnownLeader", "true")
+	if _, ok := body.(notFound); ok {
+		w.WriteHeader(http.StatusNotFound)
+		return
+	}
 	_ = json.NewEncoder(w).Encode(body)
 }
 
@@ -131,11 +174,17 @@ func testQuery() QueryOptions {
 	return QueryOptions{WaitTime: 300 * time.Millisecond, MinInterval: 5 * time.Millisecond, BackoffInitial: 50 * time.Millisecond, BackoffMax: 400 * time.Millisecond}
 }
 
-func startWatcher(t *testing.T, c *api.Client) (*Watcher, context.CancelFunc) {
-	w := NewWatcher(Config{Client: c, Query: testQuery(), Logger: zerolog.New(zerolog.NewTestWriter(t))})
+func startWatcher(t *testing.T, c *api.Client, targets Targets) (*Watcher, context.CancelFunc) {
+	w := NewWatcher(Config{Client: c, Query: testQuery(), Targets: targets, Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	return w, runInBackground(t, w.Run)
+}
+
+// runInBackground runs a watcher until the test ends, and fails the test if
+// it does not stop when told to.
+func runInBackground(t *testing.T, run func(context.Context) error) context.CancelFunc {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { _ = w.Run(ctx); close(done) }()
+	go func() { _ = run(ctx); close(done) }()
 	t.Cleanup(func() {
 		cancel()
 		select {
@@ -144,7 +193,7 @@ func startWatcher(t *testing.T, c *api.Client) (*Watcher, context.CancelFunc) {
 			t.Error("watcher did not stop")
 		}
 	})
-	return w, cancel
+	return cancel
 }
 
 // next waits for an update satisfying pred, failing after a generous bound.
@@ -180,7 +229,7 @@ func TestWatcherCompleteOnlyAfterEveryServiceLoaded(t *testing.T) {
 	f.set("/v1/catalog/services", 10, map[string][]string{"web": nil, "api": nil})
 	f.set("/v1/health/service/web", 11, []*api.ServiceEntry{entry("n1", "10.0.0.1", "web-1", 80, "passing")})
 	// api's health is not there yet: the catalog must not be complete.
-	w, _ := startWatcher(t, c)
+	w, _ := startWatcher(t, c, Targets{AllLocal: true})
 	u := next(t, w, "web loaded", func(u Update) bool { return u.Catalog.Service("", "web") != nil })
 	if u.Complete {
 		t.Fatalf("update complete although api's health was never read: %+v", u.Catalog)
@@ -199,7 +248,7 @@ func TestWatcherIndexGoingBackwardsResets(t *testing.T) {
 	f, c := newFakeConsul(t)
 	f.set("/v1/catalog/services", 10, map[string][]string{"web": nil})
 	f.set("/v1/health/service/web", 500, []*api.ServiceEntry{entry("n1", "10.0.0.1", "web-1", 80, "passing")})
-	w, _ := startWatcher(t, c)
+	w, _ := startWatcher(t, c, Targets{AllLocal: true})
 	next(t, w, "complete", func(u Update) bool { return u.Complete })
 
 	// A snapshot restore: the index drops and the data changes.
@@ -226,7 +275,7 @@ func TestWatcherIndexGoingBackwardsResets(t *testing.T) {
 func TestWatcherNeverBlocksOnIndexZero(t *testing.T) {
 	f, c := newFakeConsul(t)
 	f.set("/v1/catalog/services", 0, map[string][]string{})
-	w, _ := startWatcher(t, c)
+	w, _ := startWatcher(t, c, Targets{AllLocal: true})
 	next(t, w, "complete", func(u Update) bool { return u.Complete })
 	time.Sleep(400 * time.Millisecond)
 	reqs := f.requests("/v1/catalog/services")
@@ -246,7 +295,7 @@ func TestWatcherBacksOffOnErrorsAndKeepsLastGood(t *testing.T) {
 	f.set("/v1/health/service/web", 20, []*api.ServiceEntry{
 		entry("n1", "10.0.0.1", "web-1", 80, "passing"), entry("n1", "10.0.0.1", "web-2", 81, "passing"),
 	})
-	w, _ := startWatcher(t, c)
+	w, _ := startWatcher(t, c, Targets{AllLocal: true})
 	next(t, w, "complete", func(u Update) bool { return u.Complete })
 
 	f.failNext("/v1/health/service/web", 5)
@@ -296,7 +345,7 @@ func TestWatcherStopsWatchOfDeregisteredService(t *testing.T) {
 	f.set("/v1/catalog/services", 10, map[string][]string{"web": nil, "api": nil})
 	f.set("/v1/health/service/web", 11, []*api.ServiceEntry{entry("n1", "10.0.0.1", "web-1", 80, "passing")})
 	f.set("/v1/health/service/api", 12, []*api.ServiceEntry{entry("n1", "10.0.0.1", "api-1", 90, "passing")})
-	w, _ := startWatcher(t, c)
+	w, _ := startWatcher(t, c, Targets{AllLocal: true})
 	next(t, w, "complete", func(u Update) bool { return u.Complete && u.Catalog.Service("", "api") != nil })
 
 	f.set("/v1/catalog/services", 13, map[string][]string{"web": nil})
@@ -318,7 +367,7 @@ func TestWatcherDropsUnchangedData(t *testing.T) {
 	f, c := newFakeConsul(t)
 	f.set("/v1/catalog/services", 10, map[string][]string{"web": nil})
 	f.set("/v1/health/service/web", 11, []*api.ServiceEntry{entry("n1", "10.0.0.1", "web-1", 80, "passing")})
-	w, _ := startWatcher(t, c)
+	w, _ := startWatcher(t, c, Targets{AllLocal: true})
 	next(t, w, "complete", func(u Update) bool { return u.Complete })
 	for i := range 5 {
 		// Index moves (e.g. a TTL heartbeat updating output) but data doesn't.

@@ -26,7 +26,8 @@ type Model struct {
 // Group is what the proxies of one node.cluster get on top of the shared
 // clusters.
 type Group struct {
-	Name string
+	Name      string
+	Listeners []Listener
 }
 
 // LBPolicy is a cluster's load-balancing algorithm.
@@ -42,10 +43,18 @@ const (
 
 // Cluster is one upstream cluster with its endpoints, delivered by EDS.
 type Cluster struct {
-	Name           string
-	ConnectTimeout time.Duration
-	LBPolicy       LBPolicy
-	Endpoints      []Endpoint
+	Name string
+	// Service and Subset say where the endpoints come from, for operators.
+	Service          string
+	Subset           string
+	ConnectTimeout   time.Duration
+	LBPolicy         LBPolicy
+	HTTP2            bool
+	CircuitBreaker   *CircuitBreaker
+	OutlierDetection *OutlierDetection
+	HealthCheck      *HealthCheck
+	TLS              *UpstreamTLS
+	Endpoints        []Endpoint
 }
 
 // Health is an endpoint's health as the proxy should treat it.

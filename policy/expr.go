@@ -12,6 +12,15 @@ import (
 // durationAttr converts an optional attribute written in Go duration syntax
 // ("1.5s", "300ms") into dst, leaving dst alone when the attribute is absent.
 func durationAttr(expr hcl.Expression, dst *time.Duration) hcl.Diagnostics {
+	return parseDuration(expr, dst, false)
+}
+
+// durationAttrZero is durationAttr for timeouts, where "0s" means "none".
+func durationAttrZero(expr hcl.Expression, dst *time.Duration) hcl.Diagnostics {
+	return parseDuration(expr, dst, true)
+}
+
+func parseDuration(expr hcl.Expression, dst *time.Duration, allowZero bool) hcl.Diagnostics {
 	if expr == nil {
 		return nil
 	}
@@ -35,7 +44,7 @@ func durationAttr(expr hcl.Expression, dst *time.Duration) hcl.Diagnostics {
 	if err != nil {
 		return bad(fmt.Sprintf(`%q is not a duration: use Go syntax, e.g. "1s" or "250ms".`, sv.AsString()))
 	}
-	if d <= 0 {
+	if d < 0 || (d == 0 && !allowZero) {
 		return bad(fmt.Sprintf("%q must be positive.", sv.AsString()))
 	}
 	*dst = d

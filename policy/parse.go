@@ -11,18 +11,30 @@ import (
 
 // Document is one parsed HCL source (a file or a KV key), not yet merged.
 type Document struct {
-	Name   string
-	consul *consulBlock
-	xds    *xdsBlock
-	admin  *adminBlock
-	log    *logBlock
+	Name string
+	// FromKV marks a document read from Consul KV: it may hold routing
+	// policy only, never daemon settings.
+	FromKV bool
+
+	consul         *consulBlock
+	xds            *xdsBlock
+	admin          *adminBlock
+	log            *logBlock
+	exportAll      *bool
+	exportAllRange hcl.Range
+	services       []*serviceBlock
+	proxies        []*proxyBlock
 }
 
 type documentSchema struct {
-	Consul *consulBlock `hcl:"consul,block"`
-	XDS    *xdsBlock    `hcl:"xds,block"`
-	Admin  *adminBlock  `hcl:"admin,block"`
-	Log    *logBlock    `hcl:"log,block"`
+	Consul            *consulBlock    `hcl:"consul,block"`
+	XDS               *xdsBlock       `hcl:"xds,block"`
+	Admin             *adminBlock     `hcl:"admin,block"`
+	Log               *logBlock       `hcl:"log,block"`
+	ExportAllServices *bool           `hcl:"export_all_services,optional"`
+	Services          []*serviceBlock `hcl:"service,block"`
+	Proxies           []*proxyBlock   `hcl:"proxy,block"`
+	Body              hcl.Body        `hcl:",body"`
 }
 
 // Parse decodes one HCL document. name is what diagnostics call it (a file
@@ -37,12 +49,62 @@ func Parse(name string, src []byte) (*Document, hcl.Diagnostics) {
 	if diags.HasErrors() {
 		return nil, diags
 	}
-	return &Document{Name: name, consul: raw.Consul, xds: raw.XDS, admin: raw.Admin, log: raw.Log}, diags
+	d := &Document{
+		Name: name, consul: raw.Consul, xds: raw.XDS, admin: raw.Admin, log: raw.Log,
+		exportAll: raw.ExportAllServices, services: raw.Services, proxies: raw.Proxies,
+	}
+	if d.exportAll != nil {
+		d.exportAllRange = valueRange(raw.Body, "export_all_services", hcl.Range{Filename: name})
+	}
+	return d, diags
 }
+
+// ParseKV decodes a policy document stored in Consul KV under key. Daemon
+// settings are rejected there: they must not change under a running daemon
+// by a KV write.
+func ParseKV(key string, src []byte) (*Document, hcl.Diagnostics) {
+	d, diags := Parse(key, src)
+	if d == nil {
+		return nil, diags
+	}
+	d.FromKV = true
+	for _, b := range []struct {
+		block string
+		rng   *hcl.Range
+	}{{"consul", rangeOf(d.consul)}, {"xds", rangeOf(d.xds)}, {"admin", rangeOf(d.admin)}, {"log", rangeOf(d.log)}} {
+		if block, rng := b.block, b.rng; rng != nil {
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Daemon settings in KV",
+				Detail:   fmt.Sprintf("A %s block may only appear in -config files; KV documents hold routing policy (service and proxy blocks).", block),
+				Subject:  rng,
+			})
+		}
+	}
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	return d, diags
+}
+
+func rangeOf[T interface{ defRange() hcl.Range }](b T) *hcl.Range {
+	var zero T
+	if any(b) == any(zero) {
+		return nil
+	}
+	r := b.defRange()
+	return &r
+}
+
+func (b *consulBlock) defRange() hcl.Range { return b.DefRange }
+func (b *xdsBlock) defRange() hcl.Range    { return b.DefRange }
+func (b *adminBlock) defRange() hcl.Range  { return b.DefRange }
+func (b *logBlock) defRange() hcl.Range    { return b.DefRange }
 
 // Config is the merged configuration of every document.
 type Config struct {
 	Settings Settings
+	Policy   *Policy
 	// Sources names the documents merged, in order.
 	Sources []string
 }
@@ -84,6 +146,9 @@ func Merge(docs ...*Document) (*Config, hcl.Diagnostics) {
 			diags = append(diags, d.log.apply(&cfg.Settings.Log)...)
 		}
 	}
+	pol, ds := resolvePolicy(docs)
+	cfg.Policy = pol
+	diags = append(diags, ds...)
 	return cfg, diags
 }
 
@@ -129,4 +194,26 @@ func LoadFiles(paths ...string) (*Config, map[string][]byte, hcl.Diagnostics) {
 		return nil, sources, diags
 	}
 	return cfg, sources, diags
+}
+
+// FormatDiagnostics renders each diagnostic as one
+// "file:line:col: summary: detail" line (warnings marked), the form editors
+// and CI annotations understand.
+func FormatDiagnostics(diags hcl.Diagnostics) []string {
+	out := make([]string, 0, len(diags))
+	for _, d := range diags {
+		pos := ""
+		if d.Subject != nil {
+			pos = fmt.Sprintf("%s:%d:%d: ", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column)
+		}
+		msg := d.Summary
+		if d.Detail != "" {
+			msg += ": " + d.Detail
+		}
+		if d.Severity == hcl.DiagWarning {
+			msg = "warning: " + msg
+		}
+		out = append(out, pos+msg)
+	}
+	return out
 }

@@ -15,6 +15,8 @@ import (
 // to see first when a proxy is stuck.
 type callbacks struct {
 	log zerolog.Logger
+	// sawNode is told every node.cluster that sends a request.
+	sawNode func(nodeCluster string)
 
 	mu    sync.Mutex
 	nodes map[int64]*corev3.Node // stream id -> node, from its first request
@@ -22,8 +24,8 @@ type callbacks struct {
 
 var _ serverv3.Callbacks = (*callbacks)(nil)
 
-func newCallbacks(log zerolog.Logger) *callbacks {
-	return &callbacks{log: log, nodes: map[int64]*corev3.Node{}}
+func newCallbacks(log zerolog.Logger, sawNode func(string)) *callbacks {
+	return &callbacks{log: log, sawNode: sawNode, nodes: map[int64]*corev3.Node{}}
 }
 
 // node remembers the node of a stream: Envoy sends it only on the first
@@ -45,6 +47,9 @@ func (c *callbacks) forget(id int64) {
 
 func (c *callbacks) request(stream int64, n *corev3.Node, typeURL, version, nonce string, errDetail string) {
 	node := c.node(stream, n)
+	if c.sawNode != nil && node != nil {
+		c.sawNode(node.GetCluster())
+	}
 	switch {
 	case errDetail != "":
 		c.log.Warn().Int64("stream", stream).Str("node", node.GetId()).Str("group", node.GetCluster()).

@@ -3,8 +3,12 @@ package xds
 import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
@@ -27,7 +31,7 @@ var lbPolicies = map[ir.LBPolicy]clusterv3.Cluster_LbPolicy{
 }
 
 func buildCluster(c *ir.Cluster) *clusterv3.Cluster {
-	return &clusterv3.Cluster{
+	out := &clusterv3.Cluster{
 		Name:                 c.Name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
 		// No service_name: the EDS resource is named like the cluster.
@@ -41,4 +45,78 @@ func buildCluster(c *ir.Cluster) *clusterv3.Cluster {
 			HealthyPanicThreshold: &typev3.Percent{Value: 0},
 		},
 	}
+	if cb := c.CircuitBreaker; cb != nil {
+		out.CircuitBreakers = &clusterv3.CircuitBreakers{Thresholds: []*clusterv3.CircuitBreakers_Thresholds{{
+			Priority:           corev3.RoutingPriority_DEFAULT,
+			MaxConnections:     optUInt32(cb.MaxConnections),
+			MaxPendingRequests: optUInt32(cb.MaxPendingRequests),
+			MaxRequests:        optUInt32(cb.MaxRequests),
+			MaxRetries:         optUInt32(cb.MaxRetries),
+		}}}
+	}
+	if od := c.OutlierDetection; od != nil {
+		out.OutlierDetection = &clusterv3.OutlierDetection{
+			Consecutive_5Xx:    wrapperspb.UInt32(od.Consecutive5xx),
+			Interval:           durationpb.New(od.Interval),
+			BaseEjectionTime:   durationpb.New(od.BaseEjectionTime),
+			MaxEjectionPercent: wrapperspb.UInt32(od.MaxEjectionPercent),
+		}
+	}
+	if hc := c.HealthCheck; hc != nil {
+		out.HealthChecks = []*corev3.HealthCheck{{
+			Timeout:            durationpb.New(hc.Timeout),
+			Interval:           durationpb.New(hc.Interval),
+			HealthyThreshold:   wrapperspb.UInt32(hc.HealthyThreshold),
+			UnhealthyThreshold: wrapperspb.UInt32(hc.UnhealthyThreshold),
+			HealthChecker: &corev3.HealthCheck_HttpHealthCheck_{HttpHealthCheck: &corev3.HealthCheck_HttpHealthCheck{
+				Path: hc.Path,
+				Host: hc.Host,
+			}},
+		}}
+	}
+	if c.HTTP2 {
+		out.TypedExtensionProtocolOptions = map[string]*anypb.Any{
+			"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": mustAny(&httpv3.HttpProtocolOptions{
+				UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+					ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
+				}},
+			}),
+		}
+	}
+	if t := c.TLS; t != nil {
+		out.TransportSocket = upstreamTLS(t)
+	}
+	return out
+}
+
+func optUInt32(v uint32) *wrapperspb.UInt32Value {
+	if v == 0 {
+		return nil
+	}
+	return wrapperspb.UInt32(v)
+}
+
+// upstreamTLS points Envoy at certificate files on its own host; the
+// bridge does not read or ship them.
+func upstreamTLS(t *ir.UpstreamTLS) *corev3.TransportSocket {
+	ctx := &tlsv3.UpstreamTlsContext{Sni: t.SNI, CommonTlsContext: &tlsv3.CommonTlsContext{}}
+	if t.CertFile != "" {
+		ctx.CommonTlsContext.TlsCertificates = []*tlsv3.TlsCertificate{{
+			CertificateChain: fileSource(t.CertFile),
+			PrivateKey:       fileSource(t.KeyFile),
+		}}
+	}
+	if t.CAFile != "" {
+		ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{
+			ValidationContext: &tlsv3.CertificateValidationContext{TrustedCa: fileSource(t.CAFile)},
+		}
+	}
+	return &corev3.TransportSocket{
+		Name:       "envoy.transport_sockets.tls",
+		ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)},
+	}
+}
+
+func fileSource(path string) *corev3.DataSource {
+	return &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: path}}
 }

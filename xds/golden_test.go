@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"encoding/json"
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -17,6 +19,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
@@ -31,7 +34,7 @@ var goldenTypes = map[string]string{
 }
 
 // TestGolden runs every case in testdata/<case>/ (catalog.json in Consul's
-// own API shape) through bridge.Build and Translate and compares each
+// own API shape, and policy.hcl if present) through bridge.Build and Translate and compares each
 // resource type with testdata/<case>/<type>.golden.json.
 func TestGolden(t *testing.T) {
 	dirs, err := filepath.Glob("testdata/*/catalog.json")
@@ -50,18 +53,38 @@ func TestGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			model, warnings := bridge.Build(cat, nil)
-			res, err := xds.Translate(model)
+			var pol *policy.Policy
+			if src, err := os.ReadFile(filepath.Join(dir, "policy.hcl")); err == nil {
+				doc, diags := policy.Parse("policy.hcl", src)
+				if diags.HasErrors() {
+					t.Fatalf("policy: %v", diags)
+				}
+				cfg, diags := policy.Merge(doc)
+				if diags.HasErrors() {
+					t.Fatalf("policy: %v", diags)
+				}
+				pol = cfg.Policy
+			}
+			model, warnings := bridge.Build(cat, pol)
+			out, err := xds.Translate(model)
 			if err != nil {
 				t.Fatalf("Translate: %v", err)
 			}
-			byType := res.ByType()
-			snap := &cachev3.Snapshot{}
-			for typ, items := range byType {
-				snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources("v", items)
-			}
-			if err := snap.Consistent(); err != nil {
-				t.Errorf("snapshot not consistent: %v", err)
+			byType := out.Shared.ByType()
+			for _, g := range slices.Sorted(maps.Keys(out.Groups)) {
+				// Every group's snapshot must be consistent on its own.
+				groupTypes := out.Groups[g].ByType()
+				snap := &cachev3.Snapshot{}
+				for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType} {
+					snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources("v", byType[typ])
+				}
+				for _, typ := range []string{resourcev3.ListenerType, resourcev3.RouteType} {
+					snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources("v", groupTypes[typ])
+					byType[typ] = append(byType[typ], groupTypes[typ]...)
+				}
+				if err := snap.Consistent(); err != nil {
+					t.Errorf("group %q snapshot not consistent: %v", g, err)
+				}
 			}
 			for typ, short := range goldenTypes {
 				compareGolden(t, filepath.Join(dir, short+".golden.json"), marshalResources(t, byType[typ]))

@@ -11,7 +11,6 @@ import (
 	"net"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -30,10 +29,6 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// DefaultGroup is the snapshot key of proxies whose node.cluster names no
-// proxy group in policy: they get the shared clusters and endpoints only.
-const DefaultGroup = ""
-
 // ServerConfig configures a Server.
 type ServerConfig struct {
 	Logger zerolog.Logger
@@ -44,16 +39,24 @@ type ServerConfig struct {
 
 // Server serves snapshots over ADS (and the per-type SotW and delta
 // services) from a go-control-plane snapshot cache.
+//
+// Snapshots are keyed by the node.cluster a proxy announces, not by proxy
+// group: a key exists for every node.cluster seen, and each update
+// re-resolves which group it belongs to. So a policy that adds a group or
+// changes a glob pattern moves already-connected proxies at once, and the
+// resources themselves are shared between keys, never copied.
 type Server struct {
-	cfg    ServerConfig
-	log    zerolog.Logger
-	cache  cachev3.SnapshotCache
-	groups *groupHash
-	xds    serverv3.Server
-	cb     *callbacks
+	cfg   ServerConfig
+	log   zerolog.Logger
+	cache cachev3.SnapshotCache
+	cb    *callbacks
 
 	mu       sync.Mutex
-	versions map[string]map[string]string // snapshot key -> type URL -> version
+	out      *Output
+	resolve  func(nodeCluster string) string
+	keys     map[string]bool              // every node.cluster seen
+	versions map[string]map[string]string // key -> type URL -> version set
+	typeVers map[*Resources]map[string]string
 }
 
 // NewServer returns a Server with an empty cache. Until the first
@@ -66,11 +69,11 @@ func NewServer(cfg ServerConfig) *Server {
 	s := &Server{
 		cfg:      cfg,
 		log:      log,
-		groups:   &groupHash{},
+		keys:     map[string]bool{},
 		versions: map[string]map[string]string{},
 	}
-	s.cache = cachev3.NewSnapshotCache(true, s.groups, Logger(log.With().Str("component", "xds-cache").Logger()))
-	s.cb = newCallbacks(log)
+	s.cache = cachev3.NewSnapshotCache(true, nodeClusterHash{}, Logger(log.With().Str("component", "xds-cache").Logger()))
+	s.cb = newCallbacks(log, s.sawNode)
 	return s
 }
 
@@ -113,65 +116,112 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	return nil
 }
 
-// SetResources installs new resources: the shared clusters and endpoints
-// for every proxy, plus per-group listeners and routes. Each type's version
-// is a hash of its content, so an unchanged type is not resent and a
-// restarted bridge serves the versions its proxies already hold. It returns
-// the type URLs that changed for any group.
-func (s *Server) SetResources(ctx context.Context, shared *Resources, groups map[string]*Resources) ([]string, error) {
-	sharedByType := shared.ByType()
-	keys := []string{DefaultGroup}
-	for g := range groups {
-		if g != DefaultGroup {
-			keys = append(keys, g)
-		}
-	}
-	slices.Sort(keys)
-
+// Update installs a new translation. resolve maps a node.cluster to its
+// proxy group in out.Groups ("" or an unknown name: shared resources only).
+// Each type's version is a hash of its content, so an unchanged type is
+// not resent and a restarted bridge serves the versions its proxies
+// already hold. It returns the type URLs that changed for any key.
+func (s *Server) Update(ctx context.Context, out *Output, resolve func(nodeCluster string) string) ([]string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.out, s.resolve = out, resolve
+	s.typeVers = map[*Resources]map[string]string{}
+	s.keys[""] = true
 	changed := map[string]bool{}
 	var errs []error
-	for _, key := range keys {
-		byType := map[string][]types.Resource{
-			resourcev3.ClusterType:  sharedByType[resourcev3.ClusterType],
-			resourcev3.EndpointType: sharedByType[resourcev3.EndpointType],
+	for _, key := range slices.Sorted(maps.Keys(s.keys)) {
+		types, err := s.setKeyLocked(ctx, key)
+		if err != nil {
+			errs = append(errs, err)
 		}
-		if g := groups[key]; g != nil {
-			gb := g.ByType()
-			byType[resourcev3.ListenerType] = gb[resourcev3.ListenerType]
-			byType[resourcev3.RouteType] = gb[resourcev3.RouteType]
+		for _, t := range types {
+			changed[t] = true
 		}
-		versions := map[string]string{}
-		snap := &cachev3.Snapshot{}
-		for typ, items := range byType {
-			v, err := contentVersion(items)
-			if err != nil {
-				return nil, fmt.Errorf("group %q %s: %w", key, typ, err)
-			}
-			versions[typ] = v
-			snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources(v, items)
-		}
-		if maps.Equal(versions, s.versions[key]) {
-			continue
-		}
-		if err := snap.Consistent(); err != nil {
-			errs = append(errs, fmt.Errorf("group %q: inconsistent snapshot: %w", key, err))
-			continue
-		}
-		if err := s.cache.SetSnapshot(ctx, key, snap); err != nil {
-			errs = append(errs, fmt.Errorf("group %q: %w", key, err))
-			continue
-		}
-		for typ, v := range versions {
-			if s.versions[key][typ] != v {
-				changed[typ] = true
-			}
-		}
-		s.versions[key] = versions
 	}
-	s.groups.set(keys)
 	return slices.Sorted(maps.Keys(changed)), errors.Join(errs...)
+}
+
+// sawNode makes sure a proxy's node.cluster has a snapshot as soon as it
+// asks, so its first request is answered from the current state.
+func (s *Server) sawNode(nodeCluster string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.keys[nodeCluster] {
+		return
+	}
+	s.keys[nodeCluster] = true
+	if s.out == nil {
+		return // not synced yet: the request waits
+	}
+	if _, err := s.setKeyLocked(context.Background(), nodeCluster); err != nil {
+		s.log.Error().Err(err).Str("node_cluster", nodeCluster).Msg("cannot set snapshot for new node cluster")
+	}
+}
+
+func (s *Server) setKeyLocked(ctx context.Context, key string) ([]string, error) {
+	shared := s.out.Shared
+	group := s.out.Groups[s.resolve(key)]
+	if group == nil {
+		group = &Resources{}
+	}
+	snap := &cachev3.Snapshot{}
+	versions := map[string]string{}
+	for _, part := range []struct {
+		res   *Resources
+		types []string
+	}{
+		{shared, []string{resourcev3.ClusterType, resourcev3.EndpointType}},
+		{group, []string{resourcev3.ListenerType, resourcev3.RouteType}},
+	} {
+		vers, err := s.versionsLocked(part.res)
+		if err != nil {
+			return nil, fmt.Errorf("node cluster %q: %w", key, err)
+		}
+		byType := part.res.ByType()
+		for _, typ := range part.types {
+			versions[typ] = vers[typ]
+			snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources(vers[typ], byType[typ])
+		}
+	}
+	prev := s.versions[key]
+	if maps.Equal(versions, prev) {
+		return nil, nil
+	}
+	if err := snap.Consistent(); err != nil {
+		return nil, fmt.Errorf("node cluster %q: inconsistent snapshot: %w", key, err)
+	}
+	if err := s.cache.SetSnapshot(ctx, key, snap); err != nil {
+		return nil, fmt.Errorf("node cluster %q: %w", key, err)
+	}
+	s.versions[key] = versions
+	var changed []string
+	for typ, v := range versions {
+		if prev[typ] != v {
+			changed = append(changed, typ)
+		}
+	}
+	return changed, nil
+}
+
+// versionsLocked hashes each type of r once per Update, however many keys
+// share it.
+func (s *Server) versionsLocked(r *Resources) (map[string]string, error) {
+	if v, ok := s.typeVers[r]; ok {
+		return v, nil
+	}
+	v := map[string]string{}
+	for typ, items := range r.ByType() {
+		h, err := contentVersion(items)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", typ, err)
+		}
+		v[typ] = h
+	}
+	if s.typeVers == nil {
+		s.typeVers = map[*Resources]map[string]string{}
+	}
+	s.typeVers[r] = v
+	return v, nil
 }
 
 // contentVersion hashes resources (already sorted by name) so that equal
@@ -195,28 +245,9 @@ func contentVersion(items []types.Resource) (string, error) {
 	return hex.EncodeToString(h.Sum(nil)[:8]), nil
 }
 
-// groupHash keys the cache by proxy group: a node whose node.cluster names a
-// group with its own snapshot gets that one, any other the default.
-type groupHash struct {
-	known atomic.Pointer[map[string]bool]
-}
+// nodeClusterHash keys the cache by node.cluster (see Server).
+type nodeClusterHash struct{}
 
-var _ cachev3.NodeHash = (*groupHash)(nil)
+var _ cachev3.NodeHash = nodeClusterHash{}
 
-func (h *groupHash) ID(node *corev3.Node) string {
-	if node == nil {
-		return DefaultGroup
-	}
-	if m := h.known.Load(); m != nil && (*m)[node.GetCluster()] {
-		return node.GetCluster()
-	}
-	return DefaultGroup
-}
-
-func (h *groupHash) set(keys []string) {
-	m := make(map[string]bool, len(keys))
-	for _, k := range keys {
-		m[k] = true
-	}
-	h.known.Store(&m)
-}
+func (nodeClusterHash) ID(node *corev3.Node) string { return node.GetCluster() }

@@ -50,23 +50,47 @@ func (r *Resources) ByType() map[string][]types.Resource {
 	return out
 }
 
+// Output is a translated model: clusters and endpoints every proxy gets,
+// and listeners and routes per proxy group.
+type Output struct {
+	Shared *Resources
+	// Groups holds listeners and routes by proxy group name.
+	Groups map[string]*Resources
+}
+
 // Translate builds the xDS resources for a model. It is pure. A resource
 // that fails Envoy's own validation (ValidateAll) is an error: the caller
 // must keep serving what it had rather than push something Envoy rejects.
-func Translate(m *ir.Model) (*Resources, error) {
+func Translate(m *ir.Model) (*Output, error) {
 	if err := m.Validate(); err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
-	r := &Resources{}
+	out := &Output{Shared: &Resources{}, Groups: map[string]*Resources{}}
 	for i := range m.Clusters {
 		c := &m.Clusters[i]
-		r.Clusters = append(r.Clusters, buildCluster(c))
-		r.Endpoints = append(r.Endpoints, buildLoadAssignment(c))
+		out.Shared.Clusters = append(out.Shared.Clusters, buildCluster(c))
+		out.Shared.Endpoints = append(out.Shared.Endpoints, buildLoadAssignment(c))
 	}
-	if err := validateAll(r); err != nil {
+	errs := []error{validateAll(out.Shared)}
+	for i := range m.Groups {
+		g := &m.Groups[i]
+		r := &Resources{}
+		for j := range g.Listeners {
+			l := &g.Listeners[j]
+			r.Listeners = append(r.Listeners, buildListener(l))
+			if l.Protocol != "tcp" {
+				r.Routes = append(r.Routes, buildRouteConfig(l))
+			}
+		}
+		if err := validateAll(r); err != nil {
+			errs = append(errs, fmt.Errorf("proxy group %q: %w", g.Name, err))
+		}
+		out.Groups[g.Name] = r
+	}
+	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	return r, nil
+	return out, nil
 }
 
 type validator interface{ ValidateAll() error }

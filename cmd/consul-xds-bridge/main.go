@@ -93,7 +93,16 @@ func runCmd(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.Info().Str("version", version).Strs("config", configs).Msg("starting")
-	d := bridge.New(bridge.Config{Settings: cfg.Settings, Logger: log})
+	d := bridge.New(bridge.Config{ConfigFiles: configs, Settings: cfg.Settings, Policy: cfg.Policy, Logger: log})
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	go func() {
+		for range hup {
+			log.Info().Msg("SIGHUP: reloading configuration")
+			d.Reload()
+		}
+	}()
 	if err := d.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error().Err(err).Msg("bridge stopped with an error")
 		return 1
@@ -118,26 +127,9 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// printDiagnostics writes one "file:line:col: summary: detail" line per
-// problem, the form editors and CI annotate.
 func printDiagnostics(w io.Writer, _ map[string][]byte, diags hcl.Diagnostics) {
-	for _, d := range diags {
-		sev := "error"
-		if d.Severity == hcl.DiagWarning {
-			sev = "warning"
-		}
-		pos := ""
-		if d.Subject != nil {
-			pos = fmt.Sprintf("%s:%d:%d: ", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column)
-		}
-		msg := d.Summary
-		if d.Detail != "" {
-			msg += ": " + d.Detail
-		}
-		if sev == "warning" {
-			msg = "warning: " + msg
-		}
-		fmt.Fprintf(w, "%s%s\n", pos, msg)
+	for _, line := range policy.FormatDiagnostics(diags) {
+		fmt.Fprintln(w, line)
 	}
 }
 

@@ -176,8 +176,14 @@ func startBackend(ctx context.Context, id string) (int, error) {
 		}
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("/fail", func(w http.ResponseWriter, _ *http.Request) { failing.Store(true); fmt.Fprintln(w, id, "now fails its health check") })
-	mux.HandleFunc("/recover", func(w http.ResponseWriter, _ *http.Request) { failing.Store(false); fmt.Fprintln(w, id, "healthy again") })
+	mux.HandleFunc("/fail", func(w http.ResponseWriter, _ *http.Request) {
+		failing.Store(true)
+		fmt.Fprintln(w, id, "now fails its health check")
+	})
+	mux.HandleFunc("/recover", func(w http.ResponseWriter, _ *http.Request) {
+		failing.Store(false)
+		fmt.Fprintln(w, id, "healthy again")
+	})
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = srv.Serve(lis) }()
 	go func() { <-ctx.Done(); _ = srv.Close() }()

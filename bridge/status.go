@@ -1,0 +1,70 @@
+package bridge
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+)
+
+type hclDiagnostics = hcl.Diagnostics
+
+// PolicyStatus is what /v1/policy shows: the active policy's sources and
+// the outcome of the last reload.
+type PolicyStatus struct {
+	// Waiting says why no policy is active yet, if none is.
+	Waiting string `json:"waiting,omitempty"`
+	// Sources of the active policy, files first, then KV keys.
+	Sources  []SourceStatus `json:"sources"`
+	LoadedAt time.Time      `json:"loaded_at"`
+	// LastError is the last rejected reload, cleared by a good one.
+	LastError         *ReloadError `json:"last_error,omitempty"`
+	SuccessfulReloads int          `json:"successful_reloads"`
+	FailedReloads     int          `json:"failed_reloads"`
+	// PolicyWarnings are non-fatal diagnostics of the active policy.
+	PolicyWarnings []string `json:"policy_warnings,omitempty"`
+	// Warnings are problems found joining the policy with the catalog,
+	// e.g. a route to a service Consul does not know.
+	Warnings []string `json:"warnings,omitempty"`
+}
+
+// SourceStatus identifies one policy document by content.
+type SourceStatus struct {
+	Name        string `json:"name"`
+	Kind        string `json:"kind"` // file or kv
+	Hash        string `json:"sha256"`
+	ModifyIndex uint64 `json:"modify_index,omitempty"`
+}
+
+// ReloadError is a rejected reload with its diagnostics.
+type ReloadError struct {
+	At          time.Time `json:"at"`
+	Diagnostics []string  `json:"diagnostics"`
+}
+
+func hash(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+func readError(file string, err error) *hcl.Diagnostic {
+	return &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  "Cannot read configuration file",
+		Detail:   err.Error(),
+		Subject:  &hcl.Range{Filename: file},
+	}
+}
+
+// kvRejected turns a KV watcher rejection ("key: reason") into a diagnostic.
+func kvRejected(r string) *hcl.Diagnostic {
+	key, reason, _ := strings.Cut(r, ": ")
+	return &hcl.Diagnostic{
+		Severity: hcl.DiagError,
+		Summary:  "KV document rejected",
+		Detail:   reason + "; the policy is incomplete without it, so it is not applied.",
+		Subject:  &hcl.Range{Filename: key},
+	}
+}

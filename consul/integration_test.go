@@ -1,0 +1,72 @@
+package consul
+
+import (
+	"slices"
+	"testing"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/rs/zerolog"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+)
+
+func TestKVWatcherAgainstConsul(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	c := agent.Client()
+	put := func(key, value string) {
+		t.Helper()
+		if _, err := c.KV().Put(&api.KVPair{Key: key, Value: []byte(value)}, nil); err != nil {
+			t.Fatalf("put %s: %v", key, err)
+		}
+	}
+	put("xds/policy/", "") // a folder
+	put("xds/policy/b.hcl", "B")
+	put("xds/policy/a.hcl", "A")
+	put("xds/policy-old/c.hcl", "C") // shares the string prefix, not the folder
+	w := startKV(t, c, KVConfig{Prefix: "xds/policy/"})
+
+	u := nextKV(t, w, "both documents", func(u KVUpdate) bool { return docs(u) == "a.hcl=A,b.hcl=B" })
+	if u.Index == 0 || u.Documents[0].ModifyIndex == 0 {
+		t.Fatalf("indexes missing: update %d, a.hcl %d", u.Index, u.Documents[0].ModifyIndex)
+	}
+	if _, err := c.KV().Delete("xds/policy/b.hcl", nil); err != nil {
+		t.Fatal(err)
+	}
+	nextKV(t, w, "b.hcl gone", func(u KVUpdate) bool { return docs(u) == "a.hcl=A" })
+	if _, err := c.KV().DeleteTree("xds/policy/", nil); err != nil {
+		t.Fatal(err)
+	}
+	nextKV(t, w, "empty", func(u KVUpdate) bool { return len(u.Documents) == 0 })
+}
+
+func TestWatcherTargetsAgainstConsul(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	agent.RegisterTTL(t, "web", "web-1", 8080, nil, nil)
+	remote := ServiceKey{Datacenter: "dc9", Name: "api"} // no such datacenter
+	w := NewWatcher(Config{
+		Client: agent.Client(), Query: testQuery(), Logger: zerolog.New(zerolog.NewTestWriter(t)),
+		Targets: Targets{Services: []ServiceKey{{Name: "web"}, {Name: "ghost"}, remote}},
+	})
+	runInBackground(t, w.Run)
+
+	u := next(t, w, "complete with web", func(u Update) bool {
+		return u.Complete && instanceIDs(u.Catalog, "web") == "web-1=passing"
+	})
+	if s := u.Catalog.Service("", "ghost"); s == nil || len(s.Instances) != 0 {
+		t.Fatalf("unregistered target = %+v, want present and empty", s)
+	}
+	if s := u.Catalog.Service("dc9", "api"); s == nil || len(s.Instances) != 0 || !slices.Equal(u.Unreachable, []ServiceKey{remote}) {
+		t.Fatalf("api@dc9 = %+v, unreachable = %v", s, u.Unreachable)
+	}
+	if u.Catalog.Service("", "consul") != nil {
+		t.Fatal("the consul service is watched without AllLocal")
+	}
+
+	w.SetTargets(Targets{AllLocal: true})
+	u = next(t, w, "all local", func(u Update) bool { return u.Complete && u.Catalog.Service("", "consul") != nil })
+	if u.Catalog.Service("", "ghost") != nil || u.Catalog.Service("dc9", "api") != nil || len(u.Unreachable) != 0 {
+		t.Fatalf("dropped targets still served: %+v", u.Catalog.Services)
+	}
+}

@@ -1,0 +1,178 @@
+package ir
+
+import "time"
+
+// Listener is one Envoy listener of a proxy group, named "<group>.<name>".
+type Listener struct {
+	Name    string
+	Address string
+	Port    uint32
+	// Protocol is "http" (HTTP connection manager with RDS named like the
+	// listener) or "tcp" (tcp_proxy to TCP clusters).
+	Protocol string
+	// IdleTimeout for tcp listeners; 0 keeps Envoy's default.
+	IdleTimeout time.Duration
+	// TCP targets, for protocol tcp.
+	TCP []WeightedCluster
+	// Routes, for protocol http: the RouteConfiguration of the same name.
+	VirtualHosts []VirtualHost
+	// UsesFault is set when any route configures fault injection, so the
+	// HTTP fault filter is installed before the router.
+	UsesFault bool
+}
+
+// VirtualHost groups routes by the Host header.
+type VirtualHost struct {
+	Name    string
+	Domains []string
+	Routes  []Route
+}
+
+// Route is one match and what to do with matching requests.
+type Route struct {
+	// Source is where the route is declared ("file:line"), shown to
+	// operators in config dumps and route tests.
+	Source string
+	Match  RouteMatch
+
+	// Exactly one action: Clusters (one, or weighted), Redirect or
+	// DirectResponse.
+	Clusters       []WeightedCluster
+	Redirect       *Redirect
+	DirectResponse *DirectResponse
+
+	Timeout         time.Duration
+	IdleTimeout     time.Duration
+	Retry           *Retry
+	Rewrite         *Rewrite
+	RequestHeaders  HeaderMutation
+	ResponseHeaders HeaderMutation
+	Mirror          *Mirror
+	Fault           *Fault
+	// HashPolicies come from the target service's ring-hash settings.
+	HashPolicies []HashPolicy
+}
+
+// RouteMatch selects requests. At most one path matcher is set; none
+// means prefix "/".
+type RouteMatch struct {
+	PathPrefix    string
+	Path          string
+	PathRegex     string
+	CaseSensitive bool
+	Method        string
+	Headers       []ValueMatch
+	Query         []ValueMatch
+}
+
+// ValueMatch matches a header or query parameter by name. Exactly one of
+// Exact, Prefix, Regex or Present applies.
+type ValueMatch struct {
+	Name    string
+	Exact   string
+	Prefix  string
+	Regex   string
+	Present bool
+	Invert  bool
+}
+
+// WeightedCluster is a cluster and its share of traffic.
+type WeightedCluster struct {
+	Name   string
+	Weight uint32
+}
+
+// Redirect answers with an HTTP redirect. Empty fields keep the request's.
+type Redirect struct {
+	Scheme     string
+	Host       string
+	Port       uint32
+	Path       string
+	Prefix     string
+	Status     int
+	StripQuery bool
+}
+
+// DirectResponse answers with a fixed status and body.
+type DirectResponse struct {
+	Status int
+	Body   string
+}
+
+// Retry policy of a route.
+type Retry struct {
+	Attempts      uint32
+	PerTryTimeout time.Duration
+	On            []string
+}
+
+// Rewrite changes the path or host before forwarding.
+type Rewrite struct {
+	Prefix       string
+	Regex        string
+	Substitution string
+	Host         string
+}
+
+// HeaderMutation adds, sets (overwrites) and removes headers.
+type HeaderMutation struct {
+	Add    map[string]string
+	Set    map[string]string
+	Remove []string
+}
+
+// Mirror copies a share of requests to another cluster.
+type Mirror struct {
+	Cluster string
+	Percent float64
+}
+
+// Fault injects delays or aborts into a share of requests.
+type Fault struct {
+	Delay        time.Duration
+	DelayPercent float64
+	AbortStatus  int
+	AbortPercent float64
+}
+
+// HashPolicy feeds the ring-hash load balancer.
+type HashPolicy struct {
+	Header   string
+	Cookie   string
+	SourceIP bool
+	Terminal bool
+}
+
+// CircuitBreaker thresholds; zero keeps Envoy's default.
+type CircuitBreaker struct {
+	MaxConnections     uint32
+	MaxPendingRequests uint32
+	MaxRequests        uint32
+	MaxRetries         uint32
+}
+
+// OutlierDetection ejects hosts that keep failing.
+type OutlierDetection struct {
+	Consecutive5xx     uint32
+	Interval           time.Duration
+	BaseEjectionTime   time.Duration
+	MaxEjectionPercent uint32
+}
+
+// HealthCheck is an active HTTP health check run by Envoy itself.
+type HealthCheck struct {
+	Path               string
+	Host               string
+	Interval           time.Duration
+	Timeout            time.Duration
+	HealthyThreshold   uint32
+	UnhealthyThreshold uint32
+}
+
+// UpstreamTLS originates TLS to a cluster's endpoints.
+type UpstreamTLS struct {
+	SNI      string
+	CAFile   string
+	CertFile string
+	KeyFile  string
+}

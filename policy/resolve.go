@@ -1,0 +1,663 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+)
+
+var (
+	lbPolicies = []string{"round_robin", "least_request", "ring_hash", "random"}
+	protocols  = []string{"http", "tcp"}
+	// retryOn lists Envoy's router retry_on conditions, HTTP and gRPC.
+	retryOn = []string{
+		"5xx", "gateway-error", "reset", "reset-before-request", "connect-failure", "envoy-ratelimited",
+		"retriable-4xx", "refused-stream", "retriable-status-codes", "retriable-headers",
+		"http3-post-connect-failure", "cancelled", "deadline-exceeded", "internal",
+		"resource-exhausted", "unavailable",
+	}
+	redirectStatuses = []int{301, 302, 303, 307, 308}
+	subsetName       = regexp.MustCompile(`^[A-Za-z0-9_-]+$`)
+	methodName       = regexp.MustCompile(`^[A-Z]+$`)
+	headerName       = regexp.MustCompile(`^[A-Za-z0-9!#$%&'*+.^_` + "`" + `|~-]+$`)
+)
+
+// resolver turns the raw blocks of all documents into a Policy.
+type resolver struct {
+	diags
+	pol      *Policy
+	services map[string]*serviceBlock
+}
+
+func resolvePolicy(docs []*Document) (*Policy, hcl.Diagnostics) {
+	r := &resolver{pol: &Policy{}, services: map[string]*serviceBlock{}}
+	var exportAll *bool
+	var exportAt hcl.Range
+	seenProxy := map[string]hcl.Range{}
+	for _, d := range docs {
+		if d.exportAll != nil {
+			if exportAll != nil && *exportAll != *d.exportAll {
+				r.add(d.exportAllRange, "Conflicting export_all_services",
+					"export_all_services is %v here but %v at %s; set it in one place.", *d.exportAll, *exportAll, pos(exportAt))
+			}
+			exportAll, exportAt = d.exportAll, d.exportAllRange
+		}
+		for _, s := range d.services {
+			if prev, ok := r.services[s.Name]; ok {
+				r.add(s.DefRange, "Duplicate service block",
+					"service %q is already defined at %s; each service may be configured once across all files and KV documents.", s.Name, pos(prev.DefRange))
+				continue
+			}
+			r.services[s.Name] = s
+		}
+		for _, p := range d.proxies {
+			if prev, ok := seenProxy[p.Name]; ok {
+				r.add(p.DefRange, "Duplicate proxy block",
+					"proxy %q is already defined at %s; each proxy group may be defined once.", p.Name, pos(prev))
+				continue
+			}
+			seenProxy[p.Name] = p.DefRange
+			r.pol.Proxies = append(r.pol.Proxies, r.proxy(p))
+		}
+	}
+	names := make([]string, 0, len(r.services))
+	for n := range r.services {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		r.pol.Services = append(r.pol.Services, r.service(r.services[n]))
+	}
+	// Targets are checked after every service is known, whatever the order
+	// of documents.
+	for _, p := range r.pol.Proxies {
+		r.checkTargets(p)
+	}
+	switch {
+	case exportAll != nil:
+		r.pol.ExportAllServices = *exportAll
+	default:
+		r.pol.ExportAllServices = len(r.pol.Services) == 0 && len(r.pol.Proxies) == 0
+	}
+	return r.pol, r.list
+}
+
+func oneOf[T comparable](v T, allowed []T) bool { return slices.Contains(allowed, v) }
+
+func quoteList(list []string) string {
+	q := make([]string, len(list))
+	for i, s := range list {
+		q[i] = fmt.Sprintf("%q", s)
+	}
+	return strings.Join(q, ", ")
+}
+
+func (r *resolver) service(b *serviceBlock) *Service {
+	s := &Service{
+		Name:           b.Name,
+		ConsulName:     b.Name,
+		ConnectTimeout: DefaultConnectTimeout,
+		LBPolicy:       ir.LBRoundRobin,
+		Source:         pos(b.DefRange),
+	}
+	set(&s.ConsulName, b.ConsulName)
+	set(&s.Datacenter, b.Datacenter)
+	set(&s.OnlyPassing, b.OnlyPassing)
+	set(&s.HTTP2, b.HTTP2)
+	if strings.Contains(b.Name, ".") {
+		r.add(b.DefRange, "Invalid service name", "service %q: a cluster name may not contain \".\", which separates subsets (\"api.v2\"). Use consul_service to refer to a Consul service whose name has dots.", b.Name)
+	}
+	r.extend(durationAttr(b.ConnectTimeout, &s.ConnectTimeout))
+	if b.LBPolicy != nil {
+		if !oneOf(*b.LBPolicy, lbPolicies) {
+			r.add(valueRange(b.Body, "lb_policy", b.DefRange), "Invalid lb_policy", "%q is not one of %s.", *b.LBPolicy, quoteList(lbPolicies))
+		}
+		s.LBPolicy = ir.LBPolicy(*b.LBPolicy)
+	}
+	for _, h := range b.HashPolicies {
+		hp := ir.HashPolicy{}
+		n := 0
+		if h.Header != nil {
+			hp.Header, n = *h.Header, n+1
+		}
+		if h.Cookie != nil {
+			hp.Cookie, n = *h.Cookie, n+1
+		}
+		if h.SourceIP != nil && *h.SourceIP {
+			hp.SourceIP, n = true, n+1
+		}
+		set(&hp.Terminal, h.Terminal)
+		if n != 1 {
+			r.add(h.DefRange, "Invalid hash_policy", "A hash_policy needs exactly one of header, cookie or source_ip = true; this one has %d.", n)
+		}
+		if s.LBPolicy != ir.LBRingHash {
+			r.add(h.DefRange, "hash_policy without ring_hash", "hash_policy only affects lb_policy = \"ring_hash\"; service %q uses %q.", b.Name, s.LBPolicy)
+		}
+		s.HashPolicies = append(s.HashPolicies, hp)
+	}
+	seen := map[string]hcl.Range{}
+	for _, sb := range b.Subsets {
+		if prev, ok := seen[sb.Name]; ok {
+			r.add(sb.DefRange, "Duplicate subset", "subset %q of service %q is already defined at %s.", sb.Name, b.Name, pos(prev))
+			continue
+		}
+		seen[sb.Name] = sb.DefRange
+		if !subsetName.MatchString(sb.Name) {
+			r.add(sb.DefRange, "Invalid subset name", "subset %q: use letters, digits, '-' and '_' only; it becomes cluster \"%s.%s\".", sb.Name, b.Name, sb.Name)
+		}
+		if len(sb.Tags) == 0 && len(sb.Meta) == 0 {
+			r.add(sb.DefRange, "Empty subset", "subset %q selects every instance; give it tags or meta to select by.", sb.Name)
+		}
+		s.Subsets = append(s.Subsets, Subset{Name: sb.Name, Tags: slices.Sorted(slices.Values(sb.Tags)), Meta: sb.Meta})
+	}
+	slices.SortFunc(s.Subsets, func(a, b Subset) int { return strings.Compare(a.Name, b.Name) })
+	if cb := b.CircuitBreaker; cb != nil {
+		s.CircuitBreaker = &ir.CircuitBreaker{
+			MaxConnections:     r.nonNegative(cb.Body, "max_connections", cb.MaxConnections, cb.DefRange),
+			MaxPendingRequests: r.nonNegative(cb.Body, "max_pending_requests", cb.MaxPendingRequests, cb.DefRange),
+			MaxRequests:        r.nonNegative(cb.Body, "max_requests", cb.MaxRequests, cb.DefRange),
+			MaxRetries:         r.nonNegative(cb.Body, "max_retries", cb.MaxRetries, cb.DefRange),
+		}
+	}
+	if od := b.OutlierDetection; od != nil {
+		o := &ir.OutlierDetection{
+			Consecutive5xx:     5,
+			Interval:           10 * time.Second,
+			BaseEjectionTime:   30 * time.Second,
+			MaxEjectionPercent: 10,
+		}
+		if od.Consecutive5xx != nil {
+			o.Consecutive5xx = r.nonNegative(od.Body, "consecutive_5xx", od.Consecutive5xx, od.DefRange)
+		}
+		if od.MaxEjectionPercent != nil {
+			o.MaxEjectionPercent = r.percentInt(od.Body, "max_ejection_percent", *od.MaxEjectionPercent, od.DefRange)
+		}
+		r.extend(durationAttr(od.Interval, &o.Interval))
+		r.extend(durationAttr(od.BaseEjectionTime, &o.BaseEjectionTime))
+		s.OutlierDetection = o
+	}
+	if hc := b.HealthCheck; hc != nil {
+		h := &ir.HealthCheck{Path: "/", Interval: 10 * time.Second, Timeout: 2 * time.Second, HealthyThreshold: 2, UnhealthyThreshold: 3}
+		set(&h.Path, hc.Path)
+		set(&h.Host, hc.Host)
+		if !strings.HasPrefix(h.Path, "/") {
+			r.add(valueRange(hc.Body, "path", hc.DefRange), "Invalid health check path", "path %q must start with \"/\".", h.Path)
+		}
+		r.extend(durationAttr(hc.Interval, &h.Interval))
+		r.extend(durationAttr(hc.Timeout, &h.Timeout))
+		if hc.HealthyThreshold != nil {
+			h.HealthyThreshold = r.positive(hc.Body, "healthy_threshold", *hc.HealthyThreshold, hc.DefRange)
+		}
+		if hc.UnhealthyThreshold != nil {
+			h.UnhealthyThreshold = r.positive(hc.Body, "unhealthy_threshold", *hc.UnhealthyThreshold, hc.DefRange)
+		}
+		s.HealthCheck = h
+	}
+	if t := b.TLS; t != nil {
+		u := &ir.UpstreamTLS{}
+		set(&u.SNI, t.SNI)
+		set(&u.CAFile, t.CAFile)
+		set(&u.CertFile, t.CertFile)
+		set(&u.KeyFile, t.KeyFile)
+		if (u.CertFile == "") != (u.KeyFile == "") {
+			r.add(t.DefRange, "Incomplete client certificate", "tls needs both cert_file and key_file for a client certificate, or neither.")
+		}
+		s.TLS = u
+	}
+	if f := b.Failover; f != nil {
+		rng := valueRange(f.Body, "datacenters", f.DefRange)
+		if len(f.Datacenters) == 0 {
+			r.add(rng, "Empty failover", "failover needs at least one datacenter.")
+		}
+		seen := map[string]bool{}
+		for _, dc := range f.Datacenters {
+			if dc == "" || seen[dc] || dc == s.Datacenter {
+				r.add(rng, "Invalid failover datacenter", "datacenter %q is empty, repeated, or the service's own datacenter.", dc)
+			}
+			seen[dc] = true
+		}
+		s.FailoverDatacenters = f.Datacenters
+	}
+	return s
+}
+
+func (r *resolver) nonNegative(body hcl.Body, name string, v *int, def hcl.Range) uint32 {
+	if v == nil {
+		return 0
+	}
+	if *v < 0 || *v > 1<<31 {
+		r.add(valueRange(body, name, def), "Invalid "+name, "%s = %d must be between 0 and 2147483648.", name, *v)
+		return 0
+	}
+	return uint32(*v)
+}
+
+func (r *resolver) positive(body hcl.Body, name string, v int, def hcl.Range) uint32 {
+	if v < 1 || v > 1<<31 {
+		r.add(valueRange(body, name, def), "Invalid "+name, "%s = %d must be a positive integer.", name, v)
+		return 1
+	}
+	return uint32(v)
+}
+
+func (r *resolver) percentInt(body hcl.Body, name string, v int, def hcl.Range) uint32 {
+	if v < 0 || v > 100 {
+		r.add(valueRange(body, name, def), "Invalid "+name, "%s = %d is not a percentage between 0 and 100.", name, v)
+		return 0
+	}
+	return uint32(v)
+}
+
+func (r *resolver) percent(body hcl.Body, name string, v *float64, def hcl.Range) float64 {
+	if v == nil {
+		return 100
+	}
+	if *v < 0 || *v > 100 {
+		r.add(valueRange(body, name, def), "Invalid "+name, "%s = %v is not a percentage between 0 and 100.", name, *v)
+		return 100
+	}
+	return *v
+}
+
+func (r *resolver) proxy(b *proxyBlock) *Proxy {
+	p := &Proxy{Name: b.Name, Source: pos(b.DefRange)}
+	if _, err := path.Match(b.Name, ""); err != nil || b.Name == "" {
+		r.add(b.DefRange, "Invalid proxy group", "proxy %q is not a valid name or glob pattern (path.Match syntax: *, ?, [a-z]).", b.Name)
+	}
+	names := map[string]hcl.Range{}
+	ports := map[int]hcl.Range{}
+	for _, lb := range b.Listeners {
+		if prev, ok := names[lb.Name]; ok {
+			r.add(lb.DefRange, "Duplicate listener", "listener %q of proxy %q is already defined at %s.", lb.Name, b.Name, pos(prev))
+			continue
+		}
+		names[lb.Name] = lb.DefRange
+		portRange := valueRange(lb.Body, "port", lb.DefRange)
+		if prev, ok := ports[lb.Port]; ok {
+			r.add(portRange, "Duplicate port", "port %d is already used by another listener of proxy %q at %s.", lb.Port, b.Name, pos(prev))
+		} else {
+			ports[lb.Port] = lb.DefRange
+		}
+		p.Listeners = append(p.Listeners, r.listener(b.Name, lb))
+	}
+	if len(b.Listeners) == 0 {
+		r.add(b.DefRange, "Proxy without listeners", "proxy %q declares no listener; add a listener block.", b.Name)
+	}
+	return p
+}
+
+func (r *resolver) listener(group string, b *listenerBlock) *Listener {
+	l := &Listener{Name: b.Name, Address: DefaultListenAddress, Port: b.Port, Protocol: "http", Source: pos(b.DefRange), Range: b.DefRange}
+	set(&l.Address, b.Address)
+	set(&l.Protocol, b.Protocol)
+	where := fmt.Sprintf("listener %q of proxy %q", b.Name, group)
+	if strings.Contains(b.Name, ".") {
+		r.add(b.DefRange, "Invalid listener name", "%s: names may not contain \".\"; the Envoy listener is named \"%s.%s\".", where, group, b.Name)
+	}
+	if b.Port < 1 || b.Port > 65535 {
+		r.add(valueRange(b.Body, "port", b.DefRange), "Invalid port", "%s: port %d is not between 1 and 65535.", where, b.Port)
+	}
+	if _, err := netip.ParseAddr(l.Address); err != nil {
+		r.add(valueRange(b.Body, "address", b.DefRange), "Invalid listener address", "%s: %q is not an IP address.", where, l.Address)
+	}
+	if !oneOf(l.Protocol, protocols) {
+		r.add(valueRange(b.Body, "protocol", b.DefRange), "Invalid protocol", "%s: protocol %q is not one of %s.", where, l.Protocol, quoteList(protocols))
+	}
+	r.extend(durationAttr(b.IdleTimeout, &l.IdleTimeout))
+	switch l.Protocol {
+	case "tcp":
+		if len(b.VirtualHosts) > 0 {
+			r.add(b.VirtualHosts[0].DefRange, "virtual_host on a tcp listener", "%s is protocol \"tcp\": it forwards connections, so it cannot route by host or path. Use protocol = \"http\".", where)
+		}
+		l.TCP = r.action(b.Body, b.DefRange, where, b.Service, b.Subset, b.Splits, 0)
+	case "http":
+		if b.Service != nil || len(b.Splits) > 0 {
+			r.add(valueRange(b.Body, "service", b.DefRange), "service on an http listener", "%s: an http listener routes with virtual_host and route blocks; service and split apply to tcp listeners.", where)
+		}
+		if b.IdleTimeout != nil && !isNull(b.IdleTimeout) {
+			r.add(b.IdleTimeout.Range(), "idle_timeout on an http listener", "%s: set idle_timeout on routes for http listeners.", where)
+		}
+		vhNames := map[string]hcl.Range{}
+		domains := map[string]string{}
+		routes := 0
+		for _, vb := range b.VirtualHosts {
+			if prev, ok := vhNames[vb.Name]; ok {
+				r.add(vb.DefRange, "Duplicate virtual_host", "virtual_host %q of %s is already defined at %s.", vb.Name, where, pos(prev))
+				continue
+			}
+			vhNames[vb.Name] = vb.DefRange
+			vh := &VirtualHost{Name: vb.Name, Domains: vb.Domains}
+			if len(vh.Domains) == 0 {
+				vh.Domains = []string{"*"}
+			}
+			for _, d := range vh.Domains {
+				if other, ok := domains[strings.ToLower(d)]; ok {
+					r.add(valueRange(vb.Body, "domains", vb.DefRange), "Duplicate domain", "domain %q is also served by virtual_host %q of %s; Envoy requires each domain once per listener.", d, other, where)
+				}
+				domains[strings.ToLower(d)] = vb.Name
+				if d == "" || strings.Count(d, "*") > 1 || (strings.Contains(d, "*") && !strings.HasPrefix(d, "*") && !strings.HasSuffix(d, "*")) {
+					r.add(valueRange(vb.Body, "domains", vb.DefRange), "Invalid domain", "domain %q: a wildcard may only be a prefix (\"*.example.com\") or suffix (\"example.*\"), or \"*\" alone.", d)
+				}
+			}
+			for _, rb := range vb.Routes {
+				vh.Routes = append(vh.Routes, r.route(rb, fmt.Sprintf("route of virtual_host %q", vb.Name)))
+				routes++
+			}
+			if len(vb.Routes) == 0 {
+				r.add(vb.DefRange, "virtual_host without routes", "virtual_host %q of %s has no route block; requests to it would all get 404.", vb.Name, where)
+			}
+			l.VirtualHosts = append(l.VirtualHosts, vh)
+		}
+		if routes == 0 && len(b.VirtualHosts) == 0 {
+			r.add(b.DefRange, "Listener without routes", "%s is protocol \"http\" but has no virtual_host with routes.", where)
+		}
+	}
+	return l
+}
+
+// action resolves `service`/`subset` or `split` blocks into targets,
+// requiring exactly one of the two forms unless other actions count.
+func (r *resolver) action(body hcl.Body, def hcl.Range, where string, service, subset *string, splits []*splitBlock, otherActions int) []Target {
+	forms := otherActions
+	if service != nil {
+		forms++
+	}
+	if len(splits) > 0 {
+		forms++
+	}
+	if forms != 1 {
+		r.add(def, "Route needs exactly one action", "%s has %d actions; use exactly one of service = \"...\", split blocks, redirect or direct_response.", where, forms)
+	}
+	if subset != nil && service == nil {
+		r.add(valueRange(body, "subset", def), "subset without service", "%s: subset %q names no service; add service = \"...\".", where, *subset)
+	}
+	var out []Target
+	if service != nil {
+		t := Target{Service: *service, Weight: 1}
+		set(&t.Subset, subset)
+		if t.Service == "" {
+			r.add(valueRange(body, "service", def), "Empty service", "%s: service must name a Consul service.", where)
+		}
+		out = append(out, t)
+	}
+	total := 0
+	for _, sp := range splits {
+		if sp.Weight < 1 {
+			r.add(valueRange(sp.Body, "weight", sp.DefRange), "Invalid split weight", "weight %d must be a positive integer; remove the split to send it nothing.", sp.Weight)
+			continue
+		}
+		total += sp.Weight
+		t := Target{Service: sp.Service, Weight: sp.Weight}
+		set(&t.Subset, sp.Subset)
+		out = append(out, t)
+	}
+	if len(splits) > 0 && total == 0 {
+		r.add(def, "Split weights sum to zero", "%s: the split weights must add up to more than 0.", where)
+	}
+	return out
+}
+
+func isNull(e hcl.Expression) bool {
+	v, diags := e.Value(nil)
+	return !diags.HasErrors() && v.IsNull()
+}
+
+func (r *resolver) route(b *routeBlock, where string) *Route {
+	rt := &Route{Source: pos(b.DefRange), Range: b.DefRange}
+	where = where + " at " + rt.Source
+	other := 0
+	if b.Redirect != nil {
+		other++
+		rt.Redirect = r.redirect(b.Redirect)
+	}
+	if b.DirectResponse != nil {
+		other++
+		dr := b.DirectResponse
+		if dr.Status < 200 || dr.Status > 599 {
+			r.add(valueRange(dr.HCLBody, "status", dr.DefRange), "Invalid status", "direct_response status %d is not between 200 and 599.", dr.Status)
+		}
+		rt.DirectResponse = &ir.DirectResponse{Status: dr.Status}
+		set(&rt.DirectResponse.Body, dr.Body)
+	}
+	rt.Targets = r.action(b.Body, b.DefRange, where, b.Service, b.Subset, b.Splits, other)
+	if b.Match != nil {
+		rt.Match = r.match(b.Match)
+	} else {
+		rt.Match.PathPrefix = "/"
+	}
+	r.extend(durationAttrZero(b.Timeout, &rt.Timeout))
+	r.extend(durationAttrZero(b.IdleTimeout, &rt.IdleTimeout))
+	if rb := b.Retry; rb != nil {
+		rt.Retry = &ir.Retry{Attempts: 1, On: rb.On}
+		if rb.Attempts != nil {
+			rt.Retry.Attempts = r.positive(rb.Body, "attempts", *rb.Attempts, rb.DefRange)
+		}
+		r.extend(durationAttr(rb.PerTryTimeout, &rt.Retry.PerTryTimeout))
+		if len(rt.Retry.On) == 0 {
+			rt.Retry.On = []string{"5xx", "connect-failure", "reset"}
+		}
+		for _, on := range rt.Retry.On {
+			if !oneOf(on, retryOn) {
+				r.add(valueRange(rb.Body, "on", rb.DefRange), "Invalid retry condition", "%q is not one of Envoy's retry_on conditions: %s.", on, strings.Join(retryOn, ", "))
+			}
+		}
+	}
+	if rw := b.Rewrite; rw != nil {
+		rt.Rewrite = &ir.Rewrite{}
+		set(&rt.Rewrite.Prefix, rw.Prefix)
+		set(&rt.Rewrite.Regex, rw.Regex)
+		set(&rt.Rewrite.Substitution, rw.Substitution)
+		set(&rt.Rewrite.Host, rw.Host)
+		if rw.Prefix != nil && rw.Regex != nil {
+			r.add(rw.DefRange, "Conflicting rewrites", "rewrite may set prefix or regex, not both.")
+		}
+		if rw.Regex != nil {
+			r.regex(rw.Body, "regex", *rw.Regex, rw.DefRange)
+			if rw.Substitution == nil {
+				r.add(valueRange(rw.Body, "regex", rw.DefRange), "Missing substitution", "rewrite with regex needs substitution = \"...\" (use \\\\1 for capture groups).")
+			}
+		}
+		if other > 0 {
+			r.add(rw.DefRange, "rewrite without a service", "rewrite applies only to routes that forward to a service.")
+		}
+	}
+	rt.RequestHeaders = r.headers(b.RequestHeaders)
+	rt.ResponseHeaders = r.headers(b.ResponseHeaders)
+	if m := b.Mirror; m != nil {
+		rt.Mirror = &MirrorTarget{Target: Target{Service: m.Service, Weight: 1}, Percent: r.percent(m.Body, "percent", m.Percent, m.DefRange)}
+		set(&rt.Mirror.Subset, m.Subset)
+	}
+	if f := b.Fault; f != nil {
+		fault := &ir.Fault{}
+		if f.Delay == nil && f.Abort == nil {
+			r.add(f.DefRange, "Empty fault", "fault needs a delay block, an abort block, or both.")
+		}
+		if d := f.Delay; d != nil {
+			r.extend(durationAttr(d.Duration, &fault.Delay))
+			fault.DelayPercent = r.percent(d.Body, "percent", d.Percent, d.DefRange)
+		}
+		if a := f.Abort; a != nil {
+			if a.Status < 200 || a.Status > 599 {
+				r.add(valueRange(a.Body, "status", a.DefRange), "Invalid status", "abort status %d is not between 200 and 599.", a.Status)
+			}
+			fault.AbortStatus = a.Status
+			fault.AbortPercent = r.percent(a.Body, "percent", a.Percent, a.DefRange)
+		}
+		rt.Fault = fault
+	}
+	return rt
+}
+
+func (r *resolver) redirect(b *redirectBlock) *ir.Redirect {
+	rd := &ir.Redirect{Status: 301}
+	set(&rd.Scheme, b.Scheme)
+	set(&rd.Host, b.Host)
+	set(&rd.Path, b.Path)
+	set(&rd.Prefix, b.Prefix)
+	set(&rd.StripQuery, b.StripQuery)
+	set(&rd.Status, b.Status)
+	if b.Port != nil {
+		if *b.Port < 1 || *b.Port > 65535 {
+			r.add(valueRange(b.Body, "port", b.DefRange), "Invalid port", "redirect port %d is not between 1 and 65535.", *b.Port)
+		} else {
+			rd.Port = uint32(*b.Port)
+		}
+	}
+	if !oneOf(rd.Status, redirectStatuses) {
+		r.add(valueRange(b.Body, "status", b.DefRange), "Invalid redirect status", "status %d is not one of 301, 302, 303, 307, 308.", rd.Status)
+	}
+	if b.Path != nil && b.Prefix != nil {
+		r.add(b.DefRange, "Conflicting redirect", "redirect may replace the path or its prefix, not both.")
+	}
+	if rd.Scheme != "" && rd.Scheme != "http" && rd.Scheme != "https" {
+		r.add(valueRange(b.Body, "scheme", b.DefRange), "Invalid scheme", "scheme %q is not \"http\" or \"https\".", rd.Scheme)
+	}
+	return rd
+}
+
+func (r *resolver) match(b *matchBlock) ir.RouteMatch {
+	m := ir.RouteMatch{CaseSensitive: true}
+	set(&m.PathPrefix, b.PathPrefix)
+	set(&m.Path, b.Path)
+	set(&m.PathRegex, b.PathRegex)
+	set(&m.CaseSensitive, b.CaseSensitive)
+	set(&m.Method, b.Method)
+	n := 0
+	for _, p := range []*string{b.PathPrefix, b.Path, b.PathRegex} {
+		if p != nil {
+			n++
+		}
+	}
+	switch {
+	case n > 1:
+		r.add(b.DefRange, "Conflicting path matches", "match may use one of path_prefix, path or path_regex.")
+	case n == 0:
+		m.PathPrefix = "/"
+	}
+	if b.PathPrefix != nil && !strings.HasPrefix(*b.PathPrefix, "/") {
+		r.add(valueRange(b.Body, "path_prefix", b.DefRange), "Invalid path_prefix", "path_prefix %q must start with \"/\".", *b.PathPrefix)
+	}
+	if b.Path != nil && !strings.HasPrefix(*b.Path, "/") {
+		r.add(valueRange(b.Body, "path", b.DefRange), "Invalid path", "path %q must start with \"/\".", *b.Path)
+	}
+	if b.PathRegex != nil {
+		r.regex(b.Body, "path_regex", *b.PathRegex, b.DefRange)
+	}
+	if b.Method != nil && !methodName.MatchString(*b.Method) {
+		r.add(valueRange(b.Body, "method", b.DefRange), "Invalid method", "method %q must be an upper-case HTTP method such as \"GET\".", *b.Method)
+	}
+	m.Headers = r.valueMatches(b.Headers, "header", true)
+	m.Query = r.valueMatches(b.Query, "query", false)
+	return m
+}
+
+func (r *resolver) valueMatches(list []*valueMatcher, kind string, header bool) []ir.ValueMatch {
+	var out []ir.ValueMatch
+	for _, v := range list {
+		vm := ir.ValueMatch{Name: v.Name}
+		if header {
+			vm.Name = strings.ToLower(v.Name)
+			if !headerName.MatchString(strings.TrimPrefix(vm.Name, ":")) {
+				r.add(v.DefRange, "Invalid header name", "%q is not a valid HTTP header name.", v.Name)
+			}
+		}
+		n := 0
+		if v.Exact != nil {
+			vm.Exact, n = *v.Exact, n+1
+		}
+		if v.Prefix != nil {
+			vm.Prefix, n = *v.Prefix, n+1
+		}
+		if v.Regex != nil {
+			vm.Regex, n = *v.Regex, n+1
+			r.regex(v.Body, "regex", *v.Regex, v.DefRange)
+		}
+		if v.Present != nil {
+			vm.Present, n = *v.Present, n+1
+			if !*v.Present {
+				r.add(valueRange(v.Body, "present", v.DefRange), "Invalid present", "present = false matches nothing; use present = true with invert = true to require absence.")
+			}
+		}
+		set(&vm.Invert, v.Invert)
+		if n != 1 {
+			r.add(v.DefRange, "Invalid "+kind+" match", "%s %q needs exactly one of exact, prefix, regex or present; it has %d.", kind, v.Name, n)
+		}
+		out = append(out, vm)
+	}
+	return out
+}
+
+// regex checks a pattern with Go's regexp, whose syntax is RE2's: what
+// compiles here compiles in Envoy's RE2 engine.
+func (r *resolver) regex(body hcl.Body, name, pattern string, def hcl.Range) {
+	if _, err := regexp.Compile(pattern); err != nil {
+		r.add(valueRange(body, name, def), "Invalid regular expression", "%s %q does not compile as RE2: %v.", name, pattern, err)
+	}
+}
+
+func (r *resolver) headers(b *headersBlock) ir.HeaderMutation {
+	if b == nil {
+		return ir.HeaderMutation{}
+	}
+	for _, names := range [][]string{keys(b.Add), keys(b.Set), b.Remove} {
+		for _, n := range names {
+			if strings.HasPrefix(n, ":") || strings.EqualFold(n, "host") || !headerName.MatchString(n) {
+				r.add(b.DefRange, "Invalid header", "header %q cannot be changed here (pseudo-headers and Host are off limits; use rewrite { host = ... }).", n)
+			}
+		}
+	}
+	return ir.HeaderMutation{Add: b.Add, Set: b.Set, Remove: b.Remove}
+}
+
+func keys(m map[string]string) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// checkTargets verifies that every subset a route names is declared.
+func (r *resolver) checkTargets(p *Proxy) {
+	check := func(t Target, rng hcl.Range) {
+		if t.Subset == "" {
+			return
+		}
+		s := r.pol.Service(t.Service)
+		if s == nil || s.SubsetNamed(t.Subset) == nil {
+			known := "no subsets are declared for it"
+			if s != nil && len(s.Subsets) > 0 {
+				var names []string
+				for _, ss := range s.Subsets {
+					names = append(names, ss.Name)
+				}
+				known = "declared subsets: " + quoteList(names)
+			}
+			r.add(rng, "Unknown subset", "subset %q of service %q is not declared in a service %q block; %s.", t.Subset, t.Service, t.Service, known)
+		}
+	}
+	for _, l := range p.Listeners {
+		for _, t := range l.TCP {
+			check(t, l.Range)
+		}
+		for _, vh := range l.VirtualHosts {
+			for _, rt := range vh.Routes {
+				for _, t := range rt.Targets {
+					check(t, rt.Range)
+				}
+				if rt.Mirror != nil {
+					check(rt.Mirror.Target, rt.Range)
+				}
+			}
+		}
+	}
+}

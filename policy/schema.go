@@ -1,0 +1,238 @@
+package policy
+
+import (
+	"github.com/hashicorp/hcl/v2"
+)
+
+// The raw routing-policy blocks as gohcl decodes them. Attributes that need
+// checking beyond their type keep their body so diagnostics can point at the
+// exact value (see valueRange).
+
+type serviceBlock struct {
+	Name             string               `hcl:"name,label"`
+	ConsulName       *string              `hcl:"consul_service,optional"`
+	Datacenter       *string              `hcl:"datacenter,optional"`
+	ConnectTimeout   hcl.Expression       `hcl:"connect_timeout,optional"`
+	LBPolicy         *string              `hcl:"lb_policy,optional"`
+	HashPolicies     []*hashPolicyBlock   `hcl:"hash_policy,block"`
+	OnlyPassing      *bool                `hcl:"only_passing,optional"`
+	HTTP2            *bool                `hcl:"http2,optional"`
+	Subsets          []*subsetBlock       `hcl:"subset,block"`
+	CircuitBreaker   *circuitBreakerBlock `hcl:"circuit_breaker,block"`
+	OutlierDetection *outlierBlock        `hcl:"outlier_detection,block"`
+	HealthCheck      *healthCheckBlock    `hcl:"health_check,block"`
+	TLS              *tlsBlock            `hcl:"tls,block"`
+	Failover         *failoverBlock       `hcl:"failover,block"`
+	Body             hcl.Body             `hcl:",body"`
+	DefRange         hcl.Range            `hcl:",def_range"`
+}
+
+type hashPolicyBlock struct {
+	Header   *string   `hcl:"header,optional"`
+	Cookie   *string   `hcl:"cookie,optional"`
+	SourceIP *bool     `hcl:"source_ip,optional"`
+	Terminal *bool     `hcl:"terminal,optional"`
+	Body     hcl.Body  `hcl:",body"`
+	DefRange hcl.Range `hcl:",def_range"`
+}
+
+type subsetBlock struct {
+	Name     string            `hcl:"name,label"`
+	Tags     []string          `hcl:"tags,optional"`
+	Meta     map[string]string `hcl:"meta,optional"`
+	DefRange hcl.Range         `hcl:",def_range"`
+}
+
+type circuitBreakerBlock struct {
+	MaxConnections     *int      `hcl:"max_connections,optional"`
+	MaxPendingRequests *int      `hcl:"max_pending_requests,optional"`
+	MaxRequests        *int      `hcl:"max_requests,optional"`
+	MaxRetries         *int      `hcl:"max_retries,optional"`
+	Body               hcl.Body  `hcl:",body"`
+	DefRange           hcl.Range `hcl:",def_range"`
+}
+
+type outlierBlock struct {
+	Consecutive5xx     *int           `hcl:"consecutive_5xx,optional"`
+	Interval           hcl.Expression `hcl:"interval,optional"`
+	BaseEjectionTime   hcl.Expression `hcl:"base_ejection_time,optional"`
+	MaxEjectionPercent *int           `hcl:"max_ejection_percent,optional"`
+	Body               hcl.Body       `hcl:",body"`
+	DefRange           hcl.Range      `hcl:",def_range"`
+}
+
+type healthCheckBlock struct {
+	Path               *string        `hcl:"path,optional"`
+	Host               *string        `hcl:"host,optional"`
+	Interval           hcl.Expression `hcl:"interval,optional"`
+	Timeout            hcl.Expression `hcl:"timeout,optional"`
+	HealthyThreshold   *int           `hcl:"healthy_threshold,optional"`
+	UnhealthyThreshold *int           `hcl:"unhealthy_threshold,optional"`
+	Body               hcl.Body       `hcl:",body"`
+	DefRange           hcl.Range      `hcl:",def_range"`
+}
+
+type tlsBlock struct {
+	SNI      *string   `hcl:"sni,optional"`
+	CAFile   *string   `hcl:"ca_file,optional"`
+	CertFile *string   `hcl:"cert_file,optional"`
+	KeyFile  *string   `hcl:"key_file,optional"`
+	Body     hcl.Body  `hcl:",body"`
+	DefRange hcl.Range `hcl:",def_range"`
+}
+
+type failoverBlock struct {
+	Datacenters []string  `hcl:"datacenters"`
+	Body        hcl.Body  `hcl:",body"`
+	DefRange    hcl.Range `hcl:",def_range"`
+}
+
+type proxyBlock struct {
+	Name      string           `hcl:"name,label"`
+	Listeners []*listenerBlock `hcl:"listener,block"`
+	DefRange  hcl.Range        `hcl:",def_range"`
+}
+
+type listenerBlock struct {
+	Name         string              `hcl:"name,label"`
+	Address      *string             `hcl:"address,optional"`
+	Port         int                 `hcl:"port"`
+	Protocol     *string             `hcl:"protocol,optional"`
+	Service      *string             `hcl:"service,optional"`
+	Subset       *string             `hcl:"subset,optional"`
+	Splits       []*splitBlock       `hcl:"split,block"`
+	IdleTimeout  hcl.Expression      `hcl:"idle_timeout,optional"`
+	VirtualHosts []*virtualHostBlock `hcl:"virtual_host,block"`
+	Body         hcl.Body            `hcl:",body"`
+	DefRange     hcl.Range           `hcl:",def_range"`
+}
+
+type virtualHostBlock struct {
+	Name     string        `hcl:"name,label"`
+	Domains  []string      `hcl:"domains,optional"`
+	Routes   []*routeBlock `hcl:"route,block"`
+	Body     hcl.Body      `hcl:",body"`
+	DefRange hcl.Range     `hcl:",def_range"`
+}
+
+type routeBlock struct {
+	Match           *matchBlock          `hcl:"match,block"`
+	Service         *string              `hcl:"service,optional"`
+	Subset          *string              `hcl:"subset,optional"`
+	Splits          []*splitBlock        `hcl:"split,block"`
+	Redirect        *redirectBlock       `hcl:"redirect,block"`
+	DirectResponse  *directResponseBlock `hcl:"direct_response,block"`
+	Timeout         hcl.Expression       `hcl:"timeout,optional"`
+	IdleTimeout     hcl.Expression       `hcl:"idle_timeout,optional"`
+	Retry           *retryBlock          `hcl:"retry,block"`
+	Rewrite         *rewriteBlock        `hcl:"rewrite,block"`
+	RequestHeaders  *headersBlock        `hcl:"request_headers,block"`
+	ResponseHeaders *headersBlock        `hcl:"response_headers,block"`
+	Mirror          *mirrorBlock         `hcl:"mirror,block"`
+	Fault           *faultBlock          `hcl:"fault,block"`
+	Body            hcl.Body             `hcl:",body"`
+	DefRange        hcl.Range            `hcl:",def_range"`
+}
+
+type matchBlock struct {
+	PathPrefix    *string         `hcl:"path_prefix,optional"`
+	Path          *string         `hcl:"path,optional"`
+	PathRegex     *string         `hcl:"path_regex,optional"`
+	CaseSensitive *bool           `hcl:"case_sensitive,optional"`
+	Method        *string         `hcl:"method,optional"`
+	Headers       []*valueMatcher `hcl:"header,block"`
+	Query         []*valueMatcher `hcl:"query,block"`
+	Body          hcl.Body        `hcl:",body"`
+	DefRange      hcl.Range       `hcl:",def_range"`
+}
+
+// valueMatcher is a header or query-parameter match.
+type valueMatcher struct {
+	Name     string    `hcl:"name,label"`
+	Exact    *string   `hcl:"exact,optional"`
+	Prefix   *string   `hcl:"prefix,optional"`
+	Regex    *string   `hcl:"regex,optional"`
+	Present  *bool     `hcl:"present,optional"`
+	Invert   *bool     `hcl:"invert,optional"`
+	Body     hcl.Body  `hcl:",body"`
+	DefRange hcl.Range `hcl:",def_range"`
+}
+
+type splitBlock struct {
+	Service  string    `hcl:"service"`
+	Subset   *string   `hcl:"subset,optional"`
+	Weight   int       `hcl:"weight"`
+	Body     hcl.Body  `hcl:",body"`
+	DefRange hcl.Range `hcl:",def_range"`
+}
+
+type redirectBlock struct {
+	Scheme     *string   `hcl:"scheme,optional"`
+	Host       *string   `hcl:"host,optional"`
+	Port       *int      `hcl:"port,optional"`
+	Path       *string   `hcl:"path,optional"`
+	Prefix     *string   `hcl:"prefix,optional"`
+	Status     *int      `hcl:"status,optional"`
+	StripQuery *bool     `hcl:"strip_query,optional"`
+	Body       hcl.Body  `hcl:",body"`
+	DefRange   hcl.Range `hcl:",def_range"`
+}
+
+type directResponseBlock struct {
+	Status   int       `hcl:"status"`
+	Body     *string   `hcl:"body,optional"`
+	HCLBody  hcl.Body  `hcl:",body"`
+	DefRange hcl.Range `hcl:",def_range"`
+}
+
+type retryBlock struct {
+	Attempts      *int           `hcl:"attempts,optional"`
+	PerTryTimeout hcl.Expression `hcl:"per_try_timeout,optional"`
+	On            []string       `hcl:"on,optional"`
+	Body          hcl.Body       `hcl:",body"`
+	DefRange      hcl.Range      `hcl:",def_range"`
+}
+
+type rewriteBlock struct {
+	Prefix       *string   `hcl:"prefix,optional"`
+	Regex        *string   `hcl:"regex,optional"`
+	Substitution *string   `hcl:"substitution,optional"`
+	Host         *string   `hcl:"host,optional"`
+	Body         hcl.Body  `hcl:",body"`
+	DefRange     hcl.Range `hcl:",def_range"`
+}
+
+type headersBlock struct {
+	Add      map[string]string `hcl:"add,optional"`
+	Set      map[string]string `hcl:"set,optional"`
+	Remove   []string          `hcl:"remove,optional"`
+	DefRange hcl.Range         `hcl:",def_range"`
+}
+
+type mirrorBlock struct {
+	Service  string    `hcl:"service"`
+	Subset   *string   `hcl:"subset,optional"`
+	Percent  *float64  `hcl:"percent,optional"`
+	Body     hcl.Body  `hcl:",body"`
+	DefRange hcl.Range `hcl:",def_range"`
+}
+
+type faultBlock struct {
+	Delay    *faultDelayBlock `hcl:"delay,block"`
+	Abort    *faultAbortBlock `hcl:"abort,block"`
+	DefRange hcl.Range        `hcl:",def_range"`
+}
+
+type faultDelayBlock struct {
+	Duration hcl.Expression `hcl:"duration"`
+	Percent  *float64       `hcl:"percent,optional"`
+	Body     hcl.Body       `hcl:",body"`
+	DefRange hcl.Range      `hcl:",def_range"`
+}
+
+type faultAbortBlock struct {
+	Status   int       `hcl:"status"`
+	Percent  *float64  `hcl:"percent,optional"`
+	Body     hcl.Body  `hcl:",body"`
+	DefRange hcl.Range `hcl:",def_range"`
+}

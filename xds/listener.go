@@ -1,0 +1,83 @@
+package xds
+
+import (
+	"fmt"
+
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+)
+
+// faultFilter is the HTTP fault filter's name; routes configure it per route.
+const faultFilter = "envoy.filters.http.fault"
+
+func mustAny(m proto.Message) *anypb.Any {
+	a, err := anypb.New(m)
+	if err != nil {
+		// Only fails for messages without a registered type, which would
+		// be a programming error in this package, never bad input.
+		panic(fmt.Sprintf("marshal %T: %v", m, err))
+	}
+	return a
+}
+
+func buildListener(l *ir.Listener) *listenerv3.Listener {
+	var filter *listenerv3.Filter
+	switch l.Protocol {
+	case "tcp":
+		tp := &tcpproxyv3.TcpProxy{StatPrefix: l.Name}
+		if len(l.TCP) == 1 {
+			tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_Cluster{Cluster: l.TCP[0].Name}
+		} else {
+			wc := &tcpproxyv3.TcpProxy_WeightedCluster{}
+			for _, c := range l.TCP {
+				wc.Clusters = append(wc.Clusters, &tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight{Name: c.Name, Weight: c.Weight})
+			}
+			tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_WeightedClusters{WeightedClusters: wc}
+		}
+		if l.IdleTimeout > 0 {
+			tp.IdleTimeout = durationpb.New(l.IdleTimeout)
+		}
+		filter = &listenerv3.Filter{Name: wellknown.TCPProxy, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(tp)}}
+	default:
+		filter = &listenerv3.Filter{Name: wellknown.HTTPConnectionManager, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(buildHCM(l))}}
+	}
+	return &listenerv3.Listener{
+		Name:         l.Name,
+		Address:      socketAddress(l.Address, l.Port),
+		FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{filter}}},
+	}
+}
+
+func buildHCM(l *ir.Listener) *hcmv3.HttpConnectionManager {
+	var filters []*hcmv3.HttpFilter
+	if l.UsesFault {
+		// An empty fault filter does nothing until a route's
+		// typed_per_filter_config turns it on.
+		filters = append(filters, &hcmv3.HttpFilter{Name: faultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&faultv3.HTTPFault{})}})
+	}
+	filters = append(filters, &hcmv3.HttpFilter{Name: wellknown.Router, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})}})
+	return &hcmv3.HttpConnectionManager{
+		StatPrefix: l.Name,
+		CodecType:  hcmv3.HttpConnectionManager_AUTO,
+		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
+			ConfigSource:    adsSource(),
+			RouteConfigName: l.Name,
+		}},
+		HttpFilters: filters,
+		// Envoy's own recommendation for edge proxies: trust no
+		// client-supplied X-Forwarded-For chain and normalise paths.
+		UseRemoteAddress: wrapperspb.Bool(true),
+		NormalizePath:    wrapperspb.Bool(true),
+		MergeSlashes:     true,
+	}
+}

@@ -1,0 +1,251 @@
+package xds
+
+import (
+	"maps"
+	"slices"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	faultcommonv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/common/fault/v3"
+	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+)
+
+// buildRouteConfig is the RDS resource of an HTTP listener, named like it.
+func buildRouteConfig(l *ir.Listener) *routev3.RouteConfiguration {
+	rc := &routev3.RouteConfiguration{Name: l.Name}
+	for i := range l.VirtualHosts {
+		vh := &l.VirtualHosts[i]
+		v := &routev3.VirtualHost{Name: vh.Name, Domains: vh.Domains}
+		for j := range vh.Routes {
+			v.Routes = append(v.Routes, buildRoute(&vh.Routes[j]))
+		}
+		rc.VirtualHosts = append(rc.VirtualHosts, v)
+	}
+	return rc
+}
+
+func buildRoute(r *ir.Route) *routev3.Route {
+	out := &routev3.Route{
+		Name:                    r.Source,
+		Match:                   buildMatch(&r.Match),
+		RequestHeadersToAdd:     headerOptions(r.RequestHeaders),
+		RequestHeadersToRemove:  r.RequestHeaders.Remove,
+		ResponseHeadersToAdd:    headerOptions(r.ResponseHeaders),
+		ResponseHeadersToRemove: r.ResponseHeaders.Remove,
+	}
+	switch {
+	case r.Redirect != nil:
+		out.Action = &routev3.Route_Redirect{Redirect: buildRedirect(r.Redirect)}
+	case r.DirectResponse != nil:
+		dr := &routev3.DirectResponseAction{Status: uint32(r.DirectResponse.Status)}
+		if r.DirectResponse.Body != "" {
+			dr.Body = &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: r.DirectResponse.Body}}
+		}
+		out.Action = &routev3.Route_DirectResponse{DirectResponse: dr}
+	default:
+		out.Action = &routev3.Route_Route{Route: buildRouteAction(r)}
+	}
+	if f := r.Fault; f != nil {
+		out.TypedPerFilterConfig = map[string]*anypb.Any{faultFilter: mustAny(buildFault(f))}
+	}
+	return out
+}
+
+func buildMatch(m *ir.RouteMatch) *routev3.RouteMatch {
+	rm := &routev3.RouteMatch{}
+	switch {
+	case m.Path != "":
+		rm.PathSpecifier = &routev3.RouteMatch_Path{Path: m.Path}
+	case m.PathRegex != "":
+		rm.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: m.PathRegex}}
+	default:
+		prefix := m.PathPrefix
+		if prefix == "" {
+			prefix = "/"
+		}
+		rm.PathSpecifier = &routev3.RouteMatch_Prefix{Prefix: prefix}
+	}
+	if !m.CaseSensitive {
+		rm.CaseSensitive = wrapperspb.Bool(false)
+	}
+	if m.Method != "" {
+		rm.Headers = append(rm.Headers, &routev3.HeaderMatcher{
+			Name:                 ":method",
+			HeaderMatchSpecifier: &routev3.HeaderMatcher_StringMatch{StringMatch: exactMatcher(m.Method)},
+		})
+	}
+	for _, h := range m.Headers {
+		hm := &routev3.HeaderMatcher{Name: h.Name, InvertMatch: h.Invert}
+		if h.Present {
+			hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}
+		} else {
+			hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_StringMatch{StringMatch: stringMatcher(h)}
+		}
+		rm.Headers = append(rm.Headers, hm)
+	}
+	for _, q := range m.Query {
+		qm := &routev3.QueryParameterMatcher{Name: q.Name}
+		if q.Present {
+			qm.QueryParameterMatchSpecifier = &routev3.QueryParameterMatcher_PresentMatch{PresentMatch: true}
+		} else {
+			qm.QueryParameterMatchSpecifier = &routev3.QueryParameterMatcher_StringMatch{StringMatch: stringMatcher(q)}
+		}
+		rm.QueryParameters = append(rm.QueryParameters, qm)
+	}
+	return rm
+}
+
+func exactMatcher(s string) *matcherv3.StringMatcher {
+	return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: s}}
+}
+
+func stringMatcher(v ir.ValueMatch) *matcherv3.StringMatcher {
+	switch {
+	case v.Prefix != "":
+		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Prefix{Prefix: v.Prefix}}
+	case v.Regex != "":
+		return &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: v.Regex}}}
+	default:
+		return exactMatcher(v.Exact)
+	}
+}
+
+func buildRouteAction(r *ir.Route) *routev3.RouteAction {
+	a := &routev3.RouteAction{}
+	if len(r.Clusters) == 1 && r.Clusters[0].Weight > 0 {
+		a.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: r.Clusters[0].Name}
+	} else {
+		wc := &routev3.WeightedCluster{}
+		for _, c := range r.Clusters {
+			wc.Clusters = append(wc.Clusters, &routev3.WeightedCluster_ClusterWeight{Name: c.Name, Weight: wrapperspb.UInt32(c.Weight)})
+		}
+		a.ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: wc}
+	}
+	if r.Timeout > 0 {
+		a.Timeout = durationpb.New(r.Timeout)
+	}
+	if r.IdleTimeout > 0 {
+		a.IdleTimeout = durationpb.New(r.IdleTimeout)
+	}
+	if rp := r.Retry; rp != nil {
+		a.RetryPolicy = &routev3.RetryPolicy{
+			RetryOn:    strings.Join(rp.On, ","),
+			NumRetries: wrapperspb.UInt32(rp.Attempts),
+		}
+		if rp.PerTryTimeout > 0 {
+			a.RetryPolicy.PerTryTimeout = durationpb.New(rp.PerTryTimeout)
+		}
+	}
+	if rw := r.Rewrite; rw != nil {
+		switch {
+		case rw.Prefix != "":
+			a.PrefixRewrite = rw.Prefix
+		case rw.Regex != "":
+			a.RegexRewrite = &matcherv3.RegexMatchAndSubstitute{
+				Pattern:      &matcherv3.RegexMatcher{Regex: rw.Regex},
+				Substitution: rw.Substitution,
+			}
+		}
+		if rw.Host != "" {
+			a.HostRewriteSpecifier = &routev3.RouteAction_HostRewriteLiteral{HostRewriteLiteral: rw.Host}
+		}
+	}
+	if m := r.Mirror; m != nil {
+		a.RequestMirrorPolicies = []*routev3.RouteAction_RequestMirrorPolicy{{
+			Cluster:         m.Cluster,
+			RuntimeFraction: &corev3.RuntimeFractionalPercent{DefaultValue: fraction(m.Percent)},
+		}}
+	}
+	for _, h := range r.HashPolicies {
+		hp := &routev3.RouteAction_HashPolicy{Terminal: h.Terminal}
+		switch {
+		case h.Header != "":
+			hp.PolicySpecifier = &routev3.RouteAction_HashPolicy_Header_{Header: &routev3.RouteAction_HashPolicy_Header{HeaderName: h.Header}}
+		case h.Cookie != "":
+			hp.PolicySpecifier = &routev3.RouteAction_HashPolicy_Cookie_{Cookie: &routev3.RouteAction_HashPolicy_Cookie{Name: h.Cookie}}
+		default:
+			hp.PolicySpecifier = &routev3.RouteAction_HashPolicy_ConnectionProperties_{ConnectionProperties: &routev3.RouteAction_HashPolicy_ConnectionProperties{SourceIp: true}}
+		}
+		a.HashPolicy = append(a.HashPolicy, hp)
+	}
+	return a
+}
+
+var redirectCodes = map[int]routev3.RedirectAction_RedirectResponseCode{
+	301: routev3.RedirectAction_MOVED_PERMANENTLY,
+	302: routev3.RedirectAction_FOUND,
+	303: routev3.RedirectAction_SEE_OTHER,
+	307: routev3.RedirectAction_TEMPORARY_REDIRECT,
+	308: routev3.RedirectAction_PERMANENT_REDIRECT,
+}
+
+func buildRedirect(r *ir.Redirect) *routev3.RedirectAction {
+	ra := &routev3.RedirectAction{
+		HostRedirect: r.Host,
+		PortRedirect: r.Port,
+		ResponseCode: redirectCodes[r.Status],
+		StripQuery:   r.StripQuery,
+	}
+	switch r.Scheme {
+	case "https":
+		ra.SchemeRewriteSpecifier = &routev3.RedirectAction_HttpsRedirect{HttpsRedirect: true}
+	case "http":
+		ra.SchemeRewriteSpecifier = &routev3.RedirectAction_SchemeRedirect{SchemeRedirect: "http"}
+	}
+	switch {
+	case r.Path != "":
+		ra.PathRewriteSpecifier = &routev3.RedirectAction_PathRedirect{PathRedirect: r.Path}
+	case r.Prefix != "":
+		ra.PathRewriteSpecifier = &routev3.RedirectAction_PrefixRewrite{PrefixRewrite: r.Prefix}
+	}
+	return ra
+}
+
+// headerOptions renders add (append) and set (overwrite) in a stable order.
+func headerOptions(h ir.HeaderMutation) []*corev3.HeaderValueOption {
+	var out []*corev3.HeaderValueOption
+	for _, k := range slices.Sorted(maps.Keys(h.Add)) {
+		out = append(out, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: k, Value: h.Add[k]},
+			AppendAction: corev3.HeaderValueOption_APPEND_IF_EXISTS_OR_ADD,
+		})
+	}
+	for _, k := range slices.Sorted(maps.Keys(h.Set)) {
+		out = append(out, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: k, Value: h.Set[k]},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		})
+	}
+	return out
+}
+
+// fraction expresses a percentage in millionths, keeping fractional
+// percentages such as 0.5% exact.
+func fraction(percent float64) *typev3.FractionalPercent {
+	return &typev3.FractionalPercent{Numerator: uint32(percent*10000 + 0.5), Denominator: typev3.FractionalPercent_MILLION}
+}
+
+func buildFault(f *ir.Fault) *faultv3.HTTPFault {
+	hf := &faultv3.HTTPFault{}
+	if f.Delay > 0 {
+		hf.Delay = &faultcommonv3.FaultDelay{
+			FaultDelaySecifier: &faultcommonv3.FaultDelay_FixedDelay{FixedDelay: durationpb.New(f.Delay)},
+			Percentage:         fraction(f.DelayPercent),
+		}
+	}
+	if f.AbortStatus > 0 {
+		hf.Abort = &faultv3.FaultAbort{
+			ErrorType:  &faultv3.FaultAbort_HttpStatus{HttpStatus: uint32(f.AbortStatus)},
+			Percentage: fraction(f.AbortPercent),
+		}
+	}
+	return hf
+}

@@ -29,17 +29,26 @@ type harness struct {
 
 func startBridge(t *testing.T, agent *consultest.Agent, fwd *consultest.Forwarder) *harness {
 	t.Helper()
+	return startBridgeWith(t, agent, fwd, func(*bridge.Config) {})
+}
+
+// startBridgeWith starts a bridge whose config the caller may adjust (policy
+// files, KV prefix) before it runs.
+func startBridgeWith(t *testing.T, agent *consultest.Agent, fwd *consultest.Forwarder, adjust func(*bridge.Config)) *harness {
+	t.Helper()
 	s := policy.DefaultSettings()
 	s.Consul.Address = fwd.Addr()
 	// Short waits and backoff keep outage recovery quick in tests.
 	s.Consul.WaitTime = 5 * time.Second
 	s.XDS.Listen = "127.0.0.1:0"
 	s.Admin.Listen = "127.0.0.1:0"
-	d := bridge.New(bridge.Config{
+	cfg := bridge.Config{
 		Settings: s,
 		Logger:   zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
 		Query:    consul.QueryOptions{BackoffInitial: 100 * time.Millisecond, BackoffMax: time.Second},
-	})
+	}
+	adjust(&cfg)
+	d := bridge.New(cfg)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- d.Run(ctx) }()
@@ -95,9 +104,14 @@ func (r *recorder) len() int {
 
 func dial(t *testing.T, h *harness, mode adsclient.Mode, rec *recorder) *adsclient.Client {
 	t.Helper()
+	return dialAs(t, h, mode, "anything", rec)
+}
+
+func dialAs(t *testing.T, h *harness, mode adsclient.Mode, nodeCluster string, rec *recorder) *adsclient.Client {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	cfg := adsclient.Config{Addr: h.daemon.XDSAddr().String(), NodeID: "test-" + mode.String(), Cluster: "anything", Mode: mode}
+	cfg := adsclient.Config{Addr: h.daemon.XDSAddr().String(), NodeID: "test-" + mode.String() + "-" + nodeCluster, Cluster: nodeCluster, Mode: mode}
 	if rec != nil {
 		cfg.OnUpdate = rec.onUpdate
 	}

@@ -21,3 +21,52 @@ log {
   level  = "info"
   format = "console"
 }
+
+# ---------------------------------------------------------------------------
+# Routing policy. Envoys whose node.cluster is "edge" get listener
+# "edge.http" on :8080; every proxy gets one cluster per Consul service.
+# More policy can live in Consul KV under consul.kv_prefix.
+
+export_all_services = true
+
+service "web" {
+  connect_timeout = "1s"
+  subset "v2" {
+    tags = ["v2"]
+  }
+}
+
+proxy "edge" {
+  listener "http" {
+    port = 8080
+
+    virtual_host "demo" {
+      domains = ["*"]
+
+      route {
+        match {
+          path_prefix = "/api/"
+        }
+        service = "api"
+        timeout = "2s"
+        retry {
+          attempts = 2
+          on       = ["5xx", "connect-failure"]
+        }
+      }
+
+      # 80/20 canary split: instances tagged v2 get a fifth of the traffic.
+      route {
+        split {
+          service = "web"
+          weight  = 80
+        }
+        split {
+          service = "web"
+          subset  = "v2"
+          weight  = 20
+        }
+      }
+    }
+  }
+}

@@ -203,7 +203,12 @@ func FormatDiagnostics(diags hcl.Diagnostics) []string {
 	out := make([]string, 0, len(diags))
 	for _, d := range diags {
 		pos := ""
-		if d.Subject != nil {
+		switch {
+		case d.Subject == nil:
+		case d.Subject.Start.Line == 0:
+			// A problem with the whole file or KV key, e.g. unreadable.
+			pos = d.Subject.Filename + ": "
+		default:
 			pos = fmt.Sprintf("%s:%d:%d: ", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column)
 		}
 		msg := d.Summary

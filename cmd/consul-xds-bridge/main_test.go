@@ -1,0 +1,48 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestValidate(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "good.hcl")
+	bad := filepath.Join(dir, "bad.hcl")
+	os.WriteFile(good, []byte("proxy \"edge\" {\n  listener \"http\" {\n    port = 8080\n    virtual_host \"a\" {\n      route {\n        service = \"web\"\n      }\n    }\n  }\n}\n"), 0o644)
+	os.WriteFile(bad, []byte("service \"api\" {\n  lb_polcy = \"random\"\n  connect_timeout = \"soon\"\n}\n"), 0o644)
+
+	tests := map[string]struct {
+		args     []string
+		wantCode int
+		wantOut  []string
+	}{
+		"valid file": {args: []string{"validate", good}, wantCode: 0, wantOut: []string{"1 file(s) valid"}},
+		"invalid file prints positions": {
+			args:     []string{"validate", bad},
+			wantCode: 1,
+			wantOut:  []string{bad + `:2:3: Unsupported argument: An argument named "lb_polcy" is not expected here. Did you mean "lb_policy"?`},
+		},
+		"missing file": {args: []string{"validate", filepath.Join(dir, "nope.hcl")}, wantCode: 1, wantOut: []string{"nope.hcl: Cannot read configuration file"}},
+		"no files":     {args: []string{"validate"}, wantCode: 2, wantOut: []string{"name at least one"}},
+		"version":      {args: []string{"version"}, wantCode: 0, wantOut: []string{"consul-xds-bridge", "go-control-plane: v0.14.0"}},
+		"unknown":      {args: []string{"frobnicate"}, wantCode: 2, wantOut: []string{`unknown command "frobnicate"`}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			var out bytes.Buffer
+			code := realMain(tc.args, &out, &out)
+			if code != tc.wantCode {
+				t.Errorf("exit %d, want %d; output:\n%s", code, tc.wantCode, out.String())
+			}
+			for _, w := range tc.wantOut {
+				if !strings.Contains(out.String(), w) {
+					t.Errorf("output lacks %q:\n%s", w, out.String())
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,131 @@
+# An edge gateway on VMs: Envoys started with --service-cluster edge (or a
+# bootstrap whose node.cluster is "edge") get these listeners.
+
+service "api" {
+  connect_timeout = "1s"
+  lb_policy       = "least_request"
+
+  subset "v1" {
+    tags = ["v1"]
+  }
+  subset "v2" {
+    tags = ["v2"]
+  }
+
+  circuit_breaker {
+    max_connections      = 1024
+    max_pending_requests = 256
+    max_retries          = 3
+  }
+
+  outlier_detection {
+    consecutive_5xx    = 5
+    interval           = "10s"
+    base_ejection_time = "30s"
+  }
+}
+
+service "web" {
+  connect_timeout = "500ms"
+
+  health_check {
+    path     = "/health"
+    interval = "5s"
+    timeout  = "1s"
+  }
+}
+
+service "carts" {
+  lb_policy = "ring_hash"
+
+  # Keep a user's requests on one instance (warm per-user caches).
+  hash_policy {
+    header = "x-user-id"
+  }
+}
+
+proxy "edge" {
+  listener "http" {
+    port = 8080
+
+    virtual_host "shop" {
+      domains = ["shop.example.com", "www.shop.example.com"]
+
+      # Testers opt into the canary with a header.
+      route {
+        match {
+          path_prefix = "/api/"
+          header "x-canary" {
+            exact = "1"
+          }
+        }
+        service = "api"
+        subset  = "v2"
+        timeout = "3s"
+      }
+
+      # Everyone else: 90/10 canary split, retried on failure.
+      route {
+        match {
+          path_prefix = "/api/"
+        }
+        split {
+          service = "api"
+          subset  = "v1"
+          weight  = 90
+        }
+        split {
+          service = "api"
+          subset  = "v2"
+          weight  = 10
+        }
+        timeout = "3s"
+        retry {
+          attempts        = 3
+          per_try_timeout = "1s"
+          on              = ["5xx", "connect-failure", "reset"]
+        }
+      }
+
+      route {
+        match {
+          path_prefix = "/cart/"
+        }
+        service = "carts"
+        rewrite {
+          prefix = "/"
+        }
+      }
+
+      route {
+        match {
+          path = "/healthz"
+        }
+        direct_response {
+          status = 200
+          body   = "ok\n"
+        }
+      }
+
+      route {
+        service = "web"
+        response_headers {
+          set = {
+            "strict-transport-security" = "max-age=31536000"
+          }
+        }
+      }
+    }
+
+    virtual_host "legacy" {
+      domains = ["old.shop.example.com"]
+      route {
+        redirect {
+          host   = "shop.example.com"
+          scheme = "https"
+          status = 308
+        }
+      }
+    }
+  }
+}

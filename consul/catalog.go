@@ -34,8 +34,8 @@ type Catalog struct {
 // Service is every instance of one Consul service in one datacenter.
 type Service struct {
 	Name string `json:"name"`
-	// Datacenter is "" for the local datacenter (the watcher's
-	// Query.Datacenter, or the agent's own) and the name of any other, as in
+	// Datacenter is "" for a service watched in the local datacenter
+	// without naming it, and otherwise the datacenter named, as in
 	// [ServiceKey].
 	Datacenter string `json:"datacenter,omitempty"`
 	// Index is Consul's X-Consul-Index of the health query that produced it.

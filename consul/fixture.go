@@ -11,12 +11,19 @@ import (
 // Fixture is a catalog written down as JSON, in the shape Consul's own API
 // returns, so operators can paste `curl /v1/health/service/NAME` output:
 //
-//	{"datacenter": "dc1", "services": {"web": [ <ServiceEntry>, ... ]}}
+//	{"datacenter": "dc1", "services": {"web": [ <ServiceEntry>, ... ]},
+//	 "remote": {"dc2": {"web": [ <ServiceEntry>, ... ]}}}
 //
-// Golden tests and offline commands read catalogs in this form.
+// services holds the local datacenter's services; the optional remote object
+// holds other datacenters' (as `curl /v1/health/service/NAME?dc=dc2` returns
+// them), keyed by datacenter, for failover. Golden tests and offline
+// commands read catalogs in this form.
 type Fixture struct {
 	Datacenter string                         `json:"datacenter"`
 	Services   map[string][]*api.ServiceEntry `json:"services"`
+	// Remote maps a datacenter to its services; they land in the catalog
+	// under that datacenter, as the watcher stores a remote target.
+	Remote map[string]map[string][]*api.ServiceEntry `json:"remote,omitempty"`
 }
 
 // ReadFixture decodes a catalog fixture. Unknown fields are ignored, as
@@ -33,6 +40,17 @@ func ReadFixture(r io.Reader) (*Catalog, error) {
 			return nil, fmt.Errorf("catalog fixture: a service has an empty name")
 		}
 		services = append(services, NewService(name, "", 0, entries))
+	}
+	for dc, byName := range f.Remote {
+		if dc == "" {
+			return nil, fmt.Errorf("catalog fixture: a remote datacenter has an empty name")
+		}
+		for name, entries := range byName {
+			if name == "" {
+				return nil, fmt.Errorf("catalog fixture: a service in datacenter %q has an empty name", dc)
+			}
+			services = append(services, NewService(name, dc, 0, entries))
+		}
 	}
 	return NewCatalog(services), nil
 }

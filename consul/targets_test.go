@@ -12,18 +12,12 @@ import (
 
 func TestTargetsNormalise(t *testing.T) {
 	tests := map[string]struct {
-		localDC string
-		in      []ServiceKey
-		want    []ServiceKey
+		in   []ServiceKey
+		want []ServiceKey
 	}{
 		"sorted and deduplicated": {
 			in:   []ServiceKey{{Name: "web"}, {Datacenter: "dc2", Name: "api"}, {Name: "api"}, {Name: "web"}},
 			want: []ServiceKey{{Name: "api"}, {Name: "web"}, {Datacenter: "dc2", Name: "api"}},
-		},
-		"the local datacenter by name is local": {
-			localDC: "dc1",
-			in:      []ServiceKey{{Datacenter: "dc1", Name: "web"}, {Name: "web"}, {Datacenter: "dc2", Name: "web"}},
-			want:    []ServiceKey{{Name: "web"}, {Datacenter: "dc2", Name: "web"}},
 		},
 		"nameless keys are dropped": {
 			in:   []ServiceKey{{Datacenter: "dc2"}, {}},
@@ -33,7 +27,7 @@ func TestTargetsNormalise(t *testing.T) {
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			in := slices.Clone(tc.in)
-			got := Targets{Services: in}.normalise(tc.localDC).Services
+			got := Targets{Services: in}.normalise().Services
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("normalise(%v) = %v, want %v", tc.in, got, tc.want)
 			}
@@ -154,20 +148,34 @@ func TestWatcherRemoteDatacenterTarget(t *testing.T) {
 	}
 }
 
-func TestWatcherLocalDatacenterByNameIsLocal(t *testing.T) {
+func TestWatcherLocalDatacenterByName(t *testing.T) {
+	// A policy may name the local datacenter; the consumer then looks the
+	// service up under that name, and a failure there is a local outage,
+	// never a reason to serve the service empty.
 	f, c := newFakeConsul(t)
 	f.set("/v1/catalog/services?dc=dc1", 10, map[string][]string{"web": nil})
 	f.set("/v1/health/service/web?dc=dc1", 11, []*api.ServiceEntry{entry("n1", "10.0.0.1", "web-1", 80, "passing")})
+	f.failWith("/v1/health/service/api?dc=dc1", 1000, http.StatusInternalServerError, "rpc error: no leader")
 	q := testQuery()
 	q.Datacenter = "dc1"
 	w := NewWatcher(Config{
 		Client: c, Query: q, Logger: zerolog.New(zerolog.NewTestWriter(t)),
-		Targets: Targets{AllLocal: true, Services: []ServiceKey{{Datacenter: "dc1", Name: "web"}}},
+		Targets: Targets{AllLocal: true, Services: []ServiceKey{{Datacenter: "dc1", Name: "web"}, {Datacenter: "dc1", Name: "api"}}},
 	})
 	runInBackground(t, w.Run)
-	u := next(t, w, "complete", func(u Update) bool { return u.Complete })
-	if len(u.Catalog.Services) != 1 || instanceIDs(u.Catalog, "web") != "web-1=passing" {
-		t.Fatalf("catalog = %+v, want web once, as a local service", u.Catalog.Services)
+	u := next(t, w, "web both ways", func(u Update) bool {
+		return u.Catalog.Service("", "web") != nil && u.Catalog.Service("dc1", "web") != nil
+	})
+	if s := u.Catalog.Service("dc1", "web"); len(s.Instances) != 1 || s.Datacenter != "dc1" {
+		t.Fatalf("web@dc1 = %+v", s)
+	}
+	time.Sleep(300 * time.Millisecond) // several failures of api@dc1
+	select {
+	case u = <-w.Updates(): // only the newest is kept
+	default:
+	}
+	if u.Complete || len(u.Unreachable) != 0 || !slices.Equal(u.Pending, []ServiceKey{{Datacenter: "dc1", Name: "api"}}) {
+		t.Fatalf("failing local api: complete %v, pending %v, unreachable %v", u.Complete, u.Pending, u.Unreachable)
 	}
 }
 

@@ -18,8 +18,7 @@ type Config struct {
 	// Client talks to the Consul agent.
 	Client *api.Client
 	// Query tunes every blocking query (datacenter, stale, wait, backoff).
-	// Query.Datacenter is the local datacenter: services there have
-	// Datacenter "" in keys and in the Catalog.
+	// Query.Datacenter, or the agent's own if empty, is the local datacenter.
 	Query QueryOptions
 	// Targets is the initial set of services to watch; [Watcher.SetTargets]
 	// replaces it while running. The zero value watches only the service
@@ -47,7 +46,9 @@ type Targets struct {
 }
 
 // ServiceKey names one service in one datacenter; Datacenter "" is the
-// local one.
+// local one. A target is in the Catalog under exactly its key, so a key
+// that names the local datacenter explicitly is a separate entry (and
+// watch) from the same service under "".
 type ServiceKey struct{ Datacenter, Name string }
 
 // String is "name" for the local datacenter and "name@dc" otherwise, for logs.
@@ -62,19 +63,14 @@ func compareKeys(a, b ServiceKey) int {
 	return cmp.Or(cmp.Compare(a.Datacenter, b.Datacenter), cmp.Compare(a.Name, b.Name))
 }
 
-// normalise sorts and deduplicates the targets and drops nameless ones. A
-// key naming the local datacenter explicitly becomes "", or the service
-// would get two watches and two entries with the same (Datacenter, Name).
-func (t Targets) normalise(localDC string) Targets {
+// normalise sorts and deduplicates the targets and drops nameless ones, so
+// that equal sets compare equal and the caller's slice is not shared.
+func (t Targets) normalise() Targets {
 	out := Targets{AllLocal: t.AllLocal, Services: make([]ServiceKey, 0, len(t.Services))}
 	for _, k := range t.Services {
-		if k.Name == "" {
-			continue
+		if k.Name != "" {
+			out.Services = append(out.Services, k)
 		}
-		if k.Datacenter == localDC {
-			k.Datacenter = ""
-		}
-		out.Services = append(out.Services, k)
 	}
 	slices.SortFunc(out.Services, compareKeys)
 	out.Services = slices.Compact(out.Services)
@@ -83,22 +79,24 @@ func (t Targets) normalise(localDC string) Targets {
 
 // Update is one catalog snapshot handed to the consumer.
 type Update struct {
-	// Catalog holds every target that has been read at least once, with
-	// local services under Datacenter "".
+	// Catalog holds every target that has been read at least once, each
+	// under its ServiceKey: Catalog.Service(key.Datacenter, key.Name).
 	Catalog *Catalog
 	// Complete is true when the service list and every target have been
 	// read at least once. Before the first complete update the catalog is
 	// partial and must not be served. After it, an incomplete update only
-	// lacks targets added since and never read (see Pending): everything
-	// else in it is current or last-good data, so a consumer already
-	// serving can go on serving it.
+	// lacks targets added since (by SetTargets, or by a new registration
+	// under AllLocal) and never read, listed in Pending: everything else in
+	// it is current or last-good data, so a consumer already serving can go
+	// on serving it.
 	Complete bool
 	// Pending lists, sorted, the targets whose health has never been read.
 	// It may be empty while Complete is false: until the service list has
 	// been read, the services AllLocal stands for are not known.
 	Pending []ServiceKey
 	// Unreachable lists, sorted, the remote-datacenter targets that have
-	// never been read because their datacenter answers with errors. Each
+	// never been read because their datacenter answers with errors (a key
+	// naming Query.Datacenter is local, and is never listed here). Each
 	// is in Catalog with no instances and counts as read for Complete, so
 	// one unreachable datacenter cannot hold back every other service.
 	// Once read, a target leaves this list: later errors keep its last
@@ -118,8 +116,9 @@ type Watcher struct {
 
 	mu      sync.Mutex
 	targets Targets // normalised; replaced, never mutated
-	// retarget holds at most one "targets changed" signal for Run; Run reads
-	// the newest targets, so signals sent while one is pending can be lost.
+	// retarget holds at most one "targets changed" signal for Run. Signals
+	// sent while one is pending merge into it, which loses nothing because
+	// Run then reads the newest targets.
 	retarget chan struct{}
 }
 
@@ -128,7 +127,7 @@ func NewWatcher(cfg Config) *Watcher {
 	return &Watcher{
 		cfg:      cfg,
 		updates:  make(chan Update, 1),
-		targets:  cfg.Targets.normalise(cfg.Query.Datacenter),
+		targets:  cfg.Targets.normalise(),
 		retarget: make(chan struct{}, 1),
 	}
 }
@@ -142,7 +141,7 @@ func (w *Watcher) Updates() <-chan Update { return w.updates }
 // health watches and stops the ones no longer wanted. Setting the same
 // targets again does nothing, so callers may call it on every policy reload.
 func (w *Watcher) SetTargets(t Targets) {
-	t = t.normalise(w.cfg.Query.Datacenter)
+	t = t.normalise()
 	w.mu.Lock()
 	w.targets = t
 	w.mu.Unlock()
@@ -242,7 +241,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			log:    log,
 			result: w.resultFunc("health_service"),
 		}
-		if key.Datacenter != "" {
+		if key.Datacenter != "" && key.Datacenter != w.cfg.Query.Datacenter {
 			v.failed = func(err error) {
 				send(hctx, event{key: key, gen: myGen, err: err, at: time.Now()})
 			}

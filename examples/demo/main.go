@@ -110,13 +110,15 @@ func run(consulBin, bridgeBin, config string) error {
 	}
 	fmt.Printf(`
 consul-xds-bridge is running:
-  xDS (ADS, gRPC):  %s
-  admin HTTP:       http://%s/readyz
-Point an Envoy at it with an ADS bootstrap whose xds_cluster targets %s
-(node.cluster selects the proxy group). Press Ctrl-C to stop; the demo
-deregisters its services and stops the agent it started.
+  xDS (ADS, gRPC):  %[1]s
+  admin HTTP:       http://%[2]s/readyz   http://%[2]s/v1/policy
+Point an Envoy at it (node.cluster "edge" gets the demo's listener on :8080):
+  %[3]s bootstrap -node-id edge-1 -cluster edge -xds %[1]s > envoy.yaml
+  envoy -c envoy.yaml
+Press Ctrl-C to stop; the demo deregisters its services and stops the
+agent it started.
 
-`, s.XDS.Listen, s.Admin.Listen, s.XDS.Listen)
+`, s.XDS.Listen, s.Admin.Listen, bridgeBin)
 	err = bridge.Wait()
 	if ctx.Err() != nil {
 		return nil

@@ -1,0 +1,119 @@
+package xds
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+	"time"
+
+	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+)
+
+// BootstrapConfig describes the Envoy that `bootstrap` writes a file for.
+type BootstrapConfig struct {
+	NodeID  string
+	Cluster string // node.cluster: selects the proxy group
+	// XDS lists bridge addresses (host:port); several make Envoy spread
+	// over replicas and fail over between them.
+	XDS []string
+	// XDSUnix is a Unix socket path used instead of XDS.
+	XDSUnix string
+	// AdminPort is Envoy's admin listener on 127.0.0.1.
+	AdminPort int
+	// TLSCAFile, if set, makes Envoy reach the bridge over TLS verified
+	// with this CA.
+	TLSCAFile string
+}
+
+// xdsClusterName is the static cluster through which Envoy reaches the bridge.
+const xdsClusterName = "xds_cluster"
+
+// Bootstrap builds an Envoy bootstrap that takes LDS and CDS (and through
+// them RDS and EDS) from the bridge over one ADS stream, in the shape of
+// go-control-plane's example bootstrap-xds.yaml.
+func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
+	if c.NodeID == "" || c.Cluster == "" {
+		return nil, fmt.Errorf("bootstrap needs a node id and a cluster (proxy group)")
+	}
+	if len(c.XDS) == 0 && c.XDSUnix == "" {
+		return nil, fmt.Errorf("bootstrap needs the bridge's xDS address (-xds HOST:PORT or -xds-unix PATH)")
+	}
+	xds := &clusterv3.Cluster{
+		Name:           xdsClusterName,
+		ConnectTimeout: durationpb.New(time.Second),
+		LoadAssignment: &endpointv3.ClusterLoadAssignment{ClusterName: xdsClusterName},
+		TypedExtensionProtocolOptions: map[string]*anypb.Any{
+			"envoy.extensions.upstreams.http.v3.HttpProtocolOptions": mustAny(&httpv3.HttpProtocolOptions{
+				UpstreamProtocolOptions: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_{ExplicitHttpConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig{
+					ProtocolConfig: &httpv3.HttpProtocolOptions_ExplicitHttpConfig_Http2ProtocolOptions{Http2ProtocolOptions: &corev3.Http2ProtocolOptions{}},
+				}},
+			}),
+		},
+	}
+	lle := &endpointv3.LocalityLbEndpoints{}
+	dns := false
+	if c.XDSUnix != "" {
+		lle.LbEndpoints = append(lle.LbEndpoints, lbEndpoint(&corev3.Address{Address: &corev3.Address_Pipe{Pipe: &corev3.Pipe{Path: c.XDSUnix}}}))
+	}
+	for _, addr := range c.XDS {
+		host, portStr, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, fmt.Errorf("xds address %q: %w (want HOST:PORT)", addr, err)
+		}
+		port, err := strconv.ParseUint(portStr, 10, 16)
+		if err != nil || port == 0 {
+			return nil, fmt.Errorf("xds address %q: bad port", addr)
+		}
+		if _, err := netip.ParseAddr(host); err != nil {
+			dns = true
+		}
+		lle.LbEndpoints = append(lle.LbEndpoints, lbEndpoint(socketAddress(host, uint32(port))))
+	}
+	xds.LoadAssignment.Endpoints = []*endpointv3.LocalityLbEndpoints{lle}
+	if dns {
+		// A DNS name (e.g. one resolving to several bridge replicas) is
+		// re-resolved by Envoy; plain IPs need no resolver.
+		xds.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STRICT_DNS}
+	} else {
+		xds.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
+	}
+	if c.TLSCAFile != "" {
+		xds.TransportSocket = upstreamTLS(&ir.UpstreamTLS{CAFile: c.TLSCAFile})
+	}
+	adminPort := c.AdminPort
+	if adminPort == 0 {
+		adminPort = 19000
+	}
+	return &bootstrapv3.Bootstrap{
+		Node: &corev3.Node{Id: c.NodeID, Cluster: c.Cluster},
+		Admin: &bootstrapv3.Admin{
+			Address: socketAddress("127.0.0.1", uint32(adminPort)),
+		},
+		DynamicResources: &bootstrapv3.Bootstrap_DynamicResources{
+			AdsConfig: &corev3.ApiConfigSource{
+				ApiType:             corev3.ApiConfigSource_GRPC,
+				TransportApiVersion: corev3.ApiVersion_V3,
+				GrpcServices: []*corev3.GrpcService{{
+					TargetSpecifier: &corev3.GrpcService_EnvoyGrpc_{EnvoyGrpc: &corev3.GrpcService_EnvoyGrpc{ClusterName: xdsClusterName}},
+				}},
+				SetNodeOnFirstMessageOnly: true,
+			},
+			CdsConfig: adsSource(),
+			LdsConfig: adsSource(),
+		},
+		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{xds}},
+	}, nil
+}
+
+func lbEndpoint(addr *corev3.Address) *endpointv3.LbEndpoint {
+	return &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: addr}}}
+}

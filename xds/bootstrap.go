@@ -87,7 +87,7 @@ func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
 		xds.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
 	}
 	if c.TLSCAFile != "" {
-		xds.TransportSocket = upstreamTLS(&ir.UpstreamTLS{CAFile: c.TLSCAFile})
+		xds.TransportSocket = upstreamTLS(&ir.UpstreamTLS{CAFile: c.TLSCAFile}, true)
 	}
 	adminPort := c.AdminPort
 	if adminPort == 0 {

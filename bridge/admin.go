@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // serveAdmin serves the admin HTTP API.
@@ -30,6 +33,23 @@ func (d *Daemon) serveAdmin(ctx context.Context, lis net.Listener) error {
 	mux.HandleFunc("GET /v1/policy", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, d.Policy())
 	})
+	mux.HandleFunc("GET /v1/catalog", func(w http.ResponseWriter, _ *http.Request) {
+		cv := d.catalog.Load()
+		if cv == nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "no catalog read from Consul yet"})
+			return
+		}
+		writeJSON(w, http.StatusOK, struct {
+			*catalogView
+			AgeSeconds float64 `json:"age_seconds"`
+		}{cv, time.Since(cv.ReceivedAt).Seconds()})
+	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}))
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()

@@ -344,10 +344,13 @@ func (b *builder) route(r *policy.Route) ir.Route {
 		out.Mirror = &ir.Mirror{Cluster: clusterName(r.Mirror.Target), Percent: r.Mirror.Percent}
 	}
 	// Ring hash needs the route to say what to hash; take it from the
-	// (first) target service's settings.
-	if len(r.Targets) > 0 {
-		if s := b.pol.Service(r.Targets[0].Service); s != nil && s.LBPolicy == ir.LBRingHash {
+	// first ring-hash target's settings. A route computes one hash for
+	// whichever cluster it picks, so a split to two ring-hash services
+	// with different hash policies uses the first one's.
+	for _, t := range r.Targets {
+		if s := b.pol.Service(t.Service); s != nil && s.LBPolicy == ir.LBRingHash {
 			out.HashPolicies = s.HashPolicies
+			break
 		}
 	}
 	return out

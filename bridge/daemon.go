@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
@@ -36,6 +37,9 @@ type Config struct {
 	// Query tunes Consul blocking queries; zero fields take defaults, and
 	// the datacenter, stale and wait time come from Settings.
 	Query consul.QueryOptions
+	// Registry receives the daemon's metrics, served on /metrics; nil makes
+	// a private one.
+	Registry *prometheus.Registry
 }
 
 // Daemon runs the whole pipeline: Consul and policy watches, debounce,
@@ -50,8 +54,20 @@ type Daemon struct {
 	adminAddr net.Addr
 	reload    chan struct{}
 
-	ready  atomic.Bool
-	status atomic.Pointer[PolicyStatus]
+	ready   atomic.Bool
+	status  atomic.Pointer[PolicyStatus]
+	catalog atomic.Pointer[catalogView]
+	reg     *prometheus.Registry
+	metrics *metrics
+}
+
+// catalogView is the catalog the daemon serves from, for /v1/catalog.
+type catalogView struct {
+	Complete    bool                `json:"complete"`
+	ReceivedAt  time.Time           `json:"received_at"`
+	Pending     []consul.ServiceKey `json:"pending,omitempty"`
+	Unreachable []consul.ServiceKey `json:"unreachable,omitempty"`
+	Services    []*consul.Service   `json:"services"`
 }
 
 // New returns a daemon; nothing runs until Run.
@@ -62,7 +78,13 @@ func New(cfg Config) *Daemon {
 	if cfg.MaxDelay <= 0 {
 		cfg.MaxDelay = time.Second
 	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
 	d := &Daemon{
+		reg:     reg,
+		metrics: newMetrics(reg),
 		cfg:     cfg,
 		log:     cfg.Logger.With().Str("component", "bridge").Logger(),
 		xds:     xds.NewServer(xds.ServerConfig{Logger: cfg.Logger}),
@@ -129,10 +151,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		Query:   q,
 		Targets: WatchTargets(d.cfg.Policy),
 		Logger:  consulLog,
+		OnQuery: d.metrics.consulQuery,
 	})
 	var kv *consul.KVWatcher
 	if s.Consul.KVPrefix != "" {
-		kv = consul.NewKVWatcher(consul.KVConfig{Client: client, Prefix: s.Consul.KVPrefix, Query: q, Logger: consulLog})
+		kv = consul.NewKVWatcher(consul.KVConfig{Client: client, Prefix: s.Consul.KVPrefix, Query: q, Logger: consulLog, OnQuery: d.metrics.consulQuery})
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -202,6 +225,7 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 	} else {
 		_, _, sources := l.readDocuments()
 		l.recordPolicy(sources, nil)
+		l.d.metrics.reloads.WithLabelValues("ok").Inc()
 	}
 	for {
 		select {
@@ -215,6 +239,10 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 				l.changedAt = u.ChangedAt
 			}
 			l.catalog = &u
+			l.d.catalog.Store(&catalogView{
+				Complete: u.Complete, ReceivedAt: time.Now(), Pending: u.Pending,
+				Unreachable: u.Unreachable, Services: u.Catalog.Services,
+			})
 			l.schedule()
 		case kvu := <-kvUpdates:
 			l.kvDocs = &kvu
@@ -251,9 +279,11 @@ func (l *loop) build(ctx context.Context) {
 		l.d.log.Warn().Strs("services", keys(l.catalog.Pending)).Msg("services still loading after grace period; serving without them")
 	}
 	l.pendingSince = time.Time{}
+	start := time.Now()
 	model, warnings := Build(l.catalog.Catalog, l.policy)
 	l.logNewWarnings(warnings)
 	out, err := xds.Translate(model)
+	l.d.metrics.translate.Observe(time.Since(start).Seconds())
 	if err != nil {
 		l.d.log.Error().Err(err).Msg("translation failed; keeping the last good snapshot")
 		return
@@ -270,6 +300,11 @@ func (l *loop) build(ctx context.Context) {
 		l.d.log.Error().Err(err).Msg("setting snapshot failed; keeping the last good snapshot")
 		return
 	}
+	l.d.metrics.builds.Inc()
+	if !l.changedAt.IsZero() && len(changed) > 0 {
+		l.d.metrics.changeToPush.Observe(time.Since(l.changedAt).Seconds())
+	}
+	l.d.metrics.ready.Set(1)
 	if !l.d.ready.Swap(true) {
 		l.d.log.Info().Int("clusters", len(out.Shared.Clusters)).Int("groups", len(out.Groups)).
 			Msg("first complete Consul sync served; ready")
@@ -321,12 +356,14 @@ func (l *loop) reloadPolicy(trigger string) {
 			l.policy = cfg.Policy
 			l.watcher.SetTargets(WatchTargets(cfg.Policy))
 			l.recordPolicy(sources, diags)
+			l.d.metrics.reloads.WithLabelValues("ok").Inc()
 			l.d.log.Info().Str("trigger", trigger).Int("sources", len(sources)).Msg("policy loaded")
 			l.schedule()
 			return
 		}
 	}
 	lines := policy.FormatDiagnostics(diags)
+	l.d.metrics.reloads.WithLabelValues("failed").Inc()
 	l.d.log.Error().Str("trigger", trigger).Strs("diagnostics", lines).Msg("policy rejected; keeping the last good policy")
 	l.setStatus(func(st *PolicyStatus) {
 		st.LastError = &ReloadError{At: time.Now(), Diagnostics: lines}

@@ -20,7 +20,7 @@ func TestPoliciesLoadAndTranslate(t *testing.T) {
 	if err != nil || len(files) == 0 {
 		t.Fatalf("no sample policies: %v", err)
 	}
-	files = append(files, "../config.hcl")
+	files = append(files, "../config.hcl", "vm/config-local.hcl", "vm/config-central.hcl")
 	for _, f := range files {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			cfg, _, diags := policy.LoadFiles(f)

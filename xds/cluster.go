@@ -5,6 +5,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -63,15 +64,19 @@ func buildCluster(c *ir.Cluster) *clusterv3.Cluster {
 		}
 	}
 	if hc := c.HealthCheck; hc != nil {
+		http := &corev3.HealthCheck_HttpHealthCheck{Path: hc.Path, Host: hc.Host}
+		if c.HTTP2 {
+			// Envoy's health checker speaks HTTP/1.1 unless told otherwise,
+			// whatever the cluster's protocol: an HTTP/2-only (h2c)
+			// upstream would fail every check and be ejected.
+			http.CodecClientType = typev3.CodecClientType_HTTP2
+		}
 		out.HealthChecks = []*corev3.HealthCheck{{
 			Timeout:            durationpb.New(hc.Timeout),
 			Interval:           durationpb.New(hc.Interval),
 			HealthyThreshold:   wrapperspb.UInt32(hc.HealthyThreshold),
 			UnhealthyThreshold: wrapperspb.UInt32(hc.UnhealthyThreshold),
-			HealthChecker: &corev3.HealthCheck_HttpHealthCheck_{HttpHealthCheck: &corev3.HealthCheck_HttpHealthCheck{
-				Path: hc.Path,
-				Host: hc.Host,
-			}},
+			HealthChecker:      &corev3.HealthCheck_HttpHealthCheck_{HttpHealthCheck: http},
 		}}
 	}
 	if c.HTTP2 {
@@ -84,7 +89,7 @@ func buildCluster(c *ir.Cluster) *clusterv3.Cluster {
 		}
 	}
 	if t := c.TLS; t != nil {
-		out.TransportSocket = upstreamTLS(t)
+		out.TransportSocket = upstreamTLS(t, c.HTTP2)
 	}
 	return out
 }
@@ -97,9 +102,15 @@ func optUInt32(v uint32) *wrapperspb.UInt32Value {
 }
 
 // upstreamTLS points Envoy at certificate files on its own host; the
-// bridge does not read or ship them.
-func upstreamTLS(t *ir.UpstreamTLS) *corev3.TransportSocket {
+// bridge does not read or ship them. With http2 the connection offers ALPN
+// "h2": Envoy sends HTTP/2 either way, but TLS servers pick the protocol by
+// ALPN and fall back to HTTP/1.1 (gRPC servers refuse the connection)
+// without it.
+func upstreamTLS(t *ir.UpstreamTLS, http2 bool) *corev3.TransportSocket {
 	ctx := &tlsv3.UpstreamTlsContext{Sni: t.SNI, CommonTlsContext: &tlsv3.CommonTlsContext{}}
+	if http2 {
+		ctx.CommonTlsContext.AlpnProtocols = []string{"h2"}
+	}
 	if t.CertFile != "" {
 		ctx.CommonTlsContext.TlsCertificates = []*tlsv3.TlsCertificate{{
 			CertificateChain: fileSource(t.CertFile),
@@ -107,9 +118,17 @@ func upstreamTLS(t *ir.UpstreamTLS) *corev3.TransportSocket {
 		}}
 	}
 	if t.CAFile != "" {
-		ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{
-			ValidationContext: &tlsv3.CertificateValidationContext{TrustedCa: fileSource(t.CAFile)},
+		vc := &tlsv3.CertificateValidationContext{TrustedCa: fileSource(t.CAFile)}
+		if t.SNI != "" {
+			// With only a trusted CA, Envoy accepts any certificate that CA
+			// signed, whatever name it is for. The name Envoy asks for is
+			// the name the certificate must carry (wildcards as in RFC 6125).
+			vc.MatchTypedSubjectAltNames = []*tlsv3.SubjectAltNameMatcher{{
+				SanType: tlsv3.SubjectAltNameMatcher_DNS,
+				Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: t.SNI}},
+			}}
 		}
+		ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: vc}
 	}
 	return &corev3.TransportSocket{
 		Name:       "envoy.transport_sockets.tls",

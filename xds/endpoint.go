@@ -22,8 +22,20 @@ type localityKey struct {
 	region, zone string
 }
 
+// failoverOverprovisioning is the overprovisioning factor (in percent) of a
+// load assignment with more than one priority. Envoy's default (140) starts
+// moving traffic to the next priority as soon as fewer than ~72% of a
+// priority's hosts are healthy; failover datacenters are meant to take
+// traffic only when the preferred tier has no healthy host, so the factor
+// is large enough that any healthy host keeps all traffic (Consul's own
+// choice for its failover targets).
+const failoverOverprovisioning = 100000
+
 // buildLoadAssignment groups a cluster's endpoints by priority and locality,
 // in a stable order so equal endpoint sets always marshal to equal bytes.
+// Priorities are renumbered densely from 0 in their order: Envoy requires
+// priorities without gaps (a failover tier with no endpoints would leave
+// one, and ring-hash clusters crash on it in some Envoy versions).
 func buildLoadAssignment(c *ir.Cluster) *endpointv3.ClusterLoadAssignment {
 	groups := map[localityKey][]ir.Endpoint{}
 	for _, e := range c.Endpoints {
@@ -39,12 +51,16 @@ func buildLoadAssignment(c *ir.Cluster) *endpointv3.ClusterLoadAssignment {
 	})
 
 	cla := &endpointv3.ClusterLoadAssignment{ClusterName: c.Name}
-	for _, k := range keys {
+	var dense uint32
+	for i, k := range keys {
+		if i > 0 && k.priority != keys[i-1].priority {
+			dense++
+		}
 		eps := groups[k]
 		slices.SortFunc(eps, func(a, b ir.Endpoint) int {
 			return cmp.Or(a.Address.Compare(b.Address), cmp.Compare(a.Port, b.Port))
 		})
-		lle := &endpointv3.LocalityLbEndpoints{Priority: k.priority}
+		lle := &endpointv3.LocalityLbEndpoints{Priority: dense}
 		if k.region != "" || k.zone != "" {
 			lle.Locality = &corev3.Locality{Region: k.region, Zone: k.zone}
 		}
@@ -58,6 +74,9 @@ func buildLoadAssignment(c *ir.Cluster) *endpointv3.ClusterLoadAssignment {
 			})
 		}
 		cla.Endpoints = append(cla.Endpoints, lle)
+	}
+	if dense > 0 {
+		cla.Policy = &endpointv3.ClusterLoadAssignment_Policy{OverprovisioningFactor: wrapperspb.UInt32(failoverOverprovisioning)}
 	}
 	return cla
 }

@@ -65,7 +65,13 @@ func buildMatch(m *ir.RouteMatch) *routev3.RouteMatch {
 	case m.Path != "":
 		rm.PathSpecifier = &routev3.RouteMatch_Path{Path: m.Path}
 	case m.PathRegex != "":
-		rm.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: m.PathRegex}}
+		regex := m.PathRegex
+		if !m.CaseSensitive {
+			// Envoy ignores case_sensitive for safe_regex; RE2's flag
+			// is the only way to match the path regardless of case.
+			regex = "(?i)" + regex
+		}
+		rm.PathSpecifier = &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: regex}}
 	default:
 		prefix := m.PathPrefix
 		if prefix == "" {
@@ -73,7 +79,7 @@ func buildMatch(m *ir.RouteMatch) *routev3.RouteMatch {
 		}
 		rm.PathSpecifier = &routev3.RouteMatch_Prefix{Prefix: prefix}
 	}
-	if !m.CaseSensitive {
+	if _, regex := rm.PathSpecifier.(*routev3.RouteMatch_SafeRegex); !m.CaseSensitive && !regex {
 		rm.CaseSensitive = wrapperspb.Bool(false)
 	}
 	if m.Method != "" {

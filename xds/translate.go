@@ -77,6 +77,9 @@ func Translate(m *ir.Model) (*Output, error) {
 		r := &Resources{}
 		for j := range g.Listeners {
 			l := &g.Listeners[j]
+			if err := unsupported(l); err != nil {
+				errs = append(errs, fmt.Errorf("proxy group %q: %w", g.Name, err))
+			}
 			r.Listeners = append(r.Listeners, buildListener(l))
 			if l.Protocol != "tcp" {
 				r.Routes = append(r.Routes, buildRouteConfig(l))
@@ -91,6 +94,26 @@ func Translate(m *ir.Model) (*Output, error) {
 		return nil, err
 	}
 	return out, nil
+}
+
+// ErrUnsupported marks model details Envoy has no way to express. The
+// translator reports them rather than dropping them, which would serve a
+// route that matches other requests than the policy says.
+var ErrUnsupported = errors.New("not expressible in Envoy")
+
+func unsupported(l *ir.Listener) error {
+	var errs []error
+	for _, vh := range l.VirtualHosts {
+		for _, r := range vh.Routes {
+			for _, q := range r.Match.Query {
+				if q.Invert {
+					// QueryParameterMatcher has no invert_match.
+					errs = append(errs, fmt.Errorf("listener %q route %s: inverted match on query parameter %q: %w", l.Name, r.Source, q.Name, ErrUnsupported))
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 type validator interface{ ValidateAll() error }

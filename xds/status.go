@@ -1,0 +1,464 @@
+package xds
+
+import (
+	"cmp"
+	"net"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+)
+
+// Proxy and per-type statuses, in the spirit of istioctl proxy-status.
+const (
+	// StatusSynced: everything sent was ACKed (or is awaiting its ACK for
+	// less than StaleAfter).
+	StatusSynced = "SYNCED"
+	// StatusStale: a response was sent and is not ACKed after StaleAfter.
+	StatusStale = "STALE"
+	// StatusNACKed: the last response of a type was rejected.
+	StatusNACKed = "NACKED"
+	// StatusNotSent: nothing was sent yet (e.g. the bridge has not synced).
+	StatusNotSent = "NOT_SENT"
+	// StatusPending is a per-type status only: sent, awaiting its ACK for
+	// less than StaleAfter. A proxy with pending types is still SYNCED.
+	StatusPending = "PENDING"
+)
+
+// ProxyStatus is one connected xDS stream as /v1/proxies shows it.
+type ProxyStatus struct {
+	NodeID string `json:"node_id"`
+	// NodeCluster is node.cluster, the key the proxy's snapshot is served
+	// under; Group is the policy proxy group it resolves to ("" if none:
+	// shared clusters and endpoints only).
+	NodeCluster string `json:"node_cluster"`
+	Group       string `json:"group,omitempty"`
+	// UserAgent is node.user_agent_name and its version, e.g.
+	// "envoy/1.31.0" or "grpc-go/1.66.0".
+	UserAgent      string    `json:"user_agent,omitempty"`
+	RemoteAddress  string    `json:"remote_address,omitempty"`
+	ConnectedSince time.Time `json:"connected_since"`
+	// Stream identifies the stream: "sotw-N" or "delta-N".
+	Stream string `json:"stream"`
+	// Kind is "ADS", "ADS delta", or a per-type stream such as "CDS" or
+	// "CDS delta".
+	Kind string `json:"kind"`
+	// Status is derived from Types: NACKED, STALE, NOT_SENT or SYNCED.
+	Status string `json:"status"`
+	// Types is keyed by the short type name (CDS, EDS, LDS, RDS).
+	Types map[string]*TypeStatus `json:"types"`
+}
+
+// TypeStatus is the protocol state of one resource type on one stream.
+type TypeStatus struct {
+	TypeURL string `json:"type_url"`
+	// Status is SYNCED, PENDING, STALE, NACKED or NOT_SENT.
+	Status      string    `json:"status"`
+	VersionSent string    `json:"version_sent,omitempty"`
+	NonceSent   string    `json:"nonce_sent,omitempty"`
+	SentAt      time.Time `json:"sent_at,omitzero"`
+	// VersionAcked is the last version the proxy ACKed on this stream, or
+	// the version it announced holding when the stream opened.
+	VersionAcked string    `json:"version_acked,omitempty"`
+	AckedAt      time.Time `json:"acked_at,omitzero"`
+	// VersionCurrent is the version the bridge currently serves this
+	// proxy's node.cluster, to compare with the two above.
+	VersionCurrent string `json:"version_current,omitempty"`
+	// LastNACK is the most recent rejection on this stream, kept after a
+	// later ACK for reference; Status says whether it is still current.
+	LastNACK *NACKInfo `json:"last_nack,omitempty"`
+}
+
+// NACKInfo is one rejected response.
+type NACKInfo struct {
+	// Version is the version that was rejected (the one sent with Nonce),
+	// not the version_info the request carried (the previous good one).
+	Version string    `json:"version"`
+	Nonce   string    `json:"nonce"`
+	Error   string    `json:"error"`
+	At      time.Time `json:"at"`
+}
+
+// maxTypesPerStream bounds the per-type state a client can make us keep
+// by asking for made-up type URLs.
+const maxTypesPerStream = 16
+
+// tracker keeps the protocol state of every live stream, fed by the
+// callbacks. Memory is one entry per live stream, dropped on close.
+type tracker struct {
+	mu      sync.Mutex
+	streams map[streamKey]*streamState
+	// rewrites carries, from OnStreamRequest to CreateWatch (same
+	// goroutine, same request pointer), the version a SotW request must be
+	// treated as holding so the cache does not resend a rejected version;
+	// see nackGuard.
+	rewrites map[*discoveryv3.DiscoveryRequest]rewrite
+}
+
+type rewrite struct {
+	stream  streamKey
+	version string
+}
+
+type streamState struct {
+	key      streamKey
+	kind     string
+	remote   string
+	openedAt time.Time
+	node     *corev3.Node
+	types    map[string]*typeState
+}
+
+type typeState struct {
+	sentVersion, sentNonce   string
+	sentAt                   time.Time
+	ackedVersion, ackedNonce string
+	ackedAt                  time.Time
+	nackedNonce              string // == sentNonce while the last response stands rejected
+	lastNACK                 *NACKInfo
+}
+
+func newTracker() *tracker {
+	return &tracker{streams: map[streamKey]*streamState{}, rewrites: map[*discoveryv3.DiscoveryRequest]rewrite{}}
+}
+
+// streamKind names a stream by its protocol and the type URL it was opened
+// for ("" for ADS).
+func streamKind(delta bool, typeURL string) string {
+	k := "ADS"
+	if typeURL != "" {
+		k = shortType(typeURL)
+	}
+	if delta {
+		k += " delta"
+	}
+	return k
+}
+
+var shortTypes = map[string]string{
+	resourcev3.ClusterType:  "CDS",
+	resourcev3.EndpointType: "EDS",
+	resourcev3.ListenerType: "LDS",
+	resourcev3.RouteType:    "RDS",
+	resourcev3.SecretType:   "SDS",
+	resourcev3.RuntimeType:  "RTDS",
+}
+
+// shortType is the xDS service name of a type URL, or the type URL itself
+// for types without one.
+func shortType(typeURL string) string {
+	if s, ok := shortTypes[typeURL]; ok {
+		return s
+	}
+	return typeURL
+}
+
+func (t *tracker) open(key streamKey, typeURL string, addr net.Addr) {
+	st := &streamState{key: key, kind: streamKind(key.delta, typeURL), openedAt: time.Now(), types: map[string]*typeState{}}
+	if addr != nil {
+		st.remote = addr.String()
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.streams[key] = st
+}
+
+// close forgets a stream and returns what it knew (nil if unknown).
+func (t *tracker) close(key streamKey) *streamState {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := t.streams[key]
+	delete(t.streams, key)
+	// Normally empty: CreateWatch consumes each entry right away.
+	for r, rw := range t.rewrites {
+		if rw.stream == key {
+			delete(t.rewrites, r)
+		}
+	}
+	return st
+}
+
+// reqKind classifies a request for a type.
+type reqKind int
+
+const (
+	reqInitial reqKind = iota // no response_nonce: a new subscription
+	reqStale                  // nonce of an older response: ignored
+	reqACK                    // first ACK of the last response
+	reqNACK                   // first NACK of the last response
+	reqRepeat                 // same nonce again: subscription change, repeated ACK/NACK
+	reqUnknown                // unknown stream or type beyond the bound
+)
+
+type reqResult struct {
+	kind reqKind
+	// node is the stream's node (requests after the first may omit it);
+	// newNode is set on the request that made it known.
+	node    *corev3.Node
+	newNode bool
+	kindStr string
+	// version is the version ACKed or NACKed (the one sent with the nonce).
+	version string
+}
+
+// request records a request. For SotW, req is the request object the
+// server hands to the cache next: if it still stands for a rejected
+// version, a rewrite is registered for nackGuard.
+func (t *tracker) request(key streamKey, node *corev3.Node, typeURL, version, nonce, errDetail string, req *discoveryv3.DiscoveryRequest) reqResult {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := t.streams[key]
+	if st == nil {
+		return reqResult{kind: reqUnknown, node: node}
+	}
+	res := reqResult{kindStr: st.kind}
+	if st.node == nil && node != nil {
+		st.node, res.newNode = node, true
+	}
+	res.node = st.node
+	ts := st.types[typeURL]
+	if ts == nil {
+		if len(st.types) >= maxTypesPerStream {
+			res.kind = reqUnknown
+			return res
+		}
+		ts = &typeState{}
+		st.types[typeURL] = ts
+	}
+	switch {
+	case nonce == "":
+		res.kind = reqInitial
+		// A SotW client reconnecting says which version it holds.
+		if version != "" && ts.sentNonce == "" {
+			ts.ackedVersion, ts.ackedAt = version, now
+		}
+		return res
+	case nonce != ts.sentNonce:
+		// Not the latest response: the protocol says to ignore it, and
+		// go-control-plane's SotW server does.
+		res.kind = reqStale
+		return res
+	}
+	res.version = ts.sentVersion
+	switch {
+	case errDetail != "":
+		res.kind = reqRepeat
+		if ts.nackedNonce != nonce {
+			res.kind = reqNACK
+			ts.nackedNonce = nonce
+			ts.lastNACK = &NACKInfo{Version: ts.sentVersion, Nonce: nonce, Error: errDetail, At: now}
+		}
+	case ts.nackedNonce == nonce:
+		// After a NACK, SotW requests for the type (e.g. a subscription
+		// change) keep the rejected response's nonce and the old version.
+		res.kind = reqRepeat
+	case key.delta || version == ts.sentVersion:
+		res.kind = reqRepeat
+		if ts.ackedNonce != nonce {
+			res.kind = reqACK
+			ts.ackedVersion, ts.ackedNonce, ts.ackedAt = ts.sentVersion, nonce, now
+		}
+	default:
+		// Latest nonce, no error, another version: not an ACK of what we
+		// sent. Leave the state as it is.
+		res.kind = reqRepeat
+	}
+	if req != nil && !key.delta && ts.nackedNonce == nonce && version != ts.sentVersion {
+		t.rewrites[req] = rewrite{stream: key, version: ts.sentVersion}
+	}
+	return res
+}
+
+// takeRewrite returns the version a SotW request is to be treated as
+// holding, if it stands for a rejected version.
+func (t *tracker) takeRewrite(req *discoveryv3.DiscoveryRequest) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	rw, ok := t.rewrites[req]
+	if ok {
+		delete(t.rewrites, req)
+	}
+	return rw.version, ok
+}
+
+// response records a response about to be sent; it returns the stream's
+// node (nil if not known yet).
+func (t *tracker) response(key streamKey, typeURL, version, nonce string) *corev3.Node {
+	now := time.Now()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := t.streams[key]
+	if st == nil {
+		return nil
+	}
+	ts := st.types[typeURL]
+	if ts == nil {
+		if len(st.types) >= maxTypesPerStream {
+			return st.node
+		}
+		ts = &typeState{}
+		st.types[typeURL] = ts
+	}
+	ts.sentVersion, ts.sentNonce, ts.sentAt = version, nonce, now
+	return st.node
+}
+
+// node returns the node of a stream, nil if not known yet.
+func (t *tracker) node(key streamKey) *corev3.Node {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if st := t.streams[key]; st != nil {
+		return st.node
+	}
+	return nil
+}
+
+// nodeCluster finds the node.cluster of a connected node id.
+func (t *tracker) nodeCluster(nodeID string) (string, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var best *streamState
+	for _, st := range t.streams {
+		if st.node.GetId() != nodeID || st.node == nil {
+			continue
+		}
+		if best == nil || compareKeys(st.key, best.key) < 0 {
+			best = st
+		}
+	}
+	if best == nil {
+		return "", false
+	}
+	return best.node.GetCluster(), true
+}
+
+func compareKeys(a, b streamKey) int {
+	if a.delta != b.delta {
+		if a.delta {
+			return 1
+		}
+		return -1
+	}
+	return cmp.Compare(a.id, b.id)
+}
+
+func (k streamKey) String() string {
+	if k.delta {
+		return "delta-" + strconv.FormatInt(k.id, 10)
+	}
+	return "sotw-" + strconv.FormatInt(k.id, 10)
+}
+
+// snapshot returns the status of every stream, sorted by node id then
+// stream, with statuses derived at now. current gives the version served
+// to a node.cluster for a type, group the proxy group of a node.cluster.
+func (t *tracker) snapshot(now time.Time, staleAfter time.Duration) []ProxyStatus {
+	t.mu.Lock()
+	out := make([]ProxyStatus, 0, len(t.streams))
+	for _, st := range t.streams {
+		p := ProxyStatus{
+			NodeID:         st.node.GetId(),
+			NodeCluster:    st.node.GetCluster(),
+			UserAgent:      userAgent(st.node),
+			RemoteAddress:  st.remote,
+			ConnectedSince: st.openedAt,
+			Stream:         st.key.String(),
+			Kind:           st.kind,
+			Types:          make(map[string]*TypeStatus, len(st.types)),
+		}
+		for typ, ts := range st.types {
+			s := &TypeStatus{
+				TypeURL:      typ,
+				Status:       ts.status(now, staleAfter),
+				VersionSent:  ts.sentVersion,
+				NonceSent:    ts.sentNonce,
+				SentAt:       ts.sentAt,
+				VersionAcked: ts.ackedVersion,
+				AckedAt:      ts.ackedAt,
+			}
+			if ts.lastNACK != nil {
+				n := *ts.lastNACK
+				s.LastNACK = &n
+			}
+			p.Types[shortType(typ)] = s
+		}
+		p.Status = proxyStatus(p.Types)
+		out = append(out, p)
+	}
+	t.mu.Unlock()
+	slices.SortFunc(out, func(a, b ProxyStatus) int {
+		if c := strings.Compare(a.NodeID, b.NodeID); c != 0 {
+			return c
+		}
+		return compareStreams(a.Stream, b.Stream)
+	})
+	return out
+}
+
+// compareStreams orders "sotw-N" before "delta-N", each by N.
+func compareStreams(a, b string) int {
+	ka, kb := parseStream(a), parseStream(b)
+	return compareKeys(ka, kb)
+}
+
+func parseStream(s string) streamKey {
+	kind, n, _ := strings.Cut(s, "-")
+	id, _ := strconv.ParseInt(n, 10, 64)
+	return streamKey{delta: kind == "delta", id: id}
+}
+
+func (ts *typeState) status(now time.Time, staleAfter time.Duration) string {
+	switch {
+	case ts.sentNonce == "":
+		if ts.ackedVersion != "" {
+			return StatusSynced // holds a version from a previous stream
+		}
+		return StatusNotSent
+	case ts.nackedNonce == ts.sentNonce:
+		return StatusNACKed
+	case ts.ackedNonce == ts.sentNonce:
+		return StatusSynced
+	case now.Sub(ts.sentAt) > staleAfter:
+		return StatusStale
+	}
+	return StatusPending
+}
+
+// proxyStatus derives a proxy's status from its types: NACKED if any type
+// stands rejected, else STALE if any is unACKed for too long, else
+// NOT_SENT if nothing was sent, else SYNCED.
+func proxyStatus(types map[string]*TypeStatus) string {
+	has := map[string]bool{}
+	for _, ts := range types {
+		has[ts.Status] = true
+	}
+	switch {
+	case has[StatusNACKed]:
+		return StatusNACKed
+	case has[StatusStale]:
+		return StatusStale
+	case !has[StatusSynced] && !has[StatusPending]:
+		return StatusNotSent
+	}
+	return StatusSynced
+}
+
+func userAgent(n *corev3.Node) string {
+	name := n.GetUserAgentName()
+	v := n.GetUserAgentVersion()
+	if bv := n.GetUserAgentBuildVersion().GetVersion(); v == "" && bv != nil {
+		v = strconv.FormatUint(uint64(bv.GetMajorNumber()), 10) + "." +
+			strconv.FormatUint(uint64(bv.GetMinorNumber()), 10) + "." +
+			strconv.FormatUint(uint64(bv.GetPatch()), 10)
+	}
+	if name != "" && v != "" {
+		return name + "/" + v
+	}
+	return name
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
 )
 
 // diags collects problems while resolving; every problem points at source.
@@ -35,6 +36,41 @@ func (d *diags) extend(ds hcl.Diagnostics) { d.list = append(d.list, ds...) }
 func valueRange(body hcl.Body, name string, fallback hcl.Range) hcl.Range {
 	if sb, ok := body.(*hclsyntax.Body); ok {
 		if a, ok := sb.Attributes[name]; ok {
+			return a.Expr.Range()
+		}
+	}
+	return fallback
+}
+
+// elemRange is where element i of list attribute name is written, so a
+// diagnostic about one list entry points at that entry. It falls back to the
+// whole value when the list is not a literal, and to fallback when the
+// attribute is absent.
+func elemRange(body hcl.Body, name string, i int, fallback hcl.Range) hcl.Range {
+	if sb, ok := body.(*hclsyntax.Body); ok {
+		if a, ok := sb.Attributes[name]; ok {
+			if t, ok := a.Expr.(*hclsyntax.TupleConsExpr); ok && i >= 0 && i < len(t.Exprs) {
+				return t.Exprs[i].Range()
+			}
+			return a.Expr.Range()
+		}
+	}
+	return fallback
+}
+
+// keyRange is where key is written in the object (map) attribute name,
+// falling back like elemRange.
+func keyRange(body hcl.Body, name, key string, fallback hcl.Range) hcl.Range {
+	if sb, ok := body.(*hclsyntax.Body); ok {
+		if a, ok := sb.Attributes[name]; ok {
+			if o, ok := a.Expr.(*hclsyntax.ObjectConsExpr); ok {
+				for _, item := range o.Items {
+					k, diags := item.KeyExpr.Value(nil)
+					if !diags.HasErrors() && k.IsKnown() && !k.IsNull() && k.Type() == cty.String && k.AsString() == key {
+						return item.KeyExpr.Range()
+					}
+				}
+			}
 			return a.Expr.Range()
 		}
 	}

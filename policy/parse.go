@@ -7,6 +7,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclparse"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
+	"github.com/zclconf/go-cty/cty"
 )
 
 // Document is one parsed HCL source (a file or a KV key), not yet merged.
@@ -44,6 +46,10 @@ func Parse(name string, src []byte) (*Document, hcl.Diagnostics) {
 	if diags.HasErrors() {
 		return nil, diags
 	}
+	diags = append(diags, checkNumbers(f.Body)...)
+	if diags.HasErrors() {
+		return nil, diags
+	}
 	var raw documentSchema
 	diags = append(diags, gohcl.DecodeBody(f.Body, nil, &raw)...)
 	if diags.HasErrors() {
@@ -57,6 +63,39 @@ func Parse(name string, src []byte) (*Document, hcl.Diagnostics) {
 		d.exportAllRange = valueRange(raw.Body, "export_all_services", hcl.Range{Filename: name})
 	}
 	return d, diags
+}
+
+// maxNumberExp bounds number literals to about float64's range. No setting
+// needs more, and decoding a number like 1e1000000000 into a string
+// attribute (which gohcl does by converting it) would print all its digits:
+// seconds of CPU and gigabytes of memory from a dozen bytes of input.
+const maxNumberExp = 1100
+
+// checkNumbers rejects number literals outside ±2^maxNumberExp (other than
+// zero) before anything converts them.
+func checkNumbers(body hcl.Body) hcl.Diagnostics {
+	sb, ok := body.(*hclsyntax.Body)
+	if !ok {
+		return nil
+	}
+	var diags hcl.Diagnostics
+	hclsyntax.VisitAll(sb, func(n hclsyntax.Node) hcl.Diagnostics {
+		lit, ok := n.(*hclsyntax.LiteralValueExpr)
+		if !ok || lit.Val.Type() != cty.Number || !lit.Val.IsKnown() || lit.Val.IsNull() {
+			return nil
+		}
+		f := lit.Val.AsBigFloat()
+		if exp := f.MantExp(nil); f.IsInf() || (f.Sign() != 0 && (exp > maxNumberExp || exp < -maxNumberExp)) {
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Number out of range",
+				Detail:   "This number is far outside what any setting takes (ports, counts, weights, percentages); write a value within the range of a 64-bit float.",
+				Subject:  lit.SrcRange.Ptr(),
+			})
+		}
+		return nil
+	})
+	return diags
 }
 
 // ParseKV decodes a policy document stored in Consul KV under key. Daemon
@@ -123,7 +162,7 @@ func Merge(docs ...*Document) (*Config, hcl.Diagnostics) {
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError,
 				Summary:  fmt.Sprintf("Duplicate %s block", block),
-				Detail:   fmt.Sprintf("Only one %s block is allowed across all configuration; previous definition at %s.", block, prev),
+				Detail:   fmt.Sprintf("Only one %s block is allowed across all configuration; previous definition at %s.", block, pos(prev)),
 				Subject:  rng.Ptr(),
 			})
 			return false

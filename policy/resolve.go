@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"math"
 	"net/netip"
 	"path"
 	"regexp"
@@ -35,6 +36,14 @@ type resolver struct {
 	diags
 	pol      *Policy
 	services map[string]*serviceBlock
+	// targets that name a subset, with where the subset is written; they
+	// are checked once every service is known.
+	targets []targetRef
+}
+
+type targetRef struct {
+	Target
+	rng hcl.Range
 }
 
 func resolvePolicy(docs []*Document) (*Policy, hcl.Diagnostics) {
@@ -78,9 +87,7 @@ func resolvePolicy(docs []*Document) (*Policy, hcl.Diagnostics) {
 	}
 	// Targets are checked after every service is known, whatever the order
 	// of documents.
-	for _, p := range r.pol.Proxies {
-		r.checkTargets(p)
-	}
+	r.checkTargets()
 	switch {
 	case exportAll != nil:
 		r.pol.ExportAllServices = *exportAll
@@ -139,14 +146,14 @@ func (r *resolver) service(b *serviceBlock) *Service {
 			r.add(h.DefRange, "Invalid hash_policy", "A hash_policy needs exactly one of header, cookie or source_ip = true; this one has %d.", n)
 		}
 		if s.LBPolicy != ir.LBRingHash {
-			r.add(h.DefRange, "hash_policy without ring_hash", "hash_policy only affects lb_policy = \"ring_hash\"; service %q uses %q.", b.Name, s.LBPolicy)
+			r.add(h.DefRange, "hash_policy without ring_hash", "hash_policy only affects lb_policy = \"ring_hash\"; service %q uses %q. Set lb_policy = \"ring_hash\" or remove the hash_policy.", b.Name, s.LBPolicy)
 		}
 		s.HashPolicies = append(s.HashPolicies, hp)
 	}
 	seen := map[string]hcl.Range{}
 	for _, sb := range b.Subsets {
 		if prev, ok := seen[sb.Name]; ok {
-			r.add(sb.DefRange, "Duplicate subset", "subset %q of service %q is already defined at %s.", sb.Name, b.Name, pos(prev))
+			r.add(sb.DefRange, "Duplicate subset", "subset %q of service %q is already defined at %s; rename or remove one of them.", sb.Name, b.Name, pos(prev))
 			continue
 		}
 		seen[sb.Name] = sb.DefRange
@@ -213,14 +220,13 @@ func (r *resolver) service(b *serviceBlock) *Service {
 		s.TLS = u
 	}
 	if f := b.Failover; f != nil {
-		rng := valueRange(f.Body, "datacenters", f.DefRange)
 		if len(f.Datacenters) == 0 {
-			r.add(rng, "Empty failover", "failover needs at least one datacenter.")
+			r.add(valueRange(f.Body, "datacenters", f.DefRange), "Empty failover", "failover needs at least one datacenter: list them in order, e.g. datacenters = [\"dc2\"], or remove the failover block.")
 		}
 		seen := map[string]bool{}
-		for _, dc := range f.Datacenters {
+		for i, dc := range f.Datacenters {
 			if dc == "" || seen[dc] || dc == s.Datacenter {
-				r.add(rng, "Invalid failover datacenter", "datacenter %q is empty, repeated, or the service's own datacenter.", dc)
+				r.add(elemRange(f.Body, "datacenters", i, f.DefRange), "Invalid failover datacenter", "datacenter %q is empty, repeated, or the service's own datacenter; list each other datacenter once.", dc)
 			}
 			seen[dc] = true
 		}
@@ -233,7 +239,7 @@ func (r *resolver) nonNegative(body hcl.Body, name string, v *int, def hcl.Range
 	if v == nil {
 		return 0
 	}
-	if *v < 0 || *v > 1<<31 {
+	if *v < 0 || int64(*v) > 1<<31 {
 		r.add(valueRange(body, name, def), "Invalid "+name, "%s = %d must be between 0 and 2147483648.", name, *v)
 		return 0
 	}
@@ -241,7 +247,7 @@ func (r *resolver) nonNegative(body hcl.Body, name string, v *int, def hcl.Range
 }
 
 func (r *resolver) positive(body hcl.Body, name string, v int, def hcl.Range) uint32 {
-	if v < 1 || v > 1<<31 {
+	if v < 1 || int64(v) > 1<<31 {
 		r.add(valueRange(body, name, def), "Invalid "+name, "%s = %d must be a positive integer.", name, v)
 		return 1
 	}
@@ -276,13 +282,13 @@ func (r *resolver) proxy(b *proxyBlock) *Proxy {
 	ports := map[int]hcl.Range{}
 	for _, lb := range b.Listeners {
 		if prev, ok := names[lb.Name]; ok {
-			r.add(lb.DefRange, "Duplicate listener", "listener %q of proxy %q is already defined at %s.", lb.Name, b.Name, pos(prev))
+			r.add(lb.DefRange, "Duplicate listener", "listener %q of proxy %q is already defined at %s; listener names must be unique within a proxy group.", lb.Name, b.Name, pos(prev))
 			continue
 		}
 		names[lb.Name] = lb.DefRange
 		portRange := valueRange(lb.Body, "port", lb.DefRange)
 		if prev, ok := ports[lb.Port]; ok {
-			r.add(portRange, "Duplicate port", "port %d is already used by another listener of proxy %q at %s.", lb.Port, b.Name, pos(prev))
+			r.add(portRange, "Duplicate port", "port %d is already used by another listener of proxy %q at %s; give each listener its own port.", lb.Port, b.Name, pos(prev))
 		} else {
 			ports[lb.Port] = lb.DefRange
 		}
@@ -306,7 +312,7 @@ func (r *resolver) listener(group string, b *listenerBlock) *Listener {
 		r.add(valueRange(b.Body, "port", b.DefRange), "Invalid port", "%s: port %d is not between 1 and 65535.", where, b.Port)
 	}
 	if _, err := netip.ParseAddr(l.Address); err != nil {
-		r.add(valueRange(b.Body, "address", b.DefRange), "Invalid listener address", "%s: %q is not an IP address.", where, l.Address)
+		r.add(valueRange(b.Body, "address", b.DefRange), "Invalid listener address", "%s: %q is not an IP address; use a literal address such as \"0.0.0.0\", \"127.0.0.1\" or \"::\" (host names are not resolved).", where, l.Address)
 	}
 	if !oneOf(l.Protocol, protocols) {
 		r.add(valueRange(b.Body, "protocol", b.DefRange), "Invalid protocol", "%s: protocol %q is not one of %s.", where, l.Protocol, quoteList(protocols))
@@ -317,7 +323,7 @@ func (r *resolver) listener(group string, b *listenerBlock) *Listener {
 		if len(b.VirtualHosts) > 0 {
 			r.add(b.VirtualHosts[0].DefRange, "virtual_host on a tcp listener", "%s is protocol \"tcp\": it forwards connections, so it cannot route by host or path. Use protocol = \"http\".", where)
 		}
-		l.TCP = r.action(b.Body, b.DefRange, where, b.Service, b.Subset, b.Splits, 0)
+		l.TCP = r.action(b.Body, b.DefRange, where, false, b.Service, b.Subset, b.Splits, 0)
 	case "http":
 		if b.Service != nil || len(b.Splits) > 0 {
 			r.add(valueRange(b.Body, "service", b.DefRange), "service on an http listener", "%s: an http listener routes with virtual_host and route blocks; service and split apply to tcp listeners.", where)
@@ -326,7 +332,11 @@ func (r *resolver) listener(group string, b *listenerBlock) *Listener {
 			r.add(b.IdleTimeout.Range(), "idle_timeout on an http listener", "%s: set idle_timeout on routes for http listeners.", where)
 		}
 		vhNames := map[string]hcl.Range{}
-		domains := map[string]string{}
+		type vhDomain struct {
+			name string
+			rng  hcl.Range
+		}
+		domains := map[string]vhDomain{}
 		routes := 0
 		for _, vb := range b.VirtualHosts {
 			if prev, ok := vhNames[vb.Name]; ok {
@@ -338,13 +348,15 @@ func (r *resolver) listener(group string, b *listenerBlock) *Listener {
 			if len(vh.Domains) == 0 {
 				vh.Domains = []string{"*"}
 			}
-			for _, d := range vh.Domains {
+			for i, d := range vh.Domains {
+				rng := elemRange(vb.Body, "domains", i, vb.DefRange)
 				if other, ok := domains[strings.ToLower(d)]; ok {
-					r.add(valueRange(vb.Body, "domains", vb.DefRange), "Duplicate domain", "domain %q is also served by virtual_host %q of %s; Envoy requires each domain once per listener.", d, other, where)
+					r.add(rng, "Duplicate domain", "domain %q is also served by virtual_host %q of %s at %s; Envoy requires each domain once per listener, so remove it from one of them.", d, other.name, where, pos(other.rng))
+				} else {
+					domains[strings.ToLower(d)] = vhDomain{vb.Name, rng}
 				}
-				domains[strings.ToLower(d)] = vb.Name
 				if d == "" || strings.Count(d, "*") > 1 || (strings.Contains(d, "*") && !strings.HasPrefix(d, "*") && !strings.HasSuffix(d, "*")) {
-					r.add(valueRange(vb.Body, "domains", vb.DefRange), "Invalid domain", "domain %q: a wildcard may only be a prefix (\"*.example.com\") or suffix (\"example.*\"), or \"*\" alone.", d)
+					r.add(rng, "Invalid domain", "domain %q: a wildcard may only be a prefix (\"*.example.com\") or suffix (\"example.*\"), or \"*\" alone.", d)
 				}
 			}
 			for _, rb := range vb.Routes {
@@ -352,20 +364,21 @@ func (r *resolver) listener(group string, b *listenerBlock) *Listener {
 				routes++
 			}
 			if len(vb.Routes) == 0 {
-				r.add(vb.DefRange, "virtual_host without routes", "virtual_host %q of %s has no route block; requests to it would all get 404.", vb.Name, where)
+				r.add(vb.DefRange, "virtual_host without routes", "virtual_host %q of %s has no route block, so every request to it would get 404; add a route block.", vb.Name, where)
 			}
 			l.VirtualHosts = append(l.VirtualHosts, vh)
 		}
 		if routes == 0 && len(b.VirtualHosts) == 0 {
-			r.add(b.DefRange, "Listener without routes", "%s is protocol \"http\" but has no virtual_host with routes.", where)
+			r.add(b.DefRange, "Listener without routes", "%s is protocol \"http\" but has no virtual_host with routes; add a virtual_host block with a route, or use protocol = \"tcp\" with service = \"...\".", where)
 		}
 	}
 	return l
 }
 
 // action resolves `service`/`subset` or `split` blocks into targets,
-// requiring exactly one of the two forms unless other actions count.
-func (r *resolver) action(body hcl.Body, def hcl.Range, where string, service, subset *string, splits []*splitBlock, otherActions int) []Target {
+// requiring exactly one of the two forms unless other actions count. route
+// is false for a tcp listener, which has no redirect or direct_response.
+func (r *resolver) action(body hcl.Body, def hcl.Range, where string, route bool, service, subset *string, splits []*splitBlock, otherActions int) []Target {
 	forms := otherActions
 	if service != nil {
 		forms++
@@ -374,7 +387,11 @@ func (r *resolver) action(body hcl.Body, def hcl.Range, where string, service, s
 		forms++
 	}
 	if forms != 1 {
-		r.add(def, "Route needs exactly one action", "%s has %d actions; use exactly one of service = \"...\", split blocks, redirect or direct_response.", where, forms)
+		if route {
+			r.add(def, "Route needs exactly one action", "%s has %d actions; use exactly one of service = \"...\", split blocks, redirect or direct_response.", where, forms)
+		} else {
+			r.add(def, "Listener needs exactly one target", "%s is protocol \"tcp\" and has %d targets; use exactly one of service = \"...\" or split blocks.", where, forms)
+		}
 	}
 	if subset != nil && service == nil {
 		r.add(valueRange(body, "subset", def), "subset without service", "%s: subset %q names no service; add service = \"...\".", where, *subset)
@@ -386,21 +403,29 @@ func (r *resolver) action(body hcl.Body, def hcl.Range, where string, service, s
 		if t.Service == "" {
 			r.add(valueRange(body, "service", def), "Empty service", "%s: service must name a Consul service.", where)
 		}
+		r.target(t, valueRange(body, "subset", def))
 		out = append(out, t)
 	}
-	total := 0
+	var total int64
 	for _, sp := range splits {
-		if sp.Weight < 1 {
-			r.add(valueRange(sp.Body, "weight", sp.DefRange), "Invalid split weight", "weight %d must be a positive integer; remove the split to send it nothing.", sp.Weight)
+		if sp.Weight < 1 || int64(sp.Weight) > math.MaxUint32 {
+			r.add(valueRange(sp.Body, "weight", sp.DefRange), "Invalid split weight", "weight %d must be a positive integer below 2^32; remove the split to send it nothing.", sp.Weight)
 			continue
 		}
-		total += sp.Weight
+		if sp.Service == "" {
+			r.add(valueRange(sp.Body, "service", sp.DefRange), "Empty service", "%s: split service must name a Consul service.", where)
+		}
+		total += int64(sp.Weight)
 		t := Target{Service: sp.Service, Weight: sp.Weight}
 		set(&t.Subset, sp.Subset)
+		r.target(t, valueRange(sp.Body, "subset", sp.DefRange))
 		out = append(out, t)
 	}
-	if len(splits) > 0 && total == 0 {
+	switch {
+	case len(splits) > 0 && total == 0:
 		r.add(def, "Split weights sum to zero", "%s: the split weights must add up to more than 0.", where)
+	case total > math.MaxUint32:
+		r.add(def, "Split weights too large", "%s: the split weights add up to %d; Envoy needs the sum below 2^32, so scale them down (e.g. to percentages).", where, total)
 	}
 	return out
 }
@@ -427,7 +452,7 @@ func (r *resolver) route(b *routeBlock, where string) *Route {
 		rt.DirectResponse = &ir.DirectResponse{Status: dr.Status}
 		set(&rt.DirectResponse.Body, dr.Body)
 	}
-	rt.Targets = r.action(b.Body, b.DefRange, where, b.Service, b.Subset, b.Splits, other)
+	rt.Targets = r.action(b.Body, b.DefRange, where, true, b.Service, b.Subset, b.Splits, other)
 	if b.Match != nil {
 		rt.Match = r.match(b.Match)
 	} else {
@@ -444,9 +469,9 @@ func (r *resolver) route(b *routeBlock, where string) *Route {
 		if len(rt.Retry.On) == 0 {
 			rt.Retry.On = []string{"5xx", "connect-failure", "reset"}
 		}
-		for _, on := range rt.Retry.On {
+		for i, on := range rb.On {
 			if !oneOf(on, retryOn) {
-				r.add(valueRange(rb.Body, "on", rb.DefRange), "Invalid retry condition", "%q is not one of Envoy's retry_on conditions: %s.", on, strings.Join(retryOn, ", "))
+				r.add(elemRange(rb.Body, "on", i, rb.DefRange), "Invalid retry condition", "%q is not one of Envoy's retry_on conditions: %s.", on, strings.Join(retryOn, ", "))
 			}
 		}
 	}
@@ -474,6 +499,10 @@ func (r *resolver) route(b *routeBlock, where string) *Route {
 	if m := b.Mirror; m != nil {
 		rt.Mirror = &MirrorTarget{Target: Target{Service: m.Service, Weight: 1}, Percent: r.percent(m.Body, "percent", m.Percent, m.DefRange)}
 		set(&rt.Mirror.Subset, m.Subset)
+		if m.Service == "" {
+			r.add(valueRange(m.Body, "service", m.DefRange), "Empty service", "mirror service must name a Consul service.")
+		}
+		r.target(rt.Mirror.Target, valueRange(m.Body, "subset", m.DefRange))
 	}
 	if f := b.Fault; f != nil {
 		fault := &ir.Fault{}
@@ -481,6 +510,11 @@ func (r *resolver) route(b *routeBlock, where string) *Route {
 			r.add(f.DefRange, "Empty fault", "fault needs a delay block, an abort block, or both.")
 		}
 		if d := f.Delay; d != nil {
+			// gohcl never requires an hcl.Expression field, so a missing
+			// duration arrives as null.
+			if d.Duration == nil || isNull(d.Duration) {
+				r.add(d.DefRange, "Missing fault delay duration", "delay needs duration = \"...\" in Go syntax, e.g. duration = \"100ms\".")
+			}
 			r.extend(durationAttr(d.Duration, &fault.Delay))
 			fault.DelayPercent = r.percent(d.Body, "percent", d.Percent, d.DefRange)
 		}
@@ -607,12 +641,25 @@ func (r *resolver) headers(b *headersBlock) ir.HeaderMutation {
 	if b == nil {
 		return ir.HeaderMutation{}
 	}
-	for _, names := range [][]string{keys(b.Add), keys(b.Set), b.Remove} {
-		for _, n := range names {
-			if strings.HasPrefix(n, ":") || strings.EqualFold(n, "host") || !headerName.MatchString(n) {
-				r.add(b.DefRange, "Invalid header", "header %q cannot be changed here (pseudo-headers and Host are off limits; use rewrite { host = ... }).", n)
-			}
+	check := func(n string, rng hcl.Range) {
+		switch {
+		case strings.HasPrefix(n, ":") || strings.EqualFold(n, "host"):
+			r.add(rng, "Invalid header", "header %q cannot be changed here: pseudo-headers and Host are off limits; use rewrite { host = \"...\" } to change the host.", n)
+		case !headerName.MatchString(n):
+			r.add(rng, "Invalid header", "%q is not a valid HTTP header name; use letters, digits and '-' (e.g. \"x-request-source\").", n)
 		}
+	}
+	for _, attr := range []string{"add", "set"} {
+		m := b.Add
+		if attr == "set" {
+			m = b.Set
+		}
+		for _, n := range keys(m) {
+			check(n, keyRange(b.Body, attr, n, b.DefRange))
+		}
+	}
+	for i, n := range b.Remove {
+		check(n, elemRange(b.Body, "remove", i, b.DefRange))
 	}
 	return ir.HeaderMutation{Add: b.Add, Set: b.Set, Remove: b.Remove}
 }
@@ -626,38 +673,30 @@ func keys(m map[string]string) []string {
 	return out
 }
 
-// checkTargets verifies that every subset a route names is declared.
-func (r *resolver) checkTargets(p *Proxy) {
-	check := func(t Target, rng hcl.Range) {
-		if t.Subset == "" {
-			return
-		}
-		s := r.pol.Service(t.Service)
-		if s == nil || s.SubsetNamed(t.Subset) == nil {
-			known := "no subsets are declared for it"
-			if s != nil && len(s.Subsets) > 0 {
-				var names []string
-				for _, ss := range s.Subsets {
-					names = append(names, ss.Name)
-				}
-				known = "declared subsets: " + quoteList(names)
-			}
-			r.add(rng, "Unknown subset", "subset %q of service %q is not declared in a service %q block; %s.", t.Subset, t.Service, t.Service, known)
-		}
+// target records a target for checkTargets; rng is where its subset is
+// written.
+func (r *resolver) target(t Target, rng hcl.Range) {
+	if t.Subset != "" {
+		r.targets = append(r.targets, targetRef{t, rng})
 	}
-	for _, l := range p.Listeners {
-		for _, t := range l.TCP {
-			check(t, l.Range)
+}
+
+// checkTargets verifies that every subset a route, split, mirror or tcp
+// listener names is declared.
+func (r *resolver) checkTargets() {
+	for _, ref := range r.targets {
+		s := r.pol.Service(ref.Service)
+		if s != nil && s.SubsetNamed(ref.Subset) != nil {
+			continue
 		}
-		for _, vh := range l.VirtualHosts {
-			for _, rt := range vh.Routes {
-				for _, t := range rt.Targets {
-					check(t, rt.Range)
-				}
-				if rt.Mirror != nil {
-					check(rt.Mirror.Target, rt.Range)
-				}
+		known := "no subsets are declared for it"
+		if s != nil && len(s.Subsets) > 0 {
+			var names []string
+			for _, ss := range s.Subsets {
+				names = append(names, ss.Name)
 			}
+			known = "declared subsets: " + quoteList(names)
 		}
+		r.add(ref.rng, "Unknown subset", "subset %q of service %q is not declared (%s); declare it in service %q { subset %q { tags = [...] } } or fix the name.", ref.Subset, ref.Service, known, ref.Service, ref.Subset)
 	}
 }

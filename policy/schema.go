@@ -206,6 +206,7 @@ type headersBlock struct {
 	Add      map[string]string `hcl:"add,optional"`
 	Set      map[string]string `hcl:"set,optional"`
 	Remove   []string          `hcl:"remove,optional"`
+	Body     hcl.Body          `hcl:",body"`
 	DefRange hcl.Range         `hcl:",def_range"`
 }
 

@@ -84,17 +84,20 @@ type consulBlock struct {
 
 type xdsBlock struct {
 	Listen   *string   `hcl:"listen,optional"`
+	Body     hcl.Body  `hcl:",body"`
 	DefRange hcl.Range `hcl:",def_range"`
 }
 
 type adminBlock struct {
 	Listen   *string   `hcl:"listen,optional"`
+	Body     hcl.Body  `hcl:",body"`
 	DefRange hcl.Range `hcl:",def_range"`
 }
 
 type logBlock struct {
 	Level    *string   `hcl:"level,optional"`
 	Format   *string   `hcl:"format,optional"`
+	Body     hcl.Body  `hcl:",body"`
 	DefRange hcl.Range `hcl:",def_range"`
 }
 
@@ -118,12 +121,12 @@ func (b *consulBlock) apply(s *ConsulSettings) hcl.Diagnostics {
 
 func (b *xdsBlock) apply(s *XDSSettings) hcl.Diagnostics {
 	set(&s.Listen, b.Listen)
-	return checkListen("xds", s.Listen, b.DefRange)
+	return checkListen("xds", s.Listen, valueRange(b.Body, "listen", b.DefRange))
 }
 
 func (b *adminBlock) apply(s *AdminSettings) hcl.Diagnostics {
 	set(&s.Listen, b.Listen)
-	return checkListen("admin", s.Listen, b.DefRange)
+	return checkListen("admin", s.Listen, valueRange(b.Body, "listen", b.DefRange))
 }
 
 func (b *logBlock) apply(s *LogSettings) hcl.Diagnostics {
@@ -137,7 +140,7 @@ func (b *logBlock) apply(s *LogSettings) hcl.Diagnostics {
 			Severity: hcl.DiagError,
 			Summary:  "Invalid log level",
 			Detail:   fmt.Sprintf("level = %q is not one of trace, debug, info, warn, error.", s.Level),
-			Subject:  b.DefRange.Ptr(),
+			Subject:  valueRange(b.Body, "level", b.DefRange).Ptr(),
 		})
 	}
 	switch s.Format {
@@ -147,7 +150,7 @@ func (b *logBlock) apply(s *LogSettings) hcl.Diagnostics {
 			Severity: hcl.DiagError,
 			Summary:  "Invalid log format",
 			Detail:   fmt.Sprintf("format = %q is not one of json, console.", s.Format),
-			Subject:  b.DefRange.Ptr(),
+			Subject:  valueRange(b.Body, "format", b.DefRange).Ptr(),
 		})
 	}
 	return diags

@@ -56,11 +56,11 @@ func TestSettingsDiagnostics(t *testing.T) {
 		},
 		"bad listen": {
 			files: map[string]string{"a.hcl": "xds {\n  listen = \"18000\"\n}\n"},
-			want:  `a.hcl:1:1: Invalid listen address`,
+			want:  `a.hcl:2:12: Invalid listen address`,
 		},
 		"bad log format": {
 			files: map[string]string{"a.hcl": "\nlog { format = \"xml\" }\n"},
-			want:  `a.hcl:2:1: Invalid log format`,
+			want:  `a.hcl:2:16: Invalid log format`,
 		},
 		"duplicate block across files": {
 			files: map[string]string{"a.hcl": "admin {}\n", "b.hcl": "\n\nadmin {}\n"},
@@ -93,7 +93,7 @@ func TestSettingsDiagnostics(t *testing.T) {
 			if len(got) == 0 || got[0] != tc.want {
 				t.Fatalf("diagnostics = %q, want first %q", got, tc.want)
 			}
-			if name == "duplicate block across files" && !strings.Contains(diags[0].Detail, "a.hcl:1,1") {
+			if name == "duplicate block across files" && !strings.Contains(diags[0].Detail, "a.hcl:1:1") {
 				t.Fatalf("duplicate does not name the previous definition: %s", diags[0].Detail)
 			}
 		})

@@ -38,6 +38,8 @@ Commands:
   validate FILE...                      check configuration files; print file:line:col problems
   bootstrap -node-id ID -cluster GROUP -xds HOST:PORT [-xds HOST:PORT ...] [-xds-unix PATH]
             [-admin-port N] [-tls-ca FILE]  print an Envoy bootstrap (YAML) using ADS against the bridge
+  plan -config FILE [-cluster GROUP]    show what a policy would change against the running bridge (exit 0 none, 2 changes, 1 error)
+  status [-admin ADDR | -config FILE]   show every connected proxy and whether it is in sync
   version                               print version information
 `
 
@@ -55,6 +57,10 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return runCmd(args[1:], stderr)
 	case "validate":
 		return validateCmd(args[1:], stdout, stderr)
+	case "plan":
+		return planCmd(args[1:], stdout, stderr)
+	case "status":
+		return statusCmd(args[1:], stdout, stderr)
 	case "bootstrap":
 		return bootstrapCmd(args[1:], stdout, stderr)
 	case "version", "-version", "--version":

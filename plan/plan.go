@@ -1,0 +1,205 @@
+// Package plan compares what a running bridge serves with what a policy
+// would serve, for `consul-xds-bridge plan`: added, removed and changed
+// resources by type, with endpoint counts, like terraform plan.
+package plan
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+)
+
+// Action is what a change does to a resource.
+type Action string
+
+// Actions, in the order they are printed.
+const (
+	Add    Action = "+"
+	Modify Action = "~"
+	Remove Action = "-"
+)
+
+// Change is one resource that differs.
+type Change struct {
+	Action Action
+	Kind   string // cluster, endpoints, listener, route
+	Name   string
+	// Detail says what changed where a count tells it best (endpoints).
+	Detail string
+}
+
+// Dump builds the config dump a node.cluster would get from a translation,
+// in the same shape the admin API's /v1/config_dump returns.
+func Dump(out *xds.Output, nodeCluster, group string) (*xds.ConfigDump, error) {
+	d := &xds.ConfigDump{NodeCluster: nodeCluster, Group: group}
+	var err error
+	add := func(dst *[]json.RawMessage, items []types.Resource) {
+		for _, r := range items {
+			b, e := protojson.MarshalOptions{UseProtoNames: true}.Marshal(r)
+			if e != nil {
+				err = e
+				return
+			}
+			*dst = append(*dst, b)
+		}
+	}
+	shared := out.Shared.ByType()
+	add(&d.Clusters, shared[typeURL("CDS")])
+	add(&d.Endpoints, shared[typeURL("EDS")])
+	if g := out.Groups[group]; g != nil && group != "" {
+		gt := g.ByType()
+		add(&d.Listeners, gt[typeURL("LDS")])
+		add(&d.Routes, gt[typeURL("RDS")])
+	}
+	return d, err
+}
+
+func typeURL(short string) string {
+	switch short {
+	case "CDS":
+		return "type.googleapis.com/envoy.config.cluster.v3.Cluster"
+	case "EDS":
+		return "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
+	case "LDS":
+		return "type.googleapis.com/envoy.config.listener.v3.Listener"
+	default:
+		return "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+	}
+}
+
+
+// Diff lists the changes from running to planned, sorted by kind and name.
+func Diff(running, planned *xds.ConfigDump) ([]Change, error) {
+	var out []Change
+	for _, k := range []struct {
+		kind     string
+		nameKey  string
+		old, new []json.RawMessage
+	}{
+		{"cluster", "name", running.Clusters, planned.Clusters},
+		{"endpoints", "cluster_name", running.Endpoints, planned.Endpoints},
+		{"listener", "name", running.Listeners, planned.Listeners},
+		{"route", "name", running.Routes, planned.Routes},
+	} {
+		oldByName, err := index(k.old, k.nameKey)
+		if err != nil {
+			return nil, fmt.Errorf("running %s: %w", k.kind, err)
+		}
+		newByName, err := index(k.new, k.nameKey)
+		if err != nil {
+			return nil, fmt.Errorf("planned %s: %w", k.kind, err)
+		}
+		names := slices.Sorted(maps.Keys(oldByName))
+		for n := range newByName {
+			if _, ok := oldByName[n]; !ok {
+				names = append(names, n)
+			}
+		}
+		slices.Sort(names)
+		for _, n := range names {
+			o, inOld := oldByName[n]
+			nw, inNew := newByName[n]
+			c := Change{Kind: k.kind, Name: n}
+			switch {
+			case !inOld:
+				c.Action = Add
+			case !inNew:
+				c.Action = Remove
+			case !bytes.Equal(o, nw):
+				c.Action = Modify
+			default:
+				continue
+			}
+			if k.kind == "endpoints" {
+				c.Detail = endpointDetail(o, nw)
+			}
+			out = append(out, c)
+		}
+	}
+	return out, nil
+}
+
+// index maps resource name to a canonical encoding: protojson from two
+// processes may differ in whitespace, so both sides are re-encoded with
+// encoding/json, whose map keys are sorted.
+func index(items []json.RawMessage, nameKey string) (map[string][]byte, error) {
+	out := map[string][]byte{}
+	for _, raw := range items {
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, err
+		}
+		name, _ := m[nameKey].(string)
+		canon, err := json.Marshal(m)
+		if err != nil {
+			return nil, err
+		}
+		out[name] = canon
+	}
+	return out, nil
+}
+
+// endpointDetail counts endpoints and healthy ones on each side.
+func endpointDetail(old, new []byte) string {
+	ot, oh := countEndpoints(old)
+	nt, nh := countEndpoints(new)
+	switch {
+	case old == nil:
+		return fmt.Sprintf("%d endpoints (%d healthy)", nt, nh)
+	case new == nil:
+		return fmt.Sprintf("%d endpoints (%d healthy)", ot, oh)
+	}
+	return fmt.Sprintf("%d → %d endpoints (%d → %d healthy)", ot, nt, oh, nh)
+}
+
+func countEndpoints(cla []byte) (total, healthy int) {
+	var v struct {
+		Endpoints []struct {
+			LbEndpoints []struct {
+				HealthStatus string `json:"health_status"`
+			} `json:"lb_endpoints"`
+		} `json:"endpoints"`
+	}
+	if json.Unmarshal(cla, &v) != nil {
+		return 0, 0
+	}
+	for _, l := range v.Endpoints {
+		for _, e := range l.LbEndpoints {
+			total++
+			// protojson omits the zero value UNKNOWN, which Envoy treats
+			// as healthy.
+			if e.HealthStatus == "" || e.HealthStatus == "HEALTHY" || e.HealthStatus == "UNKNOWN" {
+				healthy++
+			}
+		}
+	}
+	return total, healthy
+}
+
+// Render prints changes like terraform plan and a summary line.
+func Render(w io.Writer, title string, changes []Change) {
+	fmt.Fprintln(w, title)
+	if len(changes) == 0 {
+		fmt.Fprintln(w, "  No changes.")
+		return
+	}
+	counts := map[Action]int{}
+	for _, c := range changes {
+		counts[c.Action]++
+		line := fmt.Sprintf("  %s %-9s %s", c.Action, c.Kind, c.Name)
+		if c.Detail != "" {
+			line += ": " + c.Detail
+		}
+		fmt.Fprintln(w, strings.TrimRight(line, " "))
+	}
+	fmt.Fprintf(w, "  %d to add, %d to change, %d to remove.\n", counts[Add], counts[Modify], counts[Remove])
+}

@@ -28,6 +28,10 @@ type VirtualHost struct {
 	Routes  []Route
 }
 
+// NoTimeout, as a route's Timeout or IdleTimeout, disables the timeout;
+// zero keeps Envoy's default.
+const NoTimeout time.Duration = -1
+
 // Route is one match and what to do with matching requests.
 type Route struct {
 	// Source is where the route is declared ("file:line"), shown to

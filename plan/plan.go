@@ -76,7 +76,6 @@ func typeURL(short string) string {
 	}
 }
 
-
 // Diff lists the changes from running to planned, sorted by kind and name.
 func Diff(running, planned *xds.ConfigDump) ([]Change, error) {
 	var out []Change

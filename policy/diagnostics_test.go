@@ -468,7 +468,12 @@ func TestDiagnostics(t *testing.T) {
 		"query matcher present = false": {
 			docs:   []string{inRoute("        service = \"web\"\n        match {\n          query \"debug\" {\n            present = false\n          }\n        }", "")},
 			want:   "a.hcl:9:23: Invalid present",
-			detail: "use present = true with invert = true",
+			detail: "cannot match the absence of a query parameter",
+		},
+		"query matcher invert": {
+			docs:   []string{inRoute("        service = \"web\"\n        match {\n          query \"debug\" {\n            exact  = \"1\"\n            invert = true\n          }\n        }", "")},
+			want:   "a.hcl:10:22: invert on a query match",
+			detail: "cannot invert a query parameter match",
 		},
 		"bad method": {
 			docs:   []string{inRoute("        service = \"web\"\n        match {\n          method = \"get\"\n        }", "")},

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -15,9 +16,17 @@ func durationAttr(expr hcl.Expression, dst *time.Duration) hcl.Diagnostics {
 	return parseDuration(expr, dst, false)
 }
 
-// durationAttrZero is durationAttr for timeouts, where "0s" means "none".
+// durationAttrZero is durationAttr for timeouts, where "0s" means "none":
+// it stores ir.NoTimeout so "no timeout" stays distinct from "unset" (zero,
+// Envoy's default).
 func durationAttrZero(expr hcl.Expression, dst *time.Duration) hcl.Diagnostics {
-	return parseDuration(expr, dst, true)
+	diags := parseDuration(expr, dst, true)
+	if !diags.HasErrors() && expr != nil && *dst == 0 {
+		if v, d := expr.Value(nil); !d.HasErrors() && !v.IsNull() {
+			*dst = ir.NoTimeout
+		}
+	}
+	return diags
 }
 
 func parseDuration(expr hcl.Expression, dst *time.Duration, allowZero bool) hcl.Diagnostics {

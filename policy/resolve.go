@@ -456,7 +456,7 @@ func (r *resolver) route(b *routeBlock, where string) *Route {
 	if b.Match != nil {
 		rt.Match = r.match(b.Match)
 	} else {
-		rt.Match.PathPrefix = "/"
+		rt.Match = ir.RouteMatch{PathPrefix: "/", CaseSensitive: true}
 	}
 	r.extend(durationAttrZero(b.Timeout, &rt.Timeout))
 	r.extend(durationAttrZero(b.IdleTimeout, &rt.IdleTimeout))
@@ -617,10 +617,18 @@ func (r *resolver) valueMatches(list []*valueMatcher, kind string, header bool) 
 		if v.Present != nil {
 			vm.Present, n = *v.Present, n+1
 			if !*v.Present {
-				r.add(valueRange(v.Body, "present", v.DefRange), "Invalid present", "present = false matches nothing; use present = true with invert = true to require absence.")
+				hint := "use present = true with invert = true to require absence"
+				if !header {
+					hint = "Envoy cannot match the absence of a query parameter"
+				}
+				r.add(valueRange(v.Body, "present", v.DefRange), "Invalid present", "present = false matches nothing; %s.", hint)
 			}
 		}
 		set(&vm.Invert, v.Invert)
+		if vm.Invert && !header {
+			r.add(valueRange(v.Body, "invert", v.DefRange), "invert on a query match",
+				"Envoy cannot invert a query parameter match; match what you want instead, or use a header match.")
+		}
 		if n != 1 {
 			r.add(v.DefRange, "Invalid "+kind+" match", "%s %q needs exactly one of exact, prefix, regex or present; it has %d.", kind, v.Name, n)
 		}

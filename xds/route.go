@@ -4,6 +4,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
@@ -135,12 +136,8 @@ func buildRouteAction(r *ir.Route) *routev3.RouteAction {
 		}
 		a.ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: wc}
 	}
-	if r.Timeout > 0 {
-		a.Timeout = durationpb.New(r.Timeout)
-	}
-	if r.IdleTimeout > 0 {
-		a.IdleTimeout = durationpb.New(r.IdleTimeout)
-	}
+	a.Timeout = routeTimeout(r.Timeout)
+	a.IdleTimeout = routeTimeout(r.IdleTimeout)
 	if rp := r.Retry; rp != nil {
 		a.RetryPolicy = &routev3.RetryPolicy{
 			RetryOn:    strings.Join(rp.On, ","),
@@ -254,4 +251,16 @@ func buildFault(f *ir.Fault) *faultv3.HTTPFault {
 		}
 	}
 	return hf
+}
+
+// routeTimeout maps unset to Envoy's default (nil) and ir.NoTimeout to 0s,
+// which Envoy reads as "no timeout".
+func routeTimeout(d time.Duration) *durationpb.Duration {
+	switch {
+	case d == ir.NoTimeout:
+		return durationpb.New(0)
+	case d > 0:
+		return durationpb.New(d)
+	}
+	return nil
 }

@@ -26,6 +26,15 @@ proxy "edge" {
         retry {
         }
       }
+      # "0s" disables the timeouts (long-lived streams).
+      route {
+        match {
+          path_prefix = "/events/"
+        }
+        service      = "web"
+        timeout      = "0s"
+        idle_timeout = "0s"
+      }
       route {
         match {
           path_prefix = "/"

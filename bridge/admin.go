@@ -2,15 +2,20 @@ package bridge
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"os"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
 // serveAdmin serves the admin HTTP API.
@@ -20,15 +25,43 @@ func (d *Daemon) serveAdmin(ctx context.Context, lis net.Listener) error {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		if d.Ready() {
+		reason := ""
+		switch st := d.Policy(); {
+		case !d.Ready() && st.Waiting != "":
+			reason = st.Waiting
+		case !d.Ready():
+			reason = "waiting for the first complete Consul sync"
+		default:
+			reason = d.consulStale()
+		}
+		if reason == "" {
+			d.metrics.ready.Set(1)
 			writeJSON(w, http.StatusOK, map[string]any{"ready": true})
 			return
 		}
-		reason := "waiting for the first complete Consul sync"
-		if st := d.Policy(); st.Waiting != "" {
-			reason = st.Waiting
-		}
+		d.metrics.ready.Set(0)
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason})
+	})
+	mux.HandleFunc("GET /v1/proxies", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, d.xds.Proxies())
+	})
+	mux.HandleFunc("GET /v1/config_dump", func(w http.ResponseWriter, r *http.Request) {
+		q := r.URL.Query()
+		if q.Get("node") == "" && !q.Has("cluster") {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "give ?node=ID or ?cluster=GROUP"})
+			return
+		}
+		dump, err := d.xds.ConfigDump(q.Get("node"), q.Get("cluster"))
+		switch {
+		case errors.Is(err, xds.ErrUnknownNode):
+			writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+		case errors.Is(err, xds.ErrNotReady):
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
+		case err != nil:
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		default:
+			writeJSON(w, http.StatusOK, dump)
+		}
 	})
 	mux.HandleFunc("GET /v1/policy", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, d.Policy())
@@ -45,12 +78,18 @@ func (d *Daemon) serveAdmin(ctx context.Context, lis net.Listener) error {
 		}{cv, time.Since(cv.ReceivedAt).Seconds()})
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}))
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	if d.cfg.Settings.Admin.Pprof {
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	}
+	handler, err := d.adminAuth(mux)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
 	d.log.Info().Str("addr", lis.Addr().String()).Msg("serving admin HTTP")
@@ -73,4 +112,34 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// adminAuth requires "Authorization: Bearer <token>" on everything but the
+// probes when admin.token_file is set. The token file is read once at start.
+func (d *Daemon) adminAuth(next http.Handler) (http.Handler, error) {
+	file := d.cfg.Settings.Admin.TokenFile
+	if file == "" {
+		return next, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("admin token_file: %w", err)
+	}
+	want := strings.TrimSpace(string(b))
+	if want == "" {
+		return nil, fmt.Errorf("admin token_file %s is empty", file)
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="consul-xds-bridge"`)
+			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token"})
+			return
+		}
+		next.ServeHTTP(w, r)
+	}), nil
 }

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
 )
@@ -44,7 +45,9 @@ func TestAdminCatalogAndMetrics(t *testing.T) {
 	agent := consultest.Start(t)
 	agent.RegisterTTL(t, "web", "web-1", 1001, []string{"v1"}, nil)
 	agent.RegisterTTL(t, "web", "web-2", 1002, []string{"v2"}, nil)
-	h := startBridge(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()))
+	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
+		c.Settings.Admin.Pprof = true
+	})
 	c := dial(t, h, adsclient.SotW, nil)
 	waitEndpoints(t, "web", join(ep(1001, "HEALTHY"), ep(1002, "HEALTHY")), c)
 	base := "http://" + h.daemon.AdminAddr().String()

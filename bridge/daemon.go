@@ -59,6 +59,42 @@ type Daemon struct {
 	catalog atomic.Pointer[catalogView]
 	reg     *prometheus.Registry
 	metrics *metrics
+
+	// consulFailingSince is when Consul requests started failing (unix
+	// nanoseconds), 0 while the last one succeeded.
+	consulFailingSince atomic.Int64
+	lastConsulOK       atomic.Int64
+}
+
+// consulQuery records every Consul request's outcome for metrics and for
+// readiness: an unreachable Consul does not stop serving, but after
+// stale_after an operator should know the world may have moved on.
+func (d *Daemon) consulQuery(endpoint string, err error, dur time.Duration) {
+	d.metrics.consulQuery(endpoint, err, dur)
+	now := time.Now().UnixNano()
+	if err == nil {
+		d.lastConsulOK.Store(now)
+		d.consulFailingSince.Store(0)
+		return
+	}
+	d.consulFailingSince.CompareAndSwap(0, now)
+}
+
+// consulStale says why readiness should fail because of Consul, or "".
+func (d *Daemon) consulStale() string {
+	since := d.consulFailingSince.Load()
+	if since == 0 {
+		return ""
+	}
+	down := time.Since(time.Unix(0, since))
+	if down < d.cfg.Settings.Consul.StaleAfter {
+		return ""
+	}
+	last := "never"
+	if ok := d.lastConsulOK.Load(); ok != 0 {
+		last = time.Unix(0, ok).UTC().Format(time.RFC3339)
+	}
+	return fmt.Sprintf("Consul unreachable for %s (last successful request: %s); serving the last known state", down.Round(time.Second), last)
 }
 
 // catalogView is the catalog the daemon serves from, for /v1/catalog.
@@ -87,7 +123,7 @@ func New(cfg Config) *Daemon {
 		metrics: newMetrics(reg),
 		cfg:     cfg,
 		log:     cfg.Logger.With().Str("component", "bridge").Logger(),
-		xds:     xds.NewServer(xds.ServerConfig{Logger: cfg.Logger}),
+		xds:     xds.NewServer(xds.ServerConfig{Logger: cfg.Logger, Registerer: reg}),
 		started: make(chan struct{}),
 		reload:  make(chan struct{}, 1),
 	}
@@ -151,11 +187,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 		Query:   q,
 		Targets: WatchTargets(d.cfg.Policy),
 		Logger:  consulLog,
-		OnQuery: d.metrics.consulQuery,
+		OnQuery: d.consulQuery,
 	})
 	var kv *consul.KVWatcher
 	if s.Consul.KVPrefix != "" {
-		kv = consul.NewKVWatcher(consul.KVConfig{Client: client, Prefix: s.Consul.KVPrefix, Query: q, Logger: consulLog, OnQuery: d.metrics.consulQuery})
+		kv = consul.NewKVWatcher(consul.KVConfig{Client: client, Prefix: s.Consul.KVPrefix, Query: q, Logger: consulLog, OnQuery: d.consulQuery})
 	}
 
 	ctx, cancel := context.WithCancel(ctx)

@@ -34,6 +34,9 @@ type ConsulSettings struct {
 	KVPrefix  string
 	// WaitTime is how long one blocking query may block.
 	WaitTime time.Duration
+	// StaleAfter is how long Consul may be unreachable before /readyz
+	// turns 503; xDS keeps serving the last good state regardless.
+	StaleAfter time.Duration
 }
 
 // XDSSettings is the `xds` block.
@@ -45,6 +48,12 @@ type XDSSettings struct {
 // AdminSettings is the `admin` block.
 type AdminSettings struct {
 	Listen string
+	// TokenFile, if set, holds a bearer token every admin request except
+	// /healthz and /readyz must carry.
+	TokenFile string
+	// Pprof serves /debug/pprof/; off by default because profiles reveal
+	// internals and cost CPU.
+	Pprof bool
 }
 
 // LogSettings is the `log` block.
@@ -58,12 +67,13 @@ const (
 	DefaultXDSListen   = "127.0.0.1:18000"
 	DefaultAdminListen = "127.0.0.1:19100"
 	DefaultWaitTime    = 60 * time.Second
+	DefaultStaleAfter  = 2 * time.Minute
 )
 
 // DefaultSettings are what an empty configuration means.
 func DefaultSettings() Settings {
 	return Settings{
-		Consul: ConsulSettings{Stale: true, WaitTime: DefaultWaitTime},
+		Consul: ConsulSettings{Stale: true, WaitTime: DefaultWaitTime, StaleAfter: DefaultStaleAfter},
 		XDS:    XDSSettings{Listen: DefaultXDSListen},
 		Admin:  AdminSettings{Listen: DefaultAdminListen},
 		Log:    LogSettings{Level: "info", Format: "json"},
@@ -79,6 +89,7 @@ type consulBlock struct {
 	Stale      *bool          `hcl:"stale,optional"`
 	KVPrefix   *string        `hcl:"kv_prefix,optional"`
 	WaitTime   hcl.Expression `hcl:"wait_time,optional"`
+	StaleAfter hcl.Expression `hcl:"stale_after,optional"`
 	DefRange   hcl.Range      `hcl:",def_range"`
 }
 
@@ -89,7 +100,9 @@ type xdsBlock struct {
 }
 
 type adminBlock struct {
-	Listen   *string   `hcl:"listen,optional"`
+	Listen    *string   `hcl:"listen,optional"`
+	TokenFile *string   `hcl:"token_file,optional"`
+	Pprof     *bool     `hcl:"pprof,optional"`
 	Body     hcl.Body  `hcl:",body"`
 	DefRange hcl.Range `hcl:",def_range"`
 }
@@ -108,6 +121,7 @@ func (b *consulBlock) apply(s *ConsulSettings) hcl.Diagnostics {
 	set(&s.Stale, b.Stale)
 	set(&s.KVPrefix, b.KVPrefix)
 	diags := durationAttr(b.WaitTime, &s.WaitTime)
+	diags = append(diags, durationAttr(b.StaleAfter, &s.StaleAfter)...)
 	if s.WaitTime > 10*time.Minute {
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagError,
@@ -126,6 +140,8 @@ func (b *xdsBlock) apply(s *XDSSettings) hcl.Diagnostics {
 
 func (b *adminBlock) apply(s *AdminSettings) hcl.Diagnostics {
 	set(&s.Listen, b.Listen)
+	set(&s.TokenFile, b.TokenFile)
+	set(&s.Pprof, b.Pprof)
 	return checkListen("admin", s.Listen, valueRange(b.Body, "listen", b.DefRange))
 }
 

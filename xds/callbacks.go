@@ -2,24 +2,26 @@ package xds
 
 import (
 	"context"
-	"sync"
+	"net"
+	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc/peer"
 )
 
-// callbacks logs the life of every stream: who connected, what they ACKed,
-// and every NACK with Envoy's error text, which is what an operator needs
-// to see first when a proxy is stuck.
+// callbacks follow the life of every stream: who connected, what was
+// pushed, what they ACKed, and every NACK with the proxy's error text,
+// which is what an operator needs to see first when a proxy is stuck. The
+// protocol state goes to the tracker (/v1/proxies), counts to metrics.
 type callbacks struct {
-	log zerolog.Logger
-	// sawNode is told every node.cluster that sends a request.
+	log     zerolog.Logger
+	tracker *tracker
+	metrics *metrics
+	// sawNode is told the node.cluster of every new stream.
 	sawNode func(nodeCluster string)
-
-	mu    sync.Mutex
-	nodes map[streamKey]*corev3.Node // from each stream's first request
 }
 
 // streamKey identifies a stream: go-control-plane numbers SotW and delta
@@ -31,81 +33,116 @@ type streamKey struct {
 
 var _ serverv3.Callbacks = (*callbacks)(nil)
 
-func newCallbacks(log zerolog.Logger, sawNode func(string)) *callbacks {
-	return &callbacks{log: log, sawNode: sawNode, nodes: map[streamKey]*corev3.Node{}}
+func newCallbacks(log zerolog.Logger, t *tracker, m *metrics, sawNode func(string)) *callbacks {
+	return &callbacks{log: log, tracker: t, metrics: m, sawNode: sawNode}
 }
 
-// node remembers the node of a stream: Envoy sends it only on the first
-// request of a stream.
-func (c *callbacks) node(id streamKey, n *corev3.Node) *corev3.Node {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if n != nil && c.nodes[id] == nil {
-		c.nodes[id] = n
+func (c *callbacks) open(ctx context.Context, key streamKey, typeURL string) {
+	var remote net.Addr
+	if p, ok := peer.FromContext(ctx); ok {
+		remote = p.Addr
 	}
-	return c.nodes[id]
+	c.tracker.open(key, typeURL, remote)
+	c.log.Debug().Stringer("stream", key).Str("kind", streamKind(key.delta, typeURL)).Stringer("remote", remote).Msg("stream opened")
 }
 
-func (c *callbacks) forget(id streamKey) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	delete(c.nodes, id)
-}
-
-func (c *callbacks) request(stream streamKey, n *corev3.Node, typeURL, version, nonce string, errDetail string) {
-	node := c.node(stream, n)
-	if c.sawNode != nil && node != nil {
-		c.sawNode(node.GetCluster())
+func (c *callbacks) closed(key streamKey) {
+	st := c.tracker.close(key)
+	if st == nil || st.node == nil {
+		c.log.Debug().Stringer("stream", key).Msg("stream closed before any request")
+		return
 	}
-	switch {
-	case errDetail != "":
-		c.log.Warn().Int64("stream", stream.id).Bool("delta", stream.delta).Str("node", node.GetId()).Str("group", node.GetCluster()).
-			Str("type", typeURL).Str("version", version).Str("nonce", nonce).Str("error", errDetail).
-			Msg("proxy rejected config (NACK)")
-	case nonce != "":
-		c.log.Debug().Int64("stream", stream.id).Bool("delta", stream.delta).Str("node", node.GetId()).Str("type", typeURL).
-			Str("version", version).Msg("proxy acknowledged config")
+	c.metrics.streamCounted(st.node.GetCluster(), st.kind, -1)
+	c.log.Info().Stringer("stream", key).Str("kind", st.kind).Str("node", st.node.GetId()).Str("group", st.node.GetCluster()).
+		Dur("connected_for", time.Since(st.openedAt)).Msg("proxy disconnected")
+}
+
+func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, nonce, errDetail string, req *discoveryv3.DiscoveryRequest) {
+	r := c.tracker.request(key, n, typeURL, version, nonce, errDetail, req)
+	node := r.node
+	if r.newNode {
+		c.metrics.streamCounted(node.GetCluster(), r.kindStr, +1)
+		if c.sawNode != nil {
+			c.sawNode(snapshotKey(node))
+		}
+		c.log.Info().Stringer("stream", key).Str("kind", r.kindStr).Str("node", node.GetId()).Str("group", node.GetCluster()).
+			Str("user_agent", userAgent(node)).Msg("proxy connected")
+	}
+	switch r.kind {
+	case reqNACK:
+		c.metrics.nacks.WithLabelValues(metricType(typeURL)).Inc()
+		c.log.Warn().Stringer("stream", key).Str("node", node.GetId()).Str("group", node.GetCluster()).
+			Str("type", typeURL).Str("version", r.version).Str("nonce", nonce).Str("error", errDetail).
+			Msg("proxy rejected config (NACK); it keeps its previous version and gets no resend until the config changes")
+	case reqACK:
+		c.metrics.acks.WithLabelValues(metricType(typeURL)).Inc()
+		c.log.Debug().Stringer("stream", key).Str("node", node.GetId()).Str("type", typeURL).
+			Str("version", r.version).Str("nonce", nonce).Msg("proxy acknowledged config")
+	case reqStale:
+		c.log.Debug().Stringer("stream", key).Str("node", node.GetId()).Str("type", typeURL).
+			Str("nonce", nonce).Bool("nack", errDetail != "").Msg("ignoring request with a stale nonce")
 	}
 }
 
-func (c *callbacks) OnStreamOpen(_ context.Context, id int64, typeURL string) error {
-	c.log.Debug().Int64("stream", id).Str("type", typeURL).Msg("stream opened")
+func (c *callbacks) response(key streamKey, typeURL, version, nonce string, resources, removed int) {
+	node := c.tracker.response(key, typeURL, version, nonce)
+	c.metrics.pushes.WithLabelValues(metricType(typeURL)).Inc()
+	ev := c.log.Debug()
+	if ev.Enabled() {
+		ev.Stringer("stream", key).Str("node", node.GetId()).Str("type", typeURL).Str("version", version).
+			Str("nonce", nonce).Int("resources", resources)
+		if key.delta {
+			ev.Int("removed", removed)
+		}
+		ev.Msg("pushed config")
+	}
+}
+
+func (c *callbacks) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	c.open(ctx, streamKey{id: id}, typeURL)
 	return nil
 }
 
-func (c *callbacks) OnStreamClosed(id int64, n *corev3.Node) {
-	c.log.Debug().Int64("stream", id).Str("node", n.GetId()).Msg("stream closed")
-	c.forget(streamKey{id: id})
+func (c *callbacks) OnStreamClosed(id int64, _ *corev3.Node) {
+	c.closed(streamKey{id: id})
 }
 
 func (c *callbacks) OnStreamRequest(id int64, r *discoveryv3.DiscoveryRequest) error {
-	c.request(streamKey{id: id}, r.GetNode(), r.GetTypeUrl(), r.GetVersionInfo(), r.GetResponseNonce(), r.GetErrorDetail().GetMessage())
+	c.request(streamKey{id: id}, r.GetNode(), r.GetTypeUrl(), r.GetVersionInfo(), r.GetResponseNonce(), r.GetErrorDetail().GetMessage(), r)
 	return nil
 }
 
 func (c *callbacks) OnStreamResponse(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
-	c.log.Debug().Int64("stream", id).Str("node", c.node(streamKey{id: id}, nil).GetId()).Str("type", resp.GetTypeUrl()).
-		Str("version", resp.GetVersionInfo()).Int("resources", len(resp.GetResources())).Msg("pushed config")
+	c.response(streamKey{id: id}, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce(), len(resp.GetResources()), 0)
 }
 
-func (c *callbacks) OnDeltaStreamOpen(_ context.Context, id int64, typeURL string) error {
-	c.log.Debug().Int64("stream", id).Str("type", typeURL).Msg("delta stream opened")
+func (c *callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
+	c.open(ctx, streamKey{delta: true, id: id}, typeURL)
 	return nil
 }
 
-func (c *callbacks) OnDeltaStreamClosed(id int64, n *corev3.Node) {
-	c.log.Debug().Int64("stream", id).Str("node", n.GetId()).Msg("delta stream closed")
-	c.forget(streamKey{delta: true, id: id})
+func (c *callbacks) OnDeltaStreamClosed(id int64, _ *corev3.Node) {
+	c.closed(streamKey{delta: true, id: id})
 }
 
+// OnStreamDeltaRequest runs before go-control-plane fills in a missing
+// node or type URL, so both come from the tracker and the stream.
 func (c *callbacks) OnStreamDeltaRequest(id int64, r *discoveryv3.DeltaDiscoveryRequest) error {
-	c.request(streamKey{delta: true, id: id}, r.GetNode(), r.GetTypeUrl(), "", r.GetResponseNonce(), r.GetErrorDetail().GetMessage())
+	c.request(streamKey{delta: true, id: id}, r.GetNode(), c.deltaType(id, r.GetTypeUrl()), "", r.GetResponseNonce(), r.GetErrorDetail().GetMessage(), nil)
 	return nil
 }
 
 func (c *callbacks) OnStreamDeltaResponse(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
-	c.log.Debug().Int64("stream", id).Str("node", c.node(streamKey{delta: true, id: id}, nil).GetId()).Str("type", resp.GetTypeUrl()).
-		Int("resources", len(resp.GetResources())).Int("removed", len(resp.GetRemovedResources())).Msg("pushed delta config")
+	c.response(streamKey{delta: true, id: id}, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce(), len(resp.GetResources()), len(resp.GetRemovedResources()))
+}
+
+// deltaType is the type URL of a delta request: on a per-type stream the
+// request may leave it empty.
+func (c *callbacks) deltaType(id int64, typeURL string) string {
+	if typeURL != "" {
+		return typeURL
+	}
+	return c.tracker.streamType(streamKey{delta: true, id: id})
 }
 
 func (c *callbacks) OnFetchRequest(context.Context, *discoveryv3.DiscoveryRequest) error { return nil }

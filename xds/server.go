@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,9 +23,12 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	sotwv3 "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
 )
@@ -35,6 +39,13 @@ type ServerConfig struct {
 	// ShutdownGrace bounds how long Serve waits for streams to end after its
 	// context is cancelled before it closes them.
 	ShutdownGrace time.Duration
+	// StaleAfter is how long a response may wait for its ACK before
+	// Proxies reports the proxy STALE. Default 10s.
+	StaleAfter time.Duration
+	// Registerer receives the xDS metrics (consul_xds_bridge_*). nil means
+	// a private registry, never the global default, so that several
+	// Servers (tests) can coexist.
+	Registerer prometheus.Registerer
 }
 
 // Server serves snapshots over ADS (and the per-type SotW and delta
@@ -46,10 +57,13 @@ type ServerConfig struct {
 // changes a glob pattern moves already-connected proxies at once, and the
 // resources themselves are shared between keys, never copied.
 type Server struct {
-	cfg   ServerConfig
-	log   zerolog.Logger
-	cache cachev3.SnapshotCache
-	cb    *callbacks
+	cfg     ServerConfig
+	log     zerolog.Logger
+	cache   cachev3.SnapshotCache
+	cb      *callbacks
+	tracker *tracker
+	metrics *metrics
+	health  *healthService
 
 	mu       sync.Mutex
 	out      *Output
@@ -65,6 +79,12 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 5 * time.Second
 	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = 10 * time.Second
+	}
+	if cfg.Registerer == nil {
+		cfg.Registerer = prometheus.NewRegistry()
+	}
 	log := cfg.Logger.With().Str("component", "xds").Logger()
 	s := &Server{
 		cfg:      cfg,
@@ -72,9 +92,56 @@ func NewServer(cfg ServerConfig) *Server {
 		keys:     map[string]bool{},
 		versions: map[string]map[string]string{},
 	}
-	s.cache = cachev3.NewSnapshotCache(true, nodeClusterHash{}, Logger(log.With().Str("component", "xds-cache").Logger()))
-	s.cb = newCallbacks(log, s.sawNode)
+	// ads=false: go-control-plane's ADS mode answers a SotW request only if
+	// it names every resource of the type in the snapshot. Envoy names all
+	// its clusters, but proxyless gRPC clients ask for the few they use and
+	// would never be answered. Response order over ADS is kept by the
+	// server's ordered-ADS mode instead (see Serve).
+	s.cache = cachev3.NewSnapshotCache(false, nodeClusterHash{}, Logger(log.With().Str("component", "xds-cache").Logger()))
+	s.tracker = newTracker()
+	s.metrics = newMetrics(cfg.Registerer, log)
+	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode)
+	s.health = newHealthService()
 	return s
+}
+
+// healthServices are the names the gRPC health service answers for: the
+// server as a whole and the ADS service. NOT_SERVING until the first
+// snapshot is set, and again from the start of a graceful shutdown.
+var healthServices = []string{"", discoveryv3.AggregatedDiscoveryService_ServiceDesc.ServiceName}
+
+// Proxies returns the protocol status of every connected xDS stream,
+// sorted by node id, then stream (/v1/proxies).
+func (s *Server) Proxies() []ProxyStatus {
+	ps := s.tracker.snapshot(time.Now(), s.cfg.StaleAfter)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range ps {
+		p := &ps[i]
+		p.Group = s.groupLocked(p.NodeCluster)
+		key := p.NodeCluster
+		if strings.HasPrefix(strings.ToLower(p.UserAgent), "grpc") {
+			key = proxylessKey + key
+		}
+		vers := s.versions[key]
+		for _, ts := range p.Types {
+			ts.VersionCurrent = vers[ts.TypeURL]
+		}
+	}
+	return ps
+}
+
+// groupLocked is the proxy group whose listeners a node.cluster gets, ""
+// if none.
+func (s *Server) groupLocked(nodeCluster string) string {
+	if s.out == nil || s.resolve == nil {
+		return ""
+	}
+	g := s.resolve(nodeCluster)
+	if _, ok := s.out.Groups[g]; !ok {
+		return ""
+	}
+	return g
 }
 
 // Cache exposes the snapshot cache, for inspection (config dumps, tests).
@@ -90,12 +157,13 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 	)
-	srv := serverv3.NewServer(ctx, s.cache, s.cb)
+	srv := serverv3.NewServer(ctx, nackGuard{SnapshotCache: s.cache, tracker: s.tracker}, s.cb, sotwv3.WithOrderedADS())
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, srv)
 	clusterservice.RegisterClusterDiscoveryServiceServer(g, srv)
 	endpointservice.RegisterEndpointDiscoveryServiceServer(g, srv)
 	listenerservice.RegisterListenerDiscoveryServiceServer(g, srv)
 	routeservice.RegisterRouteDiscoveryServiceServer(g, srv)
+	healthpb.RegisterHealthServer(g, s.health)
 
 	errc := make(chan error, 1)
 	go func() { errc <- g.Serve(lis) }()
@@ -105,6 +173,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		return fmt.Errorf("xds server: %w", err)
 	case <-ctx.Done():
 	}
+	// Health checkers see NOT_SERVING for the whole drain, and Updates
+	// from now on do not flip it back.
+	s.health.shutdown()
 	done := make(chan struct{})
 	go func() { g.GracefulStop(); close(done) }()
 	select {
@@ -122,8 +193,11 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 // not resent and a restarted bridge serves the versions its proxies
 // already hold. It returns the type URLs that changed for any key.
 func (s *Server) Update(ctx context.Context, out *Output, resolve func(nodeCluster string) string) ([]string, error) {
+	start := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer func() { s.metrics.updateSeconds.Observe(time.Since(start).Seconds()) }()
+	s.metrics.setResources(out)
 	s.out, s.resolve = out, resolve
 	s.typeVers = map[*Resources]map[string]string{}
 	s.keys[""] = true
@@ -137,6 +211,9 @@ func (s *Server) Update(ctx context.Context, out *Output, resolve func(nodeClust
 		for _, t := range types {
 			changed[t] = true
 		}
+	}
+	if len(s.versions) > 0 {
+		s.health.setServing()
 	}
 	return slices.Sorted(maps.Keys(changed)), errors.Join(errs...)
 }
@@ -159,29 +236,9 @@ func (s *Server) sawNode(nodeCluster string) {
 }
 
 func (s *Server) setKeyLocked(ctx context.Context, key string) ([]string, error) {
-	shared := s.out.Shared
-	group := s.out.Groups[s.resolve(key)]
-	if group == nil {
-		group = &Resources{}
-	}
-	snap := &cachev3.Snapshot{}
-	versions := map[string]string{}
-	for _, part := range []struct {
-		res   *Resources
-		types []string
-	}{
-		{shared, []string{resourcev3.ClusterType, resourcev3.EndpointType}},
-		{group, []string{resourcev3.ListenerType, resourcev3.RouteType}},
-	} {
-		vers, err := s.versionsLocked(part.res)
-		if err != nil {
-			return nil, fmt.Errorf("node cluster %q: %w", key, err)
-		}
-		byType := part.res.ByType()
-		for _, typ := range part.types {
-			versions[typ] = vers[typ]
-			snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources(vers[typ], byType[typ])
-		}
+	snap, versions, err := s.buildLocked(key)
+	if err != nil {
+		return nil, err
 	}
 	prev := s.versions[key]
 	if maps.Equal(versions, prev) {
@@ -201,6 +258,41 @@ func (s *Server) setKeyLocked(ctx context.Context, key string) ([]string, error)
 		}
 	}
 	return changed, nil
+}
+
+// buildLocked builds the snapshot of a node.cluster from the current
+// translation, and its version per type URL.
+func (s *Server) buildLocked(key string) (*cachev3.Snapshot, map[string]string, error) {
+	shared := s.out.Shared
+	var group *Resources
+	if nodeCluster, proxyless := parseKey(key); proxyless {
+		group = s.out.Proxyless
+	} else {
+		group = s.out.Groups[s.resolve(nodeCluster)]
+	}
+	if group == nil {
+		group = &Resources{}
+	}
+	snap := &cachev3.Snapshot{}
+	versions := map[string]string{}
+	for _, part := range []struct {
+		res   *Resources
+		types []string
+	}{
+		{shared, []string{resourcev3.ClusterType, resourcev3.EndpointType}},
+		{group, []string{resourcev3.ListenerType, resourcev3.RouteType}},
+	} {
+		vers, err := s.versionsLocked(part.res)
+		if err != nil {
+			return nil, nil, fmt.Errorf("node cluster %q: %w", key, err)
+		}
+		byType := part.res.ByType()
+		for _, typ := range part.types {
+			versions[typ] = vers[typ]
+			snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources(vers[typ], byType[typ])
+		}
+	}
+	return snap, versions, nil
 }
 
 // versionsLocked hashes each type of r once per Update, however many keys
@@ -250,4 +342,27 @@ type nodeClusterHash struct{}
 
 var _ cachev3.NodeHash = nodeClusterHash{}
 
-func (nodeClusterHash) ID(node *corev3.Node) string { return node.GetCluster() }
+func (nodeClusterHash) ID(node *corev3.Node) string { return snapshotKey(node) }
+
+// proxylessKey prefixes the snapshot key of proxyless gRPC clients, so a
+// gRPC client and an Envoy announcing the same node.cluster get different
+// listeners (API listeners vs. real ones). The separator cannot appear in
+// a sensible node.cluster.
+const proxylessKey = "grpc\x1f"
+
+// snapshotKey is the cache key of a node: its node.cluster, marked for
+// proxyless gRPC clients (user agent "gRPC ..." / "grpc-go").
+func snapshotKey(node *corev3.Node) string {
+	if isProxyless(node) {
+		return proxylessKey + node.GetCluster()
+	}
+	return node.GetCluster()
+}
+
+func isProxyless(node *corev3.Node) bool {
+	return strings.HasPrefix(strings.ToLower(node.GetUserAgentName()), "grpc")
+}
+
+func parseKey(key string) (nodeCluster string, proxyless bool) {
+	return strings.CutPrefix(key, proxylessKey)
+}

@@ -107,6 +107,7 @@ type rewrite struct {
 
 type streamState struct {
 	key      streamKey
+	typeURL  string // the stream's type, "" for ADS
 	kind     string
 	remote   string
 	openedAt time.Time
@@ -159,7 +160,7 @@ func shortType(typeURL string) string {
 }
 
 func (t *tracker) open(key streamKey, typeURL string, addr net.Addr) {
-	st := &streamState{key: key, kind: streamKind(key.delta, typeURL), openedAt: time.Now(), types: map[string]*typeState{}}
+	st := &streamState{key: key, typeURL: typeURL, kind: streamKind(key.delta, typeURL), openedAt: time.Now(), types: map[string]*typeState{}}
 	if addr != nil {
 		st.remote = addr.String()
 	}
@@ -309,14 +310,14 @@ func (t *tracker) response(key streamKey, typeURL, version, nonce string) *corev
 	return st.node
 }
 
-// node returns the node of a stream, nil if not known yet.
-func (t *tracker) node(key streamKey) *corev3.Node {
+// streamType returns the type URL a stream was opened for, "" for ADS.
+func (t *tracker) streamType(key streamKey) string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if st := t.streams[key]; st != nil {
-		return st.node
+		return st.typeURL
 	}
-	return nil
+	return ""
 }
 
 // nodeCluster finds the node.cluster of a connected node id.
@@ -325,7 +326,7 @@ func (t *tracker) nodeCluster(nodeID string) (string, bool) {
 	defer t.mu.Unlock()
 	var best *streamState
 	for _, st := range t.streams {
-		if st.node.GetId() != nodeID || st.node == nil {
+		if st.node == nil || st.node.GetId() != nodeID {
 			continue
 		}
 		if best == nil || compareKeys(st.key, best.key) < 0 {
@@ -356,8 +357,8 @@ func (k streamKey) String() string {
 }
 
 // snapshot returns the status of every stream, sorted by node id then
-// stream, with statuses derived at now. current gives the version served
-// to a node.cluster for a type, group the proxy group of a node.cluster.
+// stream, with statuses derived at now; Group and VersionCurrent are left
+// for the Server to fill in.
 func (t *tracker) snapshot(now time.Time, staleAfter time.Duration) []ProxyStatus {
 	t.mu.Lock()
 	out := make([]ProxyStatus, 0, len(t.streams))

@@ -56,6 +56,9 @@ type Output struct {
 	Shared *Resources
 	// Groups holds listeners and routes by proxy group name.
 	Groups map[string]*Resources
+	// Proxyless holds the API listeners and routes served to proxyless
+	// gRPC clients instead of a group's; nil serves them none.
+	Proxyless *Resources
 }
 
 // Translate builds the xDS resources for a model. It is pure. A resource

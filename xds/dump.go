@@ -1,0 +1,112 @@
+package xds
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/encoding/protojson"
+)
+
+var (
+	// ErrUnknownNode: no connected stream has that node id (HTTP 404).
+	ErrUnknownNode = errors.New("no connected proxy has that node id")
+	// ErrNotReady: nothing has been served yet (HTTP 503).
+	ErrNotReady = errors.New("no snapshot yet: the bridge has not completed its first sync")
+)
+
+// ConfigDump is what /v1/config_dump shows: the resources served to one
+// node.cluster, each resource as protojson with proto field names.
+type ConfigDump struct {
+	// NodeID is set when the dump was asked for by node id.
+	NodeID      string `json:"node_id,omitempty"`
+	NodeCluster string `json:"node_cluster"`
+	// Group is the proxy group node.cluster resolves to, "" for none.
+	Group string `json:"group,omitempty"`
+	// Versions is keyed by short type name (CDS, EDS, LDS, RDS).
+	Versions  map[string]string `json:"versions"`
+	Clusters  []json.RawMessage `json:"clusters"`
+	Endpoints []json.RawMessage `json:"endpoints"`
+	Listeners []json.RawMessage `json:"listeners"`
+	Routes    []json.RawMessage `json:"routes"`
+}
+
+// ConfigDump returns the resources a proxy gets. With nodeID, the proxy
+// is looked up among connected streams (ErrUnknownNode if none) and its
+// node.cluster used; otherwise nodeCluster is used directly, and a
+// node.cluster no proxy has announced yet is computed from the current
+// translation, exactly as it would be served. ErrNotReady before the
+// first Update. It is the snapshot a node can subscribe to: over ADS,
+// Envoy asks for all of CDS and LDS and for the EDS and RDS names those
+// refer to.
+func (s *Server) ConfigDump(nodeID, nodeCluster string) (*ConfigDump, error) {
+	if nodeID != "" {
+		nc, ok := s.tracker.nodeCluster(nodeID)
+		if !ok {
+			return nil, fmt.Errorf("%w: %q", ErrUnknownNode, nodeID)
+		}
+		nodeCluster = nc
+	}
+	s.mu.Lock()
+	if s.out == nil {
+		s.mu.Unlock()
+		return nil, ErrNotReady
+	}
+	group := s.groupLocked(nodeCluster)
+	var snap cachev3.ResourceSnapshot
+	if got, err := s.cache.GetSnapshot(nodeCluster); err == nil {
+		snap = got
+	} else {
+		built, _, err := s.buildLocked(nodeCluster)
+		if err != nil {
+			s.mu.Unlock()
+			return nil, err
+		}
+		snap = built
+	}
+	s.mu.Unlock()
+
+	d := &ConfigDump{NodeID: nodeID, NodeCluster: nodeCluster, Group: group, Versions: map[string]string{}}
+	for _, part := range []struct {
+		typ string
+		dst *[]json.RawMessage
+	}{
+		{resourcev3.ClusterType, &d.Clusters},
+		{resourcev3.EndpointType, &d.Endpoints},
+		{resourcev3.ListenerType, &d.Listeners},
+		{resourcev3.RouteType, &d.Routes},
+	} {
+		d.Versions[shortType(part.typ)] = snap.GetVersion(part.typ)
+		res := snap.GetResources(part.typ)
+		*part.dst = make([]json.RawMessage, 0, len(res))
+		for _, name := range slices.Sorted(maps.Keys(res)) {
+			b, err := marshalResource(res[name])
+			if err != nil {
+				return nil, fmt.Errorf("%s %q: %w", shortType(part.typ), name, err)
+			}
+			*part.dst = append(*part.dst, b)
+		}
+	}
+	return d, nil
+}
+
+var dumpJSON = protojson.MarshalOptions{UseProtoNames: true}
+
+// marshalResource renders one resource. Nothing served today carries a
+// secret, so nothing is redacted; once the bridge serves SDS secrets or
+// inline TLS private keys (tls_certificates[].private_key in an
+// UpstreamTlsContext or DownstreamTlsContext), they must be replaced here
+// with "[redacted]" before marshalling — on a clone, never the cached
+// resource, which is shared with the cache.
+func marshalResource(r types.Resource) (json.RawMessage, error) {
+	b, err := dumpJSON.Marshal(r)
+	if err != nil {
+		return nil, err
+	}
+	return json.RawMessage(b), nil
+}

@@ -1,0 +1,141 @@
+package xds
+
+import (
+	"errors"
+	"sync"
+
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/rs/zerolog"
+)
+
+// metrics are the xDS side's Prometheus metrics.
+//
+// Cardinality: the group label is node.cluster as proxies announce it, so
+// it is bounded by the proxy groups actually deployed (not by proxies);
+// a client can still make up values, which only costs series while its
+// stream is open, as a group's series is deleted with its last stream. kind has at most 10 values (ADS, per-type, x delta) and
+// type is the short name of a type the bridge serves (CDS, EDS, LDS, RDS),
+// as only responses we sent are counted.
+type metrics struct {
+	connected     *prometheus.GaugeVec
+	pushes        *prometheus.CounterVec
+	acks          *prometheus.CounterVec
+	nacks         *prometheus.CounterVec
+	resources     *prometheus.GaugeVec
+	updateSeconds prometheus.Histogram
+
+	mu        sync.Mutex
+	connCount map[[2]string]int // group, kind -> open streams
+}
+
+func newMetrics(reg prometheus.Registerer, log zerolog.Logger) *metrics {
+	m := &metrics{
+		connCount: map[[2]string]int{},
+		connected: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "consul_xds_bridge_connected_proxies",
+			Help: "xDS streams open, by proxy group (node.cluster) and stream kind (ADS, ADS delta, CDS, ...). Counted from a stream's first request.",
+		}, []string{"group", "kind"}),
+		pushes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "consul_xds_bridge_pushes_total",
+			Help: "xDS responses sent, by resource type.",
+		}, []string{"type"}),
+		acks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "consul_xds_bridge_acks_total",
+			Help: "xDS responses ACKed by proxies, by resource type.",
+		}, []string{"type"}),
+		nacks: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "consul_xds_bridge_nacks_total",
+			Help: "xDS responses rejected (NACKed) by proxies, by resource type.",
+		}, []string{"type"}),
+		resources: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "consul_xds_bridge_snapshot_resources",
+			Help: "Resources in the served snapshot by type: clusters and endpoints shared by all proxies; listeners and routes of the largest proxy group.",
+		}, []string{"type"}),
+		updateSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "consul_xds_bridge_snapshot_update_seconds",
+			Help:    "Time spent installing a translation into the snapshot cache (hashing, consistency checks, SetSnapshot for every node.cluster).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10), // 0.5ms .. ~131s
+		}),
+	}
+	m.connected = register(reg, log, m.connected)
+	m.pushes = register(reg, log, m.pushes)
+	m.acks = register(reg, log, m.acks)
+	m.nacks = register(reg, log, m.nacks)
+	m.resources = register(reg, log, m.resources)
+	m.updateSeconds = register(reg, log, m.updateSeconds)
+	// Known types start at zero, so rate() works from the first push.
+	for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType} {
+		t := shortType(typ)
+		m.pushes.WithLabelValues(t)
+		m.acks.WithLabelValues(t)
+		m.nacks.WithLabelValues(t)
+	}
+	return m
+}
+
+// register registers c, or reuses the collector already registered under
+// the same description (two Servers sharing a registry).
+func register[C prometheus.Collector](reg prometheus.Registerer, log zerolog.Logger, c C) C {
+	err := reg.Register(c)
+	if err == nil {
+		return c
+	}
+	var are prometheus.AlreadyRegisteredError
+	if errors.As(err, &are) {
+		if existing, ok := are.ExistingCollector.(C); ok {
+			return existing
+		}
+	}
+	log.Error().Err(err).Msg("cannot register metric")
+	return c
+}
+
+// streamCounted adds (+1) or removes (-1) a stream from
+// connected_proxies. A group's series is deleted with its last stream, so
+// the label set stays bounded by the groups connected right now.
+func (m *metrics) streamCounted(group, kind string, delta int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	k := [2]string{group, kind}
+	n := m.connCount[k] + delta
+	if n <= 0 {
+		delete(m.connCount, k)
+		m.connected.DeleteLabelValues(group, kind)
+		return
+	}
+	m.connCount[k] = n
+	m.connected.WithLabelValues(group, kind).Set(float64(n))
+}
+
+// metricType is the type label of a type URL: its short name for the
+// types the bridge serves, "other" for anything else.
+func metricType(typeURL string) string {
+	if s, ok := shortTypes[typeURL]; ok {
+		return s
+	}
+	return "other"
+}
+
+// setResources records the size of a translation.
+func (m *metrics) setResources(out *Output) {
+	if out == nil {
+		return
+	}
+	var listeners, routes int
+	for _, g := range out.Groups {
+		if g == nil {
+			continue
+		}
+		listeners = max(listeners, len(g.Listeners))
+		routes = max(routes, len(g.Routes))
+	}
+	var clusters, endpoints int
+	if out.Shared != nil {
+		clusters, endpoints = len(out.Shared.Clusters), len(out.Shared.Endpoints)
+	}
+	m.resources.WithLabelValues("CDS").Set(float64(clusters))
+	m.resources.WithLabelValues("EDS").Set(float64(endpoints))
+	m.resources.WithLabelValues("LDS").Set(float64(listeners))
+	m.resources.WithLabelValues("RDS").Set(float64(routes))
+}

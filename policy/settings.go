@@ -103,8 +103,8 @@ type adminBlock struct {
 	Listen    *string   `hcl:"listen,optional"`
 	TokenFile *string   `hcl:"token_file,optional"`
 	Pprof     *bool     `hcl:"pprof,optional"`
-	Body     hcl.Body  `hcl:",body"`
-	DefRange hcl.Range `hcl:",def_range"`
+	Body      hcl.Body  `hcl:",body"`
+	DefRange  hcl.Range `hcl:",def_range"`
 }
 
 type logBlock struct {

@@ -1,7 +1,16 @@
 package bridge_test
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 	"io"
 	"net/http"
 	"regexp"
@@ -12,6 +21,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
 func get(t *testing.T, url string) (int, string) {
@@ -91,6 +101,12 @@ func TestAdminCatalogAndMetrics(t *testing.T) {
 		"consul_xds_bridge_ready",
 		"consul_xds_bridge_consul_up",
 		`consul_xds_bridge_policy_reloads_total{result="ok"}`,
+		"consul_xds_bridge_change_to_snapshot_seconds_count",
+		"consul_xds_bridge_connected_proxies",
+		`consul_xds_bridge_pushes_total{type="CDS"}`,
+		`consul_xds_bridge_acks_total{type="EDS"}`,
+		`consul_xds_bridge_snapshot_resources{type="CDS"}`,
+		"consul_xds_bridge_snapshot_update_seconds_count",
 	} {
 		if v := metricValue(body, name); v <= 0 {
 			t.Errorf("metric %s = %v, want > 0", name, v)
@@ -98,5 +114,127 @@ func TestAdminCatalogAndMetrics(t *testing.T) {
 	}
 	if code, _ := get(t, base+"/debug/pprof/"); code != http.StatusOK {
 		t.Errorf("/debug/pprof/ = %d", code)
+	}
+}
+
+// TestProxyStatusACKAndNACK: of two proxies, one ACKs and one NACKs a
+// pushed version; /v1/proxies shows SYNCED and NACKED with the proxy's
+// error text, and the NACKing proxy becomes SYNCED once it ACKs a later
+// version.
+func TestProxyStatusACKAndNACK(t *testing.T) {
+	agent := consultest.Start(t)
+	agent.RegisterTTL(t, "web", "web-1", 1001, nil, nil)
+	h := startBridge(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()))
+	good := dialAs(t, h, adsclient.SotW, "good", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	picky, err := adsclient.Dial(ctx, adsclient.Config{
+		Addr: h.daemon.XDSAddr().String(), NodeID: "picky-1", Cluster: "picky",
+		// Rejects any cluster set that contains "api", like an Envoy that
+		// cannot accept one of its settings.
+		NACK: func(typeURL, version string, res []*anypb.Any) error {
+			if typeURL != adsclient.ClusterType {
+				return nil
+			}
+			for _, r := range res {
+				var c clusterv3.Cluster
+				if r.UnmarshalTo(&c) == nil && c.GetName() == "api" {
+					return errors.New("cluster api: unsupported setting (test)")
+				}
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = picky.Close() })
+	waitEndpoints(t, "web", ep(1001, "HEALTHY"), good, picky)
+	base := "http://" + h.daemon.AdminAddr().String()
+	proxies := func() map[string]xds.ProxyStatus {
+		var ps []xds.ProxyStatus
+		_, body := get(t, base+"/v1/proxies")
+		if err := json.Unmarshal([]byte(body), &ps); err != nil {
+			t.Fatalf("/v1/proxies: %v: %s", err, body)
+		}
+		out := map[string]xds.ProxyStatus{}
+		for _, p := range ps {
+			out[p.NodeID] = p
+		}
+		return out
+	}
+	waitStatus := func(node, want string) xds.ProxyStatus {
+		t.Helper()
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			p, ok := proxies()[node]
+			if ok && p.Status == want {
+				return p
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s status = %q, want %q: %+v", node, p.Status, want, p)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitStatus("test-sotw-good", xds.StatusSynced)
+	waitStatus("picky-1", xds.StatusSynced)
+
+	agent.RegisterTTL(t, "api", "api-1", 2001, nil, nil)
+	waitClusters(t, func(n []string) bool { return slices.Contains(n, "api") }, "api cluster at the good proxy", good)
+	p := waitStatus("picky-1", xds.StatusNACKed)
+	cds := p.Types["CDS"]
+	if cds == nil || cds.LastNACK == nil || !strings.Contains(cds.LastNACK.Error, "unsupported setting (test)") || cds.LastNACK.Version != cds.VersionSent {
+		t.Fatalf("NACK not recorded with its text and version: %+v", cds)
+	}
+	if g := waitStatus("test-sotw-good", xds.StatusSynced); g.Types["CDS"].VersionAcked != cds.LastNACK.Version {
+		t.Fatalf("good proxy ACKed %q, the picky one rejected %q: should be the same version", g.Types["CDS"].VersionAcked, cds.LastNACK.Version)
+	}
+	if picky.Snapshot().Cluster("api") != nil {
+		t.Fatal("the NACKing proxy holds the rejected cluster")
+	}
+
+	agent.Deregister(t, "api-1")
+	waitStatus("picky-1", xds.StatusSynced)
+
+	code, body := get(t, base+"/v1/config_dump?node=picky-1")
+	if code != http.StatusOK || !strings.Contains(body, `"name": "web"`) {
+		t.Fatalf("/v1/config_dump?node=picky-1 = %d: %.300s", code, body)
+	}
+	if code, _ := get(t, base+"/v1/config_dump?node=nobody"); code != http.StatusNotFound {
+		t.Fatalf("config dump of an unknown node = %d, want 404", code)
+	}
+}
+
+// TestAdminToken: with admin.token_file set, everything but the probes
+// needs the bearer token.
+func TestAdminToken(t *testing.T) {
+	agent := consultest.Start(t)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte("s3cret-admin\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
+		c.Settings.Admin.TokenFile = tokenFile
+	})
+	base := "http://" + h.daemon.AdminAddr().String()
+	if code, _ := get(t, base+"/healthz"); code != http.StatusOK {
+		t.Fatalf("/healthz without token = %d", code)
+	}
+	if code, _ := get(t, base+"/v1/policy"); code != http.StatusUnauthorized {
+		t.Fatalf("/v1/policy without token = %d, want 401", code)
+	}
+	req, _ := http.NewRequest("GET", base+"/v1/policy", nil)
+	req.Header.Set("Authorization", "Bearer s3cret-admin")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("/v1/policy with token = %d", resp.StatusCode)
+	}
+	if code, _ := get(t, base+"/debug/pprof/"); code != http.StatusUnauthorized && code != http.StatusNotFound {
+		t.Fatalf("/debug/pprof/ = %d", code)
 	}
 }

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+)
+
+const planPolicy = `
+consul {
+  address = "%CONSUL%"
+}
+
+service "web" {
+  subset "v2" {
+    tags = ["v2"]
+  }
+}
+
+proxy "edge" {
+  listener "http" {
+    port = 8080
+    virtual_host "all" {
+      route {
+        service = "web"
+      }
+    }
+  }
+}
+`
+
+// TestPlanAgainstRunningBridge: plan reports no changes for the policy the
+// bridge runs, and names the changed route and the new listener of an
+// edited one, with exit codes 0 and 2.
+func TestPlanAgainstRunningBridge(t *testing.T) {
+	agent := consultest.Start(t)
+	agent.RegisterTTL(t, "web", "web-1", 1001, []string{"v1"}, nil)
+	agent.RegisterTTL(t, "web", "web-2", 1002, []string{"v2"}, nil)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config.hcl")
+	src := strings.Replace(planPolicy, "%CONSUL%", agent.HTTPAddr(), 1)
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, diags := policy.LoadFiles(file)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	cfg.Settings.XDS.Listen, cfg.Settings.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	d := bridge.New(bridge.Config{ConfigFiles: []string{file}, Settings: cfg.Settings, Policy: cfg.Policy, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-d.Started()
+	deadline := time.Now().Add(15 * time.Second)
+	for !d.Ready() {
+		if time.Now().After(deadline) {
+			t.Fatal("bridge not ready")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	admin := d.AdminAddr().String()
+
+	var out, errOut bytes.Buffer
+	if code := realMain([]string{"plan", "-config", file, "-admin", admin}, &out, &errOut); code != 0 {
+		t.Fatalf("plan of the running policy: exit %d, want 0\n%s%s", code, out.String(), errOut.String())
+	}
+	if strings.Count(out.String(), "No changes.") != 2 {
+		t.Fatalf("plan output:\n%s", out.String())
+	}
+
+	edited := strings.Replace(src, `      route {
+        service = "web"
+      }`, `      route {
+        match {
+          path_prefix = "/v2/"
+        }
+        service = "web"
+        subset  = "v2"
+      }
+      route {
+        service = "web"
+      }`, 1)
+	edited = strings.Replace(edited, `proxy "edge" {`, `proxy "edge" {
+  listener "admin" {
+    port = 9000
+    virtual_host "admin" {
+      route {
+        direct_response {
+          status = 403
+        }
+      }
+    }
+  }`, 1)
+	editedFile := filepath.Join(dir, "edited.hcl")
+	if err := os.WriteFile(editedFile, []byte(edited), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := realMain([]string{"plan", "-config", editedFile, "-admin", admin}, &out, &errOut); code != 2 {
+		t.Fatalf("plan of an edited policy: exit %d, want 2\n%s%s", code, out.String(), errOut.String())
+	}
+	for _, want := range []string{"+ listener  edge.admin", "+ route     edge.admin", "~ route     edge.http", "2 to add, 1 to change, 0 to remove."} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("plan output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

@@ -123,7 +123,12 @@ func New(cfg Config) *Daemon {
 		metrics: newMetrics(reg),
 		cfg:     cfg,
 		log:     cfg.Logger.With().Str("component", "bridge").Logger(),
-		xds:     xds.NewServer(xds.ServerConfig{Logger: cfg.Logger, Registerer: reg}),
+		xds: xds.NewServer(xds.ServerConfig{
+			Logger:         cfg.Logger,
+			Registerer:     reg,
+			TLS:            xds.TLSFiles(cfg.Settings.XDS.TLS),
+			AuthorizeNodes: cfg.Settings.XDS.AuthorizeNodes,
+		}),
 		started: make(chan struct{}),
 		reload:  make(chan struct{}, 1),
 	}

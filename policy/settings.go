@@ -43,6 +43,19 @@ type ConsulSettings struct {
 type XDSSettings struct {
 	// Listen is host:port, or unix:///path for a Unix socket.
 	Listen string
+	// TLS serves xDS over TLS when CertFile is set; with ClientCAFile,
+	// clients must present a certificate signed by it (mTLS).
+	TLS TLSFiles
+	// AuthorizeNodes checks the node a client claims against its client
+	// certificate (see README); it needs mTLS.
+	AuthorizeNodes bool
+}
+
+// TLSFiles names PEM files; they are re-read when they change on disk.
+type TLSFiles struct {
+	CertFile     string
+	KeyFile      string
+	ClientCAFile string
 }
 
 // AdminSettings is the `admin` block.
@@ -94,9 +107,18 @@ type consulBlock struct {
 }
 
 type xdsBlock struct {
-	Listen   *string   `hcl:"listen,optional"`
-	Body     hcl.Body  `hcl:",body"`
-	DefRange hcl.Range `hcl:",def_range"`
+	Listen         *string   `hcl:"listen,optional"`
+	TLS            *tlsFiles `hcl:"tls,block"`
+	AuthorizeNodes *bool     `hcl:"authorize_nodes,optional"`
+	Body           hcl.Body  `hcl:",body"`
+	DefRange       hcl.Range `hcl:",def_range"`
+}
+
+type tlsFiles struct {
+	CertFile     *string   `hcl:"cert_file,optional"`
+	KeyFile      *string   `hcl:"key_file,optional"`
+	ClientCAFile *string   `hcl:"client_ca_file,optional"`
+	DefRange     hcl.Range `hcl:",def_range"`
 }
 
 type adminBlock struct {
@@ -135,7 +157,30 @@ func (b *consulBlock) apply(s *ConsulSettings) hcl.Diagnostics {
 
 func (b *xdsBlock) apply(s *XDSSettings) hcl.Diagnostics {
 	set(&s.Listen, b.Listen)
-	return checkListen("xds", s.Listen, valueRange(b.Body, "listen", b.DefRange))
+	set(&s.AuthorizeNodes, b.AuthorizeNodes)
+	diags := checkListen("xds", s.Listen, valueRange(b.Body, "listen", b.DefRange))
+	if t := b.TLS; t != nil {
+		set(&s.TLS.CertFile, t.CertFile)
+		set(&s.TLS.KeyFile, t.KeyFile)
+		set(&s.TLS.ClientCAFile, t.ClientCAFile)
+		if s.TLS.CertFile == "" || s.TLS.KeyFile == "" {
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "Incomplete xDS TLS",
+				Detail:   "xds tls needs cert_file and key_file (the server certificate); add client_ca_file to require client certificates.",
+				Subject:  t.DefRange.Ptr(),
+			})
+		}
+	}
+	if s.AuthorizeNodes && s.TLS.ClientCAFile == "" {
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "authorize_nodes without client certificates",
+			Detail:   "authorize_nodes checks the node a proxy claims against its client certificate; set xds { tls { client_ca_file = ... } } so clients must present one.",
+			Subject:  valueRange(b.Body, "authorize_nodes", b.DefRange).Ptr(),
+		})
+	}
+	return diags
 }
 
 func (b *adminBlock) apply(s *AdminSettings) hcl.Diagnostics {

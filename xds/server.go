@@ -28,6 +28,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 	"google.golang.org/protobuf/proto"
@@ -46,6 +47,11 @@ type ServerConfig struct {
 	// a private registry, never the global default, so that several
 	// Servers (tests) can coexist.
 	Registerer prometheus.Registerer
+	// TLS serves xDS over TLS when CertFile is set (mTLS with ClientCAFile).
+	TLS TLSFiles
+	// AuthorizeNodes refuses clients whose certificate does not name the
+	// node they claim (see authorized); it needs TLS.ClientCAFile.
+	AuthorizeNodes bool
 }
 
 // Server serves snapshots over ADS (and the per-type SotW and delta
@@ -150,13 +156,33 @@ func (s *Server) Cache() cachev3.SnapshotCache { return s.cache }
 // Serve serves xDS on lis until ctx ends, then stops gracefully within the
 // configured grace period.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
-	g := grpc.NewServer(
+	opts := []grpc.ServerOption{
 		// Envoy multiplexes all its xDS streams over one connection; a
 		// bound keeps one misbehaving client from opening unbounded streams.
 		grpc.MaxConcurrentStreams(1000),
+		// Requests are small (names and nonces); 4 MiB is gRPC's default
+		// made explicit. Responses may be large (all clusters), so sends
+		// may be up to 64 MiB, which Envoy's own default accepts.
+		grpc.MaxRecvMsgSize(4 << 20),
+		grpc.MaxSendMsgSize(64 << 20),
+		// Dead peers are found within ~40s; clients may ping every 15s.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
-	)
+	}
+	if s.cfg.TLS.CertFile != "" {
+		r, err := newCertReloader(s.cfg.TLS, s.log)
+		if err != nil {
+			return err
+		}
+		opts = append(opts, grpc.Creds(credentials.NewTLS(r.TLSConfig())))
+	}
+	if s.cfg.AuthorizeNodes {
+		if s.cfg.TLS.ClientCAFile == "" {
+			return errors.New("xds: authorize_nodes needs TLS with client_ca_file")
+		}
+		opts = append(opts, grpc.StreamInterceptor(authzInterceptor(s.log)))
+	}
+	g := grpc.NewServer(opts...)
 	srv := serverv3.NewServer(ctx, nackGuard{SnapshotCache: s.cache, tracker: s.tracker}, s.cb, sotwv3.WithOrderedADS())
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, srv)
 	clusterservice.RegisterClusterDiscoveryServiceServer(g, srv)

@@ -1,0 +1,143 @@
+package xds
+
+import (
+	"context"
+	"crypto/x509"
+	"net/url"
+	"slices"
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// Node authorization: the xDS config a node gets names every backend of its
+// group, so with authorize_nodes a client may only claim the node.cluster
+// (and node id) its certificate names:
+//
+//   - a URI SAN whose path is /group/<node.cluster> authorizes that group
+//     for any node id, and /group/<node.cluster>/node/<node.id> that one
+//     node only (e.g. spiffe://example.org/group/edge/node/edge-1);
+//   - a DNS SAN equal to <node.cluster> authorizes that group.
+func authorized(cert *x509.Certificate, node *corev3.Node) bool {
+	for _, u := range cert.URIs {
+		if uriAuthorizes(u, node) {
+			return true
+		}
+	}
+	return slices.Contains(cert.DNSNames, node.GetCluster()) && node.GetCluster() != ""
+}
+
+func uriAuthorizes(u *url.URL, node *corev3.Node) bool {
+	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
+	for i := 0; i+1 < len(parts); i++ {
+		if parts[i] != "group" || parts[i+1] != node.GetCluster() {
+			continue
+		}
+		rest := parts[i+2:]
+		switch {
+		case len(rest) == 0:
+			return true
+		case len(rest) == 2 && rest[0] == "node":
+			return rest[1] == node.GetId()
+		}
+	}
+	return false
+}
+
+// authzInterceptor checks the node a stream claims against the client
+// certificate before go-control-plane sees the stream: it reads the first
+// request itself and refuses the stream with PermissionDenied (which the
+// client sees as the stream's status) or hands it on, replaying that
+// request. Later requests that switch to another node end the stream.
+func authzInterceptor(log zerolog.Logger) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if !strings.HasPrefix(info.FullMethod, "/envoy.service.") {
+			return handler(srv, ss) // e.g. gRPC health
+		}
+		cert := peerCert(ss.Context())
+		if cert == nil {
+			return status.Error(codes.Unauthenticated, "xDS requires a client certificate")
+		}
+		var first proto.Message = &discoveryv3.DiscoveryRequest{}
+		if strings.Contains(info.FullMethod, "Delta") {
+			first = &discoveryv3.DeltaDiscoveryRequest{}
+		}
+		if err := ss.RecvMsg(first); err != nil {
+			return err
+		}
+		as := &authzStream{ServerStream: ss, cert: cert, log: log, first: first}
+		if err := as.check(first); err != nil {
+			return err
+		}
+		return handler(srv, as)
+	}
+}
+
+type authzStream struct {
+	grpc.ServerStream
+	cert  *x509.Certificate
+	log   zerolog.Logger
+	first proto.Message // replayed on the first RecvMsg
+}
+
+func (s *authzStream) RecvMsg(m any) error {
+	if s.first != nil {
+		proto.Merge(m.(proto.Message), s.first)
+		s.first = nil
+		return nil
+	}
+	if err := s.ServerStream.RecvMsg(m); err != nil {
+		return err
+	}
+	return s.check(m)
+}
+
+func (s *authzStream) check(m any) error {
+	var node *corev3.Node
+	switch r := m.(type) {
+	case *discoveryv3.DiscoveryRequest:
+		node = r.GetNode()
+	case *discoveryv3.DeltaDiscoveryRequest:
+		node = r.GetNode()
+	}
+	// Envoy may send the node only on a stream's first request; requests
+	// without one keep the identity checked then.
+	if node == nil || authorized(s.cert, node) {
+		return nil
+	}
+	s.log.Warn().Str("node", node.GetId()).Str("node_cluster", node.GetCluster()).
+		Str("certificate", certIdentity(s.cert)).Msg("refused xDS client: certificate does not authorize this node")
+	return status.Errorf(codes.PermissionDenied, "certificate %s does not authorize node %q in group %q", certIdentity(s.cert), node.GetId(), node.GetCluster())
+}
+
+func peerCert(ctx context.Context) *x509.Certificate {
+	p, ok := peer.FromContext(ctx)
+	if !ok {
+		return nil
+	}
+	ti, ok := p.AuthInfo.(credentials.TLSInfo)
+	if !ok || len(ti.State.PeerCertificates) == 0 {
+		return nil
+	}
+	return ti.State.PeerCertificates[0]
+}
+
+func certIdentity(c *x509.Certificate) string {
+	var ids []string
+	for _, u := range c.URIs {
+		ids = append(ids, u.String())
+	}
+	ids = append(ids, c.DNSNames...)
+	if len(ids) == 0 {
+		return "CN=" + c.Subject.CommonName
+	}
+	return strings.Join(ids, ",")
+}

@@ -1,0 +1,176 @@
+package xds
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
+)
+
+// testCA issues certificates for mTLS tests.
+type testCA struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+	pem  []byte
+}
+
+func newTestCA(t *testing.T) *testCA {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, _ := x509.ParseCertificate(der)
+	return &testCA{cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+}
+
+// issue returns PEM cert and key with the given SANs.
+func (ca *testCA) issue(t *testing.T, serial int64, dns []string, uris ...string) (certPEM, keyPEM []byte) {
+	t.Helper()
+	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: "test"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		DNSNames: dns, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	}
+	for _, u := range uris {
+		pu, _ := url.Parse(u)
+		tmpl.URIs = append(tmpl.URIs, pu)
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kb, _ := x509.MarshalECPrivateKey(key)
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: kb})
+}
+
+func writeFile(t *testing.T, path string, b []byte) {
+	t.Helper()
+	// Write then rename, as config managers do, so a reader never sees half a file.
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func clientTLS(t *testing.T, ca *testCA, certPEM, keyPEM []byte) *tls.Config {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(ca.pem)
+	cfg := &tls.Config{RootCAs: pool, ServerName: "bridge.test"}
+	if certPEM != nil {
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg
+}
+
+// TestMutualTLSAndNodeAuthorization: without a client certificate a
+// client is refused; a certificate for group web asking as edge gets
+// PermissionDenied; the right certificate is served; a rotated server
+// certificate is used by new handshakes without a restart.
+func TestMutualTLSAndNodeAuthorization(t *testing.T) {
+	ca := newTestCA(t)
+	dir := t.TempDir()
+	files := TLSFiles{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server-key.pem"), ClientCAFile: filepath.Join(dir, "ca.pem")}
+	srvCert, srvKey := ca.issue(t, 10, []string{"bridge.test"})
+	writeFile(t, files.CertFile, srvCert)
+	writeFile(t, files.KeyFile, srvKey)
+	writeFile(t, files.ClientCAFile, ca.pem)
+	s := startServer(t, ServerConfig{TLS: files, AuthorizeNodes: true})
+	s.update(t, testOutput(t, []string{"api"}, 8080))
+
+	dial := func(tlsCfg *tls.Config, cluster string) (*adsclient.Client, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: s.addr, NodeID: cluster + "-1", Cluster: cluster, TLS: tlsCfg, InitialFetchTimeout: -1})
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		_, err = c.Wait(ctx, func(st adsclient.State) bool { return len(st.ClusterNames()) > 0 })
+		if err != nil && c.Err() != nil {
+			return c, c.Err()
+		}
+		return c, err
+	}
+
+	if _, err := dial(clientTLS(t, ca, nil, nil), "edge"); err == nil {
+		t.Fatal("a client without a certificate was served")
+	}
+
+	webCert, webKey := ca.issue(t, 20, nil, "spiffe://example.org/group/web")
+	_, err := dial(clientTLS(t, ca, webCert, webKey), "edge")
+	if status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), `group "edge"`) {
+		t.Fatalf("web certificate asking as edge: err = %v, want PermissionDenied", err)
+	}
+
+	edgeCert, edgeKey := ca.issue(t, 30, nil, "spiffe://example.org/group/edge/node/edge-1")
+	c, err := dial(clientTLS(t, ca, edgeCert, edgeKey), "edge")
+	if err != nil {
+		t.Fatalf("edge certificate as edge-1: %v", err)
+	}
+	if len(c.Snapshot().ListenerNames()) == 0 && len(c.Snapshot().ClusterNames()) == 0 {
+		t.Fatal("authorized client got nothing")
+	}
+	dnsCert, dnsKey := ca.issue(t, 31, []string{"edge"})
+	if _, err := dial(clientTLS(t, ca, dnsCert, dnsKey), "edge"); err != nil {
+		t.Fatalf("DNS SAN edge as group edge: %v", err)
+	}
+
+	// Rotation: new handshakes see the new serial.
+	rotCert, rotKey := ca.issue(t, 99, []string{"bridge.test"})
+	time.Sleep(10 * time.Millisecond) // distinct mtime
+	writeFile(t, files.KeyFile, rotKey)
+	writeFile(t, files.CertFile, rotCert)
+	cfg := clientTLS(t, ca, edgeCert, edgeKey)
+	conn, err := tls.Dial("tcp", s.addr, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if got := conn.ConnectionState().PeerCertificates[0].SerialNumber.Int64(); got != 99 {
+		t.Fatalf("after rotation the server presents serial %d, want 99", got)
+	}
+
+	// A broken rotation keeps the last good certificate.
+	writeFile(t, files.CertFile, []byte("not a certificate"))
+	conn2, err := tls.Dial("tcp", s.addr, cfg)
+	if err != nil {
+		t.Fatalf("handshake after a broken rotation: %v", err)
+	}
+	defer conn2.Close()
+	if got := conn2.ConnectionState().PeerCertificates[0].SerialNumber.Int64(); got != 99 {
+		t.Fatalf("after a broken rotation the server presents serial %d, want the last good 99", got)
+	}
+}

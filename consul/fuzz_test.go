@@ -24,7 +24,9 @@ func FuzzReadFixture(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if !slices.IsSortedFunc(cat.Services, func(a, b *Service) int { return compareKeys(ServiceKey{a.Datacenter, a.Name}, ServiceKey{b.Datacenter, b.Name}) }) {
+		if !slices.IsSortedFunc(cat.Services, func(a, b *Service) int {
+			return compareKeys(ServiceKey{a.Datacenter, a.Name}, ServiceKey{b.Datacenter, b.Name})
+		}) {
 			t.Fatalf("services not sorted: %+v", cat.Services)
 		}
 		for _, s := range cat.Services {

@@ -64,6 +64,9 @@ type Daemon struct {
 	// nanoseconds), 0 while the last one succeeded.
 	consulFailingSince atomic.Int64
 	lastConsulOK       atomic.Int64
+	// holdUntil (unix nanoseconds) ends the window after a Consul outage
+	// in which health downgrades are held back.
+	holdUntil atomic.Int64
 }
 
 // consulQuery records every Consul request's outcome for metrics and for
@@ -74,7 +77,10 @@ func (d *Daemon) consulQuery(endpoint string, err error, dur time.Duration) {
 	now := time.Now().UnixNano()
 	if err == nil {
 		d.lastConsulOK.Store(now)
-		d.consulFailingSince.Store(0)
+		if d.consulFailingSince.Swap(0) != 0 && d.cfg.Settings.Consul.ReconnectHold > 0 && d.ready.Load() {
+			d.holdUntil.Store(now + int64(d.cfg.Settings.Consul.ReconnectHold))
+			d.log.Info().Dur("hold", d.cfg.Settings.Consul.ReconnectHold).Msg("Consul is back; holding back health downgrades while its checks settle")
+		}
 		return
 	}
 	d.consulFailingSince.CompareAndSwap(0, now)
@@ -248,6 +254,7 @@ type loop struct {
 	kvDocs   *consul.KVUpdate
 
 	catalog      *consul.Update
+	served       *consul.Catalog // what the last good build used
 	changedAt    time.Time
 	burstStart   time.Time
 	pendingSince time.Time
@@ -321,7 +328,17 @@ func (l *loop) build(ctx context.Context) {
 	}
 	l.pendingSince = time.Time{}
 	start := time.Now()
-	model, warnings := Build(l.catalog.Catalog, l.policy)
+	cat := l.catalog.Catalog
+	if until := time.Unix(0, l.d.holdUntil.Load()); start.Before(until) {
+		var held int
+		cat, held = holdDowngrades(l.served, cat)
+		if held > 0 {
+			l.d.log.Info().Int("instances", held).Time("until", until).Msg("holding health downgrades after Consul reconnect")
+			// Rebuild when the window ends, with the real state.
+			l.timer.Reset(until.Sub(start) + time.Millisecond)
+		}
+	}
+	model, warnings := Build(cat, l.policy)
 	l.logNewWarnings(warnings)
 	out, err := xds.Translate(model)
 	l.d.metrics.translate.Observe(time.Since(start).Seconds())
@@ -358,6 +375,7 @@ func (l *loop) build(ctx context.Context) {
 		ev.Msg("snapshot updated")
 	}
 	l.changedAt = time.Time{}
+	l.served = cat
 	l.setStatus(func(st *PolicyStatus) { st.Warnings = warnings })
 }
 

@@ -163,6 +163,10 @@ func aggregate(checks api.HealthChecks) Status {
 	return worst
 }
 
+// WorseThan reports whether s is a worse health state than o
+// (passing < warning < critical < maintenance).
+func (s Status) WorseThan(o Status) bool { return s.rank() > o.rank() }
+
 func (s Status) rank() int {
 	switch s {
 	case StatusPassing:

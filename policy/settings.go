@@ -37,6 +37,9 @@ type ConsulSettings struct {
 	// StaleAfter is how long Consul may be unreachable before /readyz
 	// turns 503; xDS keeps serving the last good state regardless.
 	StaleAfter time.Duration
+	// ReconnectHold is how long, after Consul answers again following an
+	// outage, health downgrades are held back (see README); 0 disables it.
+	ReconnectHold time.Duration
 }
 
 // XDSSettings is the `xds` block.
@@ -81,12 +84,15 @@ const (
 	DefaultAdminListen = "127.0.0.1:19100"
 	DefaultWaitTime    = 60 * time.Second
 	DefaultStaleAfter  = 2 * time.Minute
+	// DefaultReconnectHold covers the first run of checks with the common
+	// 10s interval; measured by TestConsulServerRestart.
+	DefaultReconnectHold = 15 * time.Second
 )
 
 // DefaultSettings are what an empty configuration means.
 func DefaultSettings() Settings {
 	return Settings{
-		Consul: ConsulSettings{Stale: true, WaitTime: DefaultWaitTime, StaleAfter: DefaultStaleAfter},
+		Consul: ConsulSettings{Stale: true, WaitTime: DefaultWaitTime, StaleAfter: DefaultStaleAfter, ReconnectHold: DefaultReconnectHold},
 		XDS:    XDSSettings{Listen: DefaultXDSListen},
 		Admin:  AdminSettings{Listen: DefaultAdminListen},
 		Log:    LogSettings{Level: "info", Format: "json"},
@@ -96,14 +102,15 @@ func DefaultSettings() Settings {
 // The raw blocks as written; hcl.Expression fields are converted by hand so
 // errors point at the attribute's value.
 type consulBlock struct {
-	Address    *string        `hcl:"address,optional"`
-	Datacenter *string        `hcl:"datacenter,optional"`
-	TokenFile  *string        `hcl:"token_file,optional"`
-	Stale      *bool          `hcl:"stale,optional"`
-	KVPrefix   *string        `hcl:"kv_prefix,optional"`
-	WaitTime   hcl.Expression `hcl:"wait_time,optional"`
-	StaleAfter hcl.Expression `hcl:"stale_after,optional"`
-	DefRange   hcl.Range      `hcl:",def_range"`
+	Address       *string        `hcl:"address,optional"`
+	Datacenter    *string        `hcl:"datacenter,optional"`
+	TokenFile     *string        `hcl:"token_file,optional"`
+	Stale         *bool          `hcl:"stale,optional"`
+	KVPrefix      *string        `hcl:"kv_prefix,optional"`
+	WaitTime      hcl.Expression `hcl:"wait_time,optional"`
+	StaleAfter    hcl.Expression `hcl:"stale_after,optional"`
+	ReconnectHold hcl.Expression `hcl:"reconnect_hold,optional"`
+	DefRange      hcl.Range      `hcl:",def_range"`
 }
 
 type xdsBlock struct {
@@ -144,6 +151,10 @@ func (b *consulBlock) apply(s *ConsulSettings) hcl.Diagnostics {
 	set(&s.KVPrefix, b.KVPrefix)
 	diags := durationAttr(b.WaitTime, &s.WaitTime)
 	diags = append(diags, durationAttr(b.StaleAfter, &s.StaleAfter)...)
+	diags = append(diags, durationAttrZero(b.ReconnectHold, &s.ReconnectHold)...)
+	if s.ReconnectHold < 0 {
+		s.ReconnectHold = 0 // "0s": off
+	}
 	if s.WaitTime > 10*time.Minute {
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagError,

@@ -267,6 +267,8 @@ func TestConsulOutageKeepsLastGoodState(t *testing.T) {
 	fwd := consultest.NewForwarder(t, agent.HTTPAddr())
 	for i := 1; i <= 3; i++ {
 		agent.RegisterTTL(t, "web", fmt.Sprintf("web-%d", i), 1000+i, nil, nil)
+		agent.RegisterTTL(t, "api", fmt.Sprintf("api-%d", i), 2000+i, nil, nil)
+		agent.RegisterTTL(t, "carts", fmt.Sprintf("carts-%d", i), 3000+i, nil, nil)
 	}
 	h := startBridge(t, agent, fwd)
 	recS := &recorder{cluster: "web"}
@@ -290,19 +292,29 @@ func TestConsulOutageKeepsLastGoodState(t *testing.T) {
 	// (a) The path to Consul is cut: refused and reset connections.
 	fromS, fromD := recS.len(), recD.len()
 	fwd.Stop()
-	time.Sleep(3 * time.Second)
+	time.Sleep(10 * time.Second)
 	fwd.Start()
+	// Give the bridge's backoff (capped at 1s in tests) time to reconnect.
+	time.Sleep(1500 * time.Millisecond)
 	agent.RegisterTTL(t, "web", "web-4", 1004, nil, nil)
 	all4 := join(all3, ep(1004, "HEALTHY"))
-	waitEndpoints(t, "web", all4, sotw, delta)
+	took := waitEndpoints(t, "web", all4, sotw, delta)
+	t.Logf("after the path to Consul came back, a new instance reached both clients in %v", took)
+	if took > 5*time.Second {
+		t.Errorf("new instance took %v after recovery", took)
+	}
 	checkNoShrink("path cut", fromS, fromD, 3)
 
 	// (b) The agent hangs: connections open, no answers.
 	fromS, fromD = recS.len(), recD.len()
 	agent.Freeze()
-	time.Sleep(3 * time.Second)
+	time.Sleep(10 * time.Second)
 	agent.Thaw()
 	agent.RegisterTTL(t, "web", "web-5", 1005, nil, nil)
-	waitEndpoints(t, "web", join(all4, ep(1005, "HEALTHY")), sotw, delta)
+	took = waitEndpoints(t, "web", join(all4, ep(1005, "HEALTHY")), sotw, delta)
+	t.Logf("after the agent thawed, a new instance reached both clients in %v", took)
+	if took > 5*time.Second {
+		t.Errorf("new instance took %v after the agent thawed", took)
+	}
 	checkNoShrink("agent frozen", fromS, fromD, 4)
 }

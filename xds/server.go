@@ -160,6 +160,10 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		// Envoy multiplexes all its xDS streams over one connection; a
 		// bound keeps one misbehaving client from opening unbounded streams.
 		grpc.MaxConcurrentStreams(1000),
+		// A connection that never completes its HTTP/2 (or TLS) handshake
+		// is dropped after this; gRPC's default of 120s would also hold up
+		// shutdown that long.
+		grpc.ConnectionTimeout(5 * time.Second),
 		// Requests are small (names and nonces); 4 MiB is gRPC's default
 		// made explicit. Responses may be large (all clusters), so sends
 		// may be up to 64 MiB, which Envoy's own default accepts.
@@ -208,7 +212,14 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	case <-done:
 	case <-time.After(s.cfg.ShutdownGrace):
 		s.log.Warn().Dur("grace", s.cfg.ShutdownGrace).Msg("streams still open after grace period; closing them")
-		g.Stop()
+		go g.Stop()
+		// Stop waits for connection handlers; do not let one stuck in a
+		// handshake keep the process alive past the bound.
+		select {
+		case <-done:
+		case <-time.After(s.cfg.ShutdownGrace):
+			s.log.Warn().Msg("connections still closing; exiting anyway")
+		}
 	}
 	return nil
 }

@@ -217,17 +217,17 @@ func TestMatch(t *testing.T) {
 		"regex ignores the query":          {routematch.Request{Host: "shop.example.com", Path: "/items/7?x=1"}, "exact", "items"},
 
 		// Headers, method, first match.
-		"header exact wins by order":        {routematch.Request{Host: "shop.example.com", Path: "/api/x", Method: "GET", Headers: map[string]string{"x-canary": "1"}}, "exact", "api.v2"},
-		"header exact mismatch":             {routematch.Request{Host: "shop.example.com", Path: "/api/x", Method: "GET", Headers: map[string]string{"x-canary": "10"}}, "exact", "api"},
-		"header value is case-sensitive":    {routematch.Request{Host: "shop.example.com", Path: "/api/x", Method: "GET", Headers: map[string]string{"x-canary": "1 "}}, "exact", "api"},
-		"canary works for any method":       {routematch.Request{Host: "shop.example.com", Path: "/api/x", Method: "POST", Headers: map[string]string{"x-canary": "1"}}, "exact", "api.v2"},
-		"method mismatch falls through":     {routematch.Request{Host: "shop.example.com", Path: "/api/x", Method: "POST"}, "exact", "web"},
-		"method compares upper-case":        {routematch.Request{Host: "shop.example.com", Path: "/api/x", Method: "get"}, "exact", "api"},
-		"inverted present: header present":  {routematch.Request{Host: "shop.example.com", Path: "/api/x", Method: "GET", Headers: map[string]string{"x-debug": ""}}, "exact", "web"},
-		"inverted present: header absent":   {routematch.Request{Host: "shop.example.com", Path: "/api/x", Method: "GET"}, "exact", "api"},
-		"header regex full match":           {routematch.Request{Host: "shop.example.com", Path: "/ua", Headers: map[string]string{"user-agent": "curl/8.5"}}, "exact", "curl"},
-		"header regex is anchored":          {routematch.Request{Host: "shop.example.com", Path: "/ua", Headers: map[string]string{"user-agent": "x curl/8.5"}}, "exact", "web"},
-		"missing header does not match":     {routematch.Request{Host: "shop.example.com", Path: "/ua"}, "exact", "web"},
+		"header exact wins by order":       {routematch.Request{Host: "shop.example.com", Path: "/api/x", Method: "GET", Headers: map[string]string{"x-canary": "1"}}, "exact", "api.v2"},
+		"header exact mismatch":            {routematch.Request{Host: "shop.example.com", Path: "/api/x", Method: "GET", Headers: map[string]string{"x-canary": "10"}}, "exact", "api"},
+		"header value is case-sensitive":   {routematch.Request{Host: "shop.example.com", Path: "/api/x", Method: "GET", Headers: map[string]string{"x-canary": "1 "}}, "exact", "api"},
+		"canary works for any method":      {routematch.Request{Host: "shop.example.com", Path: "/api/x", Method: "POST", Headers: map[string]string{"x-canary": "1"}}, "exact", "api.v2"},
+		"method mismatch falls through":    {routematch.Request{Host: "shop.example.com", Path: "/api/x", Method: "POST"}, "exact", "web"},
+		"method compares upper-case":       {routematch.Request{Host: "shop.example.com", Path: "/api/x", Method: "get"}, "exact", "api"},
+		"inverted present: header present": {routematch.Request{Host: "shop.example.com", Path: "/api/x", Method: "GET", Headers: map[string]string{"x-debug": ""}}, "exact", "web"},
+		"inverted present: header absent":  {routematch.Request{Host: "shop.example.com", Path: "/api/x", Method: "GET"}, "exact", "api"},
+		"header regex full match":          {routematch.Request{Host: "shop.example.com", Path: "/ua", Headers: map[string]string{"user-agent": "curl/8.5"}}, "exact", "curl"},
+		"header regex is anchored":         {routematch.Request{Host: "shop.example.com", Path: "/ua", Headers: map[string]string{"user-agent": "x curl/8.5"}}, "exact", "web"},
+		"missing header does not match":    {routematch.Request{Host: "shop.example.com", Path: "/ua"}, "exact", "web"},
 
 		// Query parameters.
 		"query prefix":                  {routematch.Request{Host: "shop.example.com", Path: "/search?q=golang"}, "exact", "search-go"},

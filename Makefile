@@ -43,3 +43,22 @@ run: build consul
 
 clean:
 	rm -rf bin
+
+# Fleet-scale load harness (bench/, cmd/xds-load): simulated Envoys against
+# the bridge, a baseline go-control-plane server and Consul's own xDS
+# server, on a real Consul. Not part of `make test`. `bench` is the quick
+# run (N = 100 and 1000, under ~10 minutes on 2 cores); `bench-full` goes
+# to 5000 proxies. Extra flags: make bench BENCHFLAGS='-n 100 -compare ""'.
+XDSLOAD := $(CURDIR)/bin/xds-load
+BENCHFLAGS ?=
+
+.PHONY: bench bench-full bench-tools
+
+bench-tools: build consul
+	$(GO) build -o $(XDSLOAD) ./cmd/xds-load
+
+bench: bench-tools
+	$(XDSLOAD) run -consul $(CONSUL) -bridge $(BIN) $(BENCHFLAGS)
+
+bench-full: bench-tools
+	$(XDSLOAD) run -full -consul $(CONSUL) -bridge $(BIN) $(BENCHFLAGS)

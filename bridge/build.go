@@ -44,6 +44,7 @@ func Build(cat *consul.Catalog, pol *policy.Policy) (*ir.Model, []string) {
 		m.Groups = append(m.Groups, b.group(p))
 	}
 	slices.SortFunc(m.Groups, func(a, b ir.Group) int { return strings.Compare(a.Name, b.Name) })
+	m.Proxyless = b.proxyless(m.Clusters)
 	return m, b.warnings
 }
 
@@ -98,6 +99,9 @@ func referencedServices(pol *policy.Policy) []string {
 				}
 			}
 		}
+	}
+	for _, t := range grpcTargets(pol) {
+		set[t.Service] = true
 	}
 	return slices.Sorted(maps.Keys(set))
 }
@@ -290,7 +294,7 @@ func clusterName(t policy.Target) string {
 }
 
 func (b *builder) group(p *policy.Proxy) ir.Group {
-	g := ir.Group{Name: p.Name}
+	g := ir.Group{Name: p.Name, Proxyless: p.Proxyless}
 	for _, l := range p.Listeners {
 		il := ir.Listener{
 			Name:        p.Name + "." + l.Name,

@@ -21,6 +21,11 @@ type Model struct {
 	// Groups holds per-proxy-group resources (listeners, routes), keyed by
 	// the node.cluster the proxies announce. Empty until policy declares any.
 	Groups []Group
+	// Proxyless holds the API listeners proxyless gRPC clients get instead
+	// of a group's listeners, sorted by name: one per xDS target name
+	// (xds:///NAME), each with a single virtual host matching every
+	// authority. Only Name, VirtualHosts and UsesFault apply to them.
+	Proxyless []Listener
 }
 
 // Group is what the proxies of one node.cluster get on top of the shared
@@ -28,6 +33,10 @@ type Model struct {
 type Group struct {
 	Name      string
 	Listeners []Listener
+	// Proxyless marks a group whose nodes are proxyless gRPC clients
+	// whatever user agent they announce: they get Model.Proxyless, and the
+	// group has no listeners of its own.
+	Proxyless bool
 }
 
 // LBPolicy is a cluster's load-balancing algorithm.
@@ -103,6 +112,7 @@ var (
 	ErrUnsorted       = errors.New("not sorted by name")
 	ErrConnectTimeout = errors.New("connect timeout must be positive")
 	ErrEndpoint       = errors.New("invalid endpoint")
+	ErrListener       = errors.New("invalid listener")
 )
 
 // Validate checks the invariants the translator relies on.
@@ -131,6 +141,27 @@ func (m *Model) Validate() error {
 	}
 	if !slices.IsSortedFunc(m.Groups, func(a, b Group) int { return strings.Compare(a.Name, b.Name) }) {
 		errs = append(errs, fmt.Errorf("groups: %w", ErrUnsorted))
+	}
+	for _, g := range m.Groups {
+		if g.Proxyless && len(g.Listeners) > 0 {
+			errs = append(errs, fmt.Errorf("group %q is proxyless but has listeners: %w", g.Name, ErrListener))
+		}
+	}
+	for i, l := range m.Proxyless {
+		if l.Name == "" {
+			errs = append(errs, fmt.Errorf("proxyless listener %d: name is empty: %w", i, ErrListener))
+		}
+		if i > 0 {
+			switch prev := m.Proxyless[i-1].Name; {
+			case prev == l.Name:
+				errs = append(errs, fmt.Errorf("proxyless listener %q: %w", l.Name, ErrDuplicate))
+			case prev > l.Name:
+				errs = append(errs, fmt.Errorf("proxyless listener %q after %q: %w", l.Name, prev, ErrUnsorted))
+			}
+		}
+		if len(l.VirtualHosts) != 1 || len(l.VirtualHosts[0].Routes) == 0 {
+			errs = append(errs, fmt.Errorf("proxyless listener %q needs one virtual host with routes: %w", l.Name, ErrListener))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -38,6 +38,17 @@ func inListener(body string) string {
 `
 }
 
+// inGRPC wraps route attributes and blocks in a grpc_service "echo" so
+// that body starts on line 3, column 1; extra follows the block.
+func inGRPC(body, extra string) string {
+	return `grpc_service "echo" {
+  route {
+` + body + `
+  }
+}
+` + extra
+}
+
 const apiWithV2 = `
 service "api" {
   subset "v2" {
@@ -564,6 +575,117 @@ func TestDiagnostics(t *testing.T) {
 			want:   "b.hcl:2:1: Duplicate log block",
 			detail: "previous definition at a.hcl:1:1",
 		},
+		// --- grpc_service and proxyless groups ---
+		"grpc_service redirect": {
+			docs:   []string{inGRPC("    redirect {\n      host = \"x\"\n    }", "")},
+			want:   "a.hcl:3:5: Unsupported in a grpc_service",
+			detail: "cannot answer a call with a redirect",
+		},
+		"grpc_service direct_response": {
+			docs:   []string{inGRPC("    direct_response {\n      status = 404\n    }", "")},
+			want:   "a.hcl:3:5: Unsupported in a grpc_service",
+			detail: "use fault { abort { ... } }",
+		},
+		"grpc_service rewrite": {
+			docs:   []string{inGRPC("    service = \"echo\"\n    rewrite {\n      prefix = \"/\"\n    }", "")},
+			want:   "a.hcl:4:5: Unsupported in a grpc_service",
+			detail: "does not rewrite the path",
+		},
+		"grpc_service regex rewrite": {
+			docs:   []string{inGRPC("    service = \"echo\"\n    rewrite {\n      regex        = \"^/a/(.*)$\"\n      substitution = \"/\\\\1\"\n    }", "")},
+			want:   "a.hcl:4:5: Unsupported in a grpc_service",
+			detail: "does not rewrite the path",
+		},
+		"grpc_service mirror": {
+			docs:   []string{inGRPC("    service = \"echo\"\n    mirror {\n      service = \"echo-shadow\"\n    }", "")},
+			want:   "a.hcl:4:5: Unsupported in a grpc_service",
+			detail: "does not mirror calls",
+		},
+		"grpc_service request_headers": {
+			docs:   []string{inGRPC("    service = \"echo\"\n    request_headers {\n      set = { \"x-env\" = \"prod\" }\n    }", "")},
+			want:   "a.hcl:4:5: Unsupported in a grpc_service",
+			detail: "does not change metadata",
+		},
+		"grpc_service response_headers": {
+			docs:   []string{inGRPC("    service = \"echo\"\n    response_headers {\n      remove = [\"x-debug\"]\n    }", "")},
+			want:   "a.hcl:4:5: Unsupported in a grpc_service",
+			detail: "does not change metadata",
+		},
+		"grpc_service idle_timeout": {
+			docs:   []string{inGRPC("    service      = \"echo\"\n    idle_timeout = \"5s\"", "")},
+			want:   "a.hcl:4:20: Unsupported in a grpc_service",
+			detail: "no per-route idle timeout",
+		},
+		"grpc_service method match": {
+			docs:   []string{inGRPC("    match {\n      method = \"GET\"\n    }\n    service = \"echo\"", "")},
+			want:   "a.hcl:4:16: Unsupported in a grpc_service",
+			detail: "every gRPC call is an HTTP POST",
+		},
+		"grpc_service query match": {
+			docs:   []string{inGRPC("    match {\n      query \"debug\" {\n        present = true\n      }\n    }\n    service = \"echo\"", "")},
+			want:   "a.hcl:4:7: Unsupported in a grpc_service",
+			detail: "no query string",
+		},
+		"grpc_service pseudo-header match": {
+			docs:   []string{inGRPC("    match {\n      header \":authority\" {\n        exact = \"echo\"\n      }\n    }\n    service = \"echo\"", "")},
+			want:   "a.hcl:4:7: Unsupported in a grpc_service",
+			detail: "not pseudo-headers",
+		},
+		"grpc_service grpc- header match": {
+			docs:   []string{inGRPC("    match {\n      header \"grpc-timeout\" {\n        present = true\n      }\n    }\n    service = \"echo\"", "")},
+			want:   "a.hcl:4:7: Unsupported in a grpc_service",
+			detail: "never match",
+		},
+		"grpc_service per_try_timeout": {
+			docs:   []string{inGRPC("    service = \"echo\"\n    retry {\n      per_try_timeout = \"1s\"\n    }", "")},
+			want:   "a.hcl:5:25: Unsupported in a grpc_service",
+			detail: "no per-try timeout",
+		},
+		"grpc_service retry on an HTTP condition": {
+			docs:   []string{inGRPC("    service = \"echo\"\n    retry {\n      on = [\"unavailable\", \"5xx\"]\n    }", "")},
+			want:   "a.hcl:5:28: Invalid retry condition for gRPC",
+			detail: `"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"`,
+		},
+		"grpc_service to a random lb_policy service": {
+			docs:   []string{inGRPC("    service = \"echo\"", "service \"echo\" {\n  lb_policy = \"random\"\n}\n")},
+			want:   "a.hcl:3:15: lb_policy not supported by gRPC",
+			detail: "supports round_robin, least_request and ring_hash",
+		},
+		"grpc_service split to a tls service": {
+			docs:   []string{inGRPC("    split {\n      service = \"echo\"\n      weight  = 1\n    }", ""), "service \"echo\" {\n  tls {\n    sni = \"echo\"\n  }\n}\n"},
+			want:   "a.hcl:4:17: tls not supported by gRPC",
+			detail: "accepts only certificate providers",
+		},
+		"grpc_service unknown subset": {
+			docs:   []string{inGRPC("    service = \"echo\"\n    subset  = \"v3\"", "service \"echo\" {\n  subset \"v2\" {\n    tags = [\"v2\"]\n  }\n}\n")},
+			want:   "a.hcl:4:15: Unknown subset",
+			detail: `declared subsets: "v2"`,
+		},
+		"grpc_service without routes": {
+			docs:   []string{"\ngrpc_service \"echo\" {\n}\n"},
+			want:   "a.hcl:2:1: grpc_service without routes",
+			detail: "every call to xds:///echo would fail",
+		},
+		"grpc_service with an invalid name": {
+			docs:   []string{inGRPC("    service = \"echo\"", "grpc_service \"xds:///echo\" {\n  route {\n    service = \"echo\"\n  }\n}\n")},
+			want:   "a.hcl:6:1: Invalid grpc_service name",
+			detail: "what clients dial as xds:///NAME",
+		},
+		"grpc_service duplicate across documents": {
+			docs:   []string{inGRPC("    service = \"echo\"", ""), "\n" + inGRPC("    service = \"echo\"", "")},
+			want:   "b.hcl:2:1: Duplicate grpc_service block",
+			detail: "already defined at a.hcl:1:1",
+		},
+		"listener in a proxyless group": {
+			docs:   []string{"proxy \"grpc\" {\n  proxyless = true\n  listener \"l\" {\n    port = 80\n  }\n}\n"},
+			want:   "a.hcl:3:3: Listener in a proxyless group",
+			detail: "Remove the listener blocks or proxyless = true",
+		},
+		"proxy without listeners mentions proxyless": {
+			docs:   []string{"proxy \"grpc\" {\n  proxyless = false\n}\n"},
+			want:   "a.hcl:1:1: Proxy without listeners",
+			detail: "set proxyless = true for a group of proxyless gRPC clients",
+		},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -687,6 +809,37 @@ func TestDiagnosticsValid(t *testing.T) {
       weight  = 1
     }`),
 		"export_all_services agreeing across documents": "export_all_services = true\n",
+		"grpc_service with everything gRPC supports": inGRPC(`    match {
+      path_regex     = "^/echo[.]Echo/(Say|Shout)$"
+      case_sensitive = false
+      header "x-canary" {
+        exact = "1"
+      }
+      header "x-debug" {
+        present = true
+        invert  = true
+      }
+    }
+    split {
+      service = "api"
+      weight  = 80
+    }
+    split {
+      service = "api"
+      subset  = "v2"
+      weight  = 20
+    }
+    timeout = "3s"
+    retry {
+      attempts = 2
+      on       = ["unavailable", "cancelled", "deadline-exceeded", "internal", "resource-exhausted"]
+    }
+    fault {
+      abort {
+        status  = 503
+        percent = 0.5
+      }
+    }`, apiWithV2+"proxy \"grpc-*\" {\n  proxyless = true\n}\n"),
 	} {
 		t.Run(name, func(t *testing.T) {
 			if _, diags := loadDocs(false, src, "export_all_services = true\n"); len(diags) > 0 {

@@ -100,8 +100,8 @@ func checkPolicy(t *testing.T, p *Policy) {
 		}
 	}
 	for _, pr := range p.Proxies {
-		if len(pr.Listeners) == 0 {
-			t.Fatalf("proxy %q without listeners", pr.Name)
+		if (len(pr.Listeners) == 0) != pr.Proxyless {
+			t.Fatalf("proxy %q: %d listeners, proxyless %v", pr.Name, len(pr.Listeners), pr.Proxyless)
 		}
 		for _, l := range pr.Listeners {
 			if l.Port < 1 || l.Port > 65535 {
@@ -147,6 +147,27 @@ func checkPolicy(t *testing.T, p *Policy) {
 				}
 			default:
 				t.Fatalf("listener %q protocol %q", l.Name, l.Protocol)
+			}
+		}
+	}
+	if !slices.IsSortedFunc(p.GRPCServices, func(a, b *GRPCService) int { return strings.Compare(a.Name, b.Name) }) {
+		t.Fatal("grpc services not sorted")
+	}
+	for _, g := range p.GRPCServices {
+		if len(g.Routes) == 0 {
+			t.Fatalf("grpc_service %q without routes", g.Name)
+		}
+		for _, rt := range g.Routes {
+			// Only what gRPC's xDS client supports: forward to targets.
+			if len(rt.Targets) == 0 || rt.Redirect != nil || rt.DirectResponse != nil || rt.Rewrite != nil || rt.Mirror != nil ||
+				rt.IdleTimeout != 0 || len(rt.Match.Query) > 0 || rt.Match.Method != "" ||
+				len(rt.RequestHeaders.Add)+len(rt.RequestHeaders.Set)+len(rt.RequestHeaders.Remove)+
+					len(rt.ResponseHeaders.Add)+len(rt.ResponseHeaders.Set)+len(rt.ResponseHeaders.Remove) > 0 ||
+				(rt.Retry != nil && rt.Retry.PerTryTimeout != 0) {
+				t.Fatalf("grpc_service %q route at %s has something gRPC does not support: %+v", g.Name, rt.Source, rt)
+			}
+			for _, tg := range rt.Targets {
+				checkTarget(rt.Source, tg)
 			}
 		}
 	}

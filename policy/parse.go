@@ -26,17 +26,19 @@ type Document struct {
 	exportAllRange hcl.Range
 	services       []*serviceBlock
 	proxies        []*proxyBlock
+	grpcServices   []*grpcServiceBlock
 }
 
 type documentSchema struct {
-	Consul            *consulBlock    `hcl:"consul,block"`
-	XDS               *xdsBlock       `hcl:"xds,block"`
-	Admin             *adminBlock     `hcl:"admin,block"`
-	Log               *logBlock       `hcl:"log,block"`
-	ExportAllServices *bool           `hcl:"export_all_services,optional"`
-	Services          []*serviceBlock `hcl:"service,block"`
-	Proxies           []*proxyBlock   `hcl:"proxy,block"`
-	Body              hcl.Body        `hcl:",body"`
+	Consul            *consulBlock        `hcl:"consul,block"`
+	XDS               *xdsBlock           `hcl:"xds,block"`
+	Admin             *adminBlock         `hcl:"admin,block"`
+	Log               *logBlock           `hcl:"log,block"`
+	ExportAllServices *bool               `hcl:"export_all_services,optional"`
+	Services          []*serviceBlock     `hcl:"service,block"`
+	Proxies           []*proxyBlock       `hcl:"proxy,block"`
+	GRPCServices      []*grpcServiceBlock `hcl:"grpc_service,block"`
+	Body              hcl.Body            `hcl:",body"`
 }
 
 // Parse decodes one HCL document. name is what diagnostics call it (a file
@@ -58,6 +60,7 @@ func Parse(name string, src []byte) (*Document, hcl.Diagnostics) {
 	d := &Document{
 		Name: name, consul: raw.Consul, xds: raw.XDS, admin: raw.Admin, log: raw.Log,
 		exportAll: raw.ExportAllServices, services: raw.Services, proxies: raw.Proxies,
+		grpcServices: raw.GRPCServices,
 	}
 	if d.exportAll != nil {
 		d.exportAllRange = valueRange(raw.Body, "export_all_services", hcl.Range{Filename: name})
@@ -115,7 +118,7 @@ func ParseKV(key string, src []byte) (*Document, hcl.Diagnostics) {
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError,
 				Summary:  "Daemon settings in KV",
-				Detail:   fmt.Sprintf("A %s block may only appear in -config files; KV documents hold routing policy (service and proxy blocks).", block),
+				Detail:   fmt.Sprintf("A %s block may only appear in -config files; KV documents hold routing policy (service, proxy and grpc_service blocks).", block),
 				Subject:  rng,
 			})
 		}

@@ -14,14 +14,19 @@ import (
 type Policy struct {
 	// ExportAllServices makes every local catalog service a cluster, not
 	// only those the policy names. It defaults to true for a configuration
-	// without service or proxy blocks (a pure catalog mirror) and to false
-	// otherwise.
+	// without service, proxy or grpc_service blocks (a pure catalog mirror;
+	// proxy blocks that only set proxyless = true do not count) and to
+	// false otherwise.
 	ExportAllServices bool
 	// Services sorted by name.
 	Services []*Service
 	// Proxies in declaration order: for a node.cluster that no proxy names
 	// exactly, the first matching glob pattern wins.
 	Proxies []*Proxy
+	// GRPCServices are the routes of proxyless gRPC clients, by xDS target
+	// name, sorted by name. A cluster without one gets a default: every
+	// call to xds:///NAME goes to cluster NAME.
+	GRPCServices []*GRPCService
 }
 
 // Defaults the routing policy falls back to.
@@ -65,7 +70,21 @@ type Subset struct {
 type Proxy struct {
 	Name      string
 	Listeners []*Listener
+	// Proxyless marks the group's nodes as proxyless gRPC clients whatever
+	// user agent they announce: they get the API listeners of
+	// GRPCServices, and the group declares no listeners.
+	Proxyless bool
 	Source    string
+}
+
+// GRPCService is the `grpc_service "NAME"` block: how proxyless gRPC
+// clients that dial xds:///NAME route their calls. Name is the LDS and RDS
+// resource name. Routes use the route block of proxy listeners, limited to
+// what gRPC's xDS client supports.
+type GRPCService struct {
+	Name   string
+	Routes []*Route
+	Source string
 }
 
 // Listener is a `listener` block.
@@ -128,6 +147,19 @@ func (p *Policy) Service(name string) *Service {
 	for _, s := range p.Services {
 		if s.Name == name {
 			return s
+		}
+	}
+	return nil
+}
+
+// GRPCService returns the grpc_service block for an xDS target name, or nil.
+func (p *Policy) GRPCService(name string) *GRPCService {
+	if p == nil {
+		return nil
+	}
+	for _, g := range p.GRPCServices {
+		if g.Name == name {
+			return g
 		}
 	}
 	return nil

@@ -39,6 +39,8 @@ type resolver struct {
 	// targets that name a subset, with where the subset is written; they
 	// are checked once every service is known.
 	targets []targetRef
+	// grpcTargets are the services grpc_service routes send calls to.
+	grpcTargets []grpcTargetRef
 }
 
 type targetRef struct {
@@ -51,6 +53,7 @@ func resolvePolicy(docs []*Document) (*Policy, hcl.Diagnostics) {
 	var exportAll *bool
 	var exportAt hcl.Range
 	seenProxy := map[string]hcl.Range{}
+	seenGRPC := map[string]hcl.Range{}
 	for _, d := range docs {
 		if d.exportAll != nil {
 			if exportAll != nil && *exportAll != *d.exportAll {
@@ -76,7 +79,17 @@ func resolvePolicy(docs []*Document) (*Policy, hcl.Diagnostics) {
 			seenProxy[p.Name] = p.DefRange
 			r.pol.Proxies = append(r.pol.Proxies, r.proxy(p))
 		}
+		for _, g := range d.grpcServices {
+			if prev, ok := seenGRPC[g.Name]; ok {
+				r.add(g.DefRange, "Duplicate grpc_service block",
+					"grpc_service %q is already defined at %s; each xDS target name may be routed once across all files and KV documents.", g.Name, pos(prev))
+				continue
+			}
+			seenGRPC[g.Name] = g.DefRange
+			r.pol.GRPCServices = append(r.pol.GRPCServices, r.grpcService(g))
+		}
 	}
+	slices.SortFunc(r.pol.GRPCServices, func(a, b *GRPCService) int { return strings.Compare(a.Name, b.Name) })
 	names := make([]string, 0, len(r.services))
 	for n := range r.services {
 		names = append(names, n)
@@ -88,11 +101,15 @@ func resolvePolicy(docs []*Document) (*Policy, hcl.Diagnostics) {
 	// Targets are checked after every service is known, whatever the order
 	// of documents.
 	r.checkTargets()
+	r.checkGRPCTargets()
 	switch {
 	case exportAll != nil:
 		r.pol.ExportAllServices = *exportAll
 	default:
-		r.pol.ExportAllServices = len(r.pol.Services) == 0 && len(r.pol.Proxies) == 0
+		// A proxyless group names no service, so it keeps a catalog
+		// mirror a mirror.
+		routing := slices.ContainsFunc(r.pol.Proxies, func(p *Proxy) bool { return !p.Proxyless })
+		r.pol.ExportAllServices = len(r.pol.Services) == 0 && !routing && len(r.pol.GRPCServices) == 0
 	}
 	return r.pol, r.list
 }
@@ -278,6 +295,14 @@ func (r *resolver) proxy(b *proxyBlock) *Proxy {
 	if _, err := path.Match(b.Name, ""); err != nil || b.Name == "" {
 		r.add(b.DefRange, "Invalid proxy group", "proxy %q is not a valid name or glob pattern (path.Match syntax: *, ?, [a-z]).", b.Name)
 	}
+	if b.Proxyless != nil && *b.Proxyless {
+		p.Proxyless = true
+		for _, lb := range b.Listeners {
+			r.add(lb.DefRange, "Listener in a proxyless group",
+				"proxy %q is proxyless = true: its nodes are gRPC clients, which get API listeners from grpc_service blocks (or one per service by default), not listeners. Remove the listener blocks or proxyless = true.", b.Name)
+		}
+		return p
+	}
 	names := map[string]hcl.Range{}
 	ports := map[int]hcl.Range{}
 	for _, lb := range b.Listeners {
@@ -295,7 +320,7 @@ func (r *resolver) proxy(b *proxyBlock) *Proxy {
 		p.Listeners = append(p.Listeners, r.listener(b.Name, lb))
 	}
 	if len(b.Listeners) == 0 {
-		r.add(b.DefRange, "Proxy without listeners", "proxy %q declares no listener; add a listener block.", b.Name)
+		r.add(b.DefRange, "Proxy without listeners", "proxy %q declares no listener; add a listener block, or set proxyless = true for a group of proxyless gRPC clients.", b.Name)
 	}
 	return p
 }

@@ -89,8 +89,18 @@ type failoverBlock struct {
 
 type proxyBlock struct {
 	Name      string           `hcl:"name,label"`
+	Proxyless *bool            `hcl:"proxyless,optional"`
 	Listeners []*listenerBlock `hcl:"listener,block"`
+	Body      hcl.Body         `hcl:",body"`
 	DefRange  hcl.Range        `hcl:",def_range"`
+}
+
+// grpcServiceBlock is `grpc_service "NAME"`: the routes proxyless gRPC
+// clients dialing xds:///NAME get.
+type grpcServiceBlock struct {
+	Name     string        `hcl:"name,label"`
+	Routes   []*routeBlock `hcl:"route,block"`
+	DefRange hcl.Range     `hcl:",def_range"`
 }
 
 type listenerBlock struct {

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"cmp"
+	"net/netip"
 	"slices"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -31,6 +32,11 @@ type localityKey struct {
 // choice for its failover targets).
 const failoverOverprovisioning = 100000
 
+// maxLocalityWeight bounds a locality's weight so the sum over the
+// localities of one priority stays below 2^32, which both Envoy and gRPC
+// require, even with many localities of many heavy endpoints.
+const maxLocalityWeight = 1 << 24
+
 // buildLoadAssignment groups a cluster's endpoints by priority and locality,
 // in a stable order so equal endpoint sets always marshal to equal bytes.
 // Priorities are renumbered densely from 0 in their order: Envoy requires
@@ -38,7 +44,7 @@ const failoverOverprovisioning = 100000
 // one, and ring-hash clusters crash on it in some Envoy versions).
 func buildLoadAssignment(c *ir.Cluster) *endpointv3.ClusterLoadAssignment {
 	groups := map[localityKey][]ir.Endpoint{}
-	for _, e := range c.Endpoints {
+	for _, e := range uniqueEndpoints(c.Endpoints) {
 		k := localityKey{e.Priority, e.Locality.Region, e.Locality.Zone}
 		groups[k] = append(groups[k], e)
 	}
@@ -60,10 +66,21 @@ func buildLoadAssignment(c *ir.Cluster) *endpointv3.ClusterLoadAssignment {
 		slices.SortFunc(eps, func(a, b ir.Endpoint) int {
 			return cmp.Or(a.Address.Compare(b.Address), cmp.Compare(a.Port, b.Port))
 		})
-		lle := &endpointv3.LocalityLbEndpoints{Priority: dense}
-		if k.region != "" || k.zone != "" {
-			lle.Locality = &corev3.Locality{Region: k.region, Zone: k.zone}
+		// Always a locality, even an empty one, and always a weight: gRPC's
+		// xDS client rejects an assignment with a locality missing and
+		// ignores localities without a weight (gRFC A27), and Envoy
+		// ignores locality weights unless the cluster asks for
+		// locality-weighted balancing. The weight is the locality's total
+		// endpoint weight, so localities share traffic like their hosts.
+		lle := &endpointv3.LocalityLbEndpoints{
+			Priority: dense,
+			Locality: &corev3.Locality{Region: k.region, Zone: k.zone},
 		}
+		var total uint64
+		for _, e := range eps {
+			total += uint64(e.Weight)
+		}
+		lle.LoadBalancingWeight = wrapperspb.UInt32(uint32(max(1, min(total, maxLocalityWeight))))
 		for _, e := range eps {
 			lle.LbEndpoints = append(lle.LbEndpoints, &endpointv3.LbEndpoint{
 				HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{
@@ -87,4 +104,31 @@ func socketAddress(addr string, port uint32) *corev3.Address {
 		Address:       addr,
 		PortSpecifier: &corev3.SocketAddress_PortValue{PortValue: port},
 	}}}
+}
+
+// uniqueEndpoints keeps one endpoint per address and port: gRPC's xDS
+// client rejects a whole assignment that lists an address twice (two
+// Consul registrations of one process, say). The one kept is the most
+// preferred (lowest priority, then healthy before unhealthy before
+// draining, then the heaviest).
+func uniqueEndpoints(eps []ir.Endpoint) []ir.Endpoint {
+	type addrPort struct {
+		addr netip.Addr
+		port uint32
+	}
+	best := make(map[addrPort]int, len(eps))
+	out := make([]ir.Endpoint, 0, len(eps))
+	for _, e := range eps {
+		k := addrPort{e.Address, e.Port}
+		i, seen := best[k]
+		if !seen {
+			best[k] = len(out)
+			out = append(out, e)
+			continue
+		}
+		if o := out[i]; cmp.Or(cmp.Compare(e.Priority, o.Priority), cmp.Compare(e.Health, o.Health), cmp.Compare(o.Weight, e.Weight)) < 0 {
+			out[i] = e
+		}
+	}
+	return out
 }

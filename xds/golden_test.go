@@ -35,7 +35,9 @@ var goldenTypes = map[string]string{
 
 // TestGolden runs every case in testdata/<case>/ (catalog.json in Consul's
 // own API shape, and policy.hcl if present) through bridge.Build and Translate and compares each
-// resource type with testdata/<case>/<type>.golden.json.
+// resource type with testdata/<case>/<type>.golden.json, and what proxyless
+// gRPC clients get (API listeners and their routes) with
+// testdata/<case>/proxyless.golden.json.
 func TestGolden(t *testing.T) {
 	dirs, err := filepath.Glob("testdata/*/catalog.json")
 	if err != nil || len(dirs) == 0 {
@@ -71,24 +73,48 @@ func TestGolden(t *testing.T) {
 				t.Fatalf("Translate: %v", err)
 			}
 			byType := out.Shared.ByType()
-			for _, g := range slices.Sorted(maps.Keys(out.Groups)) {
-				// Every group's snapshot must be consistent on its own.
-				groupTypes := out.Groups[g].ByType()
+			snapshot := func(r *xds.Resources) *cachev3.Snapshot {
 				snap := &cachev3.Snapshot{}
 				for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType} {
 					snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources("v", byType[typ])
 				}
-				for _, typ := range []string{resourcev3.ListenerType, resourcev3.RouteType} {
-					snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources("v", groupTypes[typ])
-					byType[typ] = append(byType[typ], groupTypes[typ]...)
+				for typ, items := range r.ByType() {
+					if typ == resourcev3.ListenerType || typ == resourcev3.RouteType {
+						snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources("v", items)
+					}
 				}
-				if err := snap.Consistent(); err != nil {
+				return snap
+			}
+			var groupListeners, groupRoutes []types.Resource
+			for _, g := range slices.Sorted(maps.Keys(out.Groups)) {
+				if out.Groups[g] == out.Proxyless {
+					// A proxyless group: checked with Proxyless below.
+					continue
+				}
+				// Every group's snapshot must be consistent on its own.
+				if err := snapshot(out.Groups[g]).Consistent(); err != nil {
 					t.Errorf("group %q snapshot not consistent: %v", g, err)
 				}
+				groupTypes := out.Groups[g].ByType()
+				groupListeners = append(groupListeners, groupTypes[resourcev3.ListenerType]...)
+				groupRoutes = append(groupRoutes, groupTypes[resourcev3.RouteType]...)
 			}
+			byType[resourcev3.ListenerType] = append(byType[resourcev3.ListenerType], groupListeners...)
+			byType[resourcev3.RouteType] = append(byType[resourcev3.RouteType], groupRoutes...)
 			for typ, short := range goldenTypes {
 				compareGolden(t, filepath.Join(dir, short+".golden.json"), marshalResources(t, byType[typ]))
 			}
+			// What proxyless gRPC clients get instead of a group's
+			// listeners: API listeners, then their route configurations.
+			if out.Proxyless == nil {
+				t.Fatal("Translate left Proxyless nil")
+			}
+			if err := xds.Consistent(snapshot(out.Proxyless)); err != nil {
+				t.Errorf("proxyless snapshot not consistent: %v", err)
+			}
+			pl := out.Proxyless.ByType()
+			compareGolden(t, filepath.Join(dir, "proxyless.golden.json"),
+				marshalResources(t, append(pl[resourcev3.ListenerType], pl[resourcev3.RouteType]...)))
 			compareGolden(t, filepath.Join(dir, "warnings.golden.txt"), []byte(strings.Join(warnings, "\n")+"\n"))
 		})
 	}

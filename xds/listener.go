@@ -58,14 +58,20 @@ func buildListener(l *ir.Listener) *listenerv3.Listener {
 	}
 }
 
-func buildHCM(l *ir.Listener) *hcmv3.HttpConnectionManager {
+// httpFilters is the HTTP filter chain of a listener: the fault filter if
+// any route injects faults, then the router.
+func httpFilters(l *ir.Listener) []*hcmv3.HttpFilter {
 	var filters []*hcmv3.HttpFilter
 	if l.UsesFault {
 		// An empty fault filter does nothing until a route's
 		// typed_per_filter_config turns it on.
 		filters = append(filters, &hcmv3.HttpFilter{Name: faultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&faultv3.HTTPFault{})}})
 	}
-	filters = append(filters, &hcmv3.HttpFilter{Name: wellknown.Router, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})}})
+	return append(filters, &hcmv3.HttpFilter{Name: wellknown.Router, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})}})
+}
+
+func buildHCM(l *ir.Listener) *hcmv3.HttpConnectionManager {
+	filters := httpFilters(l)
 	return &hcmv3.HttpConnectionManager{
 		StatPrefix: l.Name,
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,

@@ -20,20 +20,22 @@ import (
 )
 
 // buildRouteConfig is the RDS resource of an HTTP listener, named like it.
-func buildRouteConfig(l *ir.Listener) *routev3.RouteConfiguration {
+// proxyless marks the routes of an API listener for gRPC clients, which
+// take a call's deadline from max_stream_duration rather than timeout.
+func buildRouteConfig(l *ir.Listener, proxyless bool) *routev3.RouteConfiguration {
 	rc := &routev3.RouteConfiguration{Name: l.Name}
 	for i := range l.VirtualHosts {
 		vh := &l.VirtualHosts[i]
 		v := &routev3.VirtualHost{Name: vh.Name, Domains: vh.Domains}
 		for j := range vh.Routes {
-			v.Routes = append(v.Routes, buildRoute(&vh.Routes[j]))
+			v.Routes = append(v.Routes, buildRoute(&vh.Routes[j], proxyless))
 		}
 		rc.VirtualHosts = append(rc.VirtualHosts, v)
 	}
 	return rc
 }
 
-func buildRoute(r *ir.Route) *routev3.Route {
+func buildRoute(r *ir.Route, proxyless bool) *routev3.Route {
 	out := &routev3.Route{
 		Name:                    r.Source,
 		Match:                   buildMatch(&r.Match),
@@ -52,7 +54,7 @@ func buildRoute(r *ir.Route) *routev3.Route {
 		}
 		out.Action = &routev3.Route_DirectResponse{DirectResponse: dr}
 	default:
-		out.Action = &routev3.Route_Route{Route: buildRouteAction(r)}
+		out.Action = &routev3.Route_Route{Route: buildRouteAction(r, proxyless)}
 	}
 	if f := r.Fault; f != nil {
 		out.TypedPerFilterConfig = map[string]*anypb.Any{faultFilter: mustAny(buildFault(f))}
@@ -125,7 +127,7 @@ func stringMatcher(v ir.ValueMatch) *matcherv3.StringMatcher {
 	}
 }
 
-func buildRouteAction(r *ir.Route) *routev3.RouteAction {
+func buildRouteAction(r *ir.Route, proxyless bool) *routev3.RouteAction {
 	a := &routev3.RouteAction{}
 	if len(r.Clusters) == 1 && r.Clusters[0].Weight > 0 {
 		a.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: r.Clusters[0].Name}
@@ -136,8 +138,16 @@ func buildRouteAction(r *ir.Route) *routev3.RouteAction {
 		}
 		a.ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: wc}
 	}
-	a.Timeout = routeTimeout(r.Timeout)
-	a.IdleTimeout = routeTimeout(r.IdleTimeout)
+	if proxyless {
+		// gRPC ignores timeout (gRFC A31): the call deadline is
+		// max_stream_duration, 0 meaning none.
+		if d := routeTimeout(r.Timeout); d != nil {
+			a.MaxStreamDuration = &routev3.RouteAction_MaxStreamDuration{MaxStreamDuration: d}
+		}
+	} else {
+		a.Timeout = routeTimeout(r.Timeout)
+		a.IdleTimeout = routeTimeout(r.IdleTimeout)
+	}
 	if rp := r.Retry; rp != nil {
 		a.RetryPolicy = &routev3.RetryPolicy{
 			RetryOn:    strings.Join(rp.On, ","),

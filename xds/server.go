@@ -281,7 +281,7 @@ func (s *Server) setKeyLocked(ctx context.Context, key string) ([]string, error)
 	if maps.Equal(versions, prev) {
 		return nil, nil
 	}
-	if err := snap.Consistent(); err != nil {
+	if err := Consistent(snap); err != nil {
 		return nil, fmt.Errorf("node cluster %q: inconsistent snapshot: %w", key, err)
 	}
 	if err := s.cache.SetSnapshot(ctx, key, snap); err != nil {

@@ -54,10 +54,14 @@ func (r *Resources) ByType() map[string][]types.Resource {
 // and listeners and routes per proxy group.
 type Output struct {
 	Shared *Resources
-	// Groups holds listeners and routes by proxy group name.
+	// Groups holds listeners and routes by proxy group name. A group
+	// declared proxyless maps to Proxyless itself (the same pointer), so
+	// its nodes get API listeners whatever user agent they announce.
 	Groups map[string]*Resources
 	// Proxyless holds the API listeners and routes served to proxyless
-	// gRPC clients instead of a group's; nil serves them none.
+	// gRPC clients instead of a group's; nil serves them none. Translate
+	// always sets it. Its snapshots pass Consistent, not
+	// Snapshot.Consistent (which does not see API listeners' routes).
 	Proxyless *Resources
 }
 
@@ -75,8 +79,16 @@ func Translate(m *ir.Model) (*Output, error) {
 		out.Shared.Endpoints = append(out.Shared.Endpoints, buildLoadAssignment(c))
 	}
 	errs := []error{validateAll(out.Shared)}
+	var err error
+	if out.Proxyless, err = translateProxyless(m.Proxyless); err != nil {
+		errs = append(errs, err)
+	}
 	for i := range m.Groups {
 		g := &m.Groups[i]
+		if g.Proxyless {
+			out.Groups[g.Name] = out.Proxyless
+			continue
+		}
 		r := &Resources{}
 		for j := range g.Listeners {
 			l := &g.Listeners[j]
@@ -85,7 +97,7 @@ func Translate(m *ir.Model) (*Output, error) {
 			}
 			r.Listeners = append(r.Listeners, buildListener(l))
 			if l.Protocol != "tcp" {
-				r.Routes = append(r.Routes, buildRouteConfig(l))
+				r.Routes = append(r.Routes, buildRouteConfig(l, false))
 			}
 		}
 		if err := validateAll(r); err != nil {

@@ -2,6 +2,7 @@ package xds_test
 
 import (
 	"errors"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -109,6 +110,14 @@ func goldenOutputs(t *testing.T) map[string]*xds.Output {
 
 func hcmOf(t *testing.T, l *listenerv3.Listener) *hcmv3.HttpConnectionManager {
 	t.Helper()
+	if api := l.GetApiListener().GetApiListener(); api != nil {
+		// An API listener (proxyless gRPC clients): the HCM is the listener.
+		hcm := &hcmv3.HttpConnectionManager{}
+		if err := api.UnmarshalTo(hcm); err != nil {
+			t.Fatalf("API listener %q: %v", l.GetName(), err)
+		}
+		return hcm
+	}
 	for _, fc := range l.GetFilterChains() {
 		for _, f := range fc.GetFilters() {
 			if f.GetName() != wellknown.HTTPConnectionManager {
@@ -222,7 +231,9 @@ func TestTranslateFaultFilterOnlyWhenUsed(t *testing.T) {
 // listeners have none, and no route configuration is orphaned.
 func TestTranslateListenerRDSNames(t *testing.T) {
 	check := func(t *testing.T, name string, out *xds.Output) {
-		for group, r := range out.Groups {
+		groups := maps.Clone(out.Groups)
+		groups["(proxyless)"] = out.Proxyless
+		for group, r := range groups {
 			served := map[string]bool{}
 			for _, l := range r.Listeners {
 				hcm := hcmOf(t, l)
@@ -437,15 +448,15 @@ func TestTranslateFailoverPriorities(t *testing.T) {
 		{
 			ClusterName: "reports",
 			Endpoints: []*endpointv3.LocalityLbEndpoints{
-				{Locality: &corev3.Locality{Region: "dc2"}, Priority: 0, LbEndpoints: []*endpointv3.LbEndpoint{lbe("10.2.0.1")}},
-				{Locality: &corev3.Locality{Region: "dc3"}, Priority: 1, LbEndpoints: []*endpointv3.LbEndpoint{lbe("10.3.0.1")}},
+				{Locality: &corev3.Locality{Region: "dc2"}, Priority: 0, LoadBalancingWeight: wrapperspb.UInt32(1), LbEndpoints: []*endpointv3.LbEndpoint{lbe("10.2.0.1")}},
+				{Locality: &corev3.Locality{Region: "dc3"}, Priority: 1, LoadBalancingWeight: wrapperspb.UInt32(1), LbEndpoints: []*endpointv3.LbEndpoint{lbe("10.3.0.1")}},
 			},
 			Policy: &endpointv3.ClusterLoadAssignment_Policy{OverprovisioningFactor: wrapperspb.UInt32(100000)},
 		},
 		{
 			ClusterName: "web",
 			Endpoints: []*endpointv3.LocalityLbEndpoints{
-				{Locality: &corev3.Locality{Region: "dc1"}, LbEndpoints: []*endpointv3.LbEndpoint{lbe("10.0.0.1")}},
+				{Locality: &corev3.Locality{Region: "dc1"}, LoadBalancingWeight: wrapperspb.UInt32(1), LbEndpoints: []*endpointv3.LbEndpoint{lbe("10.0.0.1")}},
 			},
 		},
 	}

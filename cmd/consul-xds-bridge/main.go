@@ -38,6 +38,8 @@ Commands:
   validate FILE...                      check configuration files; print file:line:col problems
   bootstrap -node-id ID -cluster GROUP -xds HOST:PORT [-xds HOST:PORT ...] [-xds-unix PATH]
             [-admin-port N] [-tls-ca FILE]  print an Envoy bootstrap (YAML) using ADS against the bridge
+  bootstrap -grpc -node-id ID [-cluster GROUP] -xds HOST:PORT [-tls-ca FILE]
+                                        print a proxyless gRPC client's xDS bootstrap (JSON)
   plan -config FILE [-cluster GROUP]    show what a policy would change against the running bridge (exit 0 none, 2 changes, 1 error)
   status [-admin ADDR | -config FILE]   show every connected proxy and whether it is in sync
   version                               print version information
@@ -151,10 +153,20 @@ func bootstrapCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.XDSUnix, "xds-unix", "", "bridge xDS Unix socket path (instead of -xds)")
 	fs.IntVar(&c.AdminPort, "admin-port", 19000, "Envoy admin port on 127.0.0.1")
 	fs.StringVar(&c.TLSCAFile, "tls-ca", "", "CA file to verify the bridge's TLS certificate")
+	grpcClient := fs.Bool("grpc", false, "print the xDS bootstrap JSON of a proxyless gRPC client (GRPC_XDS_BOOTSTRAP) instead; -cluster is optional")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	c.XDS = servers
+	if *grpcClient {
+		js, err := xds.GRPCBootstrap(c)
+		if err != nil {
+			fmt.Fprintf(stderr, "bootstrap: %v\n", err)
+			return 2
+		}
+		stdout.Write(js)
+		return 0
+	}
 	b, err := xds.Bootstrap(c)
 	if err != nil {
 		fmt.Fprintf(stderr, "bootstrap: %v\n", err)

@@ -1,0 +1,317 @@
+// Package bench is the fleet-scale load harness: N simulated Envoys in one
+// process against the bridge, a baseline go-control-plane server and
+// Consul's own xDS server, all fed by a real Consul agent.
+//
+// See bench/README.md for what each scenario measures and the latest
+// results; cmd/xds-load is the runnable.
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+)
+
+// Options configure a harness run.
+type Options struct {
+	ConsulBin string // consul binary (v1.15.x)
+	BridgeBin string // consul-xds-bridge binary
+	Self      string // this binary, for `baseline-server`
+	Dir       string // scratch dir for configs and logs
+
+	Services  int // S: services in the catalog
+	Instances int // I: instances per service
+	Upstreams int // services routed by the policy / upstreams per peer sidecar
+
+	FleetSizes   []int    // N for the bridge fleet scenarios (S1–S7)
+	CompareSizes []int    // N for the bridge/baseline/peer comparison (S1, S2, S3, S6)
+	Compare      []string // "bridge/sotw", "bridge/delta", "baseline/sotw", "baseline/delta", "peer/delta"
+
+	S1Flips, S2Flips int
+	CompareS2Flips   int // S2 flips in the comparison (0: S2Flips)
+	BridgeLogLevel   string
+	FlipGap          time.Duration // pause between S1 flips
+	FlipTimeout      time.Duration
+	SyncTimeout      time.Duration
+	Settle           time.Duration
+	IdleTime         time.Duration
+	StormTime        time.Duration
+	StormRate        int // flips per second
+	HoldOff          time.Duration
+	MaxDelay         time.Duration
+	ConnectParallel  int
+
+	ServerCPUs string // taskset list for the server under test, "" = no pinning
+	ClientCPUs string // for this process and the backing Consul
+	// PeerXDSRate sets Consul's xds.update_max_per_second; 0 keeps Consul's default (250).
+	PeerXDSRate int
+
+	Out io.Writer
+	Log io.Writer
+}
+
+// QuickOptions are the `make bench` defaults: N = 100 and 1000, short runs.
+func QuickOptions() Options {
+	return Options{
+		Services: 100, Instances: 10, Upstreams: 10,
+		FleetSizes:   []int{100, 1000},
+		CompareSizes: []int{1000},
+		Compare:      []string{"bridge/sotw", "bridge/delta", "baseline/sotw", "baseline/delta", "peer/delta"},
+		S1Flips:      10, S2Flips: 50, CompareS2Flips: 20, BridgeLogLevel: "warn",
+		FlipGap: 300 * time.Millisecond, FlipTimeout: 60 * time.Second, SyncTimeout: 180 * time.Second,
+		Settle: time.Second, IdleTime: 10 * time.Second, StormTime: 15 * time.Second, StormRate: 20,
+		HoldOff: 100 * time.Millisecond, MaxDelay: time.Second, ConnectParallel: 100,
+		ServerCPUs: "0", ClientCPUs: "1",
+	}
+}
+
+// FullOptions are the `make bench-full` defaults: up to 5k proxies.
+func FullOptions() Options {
+	o := QuickOptions()
+	o.Services, o.Instances = 500, 10
+	o.FleetSizes = []int{100, 1000, 5000}
+	o.CompareSizes = []int{100, 1000}
+	o.IdleTime, o.StormTime = 30*time.Second, 60*time.Second
+	o.CompareS2Flips = 50
+	o.SyncTimeout = 600 * time.Second
+	return o
+}
+
+func (o *Options) logf(format string, args ...any) {
+	if o.Log != nil {
+		fmt.Fprintf(o.Log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+	}
+}
+
+// Run executes every configured phase and returns the table rows.
+func Run(ctx context.Context, o Options) ([]Row, error) {
+	if o.Out == nil {
+		o.Out = os.Stdout
+	}
+	if err := os.MkdirAll(o.Dir, 0o755); err != nil {
+		return nil, err
+	}
+	if o.ClientCPUs != "" {
+		if err := Repin(os.Getpid(), o.ClientCPUs); err != nil {
+			o.logf("cannot pin the load generator (%v); running unpinned", err)
+			o.ServerCPUs, o.ClientCPUs = "", ""
+		} else {
+			runtime.GOMAXPROCS(cpuCount(o.ClientCPUs))
+		}
+	}
+	o.logf("core split: server under test on CPUs %q (GOMAXPROCS=%d), load generator and backing Consul on %q (GOMAXPROCS=%d)",
+		o.ServerCPUs, cpuCount(o.ServerCPUs), o.ClientCPUs, runtime.GOMAXPROCS(0))
+
+	hcl := ""
+	if o.PeerXDSRate > 0 {
+		hcl = fmt.Sprintf("xds {\n  update_max_per_second = %d\n}\n", o.PeerXDSRate)
+	}
+	c, err := StartConsul(ctx, o.ConsulBin, o.Dir, hcl, o.ClientCPUs)
+	if err != nil {
+		return nil, err
+	}
+	defer c.Stop()
+	start := time.Now()
+	if err := c.RegisterWorld(ctx, World{Services: o.Services, Instances: o.Instances}, o.Upstreams); err != nil {
+		return nil, fmt.Errorf("register world: %w", err)
+	}
+	o.logf("registered %d services × %d instances in %s (%d writes; the %d routed services Connect-native)", o.Services, o.Instances, time.Since(start).Round(time.Millisecond), c.writes, o.Upstreams)
+
+	var rows []Row
+	emit := func(r Row) {
+		rows = append(rows, r)
+		o.logf("%s", r.String())
+	}
+	if len(o.FleetSizes) > 0 {
+		if err := fleetPhase(ctx, &o, c, emit); err != nil {
+			return rows, err
+		}
+	}
+	if len(o.CompareSizes) > 0 && len(o.Compare) > 0 {
+		if err := comparePhase(ctx, &o, c, emit); err != nil {
+			return rows, err
+		}
+	}
+	return rows, nil
+}
+
+func cpuCount(list string) int {
+	if list == "" {
+		return runtime.NumCPU()
+	}
+	n := 0
+	for _, part := range strings.Split(list, ",") {
+		var a, b int
+		if k, _ := fmt.Sscanf(part, "%d-%d", &a, &b); k == 2 {
+			n += b - a + 1
+		} else {
+			n++
+		}
+	}
+	return max(n, 1)
+}
+
+// fleetPhase runs S1–S7 against the bridge serving every catalog service
+// to a mixed fleet: half SotW, half delta; half of each "narrow" (EDS only
+// for the routed services, like a sidecar), half subscribing to every
+// cluster like an edge proxy.
+func fleetPhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) error {
+	dir := filepath.Join(o.Dir, "fleet")
+	os.MkdirAll(dir, 0o755)
+	t, err := StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, Policy(true, o.Upstreams), o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel)
+	if err != nil {
+		return fmt.Errorf("start bridge: %w", err)
+	}
+	defer t.Stop()
+	narrow := map[string]bool{}
+	for i := 0; i < o.Upstreams; i++ {
+		narrow[ServiceName(i)] = true
+	}
+	cfg := FleetConfig{
+		Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
+		Mode:      func(k int) Mode { return Mode(k % 2) },
+		Narrow:    func(k int) bool { return (k/2)%2 == 1 },
+		NarrowEDS: narrow,
+	}
+	extra := o.Services
+	for _, n := range o.FleetSizes {
+		r := &run{opts: o, consul: c, t: t, mode: "mixed", n: n, health: map[[2]int]string{}}
+		o.logf("fleet N=%d: connecting", n)
+		row, err := r.s3(ctx, cfg, o.ConnectParallel)
+		emit(row)
+		if err != nil {
+			if r.f != nil {
+				r.f.Close()
+			}
+			continue
+		}
+		emit(r.s4idle(ctx))
+		emit(r.s1(ctx))
+		emit(r.s2(ctx))
+		s5, s4 := r.s5(ctx)
+		emit(s4)
+		emit(s5)
+		emit(r.s7(ctx, extra))
+		extra++
+		emit(r.s6(ctx, cfg))
+		if err := r.f.Errors(); err != nil {
+			o.logf("fleet N=%d: stream errors: %v", n, err)
+		}
+		r.f.Close()
+		resetHealth(ctx, c, r.health)
+	}
+	return nil
+}
+
+// resetHealth puts every flipped instance back to passing.
+func resetHealth(ctx context.Context, c *Consul, h map[[2]int]string) {
+	var ids [][2]int
+	var sts []string
+	for k, st := range h {
+		if st != "passing" {
+			ids = append(ids, k)
+			sts = append(sts, "passing")
+		}
+	}
+	for len(ids) > 0 {
+		n := min(len(ids), maxTxnOps)
+		_ = c.SetHealthMany(ctx, ids[:n], sts[:n])
+		ids, sts = ids[n:], sts[n:]
+	}
+}
+
+// comparePhase runs S3, S1, S2 and S6 against each server with the same
+// served configuration: Upstreams clusters per proxy.
+func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) error {
+	peerSidecars := 0
+	for _, n := range o.CompareSizes {
+		for _, which := range o.Compare {
+			server, modeName, _ := strings.Cut(which, "/")
+			mode := SotW
+			if modeName == "delta" {
+				mode = Delta
+			}
+			dir := filepath.Join(o.Dir, fmt.Sprintf("compare-%s-%s-%d", server, modeName, n))
+			os.MkdirAll(dir, 0o755)
+			pol := Policy(false, o.Upstreams)
+			var (
+				t   *Target
+				err error
+			)
+			switch server {
+			case "bridge":
+				t, err = StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel)
+			case "baseline":
+				t, err = StartBaseline(ctx, o.Self, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs))
+			case "peer":
+				if mode != Delta {
+					err = fmt.Errorf("Consul 1.15 serves xDS v3 only as delta ADS")
+					break
+				}
+				if n > peerSidecars {
+					o.logf("peer: registering sidecars %d..%d with %d upstreams each", peerSidecars, n-1, o.Upstreams)
+					if err = registerSidecarsFrom(ctx, c, peerSidecars, n, o.Upstreams); err == nil {
+						peerSidecars = n
+					}
+				}
+				t = PeerTarget(c)
+				if err == nil {
+					err = Repin(c.PID(), o.ServerCPUs)
+				}
+			default:
+				err = fmt.Errorf("unknown server %q", server)
+			}
+			if err != nil {
+				emit(Row{Scenario: "compare", Server: server, Mode: modeName, N: n, Failed: true, P50: -1, P99: -1, Max: -1, ConsulReqs: -1, Notes: "FAILED: " + err.Error()})
+				continue
+			}
+			o.logf("compare %s N=%d: connecting", which, n)
+			r := &run{opts: o, consul: c, t: t, mode: modeName, n: n, health: map[[2]int]string{}}
+			cfg := FleetConfig{Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
+				Mode: func(int) Mode { return mode }}
+			row, err := r.s3(ctx, cfg, o.ConnectParallel)
+			emit(row)
+			if err == nil {
+				emit(r.s1(ctx))
+				emit(r.s2(ctx))
+				emit(r.s6(ctx, cfg))
+			}
+			if r.f != nil {
+				r.f.Close()
+			}
+			resetHealth(ctx, c, r.health)
+			if server == "peer" {
+				_ = Repin(c.PID(), o.ClientCPUs)
+			} else {
+				t.Stop()
+			}
+			time.Sleep(time.Second)
+		}
+	}
+	return nil
+}
+
+func registerSidecarsFrom(ctx context.Context, c *Consul, from, to, upstreams int) error {
+	// RegisterSidecars numbers from 0; re-registering existing ones is a no-op.
+	_ = from
+	return c.RegisterSidecars(ctx, to, upstreams, 16)
+}
+
+// String renders a row for the progress log.
+func (r Row) String() string {
+	return fmt.Sprintf("%s | %s/%s N=%d | p50 %s p99 %s max %s | cpu %.2fs | peak %s | %s | consul %s | %s",
+		r.Scenario, r.Server, r.Mode, r.N, ms(r.P50), ms(r.P99), ms(r.Max), r.CPU, bytesStr(float64(r.PeakRSS)),
+		bytesStr(float64(r.Bytes)), reqs(r.ConsulReqs), r.Notes)
+}
+
+func reqs(v float64) string {
+	if v < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f", v)
+}

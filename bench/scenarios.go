@@ -1,0 +1,472 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/hashicorp/consul/api"
+)
+
+// Row is one line of the results table. Durations < 0 and ConsulReqs < 0
+// mean "not applicable".
+type Row struct {
+	Scenario   string
+	Server     string
+	Mode       string
+	N          int
+	P50, P99   time.Duration
+	Max        time.Duration
+	CPU        float64 // server CPU seconds during the scenario
+	PeakRSS    int64   // server peak RSS during the scenario
+	Bytes      int64   // xDS payload received by the fleet
+	ConsulReqs float64 // Consul HTTP requests the server made
+	Notes      string
+	// Values for ratios.
+	CPUPerChange float64
+	RSSPerProxy  float64
+	HeapPerProxy float64
+	Failed       bool
+}
+
+// run is the state one fleet's scenarios share.
+type run struct {
+	opts   *Options
+	consul *Consul
+	t      *Target
+	f      *Fleet
+	mode   string
+	n      int
+	health map[[2]int]string // current status of flipped instances
+}
+
+// meter measures the server and the fleet over one scenario.
+type meter struct {
+	r     *run
+	s0    Sample
+	b0    int64
+	req0  float64
+	cons0 float64
+}
+
+func (r *run) meter() *meter {
+	ResetPeak(r.t.PID)
+	m := &meter{r: r, s0: SampleProc(r.t.PID), req0: r.t.ConsulRequests()}
+	if r.f != nil {
+		m.b0 = r.f.TotalBytes()
+	}
+	if r.t.Name != "peer" {
+		m.cons0 = ProcCPU(r.consul.PID())
+	}
+	return m
+}
+
+func (m *meter) row(scenario string, lats []time.Duration, max time.Duration) Row {
+	s1 := SampleProc(m.r.t.PID)
+	row := Row{
+		Scenario: scenario, Server: m.r.t.Name, Mode: m.r.mode, N: m.r.n,
+		P50: -1, P99: -1, Max: max,
+		CPU: s1.CPU - m.s0.CPU, PeakRSS: s1.Peak, ConsulReqs: -1,
+	}
+	if m.r.f != nil {
+		row.Bytes = m.r.f.TotalBytes() - m.b0
+	}
+	if len(lats) > 0 {
+		row.P50, row.P99 = percentile(lats, 50), percentile(lats, 99)
+		row.Max = max
+		if row.Max <= 0 {
+			row.Max = slices.Max(lats)
+		}
+	}
+	if m.req0 >= 0 {
+		if v := m.r.t.ConsulRequests(); v >= 0 {
+			row.ConsulReqs = v - m.req0
+		}
+	}
+	return row
+}
+
+func percentile(d []time.Duration, p float64) time.Duration {
+	if len(d) == 0 {
+		return -1
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := int(float64(len(s)-1) * p / 100)
+	return s[i]
+}
+
+// toggle flips instance (i, j) and returns the new status.
+func (r *run) toggle(i, j int) string {
+	k := [2]int{i, j}
+	st := api.HealthCritical
+	if r.health[k] == api.HealthCritical {
+		st = api.HealthPassing
+	}
+	r.health[k] = st
+	return st
+}
+
+func want(status string) corev3.HealthStatus {
+	if status == api.HealthCritical {
+		return corev3.HealthStatus_UNHEALTHY
+	}
+	return corev3.HealthStatus_HEALTHY
+}
+
+// flip changes one instance's check and waits until every client ACKed an
+// EDS response showing it. It returns every client's latency and the time
+// to the last one.
+func (r *run) flip(ctx context.Context, i, j int, timeout time.Duration) ([]time.Duration, time.Duration, error) {
+	st := r.toggle(i, j)
+	addr, port := InstanceAddr(i, j)
+	p := NewProbe(addr, port, want(st), r.f.Len())
+	p.Start = time.Now()
+	r.f.SetProbe(p)
+	defer r.f.SetProbe(nil)
+	if _, _, err := r.consul.SetHealth(ctx, i, j, st); err != nil {
+		return nil, 0, err
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(timeout):
+		lats := p.Latencies()
+		return lats, 0, fmt.Errorf("%d of %d proxies did not ACK the %s flip within %v", p.Missing(), r.f.Len(), st, timeout)
+	case <-ctx.Done():
+		return nil, 0, ctx.Err()
+	}
+	lats := p.Latencies()
+	return lats, slices.Max(lats), nil
+}
+
+func failed(row Row, err error) Row {
+	row.Failed = true
+	row.Notes = "FAILED: " + err.Error()
+	if len(row.Notes) > 160 {
+		row.Notes = row.Notes[:160] + "…"
+	}
+	return row
+}
+
+// S1: one instance's check flips; time from the Consul write to each
+// proxy's ACK of the new endpoints, and to the last one.
+func (r *run) s1(ctx context.Context) Row {
+	m := r.meter()
+	var all []time.Duration
+	var worst time.Duration
+	var lasts []time.Duration
+	for k := 0; k < r.opts.S1Flips; k++ {
+		lats, last, err := r.flip(ctx, 0, 0, r.opts.FlipTimeout)
+		if err != nil {
+			return failed(m.row("S1 health flip", all, worst), err)
+		}
+		all = append(all, lats...)
+		lasts = append(lasts, last)
+		worst = max(worst, last)
+		time.Sleep(r.opts.FlipGap)
+	}
+	row := m.row("S1 health flip", all, worst)
+	row.Notes = fmt.Sprintf("%d flips; time-to-last-proxy p50 %s", r.opts.S1Flips, ms(percentile(lasts, 50)))
+	return row
+}
+
+// S2: server CPU per single-endpoint change, flips back to back (each
+// waited for until every proxy ACKed).
+func (r *run) s2(ctx context.Context) Row {
+	flips := r.opts.S2Flips
+	if r.mode != "mixed" && r.opts.CompareS2Flips > 0 {
+		flips = r.opts.CompareS2Flips
+	}
+	m := r.meter()
+	r.f.ResetPushCounts()
+	var all []time.Duration
+	var worst time.Duration
+	for k := 0; k < flips; k++ {
+		lats, last, err := r.flip(ctx, 0, 0, r.opts.FlipTimeout)
+		if err != nil {
+			return failed(m.row("S2 CPU/change", all, worst), err)
+		}
+		all = append(all, lats...)
+		worst = max(worst, last)
+	}
+	row := m.row("S2 CPU/change", all, worst)
+	row.CPUPerChange = row.CPU / float64(flips)
+	maxPer, total, _ := r.f.PushCounts()
+	row.Notes = fmt.Sprintf("%d flips: %s CPU/change, %s/change/proxy; pushes/proxy/change CDS %.2f EDS %.2f LDS %.2f RDS %.2f",
+		flips, ms(time.Duration(row.CPUPerChange*float64(time.Second))),
+		bytesStr(float64(row.Bytes)/float64(flips)/float64(r.n)),
+		per(total[CDS], flips, r.n), per(total[EDS], flips, r.n),
+		per(total[LDS], flips, r.n), per(total[RDS], flips, r.n))
+	_ = maxPer
+	return row
+}
+
+func per(total int64, changes, n int) float64 {
+	return float64(total) / float64(changes) / float64(n)
+}
+
+// S3: connect the fleet; memory per connected proxy. rss0/heap0 are the
+// server's with no proxies connected.
+func (r *run) s3(ctx context.Context, cfg FleetConfig, parallel int) (Row, error) {
+	time.Sleep(500 * time.Millisecond)
+	heap0 := r.t.Heap(r.consul)
+	m := r.meter()
+	rss0 := m.s0.RSS
+	r.f = NewFleet(cfg)
+	res, err := r.f.Connect(ctx, r.n, parallel, r.opts.SyncTimeout)
+	m.b0 = 0
+	if err != nil {
+		return failed(m.row("S3 memory", res.SyncTimes, res.AllSynced), err), err
+	}
+	time.Sleep(r.opts.Settle)
+	runtimeGC(r.t)
+	s := SampleProc(r.t.PID)
+	heap := r.t.Heap(r.consul)
+	row := m.row("S3 memory", res.SyncTimes, res.AllSynced)
+	row.RSSPerProxy = float64(s.RSS-rss0) / float64(r.n)
+	row.HeapPerProxy = float64(heap-heap0) / float64(r.n)
+	heapNote := "heap n/a"
+	if heap > 0 {
+		heapNote = fmt.Sprintf("heap %s (%s/proxy)", bytesStr(float64(heap)), bytesStr(row.HeapPerProxy))
+	}
+	row.Notes = fmt.Sprintf("latency = connect to full state; RSS %s→%s (%s/proxy), %s",
+		bytesStr(float64(rss0)), bytesStr(float64(s.RSS)), bytesStr(row.RSSPerProxy), heapNote)
+	return row, nil
+}
+
+// runtimeGC lets the server's heap settle before a reading; we cannot
+// force a GC in another process, so we just wait a GC cycle's worth.
+func runtimeGC(*Target) { time.Sleep(200 * time.Millisecond) }
+
+// S4 idle: Consul requests per second the server makes with nothing
+// changing.
+func (r *run) s4idle(ctx context.Context) Row {
+	m := r.meter()
+	select {
+	case <-time.After(r.opts.IdleTime):
+	case <-ctx.Done():
+	}
+	row := m.row("S4 Consul load idle", nil, -1)
+	row.Notes = fmt.Sprintf("%.2f req/s over %s", row.ConsulReqs/r.opts.IdleTime.Seconds(), r.opts.IdleTime)
+	if row.ConsulReqs < 0 {
+		row.Notes = "n/a"
+	}
+	return row
+}
+
+// S5 churn storm: StormRate flips/s spread over services for StormTime;
+// a probe instance flips once a second to measure latency under churn.
+// Returns the S5 row and the S4-under-churn row.
+func (r *run) s5(ctx context.Context) (Row, Row) {
+	m := r.meter()
+	r.f.ResetPushCounts()
+	heap0 := r.t.Heap(r.consul)
+	rss0 := m.s0.RSS
+	interval := time.Second / time.Duration(max(1, r.opts.StormRate))
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	end := time.Now().Add(r.opts.StormTime)
+	var (
+		lats     []time.Duration
+		lasts    []time.Duration
+		probe    *Probe
+		flips    int
+		errs     int
+		skipped  int
+		werrs    atomic.Int64
+		inflight = make(chan struct{}, 8)
+		nextPr   = time.Now()
+	)
+	collect := func(wait time.Duration) {
+		if probe == nil {
+			return
+		}
+		select {
+		case <-probe.Done():
+		case <-time.After(wait):
+		}
+		l := probe.Latencies()
+		lats = append(lats, l...)
+		if probe.Missing() == 0 {
+			lasts = append(lasts, slices.Max(l))
+		} else {
+			lasts = append(lasts, r.opts.FlipTimeout) // counts as a timeout
+		}
+		probe = nil
+		r.f.SetProbe(nil)
+	}
+	svc := 1
+	for time.Now().Before(end) && ctx.Err() == nil {
+		<-tick.C
+		i := 1 + svc%max(1, r.opts.Services-1)
+		svc++
+		st := r.toggle(i, 1)
+		// Writes go out asynchronously (at most 8 in flight) so a slow
+		// Consul answer does not lower the rate; the achieved rate is
+		// reported.
+		select {
+		case inflight <- struct{}{}:
+			go func() {
+				defer func() { <-inflight }()
+				if err := r.consul.SetHealthMany(ctx, [][2]int{{i, 1}}, []string{st}); err != nil {
+					werrs.Add(1)
+				}
+			}()
+			flips++
+		default:
+			skipped++
+		}
+		if probe != nil {
+			select {
+			case <-probe.Done():
+				collect(0)
+			default:
+			}
+		}
+		if probe == nil && time.Now().After(nextPr) {
+			st := r.toggle(0, 2)
+			addr, port := InstanceAddr(0, 2)
+			probe = NewProbe(addr, port, want(st), r.f.Len())
+			probe.Start = time.Now()
+			r.f.SetProbe(probe)
+			if err := r.consul.SetHealthMany(ctx, [][2]int{{0, 2}}, []string{st}); err != nil {
+				errs++
+			}
+			nextPr = time.Now().Add(time.Second)
+		}
+	}
+	storm := time.Since(end.Add(-r.opts.StormTime))
+	for range cap(inflight) {
+		inflight <- struct{}{}
+	}
+	errs += int(werrs.Load())
+	collect(r.opts.FlipTimeout)
+	s := SampleProc(r.t.PID)
+	heap1 := r.t.Heap(r.consul)
+	row := m.row("S5 churn storm", lats, -1)
+	if len(lasts) > 0 {
+		row.Max = slices.Max(lasts)
+	}
+	maxPer, total, fast := r.f.PushCounts()
+	windows := storm.Seconds() / r.opts.HoldOff.Seconds()
+	row.Notes = fmt.Sprintf("%d flips in %s (%d/s); EDS pushes/proxy max %d avg %.1f (%.2f/s; ≤1 per %s window: %d of %d pushes closer than %s); RSS %s→%s heap %s→%s; write errors %d, skipped (8 writes in flight) %d",
+		flips, storm.Round(time.Millisecond), int(float64(flips)/storm.Seconds()+0.5), maxPer[EDS], float64(total[EDS])/float64(r.n),
+		float64(total[EDS])/float64(r.n)/storm.Seconds(), r.opts.HoldOff, fast, total[EDS]+total[CDS]+total[LDS]+total[RDS], r.opts.HoldOff,
+		bytesStr(float64(rss0)), bytesStr(float64(s.RSS)), bytesStr(float64(heap0)), bytesStr(float64(heap1)), errs, skipped)
+	_ = windows
+	churn := Row{Scenario: "S4 Consul load churn", Server: r.t.Name, Mode: r.mode, N: r.n, P50: -1, P99: -1, Max: -1,
+		CPU: row.CPU, PeakRSS: row.PeakRSS, ConsulReqs: row.ConsulReqs, Notes: "n/a"}
+	if row.ConsulReqs >= 0 {
+		churn.Notes = fmt.Sprintf("%.2f req/s during %d flips/s", row.ConsulReqs/storm.Seconds(), r.opts.StormRate)
+	}
+	// Let the last builds settle before the next scenario.
+	time.Sleep(r.opts.MaxDelay + 200*time.Millisecond)
+	return row, churn
+}
+
+// S6 reconnect storm: every proxy drops and reconnects at once.
+func (r *run) s6(ctx context.Context, cfg FleetConfig) Row {
+	r.f.Close()
+	time.Sleep(500 * time.Millisecond)
+	m := r.meter()
+	r.f = NewFleet(cfg)
+	res, err := r.f.Connect(ctx, r.n, 0, r.opts.SyncTimeout)
+	m.b0 = 0
+	row := m.row("S6 reconnect storm", res.SyncTimes, res.AllSynced)
+	if err != nil {
+		return failed(row, err)
+	}
+	row.Notes = fmt.Sprintf("latency = reconnect to full state; slowest first response %s, p99 first response %s",
+		ms(slices.Max(res.FirstResponse)), ms(percentile(res.FirstResponse, 99)))
+	return row
+}
+
+// S7: a service is added, then removed. CDS push cost, and EDS for it
+// only to the proxies that subscribe (narrow proxies do not).
+func (r *run) s7(ctx context.Context, newSvc int) Row {
+	m := r.meter()
+	name := ServiceName(newSvc)
+	wide := 0
+	for _, c := range r.f.Clients() {
+		if !c.narrow {
+			wide++
+		}
+	}
+	r.f.WatchEDS(name)
+	defer r.f.WatchEDS("")
+	cdsBytes0 := r.f.Bytes[CDS].Load()
+	p := NewClusterProbe(name, false, r.f.Len())
+	p.Start = time.Now()
+	r.f.SetProbe(p)
+	if err := r.consul.RegisterServices(ctx, newSvc, newSvc+1, r.opts.Instances); err != nil {
+		return failed(m.row("S7 service add/remove", nil, -1), err)
+	}
+	select {
+	case <-p.Done():
+	case <-time.After(r.opts.FlipTimeout):
+		return failed(m.row("S7 service add/remove", p.Latencies(), -1), fmt.Errorf("%d proxies never got cluster %s", p.Missing(), name))
+	}
+	addLats := p.Latencies()
+	// EDS for the new cluster follows the CDS ACK.
+	deadline := time.Now().Add(r.opts.FlipTimeout)
+	for r.f.WatchHitsWide.Load() < int64(wide) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // give stray narrow deliveries a chance to show
+	cdsAdd := r.f.Bytes[CDS].Load() - cdsBytes0
+	cpuAdd := ProcCPU(r.t.PID) - m.s0.CPU
+	hitsWide, hitsNarrow := r.f.WatchHitsWide.Load(), r.f.WatchHitsNarrow.Load()
+
+	rp := NewClusterProbe(name, true, r.f.Len())
+	rp.Start = time.Now()
+	r.f.SetProbe(rp)
+	if err := r.consul.DeregisterService(ctx, newSvc, r.opts.Instances); err != nil {
+		return failed(m.row("S7 service add/remove", addLats, -1), err)
+	}
+	var rmMax time.Duration = -1
+	select {
+	case <-rp.Done():
+		rmMax = slices.Max(rp.Latencies())
+	case <-time.After(r.opts.FlipTimeout):
+	}
+	r.f.SetProbe(nil)
+	row := m.row("S7 service add/remove", addLats, -1)
+	row.Notes = fmt.Sprintf("latency = add to CDS ACK; add cost %s CPU, CDS %s/proxy; EDS for new svc to %d of %d subscribers, %d non-subscribers (want 0); removal seen by all in %s",
+		ms(time.Duration(cpuAdd*float64(time.Second))), bytesStr(float64(cdsAdd)/float64(r.n)), hitsWide, wide, hitsNarrow, ms(rmMax))
+	if hitsNarrow > 0 {
+		row.Notes += " UNEXPECTED"
+	}
+	return row
+}
+
+func ms(d time.Duration) string {
+	if d < 0 {
+		return "n/a"
+	}
+	switch {
+	case d >= 10*time.Second:
+		return fmt.Sprintf("%.1fs", d.Seconds())
+	case d >= time.Second:
+		return fmt.Sprintf("%.2fs", d.Seconds())
+	default:
+		return fmt.Sprintf("%.1fms", float64(d)/float64(time.Millisecond))
+	}
+}
+
+func bytesStr(b float64) string {
+	switch {
+	case b < 0:
+		return "-" + bytesStr(-b)
+	case b >= 1<<30:
+		return fmt.Sprintf("%.2fGiB", b/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1fMiB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1fKiB", b/(1<<10))
+	default:
+		return fmt.Sprintf("%.0fB", b)
+	}
+}

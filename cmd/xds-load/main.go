@@ -1,0 +1,189 @@
+// Command xds-load is the fleet-scale load harness (see bench/README.md):
+//
+//	xds-load run [-full] [flags]       run the scenarios and print the table
+//	xds-load baseline-server [flags]   the baseline go-control-plane server (started by run)
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/bench"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: xds-load run [flags] | xds-load baseline-server [flags]")
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	switch os.Args[1] {
+	case "run":
+		os.Exit(runCmd(ctx, os.Args[2:]))
+	case "baseline-server":
+		os.Exit(baselineCmd(ctx, os.Args[2:]))
+	default:
+		fmt.Fprintf(os.Stderr, "unknown command %q\n", os.Args[1])
+		os.Exit(2)
+	}
+}
+
+func ints(s string) []int {
+	var out []int
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p == "" {
+			continue
+		}
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "bad number %q\n", p)
+			os.Exit(2)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+func join(v []int) string {
+	var s []string
+	for _, n := range v {
+		s = append(s, strconv.Itoa(n))
+	}
+	return strings.Join(s, ",")
+}
+
+func runCmd(ctx context.Context, args []string) int {
+	full := false
+	for _, a := range args {
+		if a == "-full" || a == "--full" {
+			full = true
+		}
+	}
+	o := bench.QuickOptions()
+	if full {
+		o = bench.FullOptions()
+	}
+	fs := flag.NewFlagSet("run", flag.ExitOnError)
+	fs.Bool("full", full, "full mode: N up to 5000, longer runs")
+	fs.StringVar(&o.ConsulBin, "consul", ".tools/bin/consul", "consul binary (v1.15)")
+	fs.StringVar(&o.BridgeBin, "bridge", "bin/consul-xds-bridge", "consul-xds-bridge binary")
+	fs.StringVar(&o.Dir, "dir", "", "scratch dir for configs and logs (default: a new temp dir)")
+	fs.IntVar(&o.Services, "services", o.Services, "S: services in the catalog")
+	fs.IntVar(&o.Instances, "instances", o.Instances, "I: instances per service")
+	fs.IntVar(&o.Upstreams, "upstreams", o.Upstreams, "services routed by the policy; upstreams per peer sidecar; clusters per proxy in the comparison")
+	sizes := fs.String("n", join(o.FleetSizes), "fleet sizes for the bridge scenarios S1–S7 (empty: skip)")
+	csizes := fs.String("compare-n", join(o.CompareSizes), "fleet sizes for the bridge/baseline/peer comparison (empty: skip)")
+	compare := fs.String("compare", strings.Join(o.Compare, ","), "servers/modes to compare")
+	fs.IntVar(&o.S1Flips, "s1-flips", o.S1Flips, "S1 flips")
+	fs.IntVar(&o.S2Flips, "s2-flips", o.S2Flips, "S2 flips (fleet)")
+	fs.IntVar(&o.CompareS2Flips, "compare-s2-flips", o.CompareS2Flips, "S2 flips in the comparison (0: -s2-flips)")
+	fs.StringVar(&o.BridgeLogLevel, "bridge-log", o.BridgeLogLevel, "bridge log level (logs in -dir)")
+	fs.DurationVar(&o.IdleTime, "idle", o.IdleTime, "S4 idle measurement time")
+	fs.DurationVar(&o.StormTime, "storm", o.StormTime, "S5 storm duration")
+	fs.IntVar(&o.StormRate, "storm-rate", o.StormRate, "S5 flips per second")
+	fs.StringVar(&o.ServerCPUs, "server-cpus", o.ServerCPUs, "CPUs for the server under test (taskset list; empty: no pinning)")
+	fs.StringVar(&o.ClientCPUs, "client-cpus", o.ClientCPUs, "CPUs for the load generator and the backing Consul")
+	fs.IntVar(&o.PeerXDSRate, "peer-xds-rate", o.PeerXDSRate, "Consul xds.update_max_per_second (0: Consul's default 250)")
+	out := fs.String("out", "", "also write the Markdown table to this file")
+	fs.Parse(args)
+	o.FleetSizes, o.CompareSizes = ints(*sizes), ints(*csizes)
+	o.Compare = nil
+	for _, c := range strings.Split(*compare, ",") {
+		if c = strings.TrimSpace(c); c != "" {
+			o.Compare = append(o.Compare, c)
+		}
+	}
+	if o.Dir == "" {
+		d, err := os.MkdirTemp("", "xds-load-")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		o.Dir = d
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	o.Self = self
+	for _, p := range []*string{&o.ConsulBin, &o.BridgeBin} {
+		if abs, err := filepath.Abs(*p); err == nil {
+			*p = abs
+		}
+	}
+	o.Log = os.Stderr
+	start := time.Now()
+	host, _ := os.Hostname()
+	fmt.Printf("# xds-load %s\n\n", map[bool]string{false: "quick", true: "full"}[full])
+	fmt.Printf("machine: %s, %d CPUs (%s), %s; Go %s\n", host, runtime.NumCPU(), cpuModel(), memTotal(), runtime.Version())
+	fmt.Printf("world: %d services × %d instances; %d routed services (= clusters per proxy in the comparison)\n", o.Services, o.Instances, o.Upstreams)
+	fmt.Printf("core split: server under test on CPU %q, load generator + backing Consul on CPU %q; servers run as subprocesses (CPU and RSS from /proc)\n", o.ServerCPUs, o.ClientCPUs)
+	fmt.Printf("command: xds-load run %s\n\n", strings.Join(args, " "))
+	rows, err := bench.Run(ctx, o)
+	bench.WriteTable(os.Stdout, rows)
+	fmt.Printf("\ntotal time %s; logs in %s\n", time.Since(start).Round(time.Second), o.Dir)
+	if *out != "" {
+		f, ferr := os.Create(*out)
+		if ferr == nil {
+			bench.WriteTable(f, rows)
+			f.Close()
+		}
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "xds-load:", err)
+		return 1
+	}
+	return 0
+}
+
+func baselineCmd(ctx context.Context, args []string) int {
+	var cfg bench.BaselineConfig
+	fs := flag.NewFlagSet("baseline-server", flag.ExitOnError)
+	fs.StringVar(&cfg.ConsulAddr, "consul", "127.0.0.1:8500", "Consul HTTP address")
+	fs.StringVar(&cfg.PolicyFile, "policy", "", "policy file (HCL)")
+	fs.StringVar(&cfg.XDSListen, "xds", "127.0.0.1:18000", "xDS listen address")
+	fs.StringVar(&cfg.HTTPListen, "http", "127.0.0.1:19100", "metrics/readyz listen address")
+	fs.Parse(args)
+	if err := bench.RunBaseline(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "baseline-server:", err)
+		return 1
+	}
+	return 0
+}
+
+func cpuModel() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "model name") {
+			if _, v, ok := strings.Cut(l, ":"); ok {
+				return strings.TrimSpace(v)
+			}
+		}
+	}
+	return "unknown CPU"
+}
+
+func memTotal() string {
+	b, _ := os.ReadFile("/proc/meminfo")
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "MemTotal:") {
+			f := strings.Fields(l)
+			if len(f) >= 2 {
+				kb, _ := strconv.Atoi(f[1])
+				return fmt.Sprintf("%.1f GiB RAM", float64(kb)/(1<<20))
+			}
+		}
+	}
+	return "unknown RAM"
+}

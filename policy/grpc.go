@@ -1,0 +1,159 @@
+package policy
+
+import (
+	"fmt"
+	"regexp"
+	"strings"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+)
+
+// What gRPC's xDS client (grpc-go's xdsresource package, gRFCs A27, A28,
+// A31, A33, A42, A44) accepts. Routes of a grpc_service are checked against
+// it here, so a policy never serves a proxyless client something it rejects
+// or silently ignores.
+var (
+	// grpcServiceName is what may follow xds:/// in a target and so name
+	// the LDS and RDS resources: a host name, optionally with a port.
+	grpcServiceName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]*$`)
+	// grpcRetryOn are the retry_on conditions gRPC understands (status
+	// codes); it ignores Envoy's HTTP conditions.
+	grpcRetryOn = []string{"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"}
+	// grpcLBPolicies are the cluster lb_policy values gRPC accepts; it
+	// rejects a cluster with any other.
+	grpcLBPolicies = []ir.LBPolicy{ir.LBRoundRobin, ir.LBLeastRequest, ir.LBRingHash}
+)
+
+// grpcTargetRef is a service a grpc_service route sends calls to, checked
+// once every service block is known.
+type grpcTargetRef struct {
+	grpcService string
+	service     string
+	rng         hcl.Range
+}
+
+func (r *resolver) grpcService(b *grpcServiceBlock) *GRPCService {
+	g := &GRPCService{Name: b.Name, Source: pos(b.DefRange)}
+	if !grpcServiceName.MatchString(b.Name) || strings.HasPrefix(b.Name, "xdstp:") {
+		r.add(b.DefRange, "Invalid grpc_service name",
+			"grpc_service %q: the name is what clients dial as xds:///NAME, a host name with an optional port (letters, digits, '.', '-', '_', ':'), e.g. \"echo\" or \"echo.internal:50051\".", b.Name)
+	}
+	if len(b.Routes) == 0 {
+		r.add(b.DefRange, "grpc_service without routes",
+			"grpc_service %q has no route block, so every call to xds:///%s would fail; add a route block, e.g. route { service = \"%s\" }.", b.Name, b.Name, b.Name)
+	}
+	for _, rb := range b.Routes {
+		g.Routes = append(g.Routes, r.grpcRoute(b.Name, rb))
+	}
+	return g
+}
+
+// grpcRoute resolves a route of a grpc_service: the route block of proxy
+// listeners without what gRPC cannot do.
+func (r *resolver) grpcRoute(name string, b *routeBlock) *Route {
+	where := fmt.Sprintf("route of grpc_service %q", name)
+	unsupported := func(rng hcl.Range, what, why string) {
+		r.add(rng, "Unsupported in a grpc_service", "%s: %s: %s", where, what, why)
+	}
+	if b.Redirect != nil {
+		unsupported(b.Redirect.DefRange, "redirect", "gRPC's xDS client cannot answer a call with a redirect; route to a service with service = \"...\" or split blocks.")
+	}
+	if b.DirectResponse != nil {
+		unsupported(b.DirectResponse.DefRange, "direct_response", "gRPC's xDS client cannot answer a call itself; to fail calls on purpose use fault { abort { ... } }.")
+	}
+	if b.Rewrite != nil {
+		unsupported(b.Rewrite.DefRange, "rewrite", "gRPC's xDS client does not rewrite the path (the method name) or the authority.")
+	}
+	if b.Mirror != nil {
+		unsupported(b.Mirror.DefRange, "mirror", "gRPC's xDS client does not mirror calls.")
+	}
+	for _, h := range []*headersBlock{b.RequestHeaders, b.ResponseHeaders} {
+		if h != nil {
+			unsupported(h.DefRange, "request_headers/response_headers", "gRPC's xDS client does not change metadata; set it in the client (e.g. with an interceptor).")
+		}
+	}
+	if b.IdleTimeout != nil && !isNull(b.IdleTimeout) {
+		unsupported(b.IdleTimeout.Range(), "idle_timeout", "gRPC's xDS client has no per-route idle timeout; timeout (a deadline for the whole call) is supported.")
+	}
+	if m := b.Match; m != nil {
+		if m.Method != nil {
+			unsupported(valueRange(m.Body, "method", m.DefRange), "method", "every gRPC call is an HTTP POST; match the gRPC method by path (\"/package.Service/Method\") or path_prefix (\"/package.Service/\").")
+		}
+		for _, q := range m.Query {
+			unsupported(q.DefRange, "query", "gRPC calls have no query string, and gRPC's xDS client skips routes that match on one.")
+		}
+		for _, h := range m.Headers {
+			n := strings.ToLower(h.Name)
+			switch {
+			case strings.HasPrefix(n, ":"):
+				unsupported(h.DefRange, fmt.Sprintf("header %q", h.Name), "gRPC's xDS client matches metadata, not pseudo-headers; match the path with path or path_prefix.")
+			case strings.HasPrefix(n, "grpc-"):
+				unsupported(h.DefRange, fmt.Sprintf("header %q", h.Name), "headers starting with \"grpc-\" are gRPC's own and never match.")
+			case strings.HasSuffix(n, "-bin"):
+				unsupported(h.DefRange, fmt.Sprintf("header %q", h.Name), "binary (\"-bin\") metadata never matches in gRPC's xDS client.")
+			}
+		}
+	}
+	if rb := b.Retry; rb != nil {
+		if rb.PerTryTimeout != nil && !isNull(rb.PerTryTimeout) {
+			unsupported(rb.PerTryTimeout.Range(), "per_try_timeout", "gRPC retries within the call's own deadline and has no per-try timeout; remove it.")
+		}
+		for i, on := range rb.On {
+			if !oneOf(on, grpcRetryOn) {
+				r.add(elemRange(rb.Body, "on", i, rb.DefRange), "Invalid retry condition for gRPC",
+					"%s: %q is not a condition gRPC retries on; it retries on status codes: %s.", where, on, quoteList(grpcRetryOn))
+			}
+		}
+	}
+
+	rt := r.route(b, where)
+	if rt.Retry != nil && (b.Retry == nil || len(b.Retry.On) == 0) {
+		// The proxy default (5xx, connect-failure, reset) means nothing to
+		// gRPC, which would then not retry at all.
+		rt.Retry.On = []string{"unavailable"}
+	}
+	if b.Service != nil {
+		r.grpcTargets = append(r.grpcTargets, grpcTargetRef{name, *b.Service, valueRange(b.Body, "service", b.DefRange)})
+	}
+	for _, sp := range b.Splits {
+		r.grpcTargets = append(r.grpcTargets, grpcTargetRef{name, sp.Service, valueRange(sp.Body, "service", sp.DefRange)})
+	}
+	return rt
+}
+
+// checkGRPCTargets flags service settings that gRPC's xDS client rejects
+// (the whole cluster: calls to it would fail) or ignores, for the services
+// grpc_service routes send calls to. A service only proxies use may keep
+// them: the default API listener of such a service is served, and a gRPC
+// client that dials it rejects the cluster with its own error, shown on
+// /v1/proxies.
+func (r *resolver) checkGRPCTargets() {
+	for _, ref := range r.grpcTargets {
+		s := r.pol.Service(ref.service)
+		if s == nil {
+			continue // defaults: round robin, plaintext
+		}
+		if !oneOf(s.LBPolicy, grpcLBPolicies) {
+			r.add(ref.rng, "lb_policy not supported by gRPC",
+				"grpc_service %q routes to service %q, whose lb_policy %q gRPC's xDS client rejects (it supports round_robin, least_request and ring_hash); change the service's lb_policy (at %s).",
+				ref.grpcService, s.Name, s.LBPolicy, s.Source)
+		}
+		if s.TLS != nil {
+			r.add(ref.rng, "tls not supported by gRPC",
+				"grpc_service %q routes to service %q, whose tls block names certificate files; gRPC's xDS client accepts only certificate providers and rejects the cluster. Route gRPC clients to a service without tls (at %s).",
+				ref.grpcService, s.Name, s.Source)
+		}
+		if s.LBPolicy == ir.LBRingHash {
+			for _, hp := range s.HashPolicies {
+				if hp.Header == "" {
+					r.warn(ref.rng, "hash_policy ignored by gRPC",
+						"grpc_service %q routes to service %q, whose ring_hash hash_policy uses a cookie or source_ip; gRPC's xDS client hashes only on headers and ignores it, so each call picks a random endpoint unless a header hash_policy applies.",
+						ref.grpcService, s.Name)
+					break
+				}
+			}
+		}
+	}
+}

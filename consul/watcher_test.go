@@ -380,3 +380,30 @@ func TestWatcherDropsUnchangedData(t *testing.T) {
 	case <-time.After(300 * time.Millisecond):
 	}
 }
+
+// TestWatcherOneFailingServiceKeepsItsDataOthersUpdate: partial failure.
+// A service whose health query fails keeps its last good instances while
+// another service's change still flows.
+func TestWatcherOneFailingServiceKeepsItsDataOthersUpdate(t *testing.T) {
+	f, c := newFakeConsul(t)
+	f.set("/v1/catalog/services", 10, map[string][]string{"web": nil, "api": nil})
+	f.set("/v1/health/service/web", 11, []*api.ServiceEntry{entry("n1", "10.0.0.1", "web-1", 80, "passing")})
+	f.set("/v1/health/service/api", 12, []*api.ServiceEntry{entry("n1", "10.0.0.1", "api-1", 90, "passing")})
+	w, _ := startWatcher(t, c, Targets{AllLocal: true})
+	next(t, w, "complete", func(u Update) bool { return u.Complete })
+
+	f.failNext("/v1/health/service/web", 1000)
+	// Wake web's blocked query so it starts failing, then change api.
+	f.set("/v1/health/service/web", 13, []*api.ServiceEntry{})
+	time.Sleep(200 * time.Millisecond)
+	f.set("/v1/health/service/api", 14, []*api.ServiceEntry{
+		entry("n1", "10.0.0.1", "api-1", 90, "passing"), entry("n2", "10.0.0.2", "api-2", 90, "passing"),
+	})
+	u := next(t, w, "api's change", func(u Update) bool { return instanceIDs(u.Catalog, "api") == "api-1=passing,api-2=passing" })
+	if got := instanceIDs(u.Catalog, "web"); got != "web-1=passing" {
+		t.Fatalf("web while its query fails = %s, want its last good web-1", got)
+	}
+	if len(f.requests("/v1/health/service/web")) < 3 {
+		t.Fatal("web's query was not retried")
+	}
+}

@@ -12,7 +12,15 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEST="${CONSUL_INSTALL_DIR:-$ROOT/.tools/bin}"
 BIN="$DEST/consul"
 
-if [[ -x "$BIN" ]] && "$BIN" version 2>/dev/null | head -1 | grep -qx "Consul v$VERSION"; then
+# Read the whole output: piping into head would SIGPIPE consul, which
+# pipefail turns into a failure.
+installed_version() {
+  local out
+  out="$("$BIN" version 2>/dev/null || true)"
+  printf '%s\n' "${out%%$'\n'*}"
+}
+
+if [[ -x "$BIN" ]] && [[ "$(installed_version)" == "Consul v$VERSION" ]]; then
   exit 0
 fi
 
@@ -37,4 +45,9 @@ export GOFLAGS=-mod=mod GOWORK=off
 go get github.com/hashicorp/consul/api@v1.25.1
 go build -o "$BIN.tmp" .
 mv "$BIN.tmp" "$BIN"
-"$BIN" version | head -1
+got="$(installed_version)"
+if [[ "$got" != "Consul v$VERSION" ]]; then
+  echo "install-consul: built binary reports \"$got\", want Consul v$VERSION" >&2
+  exit 1
+fi
+echo "install-consul: $got" >&2

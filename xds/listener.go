@@ -85,5 +85,8 @@ func buildHCM(l *ir.Listener) *hcmv3.HttpConnectionManager {
 		UseRemoteAddress: wrapperspb.Bool(true),
 		NormalizePath:    wrapperspb.Bool(true),
 		MergeSlashes:     true,
+		// Domains are written without ports; "shop.example.com" must match
+		// "shop.example.com:8443" too. routematch mirrors this.
+		StripPortMode: &hcmv3.HttpConnectionManager_StripAnyHostPort{StripAnyHostPort: true},
 	}
 }

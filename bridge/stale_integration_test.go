@@ -1,0 +1,51 @@
+package bridge_test
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+)
+
+// TestReadinessTurnsStaleWhenConsulIsUnreachable: /readyz goes 503 with a
+// reason once Consul has been unreachable longer than stale_after, xDS keeps
+// serving the last good state meanwhile, and readiness returns on recovery.
+func TestReadinessTurnsStaleWhenConsulIsUnreachable(t *testing.T) {
+	agent := consultest.Start(t)
+	agent.RegisterTTL(t, "web", "web-1", 1001, nil, nil)
+	fwd := consultest.NewForwarder(t, agent.HTTPAddr())
+	h := startBridgeWith(t, agent, fwd, func(c *bridge.Config) {
+		c.Settings.Consul.StaleAfter = time.Second
+	})
+	c := dial(t, h, adsclient.SotW, nil)
+	waitEndpoints(t, "web", ep(1001, "HEALTHY"), c)
+	url := "http://" + h.daemon.AdminAddr().String() + "/readyz"
+	waitReadyz := func(code int, contains string) {
+		t.Helper()
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			got, body := get(t, url)
+			if got == code && strings.Contains(body, contains) {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("/readyz = %d %s, want %d containing %q", got, body, code, contains)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	waitReadyz(http.StatusOK, "true")
+
+	fwd.Stop()
+	waitReadyz(http.StatusServiceUnavailable, "Consul unreachable for")
+	// Still serving: a new proxy gets the last good world.
+	late := dialAs(t, h, adsclient.Delta, "late", nil)
+	waitEndpoints(t, "web", ep(1001, "HEALTHY"), late)
+
+	fwd.Start()
+	waitReadyz(http.StatusOK, "true")
+}

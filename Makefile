@@ -11,7 +11,7 @@ LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Integration tests start several Consul agents; keep them from starving on 2 cores.
 TESTFLAGS ?= -count=1 -timeout 20m
 
-.PHONY: all build consul test unit vet fmt-check run clean
+.PHONY: all build consul test unit vet fmt-check route-test run clean
 
 all: build
 
@@ -23,9 +23,16 @@ consul: $(CONSUL)
 $(CONSUL): scripts/install-consul.sh
 	./scripts/install-consul.sh
 
-# Everything: vet, formatting, unit and integration tests against a real Consul.
-test: consul fmt-check vet
+# Everything: vet, formatting, the sample policy's route tests, unit and
+# integration tests against a real Consul.
+test: consul fmt-check vet route-test
 	CONSUL_BIN=$(CONSUL) $(GO) test $(TESTFLAGS) ./...
+
+# The edge gateway sample's route tests, as a CI pipeline runs them before
+# a policy is pushed (no Consul needed).
+route-test:
+	$(GO) run ./cmd/consul-xds-bridge test -catalog examples/policies/edge-gateway.catalog.json \
+		examples/policies/edge-gateway.hcl examples/policies/edge-gateway.test.hcl
 
 # Fast feedback without Consul (integration tests skip unless CI=true).
 unit:

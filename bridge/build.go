@@ -29,7 +29,7 @@ func Build(cat *consul.Catalog, pol *policy.Policy) (*ir.Model, []string) {
 	if pol == nil {
 		pol = &policy.Policy{ExportAllServices: true}
 	}
-	b := &builder{cat: cat, pol: pol, clusters: map[string]ir.Cluster{}, referenced: map[string]bool{}}
+	b := &builder{cat: cat, pol: pol, clusters: map[string]ir.Cluster{}, referenced: map[string]bool{}, secrets: map[string]ir.Secret{}}
 	for _, name := range referencedServices(pol) {
 		b.referenced[name] = true
 	}
@@ -40,6 +40,7 @@ func Build(cat *consul.Catalog, pol *policy.Policy) (*ir.Model, []string) {
 	for _, name := range slices.Sorted(maps.Keys(b.clusters)) {
 		m.Clusters = append(m.Clusters, b.clusters[name])
 	}
+	m.Secrets = sortedSecrets(b.secrets)
 	for _, p := range pol.Proxies {
 		m.Groups = append(m.Groups, b.group(p))
 	}
@@ -143,7 +144,9 @@ type builder struct {
 	cat        *consul.Catalog
 	pol        *policy.Policy
 	clusters   map[string]ir.Cluster
-	warnings   []string
+	// secrets of upstream TLS, shared by every proxy.
+	secrets  map[string]ir.Secret
+	warnings []string
 }
 
 func (b *builder) warn(format string, args ...any) {
@@ -173,7 +176,7 @@ func (b *builder) service(name string) {
 		CircuitBreaker:   s.CircuitBreaker,
 		OutlierDetection: s.OutlierDetection,
 		HealthCheck:      s.HealthCheck,
-		TLS:              s.TLS,
+		TLS:              b.upstreamTLS(s),
 	}
 	c := base
 	c.Endpoints = b.endpoints(s, tiers, nil)
@@ -185,6 +188,74 @@ func (b *builder) service(name string) {
 		c.Endpoints = b.endpoints(s, tiers, &sub)
 		b.clusters[c.Name] = c
 	}
+}
+
+// Secret names. They depend on where a certificate is used, never on
+// its contents, so a rotated certificate changes the secret only and the
+// listener or cluster that refers to it keeps its version (Envoy does not
+// drain a listener for a new certificate). Service and listener names
+// have no "/", and listener resources are "<group>.<listener>", so the
+// names cannot collide.
+func upstreamCertSecret(service string) string        { return service + "/cert" }
+func upstreamCASecret(service string) string          { return service + "/ca" }
+func listenerCertSecret(listener, cert string) string { return listener + "/cert/" + cert }
+func listenerClientCASecret(listener string) string   { return listener + "/client_ca" }
+
+// upstreamTLS turns a service's tls block into secret references,
+// recording the secrets; subsets share their service's.
+func (b *builder) upstreamTLS(s *policy.Service) *ir.UpstreamTLS {
+	t := s.TLS
+	if t == nil {
+		return nil
+	}
+	out := &ir.UpstreamTLS{SNI: t.SNI}
+	if t.Cert != nil && t.Key != nil {
+		out.CertificateSecret = upstreamCertSecret(s.Name)
+		b.secrets[out.CertificateSecret] = ir.Secret{Name: out.CertificateSecret, CertificateChain: []byte(t.Cert.PEM), PrivateKey: t.Key.PEM}
+	}
+	if t.CA != nil {
+		out.CASecret = upstreamCASecret(s.Name)
+		b.secrets[out.CASecret] = ir.Secret{Name: out.CASecret, TrustedCA: []byte(t.CA.PEM)}
+	}
+	return out
+}
+
+// downstreamTLS turns a listener's tls block into secret references and
+// adds the secrets it uses to the group's.
+func downstreamTLS(name string, t *policy.ListenerTLS, secrets map[string]ir.Secret) *ir.DownstreamTLS {
+	if t == nil {
+		return nil
+	}
+	cert := func(c string) string {
+		n := listenerCertSecret(name, c)
+		if pc := t.Certificate(c); pc != nil {
+			secrets[n] = ir.Secret{Name: n, CertificateChain: []byte(pc.Cert.PEM), PrivateKey: pc.Key.PEM}
+		}
+		return n
+	}
+	out := &ir.DownstreamTLS{
+		DefaultCertificate: cert(t.Default),
+		MinVersion:         t.MinVersion,
+		MaxVersion:         t.MaxVersion,
+		ALPN:               t.ALPN,
+	}
+	for _, s := range t.SNI {
+		out.SNI = append(out.SNI, ir.SNICertificate{Secret: cert(s.Certificate), ServerNames: s.ServerNames})
+	}
+	slices.SortFunc(out.SNI, func(a, b ir.SNICertificate) int { return strings.Compare(a.Secret, b.Secret) })
+	if t.ClientCA != nil {
+		out.ClientCASecret = listenerClientCASecret(name)
+		secrets[out.ClientCASecret] = ir.Secret{Name: out.ClientCASecret, TrustedCA: []byte(t.ClientCA.PEM)}
+	}
+	return out
+}
+
+func sortedSecrets(m map[string]ir.Secret) []ir.Secret {
+	var out []ir.Secret
+	for _, n := range slices.Sorted(maps.Keys(m)) {
+		out = append(out, m[n])
+	}
+	return out
 }
 
 func (b *builder) instances(dc, name string) []consul.Instance {
@@ -295,14 +366,17 @@ func clusterName(t policy.Target) string {
 
 func (b *builder) group(p *policy.Proxy) ir.Group {
 	g := ir.Group{Name: p.Name, Proxyless: p.Proxyless}
+	secrets := map[string]ir.Secret{}
 	for _, l := range p.Listeners {
+		name := p.Name + "." + l.Name
 		il := ir.Listener{
-			Name:        p.Name + "." + l.Name,
+			Name:        name,
 			Address:     l.Address,
 			Port:        uint32(l.Port),
 			Protocol:    l.Protocol,
 			IdleTimeout: l.IdleTimeout,
 			TCP:         weighted(l.TCP),
+			TLS:         downstreamTLS(name, l.TLS, secrets),
 		}
 		for _, vh := range l.VirtualHosts {
 			ivh := ir.VirtualHost{Name: vh.Name, Domains: vh.Domains}
@@ -318,6 +392,7 @@ func (b *builder) group(p *policy.Proxy) ir.Group {
 		g.Listeners = append(g.Listeners, il)
 	}
 	slices.SortFunc(g.Listeners, func(a, b ir.Listener) int { return strings.Compare(a.Name, b.Name) })
+	g.Secrets = sortedSecrets(secrets)
 	return g
 }
 

@@ -53,6 +53,9 @@ type Daemon struct {
 	xdsAddr   net.Addr
 	adminAddr net.Addr
 	reload    chan struct{}
+	// policyFiles carries the files the policy names (certificates,
+	// keys, CAs) from the loop to watchFiles after every reload.
+	policyFiles chan []string
 
 	ready   atomic.Bool
 	status  atomic.Pointer[PolicyStatus]
@@ -135,8 +138,9 @@ func New(cfg Config) *Daemon {
 			TLS:            xds.TLSFiles(cfg.Settings.XDS.TLS),
 			AuthorizeNodes: cfg.Settings.XDS.AuthorizeNodes,
 		}),
-		started: make(chan struct{}),
-		reload:  make(chan struct{}, 1),
+		started:     make(chan struct{}),
+		reload:      make(chan struct{}, 1),
+		policyFiles: make(chan []string, 1),
 	}
 	d.status.Store(&PolicyStatus{})
 	return d
@@ -272,7 +276,7 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 		l.setStatus(func(st *PolicyStatus) { st.Waiting = "waiting for the first read of Consul KV policy documents" })
 	} else {
 		_, _, sources := l.readDocuments()
-		l.recordPolicy(sources, nil)
+		l.recordPolicy(append(sources, tlsSources(l.policy)...), nil)
 		l.d.metrics.reloads.WithLabelValues("ok").Inc()
 	}
 	for {
@@ -405,22 +409,34 @@ func (l *loop) reloadPolicy(trigger string) {
 		return // the first KV read will load everything
 	}
 	docs, diags, sources := l.readDocuments()
+	var attempted *policy.Policy
 	if !diags.HasErrors() {
 		cfg, ds := policy.Merge(docs...)
 		diags = append(diags, ds...)
+		if !diags.HasErrors() {
+			// The certificates, keys and CAs tls blocks name are part of
+			// the policy: a missing or broken one rejects the reload like
+			// a broken document, and the last good secrets keep serving.
+			attempted = cfg.Policy
+			diags = append(diags, cfg.Policy.ReadFiles(time.Now())...)
+		}
 		if !diags.HasErrors() {
 			if cfg.Settings != l.d.cfg.Settings {
 				l.d.log.Warn().Msg("daemon settings (consul, xds, admin, log blocks) changed; restart to apply them")
 			}
 			l.policy = cfg.Policy
+			l.d.watchPolicyFiles(cfg.Policy)
 			l.watcher.SetTargets(WatchTargets(cfg.Policy))
-			l.recordPolicy(sources, diags)
+			l.recordPolicy(append(sources, tlsSources(cfg.Policy)...), diags)
 			l.d.metrics.reloads.WithLabelValues("ok").Inc()
 			l.d.log.Info().Str("trigger", trigger).Int("sources", len(sources)).Msg("policy loaded")
 			l.schedule()
 			return
 		}
 	}
+	// Keep watching the files of the rejected policy too, so that
+	// fixing (or creating) the file it could not use reloads by itself.
+	l.d.watchPolicyFiles(l.policy, attempted)
 	lines := policy.FormatDiagnostics(diags)
 	l.d.metrics.reloads.WithLabelValues("failed").Inc()
 	l.d.log.Error().Str("trigger", trigger).Strs("diagnostics", lines).Msg("policy rejected; keeping the last good policy")
@@ -463,6 +479,22 @@ func (l *loop) readDocuments() ([]*policy.Document, hclDiagnostics, []SourceStat
 		}
 	}
 	return docs, diags, sources
+}
+
+// tlsSources lists the certificate and CA files of a policy with their
+// SHA-256, so /v1/policy shows which certificate is being served. Key
+// files are left out: not even a digest of a key is shown.
+func tlsSources(p *policy.Policy) []SourceStatus {
+	var out []SourceStatus
+	seen := map[string]bool{}
+	for _, f := range p.Files() {
+		if f.Kind == policy.PEMPrivateKey || seen[f.Path] || f.PEM == nil {
+			continue
+		}
+		seen[f.Path] = true
+		out = append(out, SourceStatus{Name: f.Path, Kind: "certificate", Hash: hash(f.PEM)})
+	}
+	return out
 }
 
 func (l *loop) recordPolicy(sources []SourceStatus, diags hclDiagnostics) {

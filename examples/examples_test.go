@@ -3,11 +3,15 @@
 package examples
 
 import (
+	"bytes"
+	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/consul-xds-bridge/consul-xds-bridge/routetest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
@@ -40,5 +44,55 @@ func TestPoliciesLoadAndTranslate(t *testing.T) {
 	}
 	if len(cfg.Policy.Proxies) != 2 || cfg.Policy.ProxyFor("sidecar-web-3") == nil || cfg.Policy.ProxyFor("edge").Name != "edge" {
 		t.Fatalf("merged samples: proxies = %+v", cfg.Policy.Proxies)
+	}
+}
+
+// TestEdgeGatewayRouteTests runs the edge gateway's route tests (what
+// `make test` runs with the CLI) and checks they cover every kind of
+// expectation the sample shows.
+func TestEdgeGatewayRouteTests(t *testing.T) {
+	suite, diags := routetest.Load("policies/edge-gateway.hcl", "policies/edge-gateway.test.hcl")
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if len(suite.Tests) < 8 {
+		t.Fatalf("only %d route tests", len(suite.Tests))
+	}
+	f, err := os.Open("policies/edge-gateway.catalog.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cat, err := consul.ReadFixture(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	results, diags := routetest.Run(suite.Config.Policy, cat, suite.Tests)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	var out bytes.Buffer
+	if failed := routetest.Report(&out, results); failed > 0 {
+		t.Fatalf("%d route tests failed:\n%s", failed, out.String())
+	}
+	// Every route of the sample is exercised, and one request matches none.
+	exercised := map[string]bool{}
+	for _, r := range results {
+		exercised[r.Route] = true
+	}
+	if !exercised[""] {
+		t.Errorf("no test sends a request that matches no route:\n%s", out.String())
+	}
+	for _, l := range suite.Config.Policy.ProxyFor("edge").Listeners {
+		if l.Name != "http" {
+			continue
+		}
+		for _, vh := range l.VirtualHosts {
+			for _, r := range vh.Routes {
+				if !exercised[r.Source] {
+					t.Errorf("no route test reaches the route at %s", r.Source)
+				}
+			}
+		}
 	}
 }

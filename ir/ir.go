@@ -26,6 +26,10 @@ type Model struct {
 	// (xds:///NAME), each with a single virtual host matching every
 	// authority. Only Name, VirtualHosts and UsesFault apply to them.
 	Proxyless []Listener
+	// Secrets are the SDS secrets of upstream TLS (client certificates and
+	// CAs of clusters), shared by every proxy like the clusters; sorted by
+	// name.
+	Secrets []Secret
 }
 
 // Group is what the proxies of one node.cluster get on top of the shared
@@ -37,6 +41,9 @@ type Group struct {
 	// whatever user agent they announce: they get Model.Proxyless, and the
 	// group has no listeners of its own.
 	Proxyless bool
+	// Secrets are the SDS secrets of the group's TLS listeners, sorted by
+	// name.
+	Secrets []Secret
 }
 
 // LBPolicy is a cluster's load-balancing algorithm.
@@ -142,9 +149,33 @@ func (m *Model) Validate() error {
 	if !slices.IsSortedFunc(m.Groups, func(a, b Group) int { return strings.Compare(a.Name, b.Name) }) {
 		errs = append(errs, fmt.Errorf("groups: %w", ErrUnsorted))
 	}
+	clusterRefs := map[string]string{}
+	for _, c := range m.Clusters {
+		for _, n := range c.TLS.secretNames() {
+			clusterRefs[n] = fmt.Sprintf("cluster %q", c.Name)
+		}
+	}
+	errs = append(errs, validateSecrets("shared", m.Secrets, clusterRefs, nil)...)
 	for _, g := range m.Groups {
 		if g.Proxyless && len(g.Listeners) > 0 {
 			errs = append(errs, fmt.Errorf("group %q is proxyless but has listeners: %w", g.Name, ErrListener))
+		}
+		refs := map[string]string{}
+		for _, l := range g.Listeners {
+			for _, n := range l.TLS.secretNames() {
+				refs[n] = fmt.Sprintf("listener %q", l.Name)
+			}
+			if l.TLS != nil && l.TLS.DefaultCertificate == "" {
+				errs = append(errs, fmt.Errorf("listener %q: TLS without a default certificate: %w", l.Name, ErrListener))
+			}
+		}
+		// A group's proxies get its secrets and the shared ones, in one
+		// SDS namespace.
+		errs = append(errs, validateSecrets(fmt.Sprintf("group %q", g.Name), g.Secrets, refs, m.Secrets)...)
+		for _, s := range g.Secrets {
+			if _, shared := slices.BinarySearchFunc(m.Secrets, s.Name, func(a Secret, n string) int { return strings.Compare(a.Name, n) }); shared {
+				errs = append(errs, fmt.Errorf("group %q secret %q is also a shared secret: %w", g.Name, s.Name, ErrDuplicate))
+			}
 		}
 	}
 	for i, l := range m.Proxyless {

@@ -19,6 +19,8 @@ type Listener struct {
 	// UsesFault is set when any route configures fault injection, so the
 	// HTTP fault filter is installed before the router.
 	UsesFault bool
+	// TLS, if set, terminates TLS on the listener (any protocol).
+	TLS *DownstreamTLS
 }
 
 // VirtualHost groups routes by the Host header.
@@ -173,10 +175,13 @@ type HealthCheck struct {
 	UnhealthyThreshold uint32
 }
 
-// UpstreamTLS originates TLS to a cluster's endpoints.
+// UpstreamTLS originates TLS to a cluster's endpoints. Certificates are
+// SDS secrets (see Secret), referred to by name.
 type UpstreamTLS struct {
-	SNI      string
-	CAFile   string
-	CertFile string
-	KeyFile  string
+	SNI string
+	// CertificateSecret is the client certificate's secret, "" for none.
+	CertificateSecret string
+	// CASecret holds the CA certificates the upstream's certificate must
+	// chain to, "" to skip verification.
+	CASecret string
 }

@@ -142,7 +142,7 @@ func (r *resolver) checkGRPCTargets() {
 		}
 		if s.TLS != nil {
 			r.add(ref.rng, "tls not supported by gRPC",
-				"grpc_service %q routes to service %q, whose tls block names certificate files; gRPC's xDS client accepts only certificate providers and rejects the cluster. Route gRPC clients to a service without tls (at %s).",
+				"grpc_service %q routes to service %q, whose tls block is served with SDS secrets; gRPC's xDS client accepts only certificate providers and rejects the cluster. Route gRPC clients to a service without tls (at %s).",
 				ref.grpcService, s.Name, s.Source)
 		}
 		if s.LBPolicy == ir.LBRingHash {

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"os"
+	"time"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/gohcl"
@@ -27,6 +28,7 @@ type Document struct {
 	services       []*serviceBlock
 	proxies        []*proxyBlock
 	grpcServices   []*grpcServiceBlock
+	routeTests     []*routeTestBlock
 }
 
 type documentSchema struct {
@@ -38,6 +40,7 @@ type documentSchema struct {
 	Services          []*serviceBlock     `hcl:"service,block"`
 	Proxies           []*proxyBlock       `hcl:"proxy,block"`
 	GRPCServices      []*grpcServiceBlock `hcl:"grpc_service,block"`
+	RouteTests        []*routeTestBlock   `hcl:"route_test,block"`
 	Body              hcl.Body            `hcl:",body"`
 }
 
@@ -60,7 +63,7 @@ func Parse(name string, src []byte) (*Document, hcl.Diagnostics) {
 	d := &Document{
 		Name: name, consul: raw.Consul, xds: raw.XDS, admin: raw.Admin, log: raw.Log,
 		exportAll: raw.ExportAllServices, services: raw.Services, proxies: raw.Proxies,
-		grpcServices: raw.GRPCServices,
+		grpcServices: raw.GRPCServices, routeTests: raw.RouteTests,
 	}
 	if d.exportAll != nil {
 		d.exportAllRange = valueRange(raw.Body, "export_all_services", hcl.Range{Filename: name})
@@ -194,8 +197,9 @@ func Merge(docs ...*Document) (*Config, hcl.Diagnostics) {
 	return cfg, diags
 }
 
-// LoadFiles reads, parses and merges configuration files. The returned map
-// holds each file's source for printing diagnostics with context.
+// LoadFiles reads, parses and merges configuration files, then reads the
+// PEM files the policy names (Policy.ReadFiles). The returned map holds
+// each file's source for printing diagnostics with context.
 func LoadFiles(paths ...string) (*Config, map[string][]byte, hcl.Diagnostics) {
 	var (
 		diags   hcl.Diagnostics
@@ -232,6 +236,13 @@ func LoadFiles(paths ...string) (*Config, map[string][]byte, hcl.Diagnostics) {
 	}
 	cfg, ds := Merge(docs...)
 	diags = append(diags, ds...)
+	if diags.HasErrors() {
+		return nil, sources, diags
+	}
+	// The certificates and keys tls blocks name are read and checked
+	// now, so validate reports a missing or broken file like any other
+	// problem; Parse and Merge never touch them.
+	diags = append(diags, cfg.Policy.ReadFiles(time.Now())...)
 	if diags.HasErrors() {
 		return nil, sources, diags
 	}

@@ -50,7 +50,7 @@ type Service struct {
 	CircuitBreaker   *ir.CircuitBreaker
 	OutlierDetection *ir.OutlierDetection
 	HealthCheck      *ir.HealthCheck
-	TLS              *ir.UpstreamTLS
+	TLS              *UpstreamTLS
 	// FailoverDatacenters are tried in order when the service has no
 	// healthy instance in its own datacenter.
 	FailoverDatacenters []string
@@ -96,8 +96,10 @@ type Listener struct {
 	IdleTimeout  time.Duration
 	TCP          []Target
 	VirtualHosts []*VirtualHost
-	Source       string
-	Range        hcl.Range
+	// TLS, if set, terminates TLS on the listener.
+	TLS    *ListenerTLS
+	Source string
+	Range  hcl.Range
 }
 
 // VirtualHost is a `virtual_host` block.
@@ -105,6 +107,9 @@ type VirtualHost struct {
 	Name    string
 	Domains []string
 	Routes  []*Route
+	// Certificate names the listener certificate that clients asking for
+	// Domains get (tls { certificate = "..." }); "" for the default.
+	Certificate string
 }
 
 // Target names a service (and optionally one of its subsets) with a weight.
@@ -192,4 +197,123 @@ func (s *Service) SubsetNamed(name string) *Subset {
 		}
 	}
 	return nil
+}
+
+// ListenerTLS is a listener's `tls` block.
+type ListenerTLS struct {
+	// Certificates in declaration order.
+	Certificates []*Certificate
+	// Default names the certificate of clients whose server name (SNI)
+	// selects no other one: default_certificate, else the first.
+	Default string
+	// SNI lists, per certificate other virtual hosts than the default
+	// ones select, the server names that select it (virtual host
+	// domains without ports, lower case, sorted); sorted by certificate.
+	// Empty when every client gets Default. The default certificate
+	// appears here too when others do, with the domains of the virtual
+	// hosts that use it, so that a wildcard of another certificate does
+	// not capture them.
+	SNI []SNICertificate
+	// MinVersion and MaxVersion are "1.0" to "1.3", "" for Envoy's
+	// default.
+	MinVersion, MaxVersion string
+	// ALPN is offered to clients in order; http listeners default to
+	// ["h2", "http/1.1"].
+	ALPN []string
+	// ClientCA, if set, requires client certificates signed by it.
+	ClientCA *PEMFile
+	Range    hcl.Range
+}
+
+// SNICertificate is a certificate and the server names that select it.
+type SNICertificate struct {
+	Certificate string
+	ServerNames []string
+}
+
+// Certificate is a `certificate "NAME"` block: a certificate chain and
+// its private key.
+type Certificate struct {
+	Name  string
+	Cert  *PEMFile
+	Key   *PEMFile
+	Range hcl.Range
+}
+
+// Certificate returns the named certificate, or nil.
+func (t *ListenerTLS) Certificate(name string) *Certificate {
+	for _, c := range t.Certificates {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// UpstreamTLS is a service's `tls` block: TLS from Envoy to the
+// service's instances.
+type UpstreamTLS struct {
+	SNI string
+	// CA verifies the upstream's certificate; nil skips verification.
+	CA *PEMFile
+	// Cert and Key are the client certificate (both or neither).
+	Cert, Key *PEMFile
+}
+
+// PEMFile is a file of PEM data the policy names. The bridge reads it
+// (ReadFiles) and serves its contents over SDS; Envoy never sees the path.
+type PEMFile struct {
+	// Path is where the file is: a relative path in a policy file is
+	// resolved against that file's directory.
+	Path string
+	// Range is where the path is written.
+	Range hcl.Range
+	// Kind is what the file must hold: a certificate chain, a private key
+	// or CA certificates.
+	Kind PEMKind
+	// PEM is the file's contents, set by ReadFiles; nil before.
+	PEM ir.Redacted
+}
+
+// PEMKind is what a PEMFile holds.
+type PEMKind int
+
+// Kinds of PEM file.
+const (
+	PEMCertificate PEMKind = iota
+	PEMPrivateKey
+	PEMCA
+)
+
+// Files lists every PEM file the policy names, in a stable order
+// (services by name, then proxies in order), each file once per place it
+// is named.
+func (p *Policy) Files() []*PEMFile {
+	if p == nil {
+		return nil
+	}
+	var out []*PEMFile
+	add := func(fs ...*PEMFile) {
+		for _, f := range fs {
+			if f != nil {
+				out = append(out, f)
+			}
+		}
+	}
+	for _, s := range p.Services {
+		if t := s.TLS; t != nil {
+			add(t.Cert, t.Key, t.CA)
+		}
+	}
+	for _, pr := range p.Proxies {
+		for _, l := range pr.Listeners {
+			if t := l.TLS; t != nil {
+				for _, c := range t.Certificates {
+					add(c.Cert, c.Key)
+				}
+				add(t.ClientCA)
+			}
+		}
+	}
+	return out
 }

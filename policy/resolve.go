@@ -41,6 +41,9 @@ type resolver struct {
 	targets []targetRef
 	// grpcTargets are the services grpc_service routes send calls to.
 	grpcTargets []grpcTargetRef
+	// kv names the documents read from Consul KV, where file paths must
+	// be absolute.
+	kv map[string]bool
 }
 
 type targetRef struct {
@@ -49,7 +52,12 @@ type targetRef struct {
 }
 
 func resolvePolicy(docs []*Document) (*Policy, hcl.Diagnostics) {
-	r := &resolver{pol: &Policy{}, services: map[string]*serviceBlock{}}
+	r := &resolver{pol: &Policy{}, services: map[string]*serviceBlock{}, kv: map[string]bool{}}
+	for _, d := range docs {
+		if d.FromKV {
+			r.kv[d.Name] = true
+		}
+	}
 	var exportAll *bool
 	var exportAt hcl.Range
 	seenProxy := map[string]hcl.Range{}
@@ -226,12 +234,18 @@ func (r *resolver) service(b *serviceBlock) *Service {
 		s.HealthCheck = h
 	}
 	if t := b.TLS; t != nil {
-		u := &ir.UpstreamTLS{}
+		u := &UpstreamTLS{}
 		set(&u.SNI, t.SNI)
-		set(&u.CAFile, t.CAFile)
-		set(&u.CertFile, t.CertFile)
-		set(&u.KeyFile, t.KeyFile)
-		if (u.CertFile == "") != (u.KeyFile == "") {
+		if t.CAFile != nil {
+			u.CA = r.pemFile(t.Body, "ca_file", *t.CAFile, PEMCA, t.DefRange)
+		}
+		if t.CertFile != nil {
+			u.Cert = r.pemFile(t.Body, "cert_file", *t.CertFile, PEMCertificate, t.DefRange)
+		}
+		if t.KeyFile != nil {
+			u.Key = r.pemFile(t.Body, "key_file", *t.KeyFile, PEMPrivateKey, t.DefRange)
+		}
+		if (u.Cert == nil) != (u.Key == nil) {
 			r.add(t.DefRange, "Incomplete client certificate", "tls needs both cert_file and key_file for a client certificate, or neither.")
 		}
 		s.TLS = u
@@ -370,6 +384,9 @@ func (r *resolver) listener(group string, b *listenerBlock) *Listener {
 			}
 			vhNames[vb.Name] = vb.DefRange
 			vh := &VirtualHost{Name: vb.Name, Domains: vb.Domains}
+			if vb.TLS != nil {
+				vh.Certificate = vb.TLS.Certificate
+			}
 			if len(vh.Domains) == 0 {
 				vh.Domains = []string{"*"}
 			}
@@ -397,6 +414,7 @@ func (r *resolver) listener(group string, b *listenerBlock) *Listener {
 			r.add(b.DefRange, "Listener without routes", "%s is protocol \"http\" but has no virtual_host with routes; add a virtual_host block with a route, or use protocol = \"tcp\" with service = \"...\".", where)
 		}
 	}
+	l.TLS = r.listenerTLS(group, b, l, where)
 	return l
 }
 

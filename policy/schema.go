@@ -113,16 +113,48 @@ type listenerBlock struct {
 	Splits       []*splitBlock       `hcl:"split,block"`
 	IdleTimeout  hcl.Expression      `hcl:"idle_timeout,optional"`
 	VirtualHosts []*virtualHostBlock `hcl:"virtual_host,block"`
+	TLS          *listenerTLSBlock   `hcl:"tls,block"`
 	Body         hcl.Body            `hcl:",body"`
 	DefRange     hcl.Range           `hcl:",def_range"`
 }
 
+// listenerTLSBlock is a listener's `tls` block: TLS terminated by Envoy
+// with certificates the bridge reads and serves over SDS.
+type listenerTLSBlock struct {
+	Certificates       []*certificateBlock `hcl:"certificate,block"`
+	DefaultCertificate *string             `hcl:"default_certificate,optional"`
+	MinVersion         *string             `hcl:"min_version,optional"`
+	MaxVersion         *string             `hcl:"max_version,optional"`
+	ALPN               []string            `hcl:"alpn,optional"`
+	ClientCAFile       *string             `hcl:"client_ca_file,optional"`
+	Body               hcl.Body            `hcl:",body"`
+	DefRange           hcl.Range           `hcl:",def_range"`
+}
+
+// certificateBlock is `certificate "NAME"` in a listener's tls block.
+type certificateBlock struct {
+	Name     string    `hcl:"name,label"`
+	CertFile string    `hcl:"cert_file"`
+	KeyFile  string    `hcl:"key_file"`
+	Body     hcl.Body  `hcl:",body"`
+	DefRange hcl.Range `hcl:",def_range"`
+}
+
+// vhostTLSBlock is a virtual host's `tls` block: which of its listener's
+// certificates clients asking for the virtual host's domains get (SNI).
+type vhostTLSBlock struct {
+	Certificate string    `hcl:"certificate"`
+	Body        hcl.Body  `hcl:",body"`
+	DefRange    hcl.Range `hcl:",def_range"`
+}
+
 type virtualHostBlock struct {
-	Name     string        `hcl:"name,label"`
-	Domains  []string      `hcl:"domains,optional"`
-	Routes   []*routeBlock `hcl:"route,block"`
-	Body     hcl.Body      `hcl:",body"`
-	DefRange hcl.Range     `hcl:",def_range"`
+	Name     string         `hcl:"name,label"`
+	Domains  []string       `hcl:"domains,optional"`
+	Routes   []*routeBlock  `hcl:"route,block"`
+	TLS      *vhostTLSBlock `hcl:"tls,block"`
+	Body     hcl.Body       `hcl:",body"`
+	DefRange hcl.Range      `hcl:",def_range"`
 }
 
 type routeBlock struct {

@@ -14,8 +14,6 @@ import (
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
-
-	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
 
 // BootstrapConfig describes the Envoy that `bootstrap` writes a file for.
@@ -87,7 +85,7 @@ func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
 		xds.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
 	}
 	if c.TLSCAFile != "" {
-		xds.TransportSocket = upstreamTLS(&ir.UpstreamTLS{CAFile: c.TLSCAFile}, true)
+		xds.TransportSocket = fileCATLS(c.TLSCAFile, true)
 	}
 	adminPort := c.AdminPort
 	if adminPort == 0 {

@@ -101,41 +101,57 @@ func optUInt32(v uint32) *wrapperspb.UInt32Value {
 	return wrapperspb.UInt32(v)
 }
 
-// upstreamTLS points Envoy at certificate files on its own host; the
-// bridge does not read or ship them. With http2 the connection offers ALPN
-// "h2": Envoy sends HTTP/2 either way, but TLS servers pick the protocol by
-// ALPN and fall back to HTTP/1.1 (gRPC servers refuse the connection)
-// without it.
+// upstreamTLS refers to the cluster's client certificate and CA by SDS
+// secret name (served over the same ADS stream), so a rotated file
+// changes the secret, not the cluster. With http2 the connection offers
+// ALPN "h2": Envoy sends HTTP/2 either way, but TLS servers pick the
+// protocol by ALPN and fall back to HTTP/1.1 (gRPC servers refuse the
+// connection) without it.
 func upstreamTLS(t *ir.UpstreamTLS, http2 bool) *corev3.TransportSocket {
 	ctx := &tlsv3.UpstreamTlsContext{Sni: t.SNI, CommonTlsContext: &tlsv3.CommonTlsContext{}}
 	if http2 {
 		ctx.CommonTlsContext.AlpnProtocols = []string{"h2"}
 	}
-	if t.CertFile != "" {
-		ctx.CommonTlsContext.TlsCertificates = []*tlsv3.TlsCertificate{{
-			CertificateChain: fileSource(t.CertFile),
-			PrivateKey:       fileSource(t.KeyFile),
-		}}
+	if t.CertificateSecret != "" {
+		ctx.CommonTlsContext.TlsCertificateSdsSecretConfigs = []*tlsv3.SdsSecretConfig{sdsSecret(t.CertificateSecret)}
 	}
-	if t.CAFile != "" {
-		vc := &tlsv3.CertificateValidationContext{TrustedCa: fileSource(t.CAFile)}
+	if t.CASecret != "" {
+		vc := &tlsv3.CertificateValidationContext{}
 		if t.SNI != "" {
 			// With only a trusted CA, Envoy accepts any certificate that CA
 			// signed, whatever name it is for. The name Envoy asks for is
 			// the name the certificate must carry (wildcards as in RFC 6125).
-			vc.MatchTypedSubjectAltNames = []*tlsv3.SubjectAltNameMatcher{{
-				SanType: tlsv3.SubjectAltNameMatcher_DNS,
-				Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: t.SNI}},
-			}}
+			vc.MatchTypedSubjectAltNames = sniMatcher(t.SNI)
 		}
-		ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: vc}
+		// The CA comes from SDS; what is checked besides the chain stays
+		// here, with the cluster.
+		ctx.CommonTlsContext.ValidationContextType = &tlsv3.CommonTlsContext_CombinedValidationContext{
+			CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+				DefaultValidationContext:         vc,
+				ValidationContextSdsSecretConfig: sdsSecret(t.CASecret),
+			},
+		}
 	}
-	return &corev3.TransportSocket{
-		Name:       "envoy.transport_sockets.tls",
-		ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: mustAny(ctx)},
-	}
+	return tlsSocket(ctx)
 }
 
-func fileSource(path string) *corev3.DataSource {
-	return &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: path}}
+// fileCATLS verifies a server with a CA file on Envoy's own host: the
+// bootstrap's connection to the bridge, which exists before any SDS.
+func fileCATLS(caFile string, http2 bool) *corev3.TransportSocket {
+	ctx := &tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
+		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+			TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: caFile}},
+		}},
+	}}
+	if http2 {
+		ctx.CommonTlsContext.AlpnProtocols = []string{"h2"}
+	}
+	return tlsSocket(ctx)
+}
+
+func sniMatcher(sni string) []*tlsv3.SubjectAltNameMatcher {
+	return []*tlsv3.SubjectAltNameMatcher{{
+		SanType: tlsv3.SubjectAltNameMatcher_DNS,
+		Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: sni}},
+	}}
 }

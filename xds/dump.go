@@ -28,12 +28,14 @@ type ConfigDump struct {
 	NodeCluster string `json:"node_cluster"`
 	// Group is the proxy group node.cluster resolves to, "" for none.
 	Group string `json:"group,omitempty"`
-	// Versions is keyed by short type name (CDS, EDS, LDS, RDS).
+	// Versions is keyed by short type name (CDS, EDS, LDS, RDS, SDS).
 	Versions  map[string]string `json:"versions"`
 	Clusters  []json.RawMessage `json:"clusters"`
 	Endpoints []json.RawMessage `json:"endpoints"`
 	Listeners []json.RawMessage `json:"listeners"`
 	Routes    []json.RawMessage `json:"routes"`
+	// Secrets are the SDS secrets, private keys redacted.
+	Secrets []json.RawMessage `json:"secrets,omitempty"`
 }
 
 // ConfigDump returns the resources a proxy gets. With nodeID, the proxy
@@ -42,8 +44,8 @@ type ConfigDump struct {
 // node.cluster no proxy has announced yet is computed from the current
 // translation, exactly as it would be served. ErrNotReady before the
 // first Update. It is the snapshot a node can subscribe to: over ADS,
-// Envoy asks for all of CDS and LDS and for the EDS and RDS names those
-// refer to.
+// Envoy asks for all of CDS and LDS and for the EDS, RDS and SDS names
+// those refer to. Private keys in it are "[redacted]".
 func (s *Server) ConfigDump(nodeID, nodeCluster string) (*ConfigDump, error) {
 	if nodeID != "" {
 		nc, ok := s.tracker.nodeCluster(nodeID)
@@ -80,6 +82,7 @@ func (s *Server) ConfigDump(nodeID, nodeCluster string) (*ConfigDump, error) {
 		{resourcev3.EndpointType, &d.Endpoints},
 		{resourcev3.ListenerType, &d.Listeners},
 		{resourcev3.RouteType, &d.Routes},
+		{resourcev3.SecretType, &d.Secrets},
 	} {
 		d.Versions[shortType(part.typ)] = snap.GetVersion(part.typ)
 		res := snap.GetResources(part.typ)
@@ -97,14 +100,12 @@ func (s *Server) ConfigDump(nodeID, nodeCluster string) (*ConfigDump, error) {
 
 var dumpJSON = protojson.MarshalOptions{UseProtoNames: true}
 
-// marshalResource renders one resource. Nothing served today carries a
-// secret, so nothing is redacted; once the bridge serves SDS secrets or
-// inline TLS private keys (tls_certificates[].private_key in an
-// UpstreamTlsContext or DownstreamTlsContext), they must be replaced here
-// with "[redacted]" before marshalling — on a clone, never the cached
-// resource, which is shared with the cache.
+// marshalResource renders one resource with its sensitive fields (the
+// private keys of SDS secrets above all) replaced by "[redacted]", as
+// Envoy's admin does. Redact works on a copy: the cached resource is
+// shared with the cache and must keep its key.
 func marshalResource(r types.Resource) (json.RawMessage, error) {
-	b, err := dumpJSON.Marshal(r)
+	b, err := dumpJSON.Marshal(Redact(r))
 	if err != nil {
 		return nil, err
 	}

@@ -10,11 +10,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/hcl/v2"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
@@ -66,6 +68,12 @@ func TestGolden(t *testing.T) {
 					t.Fatalf("policy: %v", diags)
 				}
 				pol = cfg.Policy
+				// TLS files are named relative to policy.hcl, which the
+				// case directory holds; paths never reach the goldens.
+				diags = readFilesIn(t, dir, pol)
+				if diags.HasErrors() {
+					t.Fatalf("policy files: %v", diags)
+				}
 			}
 			model, warnings := bridge.Build(cat, pol)
 			out, err := xds.Translate(model)
@@ -83,26 +91,40 @@ func TestGolden(t *testing.T) {
 						snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources("v", items)
 					}
 				}
+				secrets := append(slices.Clone(byType[resourcev3.SecretType]), r.ByType()[resourcev3.SecretType]...)
+				snap.Resources[cachev3.GetResponseType(resourcev3.SecretType)] = cachev3.NewResources("v", secrets)
 				return snap
 			}
-			var groupListeners, groupRoutes []types.Resource
+			var groupListeners, groupRoutes, groupSecrets []types.Resource
 			for _, g := range slices.Sorted(maps.Keys(out.Groups)) {
 				if out.Groups[g] == out.Proxyless {
 					// A proxyless group: checked with Proxyless below.
 					continue
 				}
-				// Every group's snapshot must be consistent on its own.
+				// Every group's snapshot must be consistent on its own,
+				// SDS references included.
 				if err := snapshot(out.Groups[g]).Consistent(); err != nil {
+					t.Errorf("group %q snapshot not consistent: %v", g, err)
+				}
+				if err := xds.Consistent(snapshot(out.Groups[g])); err != nil {
 					t.Errorf("group %q snapshot not consistent: %v", g, err)
 				}
 				groupTypes := out.Groups[g].ByType()
 				groupListeners = append(groupListeners, groupTypes[resourcev3.ListenerType]...)
 				groupRoutes = append(groupRoutes, groupTypes[resourcev3.RouteType]...)
+				groupSecrets = append(groupSecrets, groupTypes[resourcev3.SecretType]...)
 			}
 			byType[resourcev3.ListenerType] = append(byType[resourcev3.ListenerType], groupListeners...)
 			byType[resourcev3.RouteType] = append(byType[resourcev3.RouteType], groupRoutes...)
+			byType[resourcev3.SecretType] = append(byType[resourcev3.SecretType], groupSecrets...)
 			for typ, short := range goldenTypes {
 				compareGolden(t, filepath.Join(dir, short+".golden.json"), marshalResources(t, byType[typ]))
+			}
+			// SDS secrets (shared, then each group's), for the cases that
+			// have any.
+			sdsPath := filepath.Join(dir, "sds.golden.json")
+			if _, err := os.Stat(sdsPath); err == nil || len(byType[resourcev3.SecretType]) > 0 {
+				compareGolden(t, sdsPath, marshalResources(t, byType[resourcev3.SecretType]))
 			}
 			// What proxyless gRPC clients get instead of a group's
 			// listeners: API listeners, then their route configurations.
@@ -118,6 +140,23 @@ func TestGolden(t *testing.T) {
 			compareGolden(t, filepath.Join(dir, "warnings.golden.txt"), []byte(strings.Join(warnings, "\n")+"\n"))
 		})
 	}
+}
+
+// readFilesIn reads the policy's TLS files from dir, where the case's
+// policy.hcl (parsed under that bare name, so that goldens do not depend
+// on where the repository is) names them relative to itself.
+func readFilesIn(t *testing.T, dir string, pol *policy.Policy) hcl.Diagnostics {
+	t.Helper()
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range pol.Files() {
+		if !filepath.IsAbs(f.Path) {
+			f.Path = filepath.Join(abs, f.Path)
+		}
+	}
+	return pol.ReadFiles(time.Now())
 }
 
 // marshalResources renders resources as indented JSON. protojson output is

@@ -6,6 +6,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	faultv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/fault/v3"
 	routerv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/router/v3"
+	tlsinspectorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/listener/tls_inspector/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
@@ -51,11 +52,42 @@ func buildListener(l *ir.Listener) *listenerv3.Listener {
 	default:
 		filter = &listenerv3.Filter{Name: wellknown.HTTPConnectionManager, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(buildHCM(l))}}
 	}
-	return &listenerv3.Listener{
+	out := &listenerv3.Listener{
 		Name:         l.Name,
 		Address:      socketAddress(l.Address, l.Port),
 		FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{filter}}},
 	}
+	if t := l.TLS; t != nil {
+		out.FilterChains = tlsFilterChains(t, filter)
+		// SNI is read by the TLS inspector before a filter chain is
+		// chosen; Envoy no longer adds it by itself.
+		out.ListenerFilters = []*listenerv3.ListenerFilter{{
+			Name:       wellknown.TLSInspector,
+			ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspectorv3.TlsInspector{})},
+		}}
+	}
+	return out
+}
+
+// tlsFilterChains is one filter chain per certificate selected by server
+// name (in the order of ir.DownstreamTLS.SNI), then the chain of every
+// other client with the default certificate. They all run the same
+// network filter: the certificate is the only difference.
+func tlsFilterChains(t *ir.DownstreamTLS, filter *listenerv3.Filter) []*listenerv3.FilterChain {
+	var chains []*listenerv3.FilterChain
+	for _, s := range t.SNI {
+		chains = append(chains, &listenerv3.FilterChain{
+			Name:             "sni:" + s.Secret,
+			FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: s.ServerNames},
+			Filters:          []*listenerv3.Filter{filter},
+			TransportSocket:  downstreamTLS(t, s.Secret),
+		})
+	}
+	return append(chains, &listenerv3.FilterChain{
+		Name:            "default:" + t.DefaultCertificate,
+		Filters:         []*listenerv3.Filter{filter},
+		TransportSocket: downstreamTLS(t, t.DefaultCertificate),
+	})
 }
 
 // httpFilters is the HTTP filter chain of a listener: the fault filter if

@@ -122,18 +122,20 @@ func (m *metrics) setResources(out *Output) {
 	if out == nil {
 		return
 	}
-	var listeners, routes int
+	var listeners, routes, groupSecrets int
 	for _, g := range out.Groups {
 		if g == nil {
 			continue
 		}
 		listeners = max(listeners, len(g.Listeners))
 		routes = max(routes, len(g.Routes))
+		groupSecrets = max(groupSecrets, len(g.Secrets))
 	}
-	var clusters, endpoints int
+	var clusters, endpoints, secrets int
 	if out.Shared != nil {
-		clusters, endpoints = len(out.Shared.Clusters), len(out.Shared.Endpoints)
+		clusters, endpoints, secrets = len(out.Shared.Clusters), len(out.Shared.Endpoints), len(out.Shared.Secrets)
 	}
+	m.resources.WithLabelValues("SDS").Set(float64(secrets + groupSecrets))
 	m.resources.WithLabelValues("CDS").Set(float64(clusters))
 	m.resources.WithLabelValues("EDS").Set(float64(endpoints))
 	m.resources.WithLabelValues("LDS").Set(float64(listeners))

@@ -106,10 +106,15 @@ func unsupportedProxyless(l *ir.Listener) error {
 // filter chains, so it counts the routes of API listeners as unreferenced
 // and rejects every proxyless snapshot. Here each API listener's HTTP
 // connection manager is checked as if it were a filter chain, with
-// go-control-plane's own rules.
+// go-control-plane's own rules. It also checks what go-control-plane does
+// not: every SDS secret a listener or cluster names is in the snapshot,
+// so no proxy waits forever for a certificate.
 func Consistent(snap *cachev3.Snapshot) error {
 	if snap == nil {
 		return snap.Consistent()
+	}
+	if err := secretsConsistent(snap); err != nil {
+		return err
 	}
 	typ := cachev3.GetResponseType(resourcev3.ListenerType)
 	items := snap.Resources[typ].Items

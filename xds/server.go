@@ -20,6 +20,7 @@ import (
 	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
 	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
 	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	secretservice "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -77,6 +78,8 @@ type Server struct {
 	keys     map[string]bool              // every node.cluster seen
 	versions map[string]map[string]string // key -> type URL -> version set
 	typeVers map[*Resources]map[string]string
+	// secretVers is the SDS version per group (shared secrets included).
+	secretVers map[*Resources]string
 }
 
 // NewServer returns a Server with an empty cache. Until the first
@@ -193,6 +196,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	endpointservice.RegisterEndpointDiscoveryServiceServer(g, srv)
 	listenerservice.RegisterListenerDiscoveryServiceServer(g, srv)
 	routeservice.RegisterRouteDiscoveryServiceServer(g, srv)
+	secretservice.RegisterSecretDiscoveryServiceServer(g, srv)
 	healthpb.RegisterHealthServer(g, s.health)
 
 	errc := make(chan error, 1)
@@ -237,6 +241,7 @@ func (s *Server) Update(ctx context.Context, out *Output, resolve func(nodeClust
 	s.metrics.setResources(out)
 	s.out, s.resolve = out, resolve
 	s.typeVers = map[*Resources]map[string]string{}
+	s.secretVers = map[*Resources]string{}
 	s.keys[""] = true
 	changed := map[string]bool{}
 	var errs []error
@@ -329,6 +334,27 @@ func (s *Server) buildLocked(key string) (*cachev3.Snapshot, map[string]string, 
 			snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources(vers[typ], byType[typ])
 		}
 	}
+	// SDS: the shared secrets (upstream TLS) and the group's (listener
+	// TLS) in one type. Its version moves when a certificate does, and
+	// nothing else does: listeners and clusters name secrets, they do not
+	// hold them.
+	secrets := append(shared.ByType()[resourcev3.SecretType], group.ByType()[resourcev3.SecretType]...)
+	slices.SortFunc(secrets, func(a, b types.Resource) int {
+		return strings.Compare(cachev3.GetResourceName(a), cachev3.GetResourceName(b))
+	})
+	sv, ok := s.secretVers[group]
+	if !ok {
+		var err error
+		if sv, err = contentVersion(secrets); err != nil {
+			return nil, nil, fmt.Errorf("node cluster %q: %s: %w", key, resourcev3.SecretType, err)
+		}
+		if s.secretVers == nil {
+			s.secretVers = map[*Resources]string{}
+		}
+		s.secretVers[group] = sv
+	}
+	versions[resourcev3.SecretType] = sv
+	snap.Resources[cachev3.GetResponseType(resourcev3.SecretType)] = cachev3.NewResources(sv, secrets)
 	return snap, versions, nil
 }
 

@@ -442,7 +442,7 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("acks_total{type=%s} = %v, want 1", typ, n)
 		}
 	}
-	for typ, want := range map[string]float64{"CDS": 3, "EDS": 3, "LDS": 1, "RDS": 1} {
+	for typ, want := range map[string]float64{"CDS": 3, "EDS": 3, "LDS": 1, "RDS": 1, "SDS": 0} {
 		if n := testutil.ToFloat64(s.metrics.resources.WithLabelValues(typ)); n != want {
 			t.Errorf("snapshot_resources{type=%s} = %v, want %v", typ, n, want)
 		}
@@ -455,7 +455,7 @@ func TestMetrics(t *testing.T) {
 		"consul_xds_bridge_pushes_total":            4,
 		"consul_xds_bridge_acks_total":              4,
 		"consul_xds_bridge_nacks_total":             4,
-		"consul_xds_bridge_snapshot_resources":      4,
+		"consul_xds_bridge_snapshot_resources":      5,
 		"consul_xds_bridge_snapshot_update_seconds": 1,
 	} {
 		if n, err := testutil.GatherAndCount(reg, name); err != nil || n != want {

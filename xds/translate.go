@@ -11,6 +11,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -24,6 +25,9 @@ type Resources struct {
 	Endpoints []*endpointv3.ClusterLoadAssignment
 	Listeners []*listenerv3.Listener
 	Routes    []*routev3.RouteConfiguration
+	// Secrets are SDS secrets (TLS certificates with their keys, CAs).
+	// A proxy gets the shared ones and its group's in one SDS type.
+	Secrets []*tlsv3.Secret
 }
 
 // ByType returns the resources keyed by type URL, the shape go-control-plane
@@ -34,6 +38,7 @@ func (r *Resources) ByType() map[string][]types.Resource {
 		resourcev3.EndpointType: make([]types.Resource, 0, len(r.Endpoints)),
 		resourcev3.ListenerType: make([]types.Resource, 0, len(r.Listeners)),
 		resourcev3.RouteType:    make([]types.Resource, 0, len(r.Routes)),
+		resourcev3.SecretType:   make([]types.Resource, 0, len(r.Secrets)),
 	}
 	for _, c := range r.Clusters {
 		out[resourcev3.ClusterType] = append(out[resourcev3.ClusterType], c)
@@ -46,6 +51,9 @@ func (r *Resources) ByType() map[string][]types.Resource {
 	}
 	for _, rc := range r.Routes {
 		out[resourcev3.RouteType] = append(out[resourcev3.RouteType], rc)
+	}
+	for _, sc := range r.Secrets {
+		out[resourcev3.SecretType] = append(out[resourcev3.SecretType], sc)
 	}
 	return out
 }
@@ -78,6 +86,9 @@ func Translate(m *ir.Model) (*Output, error) {
 		out.Shared.Clusters = append(out.Shared.Clusters, buildCluster(c))
 		out.Shared.Endpoints = append(out.Shared.Endpoints, buildLoadAssignment(c))
 	}
+	for i := range m.Secrets {
+		out.Shared.Secrets = append(out.Shared.Secrets, buildSecret(&m.Secrets[i]))
+	}
 	errs := []error{validateAll(out.Shared)}
 	var err error
 	if out.Proxyless, err = translateProxyless(m.Proxyless); err != nil {
@@ -99,6 +110,9 @@ func Translate(m *ir.Model) (*Output, error) {
 			if l.Protocol != "tcp" {
 				r.Routes = append(r.Routes, buildRouteConfig(l, false))
 			}
+		}
+		for j := range g.Secrets {
+			r.Secrets = append(r.Secrets, buildSecret(&g.Secrets[j]))
 		}
 		if err := validateAll(r); err != nil {
 			errs = append(errs, fmt.Errorf("proxy group %q: %w", g.Name, err))

@@ -97,6 +97,9 @@ func goldenOutputs(t *testing.T) map[string]*xds.Output {
 				t.Fatalf("%s: %v", dir, diags)
 			}
 			pol = cfg.Policy
+			if diags := readFilesIn(t, dir, pol); diags.HasErrors() {
+				t.Fatalf("%s: %v", dir, diags)
+			}
 		}
 		model, _ := bridge.Build(cat, pol)
 		out, err := xds.Translate(model)
@@ -472,8 +475,8 @@ func TestTranslateUpstreamProtocol(t *testing.T) {
 	c := cluster("grpc")
 	c.HTTP2 = true
 	c.HealthCheck = &ir.HealthCheck{Path: "/healthz", Interval: time.Second, Timeout: time.Second, HealthyThreshold: 1, UnhealthyThreshold: 1}
-	c.TLS = &ir.UpstreamTLS{SNI: "grpc.internal", CAFile: "/ca.pem"}
-	out := translate(t, &ir.Model{Clusters: []ir.Cluster{c}})
+	c.TLS = &ir.UpstreamTLS{SNI: "grpc.internal", CASecret: "grpc/ca"}
+	out := translate(t, &ir.Model{Clusters: []ir.Cluster{c}, Secrets: []ir.Secret{{Name: "grpc/ca", TrustedCA: []byte("CA PEM")}}})
 	got := out.Shared.Clusters[0]
 
 	if diff := cmp.Diff(&corev3.HealthCheck_HttpHealthCheck{Path: "/healthz", CodecClientType: typev3.CodecClientType_HTTP2},
@@ -488,11 +491,17 @@ func TestTranslateUpstreamProtocol(t *testing.T) {
 		Sni: "grpc.internal",
 		CommonTlsContext: &tlsv3.CommonTlsContext{
 			AlpnProtocols: []string{"h2"},
-			ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-				TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: "/ca.pem"}},
-				MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
-					SanType: tlsv3.SubjectAltNameMatcher_DNS,
-					Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "grpc.internal"}},
+			ValidationContextType: &tlsv3.CommonTlsContext_CombinedValidationContext{CombinedValidationContext: &tlsv3.CommonTlsContext_CombinedCertificateValidationContext{
+				DefaultValidationContext: &tlsv3.CertificateValidationContext{
+					MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{{
+						SanType: tlsv3.SubjectAltNameMatcher_DNS,
+						Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: "grpc.internal"}},
+					}},
+				},
+				// The CA itself comes over SDS.
+				ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: "grpc/ca", SdsConfig: &corev3.ConfigSource{
+					ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}},
+					ResourceApiVersion:    corev3.ApiVersion_V3,
 				}},
 			}},
 		},

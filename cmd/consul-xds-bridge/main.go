@@ -36,6 +36,8 @@ const usage = `Usage: consul-xds-bridge <command> [flags]
 Commands:
   run -config FILE [-config FILE ...]   run the daemon
   validate FILE...                      check configuration files; print file:line:col problems
+  test [-catalog FILE] [-run REGEXP] FILE...
+                                        run the route_test blocks of FILEs against the routes their policy makes
   bootstrap -node-id ID -cluster GROUP -xds HOST:PORT [-xds HOST:PORT ...] [-xds-unix PATH]
             [-admin-port N] [-tls-ca FILE]  print an Envoy bootstrap (YAML) using ADS against the bridge
   bootstrap -grpc -node-id ID [-cluster GROUP] -xds HOST:PORT [-tls-ca FILE]
@@ -59,6 +61,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return runCmd(args[1:], stderr)
 	case "validate":
 		return validateCmd(args[1:], stdout, stderr)
+	case "test":
+		return testCmd(args[1:], stdout, stderr)
 	case "plan":
 		return planCmd(args[1:], stdout, stderr)
 	case "status":

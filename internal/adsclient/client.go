@@ -13,6 +13,9 @@
 //     the route_config_name of HTTP connection managers, and the request that
 //     changes them is sent before the ACK of the CDS/LDS response that caused
 //     it (Envoy pauses EDS/RDS while applying CDS/LDS);
+//   - SDS subscriptions follow the secrets that the TLS transport sockets
+//     of clusters and listener filter chains name with an ADS sds_config,
+//     and a cluster has warmed only once its secrets arrived, as in Envoy;
 //   - resources are decoded into their concrete types and validated with
 //     their protoc-gen-validate rules, and a response that fails is NACKed
 //     and its content discarded.
@@ -28,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -47,6 +51,7 @@ const (
 	EndpointType = resourcev3.EndpointType
 	ListenerType = resourcev3.ListenerType
 	RouteType    = resourcev3.RouteType
+	SecretType   = resourcev3.SecretType
 )
 
 // DefaultInitialFetchTimeout is Envoy's default initial_fetch_timeout, used
@@ -187,15 +192,20 @@ type Client struct {
 	subs    map[string]*subscription
 	// routesOf caches the RDS names each listener refers to, since working
 	// them out means decoding the HCM of every filter chain.
-	routesOf   map[string][]string
+	routesOf map[string][]string
+	// secretsOf caches the SDS names each cluster and listener refers to,
+	// by type URL, then resource name.
+	secretsOf  map[string]map[string][]string
 	ldsStarted bool
 	cdsSeen    bool
-	warming    map[string]bool // EDS names LDS is waiting for
-	queue      []proto.Message
-	wake       chan struct{}
-	stats      Stats
-	log        []ResponseInfo // ring buffer once full
-	logNext    int            // oldest entry when the ring is full
+	// warming holds what LDS waits for: EDS names, and the SDS names of
+	// clusters' secrets prefixed with warmSecret.
+	warming map[string]bool
+	queue   []proto.Message
+	wake    chan struct{}
+	stats   Stats
+	log     []ResponseInfo // ring buffer once full
+	logNext int            // oldest entry when the ring is full
 }
 
 // Dial opens an ADS stream to cfg.Addr (plaintext) and sends the initial
@@ -267,10 +277,12 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 			ListenerType: {wildcard: true},
 			EndpointType: {names: map[string]bool{}},
 			RouteType:    {names: map[string]bool{}},
+			SecretType:   {names: map[string]bool{}},
 		},
-		routesOf: map[string][]string{},
-		warming:  map[string]bool{},
-		wake:     make(chan struct{}, 1),
+		routesOf:  map[string][]string{},
+		secretsOf: map[string]map[string][]string{ClusterType: {}, ListenerType: {}},
+		warming:   map[string]bool{},
+		wake:      make(chan struct{}, 1),
 		stats: Stats{
 			Requests:  map[string]int{},
 			Responses: map[string]int{},
@@ -362,7 +374,22 @@ func (c *Client) pendingLocked() string {
 	if !c.cdsSeen {
 		return " (LDS not requested yet: no CDS response)"
 	}
-	return fmt.Sprintf(" (LDS not requested yet: clusters warming, waiting for EDS %v)", sortedKeys(c.warming))
+	var eds, sds []string
+	for _, n := range sortedKeys(c.warming) {
+		if s, ok := strings.CutPrefix(n, warmSecret); ok {
+			sds = append(sds, s)
+		} else {
+			eds = append(eds, n)
+		}
+	}
+	waiting := fmt.Sprintf("EDS %v", eds)
+	switch {
+	case len(sds) > 0 && len(eds) == 0:
+		waiting = fmt.Sprintf("SDS %v", sds)
+	case len(sds) > 0:
+		waiting += fmt.Sprintf(" and SDS %v", sds)
+	}
+	return " (LDS not requested yet: clusters warming, waiting for " + waiting + ")"
 }
 
 // Stats returns a copy of the protocol counters.

@@ -4,12 +4,15 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
@@ -20,6 +23,8 @@ import (
 const (
 	resourceWrapperType = "type.googleapis.com/envoy.service.discovery.v3.Resource"
 	hcmType             = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"
+	upstreamTLSType     = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext"
+	downstreamTLSType   = "type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.DownstreamTlsContext"
 )
 
 // item is one resource of a response after decoding.
@@ -29,7 +34,11 @@ type item struct {
 	msg     proto.Message // nil for a TTL heartbeat: keep what we have
 	body    *anypb.Any
 	routes  []string // RDS names, for listeners
+	secrets []string // SDS names, for clusters and listeners
 }
+
+// warmSecret prefixes the SDS names in Client.warming.
+const warmSecret = "sds:"
 
 // start sends the first request of a type. Names are sent only for
 // non-wildcard types: an empty list is Envoy's (legacy) wildcard request in
@@ -125,20 +134,24 @@ func (c *Client) handleSotW(resp *discoveryv3.DiscoveryResponse, at time.Time) {
 		// Full state: whatever the response does not name is gone.
 		res = make(map[string]proto.Message, len(items))
 		routes := make(map[string][]string, len(items))
+		secrets := make(map[string][]string, len(items))
 		for _, it := range items {
 			if it.msg == nil {
 				if m, ok := old.Resources[it.name]; ok {
 					res[it.name] = m
 					routes[it.name] = c.routesOf[it.name]
+					secrets[it.name] = c.secretsOf[typ][it.name]
 				}
 				continue
 			}
 			res[it.name] = it.msg
 			routes[it.name] = it.routes
+			secrets[it.name] = it.secrets
 		}
 		if typ == ListenerType {
 			c.routesOf = routes
 		}
+		c.secretsOf[typ] = secrets
 	} else {
 		// EDS and RDS responses may carry a subset: like Envoy, only the
 		// names present are updated, and names nobody subscribed are dropped.
@@ -219,12 +232,18 @@ func (c *Client) handleDelta(resp *discoveryv3.DeltaDiscoveryResponse, at time.T
 		if typ == ListenerType {
 			c.routesOf[it.name] = it.routes
 		}
+		if so := c.secretsOf[typ]; so != nil {
+			so[it.name] = it.secrets
+		}
 	}
 	for _, name := range resp.GetRemovedResources() {
 		delete(res, name)
 		delete(vers, name)
 		if typ == ListenerType {
 			delete(c.routesOf, name)
+		}
+		if so := c.secretsOf[typ]; so != nil {
+			delete(so, name)
 		}
 	}
 	types := cloneMap(c.state.Types)
@@ -269,6 +288,17 @@ func (c *Client) followLocked(typeURL string, types map[string]TypeState) {
 			}
 		}
 		c.resubscribeLocked(EndpointType, want, types)
+		if !c.ldsStarted {
+			// A cluster with TLS warms once its secrets are there.
+			for _, names := range c.secretsOf[ClusterType] {
+				for _, n := range names {
+					if _, held := types[SecretType].Resources[n]; !held {
+						c.warming[warmSecret+n] = true
+					}
+				}
+			}
+		}
+		c.followSecretsLocked(types)
 	case ListenerType:
 		want := map[string]bool{}
 		for _, names := range c.routesOf {
@@ -277,7 +307,23 @@ func (c *Client) followLocked(typeURL string, types map[string]TypeState) {
 			}
 		}
 		c.resubscribeLocked(RouteType, want, types)
+		c.followSecretsLocked(types)
 	}
+}
+
+// followSecretsLocked subscribes to the secrets clusters and listeners
+// name, as Envoy's SDS subscriptions follow the transport sockets that
+// use them.
+func (c *Client) followSecretsLocked(types map[string]TypeState) {
+	want := map[string]bool{}
+	for _, byName := range c.secretsOf {
+		for _, names := range byName {
+			for _, n := range names {
+				want[n] = true
+			}
+		}
+	}
+	c.resubscribeLocked(SecretType, want, types)
 }
 
 // resubscribeLocked changes the names of a non-wildcard type, drops the
@@ -307,6 +353,11 @@ func (c *Client) resubscribeLocked(typeURL string, want map[string]bool, types m
 		}
 		for _, n := range removed {
 			delete(c.warming, n)
+		}
+	}
+	if typeURL == SecretType {
+		for _, n := range removed {
+			delete(c.warming, warmSecret+n)
 		}
 	}
 	if ts, ok := types[typeURL]; ok && len(removed) > 0 {
@@ -354,10 +405,26 @@ func (c *Client) warmLocked(typeURL string, items []item, nacked bool) {
 	case EndpointType:
 		if nacked {
 			// Envoy ends the warming of every EDS cluster on a rejected update.
-			clear(c.warming)
+			for n := range c.warming {
+				if !strings.HasPrefix(n, warmSecret) {
+					delete(c.warming, n)
+				}
+			}
 		}
 		for _, it := range items {
 			delete(c.warming, it.name)
+		}
+	case SecretType:
+		if nacked {
+			// A rejected secret fails the warming of its clusters.
+			for n := range c.warming {
+				if strings.HasPrefix(n, warmSecret) {
+					delete(c.warming, n)
+				}
+			}
+		}
+		for _, it := range items {
+			delete(c.warming, warmSecret+it.name)
 		}
 	}
 	if c.cdsSeen && len(c.warming) == 0 {
@@ -451,12 +518,31 @@ func decodeInto(it *item, typeURL string, a *anypb.Any) error {
 		if r.GetType() == clusterv3.Cluster_EDS && r.GetEdsClusterConfig() == nil {
 			return fmt.Errorf("cluster %q: cannot create an EDS cluster without an EDS config", name)
 		}
+		sockets := []*corev3.TransportSocket{r.GetTransportSocket()}
+		for _, m := range r.GetTransportSocketMatches() {
+			sockets = append(sockets, m.GetTransportSocket())
+		}
+		if it.secrets, err = secretNames(sockets); err != nil {
+			return fmt.Errorf("cluster %q: %w", name, err)
+		}
 	case *listenerv3.Listener:
 		if r.GetAddress() == nil && r.GetApiListener() == nil {
 			return fmt.Errorf("listener %q: address is necessary", name)
 		}
 		if it.routes, err = routeNames(r); err != nil {
 			return fmt.Errorf("listener %q: %w", name, err)
+		}
+		var sockets []*corev3.TransportSocket
+		for _, fc := range r.GetFilterChains() {
+			sockets = append(sockets, fc.GetTransportSocket())
+		}
+		sockets = append(sockets, r.GetDefaultFilterChain().GetTransportSocket())
+		if it.secrets, err = secretNames(sockets); err != nil {
+			return fmt.Errorf("listener %q: %w", name, err)
+		}
+	case *tlsv3.Secret:
+		if r.GetType() == nil {
+			return fmt.Errorf("secret %q: no certificate, validation context or other secret", name)
 		}
 	}
 	it.msg = m
@@ -528,6 +614,53 @@ func routeNames(l *listenerv3.Listener) ([]string, error) {
 				return nil, errors.New("http_connection_manager: rds without route_config_name")
 			}
 			names = append(names, rds.GetRouteConfigName())
+		}
+	}
+	slices.Sort(names)
+	return slices.Compact(names), nil
+}
+
+// secretNames collects the SDS secrets the TLS transport sockets name
+// with an ADS sds_config (names without one refer to static secrets of
+// the bootstrap). The TLS contexts are validated too, as Envoy builds
+// them when it accepts the cluster or listener.
+func secretNames(sockets []*corev3.TransportSocket) ([]string, error) {
+	var names []string
+	for _, ts := range sockets {
+		tc := ts.GetTypedConfig()
+		if tc == nil {
+			continue
+		}
+		var common *tlsv3.CommonTlsContext
+		switch tc.GetTypeUrl() {
+		case upstreamTLSType:
+			u := new(tlsv3.UpstreamTlsContext)
+			if err := tc.UnmarshalTo(u); err != nil {
+				return nil, fmt.Errorf("upstream TLS context: %w", err)
+			}
+			if err := u.ValidateAll(); err != nil {
+				return nil, fmt.Errorf("upstream TLS context: %w", err)
+			}
+			common = u.GetCommonTlsContext()
+		case downstreamTLSType:
+			d := new(tlsv3.DownstreamTlsContext)
+			if err := tc.UnmarshalTo(d); err != nil {
+				return nil, fmt.Errorf("downstream TLS context: %w", err)
+			}
+			if err := d.ValidateAll(); err != nil {
+				return nil, fmt.Errorf("downstream TLS context: %w", err)
+			}
+			common = d.GetCommonTlsContext()
+		default:
+			continue
+		}
+		configs := slices.Clone(common.GetTlsCertificateSdsSecretConfigs())
+		configs = append(configs, common.GetValidationContextSdsSecretConfig(),
+			common.GetCombinedValidationContext().GetValidationContextSdsSecretConfig())
+		for _, sc := range configs {
+			if sc.GetName() != "" && sc.GetSdsConfig().GetAds() != nil {
+				names = append(names, sc.GetName())
+			}
 		}
 	}
 	slices.Sort(names)

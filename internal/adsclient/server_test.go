@@ -55,8 +55,16 @@ type testServer struct {
 
 func startServer(t *testing.T) *testServer {
 	t.Helper()
+	return startServerADS(t, true)
+}
+
+// startServerADS starts a server whose cache is in go-control-plane's ADS
+// mode (a named SotW request is answered only once it names every
+// resource of its type) or not, as the bridge's is.
+func startServerADS(t *testing.T, ads bool) *testServer {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	s := &testServer{cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)}
+	s := &testServer{cache: cachev3.NewSnapshotCache(ads, cachev3.IDHash{}, nil)}
 	cb := serverv3.CallbackFuncs{
 		StreamRequestFunc: func(_ int64, r *discoveryv3.DiscoveryRequest) error {
 			s.add(event{

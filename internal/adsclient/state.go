@@ -13,6 +13,7 @@ import (
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -69,6 +70,15 @@ func (s State) RouteConfigNames() []string { return s.Names(RouteType) }
 
 // LoadAssignmentNames returns the sorted names of the ClusterLoadAssignments held.
 func (s State) LoadAssignmentNames() []string { return s.Names(EndpointType) }
+
+// SecretNames returns the sorted names of the SDS secrets held.
+func (s State) SecretNames() []string { return s.Names(SecretType) }
+
+// Secret returns the named SDS secret, or nil.
+func (s State) Secret(name string) *tlsv3.Secret {
+	m, _ := s.Types[SecretType].Resources[name].(*tlsv3.Secret)
+	return m
+}
 
 // Cluster returns the named cluster, or nil.
 func (s State) Cluster(name string) *clusterv3.Cluster {
@@ -152,7 +162,7 @@ func formatAddress(a *corev3.Address) string {
 // String summarises the state per type (version and names, with endpoint
 // counts for EDS) so that failed waits are readable.
 func (s State) String() string {
-	order := []string{ClusterType, EndpointType, ListenerType, RouteType}
+	order := []string{ClusterType, EndpointType, ListenerType, RouteType, SecretType}
 	for _, t := range sortedKeys(s.Types) {
 		if !slices.Contains(order, t) {
 			order = append(order, t)

@@ -11,7 +11,7 @@ service "grpc-secure" {
   http2 = true
   tls {
     sni     = "grpc-secure.internal.example"
-    ca_file = "/etc/envoy/tls/ca.pem"
+    ca_file = "tls/ca.pem"
   }
 }
 

@@ -1,10 +1,16 @@
+# Upstream TLS: the bridge reads these files (relative to this file) and
+# serves them as SDS secrets; clusters name the secrets.
+
 # mTLS: client certificate, CA, and the name to expect.
 service "billing" {
   tls {
     sni       = "billing.internal.example"
-    ca_file   = "/etc/envoy/tls/ca.pem"
-    cert_file = "/etc/envoy/tls/client.pem"
-    key_file  = "/etc/envoy/tls/client-key.pem"
+    ca_file   = "tls/ca.pem"
+    cert_file = "tls/client.pem"
+    key_file  = "tls/client-key.pem"
+  }
+  subset "v2" {
+    tags = ["v2"]
   }
 }
 
@@ -12,13 +18,13 @@ service "billing" {
 service "partner" {
   tls {
     sni     = "api.partner.example"
-    ca_file = "/etc/ssl/certs/ca-certificates.crt"
+    ca_file = "tls/ca.pem"
   }
 }
 
 # A CA without an SNI: the chain is verified, no name is sent or checked.
 service "legacy" {
   tls {
-    ca_file = "/etc/envoy/tls/legacy-ca.pem"
+    ca_file = "tls/ca.pem"
   }
 }

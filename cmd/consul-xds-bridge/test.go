@@ -1,0 +1,94 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strings"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/routetest"
+)
+
+// testCmd runs the route_test blocks of the given files against the routes
+// the translator generates from the same files' policy. Exit 0: every test
+// passed; 1: a test failed or the files are invalid; 2: usage.
+func testCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("test", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	catalogFile := fs.String("catalog", "", "catalog fixture (Consul API JSON) for expectations on endpoints")
+	run := fs.String("run", "", "run only the tests whose name matches this regular expression")
+	// Flags may come before, between or after the files.
+	var files []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return 2
+		}
+		if fs.NArg() == 0 {
+			break
+		}
+		files = append(files, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+	if len(files) == 0 {
+		fmt.Fprintln(stderr, "test: name the policy files and the files with route_test blocks")
+		return 2
+	}
+	var filter *regexp.Regexp
+	if *run != "" {
+		var err error
+		if filter, err = regexp.Compile(*run); err != nil {
+			fmt.Fprintf(stderr, "test: -run: %v\n", err)
+			return 2
+		}
+	}
+	suite, diags := routetest.Load(files...)
+	if diags.HasErrors() {
+		printDiagnostics(stderr, nil, diags)
+		return 1
+	}
+	var cat *consul.Catalog
+	if *catalogFile != "" {
+		f, err := os.Open(*catalogFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "test: %v\n", err)
+			return 1
+		}
+		cat, err = consul.ReadFixture(f)
+		f.Close()
+		if err != nil {
+			fmt.Fprintf(stderr, "test: %s: %v\n", *catalogFile, err)
+			return 1
+		}
+	}
+	tests := suite.Tests
+	if filter != nil {
+		tests = tests[:0:0]
+		for _, t := range suite.Tests {
+			if filter.MatchString(t.Name) {
+				tests = append(tests, t)
+			}
+		}
+	}
+	if len(tests) == 0 {
+		what := "no route_test blocks in " + strings.Join(files, ", ")
+		if filter != nil {
+			what = fmt.Sprintf("no route test matches -run %q", *run)
+		}
+		fmt.Fprintf(stderr, "test: %s\n", what)
+		return 1
+	}
+	results, diags := routetest.Run(suite.Config.Policy, cat, tests)
+	if len(diags) > 0 {
+		printDiagnostics(stderr, nil, diags)
+	}
+	if diags.HasErrors() {
+		return 1
+	}
+	if routetest.Report(stdout, results) > 0 {
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,120 @@
+# Route tests for edge-gateway.hcl. Run them (no Consul needed) with
+#
+#   consul-xds-bridge test -catalog examples/policies/edge-gateway.catalog.json \
+#     examples/policies/edge-gateway.hcl examples/policies/edge-gateway.test.hcl
+#
+# Each request is evaluated against the routes the bridge would serve to
+# the "edge" proxies, the way Envoy selects a virtual host and route.
+
+route_test "canary header goes to v2" {
+  proxy    = "edge"
+  listener = "http"
+  request {
+    host    = "shop.example.com"
+    path    = "/api/users"
+    method  = "GET"
+    headers = { "x-canary" = "1" }
+  }
+  expect {
+    service   = "api"
+    subset    = "v2"
+    timeout   = "3s"
+    endpoints = 1
+  }
+}
+
+route_test "everyone else gets the 90/10 canary split" {
+  proxy    = "edge"
+  listener = "http"
+  request {
+    host = "www.shop.example.com:8080"
+    path = "/api/users?page=2"
+  }
+  expect {
+    split    = { "api.v1" = 90, "api.v2" = 10 }
+    timeout  = "3s"
+    retries  = 3
+    retry_on = ["5xx", "connect-failure", "reset"]
+  }
+}
+
+route_test "another canary value is no canary" {
+  proxy    = "edge"
+  listener = "http"
+  request {
+    host    = "shop.example.com"
+    path    = "/api/users"
+    headers = { "x-canary" = "yes" }
+  }
+  expect {
+    split = { "api.v1" = 90, "api.v2" = 10 }
+  }
+}
+
+route_test "cart paths lose their prefix upstream" {
+  proxy    = "edge"
+  listener = "http"
+  request {
+    host   = "shop.example.com"
+    path   = "/cart/items/42?currency=EUR"
+    method = "POST"
+  }
+  expect {
+    service           = "carts"
+    rewrite_path      = "/items/42?currency=EUR"
+    healthy_endpoints = 1
+  }
+}
+
+route_test "health check answered by the proxy" {
+  proxy    = "edge"
+  listener = "http"
+  request {
+    host = "shop.example.com"
+    path = "/healthz"
+  }
+  expect {
+    status = 200
+    body   = "ok\n"
+  }
+}
+
+route_test "healthz is an exact path" {
+  proxy    = "edge"
+  listener = "http"
+  request {
+    host = "shop.example.com"
+    path = "/healthz/deep"
+  }
+  expect {
+    service           = "web"
+    endpoints         = 3
+    healthy_endpoints = 3
+  }
+}
+
+route_test "legacy host redirects to https" {
+  proxy    = "edge"
+  listener = "http"
+  request {
+    host = "old.shop.example.com"
+    path = "/products/7?ref=mail"
+  }
+  expect {
+    virtual_host = "legacy"
+    status       = 308
+    location     = "https://shop.example.com/products/7?ref=mail"
+  }
+}
+
+route_test "unknown hosts get no route" {
+  proxy    = "edge"
+  listener = "http"
+  request {
+    host = "evil.example.org"
+  }
+  expect {
+    no_route = true
+    status   = 404
+  }
+}

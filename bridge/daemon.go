@@ -244,8 +244,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 //   - waiting: no complete catalog or (with KV) no policy read yet; nothing
 //     is served, so proxies' requests wait rather than get a partial world;
 //   - idle: serving, nothing pending;
-//   - pending: something changed; the timer fires HoldOff after the latest
-//     change, but never later than MaxDelay after the first of a burst;
+//   - pending: something changed; after a quiet period the timer fires at
+//     once, otherwise HoldOff after the latest change (never sooner than
+//     HoldOff after the last build, never later than MaxDelay after the
+//     first change of the burst);
 //   - build: on the timer, the newest catalog and policy are built and
 //     served. A build also waits (up to pendingGrace) for services a new
 //     policy just started watching, so new routes do not briefly point at
@@ -261,6 +263,7 @@ type loop struct {
 	served       *consul.Catalog // what the last good build used
 	changedAt    time.Time
 	burstStart   time.Time
+	lastBuild    time.Time
 	pendingSince time.Time
 	timer        *time.Timer
 	lastWarnings []string
@@ -307,16 +310,29 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 	}
 }
 
+// schedule arms the build timer for a change. A change after a quiet
+// period (no build for a hold-off) builds at once — a lone health flip
+// should not wait for a burst that is not coming; changes within a
+// hold-off of a build coalesce until a hold-off after the latest one,
+// capped at MaxDelay after the burst began. Builds are therefore at least
+// a hold-off apart: at most one push per proxy per window.
 func (l *loop) schedule() {
 	now := time.Now()
 	if l.burstStart.IsZero() {
 		l.burstStart = now
+		if now.Sub(l.lastBuild) >= l.d.cfg.HoldOff {
+			l.timer.Reset(0)
+			return
+		}
 	}
-	l.timer.Reset(max(0, min(l.d.cfg.HoldOff, l.burstStart.Add(l.d.cfg.MaxDelay).Sub(now))))
+	wait := min(l.d.cfg.HoldOff, l.burstStart.Add(l.d.cfg.MaxDelay).Sub(now))
+	wait = max(wait, l.lastBuild.Add(l.d.cfg.HoldOff).Sub(now), 0)
+	l.timer.Reset(wait)
 }
 
 func (l *loop) build(ctx context.Context) {
 	l.burstStart = time.Time{}
+	l.lastBuild = time.Now()
 	if l.catalog == nil || (l.kvNeeded && l.kvDocs == nil) || l.policy == nil && l.kvNeeded {
 		return
 	}

@@ -12,6 +12,15 @@ import (
 	"github.com/zclconf/go-cty/cty"
 )
 
+// Limits on policy input. KV documents are untrusted input, and a policy
+// past these sizes is almost certainly a generator gone wrong; each limit
+// is reported as a diagnostic, never a crash or a slow build.
+const (
+	MaxDocumentBytes     = 1 << 20
+	MaxListenersPerGroup = 256
+	MaxRoutesPerListener = 5000
+)
+
 // Document is one parsed HCL source (a file or a KV key), not yet merged.
 type Document struct {
 	Name string
@@ -47,6 +56,14 @@ type documentSchema struct {
 // Parse decodes one HCL document. name is what diagnostics call it (a file
 // path or a KV key). It does no I/O.
 func Parse(name string, src []byte) (*Document, hcl.Diagnostics) {
+	if len(src) > MaxDocumentBytes {
+		return nil, hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Document too large",
+			Detail:   fmt.Sprintf("%d bytes is over the limit of %d; split the policy into several files or KV keys.", len(src), MaxDocumentBytes),
+			Subject:  &hcl.Range{Filename: name},
+		}}
+	}
 	f, diags := hclparse.NewParser().ParseHCL(src, name)
 	if diags.HasErrors() {
 		return nil, diags

@@ -306,6 +306,10 @@ func (r *resolver) percent(body hcl.Body, name string, v *float64, def hcl.Range
 
 func (r *resolver) proxy(b *proxyBlock) *Proxy {
 	p := &Proxy{Name: b.Name, Source: pos(b.DefRange)}
+	if len(b.Listeners) > MaxListenersPerGroup {
+		r.add(b.Listeners[MaxListenersPerGroup].DefRange, "Too many listeners",
+			"proxy %q declares %d listeners; the limit is %d per group. Split it into several groups.", b.Name, len(b.Listeners), MaxListenersPerGroup)
+	}
 	if _, err := path.Match(b.Name, ""); err != nil || b.Name == "" {
 		r.add(b.DefRange, "Invalid proxy group", "proxy %q is not a valid name or glob pattern (path.Match syntax: *, ?, [a-z]).", b.Name)
 	}
@@ -402,8 +406,11 @@ func (r *resolver) listener(group string, b *listenerBlock) *Listener {
 				}
 			}
 			for _, rb := range vb.Routes {
-				vh.Routes = append(vh.Routes, r.route(rb, fmt.Sprintf("route of virtual_host %q", vb.Name)))
 				routes++
+				if routes == MaxRoutesPerListener+1 {
+					r.add(rb.DefRange, "Too many routes", "%s has more than %d routes; split it across listeners or virtual hosts' domains, or use regex matches.", where, MaxRoutesPerListener)
+				}
+				vh.Routes = append(vh.Routes, r.route(rb, fmt.Sprintf("route of virtual_host %q", vb.Name)))
 			}
 			if len(vb.Routes) == 0 {
 				r.add(vb.DefRange, "virtual_host without routes", "virtual_host %q of %s has no route block, so every request to it would get 404; add a route block.", vb.Name, where)

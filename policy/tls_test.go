@@ -1,14 +1,9 @@
 package policy
 
 import (
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"os"
 	"path/filepath"
 	"slices"
@@ -16,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/testpki"
 	"github.com/hashicorp/hcl/v2"
 )
 
@@ -263,46 +259,22 @@ func parseFile(t *testing.T, path string) *Document {
 	return d
 }
 
-// testPKI issues certificates for the file tests.
+// testPKI adapts testpki to the file tests.
 type testPKI struct {
-	t    *testing.T
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
+	*testpki.CA
 	pem  []byte
+	cert *x509.Certificate
 }
 
 func newTestPKI(t *testing.T) *testPKI {
-	t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testPKI{t: t, cert: cert, key: key, pem: pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})}
+	ca := testpki.New(t)
+	return &testPKI{CA: ca, pem: ca.PEM, cert: ca.Cert}
 }
 
 // issue returns a PEM certificate for dns valid from notBefore to
 // notAfter, and its PKCS #8 key.
 func (ca *testPKI) issue(dns string, notBefore, notAfter time.Time) (certPEM, keyPEM []byte) {
-	ca.t.Helper()
-	key, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: dns},
-		NotBefore: notBefore, NotAfter: notAfter, DNSNames: []string{dns},
-		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		ca.t.Fatal(err)
-	}
-	kb, _ := x509.MarshalPKCS8PrivateKey(key)
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: kb})
+	return ca.Issue(testpki.Leaf{DNS: []string{dns}, NotBefore: notBefore, NotAfter: notAfter})
 }
 
 // TestReadFiles: the file checks of Policy.ReadFiles, through LoadFiles

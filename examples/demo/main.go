@@ -62,7 +62,7 @@ func run(consulBin, bridgeBin, config string) error {
 		return err
 	}
 	if !consulAnswers(client) {
-		agent, err := startConsul(ctx, consulBin, addr)
+		agent, err := startConsul(consulBin, addr)
 		if err != nil {
 			return err
 		}
@@ -131,7 +131,7 @@ func consulAnswers(c *api.Client) bool {
 	return err == nil && leader != ""
 }
 
-func startConsul(ctx context.Context, bin, addr string) (*exec.Cmd, error) {
+func startConsul(bin, addr string) (*exec.Cmd, error) {
 	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
 		return nil, fmt.Errorf("consul address %q: %w", addr, err)
@@ -141,10 +141,7 @@ func startConsul(ctx context.Context, bin, addr string) (*exec.Cmd, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s (run `make consul` to build it): %w", bin, err)
 	}
-	go func() {
-		<-ctx.Done()
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-	}()
+	// Stopped by run's deferred call, after the demo services deregister.
 	return cmd, nil
 }
 

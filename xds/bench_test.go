@@ -11,8 +11,12 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -143,5 +147,115 @@ func BenchmarkMarshal(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// pushFixture is a Server with n SotW EDS watches open on one snapshot
+// key, as n Envoys of one node.cluster would hold between pushes.
+type pushFixture struct {
+	s       *Server
+	cache   cachev3.Cache
+	outs    [2]*Output
+	names   []string
+	streams []pushStream
+}
+
+type pushStream struct {
+	node *corev3.Node
+	sub  stream.Subscription
+	ch   chan cachev3.Response
+}
+
+func newPushFixture(tb testing.TB, perStream bool, clusters, n int) *pushFixture {
+	f := &pushFixture{s: NewServer(ServerConfig{Logger: zerolog.Nop(), marshalPerStream: perStream})}
+	for k := range f.outs {
+		m := benchModel(k)
+		m.Clusters = m.Clusters[:clusters]
+		var err error
+		if f.outs[k], err = Translate(m); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for _, c := range f.outs[0].Shared.Clusters {
+		f.names = append(f.names, c.GetName())
+	}
+	f.cache = nackGuard{SnapshotCache: f.s.watchCache(), tracker: f.s.tracker}
+	if _, err := f.s.Update(context.Background(), f.outs[0], func(string) string { return "" }); err != nil {
+		tb.Fatal(err)
+	}
+	f.s.sawNode("edge")
+	f.streams = make([]pushStream, n)
+	for i := range f.streams {
+		st := &f.streams[i]
+		st.node = &corev3.Node{Id: fmt.Sprintf("envoy-%d", i), Cluster: "edge"}
+		st.sub = stream.NewSotwSubscription(f.names, false)
+		st.ch = make(chan cachev3.Response, 1)
+		// The first answer is the current state; then a watch waits.
+		f.watch(tb, i, "")
+		f.receive(tb, i)
+	}
+	return f
+}
+
+func (f *pushFixture) watch(tb testing.TB, i int, version string) {
+	st := &f.streams[i]
+	req := &discoveryv3.DiscoveryRequest{Node: st.node, TypeUrl: resourcev3.EndpointType, ResourceNames: f.names, VersionInfo: version}
+	if _, err := f.cache.CreateWatch(req, st.sub, st.ch); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// receive takes stream i's response, builds it and encodes it as gRPC
+// would, and opens the next watch at its version (the ACK).
+func (f *pushFixture) receive(tb testing.TB, i int) *discoveryv3.DiscoveryResponse {
+	st := &f.streams[i]
+	var resp cachev3.Response
+	select {
+	case resp = <-st.ch:
+	default:
+		tb.Fatalf("stream %d: no response", i)
+	}
+	out, err := resp.GetDiscoveryResponse()
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if _, err := proto.Marshal(out); err != nil {
+		tb.Fatal(err)
+	}
+	st.sub.SetReturnedResources(resp.GetReturnedResources())
+	f.watch(tb, i, out.GetVersionInfo())
+	return out
+}
+
+// BenchmarkPushToManyStreams: one single-endpoint change (Server.Update)
+// pushed as SotW EDS to n open watches of one node.cluster, each response
+// built and encoded as the stream would. per-stream is go-control-plane's
+// own responses (every resource marshalled for every stream); shared is
+// the marshal-once cache (marshal.go). The world is 100 clusters × 20
+// endpoints, the harness's mixed fleet.
+func BenchmarkPushToManyStreams(b *testing.B) {
+	for _, n := range []int{100, 1000} {
+		for _, mode := range []struct {
+			name      string
+			perStream bool
+		}{{"per-stream", true}, {"shared", false}} {
+			b.Run(fmt.Sprintf("n=%d/%s", n, mode.name), func(b *testing.B) {
+				f := newPushFixture(b, mode.perStream, 100, n)
+				resolve := func(string) string { return "" }
+				ctx := context.Background()
+				b.ReportAllocs()
+				k := 0
+				for b.Loop() {
+					k++
+					if _, err := f.s.Update(ctx, f.outs[k%2], resolve); err != nil {
+						b.Fatal(err)
+					}
+					for i := range f.streams {
+						f.receive(b, i)
+					}
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/stream")
+			})
+		}
 	}
 }

@@ -32,7 +32,6 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
-	"google.golang.org/protobuf/proto"
 )
 
 // ServerConfig configures a Server.
@@ -53,6 +52,11 @@ type ServerConfig struct {
 	// AuthorizeNodes refuses clients whose certificate does not name the
 	// node they claim (see authorized); it needs TLS.ClientCAFile.
 	AuthorizeNodes bool
+
+	// marshalPerStream serves SotW responses as go-control-plane builds
+	// them, every resource marshalled again for every stream, instead of
+	// shared (see marshal.go). For benchmarks and tests only.
+	marshalPerStream bool
 }
 
 // Server serves snapshots over ADS (and the per-type SotW and delta
@@ -67,6 +71,8 @@ type Server struct {
 	cfg     ServerConfig
 	log     zerolog.Logger
 	cache   cachev3.SnapshotCache
+	share   *shareCache // cache, with SotW responses marshalled once (marshal.go)
+	marshal marshalCache
 	cb      *callbacks
 	tracker *tracker
 	metrics *metrics
@@ -80,6 +86,17 @@ type Server struct {
 	typeVers map[*Resources]map[string]string
 	// secretVers is the SDS version per group (shared secrets included).
 	secretVers map[*Resources]string
+	// gen holds the marshalled resources of out (see marshal.go).
+	gen *marshalGen
+	// verMaps are the delta version maps (resource name -> hash) per
+	// resource set and type URL, shared by all snapshots of an Update;
+	// secretMaps the SDS one per group (shared secrets included).
+	verMaps    map[*Resources]map[string]*lazyVersionMap
+	secretMaps map[*Resources]*lazyVersionMap
+	// built holds the resource sets each key's cached snapshot was built
+	// from: a key whose versions did not change keeps an older snapshot,
+	// whose resources the marshal cache must keep too.
+	built map[string][]*Resources
 }
 
 // NewServer returns a Server with an empty cache. Until the first
@@ -107,6 +124,7 @@ func NewServer(cfg ServerConfig) *Server {
 	// would never be answered. Response order over ADS is kept by the
 	// server's ordered-ADS mode instead (see Serve).
 	s.cache = cachev3.NewSnapshotCache(false, nodeClusterHash{}, Logger(log.With().Str("component", "xds-cache").Logger()))
+	s.share = newShareCache(s.cache, &s.marshal)
 	s.tracker = newTracker()
 	s.metrics = newMetrics(cfg.Registerer, log)
 	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode)
@@ -154,7 +172,16 @@ func (s *Server) groupLocked(nodeCluster string) string {
 }
 
 // Cache exposes the snapshot cache, for inspection (config dumps, tests).
-func (s *Server) Cache() cachev3.SnapshotCache { return s.cache }
+func (s *Server) Cache() cachev3.SnapshotCache { return s.share }
+
+// watchCache is the cache the xDS server watches: the shared-marshalling
+// one unless the config asks for go-control-plane's own responses.
+func (s *Server) watchCache() cachev3.SnapshotCache {
+	if s.cfg.marshalPerStream {
+		return s.cache
+	}
+	return s.share
+}
 
 // Serve serves xDS on lis until ctx ends, then stops gracefully within the
 // configured grace period.
@@ -190,7 +217,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		opts = append(opts, grpc.StreamInterceptor(authzInterceptor(s.log)))
 	}
 	g := grpc.NewServer(opts...)
-	srv := serverv3.NewServer(ctx, nackGuard{SnapshotCache: s.cache, tracker: s.tracker}, s.cb, sotwv3.WithOrderedADS())
+	srv := serverv3.NewServer(ctx, nackGuard{SnapshotCache: s.watchCache(), tracker: s.tracker}, s.cb, sotwv3.WithOrderedADS())
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, srv)
 	clusterservice.RegisterClusterDiscoveryServiceServer(g, srv)
 	endpointservice.RegisterEndpointDiscoveryServiceServer(g, srv)
@@ -242,6 +269,9 @@ func (s *Server) Update(ctx context.Context, out *Output, resolve func(nodeClust
 	s.out, s.resolve = out, resolve
 	s.typeVers = map[*Resources]map[string]string{}
 	s.secretVers = map[*Resources]string{}
+	s.verMaps = map[*Resources]map[string]*lazyVersionMap{}
+	s.secretMaps = map[*Resources]*lazyVersionMap{}
+	s.gen = s.marshal.next(s.liveSetsLocked())
 	s.keys[""] = true
 	changed := map[string]bool{}
 	var errs []error
@@ -254,10 +284,28 @@ func (s *Server) Update(ctx context.Context, out *Output, resolve func(nodeClust
 			changed[t] = true
 		}
 	}
+	// Drop what no snapshot serves any more.
+	s.gen = s.marshal.next(s.liveSetsLocked())
 	if len(s.versions) > 0 {
 		s.health.setServing()
 	}
 	return slices.Sorted(maps.Keys(changed)), errors.Join(errs...)
+}
+
+// liveSetsLocked are the resource sets served: the current translation's
+// and those of the snapshots in the cache.
+func (s *Server) liveSetsLocked() []*Resources {
+	var sets []*Resources
+	if s.out != nil {
+		sets = append(sets, s.out.Shared, s.out.Proxyless)
+		for _, g := range s.out.Groups {
+			sets = append(sets, g)
+		}
+	}
+	for _, b := range s.built {
+		sets = append(sets, b...)
+	}
+	return sets
 }
 
 // sawNode makes sure a proxy's node.cluster has a snapshot as soon as it
@@ -286,13 +334,17 @@ func (s *Server) setKeyLocked(ctx context.Context, key string) ([]string, error)
 	if maps.Equal(versions, prev) {
 		return nil, nil
 	}
-	if err := Consistent(snap); err != nil {
+	if err := Consistent(snap.Snapshot); err != nil {
 		return nil, fmt.Errorf("node cluster %q: inconsistent snapshot: %w", key, err)
 	}
-	if err := s.cache.SetSnapshot(ctx, key, snap); err != nil {
+	if err := s.share.SetSnapshot(ctx, key, snap); err != nil {
 		return nil, fmt.Errorf("node cluster %q: %w", key, err)
 	}
 	s.versions[key] = versions
+	if s.built == nil {
+		s.built = map[string][]*Resources{}
+	}
+	s.built[key] = snap.sets
 	var changed []string
 	for typ, v := range versions {
 		if prev[typ] != v {
@@ -304,7 +356,7 @@ func (s *Server) setKeyLocked(ctx context.Context, key string) ([]string, error)
 
 // buildLocked builds the snapshot of a node.cluster from the current
 // translation, and its version per type URL.
-func (s *Server) buildLocked(key string) (*cachev3.Snapshot, map[string]string, error) {
+func (s *Server) buildLocked(key string) (*servedSnapshot, map[string]string, error) {
 	shared := s.out.Shared
 	var group *Resources
 	if nodeCluster, proxyless := parseKey(key); proxyless {
@@ -315,7 +367,7 @@ func (s *Server) buildLocked(key string) (*cachev3.Snapshot, map[string]string, 
 	if group == nil {
 		group = &Resources{}
 	}
-	snap := &cachev3.Snapshot{}
+	snap := &servedSnapshot{Snapshot: &cachev3.Snapshot{}, maps: map[string]*lazyVersionMap{}, sets: []*Resources{shared, group}}
 	versions := map[string]string{}
 	for _, part := range []struct {
 		res   *Resources
@@ -332,6 +384,7 @@ func (s *Server) buildLocked(key string) (*cachev3.Snapshot, map[string]string, 
 		for _, typ := range part.types {
 			versions[typ] = vers[typ]
 			snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources(vers[typ], byType[typ])
+			snap.maps[typ] = s.versionMapLocked(part.res, typ, byType[typ])
 		}
 	}
 	// SDS: the shared secrets (upstream TLS) and the group's (listener
@@ -345,7 +398,7 @@ func (s *Server) buildLocked(key string) (*cachev3.Snapshot, map[string]string, 
 	sv, ok := s.secretVers[group]
 	if !ok {
 		var err error
-		if sv, err = contentVersion(secrets); err != nil {
+		if sv, err = contentVersionWith(s.gen, resourcev3.SecretType, secrets); err != nil {
 			return nil, nil, fmt.Errorf("node cluster %q: %s: %w", key, resourcev3.SecretType, err)
 		}
 		if s.secretVers == nil {
@@ -355,7 +408,33 @@ func (s *Server) buildLocked(key string) (*cachev3.Snapshot, map[string]string, 
 	}
 	versions[resourcev3.SecretType] = sv
 	snap.Resources[cachev3.GetResponseType(resourcev3.SecretType)] = cachev3.NewResources(sv, secrets)
+	svm, ok := s.secretMaps[group]
+	if !ok {
+		svm = &lazyVersionMap{mc: &s.marshal, typeURL: resourcev3.SecretType, items: secrets}
+		if s.secretMaps == nil {
+			s.secretMaps = map[*Resources]*lazyVersionMap{}
+		}
+		s.secretMaps[group] = svm
+	}
+	snap.maps[resourcev3.SecretType] = svm
 	return snap, versions, nil
+}
+
+// versionMapLocked is the delta version map of one type of r, shared by
+// every key of an Update and hashed at most once (see servedSnapshot).
+func (s *Server) versionMapLocked(r *Resources, typ string, items []types.Resource) *lazyVersionMap {
+	if m, ok := s.verMaps[r][typ]; ok {
+		return m
+	}
+	m := &lazyVersionMap{mc: &s.marshal, typeURL: typ, items: items}
+	if s.verMaps == nil {
+		s.verMaps = map[*Resources]map[string]*lazyVersionMap{}
+	}
+	if s.verMaps[r] == nil {
+		s.verMaps[r] = map[string]*lazyVersionMap{}
+	}
+	s.verMaps[r][typ] = m
+	return m
 }
 
 // versionsLocked hashes each type of r once per Update, however many keys
@@ -366,7 +445,7 @@ func (s *Server) versionsLocked(r *Resources) (map[string]string, error) {
 	}
 	v := map[string]string{}
 	for typ, items := range r.ByType() {
-		h, err := contentVersion(items)
+		h, err := contentVersionWith(s.gen, typ, items)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", typ, err)
 		}
@@ -382,14 +461,22 @@ func (s *Server) versionsLocked(r *Resources) (map[string]string, error) {
 // contentVersion hashes resources (already sorted by name) so that equal
 // content always yields the same version, on every replica and restart.
 func contentVersion(items []types.Resource) (string, error) {
+	return contentVersionWith(nil, "", items)
+}
+
+// contentVersionWith is contentVersion with the deterministic encodings
+// taken from gen where it holds them (typeURL is the items' type); the
+// result is the same.
+func contentVersionWith(gen *marshalGen, typeURL string, items []types.Resource) (string, error) {
 	h := sha256.New()
-	opts := proto.MarshalOptions{Deterministic: true}
-	var buf []byte
+	var scratch []byte
 	for _, r := range items {
-		var err error
-		buf, err = opts.MarshalAppend(buf[:0], r)
+		buf, cached, err := gen.marshalAppend(scratch, typeURL, r)
 		if err != nil {
 			return "", err
+		}
+		if !cached {
+			scratch = buf
 		}
 		name := cachev3.GetResourceName(r)
 		h.Write(binary.AppendUvarint(nil, uint64(len(name))))

@@ -48,23 +48,28 @@ type ConfigDump struct {
 // those refer to. Private keys in it are "[redacted]".
 func (s *Server) ConfigDump(nodeID, nodeCluster string) (*ConfigDump, error) {
 	if nodeID != "" {
-		nc, ok := s.tracker.nodeCluster(nodeID)
+		key, ok := s.tracker.nodeCluster(nodeID)
 		if !ok {
 			return nil, fmt.Errorf("%w: %q", ErrUnknownNode, nodeID)
 		}
-		nodeCluster = nc
+		nodeCluster = key
 	}
+	key := nodeCluster
+	nodeCluster, proxyless := parseKey(key)
 	s.mu.Lock()
 	if s.out == nil {
 		s.mu.Unlock()
 		return nil, ErrNotReady
 	}
 	group := s.groupLocked(nodeCluster)
+	if proxyless {
+		group = "(proxyless gRPC)"
+	}
 	var snap cachev3.ResourceSnapshot
-	if got, err := s.cache.GetSnapshot(nodeCluster); err == nil {
+	if got, err := s.cache.GetSnapshot(key); err == nil {
 		snap = got
 	} else {
-		built, _, err := s.buildLocked(nodeCluster)
+		built, _, err := s.buildLocked(key)
 		if err != nil {
 			s.mu.Unlock()
 			return nil, err

@@ -336,7 +336,9 @@ func (t *tracker) nodeCluster(nodeID string) (string, bool) {
 	if best == nil {
 		return "", false
 	}
-	return best.node.GetCluster(), true
+	// The snapshot key, so a proxyless gRPC node's dump shows its API
+	// listeners rather than what an Envoy of the same node.cluster gets.
+	return snapshotKey(best.node), true
 }
 
 func compareKeys(a, b streamKey) int {

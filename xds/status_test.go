@@ -544,3 +544,33 @@ func TestHealth(t *testing.T) {
 		t.Errorf("Serve took %v to stop, want well under the 10s grace", d)
 	}
 }
+
+// TestConfigDumpOfProxylessNode: a gRPC client's dump shows what it gets
+// (the proxyless resources), not an Envoy's listeners of the same
+// node.cluster.
+func TestConfigDumpOfProxylessNode(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	out := testOutput(t, []string{"api"}, 8080)
+	out.Proxyless = &Resources{}
+	s.update(t, out)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := adsclient.Dial(ctx, adsclient.Config{Addr: s.addr, NodeID: "grpc-1", Cluster: "edge", UserAgent: "gRPC Go", InitialFetchTimeout: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, err := c.Wait(ctx, func(st adsclient.State) bool { return len(st.ClusterNames()) > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.ConfigDump("grpc-1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.Listeners) != 0 || d.Group != "(proxyless gRPC)" || d.NodeCluster != "edge" || len(d.Clusters) != 1 {
+		t.Fatalf("dump of a gRPC node: group %q, node cluster %q, %d listeners, %d clusters", d.Group, d.NodeCluster, len(d.Listeners), len(d.Clusters))
+	}
+	if envoy, _ := s.ConfigDump("", "edge"); len(envoy.Listeners) != 1 {
+		t.Fatalf("an Envoy of node.cluster edge should get edge.http: %d listeners", len(envoy.Listeners))
+	}
+}

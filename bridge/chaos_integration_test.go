@@ -91,7 +91,7 @@ func TestConsulServerRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts Consul and waits for its checks: ~45s")
 	}
-	for _, hold := range []time.Duration{0, 10 * time.Second} {
+	for _, hold := range []time.Duration{0, 15 * time.Second} {
 		t.Run("hold="+hold.String(), func(t *testing.T) {
 			agent := consultest.Start(t, consultest.WithDataDir(""))
 			services := []string{"web", "api", "carts"}

@@ -55,16 +55,13 @@ func (s *Server) ConfigDump(nodeID, nodeCluster string) (*ConfigDump, error) {
 		nodeCluster = key
 	}
 	key := nodeCluster
-	nodeCluster, proxyless := parseKey(key)
+	nodeCluster, _ = parseKey(key)
 	s.mu.Lock()
 	if s.out == nil {
 		s.mu.Unlock()
 		return nil, ErrNotReady
 	}
-	group := s.groupLocked(nodeCluster)
-	if proxyless {
-		group = "(proxyless gRPC)"
-	}
+	group := s.groupOfKeyLocked(key)
 	var snap cachev3.ResourceSnapshot
 	if got, err := s.cache.GetSnapshot(key); err == nil {
 		snap = got

@@ -145,17 +145,25 @@ func (s *Server) Proxies() []ProxyStatus {
 	defer s.mu.Unlock()
 	for i := range ps {
 		p := &ps[i]
-		p.Group = s.groupLocked(p.NodeCluster)
-		key := p.NodeCluster
-		if strings.HasPrefix(strings.ToLower(p.UserAgent), "grpc") {
-			key = proxylessKey + key
-		}
-		vers := s.versions[key]
+		p.Group = s.groupOfKeyLocked(p.key)
+		vers := s.versions[p.key]
 		for _, ts := range p.Types {
 			ts.VersionCurrent = vers[ts.TypeURL]
 		}
 	}
 	return ps
+}
+
+// proxylessGroup is what /v1/proxies and config dumps show as the group
+// of a proxyless gRPC client.
+const proxylessGroup = "(proxyless gRPC)"
+
+// groupOfKeyLocked is the group shown for a snapshot key.
+func (s *Server) groupOfKeyLocked(key string) string {
+	if nodeCluster, proxyless := parseKey(key); !proxyless {
+		return s.groupLocked(nodeCluster)
+	}
+	return proxylessGroup
 }
 
 // groupLocked is the proxy group whose listeners a node.cluster gets, ""

@@ -52,6 +52,8 @@ type ProxyStatus struct {
 	Status string `json:"status"`
 	// Types is keyed by the short type name (CDS, EDS, LDS, RDS).
 	Types map[string]*TypeStatus `json:"types"`
+
+	key string // snapshot key the proxy is served from
 }
 
 // TypeStatus is the protocol state of one resource type on one stream.
@@ -368,6 +370,7 @@ func (t *tracker) snapshot(now time.Time, staleAfter time.Duration) []ProxyStatu
 		p := ProxyStatus{
 			NodeID:         st.node.GetId(),
 			NodeCluster:    st.node.GetCluster(),
+			key:            snapshotKey(st.node),
 			UserAgent:      userAgent(st.node),
 			RemoteAddress:  st.remote,
 			ConnectedSince: st.openedAt,

@@ -235,7 +235,7 @@ func TestStaleNonceIgnored(t *testing.T) {
 	if n := testutil.ToFloat64(s.metrics.acks.WithLabelValues("CDS")); n != 2 {
 		t.Errorf("acks_total{type=CDS} = %v, want 2", n)
 	}
-	if p.UserAgent != "grpc-go/1.66.0" || p.Kind != "ADS" || p.Group != "edge" || p.NodeCluster != "edge" ||
+	if p.UserAgent != "grpc-go/1.66.0" || p.Kind != "ADS" || p.Group != proxylessGroup || p.NodeCluster != "edge" ||
 		!strings.HasPrefix(p.RemoteAddress, "127.0.0.1:") || p.ConnectedSince.IsZero() || p.Stream != "sotw-1" {
 		t.Errorf("proxy identity = %+v", p)
 	}
@@ -569,6 +569,10 @@ func TestConfigDumpOfProxylessNode(t *testing.T) {
 	}
 	if len(d.Listeners) != 0 || d.Group != "(proxyless gRPC)" || d.NodeCluster != "edge" || len(d.Clusters) != 1 {
 		t.Fatalf("dump of a gRPC node: group %q, node cluster %q, %d listeners, %d clusters", d.Group, d.NodeCluster, len(d.Listeners), len(d.Clusters))
+	}
+	p := s.proxy("grpc-1")
+	if p == nil || p.Group != proxylessGroup || p.Types["CDS"].VersionCurrent == "" || p.Types["CDS"].VersionCurrent != p.Types["CDS"].VersionSent {
+		t.Fatalf("/v1/proxies entry of a gRPC node: %+v", p)
 	}
 	if envoy, _ := s.ConfigDump("", "edge"); len(envoy.Listeners) != 1 {
 		t.Fatalf("an Envoy of node.cluster edge should get edge.http: %d listeners", len(envoy.Listeners))

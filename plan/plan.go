@@ -6,6 +6,7 @@ package plan
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -13,7 +14,7 @@ import (
 	"strings"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	"google.golang.org/protobuf/encoding/protojson"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
@@ -38,42 +39,49 @@ type Change struct {
 }
 
 // Dump builds the config dump a node.cluster would get from a translation,
-// in the same shape the admin API's /v1/config_dump returns.
+// rendered exactly as the admin API's /v1/config_dump renders it (keys
+// redacted), so the two compare byte for byte when nothing changed.
 func Dump(out *xds.Output, nodeCluster, group string) (*xds.ConfigDump, error) {
 	d := &xds.ConfigDump{NodeCluster: nodeCluster, Group: group}
-	var err error
+	var errs []error
 	add := func(dst *[]json.RawMessage, items []types.Resource) {
 		for _, r := range items {
-			b, e := protojson.MarshalOptions{UseProtoNames: true}.Marshal(r)
-			if e != nil {
-				err = e
-				return
-			}
+			b, err := xds.MarshalResource(r)
+			errs = append(errs, err)
 			*dst = append(*dst, b)
 		}
 	}
 	shared := out.Shared.ByType()
-	add(&d.Clusters, shared[typeURL("CDS")])
-	add(&d.Endpoints, shared[typeURL("EDS")])
+	add(&d.Clusters, shared[resourcev3.ClusterType])
+	add(&d.Endpoints, shared[resourcev3.EndpointType])
+	add(&d.Secrets, shared[resourcev3.SecretType])
 	if g := out.Groups[group]; g != nil && group != "" {
 		gt := g.ByType()
-		add(&d.Listeners, gt[typeURL("LDS")])
-		add(&d.Routes, gt[typeURL("RDS")])
+		add(&d.Listeners, gt[resourcev3.ListenerType])
+		add(&d.Routes, gt[resourcev3.RouteType])
+		add(&d.Secrets, gt[resourcev3.SecretType])
 	}
-	return d, err
+	return d, errors.Join(errs...)
 }
 
-func typeURL(short string) string {
-	switch short {
-	case "CDS":
-		return "type.googleapis.com/envoy.config.cluster.v3.Cluster"
-	case "EDS":
-		return "type.googleapis.com/envoy.config.endpoint.v3.ClusterLoadAssignment"
-	case "LDS":
-		return "type.googleapis.com/envoy.config.listener.v3.Listener"
-	default:
-		return "type.googleapis.com/envoy.config.route.v3.RouteConfiguration"
+// OnlyGroupSecrets drops the shared secrets (upstream TLS) from a group's
+// dump, so a plan shows them once, in the shared section.
+func OnlyGroupSecrets(secrets []json.RawMessage, shared *xds.Resources) []json.RawMessage {
+	names := map[string]bool{}
+	for _, s := range shared.Secrets {
+		names[s.GetName()] = true
 	}
+	var out []json.RawMessage
+	for _, raw := range secrets {
+		var v struct {
+			Name string `json:"name"`
+		}
+		if json.Unmarshal(raw, &v) == nil && names[v.Name] {
+			continue
+		}
+		out = append(out, raw)
+	}
+	return out
 }
 
 // Diff lists the changes from running to planned, sorted by kind and name.
@@ -88,6 +96,8 @@ func Diff(running, planned *xds.ConfigDump) ([]Change, error) {
 		{"endpoints", "cluster_name", running.Endpoints, planned.Endpoints},
 		{"listener", "name", running.Listeners, planned.Listeners},
 		{"route", "name", running.Routes, planned.Routes},
+		// Keys are redacted on both sides; certificates and CAs still show.
+		{"secret", "name", running.Secrets, planned.Secrets},
 	} {
 		oldByName, err := index(k.old, k.nameKey)
 		if err != nil {

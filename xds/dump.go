@@ -102,6 +102,11 @@ func (s *Server) ConfigDump(nodeID, nodeCluster string) (*ConfigDump, error) {
 
 var dumpJSON = protojson.MarshalOptions{UseProtoNames: true}
 
+// MarshalResource renders a resource as /v1/config_dump does: protojson
+// with proto field names and private keys redacted. Tools that compare
+// against a dump (plan) must render the same way.
+func MarshalResource(r types.Resource) (json.RawMessage, error) { return marshalResource(r) }
+
 // marshalResource renders one resource with its sensitive fields (the
 // private keys of SDS secrets above all) replaced by "[redacted]", as
 // Envoy's admin does. Redact works on a copy: the cached resource is

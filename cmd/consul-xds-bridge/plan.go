@@ -94,6 +94,8 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 			if *cluster == "" {
 				// Shared resources were planned once above.
 				running.Clusters, running.Endpoints, planned.Clusters, planned.Endpoints = nil, nil, nil, nil
+				running.Secrets = plan.OnlyGroupSecrets(running.Secrets, out.Shared)
+				planned.Secrets = plan.OnlyGroupSecrets(planned.Secrets, out.Shared)
 			}
 		}
 		changes, err := plan.Diff(&running, planned)

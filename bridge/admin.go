@@ -25,21 +25,11 @@ func (d *Daemon) serveAdmin(ctx context.Context, lis net.Listener) error {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		reason := ""
-		switch st := d.Policy(); {
-		case !d.Ready() && st.Waiting != "":
-			reason = st.Waiting
-		case !d.Ready():
-			reason = "waiting for the first complete Consul sync"
-		default:
-			reason = d.consulStale()
-		}
+		reason := d.notReadyReason()
 		if reason == "" {
-			d.metrics.ready.Set(1)
 			writeJSON(w, http.StatusOK, map[string]any{"ready": true})
 			return
 		}
-		d.metrics.ready.Set(0)
 		writeJSON(w, http.StatusServiceUnavailable, map[string]any{"ready": false, "reason": reason})
 	})
 	mux.HandleFunc("GET /v1/proxies", func(w http.ResponseWriter, _ *http.Request) {
@@ -142,4 +132,17 @@ func (d *Daemon) adminAuth(next http.Handler) (http.Handler, error) {
 		}
 		next.ServeHTTP(w, r)
 	}), nil
+}
+
+// notReadyReason says why /readyz fails, or "" when it succeeds. The
+// consul_xds_bridge_ready gauge reads it too, so both always agree.
+func (d *Daemon) notReadyReason() string {
+	switch st := d.Policy(); {
+	case !d.Ready() && st.Waiting != "":
+		return st.Waiting
+	case !d.Ready():
+		return "waiting for the first complete Consul sync"
+	default:
+		return d.consulStale()
+	}
 }

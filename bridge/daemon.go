@@ -128,10 +128,9 @@ func New(cfg Config) *Daemon {
 		reg = prometheus.NewRegistry()
 	}
 	d := &Daemon{
-		reg:     reg,
-		metrics: newMetrics(reg),
-		cfg:     cfg,
-		log:     cfg.Logger.With().Str("component", "bridge").Logger(),
+		reg: reg,
+		cfg: cfg,
+		log: cfg.Logger.With().Str("component", "bridge").Logger(),
 		xds: xds.NewServer(xds.ServerConfig{
 			Logger:         cfg.Logger,
 			Registerer:     reg,
@@ -143,6 +142,7 @@ func New(cfg Config) *Daemon {
 		policyFiles: make(chan []string, 1),
 	}
 	d.status.Store(&PolicyStatus{})
+	d.metrics = newMetrics(reg, d.notReadyReason)
 	return d
 }
 
@@ -382,7 +382,6 @@ func (l *loop) build(ctx context.Context) {
 	if !l.changedAt.IsZero() && len(changed) > 0 {
 		l.d.metrics.changeToPush.Observe(time.Since(l.changedAt).Seconds())
 	}
-	l.d.metrics.ready.Set(1)
 	if !l.d.ready.Swap(true) {
 		l.d.log.Info().Int("clusters", len(out.Shared.Clusters)).Int("groups", len(out.Groups)).
 			Msg("first complete Consul sync served; ready")

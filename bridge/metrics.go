@@ -17,11 +17,10 @@ type metrics struct {
 	translate      prometheus.Histogram
 	changeToPush   prometheus.Histogram
 	builds         prometheus.Counter
-	ready          prometheus.Gauge
 	consulUp       prometheus.Gauge
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
+func newMetrics(reg prometheus.Registerer, notReady func() string) *metrics {
 	m := &metrics{
 		consulRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "consul_xds_bridge_consul_requests_total",
@@ -56,10 +55,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "consul_xds_bridge_builds_total",
 			Help: "Model builds that were translated and served.",
 		}),
-		ready: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "consul_xds_bridge_ready",
-			Help: "1 when /readyz answers 200.",
-		}),
 		consulUp: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "consul_xds_bridge_consul_up",
 			Help: "1 when the last Consul request succeeded.",
@@ -70,7 +65,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("failed")
 	reg.MustRegister(m.consulRequests, m.consulErrors, m.consulLatency, m.reloads, m.translate,
-		m.changeToPush, m.builds, m.ready, m.consulUp,
+		m.changeToPush, m.builds, m.consulUp,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "consul_xds_bridge_ready",
+			Help: "1 when /readyz answers 200.",
+		}, func() float64 {
+			if notReady() == "" {
+				return 1
+			}
+			return 0
+		}),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -42,6 +42,9 @@ func TestReadinessTurnsStaleWhenConsulIsUnreachable(t *testing.T) {
 
 	fwd.Stop()
 	waitReadyz(http.StatusServiceUnavailable, "Consul unreachable for")
+	if _, body := get(t, "http://"+h.daemon.AdminAddr().String()+"/metrics"); metricValue(body, "consul_xds_bridge_ready") != 0 {
+		t.Errorf("consul_xds_bridge_ready = %v while /readyz is 503", metricValue(body, "consul_xds_bridge_ready"))
+	}
 	// Still serving: a new proxy gets the last good world.
 	late := dialAs(t, h, adsclient.Delta, "late", nil)
 	waitEndpoints(t, "web", ep(1001, "HEALTHY"), late)

@@ -99,9 +99,9 @@ func runCmd(args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "run: at least one -config FILE is required")
 		return 2
 	}
-	cfg, sources, diags := policy.LoadFiles(configs...)
+	cfg, _, diags := policy.LoadFiles(configs...)
 	if diags.HasErrors() {
-		printDiagnostics(stderr, sources, diags)
+		printDiagnostics(stderr, diags)
 		return 1
 	}
 	log, err := newLogger(cfg.Settings.Log, stderr)
@@ -135,9 +135,9 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "validate: name at least one configuration file")
 		return 2
 	}
-	_, sources, diags := policy.LoadFiles(args...)
+	_, _, diags := policy.LoadFiles(args...)
 	if len(diags) > 0 {
-		printDiagnostics(stderr, sources, diags)
+		printDiagnostics(stderr, diags)
 	}
 	if diags.HasErrors() {
 		return 1
@@ -191,7 +191,7 @@ func bootstrapCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-func printDiagnostics(w io.Writer, _ map[string][]byte, diags hcl.Diagnostics) {
+func printDiagnostics(w io.Writer, diags hcl.Diagnostics) {
 	for _, line := range policy.FormatDiagnostics(diags) {
 		fmt.Fprintln(w, line)
 	}

@@ -31,9 +31,9 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "plan: at least one -config FILE is required")
 		return 2
 	}
-	cfg, sources, diags := policy.LoadFiles(configs...)
+	cfg, _, diags := policy.LoadFiles(configs...)
 	if diags.HasErrors() {
-		printDiagnostics(stderr, sources, diags)
+		printDiagnostics(stderr, diags)
 		return 1
 	}
 	addr := *admin

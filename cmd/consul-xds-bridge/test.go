@@ -46,7 +46,7 @@ func testCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	suite, diags := routetest.Load(files...)
 	if diags.HasErrors() {
-		printDiagnostics(stderr, nil, diags)
+		printDiagnostics(stderr, diags)
 		return 1
 	}
 	var cat *consul.Catalog
@@ -82,7 +82,7 @@ func testCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	results, diags := routetest.Run(suite.Config.Policy, cat, tests)
 	if len(diags) > 0 {
-		printDiagnostics(stderr, nil, diags)
+		printDiagnostics(stderr, diags)
 	}
 	if diags.HasErrors() {
 		return 1

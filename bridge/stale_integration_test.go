@@ -42,8 +42,15 @@ func TestReadinessTurnsStaleWhenConsulIsUnreachable(t *testing.T) {
 
 	fwd.Stop()
 	waitReadyz(http.StatusServiceUnavailable, "Consul unreachable for")
-	if _, body := get(t, "http://"+h.daemon.AdminAddr().String()+"/metrics"); metricValue(body, "consul_xds_bridge_ready") != 0 {
-		t.Errorf("consul_xds_bridge_ready = %v while /readyz is 503", metricValue(body, "consul_xds_bridge_ready"))
+	_, body := get(t, "http://"+h.daemon.AdminAddr().String()+"/metrics")
+	if v := metricValue(body, "consul_xds_bridge_ready"); v != 0 {
+		t.Errorf("consul_xds_bridge_ready = %v while /readyz is 503", v)
+	}
+	if v := metricValue(body, "consul_xds_bridge_consul_up"); v != 0 {
+		t.Errorf("consul_xds_bridge_consul_up = %v while Consul is cut off", v)
+	}
+	if v := metricValue(body, "consul_xds_bridge_consul_request_errors_total"); v <= 0 {
+		t.Errorf("consul_xds_bridge_consul_request_errors_total = %v during the outage", v)
 	}
 	// Still serving: a new proxy gets the last good world.
 	late := dialAs(t, h, adsclient.Delta, "late", nil)

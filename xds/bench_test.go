@@ -108,7 +108,7 @@ func BenchmarkContentVersion(b *testing.B) {
 	eds := out.Shared.ByType()[resourcev3.EndpointType]
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := contentVersion(eds); err != nil {
+		if _, err := contentVersion(resourcev3.EndpointType, eds); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -150,11 +150,13 @@ func BenchmarkMarshal(b *testing.B) {
 	}
 }
 
-// pushFixture is a Server with n SotW EDS watches open on one snapshot
-// key, as n Envoys of one node.cluster would hold between pushes.
+// pushFixture has n SotW EDS watches open on one node.cluster, as n
+// Envoys of one group would hold between pushes, served either by the
+// bridge (Server and its serveCache) or by go-control-plane's snapshot
+// cache with a new snapshot per change (the baseline).
 type pushFixture struct {
-	s       *Server
 	cache   cachev3.Cache
+	update  func(tb testing.TB, k int)
 	outs    [2]*Output
 	names   []string
 	streams []pushStream
@@ -166,8 +168,8 @@ type pushStream struct {
 	ch   chan cachev3.Response
 }
 
-func newPushFixture(tb testing.TB, perStream bool, clusters, n int) *pushFixture {
-	f := &pushFixture{s: NewServer(ServerConfig{Logger: zerolog.Nop(), marshalPerStream: perStream})}
+func newPushFixture(tb testing.TB, snapshotCache bool, clusters, n int) *pushFixture {
+	f := &pushFixture{}
 	for k := range f.outs {
 		m := benchModel(k)
 		m.Clusters = m.Clusters[:clusters]
@@ -179,27 +181,47 @@ func newPushFixture(tb testing.TB, perStream bool, clusters, n int) *pushFixture
 	for _, c := range f.outs[0].Shared.Clusters {
 		f.names = append(f.names, c.GetName())
 	}
-	f.cache = nackGuard{SnapshotCache: f.s.watchCache(), tracker: f.s.tracker}
-	if _, err := f.s.Update(context.Background(), f.outs[0], func(string) string { return "" }); err != nil {
-		tb.Fatal(err)
+	if snapshotCache {
+		sc := cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil)
+		f.cache = sc
+		f.update = func(tb testing.TB, k int) {
+			snap, err := cachev3.NewSnapshot(fmt.Sprint(k), f.outs[k%2].Shared.ByType())
+			if err != nil {
+				tb.Fatal(err)
+			}
+			if err := sc.SetSnapshot(context.Background(), "edge", snap); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	} else {
+		s := NewServer(ServerConfig{Logger: zerolog.Nop()})
+		f.cache = s.cache
+		f.update = func(tb testing.TB, k int) {
+			if _, err := s.Update(context.Background(), f.outs[k%2], func(string) string { return "" }); err != nil {
+				tb.Fatal(err)
+			}
+			s.sawNode("edge") // as the callbacks do on a first request
+		}
 	}
-	f.s.sawNode("edge")
+	f.update(tb, 0)
 	f.streams = make([]pushStream, n)
 	for i := range f.streams {
 		st := &f.streams[i]
-		st.node = &corev3.Node{Id: fmt.Sprintf("envoy-%d", i), Cluster: "edge"}
+		// The snapshot cache keys by node id (IDHash), the bridge by
+		// node.cluster: both see one key.
+		st.node = &corev3.Node{Id: "edge", Cluster: "edge"}
 		st.sub = stream.NewSotwSubscription(f.names, false)
 		st.ch = make(chan cachev3.Response, 1)
 		// The first answer is the current state; then a watch waits.
-		f.watch(tb, i, "")
+		f.watch(tb, i, "", "")
 		f.receive(tb, i)
 	}
 	return f
 }
 
-func (f *pushFixture) watch(tb testing.TB, i int, version string) {
+func (f *pushFixture) watch(tb testing.TB, i int, version, nonce string) {
 	st := &f.streams[i]
-	req := &discoveryv3.DiscoveryRequest{Node: st.node, TypeUrl: resourcev3.EndpointType, ResourceNames: f.names, VersionInfo: version}
+	req := &discoveryv3.DiscoveryRequest{Node: st.node, TypeUrl: resourcev3.EndpointType, ResourceNames: f.names, VersionInfo: version, ResponseNonce: nonce}
 	if _, err := f.cache.CreateWatch(req, st.sub, st.ch); err != nil {
 		tb.Fatal(err)
 	}
@@ -223,33 +245,30 @@ func (f *pushFixture) receive(tb testing.TB, i int) *discoveryv3.DiscoveryRespon
 		tb.Fatal(err)
 	}
 	st.sub.SetReturnedResources(resp.GetReturnedResources())
-	f.watch(tb, i, out.GetVersionInfo())
+	f.watch(tb, i, out.GetVersionInfo(), "n")
 	return out
 }
 
-// BenchmarkPushToManyStreams: one single-endpoint change (Server.Update)
-// pushed as SotW EDS to n open watches of one node.cluster, each response
-// built and encoded as the stream would. per-stream is go-control-plane's
-// own responses (every resource marshalled for every stream); shared is
-// the marshal-once cache (marshal.go). The world is 100 clusters × 20
-// endpoints, the harness's mixed fleet.
+// BenchmarkPushToManyStreams: one single-endpoint change pushed as SotW
+// EDS to n open watches of one node.cluster, each response built and
+// encoded as the stream would. snapshot-cache is go-control-plane's
+// snapshot cache, a new snapshot per change (every subscribed resource
+// marshalled for every stream); bridge is Server.Update and serveCache
+// (only the changed ClusterLoadAssignment, marshalled once). The world is
+// 100 clusters × 20 endpoints, the harness's mixed fleet.
 func BenchmarkPushToManyStreams(b *testing.B) {
 	for _, n := range []int{100, 1000} {
 		for _, mode := range []struct {
-			name      string
-			perStream bool
-		}{{"per-stream", true}, {"shared", false}} {
+			name     string
+			snapshot bool
+		}{{"snapshot-cache", true}, {"bridge", false}} {
 			b.Run(fmt.Sprintf("n=%d/%s", n, mode.name), func(b *testing.B) {
-				f := newPushFixture(b, mode.perStream, 100, n)
-				resolve := func(string) string { return "" }
-				ctx := context.Background()
+				f := newPushFixture(b, mode.snapshot, 100, n)
 				b.ReportAllocs()
 				k := 0
 				for b.Loop() {
 					k++
-					if _, err := f.s.Update(ctx, f.outs[k%2], resolve); err != nil {
-						b.Fatal(err)
-					}
+					f.update(b, k)
 					for i := range f.streams {
 						f.receive(b, i)
 					}

@@ -57,8 +57,8 @@ func (c *callbacks) closed(key streamKey) {
 		Dur("connected_for", time.Since(st.openedAt)).Msg("proxy disconnected")
 }
 
-func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, nonce, errDetail string, req *discoveryv3.DiscoveryRequest) {
-	r := c.tracker.request(key, n, typeURL, version, nonce, errDetail, req)
+func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, nonce, errDetail string) {
+	r := c.tracker.request(key, n, typeURL, version, nonce, errDetail)
 	node := r.node
 	if r.newNode {
 		c.metrics.streamCounted(node.GetCluster(), r.kindStr, +1)
@@ -108,7 +108,7 @@ func (c *callbacks) OnStreamClosed(id int64, _ *corev3.Node) {
 }
 
 func (c *callbacks) OnStreamRequest(id int64, r *discoveryv3.DiscoveryRequest) error {
-	c.request(streamKey{id: id}, r.GetNode(), r.GetTypeUrl(), r.GetVersionInfo(), r.GetResponseNonce(), r.GetErrorDetail().GetMessage(), r)
+	c.request(streamKey{id: id}, r.GetNode(), r.GetTypeUrl(), r.GetVersionInfo(), r.GetResponseNonce(), r.GetErrorDetail().GetMessage())
 	return nil
 }
 
@@ -128,7 +128,7 @@ func (c *callbacks) OnDeltaStreamClosed(id int64, _ *corev3.Node) {
 // OnStreamDeltaRequest runs before go-control-plane fills in a missing
 // node or type URL, so both come from the tracker and the stream.
 func (c *callbacks) OnStreamDeltaRequest(id int64, r *discoveryv3.DeltaDiscoveryRequest) error {
-	c.request(streamKey{delta: true, id: id}, r.GetNode(), c.deltaType(id, r.GetTypeUrl()), "", r.GetResponseNonce(), r.GetErrorDetail().GetMessage(), nil)
+	c.request(streamKey{delta: true, id: id}, r.GetNode(), c.deltaType(id, r.GetTypeUrl()), "", r.GetResponseNonce(), r.GetErrorDetail().GetMessage())
 	return nil
 }
 

@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 )
@@ -62,16 +61,14 @@ func (s *Server) ConfigDump(nodeID, nodeCluster string) (*ConfigDump, error) {
 		return nil, ErrNotReady
 	}
 	group := s.groupOfKeyLocked(key)
-	var snap cachev3.ResourceSnapshot
-	if got, err := s.cache.GetSnapshot(key); err == nil {
-		snap = got
-	} else {
-		built, _, err := s.buildLocked(key)
+	sets := s.cache.served(key)
+	if sets == nil {
+		built, err := s.setsLocked(key)
 		if err != nil {
 			s.mu.Unlock()
 			return nil, err
 		}
-		snap = built
+		sets = built
 	}
 	s.mu.Unlock()
 
@@ -86,8 +83,9 @@ func (s *Server) ConfigDump(nodeID, nodeCluster string) (*ConfigDump, error) {
 		{resourcev3.RouteType, &d.Routes},
 		{resourcev3.SecretType, &d.Secrets},
 	} {
-		d.Versions[shortType(part.typ)] = snap.GetVersion(part.typ)
-		res := snap.GetResources(part.typ)
+		ts := setOf(sets, part.typ)
+		d.Versions[shortType(part.typ)] = ts.version
+		res := ts.resources()
 		*part.dst = make([]json.RawMessage, 0, len(res))
 		for _, name := range slices.Sorted(maps.Keys(res)) {
 			b, err := marshalResource(res[name])

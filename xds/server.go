@@ -2,9 +2,6 @@ package xds
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -52,27 +49,20 @@ type ServerConfig struct {
 	// AuthorizeNodes refuses clients whose certificate does not name the
 	// node they claim (see authorized); it needs TLS.ClientCAFile.
 	AuthorizeNodes bool
-
-	// marshalPerStream serves SotW responses as go-control-plane builds
-	// them, every resource marshalled again for every stream, instead of
-	// shared (see marshal.go). For benchmarks and tests only.
-	marshalPerStream bool
 }
 
-// Server serves snapshots over ADS (and the per-type SotW and delta
-// services) from a go-control-plane snapshot cache.
+// Server serves the translation over ADS (and the per-type SotW and delta
+// services) from serveCache (cache.go).
 //
-// Snapshots are keyed by the node.cluster a proxy announces, not by proxy
-// group: a key exists for every node.cluster seen, and each update
+// What a proxy gets is keyed by the node.cluster it announces, not by
+// proxy group: a key exists for every node.cluster seen, and each update
 // re-resolves which group it belongs to. So a policy that adds a group or
 // changes a glob pattern moves already-connected proxies at once, and the
 // resources themselves are shared between keys, never copied.
 type Server struct {
 	cfg     ServerConfig
 	log     zerolog.Logger
-	cache   cachev3.SnapshotCache
-	share   *shareCache // cache, with SotW responses marshalled once (marshal.go)
-	marshal marshalCache
+	cache   *serveCache
 	cb      *callbacks
 	tracker *tracker
 	metrics *metrics
@@ -83,24 +73,17 @@ type Server struct {
 	resolve  func(nodeCluster string) string
 	keys     map[string]bool              // every node.cluster seen
 	versions map[string]map[string]string // key -> type URL -> version set
-	typeVers map[*Resources]map[string]string
-	// secretVers is the SDS version per group (shared secrets included).
-	secretVers map[*Resources]string
-	// gen holds the marshalled resources of out (see marshal.go).
-	gen *marshalGen
-	// verMaps are the delta version maps (resource name -> hash) per
-	// resource set and type URL, shared by all snapshots of an Update;
-	// secretMaps the SDS one per group (shared secrets included).
-	verMaps    map[*Resources]map[string]*lazyVersionMap
-	secretMaps map[*Resources]*lazyVersionMap
-	// built holds the resource sets each key's cached snapshot was built
-	// from: a key whose versions did not change keeps an older snapshot,
-	// whose resources the marshal cache must keep too.
-	built map[string][]*Resources
+	// chains holds the latest set per role and type (setLocked): a new
+	// translation's set is built against it, reusing the entries of
+	// unchanged resources and recording what changed.
+	chains map[string]*typeSet
+	// built memoises the current translation's sets per resource set, so
+	// keys sharing resources share sets.
+	built map[*Resources]map[string]*typeSet
 }
 
 // NewServer returns a Server with an empty cache. Until the first
-// SetResources, every request waits: no proxy is answered with nothing.
+// Update, every request waits: no proxy is answered with nothing.
 func NewServer(cfg ServerConfig) *Server {
 	if cfg.ShutdownGrace <= 0 {
 		cfg.ShutdownGrace = 5 * time.Second
@@ -115,16 +98,11 @@ func NewServer(cfg ServerConfig) *Server {
 	s := &Server{
 		cfg:      cfg,
 		log:      log,
+		cache:    newServeCache(),
 		keys:     map[string]bool{},
 		versions: map[string]map[string]string{},
+		chains:   map[string]*typeSet{},
 	}
-	// ads=false: go-control-plane's ADS mode answers a SotW request only if
-	// it names every resource of the type in the snapshot. Envoy names all
-	// its clusters, but proxyless gRPC clients ask for the few they use and
-	// would never be answered. Response order over ADS is kept by the
-	// server's ordered-ADS mode instead (see Serve).
-	s.cache = cachev3.NewSnapshotCache(false, nodeClusterHash{}, Logger(log.With().Str("component", "xds-cache").Logger()))
-	s.share = newShareCache(s.cache, &s.marshal)
 	s.tracker = newTracker()
 	s.metrics = newMetrics(cfg.Registerer, log)
 	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode)
@@ -179,16 +157,15 @@ func (s *Server) groupLocked(nodeCluster string) string {
 	return g
 }
 
-// Cache exposes the snapshot cache, for inspection (config dumps, tests).
-func (s *Server) Cache() cachev3.SnapshotCache { return s.share }
-
-// watchCache is the cache the xDS server watches: the shared-marshalling
-// one unless the config asks for go-control-plane's own responses.
-func (s *Server) watchCache() cachev3.SnapshotCache {
-	if s.cfg.marshalPerStream {
-		return s.cache
+// Served returns the resources of typeURL served under a node.cluster
+// key, as cached: shared with every stream, unredacted, not to be
+// modified. nil if the key was never served.
+func (s *Server) Served(key, typeURL string) map[string]types.Resource {
+	sets := s.cache.served(key)
+	if sets == nil {
+		return nil
 	}
-	return s.share
+	return setOf(sets, typeURL).resources()
 }
 
 // Serve serves xDS on lis until ctx ends, then stops gracefully within the
@@ -225,7 +202,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		opts = append(opts, grpc.StreamInterceptor(authzInterceptor(s.log)))
 	}
 	g := grpc.NewServer(opts...)
-	srv := serverv3.NewServer(ctx, nackGuard{SnapshotCache: s.watchCache(), tracker: s.tracker}, s.cb, sotwv3.WithOrderedADS())
+	srv := serverv3.NewServer(ctx, s.cache, s.cb, sotwv3.WithOrderedADS())
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, srv)
 	clusterservice.RegisterClusterDiscoveryServiceServer(g, srv)
 	endpointservice.RegisterEndpointDiscoveryServiceServer(g, srv)
@@ -265,9 +242,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 
 // Update installs a new translation. resolve maps a node.cluster to its
 // proxy group in out.Groups ("" or an unknown name: shared resources only).
-// Each type's version is a hash of its content, so an unchanged type is
-// not resent and a restarted bridge serves the versions its proxies
-// already hold. It returns the type URLs that changed for any key.
+// Versions are hashes of content, so an unchanged resource or type is not
+// resent and a restarted bridge serves the versions its proxies already
+// hold. It returns the type URLs that changed for any key.
 func (s *Server) Update(ctx context.Context, out *Output, resolve func(nodeCluster string) string) ([]string, error) {
 	start := time.Now()
 	s.mu.Lock()
@@ -275,16 +252,16 @@ func (s *Server) Update(ctx context.Context, out *Output, resolve func(nodeClust
 	defer func() { s.metrics.updateSeconds.Observe(time.Since(start).Seconds()) }()
 	s.metrics.setResources(out)
 	s.out, s.resolve = out, resolve
-	s.typeVers = map[*Resources]map[string]string{}
-	s.secretVers = map[*Resources]string{}
-	s.verMaps = map[*Resources]map[string]*lazyVersionMap{}
-	s.secretMaps = map[*Resources]*lazyVersionMap{}
-	s.gen = s.marshal.next(s.liveSetsLocked())
+	s.built = map[*Resources]map[string]*typeSet{}
 	s.keys[""] = true
 	changed := map[string]bool{}
 	var errs []error
 	for _, key := range slices.Sorted(maps.Keys(s.keys)) {
-		types, err := s.setKeyLocked(ctx, key)
+		if err := ctx.Err(); err != nil {
+			errs = append(errs, err)
+			break
+		}
+		types, err := s.setKeyLocked(key)
 		if err != nil {
 			errs = append(errs, err)
 		}
@@ -292,32 +269,14 @@ func (s *Server) Update(ctx context.Context, out *Output, resolve func(nodeClust
 			changed[t] = true
 		}
 	}
-	// Drop what no snapshot serves any more.
-	s.gen = s.marshal.next(s.liveSetsLocked())
 	if len(s.versions) > 0 {
 		s.health.setServing()
 	}
 	return slices.Sorted(maps.Keys(changed)), errors.Join(errs...)
 }
 
-// liveSetsLocked are the resource sets served: the current translation's
-// and those of the snapshots in the cache.
-func (s *Server) liveSetsLocked() []*Resources {
-	var sets []*Resources
-	if s.out != nil {
-		sets = append(sets, s.out.Shared, s.out.Proxyless)
-		for _, g := range s.out.Groups {
-			sets = append(sets, g)
-		}
-	}
-	for _, b := range s.built {
-		sets = append(sets, b...)
-	}
-	return sets
-}
-
-// sawNode makes sure a proxy's node.cluster has a snapshot as soon as it
-// asks, so its first request is answered from the current state.
+// sawNode makes sure a proxy's node.cluster is served as soon as it asks,
+// so its first request is answered from the current state.
 func (s *Server) sawNode(nodeCluster string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -328,31 +287,29 @@ func (s *Server) sawNode(nodeCluster string) {
 	if s.out == nil {
 		return // not synced yet: the request waits
 	}
-	if _, err := s.setKeyLocked(context.Background(), nodeCluster); err != nil {
-		s.log.Error().Err(err).Str("node_cluster", nodeCluster).Msg("cannot set snapshot for new node cluster")
+	if _, err := s.setKeyLocked(nodeCluster); err != nil {
+		s.log.Error().Err(err).Str("node_cluster", nodeCluster).Msg("cannot serve new node cluster")
 	}
 }
 
-func (s *Server) setKeyLocked(ctx context.Context, key string) ([]string, error) {
-	snap, versions, err := s.buildLocked(key)
+func (s *Server) setKeyLocked(key string) ([]string, error) {
+	sets, err := s.setsLocked(key)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("node cluster %q: %w", key, err)
+	}
+	versions := make(map[string]string, len(sets))
+	for typ, ts := range sets {
+		versions[typ] = ts.version
 	}
 	prev := s.versions[key]
 	if maps.Equal(versions, prev) {
 		return nil, nil
 	}
-	if err := Consistent(snap.Snapshot); err != nil {
+	if err := Consistent(snapshotOf(sets)); err != nil {
 		return nil, fmt.Errorf("node cluster %q: inconsistent snapshot: %w", key, err)
 	}
-	if err := s.share.SetSnapshot(ctx, key, snap); err != nil {
-		return nil, fmt.Errorf("node cluster %q: %w", key, err)
-	}
+	s.cache.set(key, sets)
 	s.versions[key] = versions
-	if s.built == nil {
-		s.built = map[string][]*Resources{}
-	}
-	s.built[key] = snap.sets
 	var changed []string
 	for typ, v := range versions {
 		if prev[typ] != v {
@@ -362,145 +319,91 @@ func (s *Server) setKeyLocked(ctx context.Context, key string) ([]string, error)
 	return changed, nil
 }
 
-// buildLocked builds the snapshot of a node.cluster from the current
-// translation, and its version per type URL.
-func (s *Server) buildLocked(key string) (*servedSnapshot, map[string]string, error) {
-	shared := s.out.Shared
-	var group *Resources
+// noResources is the group part of a node.cluster in no group.
+var noResources = &Resources{}
+
+// setsLocked returns the sets a key is served from the current
+// translation: the shared clusters and endpoints, its group's listeners
+// and routes, and the shared and group secrets in one SDS type.
+func (s *Server) setsLocked(key string) (map[string]*typeSet, error) {
+	group, role := noResources, "none"
 	if nodeCluster, proxyless := parseKey(key); proxyless {
-		group = s.out.Proxyless
-	} else {
-		group = s.out.Groups[s.resolve(nodeCluster)]
+		group, role = s.out.Proxyless, "proxyless"
+	} else if g := s.resolve(nodeCluster); s.out.Groups[g] != nil {
+		group, role = s.out.Groups[g], "group/"+g
 	}
 	if group == nil {
-		group = &Resources{}
+		group = noResources
 	}
-	snap := &servedSnapshot{Snapshot: &cachev3.Snapshot{}, maps: map[string]*lazyVersionMap{}, sets: []*Resources{shared, group}}
-	versions := map[string]string{}
+	sets := make(map[string]*typeSet, len(typeOrder))
 	for _, part := range []struct {
+		role  string
 		res   *Resources
 		types []string
 	}{
-		{shared, []string{resourcev3.ClusterType, resourcev3.EndpointType}},
-		{group, []string{resourcev3.ListenerType, resourcev3.RouteType}},
+		{"shared", s.out.Shared, []string{resourcev3.ClusterType, resourcev3.EndpointType}},
+		{role, group, []string{resourcev3.ListenerType, resourcev3.RouteType}},
 	} {
-		vers, err := s.versionsLocked(part.res)
-		if err != nil {
-			return nil, nil, fmt.Errorf("node cluster %q: %w", key, err)
-		}
-		byType := part.res.ByType()
 		for _, typ := range part.types {
-			versions[typ] = vers[typ]
-			snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources(vers[typ], byType[typ])
-			snap.maps[typ] = s.versionMapLocked(part.res, typ, byType[typ])
+			ts, err := s.setLocked(part.role, part.res, typ, func() []types.Resource { return part.res.ByType()[typ] })
+			if err != nil {
+				return nil, err
+			}
+			sets[typ] = ts
 		}
 	}
 	// SDS: the shared secrets (upstream TLS) and the group's (listener
 	// TLS) in one type. Its version moves when a certificate does, and
 	// nothing else does: listeners and clusters name secrets, they do not
 	// hold them.
-	secrets := append(shared.ByType()[resourcev3.SecretType], group.ByType()[resourcev3.SecretType]...)
-	slices.SortFunc(secrets, func(a, b types.Resource) int {
-		return strings.Compare(cachev3.GetResourceName(a), cachev3.GetResourceName(b))
+	ts, err := s.setLocked("secrets/"+role, group, resourcev3.SecretType, func() []types.Resource {
+		secrets := append(s.out.Shared.ByType()[resourcev3.SecretType], group.ByType()[resourcev3.SecretType]...)
+		slices.SortFunc(secrets, func(a, b types.Resource) int {
+			return strings.Compare(cachev3.GetResourceName(a), cachev3.GetResourceName(b))
+		})
+		return secrets
 	})
-	sv, ok := s.secretVers[group]
-	if !ok {
-		var err error
-		if sv, err = contentVersionWith(s.gen, resourcev3.SecretType, secrets); err != nil {
-			return nil, nil, fmt.Errorf("node cluster %q: %s: %w", key, resourcev3.SecretType, err)
-		}
-		if s.secretVers == nil {
-			s.secretVers = map[*Resources]string{}
-		}
-		s.secretVers[group] = sv
+	if err != nil {
+		return nil, err
 	}
-	versions[resourcev3.SecretType] = sv
-	snap.Resources[cachev3.GetResponseType(resourcev3.SecretType)] = cachev3.NewResources(sv, secrets)
-	svm, ok := s.secretMaps[group]
-	if !ok {
-		svm = &lazyVersionMap{mc: &s.marshal, typeURL: resourcev3.SecretType, items: secrets}
-		if s.secretMaps == nil {
-			s.secretMaps = map[*Resources]*lazyVersionMap{}
-		}
-		s.secretMaps[group] = svm
-	}
-	snap.maps[resourcev3.SecretType] = svm
-	return snap, versions, nil
+	sets[resourcev3.SecretType] = ts
+	return sets, nil
 }
 
-// versionMapLocked is the delta version map of one type of r, shared by
-// every key of an Update and hashed at most once (see servedSnapshot).
-func (s *Server) versionMapLocked(r *Resources, typ string, items []types.Resource) *lazyVersionMap {
-	if m, ok := s.verMaps[r][typ]; ok {
-		return m
+// setLocked returns the set of typ built from r's items, once per
+// translation, chained to the role's previous set of that type.
+func (s *Server) setLocked(role string, r *Resources, typ string, items func() []types.Resource) (*typeSet, error) {
+	if ts := s.built[r][typ]; ts != nil {
+		return ts, nil
 	}
-	m := &lazyVersionMap{mc: &s.marshal, typeURL: typ, items: items}
-	if s.verMaps == nil {
-		s.verMaps = map[*Resources]map[string]*lazyVersionMap{}
+	chain := role + "\x00" + typ
+	ts, err := newTypeSet(typ, items(), s.chains[chain])
+	if err != nil {
+		return nil, err
 	}
-	if s.verMaps[r] == nil {
-		s.verMaps[r] = map[string]*lazyVersionMap{}
+	s.chains[chain] = ts
+	if s.built == nil {
+		s.built = map[*Resources]map[string]*typeSet{}
 	}
-	s.verMaps[r][typ] = m
-	return m
+	if s.built[r] == nil {
+		s.built[r] = map[string]*typeSet{}
+	}
+	s.built[r][typ] = ts
+	return ts, nil
 }
 
-// versionsLocked hashes each type of r once per Update, however many keys
-// share it.
-func (s *Server) versionsLocked(r *Resources) (map[string]string, error) {
-	if v, ok := s.typeVers[r]; ok {
-		return v, nil
-	}
-	v := map[string]string{}
-	for typ, items := range r.ByType() {
-		h, err := contentVersionWith(s.gen, typ, items)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", typ, err)
+// snapshotOf is sets as a go-control-plane snapshot, for Consistent.
+func snapshotOf(sets map[string]*typeSet) *cachev3.Snapshot {
+	snap := &cachev3.Snapshot{}
+	for typ, ts := range sets {
+		items := make(map[string]types.ResourceWithTTL, len(ts.entries))
+		for n, e := range ts.entries {
+			items[n] = types.ResourceWithTTL{Resource: e.res}
 		}
-		v[typ] = h
+		snap.Resources[cachev3.GetResponseType(typ)] = cachev3.Resources{Version: ts.version, Items: items}
 	}
-	if s.typeVers == nil {
-		s.typeVers = map[*Resources]map[string]string{}
-	}
-	s.typeVers[r] = v
-	return v, nil
+	return snap
 }
-
-// contentVersion hashes resources (already sorted by name) so that equal
-// content always yields the same version, on every replica and restart.
-func contentVersion(items []types.Resource) (string, error) {
-	return contentVersionWith(nil, "", items)
-}
-
-// contentVersionWith is contentVersion with the deterministic encodings
-// taken from gen where it holds them (typeURL is the items' type); the
-// result is the same.
-func contentVersionWith(gen *marshalGen, typeURL string, items []types.Resource) (string, error) {
-	h := sha256.New()
-	var scratch []byte
-	for _, r := range items {
-		buf, cached, err := gen.marshalAppend(scratch, typeURL, r)
-		if err != nil {
-			return "", err
-		}
-		if !cached {
-			scratch = buf
-		}
-		name := cachev3.GetResourceName(r)
-		h.Write(binary.AppendUvarint(nil, uint64(len(name))))
-		h.Write([]byte(name))
-		h.Write(binary.AppendUvarint(nil, uint64(len(buf))))
-		h.Write(buf)
-	}
-	return hex.EncodeToString(h.Sum(nil)[:8]), nil
-}
-
-// nodeClusterHash keys the cache by node.cluster (see Server).
-type nodeClusterHash struct{}
-
-var _ cachev3.NodeHash = nodeClusterHash{}
-
-func (nodeClusterHash) ID(node *corev3.Node) string { return snapshotKey(node) }
 
 // proxylessKey prefixes the snapshot key of proxyless gRPC clients, so a
 // gRPC client and an Envoy announcing the same node.cluster get different

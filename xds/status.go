@@ -10,7 +10,6 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
 
@@ -95,16 +94,6 @@ const maxTypesPerStream = 16
 type tracker struct {
 	mu      sync.Mutex
 	streams map[streamKey]*streamState
-	// rewrites carries, from OnStreamRequest to CreateWatch (same
-	// goroutine, same request pointer), the version a SotW request must be
-	// treated as holding so the cache does not resend a rejected version;
-	// see nackGuard.
-	rewrites map[*discoveryv3.DiscoveryRequest]rewrite
-}
-
-type rewrite struct {
-	stream  streamKey
-	version string
 }
 
 type streamState struct {
@@ -127,7 +116,7 @@ type typeState struct {
 }
 
 func newTracker() *tracker {
-	return &tracker{streams: map[streamKey]*streamState{}, rewrites: map[*discoveryv3.DiscoveryRequest]rewrite{}}
+	return &tracker{streams: map[streamKey]*streamState{}}
 }
 
 // streamKind names a stream by its protocol and the type URL it was opened
@@ -177,12 +166,6 @@ func (t *tracker) close(key streamKey) *streamState {
 	defer t.mu.Unlock()
 	st := t.streams[key]
 	delete(t.streams, key)
-	// Normally empty: CreateWatch consumes each entry right away.
-	for r, rw := range t.rewrites {
-		if rw.stream == key {
-			delete(t.rewrites, r)
-		}
-	}
 	return st
 }
 
@@ -209,10 +192,8 @@ type reqResult struct {
 	version string
 }
 
-// request records a request. For SotW, req is the request object the
-// server hands to the cache next: if it still stands for a rejected
-// version, a rewrite is registered for nackGuard.
-func (t *tracker) request(key streamKey, node *corev3.Node, typeURL, version, nonce, errDetail string, req *discoveryv3.DiscoveryRequest) reqResult {
+// request records a request.
+func (t *tracker) request(key streamKey, node *corev3.Node, typeURL, version, nonce, errDetail string) reqResult {
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -272,22 +253,7 @@ func (t *tracker) request(key streamKey, node *corev3.Node, typeURL, version, no
 		// sent. Leave the state as it is.
 		res.kind = reqRepeat
 	}
-	if req != nil && !key.delta && ts.nackedNonce == nonce && version != ts.sentVersion {
-		t.rewrites[req] = rewrite{stream: key, version: ts.sentVersion}
-	}
 	return res
-}
-
-// takeRewrite returns the version a SotW request is to be treated as
-// holding, if it stands for a rejected version.
-func (t *tracker) takeRewrite(req *discoveryv3.DiscoveryRequest) (string, bool) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	rw, ok := t.rewrites[req]
-	if ok {
-		delete(t.rewrites, req)
-	}
-	return rw.version, ok
 }
 
 // response records a response about to be sent; it returns the stream's

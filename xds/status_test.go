@@ -286,7 +286,7 @@ func TestStale(t *testing.T) {
 
 func versionOf(t *testing.T, r *Resources, typeURL string) string {
 	t.Helper()
-	v, err := contentVersion(r.ByType()[typeURL])
+	v, err := contentVersion(typeURL, r.ByType()[typeURL])
 	if err != nil {
 		t.Fatal(err)
 	}

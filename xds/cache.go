@@ -1,0 +1,504 @@
+package xds
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// The serving cache: per-resource versions, every resource marshalled once.
+//
+// go-control-plane's snapshot cache versions a whole type at a time: when
+// one ClusterLoadAssignment changes, every SotW stream subscribed to any
+// endpoints gets all of its subscribed endpoints again, each stream
+// marshalling them itself, and every delta stream computes its diff by
+// walking all resources. At a thousand edge proxies holding a thousand
+// clusters each, one health flip became gigabytes of responses
+// (bench/README.md). This cache implements go-control-plane's cache
+// interface on its unchanged SotW and delta servers, and:
+//
+//   - versions each resource by the hash of its deterministic encoding
+//     (go-control-plane's HashResource, so delta clients reconnecting with
+//     initial_resource_versions keep what they have), and each type by a
+//     hash of its names and resource versions (SotW version_info): a
+//     restarted bridge or a replica serves the same versions;
+//   - answers SotW EDS, RDS and SDS with only the resources the stream does
+//     not hold at their current version, as the xDS protocol allows for
+//     those types (LDS and CDS are full state: every response carries all
+//     of them); the stream's per-resource knowledge is go-control-plane's
+//     Subscription.ReturnedResources, which also keeps a NACKing client
+//     from being sent the version it rejected again and again;
+//   - marshals each resource once per content and shares the marshalled
+//     Any (and the delta Resource around it) between every stream and key
+//     that serves it; only the response envelope is per stream;
+//   - compares, on an update, only the resources that changed: each type
+//     set remembers its predecessor and the names that differ, and a watch
+//     remembers the set it was last checked against, so a health flip costs
+//     each open watch a lookup of one name, whatever the fleet holds.
+
+// entry is one resource as served.
+type entry struct {
+	name    string
+	res     types.Resource
+	bytes   []byte
+	version string // HashResource(bytes)
+	any     *anypb.Any
+	delta   *discoveryv3.Resource
+}
+
+func newEntry(typeURL string, res types.Resource, b []byte) *entry {
+	name := cachev3.GetResourceName(res)
+	v := cachev3.HashResource(b)
+	a := &anypb.Any{TypeUrl: typeURL, Value: b}
+	return &entry{name: name, res: res, bytes: b, version: v, any: a,
+		delta: &discoveryv3.Resource{Name: name, Version: v, Resource: a}}
+}
+
+// typeSet is the resources of one type as one key serves them. Never
+// changed once built; a new translation builds a new set, reusing the
+// entries whose content did not change.
+type typeSet struct {
+	typeURL string
+	version string
+	entries map[string]*entry
+	// id identifies the set; prev is the id of the set this one replaced
+	// (0 if none) and diff the names added, changed or removed since. Ids,
+	// not pointers, so that a set does not keep its predecessors alive.
+	id   uint64
+	prev uint64
+	diff []string
+}
+
+var typeSetIDs atomic.Uint64
+
+func (ts *typeSet) sorted() []*entry {
+	return slices.SortedFunc(maps.Values(ts.entries), func(a, b *entry) int { return strings.Compare(a.name, b.name) })
+}
+
+// resources returns the set's resources by name, as go-control-plane
+// snapshots hold them.
+func (ts *typeSet) resources() map[string]types.Resource {
+	out := make(map[string]types.Resource, len(ts.entries))
+	for n, e := range ts.entries {
+		out[n] = e.res
+	}
+	return out
+}
+
+// setVersion is the SotW version of a set: a hash of its names and
+// resource versions, equal for equal content on every bridge.
+func setVersion(entries []*entry) string {
+	h := sha256.New()
+	var buf []byte
+	for _, e := range entries {
+		buf = binary.AppendUvarint(buf[:0], uint64(len(e.name)))
+		buf = append(buf, e.name...)
+		buf = append(buf, e.version...)
+		h.Write(buf)
+	}
+	return hex.EncodeToString(h.Sum(nil)[:8])
+}
+
+// contentVersion is the version a set of these resources gets.
+func contentVersion(typeURL string, items []types.Resource) (string, error) {
+	ts, err := newTypeSet(typeURL, items, nil)
+	if err != nil {
+		return "", err
+	}
+	return ts.version, nil
+}
+
+// newTypeSet builds the set of items, reusing prev's entries for resources
+// that are the same object or encode to the same bytes. If nothing
+// differs from prev, it returns prev itself.
+func newTypeSet(typeURL string, items []types.Resource, prev *typeSet) (*typeSet, error) {
+	ts := &typeSet{typeURL: typeURL, entries: make(map[string]*entry, len(items)), id: typeSetIDs.Add(1)}
+	var old map[string]*entry
+	if prev != nil {
+		old = prev.entries
+		ts.prev = prev.id
+	}
+	for _, res := range items {
+		name := cachev3.GetResourceName(res)
+		if _, dup := ts.entries[name]; dup {
+			return nil, fmt.Errorf("%s: two resources named %q", typeURL, name)
+		}
+		o := old[name]
+		if o != nil && o.res == res {
+			ts.entries[name] = o
+			continue
+		}
+		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(res)
+		if err != nil {
+			return nil, fmt.Errorf("marshal %s %q: %w", typeURL, name, err)
+		}
+		if o != nil && bytes.Equal(o.bytes, b) {
+			ts.entries[name] = o
+			continue
+		}
+		ts.entries[name] = newEntry(typeURL, res, b)
+	}
+	if prev != nil {
+		for name, e := range ts.entries {
+			if old[name] != e {
+				ts.diff = append(ts.diff, name)
+			}
+		}
+		for name := range old {
+			if _, ok := ts.entries[name]; !ok {
+				ts.diff = append(ts.diff, name)
+			}
+		}
+		if len(ts.diff) == 0 {
+			return prev, nil
+		}
+	}
+	ts.version = setVersion(ts.sorted())
+	return ts, nil
+}
+
+// keyState is what one snapshot key (a node.cluster) is served, and the
+// watches open on it. sets is nil until the key is first set: requests
+// wait until then.
+type keyState struct {
+	sets  map[string]*typeSet
+	sotw  map[string]map[*sotwWatch]struct{}  // type URL ->
+	delta map[string]map[*deltaWatch]struct{} // type URL ->
+}
+
+type sotwWatch struct {
+	req  *cachev3.Request
+	sub  cachev3.Subscription
+	ch   chan cachev3.Response
+	seen *typeSet // the set this watch was last found up to date with
+}
+
+type deltaWatch struct {
+	req  *cachev3.DeltaRequest
+	sub  cachev3.Subscription
+	ch   chan cachev3.DeltaResponse
+	seen *typeSet
+}
+
+// serveCache is the cache the xDS servers watch (see the top of this file).
+type serveCache struct {
+	mu   sync.Mutex
+	keys map[string]*keyState
+}
+
+var _ cachev3.Cache = (*serveCache)(nil)
+
+func newServeCache() *serveCache { return &serveCache{keys: map[string]*keyState{}} }
+
+// typeOrder is the order one update is answered in on an ADS stream:
+// clusters before their endpoints, listeners before their routes (Envoy's
+// make-before-break order), secrets last (they only replace certificates
+// of resources that already name them).
+var typeOrder = []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType, resourcev3.SecretType}
+
+func (c *serveCache) keyLocked(key string) *keyState {
+	k := c.keys[key]
+	if k == nil {
+		k = &keyState{sotw: map[string]map[*sotwWatch]struct{}{}, delta: map[string]map[*deltaWatch]struct{}{}}
+		c.keys[key] = k
+	}
+	return k
+}
+
+// set serves sets under key and answers the watches that now have
+// something to receive.
+func (c *serveCache) set(key string, sets map[string]*typeSet) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := c.keyLocked(key)
+	old := k.sets
+	k.sets = sets
+	for _, typ := range typeOrder {
+		ts := sets[typ]
+		if old != nil && old[typ] == ts {
+			continue
+		}
+		for w := range k.sotw[typ] {
+			if resp := sotwAnswer(w.req, w.sub, ts, w.seen); resp != nil {
+				delete(k.sotw[typ], w)
+				w.ch <- resp
+				continue
+			}
+			w.seen = ts
+		}
+		for w := range k.delta[typ] {
+			if resp := deltaAnswer(w.req, w.sub, ts, w.seen); resp != nil {
+				delete(k.delta[typ], w)
+				w.ch <- resp
+				continue
+			}
+			w.seen = ts
+		}
+	}
+}
+
+// served returns what key is served, nil if it was never set.
+func (c *serveCache) served(key string) map[string]*typeSet {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if k := c.keys[key]; k != nil {
+		return k.sets
+	}
+	return nil
+}
+
+// setOf is the set of typeURL in sets; a type the bridge does not serve is
+// an empty set, so requests for it are answered (empty), not left hanging.
+func setOf(sets map[string]*typeSet, typeURL string) *typeSet {
+	if ts := sets[typeURL]; ts != nil {
+		return ts
+	}
+	return &typeSet{typeURL: typeURL, version: setVersion(nil), entries: map[string]*entry{}}
+}
+
+func (c *serveCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
+	key := snapshotKey(req.GetNode())
+	typ := req.GetTypeUrl()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := c.keyLocked(key)
+	w := &sotwWatch{req: req, sub: sub, ch: ch}
+	if k.sets != nil {
+		ts := setOf(k.sets, typ)
+		if resp := sotwAnswer(req, sub, ts, nil); resp != nil {
+			ch <- resp
+			return func() {}, nil
+		}
+		w.seen = k.sets[typ]
+	}
+	if k.sotw[typ] == nil {
+		k.sotw[typ] = map[*sotwWatch]struct{}{}
+	}
+	k.sotw[typ][w] = struct{}{}
+	return func() {
+		c.mu.Lock()
+		delete(k.sotw[typ], w)
+		c.mu.Unlock()
+	}, nil
+}
+
+func (c *serveCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, ch chan cachev3.DeltaResponse) (func(), error) {
+	key := snapshotKey(req.GetNode())
+	typ := req.GetTypeUrl()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := c.keyLocked(key)
+	w := &deltaWatch{req: req, sub: sub, ch: ch}
+	if k.sets != nil {
+		ts := setOf(k.sets, typ)
+		if resp := deltaAnswer(req, sub, ts, nil); resp != nil {
+			ch <- resp
+			return func() {}, nil
+		}
+		w.seen = k.sets[typ]
+	}
+	if k.delta[typ] == nil {
+		k.delta[typ] = map[*deltaWatch]struct{}{}
+	}
+	k.delta[typ][w] = struct{}{}
+	return func() {
+		c.mu.Lock()
+		delete(k.delta[typ], w)
+		c.mu.Unlock()
+	}, nil
+}
+
+// Fetch is the REST transport, which the bridge does not serve.
+func (c *serveCache) Fetch(context.Context, *cachev3.Request) (cachev3.Response, error) {
+	return nil, errors.New("xds: REST fetch is not supported; use ADS or a gRPC xDS stream")
+}
+
+// changes compares what a stream holds with ts: the entries it lacks or
+// holds at another version, and the names it holds that ts no longer has
+// (among those it wants). With seen (the set the stream was last found up
+// to date with) being ts's predecessor, only the names that changed since
+// are looked at.
+func changes(sub cachev3.Subscription, ts, seen *typeSet) (changed []*entry, removed []string) {
+	known := sub.ReturnedResources()
+	wild := sub.IsWildcard()
+	subscribed := sub.SubscribedResources()
+	check := func(name string) {
+		if !wild {
+			if _, ok := subscribed[name]; !ok {
+				return
+			}
+		}
+		e := ts.entries[name]
+		v, isKnown := known[name]
+		switch {
+		case e == nil && isKnown:
+			removed = append(removed, name)
+		case e != nil && (!isKnown || v != e.version):
+			changed = append(changed, e)
+		}
+	}
+	if seen != nil && ts.prev != 0 && ts.prev == seen.id {
+		for _, name := range ts.diff {
+			check(name)
+		}
+		return changed, removed
+	}
+	if wild {
+		for name := range ts.entries {
+			check(name)
+		}
+		for name := range known {
+			if _, ok := ts.entries[name]; !ok {
+				check(name)
+			}
+		}
+	} else {
+		for name := range subscribed {
+			check(name)
+		}
+	}
+	return changed, removed
+}
+
+// sotwAnswer is the response a SotW watch gets from ts, nil if none.
+func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts, seen *typeSet) cachev3.Response {
+	if ts == nil {
+		return nil
+	}
+	changed, removed := changes(sub, ts, seen)
+	// The first request of a type on a stream is always answered, so a
+	// client learns that a type is empty.
+	first := req.GetResponseNonce() == ""
+	full := cachev3.ResourceRequiresFullStateInSotw(ts.typeURL)
+	switch {
+	case full && (first || len(changed) > 0 || len(removed) > 0):
+		// Everything the stream wants, changed or not.
+		var send []*entry
+		if sub.IsWildcard() {
+			send = ts.sorted()
+		} else {
+			for name := range sub.SubscribedResources() {
+				if e := ts.entries[name]; e != nil {
+					send = append(send, e)
+				}
+			}
+			slices.SortFunc(send, func(a, b *entry) int { return strings.Compare(a.name, b.name) })
+		}
+		returned := make(map[string]string, len(send))
+		for _, e := range send {
+			returned[e.name] = e.version
+		}
+		return &sotwResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: send, returned: returned}
+	case !full && (first || len(changed) > 0):
+		// Only what changed: absent names keep what the client has. A
+		// removed name cannot be said in SotW; a client drops it when it
+		// stops referring to it.
+		returned := maps.Clone(sub.ReturnedResources())
+		if returned == nil {
+			returned = make(map[string]string, len(changed))
+		}
+		for _, name := range removed {
+			delete(returned, name)
+		}
+		for _, e := range changed {
+			returned[e.name] = e.version
+		}
+		slices.SortFunc(changed, func(a, b *entry) int { return strings.Compare(a.name, b.name) })
+		return &sotwResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, returned: returned}
+	}
+	return nil
+}
+
+// deltaAnswer is the response a delta watch gets from ts, nil if none.
+func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts, seen *typeSet) cachev3.DeltaResponse {
+	if ts == nil {
+		return nil
+	}
+	changed, removed := changes(sub, ts, seen)
+	// A wildcard subscription's first request is answered even when
+	// empty: Envoy waits for it to finish initialising.
+	first := sub.IsWildcard() && req.GetResponseNonce() == ""
+	if !first && len(changed) == 0 && len(removed) == 0 {
+		return nil
+	}
+	returned := maps.Clone(sub.ReturnedResources())
+	if returned == nil {
+		returned = make(map[string]string, len(changed))
+	}
+	for _, name := range removed {
+		delete(returned, name)
+	}
+	for _, e := range changed {
+		returned[e.name] = e.version
+	}
+	slices.SortFunc(changed, func(a, b *entry) int { return strings.Compare(a.name, b.name) })
+	slices.Sort(removed)
+	return &deltaResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, removed: removed, returned: returned}
+}
+
+// sotwResponse is a SotW response built from shared entries; only the
+// DiscoveryResponse envelope is its own (the server sets its nonce).
+type sotwResponse struct {
+	req      *cachev3.Request
+	version  string
+	typeURL  string
+	entries  []*entry
+	returned map[string]string
+}
+
+var _ cachev3.Response = (*sotwResponse)(nil)
+
+func (r *sotwResponse) GetDiscoveryResponse() (*discoveryv3.DiscoveryResponse, error) {
+	anys := make([]*anypb.Any, len(r.entries))
+	for i, e := range r.entries {
+		anys[i] = e.any
+	}
+	return &discoveryv3.DiscoveryResponse{VersionInfo: r.version, Resources: anys, TypeUrl: r.typeURL}, nil
+}
+func (r *sotwResponse) GetRequest() *discoveryv3.DiscoveryRequest  { return r.req }
+func (r *sotwResponse) GetVersion() (string, error)                 { return r.version, nil }
+func (r *sotwResponse) GetResponseVersion() string                  { return r.version }
+func (r *sotwResponse) GetReturnedResources() map[string]string     { return r.returned }
+func (r *sotwResponse) GetContext() context.Context                 { return context.Background() }
+
+// deltaResponse is a delta response built from shared entries.
+type deltaResponse struct {
+	req      *cachev3.DeltaRequest
+	version  string
+	typeURL  string
+	entries  []*entry
+	removed  []string
+	returned map[string]string
+}
+
+var _ cachev3.DeltaResponse = (*deltaResponse)(nil)
+
+func (r *deltaResponse) GetDeltaDiscoveryResponse() (*discoveryv3.DeltaDiscoveryResponse, error) {
+	res := make([]*discoveryv3.Resource, len(r.entries))
+	for i, e := range r.entries {
+		res[i] = e.delta
+	}
+	return &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: r.version, Resources: res, RemovedResources: r.removed, TypeUrl: r.typeURL}, nil
+}
+func (r *deltaResponse) GetDeltaRequest() *discoveryv3.DeltaDiscoveryRequest { return r.req }
+func (r *deltaResponse) GetSystemVersion() (string, error)                   { return r.version, nil }
+func (r *deltaResponse) GetResponseVersion() string                          { return r.version }
+func (r *deltaResponse) GetNextVersionMap() map[string]string                { return r.returned }
+func (r *deltaResponse) GetReturnedResources() map[string]string             { return r.returned }
+func (r *deltaResponse) GetContext() context.Context                         { return context.Background() }

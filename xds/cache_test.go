@@ -1,0 +1,332 @@
+package xds
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+)
+
+// cacheClient drives serveCache the way go-control-plane's servers do:
+// one subscription per type, ReturnedResources set from each response,
+// the next watch opened with the response's nonce (an ACK).
+type cacheClient struct {
+	t     *testing.T
+	c     *serveCache
+	node  *corev3.Node
+	typ   string
+	delta bool
+	sub   stream.Subscription
+	ch    chan cachev3.Response
+	dch   chan cachev3.DeltaResponse
+	nonce int
+	ver   string
+}
+
+func newSotwClient(t *testing.T, c *serveCache, cluster, typ string, names []string) *cacheClient {
+	cl := &cacheClient{t: t, c: c, node: &corev3.Node{Id: "n", Cluster: cluster}, typ: typ,
+		sub: stream.NewSotwSubscription(names, true), ch: make(chan cachev3.Response, 1)}
+	cl.watch(names)
+	return cl
+}
+
+func newDeltaClient(t *testing.T, c *serveCache, cluster, typ string, names []string) *cacheClient {
+	cl := &cacheClient{t: t, c: c, node: &corev3.Node{Id: "n", Cluster: cluster}, typ: typ, delta: true,
+		sub: stream.NewDeltaSubscription(names, nil, nil, true), dch: make(chan cachev3.DeltaResponse, 1)}
+	cl.watch(nil)
+	return cl
+}
+
+func (cl *cacheClient) nonceStr() string {
+	if cl.nonce == 0 {
+		return ""
+	}
+	return string(rune('0' + cl.nonce))
+}
+
+// watch sends the next request: SotW with the full name list (nil keeps
+// the subscription), delta with nothing new.
+func (cl *cacheClient) watch(names []string) {
+	cl.t.Helper()
+	var err error
+	if cl.delta {
+		_, err = cl.c.CreateDeltaWatch(&discoveryv3.DeltaDiscoveryRequest{Node: cl.node, TypeUrl: cl.typ, ResponseNonce: cl.nonceStr()}, cl.sub, cl.dch)
+	} else {
+		if names != nil {
+			cl.sub.SetResourceSubscription(names)
+		}
+		_, err = cl.c.CreateWatch(&discoveryv3.DiscoveryRequest{Node: cl.node, TypeUrl: cl.typ, ResponseNonce: cl.nonceStr(), VersionInfo: cl.ver,
+			ResourceNames: slices.Sorted(maps.Keys(cl.sub.SubscribedResources()))}, cl.sub, cl.ch)
+	}
+	if err != nil {
+		cl.t.Fatal(err)
+	}
+}
+
+// got is one response: the names it carried (and removed, for delta).
+type got struct {
+	names, removed []string
+	any            []*entry
+	version        string
+}
+
+// take returns the pending response (ok=false if none) and ACKs it with
+// the next watch.
+func (cl *cacheClient) take() (got, bool) {
+	cl.t.Helper()
+	var g got
+	if cl.delta {
+		select {
+		case r := <-cl.dch:
+			d, _ := r.GetDeltaDiscoveryResponse()
+			for _, res := range d.GetResources() {
+				g.names = append(g.names, res.GetName())
+			}
+			g.removed, g.version = d.GetRemovedResources(), d.GetSystemVersionInfo()
+			g.any = r.(*deltaResponse).entries
+			cl.sub.SetReturnedResources(r.GetReturnedResources())
+		default:
+			return g, false
+		}
+	} else {
+		select {
+		case r := <-cl.ch:
+			d, _ := r.GetDiscoveryResponse()
+			for _, a := range r.(*sotwResponse).entries {
+				g.names = append(g.names, a.name)
+			}
+			g.version, g.any = d.GetVersionInfo(), r.(*sotwResponse).entries
+			cl.sub.SetReturnedResources(r.GetReturnedResources())
+			cl.ver = g.version
+		default:
+			return g, false
+		}
+	}
+	cl.nonce++
+	cl.watch(nil)
+	return g, true
+}
+
+func (cl *cacheClient) mustTake(what string) got {
+	cl.t.Helper()
+	g, ok := cl.take()
+	if !ok {
+		cl.t.Fatalf("%s: no response", what)
+	}
+	return g
+}
+
+func (cl *cacheClient) mustNotTake(what string) {
+	cl.t.Helper()
+	if g, ok := cl.take(); ok {
+		cl.t.Fatalf("%s: unexpected response %+v", what, g.names)
+	}
+}
+
+// withEndpointPort returns out with cluster i's endpoint on a new port,
+// all other resources the same objects.
+func withEndpointPort(out *Output, i int, port uint32) *Output {
+	shared := *out.Shared
+	shared.Endpoints = slices.Clone(out.Shared.Endpoints)
+	cla := proto.Clone(shared.Endpoints[i]).(*endpointv3.ClusterLoadAssignment)
+	cla.Endpoints[0].LbEndpoints[0].GetEndpoint().Address = fixtureAddress("127.0.0.1", port)
+	shared.Endpoints[i] = cla
+	return &Output{Shared: &shared, Groups: out.Groups, Proxyless: out.Proxyless}
+}
+
+func newCacheServer(t *testing.T, out *Output) *Server {
+	s := NewServer(ServerConfig{Logger: zerolog.Nop()})
+	if _, err := s.Update(context.Background(), out, resolveEdge); err != nil {
+		t.Fatal(err)
+	}
+	s.sawNode("edge")
+	return s
+}
+
+// TestSotwEndpointsSendOnlyWhatChanged: a health flip sends SotW EDS
+// subscribers the one ClusterLoadAssignment that changed (nothing to
+// those not subscribed to it), CDS and LDS subscribers nothing; a cluster
+// change sends CDS in full.
+func TestSotwEndpointsSendOnlyWhatChanged(t *testing.T) {
+	out := testOutput(t, []string{"api", "web", "db"}, 8080)
+	s := newCacheServer(t, out)
+	all := newSotwClient(t, s.cache, "edge", resourcev3.EndpointType, []string{"api", "web", "db"})
+	webOnly := newSotwClient(t, s.cache, "edge", resourcev3.EndpointType, []string{"web"})
+	cds := newSotwClient(t, s.cache, "edge", resourcev3.ClusterType, nil)
+	lds := newSotwClient(t, s.cache, "edge", resourcev3.ListenerType, nil)
+	if g := all.mustTake("first EDS"); !slices.Equal(g.names, []string{"api", "db", "web"}) {
+		t.Fatalf("first EDS response = %v, want all three", g.names)
+	}
+	webOnly.mustTake("first EDS")
+	if g := cds.mustTake("first CDS"); len(g.names) != 3 {
+		t.Fatalf("first CDS = %v", g.names)
+	}
+	lds.mustTake("first LDS")
+	all.mustNotTake("after ACK")
+
+	out2 := withEndpointPort(out, 0, 9999) // api
+	if _, err := s.Update(context.Background(), out2, resolveEdge); err != nil {
+		t.Fatal(err)
+	}
+	g := all.mustTake("EDS after flip")
+	if !slices.Equal(g.names, []string{"api"}) {
+		t.Errorf("EDS after flip = %v, want only api", g.names)
+	}
+	if want := s.versions["edge"][resourcev3.EndpointType]; g.version != want {
+		t.Errorf("version = %q, want the set's %q", g.version, want)
+	}
+	if len(all.sub.ReturnedResources()) != 3 {
+		t.Errorf("returned = %v, want all three still known", all.sub.ReturnedResources())
+	}
+	webOnly.mustNotTake("web subscriber after api flip")
+	cds.mustNotTake("CDS after a flip")
+	lds.mustNotTake("LDS after a flip")
+
+	// The same content again (new objects): nothing is sent.
+	if _, err := s.Update(context.Background(), withEndpointPort(out, 0, 9999), resolveEdge); err != nil {
+		t.Fatal(err)
+	}
+	all.mustNotTake("EDS after an identical translation")
+
+	// A cluster removed: CDS in full, without it.
+	out3 := testOutput(t, []string{"api", "web"}, 8080)
+	if _, err := s.Update(context.Background(), out3, resolveEdge); err != nil {
+		t.Fatal(err)
+	}
+	if g := cds.mustTake("CDS after removal"); !slices.Equal(g.names, []string{"api", "web"}) {
+		t.Errorf("CDS after removal = %v", g.names)
+	}
+}
+
+// TestEntriesAreSharedAndReused: streams get the same marshalled Any, and a
+// translation with equal content reuses entries (no new marshalling
+// output, same versions).
+func TestEntriesAreSharedAndReused(t *testing.T) {
+	out := testOutput(t, []string{"api", "web"}, 8080)
+	s := newCacheServer(t, out)
+	a := newSotwClient(t, s.cache, "edge", resourcev3.EndpointType, []string{"api", "web"})
+	b := newDeltaClient(t, s.cache, "", resourcev3.EndpointType, []string{"api", "web"})
+	ga, gb := a.mustTake("sotw"), b.mustTake("delta")
+	if len(ga.any) != 2 || len(gb.any) != 2 || ga.any[0] != gb.any[0] || ga.any[1] != gb.any[1] {
+		t.Fatalf("entries not shared between streams and keys: %v %v", ga.names, gb.names)
+	}
+	before := s.cache.served("edge")[resourcev3.EndpointType]
+	if _, err := s.Update(context.Background(), testOutput(t, []string{"api", "web"}, 8080), resolveEdge); err != nil {
+		t.Fatal(err)
+	}
+	if after := s.cache.served("edge")[resourcev3.EndpointType]; after != before {
+		t.Error("an equal translation built a new endpoint set")
+	}
+	// The delta resource version is go-control-plane's HashResource of the
+	// deterministic encoding, so clients of the snapshot cache (or an
+	// older bridge) reconnecting with initial_resource_versions keep theirs.
+	for _, e := range ga.any {
+		b, err := cachev3.MarshalResource(e.res)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.version != cachev3.HashResource(b) {
+			t.Errorf("%s: version %q, want HashResource %q", e.name, e.version, cachev3.HashResource(b))
+		}
+	}
+}
+
+// TestRejectedVersionIsNotResent: a SotW client that NACKs (a request
+// with the old version_info and the new nonce) gets nothing until the
+// content changes again.
+func TestRejectedVersionIsNotResent(t *testing.T) {
+	out := testOutput(t, []string{"api"}, 8080)
+	s := newCacheServer(t, out)
+	cl := newSotwClient(t, s.cache, "edge", resourcev3.ClusterType, nil)
+	cl.mustTake("first")
+	good := cl.ver
+	out2 := testOutput(t, []string{"api", "web"}, 8080)
+	if _, err := s.Update(context.Background(), out2, resolveEdge); err != nil {
+		t.Fatal(err)
+	}
+	// Take the response but answer with the old version (a NACK).
+	r := <-cl.ch
+	cl.sub.SetReturnedResources(r.GetReturnedResources())
+	cl.nonce++
+	cl.ver = good
+	cl.watch(nil)
+	cl.mustNotTake("after NACK")
+	if _, err := s.Update(context.Background(), testOutput(t, []string{"api", "web", "db"}, 8080), resolveEdge); err != nil {
+		t.Fatal(err)
+	}
+	if g := cl.mustTake("next change"); len(g.names) != 3 {
+		t.Errorf("next change = %v", g.names)
+	}
+}
+
+// TestResubscribedResourceIsResent: a name dropped from a SotW EDS
+// subscription and asked for again is sent again though unchanged.
+func TestResubscribedResourceIsResent(t *testing.T) {
+	s := newCacheServer(t, testOutput(t, []string{"api", "web"}, 8080))
+	cl := newSotwClient(t, s.cache, "edge", resourcev3.EndpointType, []string{"api", "web"})
+	cl.mustTake("first")
+	cl.watch([]string{"api"})
+	cl.mustNotTake("after unsubscribing web")
+	cl.watch([]string{"api", "web"})
+	if g := cl.mustTake("after resubscribing"); !slices.Equal(g.names, []string{"web"}) {
+		t.Errorf("resubscribe sent %v, want web", g.names)
+	}
+}
+
+// TestDeltaChangesAndRemovals: delta clients get changed resources and
+// removals; a wildcard client's first request is answered even when
+// empty; a client reconnecting with the versions it holds gets nothing.
+func TestDeltaChangesAndRemovals(t *testing.T) {
+	s := newCacheServer(t, testOutput(t, []string{"api", "web"}, 8080))
+	cl := newDeltaClient(t, s.cache, "edge", resourcev3.ClusterType, nil)
+	g := cl.mustTake("first")
+	if !slices.Equal(g.names, []string{"api", "web"}) {
+		t.Fatalf("first = %v", g.names)
+	}
+	if _, err := s.Update(context.Background(), testOutput(t, []string{"web"}, 8080), resolveEdge); err != nil {
+		t.Fatal(err)
+	}
+	// web's cluster is unchanged; api is removed.
+	g = cl.mustTake("after removal")
+	if len(g.names) != 0 || !slices.Equal(g.removed, []string{"api"}) {
+		t.Errorf("after removal: resources %v removed %v", g.names, g.removed)
+	}
+
+	empty := NewServer(ServerConfig{Logger: zerolog.Nop()})
+	if _, err := empty.Update(context.Background(), &Output{Shared: &Resources{}}, resolveEdge); err != nil {
+		t.Fatal(err)
+	}
+	if g := newDeltaClient(t, empty.cache, "", resourcev3.ListenerType, nil).mustTake("empty wildcard"); len(g.names) != 0 {
+		t.Errorf("empty wildcard got %v", g.names)
+	}
+
+	held := maps.Clone(cl.sub.ReturnedResources())
+	again := &cacheClient{t: t, c: s.cache, node: &corev3.Node{Id: "n2", Cluster: "edge"}, typ: resourcev3.ClusterType, delta: true,
+		sub: stream.NewDeltaSubscription(nil, nil, held, true), dch: make(chan cachev3.DeltaResponse, 1), nonce: 1}
+	again.watch(nil)
+	again.mustNotTake("reconnect with current versions")
+}
+
+// TestUnsyncedKeyWaits: before the first Update nothing is answered; the
+// Update answers the waiting watch.
+func TestUnsyncedKeyWaits(t *testing.T) {
+	s := NewServer(ServerConfig{Logger: zerolog.Nop()})
+	s.sawNode("edge")
+	cl := newSotwClient(t, s.cache, "edge", resourcev3.ClusterType, nil)
+	cl.mustNotTake("before sync")
+	if _, err := s.Update(context.Background(), testOutput(t, []string{"api"}, 8080), resolveEdge); err != nil {
+		t.Fatal(err)
+	}
+	if g := cl.mustTake("after sync"); !slices.Equal(g.names, []string{"api"}) {
+		t.Errorf("after sync = %v", g.names)
+	}
+}

@@ -85,28 +85,38 @@ func BenchmarkBuildTranslate(b *testing.B) {
 // catalog update with one changed instance and the snapshot being set
 // (Build, Translate, Server.Update), with one snapshot key. Pushing to
 // proxies comes on top and scales with N (see bench/README.md).
+// translate is the pure Translate (every resource rebuilt, validated and
+// marshalled again); translator is the daemon's memoising Translator.
 func BenchmarkOneInstanceChange(b *testing.B) {
 	cats := []*consul.Catalog{benchCatalog(0), benchCatalog(1)}
 	pol := benchPolicy(b)
-	s := xds.NewServer(xds.ServerConfig{Logger: zerolog.Nop()})
 	resolve := func(nc string) string {
 		if p := pol.ProxyFor(nc); p != nil {
 			return p.Name
 		}
 		return ""
 	}
-	ctx := context.Background()
-	b.ReportAllocs()
-	i := 0
-	for b.Loop() {
-		i++
-		m, _ := bridge.Build(cats[i%2], pol)
-		out, err := xds.Translate(m)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if _, err := s.Update(ctx, out, resolve); err != nil {
-			b.Fatal(err)
-		}
+	for _, mode := range []string{"translate", "translator"} {
+		b.Run(mode, func(b *testing.B) {
+			s := xds.NewServer(xds.ServerConfig{Logger: zerolog.Nop()})
+			translate := xds.Translate
+			if mode == "translator" {
+				translate = xds.NewTranslator().Translate
+			}
+			ctx := context.Background()
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				i++
+				m, _ := bridge.Build(cats[i%2], pol)
+				out, err := translate(m)
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := s.Update(ctx, out, resolve); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

@@ -32,7 +32,7 @@ type Config struct {
 	Logger zerolog.Logger
 	// HoldOff is how long the daemon waits after a change for more changes
 	// before it builds; MaxDelay caps the total wait during a continuous
-	// burst. Defaults: 100ms and 1s.
+	// burst. Defaults: Settings.XDS.Debounce*, else 100ms and 1s.
 	HoldOff, MaxDelay time.Duration
 	// Query tunes Consul blocking queries; zero fields take defaults, and
 	// the datacenter, stale and wait time come from Settings.
@@ -118,6 +118,12 @@ type catalogView struct {
 // New returns a daemon; nothing runs until Run.
 func New(cfg Config) *Daemon {
 	if cfg.HoldOff <= 0 {
+		cfg.HoldOff = cfg.Settings.XDS.DebounceHoldOff
+	}
+	if cfg.MaxDelay <= 0 {
+		cfg.MaxDelay = cfg.Settings.XDS.DebounceMaxDelay
+	}
+	if cfg.HoldOff <= 0 {
 		cfg.HoldOff = 100 * time.Millisecond
 	}
 	if cfg.MaxDelay <= 0 {
@@ -127,15 +133,20 @@ func New(cfg Config) *Daemon {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
+	maxSyncs := cfg.Settings.XDS.MaxInitialSyncs
+	if maxSyncs == 0 {
+		maxSyncs = -1 // no bound
+	}
 	d := &Daemon{
 		reg: reg,
 		cfg: cfg,
 		log: cfg.Logger.With().Str("component", "bridge").Logger(),
 		xds: xds.NewServer(xds.ServerConfig{
-			Logger:         cfg.Logger,
-			Registerer:     reg,
-			TLS:            xds.TLSFiles(cfg.Settings.XDS.TLS),
-			AuthorizeNodes: cfg.Settings.XDS.AuthorizeNodes,
+			Logger:          cfg.Logger,
+			Registerer:      reg,
+			TLS:             xds.TLSFiles(cfg.Settings.XDS.TLS),
+			AuthorizeNodes:  cfg.Settings.XDS.AuthorizeNodes,
+			MaxInitialSyncs: maxSyncs,
 		}),
 		started:     make(chan struct{}),
 		reload:      make(chan struct{}, 1),
@@ -267,6 +278,9 @@ type loop struct {
 	pendingSince time.Time
 	timer        *time.Timer
 	lastWarnings []string
+	// translator remembers the last translation, so a change rebuilds
+	// only the resources it touches.
+	translator *xds.Translator
 }
 
 const pendingGrace = 2 * time.Second
@@ -360,7 +374,10 @@ func (l *loop) build(ctx context.Context) {
 	}
 	model, warnings := Build(cat, l.policy)
 	l.logNewWarnings(warnings)
-	out, err := xds.Translate(model)
+	if l.translator == nil {
+		l.translator = xds.NewTranslator()
+	}
+	out, err := l.translator.Translate(model)
 	l.d.metrics.translate.Observe(time.Since(start).Seconds())
 	if err != nil {
 		l.d.log.Error().Err(err).Msg("translation failed; keeping the last good snapshot")

@@ -205,3 +205,20 @@ func (m *Model) Cluster(name string) *Cluster {
 	}
 	return &m.Clusters[i]
 }
+
+// Equal reports whether c and o are the same cluster, endpoints included
+// (what the translator's memo needs to reuse c's resources for o).
+func (c *Cluster) Equal(o *Cluster) bool {
+	return c.SettingsEqual(o) && slices.Equal(c.Endpoints, o.Endpoints)
+}
+
+// SettingsEqual is Equal without the endpoints: whether c and o make the
+// same Envoy Cluster.
+func (c *Cluster) SettingsEqual(o *Cluster) bool {
+	return c.Name == o.Name && c.Service == o.Service && c.Subset == o.Subset &&
+		c.ConnectTimeout == o.ConnectTimeout && c.LBPolicy == o.LBPolicy && c.HTTP2 == o.HTTP2 &&
+		ptrEqual(c.CircuitBreaker, o.CircuitBreaker) && ptrEqual(c.OutlierDetection, o.OutlierDetection) &&
+		ptrEqual(c.HealthCheck, o.HealthCheck) && ptrEqual(c.TLS, o.TLS)
+}
+
+func ptrEqual[T comparable](a, b *T) bool { return a == b || (a != nil && b != nil && *a == *b) }

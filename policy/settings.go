@@ -40,6 +40,9 @@ type ConsulSettings struct {
 	// ReconnectHold is how long, after Consul answers again following an
 	// outage, health downgrades are held back (see README); 0 disables it.
 	ReconnectHold time.Duration
+	// MaxQueries bounds the Consul requests in flight at once (each
+	// watched service holds one blocking query); see README, Scaling.
+	MaxQueries int
 }
 
 // XDSSettings is the `xds` block.
@@ -52,6 +55,13 @@ type XDSSettings struct {
 	// AuthorizeNodes checks the node a client claims against its client
 	// certificate (see README); it needs mTLS.
 	AuthorizeNodes bool
+	// MaxInitialSyncs bounds how many proxies receive their initial state
+	// at once; 0 means no bound.
+	MaxInitialSyncs int
+	// DebounceHoldOff is how long a change waits for more before a push;
+	// DebounceMaxDelay caps that wait during a continuous stream of
+	// changes.
+	DebounceHoldOff, DebounceMaxDelay time.Duration
 }
 
 // TLSFiles names PEM files; they are re-read when they change on disk.
@@ -87,15 +97,24 @@ const (
 	// DefaultReconnectHold covers the first run of checks with the common
 	// 10s interval; measured by TestConsulServerRestart.
 	DefaultReconnectHold = 15 * time.Second
+	// DefaultMaxQueries leaves room under Consul's default
+	// limits.http_max_conns_per_client (200) for other local clients.
+	DefaultMaxQueries = 64
+	// DefaultMaxInitialSyncs keeps the server busy while bounding the
+	// memory of initial states queued at once (bench/README.md, S6).
+	DefaultMaxInitialSyncs = 100
+	DefaultDebounceHoldOff = 100 * time.Millisecond
+	DefaultDebounceMax     = time.Second
 )
 
 // DefaultSettings are what an empty configuration means.
 func DefaultSettings() Settings {
 	return Settings{
-		Consul: ConsulSettings{Stale: true, WaitTime: DefaultWaitTime, StaleAfter: DefaultStaleAfter, ReconnectHold: DefaultReconnectHold},
-		XDS:    XDSSettings{Listen: DefaultXDSListen},
-		Admin:  AdminSettings{Listen: DefaultAdminListen},
-		Log:    LogSettings{Level: "info", Format: "json"},
+		Consul: ConsulSettings{Stale: true, WaitTime: DefaultWaitTime, StaleAfter: DefaultStaleAfter, ReconnectHold: DefaultReconnectHold, MaxQueries: DefaultMaxQueries},
+		XDS: XDSSettings{Listen: DefaultXDSListen, MaxInitialSyncs: DefaultMaxInitialSyncs,
+			DebounceHoldOff: DefaultDebounceHoldOff, DebounceMaxDelay: DefaultDebounceMax},
+		Admin: AdminSettings{Listen: DefaultAdminListen},
+		Log:   LogSettings{Level: "info", Format: "json"},
 	}
 }
 
@@ -110,15 +129,20 @@ type consulBlock struct {
 	WaitTime      hcl.Expression `hcl:"wait_time,optional"`
 	StaleAfter    hcl.Expression `hcl:"stale_after,optional"`
 	ReconnectHold hcl.Expression `hcl:"reconnect_hold,optional"`
+	MaxQueries    *int           `hcl:"max_queries,optional"`
+	Body          hcl.Body       `hcl:",body"`
 	DefRange      hcl.Range      `hcl:",def_range"`
 }
 
 type xdsBlock struct {
-	Listen         *string   `hcl:"listen,optional"`
-	TLS            *tlsFiles `hcl:"tls,block"`
-	AuthorizeNodes *bool     `hcl:"authorize_nodes,optional"`
-	Body           hcl.Body  `hcl:",body"`
-	DefRange       hcl.Range `hcl:",def_range"`
+	Listen         *string        `hcl:"listen,optional"`
+	TLS            *tlsFiles      `hcl:"tls,block"`
+	AuthorizeNodes *bool          `hcl:"authorize_nodes,optional"`
+	MaxInitial     *int           `hcl:"max_initial_syncs,optional"`
+	HoldOff        hcl.Expression `hcl:"debounce_hold_off,optional"`
+	MaxDelay       hcl.Expression `hcl:"debounce_max_delay,optional"`
+	Body           hcl.Body       `hcl:",body"`
+	DefRange       hcl.Range      `hcl:",def_range"`
 }
 
 type tlsFiles struct {
@@ -155,6 +179,15 @@ func (b *consulBlock) apply(s *ConsulSettings) hcl.Diagnostics {
 	if s.ReconnectHold < 0 {
 		s.ReconnectHold = 0 // "0s": off
 	}
+	set(&s.MaxQueries, b.MaxQueries)
+	if s.MaxQueries < 2 || s.MaxQueries > 1000 {
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Invalid max_queries",
+			Detail:   fmt.Sprintf("max_queries is how many Consul requests may be in flight at once; %d is outside 2..1000. Keep it below the agent's limits.http_max_conns_per_client (200 by default) minus what other local clients use.", s.MaxQueries),
+			Subject:  valueRange(b.Body, "max_queries", b.DefRange).Ptr(),
+		})
+	}
 	if s.WaitTime > 10*time.Minute {
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagError,
@@ -169,7 +202,26 @@ func (b *consulBlock) apply(s *ConsulSettings) hcl.Diagnostics {
 func (b *xdsBlock) apply(s *XDSSettings) hcl.Diagnostics {
 	set(&s.Listen, b.Listen)
 	set(&s.AuthorizeNodes, b.AuthorizeNodes)
+	set(&s.MaxInitialSyncs, b.MaxInitial)
 	diags := checkListen("xds", s.Listen, valueRange(b.Body, "listen", b.DefRange))
+	if s.MaxInitialSyncs < 0 {
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "Invalid max_initial_syncs",
+			Detail:   "max_initial_syncs is how many proxies may receive their initial state at once; use a positive number, or 0 for no bound.",
+			Subject:  valueRange(b.Body, "max_initial_syncs", b.DefRange).Ptr(),
+		})
+	}
+	diags = append(diags, durationAttr(b.HoldOff, &s.DebounceHoldOff)...)
+	diags = append(diags, durationAttr(b.MaxDelay, &s.DebounceMaxDelay)...)
+	if s.DebounceMaxDelay < s.DebounceHoldOff {
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "debounce_max_delay shorter than debounce_hold_off",
+			Detail:   fmt.Sprintf("debounce_max_delay (%s) caps the wait during a continuous stream of changes, so it must be at least debounce_hold_off (%s).", s.DebounceMaxDelay, s.DebounceHoldOff),
+			Subject:  valueRange(b.Body, "debounce_max_delay", b.DefRange).Ptr(),
+		})
+	}
 	if t := b.TLS; t != nil {
 		set(&s.TLS.CertFile, t.CertFile)
 		set(&s.TLS.KeyFile, t.KeyFile)

@@ -32,6 +32,9 @@ log { level = "debug" }
 	if s.Log.Level != "debug" || s.Log.Format != "json" {
 		t.Fatalf("log settings: %+v", s.Log)
 	}
+	if s.XDS.MaxInitialSyncs != DefaultMaxInitialSyncs || s.Consul.MaxQueries != DefaultMaxQueries || s.XDS.DebounceHoldOff != DefaultDebounceHoldOff || s.XDS.DebounceMaxDelay != DefaultDebounceMax {
+		t.Fatalf("scaling defaults lost: %+v %+v", s.XDS, s.Consul)
+	}
 	if s.XDS.Listen != DefaultXDSListen || s.Admin.Listen != DefaultAdminListen {
 		t.Fatalf("defaults lost: %+v %+v", s.XDS, s.Admin)
 	}
@@ -49,6 +52,18 @@ func TestSettingsDiagnostics(t *testing.T) {
 		"wait time above consul's cap": {
 			files: map[string]string{"a.hcl": "consul {\n  wait_time = \"11m\"\n}\n"},
 			want:  `a.hcl:2:15: Invalid wait_time`,
+		},
+		"max_queries too high": {
+			files: map[string]string{"a.hcl": "consul {\n  max_queries = 5000\n}\n"},
+			want:  `a.hcl:2:17: Invalid max_queries`,
+		},
+		"negative max_initial_syncs": {
+			files: map[string]string{"a.hcl": "xds {\n  max_initial_syncs = -1\n}\n"},
+			want:  `a.hcl:2:23: Invalid max_initial_syncs`,
+		},
+		"debounce max below hold-off": {
+			files: map[string]string{"a.hcl": "xds {\n  debounce_hold_off = \"2s\"\n}\n"},
+			want:  `a.hcl:1:1: debounce_max_delay shorter than debounce_hold_off`,
 		},
 		"unknown attribute": {
 			files: map[string]string{"a.hcl": "consul {\n  adress = \"x\"\n}\n"},

@@ -21,7 +21,8 @@ type callbacks struct {
 	tracker *tracker
 	metrics *metrics
 	// sawNode is told the node.cluster of every new stream.
-	sawNode func(nodeCluster string)
+	sawNode   func(nodeCluster string)
+	admission *admission
 }
 
 // streamKey identifies a stream: go-control-plane numbers SotW and delta
@@ -33,20 +34,28 @@ type streamKey struct {
 
 var _ serverv3.Callbacks = (*callbacks)(nil)
 
-func newCallbacks(log zerolog.Logger, t *tracker, m *metrics, sawNode func(string)) *callbacks {
-	return &callbacks{log: log, tracker: t, metrics: m, sawNode: sawNode}
+func newCallbacks(log zerolog.Logger, t *tracker, m *metrics, sawNode func(string), a *admission) *callbacks {
+	return &callbacks{log: log, tracker: t, metrics: m, sawNode: sawNode, admission: a}
 }
 
-func (c *callbacks) open(ctx context.Context, key streamKey, typeURL string) {
+// open registers a stream once it has an initial-sync slot; until then
+// its requests are not read.
+func (c *callbacks) open(ctx context.Context, key streamKey, typeURL string) error {
 	var remote net.Addr
 	if p, ok := peer.FromContext(ctx); ok {
 		remote = p.Addr
 	}
+	if err := c.admission.admit(ctx, key); err != nil {
+		c.log.Debug().Stringer("stream", key).Stringer("remote", remote).Msg("stream ended while waiting for an initial-sync slot")
+		return err
+	}
 	c.tracker.open(key, typeURL, remote)
 	c.log.Debug().Stringer("stream", key).Str("kind", streamKind(key.delta, typeURL)).Stringer("remote", remote).Msg("stream opened")
+	return nil
 }
 
 func (c *callbacks) closed(key streamKey) {
+	c.admission.release(key)
 	st := c.tracker.close(key)
 	if st == nil || st.node == nil {
 		c.log.Debug().Stringer("stream", key).Msg("stream closed before any request")
@@ -82,6 +91,9 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 		c.log.Debug().Stringer("stream", key).Str("node", node.GetId()).Str("type", typeURL).
 			Str("nonce", nonce).Bool("nack", errDetail != "").Msg("ignoring request with a stale nonce")
 	}
+	if (r.kind == reqACK || r.kind == reqNACK) && c.admission.holds(key) && c.tracker.initialSyncDone(key) {
+		c.admission.release(key)
+	}
 }
 
 func (c *callbacks) response(key streamKey, typeURL, version, nonce string, resources, removed int) {
@@ -99,8 +111,7 @@ func (c *callbacks) response(key streamKey, typeURL, version, nonce string, reso
 }
 
 func (c *callbacks) OnStreamOpen(ctx context.Context, id int64, typeURL string) error {
-	c.open(ctx, streamKey{id: id}, typeURL)
-	return nil
+	return c.open(ctx, streamKey{id: id}, typeURL)
 }
 
 func (c *callbacks) OnStreamClosed(id int64, _ *corev3.Node) {
@@ -117,8 +128,7 @@ func (c *callbacks) OnStreamResponse(_ context.Context, id int64, _ *discoveryv3
 }
 
 func (c *callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
-	c.open(ctx, streamKey{delta: true, id: id}, typeURL)
-	return nil
+	return c.open(ctx, streamKey{delta: true, id: id}, typeURL)
 }
 
 func (c *callbacks) OnDeltaStreamClosed(id int64, _ *corev3.Node) {

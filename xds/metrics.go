@@ -15,7 +15,7 @@ import (
 // it is bounded by the proxy groups actually deployed (not by proxies);
 // a client can still make up values, which only costs series while its
 // stream is open, as a group's series is deleted with its last stream. kind has at most 10 values (ADS, per-type, x delta) and
-// type is the short name of a type the bridge serves (CDS, EDS, LDS, RDS),
+// type is the short name of a type the bridge serves (CDS, EDS, LDS, RDS, SDS),
 // as only responses we sent are counted.
 type metrics struct {
 	connected     *prometheus.GaugeVec
@@ -24,6 +24,9 @@ type metrics struct {
 	nacks         *prometheus.CounterVec
 	resources     *prometheus.GaugeVec
 	updateSeconds prometheus.Histogram
+	// admission control (admission.go)
+	admissionWaiting prometheus.Gauge
+	admissionSyncing prometheus.Gauge
 
 	mu        sync.Mutex
 	connCount map[[2]string]int // group, kind -> open streams
@@ -57,8 +60,18 @@ func newMetrics(reg prometheus.Registerer, log zerolog.Logger) *metrics {
 			Help:    "Time spent installing a translation into the snapshot cache (hashing, consistency checks, SetSnapshot for every node.cluster).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10), // 0.5ms .. ~131s
 		}),
+		admissionWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "consul_xds_bridge_initial_syncs_waiting",
+			Help: "New xDS streams waiting for an initial-sync slot (xds.max_initial_syncs).",
+		}),
+		admissionSyncing: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "consul_xds_bridge_initial_syncs_in_progress",
+			Help: "xDS streams holding an initial-sync slot: connected, full state not yet acknowledged.",
+		}),
 	}
 	m.connected = register(reg, log, m.connected)
+	m.admissionWaiting = register(reg, log, m.admissionWaiting)
+	m.admissionSyncing = register(reg, log, m.admissionSyncing)
 	m.pushes = register(reg, log, m.pushes)
 	m.acks = register(reg, log, m.acks)
 	m.nacks = register(reg, log, m.nacks)

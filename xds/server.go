@@ -49,7 +49,14 @@ type ServerConfig struct {
 	// AuthorizeNodes refuses clients whose certificate does not name the
 	// node they claim (see authorized); it needs TLS.ClientCAFile.
 	AuthorizeNodes bool
+	// MaxInitialSyncs bounds how many streams receive their initial state
+	// at once (admission.go). 0 means DefaultMaxInitialSyncs, negative
+	// means no bound.
+	MaxInitialSyncs int
 }
+
+// DefaultMaxInitialSyncs is ServerConfig.MaxInitialSyncs's default.
+const DefaultMaxInitialSyncs = 100
 
 // Server serves the translation over ADS (and the per-type SotW and delta
 // services) from serveCache (cache.go).
@@ -105,7 +112,10 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	s.tracker = newTracker()
 	s.metrics = newMetrics(cfg.Registerer, log)
-	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode)
+	if cfg.MaxInitialSyncs == 0 {
+		cfg.MaxInitialSyncs = DefaultMaxInitialSyncs
+	}
+	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode, newAdmission(cfg.MaxInitialSyncs, s.metrics))
 	s.health = newHealthService()
 	return s
 }

@@ -6,6 +6,8 @@ package xds
 import (
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -76,20 +78,69 @@ type Output struct {
 // Translate builds the xDS resources for a model. It is pure. A resource
 // that fails Envoy's own validation (ValidateAll) is an error: the caller
 // must keep serving what it had rather than push something Envoy rejects.
-func Translate(m *ir.Model) (*Output, error) {
+func Translate(m *ir.Model) (*Output, error) { return NewTranslator().Translate(m) }
+
+// Translator is Translate with a memory of its last output: a cluster or
+// listener equal to last time's gets last time's resources (the same
+// objects, already validated), so a change to one service rebuilds one
+// cluster and its endpoints, not the world, and the serving cache finds
+// the unchanged resources by identity without marshalling them again.
+// The result is what Translate returns. Models must not be modified
+// after they are translated. Not safe for concurrent use.
+type Translator struct {
+	clusters  map[string]memoCluster
+	listeners map[string]memoListener // group name + "/" + listener name
+}
+
+type memoCluster struct {
+	in       ir.Cluster
+	cluster  *clusterv3.Cluster
+	endpoint *endpointv3.ClusterLoadAssignment
+}
+
+type memoListener struct {
+	in       ir.Listener
+	listener *listenerv3.Listener
+	route    *routev3.RouteConfiguration // nil for tcp
+}
+
+// NewTranslator returns a Translator with an empty memory.
+func NewTranslator() *Translator { return &Translator{} }
+
+// Translate is the package's Translate, reusing what did not change since
+// the last successful call.
+func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 	if err := m.Validate(); err != nil {
 		return nil, fmt.Errorf("model: %w", err)
 	}
+	clusters := make(map[string]memoCluster, len(m.Clusters))
+	listeners := map[string]memoListener{}
 	out := &Output{Shared: &Resources{}, Groups: map[string]*Resources{}}
+	fresh := &Resources{} // built this time: validated below
 	for i := range m.Clusters {
 		c := &m.Clusters[i]
-		out.Shared.Clusters = append(out.Shared.Clusters, buildCluster(c))
-		out.Shared.Endpoints = append(out.Shared.Endpoints, buildLoadAssignment(c))
+		mc, ok := t.clusters[c.Name]
+		if !ok || !mc.in.SettingsEqual(c) {
+			mc.cluster = buildCluster(c)
+			fresh.Clusters = append(fresh.Clusters, mc.cluster)
+		}
+		eps := mc.in.Endpoints
+		if !ok || !slices.Equal(eps, c.Endpoints) {
+			mc.endpoint = buildLoadAssignment(c)
+			fresh.Endpoints = append(fresh.Endpoints, mc.endpoint)
+			eps = slices.Clone(c.Endpoints)
+		}
+		mc.in = *c
+		mc.in.Endpoints = eps
+		clusters[c.Name] = mc
+		out.Shared.Clusters = append(out.Shared.Clusters, mc.cluster)
+		out.Shared.Endpoints = append(out.Shared.Endpoints, mc.endpoint)
 	}
 	for i := range m.Secrets {
 		out.Shared.Secrets = append(out.Shared.Secrets, buildSecret(&m.Secrets[i]))
 	}
-	errs := []error{validateAll(out.Shared)}
+	fresh.Secrets = out.Shared.Secrets
+	errs := []error{validateAll(fresh)}
 	var err error
 	if out.Proxyless, err = translateProxyless(m.Proxyless); err != nil {
 		errs = append(errs, err)
@@ -100,21 +151,35 @@ func Translate(m *ir.Model) (*Output, error) {
 			out.Groups[g.Name] = out.Proxyless
 			continue
 		}
-		r := &Resources{}
+		r, fresh := &Resources{}, &Resources{}
 		for j := range g.Listeners {
 			l := &g.Listeners[j]
 			if err := unsupported(l); err != nil {
 				errs = append(errs, fmt.Errorf("proxy group %q: %w", g.Name, err))
 			}
-			r.Listeners = append(r.Listeners, buildListener(l))
-			if l.Protocol != "tcp" {
-				r.Routes = append(r.Routes, buildRouteConfig(l, false))
+			key := g.Name + "/" + l.Name
+			ml, ok := t.listeners[key]
+			if !ok || !reflect.DeepEqual(&ml.in, l) {
+				ml = memoListener{in: *l, listener: buildListener(l)}
+				if l.Protocol != "tcp" {
+					ml.route = buildRouteConfig(l, false)
+				}
+				fresh.Listeners = append(fresh.Listeners, ml.listener)
+				if ml.route != nil {
+					fresh.Routes = append(fresh.Routes, ml.route)
+				}
+			}
+			listeners[key] = ml
+			r.Listeners = append(r.Listeners, ml.listener)
+			if ml.route != nil {
+				r.Routes = append(r.Routes, ml.route)
 			}
 		}
 		for j := range g.Secrets {
 			r.Secrets = append(r.Secrets, buildSecret(&g.Secrets[j]))
 		}
-		if err := validateAll(r); err != nil {
+		fresh.Secrets = r.Secrets
+		if err := validateAll(fresh); err != nil {
 			errs = append(errs, fmt.Errorf("proxy group %q: %w", g.Name, err))
 		}
 		out.Groups[g.Name] = r
@@ -122,6 +187,7 @@ func Translate(m *ir.Model) (*Output, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	t.clusters, t.listeners = clusters, listeners
 	return out, nil
 }
 

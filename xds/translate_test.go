@@ -70,11 +70,25 @@ func translate(t *testing.T, m *ir.Model) *xds.Output {
 // checked on the same worlds the goldens record.
 func goldenOutputs(t *testing.T) map[string]*xds.Output {
 	t.Helper()
+	outs := map[string]*xds.Output{}
+	for name, model := range goldenModels(t) {
+		out, err := xds.Translate(model)
+		if err != nil {
+			t.Fatalf("%s: Translate: %v", name, err)
+		}
+		outs[name] = out
+	}
+	return outs
+}
+
+// goldenModels builds the model of every golden case.
+func goldenModels(t *testing.T) map[string]*ir.Model {
+	t.Helper()
 	paths, err := filepath.Glob("testdata/*/catalog.json")
 	if err != nil || len(paths) == 0 {
 		t.Fatalf("no golden cases: %v", err)
 	}
-	outs := map[string]*xds.Output{}
+	models := map[string]*ir.Model{}
 	for _, p := range paths {
 		dir := filepath.Dir(p)
 		f, err := os.Open(p)
@@ -102,13 +116,65 @@ func goldenOutputs(t *testing.T) map[string]*xds.Output {
 			}
 		}
 		model, _ := bridge.Build(cat, pol)
-		out, err := xds.Translate(model)
-		if err != nil {
-			t.Fatalf("%s: Translate: %v", dir, err)
-		}
-		outs[filepath.Base(dir)] = out
+		models[filepath.Base(dir)] = model
 	}
-	return outs
+	return models
+}
+
+// TestTranslatorMatchesTranslate: one Translator taken through every
+// golden world in turn, twice (each step a different world), returns
+// exactly what the pure Translate returns for each.
+func TestTranslatorMatchesTranslate(t *testing.T) {
+	models := goldenModels(t)
+	names := slices.Sorted(maps.Keys(models))
+	tr := xds.NewTranslator()
+	for _, name := range append(names, names...) {
+		got, err := tr.Translate(models[name])
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		want := translate(t, models[name])
+		if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+			t.Fatalf("%s: Translator differs from Translate (-want +got):\n%s", name, diff)
+		}
+	}
+}
+
+// TestTranslatorReusesUnchanged: after one endpoint changes, only that
+// cluster's ClusterLoadAssignment is a new object; every other resource is
+// the one translated before.
+func TestTranslatorReusesUnchanged(t *testing.T) {
+	model := func(port uint16) *ir.Model {
+		b := ep("10.0.0.2", 0, "dc1")
+		b.Port = uint32(port)
+		return &ir.Model{
+			Clusters: []ir.Cluster{cluster("a", ep("10.0.0.1", 0, "dc1")), cluster("b", b), cluster("c", ep("10.0.0.3", 0, "dc1"))},
+			Groups:   []ir.Group{{Name: "edge", Listeners: []ir.Listener{httpListener("edge.http", routeTo("/", ir.WeightedCluster{Name: "a", Weight: 1}))}}},
+		}
+	}
+	tr := xds.NewTranslator()
+	first, err := tr.Translate(model(8080))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := tr.Translate(model(9090))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 3 {
+		if first.Shared.Clusters[i] != second.Shared.Clusters[i] {
+			t.Errorf("cluster %d rebuilt", i)
+		}
+		if changed := first.Shared.Endpoints[i] != second.Shared.Endpoints[i]; changed != (i == 1) {
+			t.Errorf("endpoints %d: rebuilt = %v, want %v", i, changed, i == 1)
+		}
+	}
+	if first.Groups["edge"].Listeners[0] != second.Groups["edge"].Listeners[0] || first.Groups["edge"].Routes[0] != second.Groups["edge"].Routes[0] {
+		t.Error("unchanged listener or route rebuilt")
+	}
+	if got := second.Shared.Endpoints[1].GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().GetPortValue(); got != 9090 {
+		t.Errorf("changed endpoint port = %d, want 9090", got)
+	}
 }
 
 func hcmOf(t *testing.T, l *listenerv3.Listener) *hcmv3.HttpConnectionManager {

@@ -1,0 +1,118 @@
+package xds
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+)
+
+// Admission control for initial syncs.
+//
+// A proxy's first sync is the expensive part of its life: every cluster,
+// endpoint, listener and route at once, where later updates are one
+// resource. When thousands of proxies connect together (a bridge restart,
+// a network blip, a fleet rollout), answering them all at once queues
+// every first response in gRPC's send buffers together: memory grows with
+// N times the full state, flow control stretches every sync, and the last
+// proxies wait minutes or time out. Instead, at most `limit` streams sync
+// at once; the others wait, unanswered, before their first request is
+// read, and go as soon as a slot frees. Throughput is the same, memory is
+// bounded by limit times the full state, and each proxy's wait is short
+// and ordered by arrival.
+//
+// A stream holds its slot until it has acknowledged (or rejected) what it
+// was sent of clusters and listeners, with no response outstanding: then
+// its state is complete (Envoy asks for clusters, their endpoints,
+// listeners, then their routes; gRPC the reverse, and its routes are small
+// anyway). A stream that closes frees its slot; one that never completes
+// (a stuck client) frees it after admissionHold.
+
+// admissionHold bounds how long one stream may hold a slot.
+const admissionHold = 20 * time.Second
+
+type admission struct {
+	slots chan struct{} // nil: unlimited
+	m     *metrics
+
+	mu   sync.Mutex
+	held map[streamKey]*time.Timer
+}
+
+func newAdmission(limit int, m *metrics) *admission {
+	a := &admission{m: m, held: map[streamKey]*time.Timer{}}
+	if limit > 0 {
+		a.slots = make(chan struct{}, limit)
+	}
+	return a
+}
+
+// admit waits for a slot for key; an error means ctx ended first.
+func (a *admission) admit(ctx context.Context, key streamKey) error {
+	if a.slots == nil {
+		return nil
+	}
+	select {
+	case a.slots <- struct{}{}:
+	default:
+		a.m.admissionWaiting.Inc()
+		defer a.m.admissionWaiting.Dec()
+		select {
+		case a.slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	a.mu.Lock()
+	a.held[key] = time.AfterFunc(admissionHold, func() { a.release(key) })
+	a.mu.Unlock()
+	a.m.admissionSyncing.Inc()
+	return nil
+}
+
+// holds reports whether key holds a slot.
+func (a *admission) holds(key streamKey) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.held[key]
+	return ok
+}
+
+// release frees key's slot, if it holds one.
+func (a *admission) release(key streamKey) {
+	a.mu.Lock()
+	t, ok := a.held[key]
+	delete(a.held, key)
+	a.mu.Unlock()
+	if !ok {
+		return
+	}
+	t.Stop()
+	<-a.slots
+	a.m.admissionSyncing.Dec()
+}
+
+// initialSyncDone reports whether a stream's state is complete (see
+// above): on an ADS stream, clusters and listeners answered, everything
+// sent answered; on a per-type stream, everything sent answered.
+func (t *tracker) initialSyncDone(key streamKey) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	st := t.streams[key]
+	if st == nil {
+		return false
+	}
+	answered := func(ts *typeState) bool {
+		return ts != nil && ts.sentNonce != "" && (ts.ackedNonce == ts.sentNonce || ts.nackedNonce == ts.sentNonce)
+	}
+	for _, ts := range st.types {
+		if ts.sentNonce != "" && !answered(ts) {
+			return false
+		}
+	}
+	if st.typeURL != "" {
+		return answered(st.types[st.typeURL])
+	}
+	return answered(st.types[resourcev3.ClusterType]) && answered(st.types[resourcev3.ListenerType])
+}

@@ -1,0 +1,99 @@
+package xds
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
+)
+
+// TestAdmissionBoundsInitialSyncs: with one initial-sync slot, a second
+// proxy is not answered while the first has not acknowledged its state,
+// and is as soon as the first finishes (ACKs clusters and listeners) or
+// goes away.
+func TestAdmissionBoundsInitialSyncs(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := startServer(t, ServerConfig{MaxInitialSyncs: 1, Registerer: reg})
+	s.update(t, testOutput(t, []string{"api"}, 8080))
+	gauge := func(name string) float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				return mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		return -1
+	}
+
+	// A raw stream takes the slot: it asks for clusters and never ACKs.
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(grpcConn(t, s.addr)).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &corev3.Node{Id: "holder", Cluster: "edge"}
+	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := ads.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	waiter := dial(t, s, adsclient.Config{NodeID: "waiter", Cluster: "edge", Mode: adsclient.SotW})
+	eventually(t, "the second stream to wait", func() bool { return gauge("consul_xds_bridge_initial_syncs_waiting") == 1 },
+		func() string { return "waiting gauge not 1" })
+	time.Sleep(200 * time.Millisecond)
+	if n := len(waiter.Responses()); n != 0 {
+		t.Fatalf("waiting proxy got %d responses while the slot was held", n)
+	}
+	if got := testutil.ToFloat64(s.metrics.admissionSyncing); got != 1 {
+		t.Errorf("syncing = %v, want 1", got)
+	}
+
+	// The holder finishes: ACKs clusters, gets and ACKs listeners.
+	ack := func(typeURL string, resp *discoveryv3.DiscoveryResponse) {
+		t.Helper()
+		if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeURL, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ack(resourcev3.ClusterType, first)
+	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ListenerType}); err != nil {
+		t.Fatal(err)
+	}
+	lds, err := ads.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lds.GetTypeUrl() != resourcev3.ListenerType {
+		t.Fatalf("got %s, want listeners", lds.GetTypeUrl())
+	}
+	ack(resourcev3.ListenerType, lds)
+
+	if _, err := waiter.Wait(waitCtx(t), func(st adsclient.State) bool { return len(st.ListenerNames()) == 1 }); err != nil {
+		t.Fatalf("waiting proxy never synced after the slot freed: %v", err)
+	}
+
+	// A third proxy waits behind the second until the second is done; a
+	// stream that closes while waiting frees nothing it never held.
+	if got := gauge("consul_xds_bridge_initial_syncs_waiting"); got != 0 {
+		t.Errorf("waiting = %v after both synced, want 0", got)
+	}
+	cancel()
+	third := dial(t, s, adsclient.Config{NodeID: "third", Cluster: "edge", Mode: adsclient.Delta})
+	if _, err := third.Wait(waitCtx(t), func(st adsclient.State) bool { return len(st.ListenerNames()) == 1 }); err != nil {
+		t.Fatalf("third proxy never synced: %v", err)
+	}
+}

@@ -99,7 +99,7 @@ const (
 	DefaultReconnectHold = 15 * time.Second
 	// DefaultMaxQueries leaves room under Consul's default
 	// limits.http_max_conns_per_client (200) for other local clients.
-	DefaultMaxQueries = 64
+	DefaultMaxQueries = 128
 	// DefaultMaxInitialSyncs keeps the server busy while bounding the
 	// memory of initial states queued at once (bench/README.md, S6).
 	DefaultMaxInitialSyncs = 100

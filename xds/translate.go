@@ -90,6 +90,9 @@ func Translate(m *ir.Model) (*Output, error) { return NewTranslator().Translate(
 type Translator struct {
 	clusters  map[string]memoCluster
 	listeners map[string]memoListener // group name + "/" + listener name
+	// proxyless is the last proxyless model and its resources.
+	proxylessIn  []ir.Listener
+	proxylessOut *Resources
 }
 
 type memoCluster struct {
@@ -141,9 +144,13 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 	}
 	fresh.Secrets = out.Shared.Secrets
 	errs := []error{validateAll(fresh)}
-	var err error
-	if out.Proxyless, err = translateProxyless(m.Proxyless); err != nil {
-		errs = append(errs, err)
+	if t.proxylessOut != nil && reflect.DeepEqual(t.proxylessIn, m.Proxyless) {
+		out.Proxyless = t.proxylessOut
+	} else {
+		var err error
+		if out.Proxyless, err = translateProxyless(m.Proxyless); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for i := range m.Groups {
 		g := &m.Groups[i]
@@ -188,6 +195,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 		return nil, err
 	}
 	t.clusters, t.listeners = clusters, listeners
+	t.proxylessIn, t.proxylessOut = m.Proxyless, out.Proxyless
 	return out, nil
 }
 

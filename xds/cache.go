@@ -278,7 +278,7 @@ func (c *serveCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription,
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := c.keyLocked(key)
-	w := &sotwWatch{req: req, sub: sub, ch: ch}
+	w := &sotwWatch{req: trimRequest(req), sub: sub, ch: ch}
 	if k.sets != nil {
 		ts := setOf(k.sets, typ)
 		if resp := sotwAnswer(req, sub, ts, nil); resp != nil {
@@ -304,7 +304,7 @@ func (c *serveCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := c.keyLocked(key)
-	w := &deltaWatch{req: req, sub: sub, ch: ch}
+	w := &deltaWatch{req: trimDeltaRequest(req), sub: sub, ch: ch}
 	if k.sets != nil {
 		ts := setOf(k.sets, typ)
 		if resp := deltaAnswer(req, sub, ts, nil); resp != nil {
@@ -322,6 +322,18 @@ func (c *serveCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 		delete(k.delta[typ], w)
 		c.mu.Unlock()
 	}, nil
+}
+
+// trimRequest is what a watch keeps of its request: the server reads the
+// type back from the response, and the subscription already holds the
+// names. An edge proxy's request names every cluster; keeping thousands of
+// them per waiting stream would double its memory.
+func trimRequest(r *cachev3.Request) *cachev3.Request {
+	return &discoveryv3.DiscoveryRequest{Node: r.GetNode(), TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetResponseNonce()}
+}
+
+func trimDeltaRequest(r *cachev3.DeltaRequest) *cachev3.DeltaRequest {
+	return &discoveryv3.DeltaDiscoveryRequest{Node: r.GetNode(), TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetResponseNonce()}
 }
 
 // Fetch is the REST transport, which the bridge does not serve.

@@ -185,10 +185,18 @@ func (d *Daemon) Reload() {
 // Run serves until ctx ends or a server fails.
 func (d *Daemon) Run(ctx context.Context) error {
 	s := d.cfg.Settings
+	maxQueries := s.Consul.MaxQueries
+	if maxQueries <= 0 {
+		maxQueries = policy.DefaultMaxQueries
+	}
 	client, err := consul.NewClient(consul.ClientConfig{
 		Address:    s.Consul.Address,
 		Datacenter: s.Consul.Datacenter,
 		TokenFile:  s.Consul.TokenFile,
+		// The watcher's queries, the KV watch and a little slack: the
+		// watcher never has more than maxQueries requests in flight, so
+		// none of them ever waits for a connection inside the transport.
+		MaxConns: maxQueries + 4,
 	})
 	if err != nil {
 		return err
@@ -209,12 +217,15 @@ func (d *Daemon) Run(ctx context.Context) error {
 	q.Datacenter, q.Stale, q.WaitTime = s.Consul.Datacenter, s.Consul.Stale, s.Consul.WaitTime
 	consulLog := d.cfg.Logger.With().Str("component", "consul").Logger()
 	watcher := consul.NewWatcher(consul.Config{
-		Client:  client,
-		Query:   q,
-		Targets: WatchTargets(d.cfg.Policy),
-		Logger:  consulLog,
-		OnQuery: d.consulQuery,
+		Client:     client,
+		Query:      q,
+		Targets:    WatchTargets(d.cfg.Policy),
+		Logger:     consulLog,
+		OnQuery:    d.consulQuery,
+		MaxQueries: maxQueries,
 	})
+	stats := watcher.QueryStats
+	d.metrics.queryStats.Store(&stats)
 	var kv *consul.KVWatcher
 	if s.Consul.KVPrefix != "" {
 		kv = consul.NewKVWatcher(consul.KVConfig{Client: client, Prefix: s.Consul.KVPrefix, Query: q, Logger: consulLog, OnQuery: d.consulQuery})

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,8 @@ type metrics struct {
 	changeToPush   prometheus.Histogram
 	builds         prometheus.Counter
 	consulUp       prometheus.Gauge
+	// queryStats is the Consul watcher's QueryStats, once it runs.
+	queryStats atomic.Pointer[func() (slots, inUse, waiting int)]
 }
 
 func newMetrics(reg prometheus.Registerer, notReady func() string) *metrics {
@@ -64,6 +67,15 @@ func newMetrics(reg prometheus.Registerer, notReady func() string) *metrics {
 	// the first failure.
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("failed")
+	queryGauge := func(name, help string, pick func(slots, inUse, waiting int) int) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
+			f := m.queryStats.Load()
+			if f == nil {
+				return 0
+			}
+			return float64(pick((*f)()))
+		})
+	}
 	reg.MustRegister(m.consulRequests, m.consulErrors, m.consulLatency, m.reloads, m.translate,
 		m.changeToPush, m.builds, m.consulUp,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
@@ -75,6 +87,12 @@ func newMetrics(reg prometheus.Registerer, notReady func() string) *metrics {
 			}
 			return 0
 		}),
+		queryGauge("consul_xds_bridge_consul_query_slots", "Consul requests the bridge allows in flight at once (consul.max_queries).",
+			func(slots, _, _ int) int { return slots }),
+		queryGauge("consul_xds_bridge_consul_queries_in_flight", "Consul requests in flight (each watched service holds a blocking query).",
+			func(_, inUse, _ int) int { return inUse }),
+		queryGauge("consul_xds_bridge_consul_queries_waiting", "Watches waiting for a free query slot: above 0 for long, more services are watched than consul.max_queries allows at once (see README, Scaling).",
+			func(_, _, waiting int) int { return waiting }),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -14,10 +14,12 @@ type ClientConfig struct {
 	Datacenter string
 	// TokenFile holds the ACL token; it is read by the client, never logged.
 	TokenFile string
-	// MaxConns caps connections to the agent. Every watched service holds
-	// one blocking query, so this is also the ceiling on concurrent watches
-	// before queries queue; keep it under the agent's http_max_conns_per_client
-	// (200 by default).
+	// MaxConns caps connections to the agent; zero means 100. Keep it under
+	// the agent's limits.http_max_conns_per_client (200 by default, shared
+	// with every other client on the host), or the agent answers 429. A
+	// Watcher's Config.MaxQueries must stay below it: a request the
+	// transport has to queue for a connection is already running its
+	// timeout.
 	MaxConns int
 }
 
@@ -36,11 +38,11 @@ func NewClient(c ClientConfig) (*api.Client, error) {
 	}
 	maxConns := c.MaxConns
 	if maxConns <= 0 {
-		maxConns = 150
+		maxConns = 100
 	}
 	// The default pooled transport keeps only GOMAXPROCS+1 idle connections
-	// per host, so with one long poll per service most connections would be
-	// torn down and re-dialled after every response.
+	// per host, so with dozens of long polls taking turns most connections
+	// would be torn down and re-dialled after every response.
 	if cfg.Transport != nil {
 		cfg.Transport.MaxIdleConnsPerHost = maxConns
 		cfg.Transport.MaxConnsPerHost = maxConns

@@ -43,11 +43,11 @@ func (o QueryOptions) withDefaults() QueryOptions {
 	return o
 }
 
-// requestTimeout bounds one HTTP call: Consul adds up to WaitTime/16 of
-// jitter to a blocking query, and a frozen agent must still surface as an
-// error eventually rather than hang the view forever.
-func (o QueryOptions) requestTimeout() time.Duration {
-	return o.WaitTime + o.WaitTime/16 + 10*time.Second
+// requestTimeout bounds one HTTP call that blocks for up to wait: Consul
+// adds up to wait/16 of jitter to a blocking query, and a frozen agent must
+// still surface as an error eventually rather than hang the view forever.
+func requestTimeout(wait time.Duration) time.Duration {
+	return wait + wait/16 + 10*time.Second
 }
 
 // fetchFunc performs one query with the given options.
@@ -69,6 +69,10 @@ type view[T any] struct {
 	// for owners whose state depends on errors and not only on data (a
 	// remote datacenter that never answers). It may block until ctx ends.
 	failed func(err error)
+	// slots, if set, is the view's place in its watcher's query budget:
+	// every request holds a slot, and blocks for no longer than the budget
+	// allows.
+	slots *member
 }
 
 // run blocks until ctx ends. emit is called with each changed value, the
@@ -98,17 +102,29 @@ func (v *view[T]) run(ctx context.Context, emit func(data T, index uint64, at ti
 				return
 			}
 		}
+		// Waiting for a slot is not part of the request: its timeout, its
+		// duration and the MinInterval floor all start once the slot is held.
+		// A read that does not block holds its slot only for a round trip,
+		// so it goes ahead of the views waiting their turn to block; that
+		// also keeps a target added at run time from being pending for a
+		// whole round.
+		release, ok := v.slots.acquire(ctx, waitIndex == 0)
+		if !ok {
+			return
+		}
 		lastStart = time.Now()
 
-		reqCtx, cancel := context.WithTimeout(ctx, opts.requestTimeout())
+		wait := v.slots.wait(opts.WaitTime)
+		reqCtx, cancel := context.WithTimeout(ctx, requestTimeout(wait))
 		q := (&api.QueryOptions{
 			Datacenter: opts.Datacenter,
 			AllowStale: opts.Stale,
 			WaitIndex:  waitIndex,
-			WaitTime:   opts.WaitTime,
+			WaitTime:   wait,
 		}).WithContext(reqCtx)
 		data, meta, err := v.fetch(q)
 		cancel()
+		release()
 		if ctx.Err() != nil {
 			return
 		}
@@ -155,6 +171,7 @@ func (v *view[T]) run(ctx context.Context, emit func(data T, index uint64, at ti
 			waitIndex = max(idx, 1)
 		}
 		lastIndex = meta.LastIndex
+		v.slots.saw(meta.LastIndex, opts.Stale)
 
 		if have && v.equal(last, data) {
 			continue

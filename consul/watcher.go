@@ -24,11 +24,26 @@ type Config struct {
 	// replaces it while running. The zero value watches only the service
 	// list, so set AllLocal to watch every registered service.
 	Targets Targets
-	// Logger receives one event per query failure, recovery, index reset
-	// and started or stopped health watch.
+	// MaxQueries caps the watcher's concurrent requests to Consul, and so
+	// its connections to the agent; zero means DefaultMaxQueries (64), and
+	// the least is 2. It must stay below the client's MaxConns
+	// ([ClientConfig.MaxConns]), which must stay below the agent's
+	// limits.http_max_conns_per_client (200 by default, counted over every
+	// client on the host): otherwise requests queue inside the HTTP
+	// transport, where their timeouts run, or the agent refuses them with
+	// 429. Watching more services than there are slots works (see
+	// [Watcher.QueryStats]): the services take turns, each blocking for a
+	// shortened wait, and health changes are still seen at once through a
+	// query on the local datacenter's non-passing checks. That query keeps
+	// one slot for itself, and while the services take turns one more is
+	// left free for the services it hurries.
+	MaxQueries int
+	// Logger receives one event per query failure, recovery, index reset,
+	// started or stopped health watch, and change of oversubscription.
 	Logger zerolog.Logger
 	// OnQuery, if set, is told the outcome of every Consul request, by
-	// endpoint ("catalog_services", "health_service"). It must not block.
+	// endpoint ("catalog_services", "health_service", "health_state"). It
+	// must not block.
 	OnQuery func(endpoint string, err error, d time.Duration)
 }
 
@@ -109,10 +124,14 @@ type Update struct {
 }
 
 // Watcher keeps one blocking query on the service list and one per target
-// service, and publishes a new Catalog whenever any of them changes.
+// service, and publishes a new Catalog whenever any of them changes. The
+// queries share Config.MaxQueries slots; one more blocking query, on the
+// local datacenter's non-passing checks, tells a service's query to go
+// ahead of the others when its health changes.
 type Watcher struct {
 	cfg     Config
 	updates chan Update
+	slots   *budget
 
 	mu      sync.Mutex
 	targets Targets // normalised; replaced, never mutated
@@ -127,6 +146,7 @@ func NewWatcher(cfg Config) *Watcher {
 	return &Watcher{
 		cfg:      cfg,
 		updates:  make(chan Update, 1),
+		slots:    newBudget(cfg.MaxQueries, cfg.Query.withDefaults().WaitTime, cfg.Logger),
 		targets:  cfg.Targets.normalise(),
 		retarget: make(chan struct{}, 1),
 	}
@@ -151,6 +171,14 @@ func (w *Watcher) SetTargets(t Targets) {
 	}
 }
 
+// QueryStats returns the watcher's query slots, how many of them requests
+// hold now, and how many queries wait for one. Waiting queries mean the
+// watcher is oversubscribed: each service is then re-read in turn, about
+// once per wait time. It is safe from any goroutine.
+func (w *Watcher) QueryStats() (slots, inUse, waiting int) {
+	return w.slots.stats()
+}
+
 func (w *Watcher) currentTargets() Targets {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -165,12 +193,14 @@ type event struct {
 	gen      uint64 // which health watch of key sent it
 	health   *Service
 	err      error // a failed health query, from remote watches only
+	hints    *hintPokes
 	at       time.Time
 }
 
 type healthWatch struct {
 	gen    uint64
 	cancel context.CancelFunc
+	slots  *member
 	data   *Service // nil until the first response
 	// unreachable marks data as a stand-in for a remote service whose
 	// datacenter has never answered.
@@ -184,6 +214,8 @@ func (w *Watcher) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	defer cancel()
+	w.slots.setQuiet(false)
+	defer w.slots.setQuiet(true)
 
 	log := w.cfg.Logger
 	events := make(chan event)
@@ -204,8 +236,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 		opts:   w.cfg.Query,
 		log:    log,
 		result: w.resultFunc("catalog_services"),
+		slots:  w.slots.join("catalog_services", false),
 	}
 	wg.Go(func() {
+		defer catalog.slots.leave()
 		catalog.run(ctx, func(names []string, _ uint64, at time.Time) {
 			send(ctx, event{list: true, services: names, at: at})
 		})
@@ -217,11 +251,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 		list       []string
 		listLoaded bool
 		targets    = w.currentTargets()
+		stopHints  func() // nil while no hint view runs
 	)
 	startHealth := func(key ServiceKey) {
 		gen++
 		hctx, hcancel := context.WithCancel(ctx)
-		watches[key] = &healthWatch{gen: gen, cancel: hcancel}
+		hw := &healthWatch{gen: gen, cancel: hcancel}
+		watches[key] = hw
 		opts := w.cfg.Query
 		if key.Datacenter != "" {
 			opts.Datacenter = key.Datacenter
@@ -241,14 +277,43 @@ func (w *Watcher) Run(ctx context.Context) error {
 			log:    log,
 			result: w.resultFunc("health_service"),
 		}
+		v.slots = w.slots.join(v.id, false)
+		hw.slots = v.slots
 		if key.Datacenter != "" && key.Datacenter != w.cfg.Query.Datacenter {
 			v.failed = func(err error) {
 				send(hctx, event{key: key, gen: myGen, err: err, at: time.Now()})
 			}
 		}
 		wg.Go(func() {
+			defer v.slots.leave()
 			v.run(hctx, func(s *Service, _ uint64, at time.Time) {
 				send(hctx, event{key: key, gen: myGen, health: s, at: at})
+			})
+		})
+	}
+	startHints := func() {
+		hctx, hcancel := context.WithCancel(ctx)
+		v := w.hintView(hcancel)
+		v.slots = w.slots.join(v.id, true)
+		stopHints = func() {
+			hcancel()
+			v.slots.leave()
+		}
+		wg.Go(func() {
+			defer v.slots.leave()
+			var prev hintSet
+			v.run(hctx, func(cur hintSet, index uint64, _ time.Time) {
+				// The first response is only the baseline: with nothing to
+				// compare it to, it cannot tell what changed.
+				if prev == nil {
+					prev = cur
+					return
+				}
+				p := diffHints(prev, cur, index)
+				prev = cur
+				if !p.empty() {
+					send(hctx, event{hints: &p})
+				}
 			})
 		})
 	}
@@ -265,9 +330,13 @@ func (w *Watcher) Run(ctx context.Context) error {
 			}
 		}
 		changed := false
+		// Joins and leaves are batched so that a new target set is judged
+		// oversubscribed or not once, not after each view.
+		defer w.slots.batch()()
 		for k, hw := range watches {
 			if !want[k] {
 				hw.cancel()
+				hw.slots.leave()
 				delete(watches, k)
 				changed = true
 				log.Debug().Str("service", k.Name).Str("datacenter", k.Datacenter).Msg("stopped health watch")
@@ -279,6 +348,19 @@ func (w *Watcher) Run(ctx context.Context) error {
 				changed = true
 				log.Debug().Str("service", k.Name).Str("datacenter", k.Datacenter).Msg("started health watch")
 			}
+		}
+		// Hints only hurry local health views, so they cost a slot only
+		// while there is one.
+		local := false
+		for k := range watches {
+			local = local || w.isLocal(k)
+		}
+		switch {
+		case local && stopHints == nil:
+			startHints()
+		case !local && stopHints != nil:
+			stopHints()
+			stopHints = nil
 		}
 		return changed
 	}
@@ -294,6 +376,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 				w.publish(watches, listLoaded, time.Now())
 			}
 		case ev := <-events:
+			if ev.hints != nil {
+				w.poke(watches, ev.hints)
+				continue
+			}
 			if ev.list {
 				first := !listLoaded
 				list, listLoaded = ev.services, true
@@ -320,6 +406,67 @@ func (w *Watcher) Run(ctx context.Context) error {
 				}
 			}
 			w.publish(watches, listLoaded, ev.at)
+		}
+	}
+}
+
+func (w *Watcher) isLocal(k ServiceKey) bool {
+	return k.Datacenter == "" || k.Datacenter == w.cfg.Query.Datacenter
+}
+
+// hintView builds the view on the local datacenter's non-passing checks.
+// stop ends it for good when the agent rejects the query.
+func (w *Watcher) hintView(stop context.CancelFunc) view[hintSet] {
+	log := w.cfg.Logger
+	return view[hintSet]{
+		id: "health_state",
+		fetch: func(q *api.QueryOptions) (hintSet, *api.QueryMeta, error) {
+			q.Filter = hintFilter
+			checks, meta, err := w.cfg.Client.Health().State(api.HealthAny, q)
+			if err != nil {
+				if hintUnsupported(err) {
+					log.Warn().Err(err).Str("query", "health_state").
+						Msg("the agent rejects the health-state query; health hints are off, so a health change is seen only when its service's query has its turn")
+					stop()
+				}
+				return nil, meta, err
+			}
+			return newHintSet(checks), meta, nil
+		},
+		equal:  equalHintSets,
+		opts:   w.cfg.Query, // local datacenter: hints only ever poke local views
+		log:    log,
+		result: w.resultFunc("health_state"),
+	}
+}
+
+// poke hurries the local health views a hint names. It only changes when
+// they query, never what they publish, so a wrong hint costs a query.
+func (w *Watcher) poke(watches map[ServiceKey]*healthWatch, p *hintPokes) {
+	for name, idx := range p.Services {
+		// A target naming the local datacenter is a view of its own.
+		if hw := watches[ServiceKey{Name: name}]; hw != nil {
+			hw.slots.poke(idx)
+		}
+		if dc := w.cfg.Query.Datacenter; dc != "" {
+			if hw := watches[ServiceKey{Datacenter: dc, Name: name}]; hw != nil {
+				hw.slots.poke(idx)
+			}
+		}
+	}
+	if len(p.Nodes) == 0 {
+		return
+	}
+	// A node check's service is every service with an instance there; what
+	// the views last read is the best knowledge of where those are.
+	for k, hw := range watches {
+		if !w.isLocal(k) || hw.data == nil {
+			continue
+		}
+		for _, in := range hw.data.Instances {
+			if idx, ok := p.Nodes[in.Node]; ok {
+				hw.slots.poke(idx)
+			}
 		}
 	}
 }

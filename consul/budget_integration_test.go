@@ -33,6 +33,13 @@ type countingTransport struct {
 }
 
 func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Path == "/v1/catalog/services" {
+		// The service list runs beside the budget (see Config.MaxQueries).
+		c.mu.Lock()
+		c.byPath[r.URL.Path]++
+		c.mu.Unlock()
+		return c.base.RoundTrip(r)
+	}
 	c.mu.Lock()
 	c.inFlight++
 	c.most = max(c.most, c.inFlight)
@@ -207,7 +214,7 @@ func (o *oversubscribed) check(t *testing.T, maxQueries int) {
 	most := o.transport.most
 	o.transport.mu.Unlock()
 	if most > maxQueries {
-		t.Errorf("%d requests were in flight at once with MaxQueries %d", most, maxQueries)
+		t.Errorf("%d requests (the service list aside) were in flight at once with MaxQueries %d", most, maxQueries)
 	}
 	counts, errs := o.queries.snapshot()
 	if len(errs) > 0 {

@@ -36,7 +36,8 @@ type Config struct {
 	// shortened wait, and health changes are still seen at once through a
 	// query on the local datacenter's non-passing checks. That query keeps
 	// one slot for itself, and while the services take turns one more is
-	// left free for the services it hurries.
+	// left free for the services it hurries. The service-list query is not
+	// counted: it runs beside the slots, on a connection of its own.
 	MaxQueries int
 	// Logger receives one event per query failure, recovery, index reset,
 	// started or stopped health watch, and change of oversubscription.
@@ -236,10 +237,11 @@ func (w *Watcher) Run(ctx context.Context) error {
 		opts:   w.cfg.Query,
 		log:    log,
 		result: w.resultFunc("catalog_services"),
-		slots:  w.slots.join("catalog_services", false),
+		// The service list is outside the budget, on a connection of its
+		// own: a registration must start its service's watch at once,
+		// not when the list's turn comes round.
 	}
 	wg.Go(func() {
-		defer catalog.slots.leave()
 		catalog.run(ctx, func(names []string, _ uint64, at time.Time) {
 			send(ctx, event{list: true, services: names, at: at})
 		})

@@ -9,14 +9,15 @@ import (
 	"slices"
 	"time"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
-	"google.golang.org/protobuf/types/known/anypb"
 	"io"
 	"net/http"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
+
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
@@ -107,10 +108,24 @@ func TestAdminCatalogAndMetrics(t *testing.T) {
 		`consul_xds_bridge_acks_total{type="EDS"}`,
 		`consul_xds_bridge_snapshot_resources{type="CDS"}`,
 		"consul_xds_bridge_snapshot_update_seconds_count",
+		"consul_xds_bridge_consul_query_slots",
 	} {
 		if v := metricValue(body, name); v <= 0 {
 			t.Errorf("metric %s = %v, want > 0", name, v)
 		}
+	}
+	// The watches' blocking queries hold their slots once their first
+	// reads are done.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, body = get(t, base+"/metrics")
+		if metricValue(body, "consul_xds_bridge_consul_queries_in_flight") > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("consul_xds_bridge_consul_queries_in_flight stayed 0")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 	if code, _ := get(t, base+"/debug/pprof/"); code != http.StatusOK {
 		t.Errorf("/debug/pprof/ = %d", code)

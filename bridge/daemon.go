@@ -214,7 +214,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	close(d.started)
 
 	q := d.cfg.Query
-	q.Datacenter, q.Stale, q.WaitTime = s.Consul.Datacenter, s.Consul.Stale, s.Consul.WaitTime
+	q.Datacenter, q.Stale, q.WaitTime, q.UseCache = s.Consul.Datacenter, s.Consul.Stale, s.Consul.WaitTime, s.Consul.UseCache
 	consulLog := d.cfg.Logger.With().Str("component", "consul").Logger()
 	watcher := consul.NewWatcher(consul.Config{
 		Client:     client,

@@ -30,6 +30,7 @@ type countingTransport struct {
 	most     int
 	byPath   map[string]int
 	waits    map[string][]string // the wait parameter of blocking requests, by path
+	cached   int                 // health requests that went through the agent cache
 }
 
 func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
@@ -46,6 +47,9 @@ func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	c.byPath[r.URL.Path]++
 	if q := r.URL.Query(); q.Get("index") != "" {
 		c.waits[r.URL.Path] = append(c.waits[r.URL.Path], q.Get("wait"))
+	}
+	if _, ok := r.URL.Query()["cached"]; ok && strings.HasPrefix(r.URL.Path, "/v1/health/service/") {
+		c.cached++
 	}
 	c.mu.Unlock()
 	resp, err := c.base.RoundTrip(r)
@@ -378,5 +382,34 @@ func TestWatcherHealthHintsAgainstConsul(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	flip(name, api.HealthPassing, StatusPassing)
+	o.check(t, slots)
+}
+
+// TestWatcherWithoutTurnsHasNoHintQuery: when every service has a slot of
+// its own, each blocking query sees its changes itself, so no health-state
+// query runs (it would double the requests per change), and a flip is
+// still published at once.
+func TestWatcherWithoutTurnsHasNoHintQuery(t *testing.T) {
+	t.Parallel()
+	const services, slots = 4, 10
+	// Through the agent cache, as the daemon reads by default.
+	o := startOversubscribed(t, services, slots, QueryOptions{UseCache: true})
+	waitFor(t, o.w, 30*time.Second, "every service read", allPassing(services))
+	start := time.Now()
+	o.agent.SetTTL(t, "service:svc01-1", api.HealthCritical)
+	waitFor(t, o.w, 5*time.Second, "svc01 critical", func(u Update) bool {
+		s := u.Catalog.Service("", "svc01")
+		return s != nil && len(s.Instances) == 1 && s.Instances[0].Status == StatusCritical
+	})
+	t.Logf("flip published after %v", time.Since(start).Round(time.Millisecond))
+	if n := o.transport.requests("/v1/health/state/any"); n != 0 {
+		t.Errorf("%d health-state requests with a slot for every service, want 0", n)
+	}
+	o.transport.mu.Lock()
+	cached := o.transport.cached
+	o.transport.mu.Unlock()
+	if cached < services {
+		t.Errorf("%d health requests went through the agent cache, want every one (at least %d)", cached, services)
+	}
 	o.check(t, slots)
 }

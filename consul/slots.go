@@ -135,6 +135,14 @@ func (b *budget) rotation() (slots, views int, express bool) {
 	return slots, views, false
 }
 
+// oversubscribedWith reports whether views health views would have to take
+// turns with the hint view holding its slot.
+func (b *budget) oversubscribedWith(views int) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return views > b.slots-1
+}
+
 // checkOver logs when the budget becomes, or stops being, oversubscribed.
 // b.mu must be held.
 func (b *budget) checkOver() {

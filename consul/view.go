@@ -17,6 +17,13 @@ type QueryOptions struct {
 	Datacenter string
 	// Stale allows any server to answer, spreading load off the leader.
 	Stale bool
+	// UseCache reads service health through the agent's cache (?cached):
+	// on a client agent with the streaming backend (the default since
+	// Consul 1.10) the agent follows each service over one gRPC stream
+	// from the servers instead of one blocking query per reader, and
+	// shares it with every other local reader of that service. Local
+	// datacenter only; see README ("Consul load") for the trade-off.
+	UseCache bool
 	// WaitTime is how long one blocking query may block (Consul caps it at 10m).
 	WaitTime time.Duration
 	// MinInterval is the floor between the starts of two queries of one view,

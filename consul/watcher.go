@@ -268,6 +268,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		v := view[*Service]{
 			id: "health(" + key.String() + ")",
 			fetch: func(q *api.QueryOptions) (*Service, *api.QueryMeta, error) {
+				q.UseCache = w.cfg.Query.UseCache && w.isLocal(key)
 				entries, meta, err := w.cfg.Client.Health().Service(key.Name, "", false, q)
 				if err != nil || meta == nil {
 					return nil, meta, err
@@ -351,16 +352,19 @@ func (w *Watcher) Run(ctx context.Context) error {
 				log.Debug().Str("service", k.Name).Str("datacenter", k.Datacenter).Msg("started health watch")
 			}
 		}
-		// Hints only hurry local health views, so they cost a slot only
-		// while there is one.
+		// Hints only hurry local health views that wait for a slot, so
+		// they cost a slot and a query per change only while there are
+		// such views: when every view has a slot of its own (the hint
+		// view's included), each sees its changes by itself.
 		local := false
 		for k := range watches {
 			local = local || w.isLocal(k)
 		}
+		need := local && w.slots.oversubscribedWith(len(watches))
 		switch {
-		case local && stopHints == nil:
+		case need && stopHints == nil:
 			startHints()
-		case !local && stopHints != nil:
+		case !need && stopHints != nil:
 			stopHints()
 			stopHints = nil
 		}

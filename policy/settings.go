@@ -43,6 +43,9 @@ type ConsulSettings struct {
 	// MaxQueries bounds the Consul requests in flight at once (each
 	// watched service holds one blocking query); see README, Scaling.
 	MaxQueries int
+	// UseCache reads service health through the agent's cache (?cached),
+	// streaming-backed on client agents; see README, Scaling.
+	UseCache bool
 }
 
 // XDSSettings is the `xds` block.
@@ -110,7 +113,7 @@ const (
 // DefaultSettings are what an empty configuration means.
 func DefaultSettings() Settings {
 	return Settings{
-		Consul: ConsulSettings{Stale: true, WaitTime: DefaultWaitTime, StaleAfter: DefaultStaleAfter, ReconnectHold: DefaultReconnectHold, MaxQueries: DefaultMaxQueries},
+		Consul: ConsulSettings{Stale: true, WaitTime: DefaultWaitTime, StaleAfter: DefaultStaleAfter, ReconnectHold: DefaultReconnectHold, MaxQueries: DefaultMaxQueries, UseCache: true},
 		XDS: XDSSettings{Listen: DefaultXDSListen, MaxInitialSyncs: DefaultMaxInitialSyncs,
 			DebounceHoldOff: DefaultDebounceHoldOff, DebounceMaxDelay: DefaultDebounceMax},
 		Admin: AdminSettings{Listen: DefaultAdminListen},
@@ -130,6 +133,7 @@ type consulBlock struct {
 	StaleAfter    hcl.Expression `hcl:"stale_after,optional"`
 	ReconnectHold hcl.Expression `hcl:"reconnect_hold,optional"`
 	MaxQueries    *int           `hcl:"max_queries,optional"`
+	UseCache      *bool          `hcl:"use_cache,optional"`
 	Body          hcl.Body       `hcl:",body"`
 	DefRange      hcl.Range      `hcl:",def_range"`
 }
@@ -180,6 +184,7 @@ func (b *consulBlock) apply(s *ConsulSettings) hcl.Diagnostics {
 		s.ReconnectHold = 0 // "0s": off
 	}
 	set(&s.MaxQueries, b.MaxQueries)
+	set(&s.UseCache, b.UseCache)
 	if s.MaxQueries < 2 || s.MaxQueries > 1000 {
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagError,

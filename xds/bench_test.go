@@ -245,6 +245,9 @@ func (f *pushFixture) receive(tb testing.TB, i int) *discoveryv3.DiscoveryRespon
 		tb.Fatal(err)
 	}
 	st.sub.SetReturnedResources(resp.GetReturnedResources())
+	// The ACK names every subscribed resource again, as Envoy's do, and
+	// the server rebuilds the subscription from it.
+	st.sub.SetResourceSubscription(f.names)
 	f.watch(tb, i, out.GetVersionInfo(), "n")
 	return out
 }
@@ -254,16 +257,18 @@ func (f *pushFixture) receive(tb testing.TB, i int) *discoveryv3.DiscoveryRespon
 // encoded as the stream would. snapshot-cache is go-control-plane's
 // snapshot cache, a new snapshot per change (every subscribed resource
 // marshalled for every stream); bridge is Server.Update and serveCache
-// (only the changed ClusterLoadAssignment, marshalled once). The world is
-// 100 clusters × 20 endpoints, the harness's mixed fleet.
+// (only the changed ClusterLoadAssignment, marshalled once). Each stream
+// holds 100 clusters × 20 endpoints (the harness's mixed fleet) or 1000
+// (an edge proxy of the N=5000 world).
 func BenchmarkPushToManyStreams(b *testing.B) {
-	for _, n := range []int{100, 1000} {
+	for _, size := range []struct{ n, clusters int }{{100, 100}, {1000, 100}, {1000, 1000}} {
 		for _, mode := range []struct {
 			name     string
 			snapshot bool
 		}{{"snapshot-cache", true}, {"bridge", false}} {
-			b.Run(fmt.Sprintf("n=%d/%s", n, mode.name), func(b *testing.B) {
-				f := newPushFixture(b, mode.snapshot, 100, n)
+			n := size.n
+			b.Run(fmt.Sprintf("n=%d/clusters=%d/%s", n, size.clusters, mode.name), func(b *testing.B) {
+				f := newPushFixture(b, mode.snapshot, size.clusters, n)
 				b.ReportAllocs()
 				k := 0
 				for b.Loop() {

@@ -57,7 +57,9 @@ func RunBaseline(ctx context.Context, cfg BaselineConfig) error {
 		return fmt.Errorf("policy: %s", diags.Error())
 	}
 	pol := pcfg.Policy
-	client, err := consul.NewClient(consul.ClientConfig{Address: cfg.ConsulAddr})
+	// Consul is read exactly as the bridge reads it with default settings,
+	// so the rows differ only in the serving layer.
+	client, err := consul.NewClient(consul.ClientConfig{Address: cfg.ConsulAddr, MaxConns: policy.DefaultMaxQueries + 4})
 	if err != nil {
 		return err
 	}
@@ -68,11 +70,12 @@ func RunBaseline(ctx context.Context, cfg BaselineConfig) error {
 	var ready atomic.Bool
 
 	watcher := consul.NewWatcher(consul.Config{
-		Client:  client,
-		Query:   consul.QueryOptions{Stale: true, WaitTime: 60 * time.Second},
-		Targets: bridge.WatchTargets(pol),
-		Logger:  zerolog.Nop(),
-		OnQuery: func(string, error, time.Duration) { reqs.Inc() },
+		Client:     client,
+		Query:      consul.QueryOptions{Stale: true, WaitTime: policy.DefaultWaitTime, UseCache: true},
+		MaxQueries: policy.DefaultMaxQueries,
+		Targets:    bridge.WatchTargets(pol),
+		Logger:     zerolog.Nop(),
+		OnQuery:    func(string, error, time.Duration) { reqs.Inc() },
 	})
 	cache := cachev3.NewSnapshotCache(true, singleKey{}, nil)
 	srv := serverv3.NewServer(ctx, cache, nil)

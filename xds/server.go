@@ -87,6 +87,9 @@ type Server struct {
 	// built memoises the current translation's sets per resource set, so
 	// keys sharing resources share sets.
 	built map[*Resources]map[string]*typeSet
+	// usedChains are the chains the current translation built; the others
+	// (groups gone from the policy) are dropped after each Update.
+	usedChains map[string]bool
 }
 
 // NewServer returns a Server with an empty cache. Until the first
@@ -263,6 +266,7 @@ func (s *Server) Update(ctx context.Context, out *Output, resolve func(nodeClust
 	s.metrics.setResources(out)
 	s.out, s.resolve = out, resolve
 	s.built = map[*Resources]map[string]*typeSet{}
+	s.usedChains = map[string]bool{}
 	s.keys[""] = true
 	changed := map[string]bool{}
 	var errs []error
@@ -277,6 +281,11 @@ func (s *Server) Update(ctx context.Context, out *Output, resolve func(nodeClust
 		}
 		for _, t := range types {
 			changed[t] = true
+		}
+	}
+	for chain := range s.chains {
+		if !s.usedChains[chain] {
+			delete(s.chains, chain)
 		}
 	}
 	if len(s.versions) > 0 {
@@ -383,10 +392,15 @@ func (s *Server) setsLocked(key string) (map[string]*typeSet, error) {
 // setLocked returns the set of typ built from r's items, once per
 // translation, chained to the role's previous set of that type.
 func (s *Server) setLocked(role string, r *Resources, typ string, items func() []types.Resource) (*typeSet, error) {
+	chain := role + "\x00" + typ
+	if s.usedChains == nil {
+		s.usedChains = map[string]bool{}
+	}
+	s.usedChains[chain] = true
 	if ts := s.built[r][typ]; ts != nil {
+		s.chains[chain] = ts
 		return ts, nil
 	}
-	chain := role + "\x00" + typ
 	ts, err := newTypeSet(typ, items(), s.chains[chain])
 	if err != nil {
 		return nil, err

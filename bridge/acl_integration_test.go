@@ -1,12 +1,10 @@
 package bridge_test
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -17,26 +15,9 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
-
-// syncBuffer collects log output from several goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // minimalPolicy is the read-only ACL policy the README documents.
 const minimalPolicy = `
@@ -79,7 +60,7 @@ func TestMinimalACLTokenWorksAndNeverLeaks(t *testing.T) {
 	// The bridge must not pick up the test process's own token.
 	t.Setenv("CONSUL_HTTP_TOKEN", "")
 
-	logs := &syncBuffer{}
+	logs := &syncbuffer.Buffer{}
 	s := policy.DefaultSettings()
 	s.Consul.Address = agent.HTTPAddr()
 	s.Consul.TokenFile = tokenFile

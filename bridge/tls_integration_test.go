@@ -24,6 +24,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/testpki"
 )
 
@@ -229,7 +230,7 @@ func TestEdgeTLSOverSDS(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	logs := &syncBuffer{}
+	logs := &syncbuffer.Buffer{}
 	fwd := consultest.NewForwarder(t, agent.HTTPAddr())
 	h := startBridgeWith(t, agent, fwd, func(c *bridge.Config) {
 		c.ConfigFiles = []string{file}

@@ -1,7 +1,6 @@
 package consul
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,6 +16,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
 )
 
 // countingTransport counts the requests in flight, from the start of the
@@ -110,30 +110,12 @@ func (l *queryLog) snapshot() (map[string]int, []string) {
 	return out, slices.Clone(l.errors)
 }
 
-// syncBuffer is a log sink the watcher's goroutines write while the test reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 type oversubscribed struct {
 	agent     *consultest.Agent
 	w         *Watcher
 	transport *countingTransport
 	queries   *queryLog
-	logs      *syncBuffer
+	logs      *syncbuffer.Buffer
 	stop      func() // stops the watcher and waits for it
 	// statsErr is set if a QueryStats sample broke the budget.
 	statsMu  sync.Mutex
@@ -150,7 +132,7 @@ func startOversubscribed(t *testing.T, n, maxQueries int, q QueryOptions) *overs
 		agent:     consultest.Start(t),
 		transport: &countingTransport{base: http.DefaultTransport.(*http.Transport).Clone(), byPath: map[string]int{}, waits: map[string][]string{}},
 		queries:   &queryLog{count: map[string]int{}},
-		logs:      &syncBuffer{},
+		logs:      &syncbuffer.Buffer{},
 	}
 	var keys []ServiceKey
 	for i := range n {
@@ -233,10 +215,17 @@ func (o *oversubscribed) check(t *testing.T, maxQueries int) {
 // waitFor waits up to d for an update satisfying pred.
 func waitFor(t *testing.T, w *Watcher, d time.Duration, what string, pred func(Update) bool) Update {
 	t.Helper()
+	return awaitUpdate(t, w.Updates(), d, what, pred)
+}
+
+// awaitUpdate reads updates from ch until one satisfies pred, failing the
+// test after d.
+func awaitUpdate[U any](t *testing.T, ch <-chan U, d time.Duration, what string, pred func(U) bool) U {
+	t.Helper()
 	timeout := time.After(d)
 	for {
 		select {
-		case u := <-w.Updates():
+		case u := <-ch:
 			if pred(u) {
 				return u
 			}

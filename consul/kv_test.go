@@ -29,17 +29,7 @@ func startKV(t *testing.T, c *api.Client, cfg KVConfig) *KVWatcher {
 // nextKV waits for an update satisfying pred, failing after a generous bound.
 func nextKV(t *testing.T, w *KVWatcher, what string, pred func(KVUpdate) bool) KVUpdate {
 	t.Helper()
-	timeout := time.After(10 * time.Second)
-	for {
-		select {
-		case u := <-w.Updates():
-			if pred(u) {
-				return u
-			}
-		case <-timeout:
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	return awaitUpdate(t, w.Updates(), 10*time.Second, what, pred)
 }
 
 // docs renders documents as "key=value,..." with the test prefix cut off.

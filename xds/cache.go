@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -273,55 +274,61 @@ func setOf(sets map[string]*typeSet, typeURL string) *typeSet {
 }
 
 func (c *serveCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
-	key := snapshotKey(req.GetNode())
-	typ := req.GetTypeUrl()
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	k := c.keyLocked(key)
 	w := &sotwWatch{req: trimRequest(req), sub: sub, ch: ch}
-	if k.sets != nil {
-		ts := setOf(k.sets, typ)
-		if resp := sotwAnswer(req, sub, ts, nil); resp != nil {
+	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet) bool {
+		resp := sotwAnswer(req, sub, ts, nil)
+		if resp != nil {
 			ch <- resp
-			return func() {}, nil
 		}
-		w.seen = k.sets[typ]
-	}
-	if k.sotw[typ] == nil {
-		k.sotw[typ] = map[*sotwWatch]struct{}{}
-	}
-	k.sotw[typ][w] = struct{}{}
-	return func() {
-		c.mu.Lock()
-		delete(k.sotw[typ], w)
-		c.mu.Unlock()
-	}, nil
+		return resp != nil
+	}, func(k *keyState, seen *typeSet) func() {
+		w.seen = seen
+		return addLocked(c, k.sotw, req.GetTypeUrl(), w)
+	}), nil
 }
 
 func (c *serveCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, ch chan cachev3.DeltaResponse) (func(), error) {
-	key := snapshotKey(req.GetNode())
-	typ := req.GetTypeUrl()
+	w := &deltaWatch{req: trimDeltaRequest(req), sub: sub, ch: ch}
+	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet) bool {
+		resp := deltaAnswer(req, sub, ts, nil)
+		if resp != nil {
+			ch <- resp
+		}
+		return resp != nil
+	}, func(k *keyState, seen *typeSet) func() {
+		w.seen = seen
+		return addLocked(c, k.delta, req.GetTypeUrl(), w)
+	}), nil
+}
+
+// open answers a new watch at once if its key is served and answer finds
+// something to send; otherwise wait files it (with the set it is up to
+// date with, nil before the key is first set) and returns its cancel.
+func (c *serveCache) open(node *corev3.Node, typ string, answer func(*typeSet) bool, wait func(k *keyState, seen *typeSet) func()) func() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := c.keyLocked(key)
-	w := &deltaWatch{req: trimDeltaRequest(req), sub: sub, ch: ch}
+	k := c.keyLocked(snapshotKey(node))
+	var seen *typeSet
 	if k.sets != nil {
-		ts := setOf(k.sets, typ)
-		if resp := deltaAnswer(req, sub, ts, nil); resp != nil {
-			ch <- resp
-			return func() {}, nil
+		if answer(setOf(k.sets, typ)) {
+			return func() {}
 		}
-		w.seen = k.sets[typ]
+		seen = k.sets[typ]
 	}
-	if k.delta[typ] == nil {
-		k.delta[typ] = map[*deltaWatch]struct{}{}
+	return wait(k, seen)
+}
+
+// addLocked files w among a key's watches of typ and returns its cancel.
+func addLocked[W comparable](c *serveCache, watches map[string]map[W]struct{}, typ string, w W) func() {
+	if watches[typ] == nil {
+		watches[typ] = map[W]struct{}{}
 	}
-	k.delta[typ][w] = struct{}{}
+	watches[typ][w] = struct{}{}
 	return func() {
 		c.mu.Lock()
-		delete(k.delta[typ], w)
+		delete(watches[typ], w)
 		c.mu.Unlock()
-	}, nil
+	}
 }
 
 // trimRequest is what a watch keeps of its request: the server reads the

@@ -6,7 +6,6 @@
 package consultest
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -24,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -72,7 +72,7 @@ type Agent struct {
 	token  string
 	http   string
 	client *api.Client
-	out    syncBuffer
+	out    syncbuffer.Buffer
 
 	mu   sync.Mutex
 	proc *process
@@ -338,36 +338,4 @@ func (a *Agent) ready(c *api.Client) error {
 		}
 	}
 	return fmt.Errorf("node %s not in catalog yet", a.node)
-}
-
-// syncBuffer collects the agent's output, which exec writes from its own
-// goroutines while the test may read it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) Len() int {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Len()
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-// From returns the output written after the first off bytes.
-func (b *syncBuffer) From(off int) string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return string(b.buf.Bytes()[off:])
 }

@@ -402,9 +402,19 @@ func (l *loop) build(ctx context.Context) {
 		return ""
 	}
 	changed, err := l.d.xds.Update(ctx, out, resolve)
-	if err != nil {
-		l.d.log.Error().Err(err).Msg("setting snapshot failed; keeping the last good snapshot")
+	if ctx.Err() != nil {
 		return
+	}
+	if err != nil {
+		if !l.d.ready.Load() {
+			l.d.log.Error().Err(err).Msg("setting the first snapshot failed; not ready")
+			return
+		}
+		// Update fails per node.cluster: the keys named in err keep their
+		// last good state, every other key was served this build. Taking
+		// the whole bridge out of readiness for one group would cut off
+		// every proxy, so it is logged, not fatal.
+		l.d.log.Error().Err(err).Msg("some node clusters could not be updated and keep their last good state")
 	}
 	l.d.metrics.builds.Inc()
 	if !l.changedAt.IsZero() && len(changed) > 0 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -328,5 +329,29 @@ func TestUnsyncedKeyWaits(t *testing.T) {
 	}
 	if g := cl.mustTake("after sync"); !slices.Equal(g.names, []string{"api"}) {
 		t.Errorf("after sync = %v", g.names)
+	}
+}
+
+// TestUpdateFailsPerKey: a node.cluster whose snapshot would be
+// inconsistent keeps its last good state and is named in the error; the
+// other keys are updated.
+func TestUpdateFailsPerKey(t *testing.T) {
+	good := testOutput(t, []string{"api"}, 8080)
+	s := newCacheServer(t, good)
+	edgeBefore := s.versions["edge"]
+	bad := testOutput(t, []string{"api", "web"}, 8080)
+	bad.Groups["edge"].Routes = nil // the listener names route config edge.http, now missing
+	_, err := s.Update(context.Background(), bad, resolveEdge)
+	if err == nil || !strings.Contains(err.Error(), `node cluster "edge"`) {
+		t.Fatalf("Update error = %v, want one naming node cluster \"edge\"", err)
+	}
+	if got := s.Served("", resourcev3.ClusterType); len(got) != 2 {
+		t.Errorf("shared key serves %d clusters, want the new 2", len(got))
+	}
+	if got := s.versions["edge"]; !maps.Equal(got, edgeBefore) {
+		t.Errorf("edge versions changed to %v, want its last good %v", got, edgeBefore)
+	}
+	if got := s.Served("edge", resourcev3.ClusterType); len(got) != 1 {
+		t.Errorf("edge serves %d clusters, want its last good 1", len(got))
 	}
 }

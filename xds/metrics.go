@@ -57,7 +57,7 @@ func newMetrics(reg prometheus.Registerer, log zerolog.Logger) *metrics {
 		}, []string{"type"}),
 		updateSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "consul_xds_bridge_snapshot_update_seconds",
-			Help:    "Time spent installing a translation into the snapshot cache (hashing, consistency checks, SetSnapshot for every node.cluster).",
+			Help:    "Time spent installing a translation into the serving cache (marshalling and hashing changed resources, consistency checks, answering waiting watches) for every node.cluster.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10), // 0.5ms .. ~131s
 		}),
 		admissionWaiting: prometheus.NewGauge(prometheus.GaugeOpts{

@@ -457,6 +457,30 @@ func TestProxylessGRPCPolicy(t *testing.T) {
 			t.Errorf("30 users all hashed onto %v", used)
 		}
 	})
+
+	t.Run("flip in one subset keeps the other's endpoints", func(t *testing.T) {
+		// SotW EDS responses carry only the ClusterLoadAssignments that
+		// changed: grpc-go must keep the v2 subset's endpoints when a v1
+		// instance turns critical and only v1's assignments are sent.
+		c := dialXDS(t, h, "grpc-subsets", "apps", "xds:///echo")
+		warmUp(t, c, "echo-1", "echo-2", "echo-3")
+		agent.SetTTL(t, "service:echo-1", "critical")
+		defer agent.SetTTL(t, "service:echo-1", "passing")
+		deadline := time.Now().Add(15 * time.Second)
+		for {
+			counts := callN(t, c, 200)
+			if counts["echo-1"] == 0 {
+				t.Logf("after echo-1 turned critical: %v", counts)
+				if counts["echo-3"] == 0 || counts["echo-2"] == 0 {
+					t.Errorf("calls after a v1 flip: %v; want both echo-2 (v1) and echo-3 (v2) still used", counts)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("echo-1 still answers 15s after its check turned critical: %v", counts)
+			}
+		}
+	})
 }
 
 // TestProxylessGRPCNACK: a policy gRPC rejects (lb_policy "random") is

@@ -2,6 +2,7 @@ package xds
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -95,5 +96,41 @@ func TestAdmissionBoundsInitialSyncs(t *testing.T) {
 	third := dial(t, s, adsclient.Config{NodeID: "third", Cluster: "edge", Mode: adsclient.Delta})
 	if _, err := third.Wait(waitCtx(t), func(st adsclient.State) bool { return len(st.ListenerNames()) == 1 }); err != nil {
 		t.Fatalf("third proxy never synced: %v", err)
+	}
+}
+
+// TestUnknownTypesCannotStallTheCache: a client asking for many type URLs
+// the bridge does not serve, and reading nothing, gets no answers for
+// them; other proxies are served as usual. (Answering them would queue
+// more responses than the stream's channel holds, while the cache holds
+// its lock.)
+func TestUnknownTypesCannotStallTheCache(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.update(t, testOutput(t, []string{"api"}, 8080))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(grpcConn(t, s.addr)).StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &corev3.Node{Id: "greedy", Cluster: "edge"}
+	// Enough that the answers would overflow the HTTP/2 window the client
+	// never reads, so the server's sends would block.
+	for i := range 3000 {
+		if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: fmt.Sprintf("type.googleapis.com/made.up.Type%d", i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Every unknown type is left waiting, unanswered (answering them,
+	// the cache once blocked on the full stream channel with its lock
+	// held).
+	eventually(t, "3000 unanswered watches", func() bool { return s.cache.waiting("edge") >= 3000 },
+		func() string { return fmt.Sprintf("%d watches waiting", s.cache.waiting("edge")) })
+	other := dial(t, s, adsclient.Config{NodeID: "other", Cluster: "edge", Mode: adsclient.SotW})
+	if _, err := other.Wait(waitCtx(t), func(st adsclient.State) bool { return len(st.ListenerNames()) == 1 }); err != nil {
+		t.Fatalf("another proxy was not served while one asked for unknown types: %v", err)
+	}
+	if got := s.Served("edge", "type.googleapis.com/made.up.Type0"); got != nil {
+		t.Errorf("Served(unknown type) = %v, want nil", got)
 	}
 }

@@ -254,6 +254,22 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) {
 	}
 }
 
+// waiting counts the watches open on key.
+func (c *serveCache) waiting(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	if k := c.keys[key]; k != nil {
+		for _, ws := range k.sotw {
+			n += len(ws)
+		}
+		for _, ws := range k.delta {
+			n += len(ws)
+		}
+	}
+	return n
+}
+
 // served returns what key is served, nil if it was never set.
 func (c *serveCache) served(key string) map[string]*typeSet {
 	c.mu.Lock()
@@ -264,11 +280,19 @@ func (c *serveCache) served(key string) map[string]*typeSet {
 	return nil
 }
 
-// setOf is the set of typeURL in sets; a type the bridge does not serve is
-// an empty set, so requests for it are answered (empty), not left hanging.
+// setOf is the set of typeURL in sets. A type the bridge serves but has
+// nothing of is an empty set, answered (a proxy learns there are no
+// listeners); a type it does not serve at all is nil, never answered, as
+// go-control-plane's snapshot cache did. Never answering unknown types
+// also bounds the responses a stream can have queued to one per served
+// type, which the servers' channels hold without blocking (the cache
+// sends while holding its lock).
 func setOf(sets map[string]*typeSet, typeURL string) *typeSet {
 	if ts := sets[typeURL]; ts != nil {
 		return ts
+	}
+	if !slices.Contains(typeOrder, typeURL) {
+		return nil
 	}
 	return &typeSet{typeURL: typeURL, version: setVersion(nil), entries: map[string]*entry{}}
 }

@@ -178,7 +178,11 @@ func (s *Server) Served(key, typeURL string) map[string]types.Resource {
 	if sets == nil {
 		return nil
 	}
-	return setOf(sets, typeURL).resources()
+	ts := setOf(sets, typeURL)
+	if ts == nil {
+		return nil
+	}
+	return ts.resources()
 }
 
 // Serve serves xDS on lis until ctx ends, then stops gracefully within the

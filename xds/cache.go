@@ -116,15 +116,6 @@ func setVersion(entries []*entry) string {
 	return hex.EncodeToString(h.Sum(nil)[:8])
 }
 
-// contentVersion is the version a set of these resources gets.
-func contentVersion(typeURL string, items []types.Resource) (string, error) {
-	ts, err := newTypeSet(typeURL, items, nil)
-	if err != nil {
-		return "", err
-	}
-	return ts.version, nil
-}
-
 // newTypeSet builds the set of items, reusing prev's entries for resources
 // that are the same object or encode to the same bytes. If nothing
 // differs from prev, it returns prev itself.

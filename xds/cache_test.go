@@ -10,6 +10,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
@@ -354,4 +355,14 @@ func TestUpdateFailsPerKey(t *testing.T) {
 	if got := s.Served("edge", resourcev3.ClusterType); len(got) != 1 {
 		t.Errorf("edge serves %d clusters, want its last good 1", len(got))
 	}
+}
+
+// contentVersion is the version a set of these resources gets, for tests
+// that compute what a key should be served.
+func contentVersion(typeURL string, items []types.Resource) (string, error) {
+	ts, err := newTypeSet(typeURL, items, nil)
+	if err != nil {
+		return "", err
+	}
+	return ts.version, nil
 }

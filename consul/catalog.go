@@ -133,34 +133,29 @@ func NewService(name, dc string, index uint64, entries []*api.ServiceEntry) *Ser
 	return s
 }
 
-// aggregate follows Consul's own precedence (maintenance > critical > warning
-// > passing) but reports maintenance separately so it can map to DRAINING.
-// Check output is deliberately not part of the snapshot: it changes on every
-// TTL heartbeat and would turn into pushes that change nothing for a proxy.
+// aggregate is Consul's own precedence (api.HealthChecks.AggregatedStatus:
+// maintenance > critical > warning > passing), with maintenance kept apart
+// so it can map to DRAINING. A status Consul's client cannot classify is
+// critical: never send traffic to an instance whose health we do not
+// understand. Check output is deliberately not part of the snapshot: it
+// changes on every TTL heartbeat and would turn into pushes that change
+// nothing for a proxy.
 func aggregate(checks api.HealthChecks) Status {
-	worst := StatusPassing
-	for _, c := range checks {
-		if c == nil {
-			continue
-		}
-		var s Status
-		switch {
-		case c.CheckID == api.NodeMaint || strings.HasPrefix(c.CheckID, api.ServiceMaintPrefix):
-			s = StatusMaintenance
-		case c.Status == api.HealthPassing:
-			s = StatusPassing
-		case c.Status == api.HealthWarning:
-			s = StatusWarning
-		default:
-			// critical, and anything we cannot classify: never send traffic
-			// to an instance whose health we do not understand.
-			s = StatusCritical
-		}
-		if s.rank() > worst.rank() {
-			worst = s
-		}
+	if slices.Contains(checks, nil) {
+		// AggregatedStatus dereferences every entry; Consul never sends
+		// nil ones, but a malformed response must not crash the watcher.
+		checks = slices.DeleteFunc(slices.Clone(checks), func(c *api.HealthCheck) bool { return c == nil })
 	}
-	return worst
+	switch checks.AggregatedStatus() {
+	case api.HealthMaint:
+		return StatusMaintenance
+	case api.HealthPassing:
+		return StatusPassing
+	case api.HealthWarning:
+		return StatusWarning
+	default:
+		return StatusCritical
+	}
 }
 
 // WorseThan reports whether s is a worse health state than o

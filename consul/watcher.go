@@ -372,6 +372,38 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 	reconcile()
 
+	// handle folds one event into the watches, reporting whether the
+	// consumer has news.
+	handle := func(ev event) bool {
+		if ev.hints != nil {
+			w.poke(watches, ev.hints)
+			return false
+		}
+		if ev.list {
+			first := !listLoaded
+			list, listLoaded = ev.services, true
+			// Without AllLocal the list only matters for completeness,
+			// so its changes alone are no news to the consumer.
+			return reconcile() || first
+		}
+		hw := watches[ev.key]
+		if hw == nil || hw.gen != ev.gen {
+			return false // a stopped watch's last word
+		}
+		if ev.err != nil {
+			if hw.data != nil || !answeredError(ev.err) {
+				return false
+			}
+			hw.data = &Service{Name: ev.key.Name, Datacenter: ev.key.Datacenter, Instances: []Instance{}}
+			hw.unreachable = true
+			log.Warn().Err(ev.err).Str("service", ev.key.Name).Str("datacenter", ev.key.Datacenter).
+				Msg("remote datacenter unreachable; serving the service as empty until it answers")
+			return true
+		}
+		hw.data, hw.unreachable = ev.health, false
+		return true
+	}
+
 	for {
 		select {
 		case <-ctx.Done():
@@ -382,39 +414,38 @@ func (w *Watcher) Run(ctx context.Context) error {
 				w.publish(watches, listLoaded, time.Now())
 			}
 		case ev := <-events:
-			if ev.hints != nil {
-				w.poke(watches, ev.hints)
-				continue
-			}
-			if ev.list {
-				first := !listLoaded
-				list, listLoaded = ev.services, true
-				// Without AllLocal the list only matters for completeness,
-				// so its changes alone are no news to the consumer.
-				if !reconcile() && !first {
+			// Events that are already waiting (a burst of changes, the
+			// first reads of a thousand services) go into one catalog:
+			// building and sorting one per event would be thrown away by
+			// the consumer, which reads only the newest.
+			// Bounded, so a steady stream still publishes.
+			var (
+				at  time.Time
+				pub bool
+			)
+			for n := 0; ; n++ {
+				if handle(ev) && (!pub || ev.at.Before(at)) {
+					at, pub = ev.at, true
+				}
+				if n == maxBatch {
+					break
+				}
+				select {
+				case ev = <-events:
 					continue
+				default:
 				}
-			} else {
-				hw := watches[ev.key]
-				if hw == nil || hw.gen != ev.gen {
-					continue // a stopped watch's last word
-				}
-				if ev.err != nil {
-					if hw.data != nil || !answeredError(ev.err) {
-						continue
-					}
-					hw.data = &Service{Name: ev.key.Name, Datacenter: ev.key.Datacenter, Instances: []Instance{}}
-					hw.unreachable = true
-					log.Warn().Err(ev.err).Str("service", ev.key.Name).Str("datacenter", ev.key.Datacenter).
-						Msg("remote datacenter unreachable; serving the service as empty until it answers")
-				} else {
-					hw.data, hw.unreachable = ev.health, false
-				}
+				break
 			}
-			w.publish(watches, listLoaded, ev.at)
+			if pub {
+				w.publish(watches, listLoaded, at)
+			}
 		}
 	}
 }
+
+// maxBatch bounds how many waiting events go into one published catalog.
+const maxBatch = 1024
 
 func (w *Watcher) isLocal(k ServiceKey) bool {
 	return k.Datacenter == "" || k.Datacenter == w.cfg.Query.Datacenter

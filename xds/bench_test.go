@@ -64,37 +64,46 @@ func BenchmarkTranslateFull(b *testing.B) {
 }
 
 // BenchmarkServerUpdate: Server.Update after a one-endpoint change, with 1
-// and 10 snapshot keys (node.clusters). Includes hashing every type for
-// its content version, the consistency check and SetSnapshot.
+// and 10 snapshot keys (node.clusters): building the changed sets, the
+// consistency check and answering watches. translator feeds it what the
+// daemon does (one Translator, so only the changed ClusterLoadAssignment
+// is a new object); fresh gives it two independent translations, every
+// resource a new object to marshal and compare.
 func BenchmarkServerUpdate(b *testing.B) {
-	outs := make([]*Output, 2)
-	for k := range outs {
+	tr := NewTranslator()
+	var outs [2][2]*Output // [fresh, translator][flip]
+	for k := range 2 {
 		var err error
-		if outs[k], err = Translate(benchModel(k)); err != nil {
+		if outs[0][k], err = Translate(benchModel(k)); err != nil {
+			b.Fatal(err)
+		}
+		if outs[1][k], err = tr.Translate(benchModel(k)); err != nil {
 			b.Fatal(err)
 		}
 	}
-	for _, keys := range []int{1, 10} {
-		b.Run(fmt.Sprintf("keys=%d", keys), func(b *testing.B) {
-			s := NewServer(ServerConfig{Logger: zerolog.Nop()})
-			resolve := func(string) string { return "" }
-			ctx := context.Background()
-			if _, err := s.Update(ctx, outs[0], resolve); err != nil {
-				b.Fatal(err)
-			}
-			for k := 1; k < keys; k++ {
-				s.sawNode(fmt.Sprintf("group-%d", k))
-			}
-			b.ReportAllocs()
-			i := 0
-			for b.Loop() {
-				i++
-				changed, err := s.Update(ctx, outs[i%2], resolve)
-				if err != nil || len(changed) != 1 {
-					b.Fatalf("changed %v, err %v", changed, err)
+	for mode, name := range []string{"fresh", "translator"} {
+		for _, keys := range []int{1, 10} {
+			b.Run(fmt.Sprintf("%s/keys=%d", name, keys), func(b *testing.B) {
+				s := NewServer(ServerConfig{Logger: zerolog.Nop()})
+				resolve := func(string) string { return "" }
+				ctx := context.Background()
+				if _, err := s.Update(ctx, outs[mode][0], resolve); err != nil {
+					b.Fatal(err)
 				}
-			}
-		})
+				for k := 1; k < keys; k++ {
+					s.sawNode(fmt.Sprintf("group-%d", k))
+				}
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					i++
+					changed, err := s.Update(ctx, outs[mode][i%2], resolve)
+					if err != nil || len(changed) != 1 {
+						b.Fatalf("changed %v, err %v", changed, err)
+					}
+				}
+			})
+		}
 	}
 }
 

@@ -19,7 +19,6 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -57,9 +56,8 @@ import (
 type entry struct {
 	name    string
 	res     types.Resource
-	bytes   []byte
-	version string // HashResource(bytes)
-	any     *anypb.Any
+	version string     // HashResource of the encoding
+	any     *anypb.Any // Value is the deterministic encoding
 	delta   *discoveryv3.Resource
 }
 
@@ -67,7 +65,7 @@ func newEntry(typeURL string, res types.Resource, b []byte) *entry {
 	name := cachev3.GetResourceName(res)
 	v := cachev3.HashResource(b)
 	a := &anypb.Any{TypeUrl: typeURL, Value: b}
-	return &entry{name: name, res: res, bytes: b, version: v, any: a,
+	return &entry{name: name, res: res, version: v, any: a,
 		delta: &discoveryv3.Resource{Name: name, Version: v, Resource: a}}
 }
 
@@ -78,6 +76,7 @@ type typeSet struct {
 	typeURL string
 	version string
 	entries map[string]*entry
+	order   []*entry // entries sorted by name, for full responses and dumps
 	// id identifies the set; prev is the id of the set this one replaced
 	// (0 if none) and diff the names added, changed or removed since. Ids,
 	// not pointers, so that a set does not keep its predecessors alive.
@@ -87,20 +86,6 @@ type typeSet struct {
 }
 
 var typeSetIDs atomic.Uint64
-
-func (ts *typeSet) sorted() []*entry {
-	return slices.SortedFunc(maps.Values(ts.entries), func(a, b *entry) int { return strings.Compare(a.name, b.name) })
-}
-
-// resources returns the set's resources by name, as go-control-plane
-// snapshots hold them.
-func (ts *typeSet) resources() map[string]types.Resource {
-	out := make(map[string]types.Resource, len(ts.entries))
-	for n, e := range ts.entries {
-		out[n] = e.res
-	}
-	return out
-}
 
 // setVersion is the SotW version of a set: a hash of its names and
 // resource versions, equal for equal content on every bridge.
@@ -136,11 +121,11 @@ func newTypeSet(typeURL string, items []types.Resource, prev *typeSet) (*typeSet
 			ts.entries[name] = o
 			continue
 		}
-		b, err := proto.MarshalOptions{Deterministic: true}.Marshal(res)
+		b, err := cachev3.MarshalResource(res)
 		if err != nil {
 			return nil, fmt.Errorf("marshal %s %q: %w", typeURL, name, err)
 		}
-		if o != nil && bytes.Equal(o.bytes, b) {
+		if o != nil && bytes.Equal(o.any.GetValue(), b) {
 			ts.entries[name] = o
 			continue
 		}
@@ -161,7 +146,8 @@ func newTypeSet(typeURL string, items []types.Resource, prev *typeSet) (*typeSet
 			return prev, nil
 		}
 	}
-	ts.version = setVersion(ts.sorted())
+	ts.order = slices.SortedFunc(maps.Values(ts.entries), byName)
+	ts.version = setVersion(ts.order)
 	return ts, nil
 }
 
@@ -245,22 +231,6 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) {
 	}
 }
 
-// waiting counts the watches open on key.
-func (c *serveCache) waiting(key string) int {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	n := 0
-	if k := c.keys[key]; k != nil {
-		for _, ws := range k.sotw {
-			n += len(ws)
-		}
-		for _, ws := range k.delta {
-			n += len(ws)
-		}
-	}
-	return n
-}
-
 // served returns what key is served, nil if it was never set.
 func (c *serveCache) served(key string) map[string]*typeSet {
 	c.mu.Lock()
@@ -271,22 +241,14 @@ func (c *serveCache) served(key string) map[string]*typeSet {
 	return nil
 }
 
-// setOf is the set of typeURL in sets. A type the bridge serves but has
-// nothing of is an empty set, answered (a proxy learns there are no
-// listeners); a type it does not serve at all is nil, never answered, as
+// setOf is the set of typeURL in sets: every type the bridge serves is
+// there (empty if it has nothing, answered so a proxy learns there are no
+// listeners), and a type it does not serve is nil, never answered, as
 // go-control-plane's snapshot cache did. Never answering unknown types
 // also bounds the responses a stream can have queued to one per served
 // type, which the servers' channels hold without blocking (the cache
 // sends while holding its lock).
-func setOf(sets map[string]*typeSet, typeURL string) *typeSet {
-	if ts := sets[typeURL]; ts != nil {
-		return ts
-	}
-	if !slices.Contains(typeOrder, typeURL) {
-		return nil
-	}
-	return &typeSet{typeURL: typeURL, version: setVersion(nil), entries: map[string]*entry{}}
-}
+func setOf(sets map[string]*typeSet, typeURL string) *typeSet { return sets[typeURL] }
 
 func (c *serveCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
 	w := &sotwWatch{req: trimRequest(req), sub: sub, ch: ch}
@@ -342,6 +304,9 @@ func addLocked[W comparable](c *serveCache, watches map[string]map[W]struct{}, t
 	return func() {
 		c.mu.Lock()
 		delete(watches[typ], w)
+		if len(watches[typ]) == 0 {
+			delete(watches, typ) // a made-up type URL leaves nothing behind
+		}
 		c.mu.Unlock()
 	}
 }
@@ -423,16 +388,13 @@ func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts, seen *typeSe
 	switch {
 	case full && (first || len(changed) > 0 || len(removed) > 0):
 		// Everything the stream wants, changed or not.
-		var send []*entry
-		if sub.IsWildcard() {
-			send = ts.sorted()
-		} else {
-			for name := range sub.SubscribedResources() {
-				if e := ts.entries[name]; e != nil {
-					send = append(send, e)
-				}
-			}
-			slices.SortFunc(send, func(a, b *entry) int { return strings.Compare(a.name, b.name) })
+		send := ts.order
+		if !sub.IsWildcard() {
+			subscribed := sub.SubscribedResources()
+			send = slices.DeleteFunc(slices.Clone(ts.order), func(e *entry) bool {
+				_, ok := subscribed[e.name]
+				return !ok
+			})
 		}
 		returned := make(map[string]string, len(send))
 		for _, e := range send {
@@ -443,17 +405,7 @@ func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts, seen *typeSe
 		// Only what changed: absent names keep what the client has. A
 		// removed name cannot be said in SotW; a client drops it when it
 		// stops referring to it.
-		returned := maps.Clone(sub.ReturnedResources())
-		if returned == nil {
-			returned = make(map[string]string, len(changed))
-		}
-		for _, name := range removed {
-			delete(returned, name)
-		}
-		for _, e := range changed {
-			returned[e.name] = e.version
-		}
-		slices.SortFunc(changed, func(a, b *entry) int { return strings.Compare(a.name, b.name) })
+		returned := nextReturned(sub, changed, removed)
 		return &sotwResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, returned: returned}
 	}
 	return nil
@@ -471,6 +423,15 @@ func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts, seen *
 	if !first && len(changed) == 0 && len(removed) == 0 {
 		return nil
 	}
+	returned := nextReturned(sub, changed, removed)
+	slices.Sort(removed)
+	return &deltaResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, removed: removed, returned: returned}
+}
+
+// nextReturned is what a stream holds once it gets changed (sorted here,
+// for the response) and forgets removed. A copy: go-control-plane's
+// Subscription edits the map it is given in place.
+func nextReturned(sub cachev3.Subscription, changed []*entry, removed []string) map[string]string {
 	returned := maps.Clone(sub.ReturnedResources())
 	if returned == nil {
 		returned = make(map[string]string, len(changed))
@@ -481,10 +442,11 @@ func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts, seen *
 	for _, e := range changed {
 		returned[e.name] = e.version
 	}
-	slices.SortFunc(changed, func(a, b *entry) int { return strings.Compare(a.name, b.name) })
-	slices.Sort(removed)
-	return &deltaResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, removed: removed, returned: returned}
+	slices.SortFunc(changed, byName)
+	return returned
 }
+
+func byName(a, b *entry) int { return strings.Compare(a.name, b.name) }
 
 // sotwResponse is a SotW response built from shared entries; only the
 // DiscoveryResponse envelope is its own (the server sets its nonce).

@@ -16,6 +16,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // cacheClient drives serveCache the way go-control-plane's servers do:
@@ -78,7 +79,9 @@ func (cl *cacheClient) watch(names []string) {
 type got struct {
 	names, removed []string
 	any            []*entry
-	version        string
+	// wire is what the server puts on the wire: the response's Anys.
+	wire    []*anypb.Any
+	version string
 }
 
 // take returns the pending response (ok=false if none) and ACKs it with
@@ -92,6 +95,7 @@ func (cl *cacheClient) take() (got, bool) {
 			d, _ := r.GetDeltaDiscoveryResponse()
 			for _, res := range d.GetResources() {
 				g.names = append(g.names, res.GetName())
+				g.wire = append(g.wire, res.GetResource())
 			}
 			g.removed, g.version = d.GetRemovedResources(), d.GetSystemVersionInfo()
 			g.any = r.(*deltaResponse).entries
@@ -106,7 +110,7 @@ func (cl *cacheClient) take() (got, bool) {
 			for _, a := range r.(*sotwResponse).entries {
 				g.names = append(g.names, a.name)
 			}
-			g.version, g.any = d.GetVersionInfo(), r.(*sotwResponse).entries
+			g.version, g.any, g.wire = d.GetVersionInfo(), r.(*sotwResponse).entries, d.GetResources()
 			cl.sub.SetReturnedResources(r.GetReturnedResources())
 			cl.ver = g.version
 		default:
@@ -217,9 +221,17 @@ func TestEntriesAreSharedAndReused(t *testing.T) {
 	s := newCacheServer(t, out)
 	a := newSotwClient(t, s.cache, "edge", resourcev3.EndpointType, []string{"api", "web"})
 	b := newDeltaClient(t, s.cache, "", resourcev3.EndpointType, []string{"api", "web"})
-	ga, gb := a.mustTake("sotw"), b.mustTake("delta")
-	if len(ga.any) != 2 || len(gb.any) != 2 || ga.any[0] != gb.any[0] || ga.any[1] != gb.any[1] {
-		t.Fatalf("entries not shared between streams and keys: %v %v", ga.names, gb.names)
+	c := newSotwClient(t, s.cache, "", resourcev3.EndpointType, []string{"api", "web"})
+	ga, gb, gc := a.mustTake("sotw"), b.mustTake("delta"), c.mustTake("sotw, other key")
+	// The responses handed to the server carry the very same Anys (same
+	// marshalled bytes), whatever the stream, key or protocol.
+	if len(ga.wire) != 2 || len(gb.wire) != 2 || len(gc.wire) != 2 {
+		t.Fatalf("responses carry %d, %d, %d resources, want 2 each", len(ga.wire), len(gb.wire), len(gc.wire))
+	}
+	for i := range 2 {
+		if ga.wire[i] != gb.wire[i] || ga.wire[i] != gc.wire[i] {
+			t.Fatalf("resource %s: each response carries its own Any; want one shared by all streams", ga.names[i])
+		}
 	}
 	before := s.cache.served("edge")[resourcev3.EndpointType]
 	if _, err := s.Update(context.Background(), testOutput(t, []string{"api", "web"}, 8080), resolveEdge); err != nil {

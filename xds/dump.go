@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"slices"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -85,12 +83,11 @@ func (s *Server) ConfigDump(nodeID, nodeCluster string) (*ConfigDump, error) {
 	} {
 		ts := setOf(sets, part.typ)
 		d.Versions[shortType(part.typ)] = ts.version
-		res := ts.resources()
-		*part.dst = make([]json.RawMessage, 0, len(res))
-		for _, name := range slices.Sorted(maps.Keys(res)) {
-			b, err := marshalResource(res[name])
+		*part.dst = make([]json.RawMessage, 0, len(ts.order))
+		for _, e := range ts.order {
+			b, err := marshalResource(e.res)
 			if err != nil {
-				return nil, fmt.Errorf("%s %q: %w", shortType(part.typ), name, err)
+				return nil, fmt.Errorf("%s %q: %w", shortType(part.typ), e.name, err)
 			}
 			*part.dst = append(*part.dst, b)
 		}

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"sync"
 
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -78,7 +77,7 @@ func newMetrics(reg prometheus.Registerer, log zerolog.Logger) *metrics {
 	m.resources = register(reg, log, m.resources)
 	m.updateSeconds = register(reg, log, m.updateSeconds)
 	// Known types start at zero, so rate() works from the first push.
-	for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType} {
+	for _, typ := range typeOrder {
 		t := shortType(typ)
 		m.pushes.WithLabelValues(t)
 		m.acks.WithLabelValues(t)

@@ -87,6 +87,10 @@ type Server struct {
 	// built memoises the current translation's sets per resource set, so
 	// keys sharing resources share sets.
 	built map[*Resources]map[string]*typeSet
+	// checked memoises Consistent per combination of sets (their ids, in
+	// typeOrder): keys of one group share their sets, and sets never
+	// change once built.
+	checked map[[5]uint64]error
 	// usedChains are the chains the current translation built; the others
 	// (groups gone from the policy) are dropped after each Update.
 	usedChains map[string]bool
@@ -168,21 +172,6 @@ func (s *Server) groupLocked(nodeCluster string) string {
 		return ""
 	}
 	return g
-}
-
-// Served returns the resources of typeURL served under a node.cluster
-// key, as cached: shared with every stream, unredacted, not to be
-// modified. nil if the key was never served.
-func (s *Server) Served(key, typeURL string) map[string]types.Resource {
-	sets := s.cache.served(key)
-	if sets == nil {
-		return nil
-	}
-	ts := setOf(sets, typeURL)
-	if ts == nil {
-		return nil
-	}
-	return ts.resources()
 }
 
 // Serve serves xDS on lis until ctx ends, then stops gracefully within the
@@ -271,6 +260,7 @@ func (s *Server) Update(ctx context.Context, out *Output, resolve func(nodeClust
 	s.out, s.resolve = out, resolve
 	s.built = map[*Resources]map[string]*typeSet{}
 	s.usedChains = map[string]bool{}
+	s.checked = map[[5]uint64]error{}
 	s.keys[""] = true
 	changed := map[string]bool{}
 	var errs []error
@@ -328,7 +318,7 @@ func (s *Server) setKeyLocked(key string) ([]string, error) {
 	if maps.Equal(versions, prev) {
 		return nil, nil
 	}
-	if err := Consistent(snapshotOf(sets)); err != nil {
+	if err := s.consistentLocked(sets); err != nil {
 		return nil, fmt.Errorf("node cluster %q: inconsistent snapshot: %w", key, err)
 	}
 	s.cache.set(key, sets)
@@ -418,6 +408,23 @@ func (s *Server) setLocked(role string, r *Resources, typ string, items func() [
 	}
 	s.built[r][typ] = ts
 	return ts, nil
+}
+
+// consistentLocked is Consistent for sets, once per combination of sets.
+func (s *Server) consistentLocked(sets map[string]*typeSet) error {
+	var ids [5]uint64
+	for i, typ := range typeOrder {
+		ids[i] = sets[typ].id
+	}
+	if err, ok := s.checked[ids]; ok {
+		return err
+	}
+	err := Consistent(snapshotOf(sets))
+	if s.checked == nil {
+		s.checked = map[[5]uint64]error{}
+	}
+	s.checked[ids] = err
+	return err
 }
 
 // snapshotOf is sets as a go-control-plane snapshot, for Consistent.

@@ -452,9 +452,9 @@ func TestMetrics(t *testing.T) {
 	}
 	for name, want := range map[string]int{
 		"consul_xds_bridge_connected_proxies":       1,
-		"consul_xds_bridge_pushes_total":            4,
-		"consul_xds_bridge_acks_total":              4,
-		"consul_xds_bridge_nacks_total":             4,
+		"consul_xds_bridge_pushes_total":            5, // CDS, EDS, LDS, RDS, SDS
+		"consul_xds_bridge_acks_total":              5, // SDS included from zero
+		"consul_xds_bridge_nacks_total":             5,
 		"consul_xds_bridge_snapshot_resources":      5,
 		"consul_xds_bridge_snapshot_update_seconds": 1,
 	} {

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -599,7 +600,7 @@ func (c *Client) decode(t Type, a *anypb.Any, probe *Probe) (decoded, error) {
 		}
 		d.name = m.GetName()
 		if m.GetType() == clusterv3.Cluster_EDS {
-			d.eds = cmpOr(m.GetEdsClusterConfig().GetServiceName(), m.GetName())
+			d.eds = cmp.Or(m.GetEdsClusterConfig().GetServiceName(), m.GetName())
 		}
 	case EDS:
 		m := new(endpointv3.ClusterLoadAssignment)
@@ -628,13 +629,6 @@ func (c *Client) decode(t Type, a *anypb.Any, probe *Probe) (decoded, error) {
 		d.name = m.GetName()
 	}
 	return d, nil
-}
-
-func cmpOr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
 }
 
 const hcmType = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -328,15 +327,6 @@ func (c *Consul) RegisterSidecars(ctx context.Context, n, upstreams, parallel in
 
 // SidecarID is the proxy service id (and Envoy node.id) of sidecar k.
 func SidecarID(k int) string { return fmt.Sprintf("sidecar-%d", k) }
-
-// LogTail returns the last bytes of the agent's log, for error messages.
-func (c *Consul) LogTail() string {
-	b, _ := os.ReadFile(c.logPath)
-	if len(b) > 2000 {
-		b = b[len(b)-2000:]
-	}
-	return string(bytes.TrimSpace(b))
-}
 
 // pinned runs name under taskset when cpus is set, so the server under
 // test and the load generator do not steal each other's cores.

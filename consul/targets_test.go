@@ -93,12 +93,14 @@ func TestWatcherSetTargetsWatchesUnlistedServiceUntilRemoved(t *testing.T) {
 
 func TestWatcherSetTargetsSameSetPublishesNothing(t *testing.T) {
 	f, c := newFakeConsul(t)
-	f.set("/v1/catalog/services", 10, map[string][]string{"web": nil})
+	f.set("/v1/catalog/services", 10, map[string][]string{"web": nil, "api": nil})
 	f.set("/v1/health/service/web", 11, []*api.ServiceEntry{entry("n1", "10.0.0.1", "web-1", 80, "passing")})
-	w, _ := startWatcher(t, c, Targets{Services: []ServiceKey{{Name: "web"}}})
+	f.set("/v1/health/service/api", 12, []*api.ServiceEntry{entry("n1", "10.0.0.1", "api-1", 81, "passing")})
+	w, _ := startWatcher(t, c, Targets{Services: []ServiceKey{{Name: "api"}, {Name: "web"}}})
 	next(t, w, "complete", func(u Update) bool { return u.Complete })
-	// A policy reload that references the same services, in another order.
-	w.SetTargets(Targets{Services: []ServiceKey{{Name: "web"}, {Name: "web"}}})
+	// A policy reload that references the same services, in another order
+	// and with a repeat.
+	w.SetTargets(Targets{Services: []ServiceKey{{Name: "web"}, {Name: "api"}, {Name: "web"}}})
 	select {
 	case u := <-w.Updates():
 		t.Fatalf("update published for unchanged targets: %+v", u)

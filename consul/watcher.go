@@ -282,7 +282,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		}
 		v.slots = w.slots.join(v.id, false)
 		hw.slots = v.slots
-		if key.Datacenter != "" && key.Datacenter != w.cfg.Query.Datacenter {
+		if !w.isLocal(key) {
 			v.failed = func(err error) {
 				send(hctx, event{key: key, gen: myGen, err: err, at: time.Now()})
 			}

@@ -4,6 +4,7 @@
 package xds
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"reflect"
@@ -90,6 +91,7 @@ func Translate(m *ir.Model) (*Output, error) { return NewTranslator().Translate(
 type Translator struct {
 	clusters  map[string]memoCluster
 	listeners map[string]memoListener // group name + "/" + listener name
+	secrets   map[string]memoSecret   // scope ("" shared, else group) + "/" + name
 	// proxyless is the last proxyless model and its resources.
 	proxylessIn  []ir.Listener
 	proxylessOut *Resources
@@ -99,6 +101,25 @@ type memoCluster struct {
 	in       ir.Cluster
 	cluster  *clusterv3.Cluster
 	endpoint *endpointv3.ClusterLoadAssignment
+}
+
+type memoSecret struct {
+	in  ir.Secret
+	out *tlsv3.Secret
+}
+
+// secret is the Envoy secret of sec in scope, last time's if unchanged;
+// a new one is added to fresh (to validate) and every one to next.
+func (t *Translator) secret(scope string, sec *ir.Secret, next map[string]memoSecret, fresh *Resources) *tlsv3.Secret {
+	key := scope + "/" + sec.Name
+	ms, ok := t.secrets[key]
+	if !ok || ms.in.Name != sec.Name || !bytes.Equal(ms.in.CertificateChain, sec.CertificateChain) ||
+		!bytes.Equal(ms.in.PrivateKey, sec.PrivateKey) || !bytes.Equal(ms.in.TrustedCA, sec.TrustedCA) {
+		ms = memoSecret{in: *sec, out: buildSecret(sec)}
+		fresh.Secrets = append(fresh.Secrets, ms.out)
+	}
+	next[key] = ms
+	return ms.out
 }
 
 type memoListener struct {
@@ -118,6 +139,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 	}
 	clusters := make(map[string]memoCluster, len(m.Clusters))
 	listeners := map[string]memoListener{}
+	secrets := map[string]memoSecret{}
 	out := &Output{Shared: &Resources{}, Groups: map[string]*Resources{}}
 	fresh := &Resources{} // built this time: validated below
 	for i := range m.Clusters {
@@ -140,9 +162,8 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 		out.Shared.Endpoints = append(out.Shared.Endpoints, mc.endpoint)
 	}
 	for i := range m.Secrets {
-		out.Shared.Secrets = append(out.Shared.Secrets, buildSecret(&m.Secrets[i]))
+		out.Shared.Secrets = append(out.Shared.Secrets, t.secret("", &m.Secrets[i], secrets, fresh))
 	}
-	fresh.Secrets = out.Shared.Secrets
 	errs := []error{validateAll(fresh)}
 	if t.proxylessOut != nil && reflect.DeepEqual(t.proxylessIn, m.Proxyless) {
 		out.Proxyless = t.proxylessOut
@@ -183,9 +204,8 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 			}
 		}
 		for j := range g.Secrets {
-			r.Secrets = append(r.Secrets, buildSecret(&g.Secrets[j]))
+			r.Secrets = append(r.Secrets, t.secret(g.Name, &g.Secrets[j], secrets, fresh))
 		}
-		fresh.Secrets = r.Secrets
 		if err := validateAll(fresh); err != nil {
 			errs = append(errs, fmt.Errorf("proxy group %q: %w", g.Name, err))
 		}
@@ -194,7 +214,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
-	t.clusters, t.listeners = clusters, listeners
+	t.clusters, t.listeners, t.secrets = clusters, listeners, secrets
 	t.proxylessIn, t.proxylessOut = m.Proxyless, out.Proxyless
 	return out, nil
 }

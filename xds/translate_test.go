@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -606,5 +607,32 @@ func TestTranslateInvertedQueryIsAnError(t *testing.T) {
 	})
 	if !errors.Is(err, xds.ErrUnsupported) {
 		t.Fatalf("Translate error = %v, want ErrUnsupported", err)
+	}
+}
+
+// TestTranslatorReusesSecrets: a rotated listener certificate is a new
+// secret; the unchanged shared secrets are last time's objects.
+func TestTranslatorReusesSecrets(t *testing.T) {
+	tr := xds.NewTranslator()
+	first, err := tr.Translate(tlsModel("1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := tr.Translate(tlsModel("2"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range first.Shared.Secrets {
+		if first.Shared.Secrets[i] != second.Shared.Secrets[i] {
+			t.Errorf("shared secret %s rebuilt although unchanged", first.Shared.Secrets[i].GetName())
+		}
+	}
+	for i, s := range second.Groups["edge"].Secrets {
+		if s == first.Groups["edge"].Secrets[i] || !strings.Contains(chainOf(s), "-2") {
+			t.Errorf("rotated secret %s: reused or stale (%q)", s.GetName(), chainOf(s))
+		}
+	}
+	if diff := cmp.Diff(translate(t, tlsModel("2")), second, protocmp.Transform()); diff != "" {
+		t.Errorf("Translator differs from Translate (-want +got):\n%s", diff)
 	}
 }

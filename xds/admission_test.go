@@ -134,3 +134,44 @@ func TestUnknownTypesCannotStallTheCache(t *testing.T) {
 		t.Errorf("Served(unknown type) = %v, want nil", got)
 	}
 }
+
+// TestKeyForgottenWithItsLastStream: a node.cluster is served while a
+// proxy uses it and forgotten when the last one leaves (clients choose the
+// string, so keys must not pile up); a proxy announcing it again is served.
+func TestKeyForgottenWithItsLastStream(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.update(t, testOutput(t, []string{"api"}, 8080))
+	known := func(key string) bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		_, ok := s.keys[key]
+		return ok && s.cache.served(key) != nil
+	}
+	synced := func(c *adsclient.Client) {
+		t.Helper()
+		if _, err := c.Wait(waitCtx(t), func(st adsclient.State) bool { return len(st.ClusterNames()) == 1 }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := dial(t, s, adsclient.Config{NodeID: "a", Cluster: "short-lived", Mode: adsclient.SotW})
+	b := dial(t, s, adsclient.Config{NodeID: "b", Cluster: "short-lived", Mode: adsclient.Delta})
+	synced(a)
+	synced(b)
+	if !known("short-lived") {
+		t.Fatal("key not served while its proxies are connected")
+	}
+	_ = a.Close()
+	time.Sleep(100 * time.Millisecond)
+	if !known("short-lived") {
+		t.Fatal("key forgotten while a proxy still uses it")
+	}
+	_ = b.Close()
+	eventually(t, "the key to be forgotten", func() bool { return !known("short-lived") }, func() string { return "still known" })
+	if !known("") {
+		t.Error("the shared key was forgotten")
+	}
+	synced(dial(t, s, adsclient.Config{NodeID: "c", Cluster: "short-lived", Mode: adsclient.SotW}))
+	if !known("short-lived") {
+		t.Error("key not served again for a new proxy")
+	}
+}

@@ -231,6 +231,28 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) {
 	}
 }
 
+// forget drops key if no watch is open on it, reporting whether it did.
+func (c *serveCache) forget(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := c.keys[key]
+	if k == nil {
+		return true
+	}
+	for _, ws := range k.sotw {
+		if len(ws) > 0 {
+			return false
+		}
+	}
+	for _, ws := range k.delta {
+		if len(ws) > 0 {
+			return false
+		}
+	}
+	delete(c.keys, key)
+	return true
+}
+
 // served returns what key is served, nil if it was never set.
 func (c *serveCache) served(key string) map[string]*typeSet {
 	c.mu.Lock()

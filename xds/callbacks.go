@@ -20,9 +20,10 @@ type callbacks struct {
 	log     zerolog.Logger
 	tracker *tracker
 	metrics *metrics
-	// sawNode is told the node.cluster of every new stream.
-	sawNode   func(nodeCluster string)
-	admission *admission
+	// sawNode is told the snapshot key of every new stream, lastStream
+	// when the last stream of a key has gone.
+	sawNode, lastStream func(key string)
+	admission           *admission
 }
 
 // streamKey identifies a stream: go-control-plane numbers SotW and delta
@@ -34,8 +35,8 @@ type streamKey struct {
 
 var _ serverv3.Callbacks = (*callbacks)(nil)
 
-func newCallbacks(log zerolog.Logger, t *tracker, m *metrics, sawNode func(string), a *admission) *callbacks {
-	return &callbacks{log: log, tracker: t, metrics: m, sawNode: sawNode, admission: a}
+func newCallbacks(log zerolog.Logger, t *tracker, m *metrics, sawNode, lastStream func(string), a *admission) *callbacks {
+	return &callbacks{log: log, tracker: t, metrics: m, sawNode: sawNode, lastStream: lastStream, admission: a}
 }
 
 // open registers a stream once it has an initial-sync slot; until then
@@ -62,6 +63,9 @@ func (c *callbacks) closed(key streamKey) {
 		return
 	}
 	c.metrics.streamCounted(st.node.GetCluster(), st.kind, -1)
+	if c.lastStream != nil && c.tracker.streamsOf(snapshotKey(st.node)) == 0 {
+		c.lastStream(snapshotKey(st.node))
+	}
 	c.log.Info().Stringer("stream", key).Str("kind", st.kind).Str("node", st.node.GetId()).Str("group", st.node.GetCluster()).
 		Dur("connected_for", time.Since(st.openedAt)).Msg("proxy disconnected")
 }

@@ -122,7 +122,7 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.MaxInitialSyncs == 0 {
 		cfg.MaxInitialSyncs = DefaultMaxInitialSyncs
 	}
-	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode, newAdmission(cfg.MaxInitialSyncs, s.metrics))
+	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode, s.forgetKey, newAdmission(cfg.MaxInitialSyncs, s.metrics))
 	s.health = newHealthService()
 	return s
 }
@@ -303,6 +303,24 @@ func (s *Server) sawNode(nodeCluster string) {
 	if _, err := s.setKeyLocked(nodeCluster); err != nil {
 		s.log.Error().Err(err).Str("node_cluster", nodeCluster).Msg("cannot serve new node cluster")
 	}
+}
+
+// forgetKey drops a snapshot key whose last stream has gone, so keys do
+// not pile up with every node.cluster ever announced (clients choose it)
+// and updates do not keep building for them. A stream that announces it
+// again is counted before sawNode runs, so a key is never forgotten under
+// a stream that uses it; the shared key "" stays.
+func (s *Server) forgetKey(key string) {
+	if key == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tracker.streamsOf(key) > 0 || !s.cache.forget(key) {
+		return
+	}
+	delete(s.keys, key)
+	delete(s.versions, key)
 }
 
 func (s *Server) setKeyLocked(key string) ([]string, error) {

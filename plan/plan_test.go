@@ -2,10 +2,14 @@ package plan
 
 import (
 	"bytes"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
@@ -57,5 +61,51 @@ func TestDiffShowsCertificateChangesWithoutKeys(t *testing.T) {
 	same, _ := Diff(running, running)
 	if len(same) != 0 {
 		t.Fatalf("no-op diff reports %+v", same)
+	}
+}
+
+// TestDiffEndpointsAddAndRemove: a health change shows as endpoint counts
+// (an omitted health_status counts as healthy, as Envoy treats UNKNOWN),
+// and clusters that appear or go are Add and Remove.
+func TestDiffEndpointsAddAndRemove(t *testing.T) {
+	cla := func(name string, health ...corev3.HealthStatus) *endpointv3.ClusterLoadAssignment {
+		var lbs []*endpointv3.LbEndpoint
+		for _, h := range health {
+			lbs = append(lbs, &endpointv3.LbEndpoint{HealthStatus: h})
+		}
+		return &endpointv3.ClusterLoadAssignment{ClusterName: name, Endpoints: []*endpointv3.LocalityLbEndpoints{{LbEndpoints: lbs}}}
+	}
+	dump := func(r *xds.Resources) *xds.ConfigDump {
+		t.Helper()
+		d, err := Dump(&xds.Output{Shared: r, Groups: map[string]*xds.Resources{}}, "", "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	running := dump(&xds.Resources{
+		Clusters:  []*clusterv3.Cluster{{Name: "api"}, {Name: "old"}},
+		Endpoints: []*endpointv3.ClusterLoadAssignment{cla("api", corev3.HealthStatus_HEALTHY, corev3.HealthStatus_UNHEALTHY)},
+	})
+	planned := dump(&xds.Resources{
+		Clusters: []*clusterv3.Cluster{{Name: "api"}, {Name: "new"}},
+		Endpoints: []*endpointv3.ClusterLoadAssignment{cla("api", corev3.HealthStatus_UNKNOWN, corev3.HealthStatus_HEALTHY,
+			corev3.HealthStatus_DRAINING)},
+	})
+	changes, err := Diff(running, planned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, c := range changes {
+		got = append(got, fmt.Sprintf("%s %s %s %s", c.Action, c.Kind, c.Name, c.Detail))
+	}
+	want := []string{
+		fmt.Sprintf("%s cluster new ", Add),
+		fmt.Sprintf("%s cluster old ", Remove),
+		fmt.Sprintf("%s endpoints api 2 → 3 endpoints (1 → 2 healthy)", Modify),
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("changes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

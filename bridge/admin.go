@@ -13,9 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
 // serveAdmin serves the admin HTTP API.
@@ -43,9 +42,9 @@ func (d *Daemon) serveAdmin(ctx context.Context, lis net.Listener) error {
 		}
 		dump, err := d.xds.ConfigDump(q.Get("node"), q.Get("cluster"))
 		switch {
-		case errors.Is(err, xds.ErrUnknownNode):
+		case errors.Is(err, serve.ErrUnknownNode):
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
-		case errors.Is(err, xds.ErrNotReady):
+		case errors.Is(err, serve.ErrNotReady):
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
 		case err != nil:
 			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})

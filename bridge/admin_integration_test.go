@@ -22,7 +22,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
 
 func get(t *testing.T, url string) (int, string) {
@@ -166,19 +166,19 @@ func TestProxyStatusACKAndNACK(t *testing.T) {
 	t.Cleanup(func() { _ = picky.Close() })
 	waitEndpoints(t, "web", ep(1001, "HEALTHY"), good, picky)
 	base := "http://" + h.daemon.AdminAddr().String()
-	proxies := func() map[string]xds.ProxyStatus {
-		var ps []xds.ProxyStatus
+	proxies := func() map[string]serve.ProxyStatus {
+		var ps []serve.ProxyStatus
 		_, body := get(t, base+"/v1/proxies")
 		if err := json.Unmarshal([]byte(body), &ps); err != nil {
 			t.Fatalf("/v1/proxies: %v: %s", err, body)
 		}
-		out := map[string]xds.ProxyStatus{}
+		out := map[string]serve.ProxyStatus{}
 		for _, p := range ps {
 			out[p.NodeID] = p
 		}
 		return out
 	}
-	waitStatus := func(node, want string) xds.ProxyStatus {
+	waitStatus := func(node, want string) serve.ProxyStatus {
 		t.Helper()
 		deadline := time.Now().Add(10 * time.Second)
 		for {
@@ -192,17 +192,17 @@ func TestProxyStatusACKAndNACK(t *testing.T) {
 			time.Sleep(50 * time.Millisecond)
 		}
 	}
-	waitStatus("test-sotw-good", xds.StatusSynced)
-	waitStatus("picky-1", xds.StatusSynced)
+	waitStatus("test-sotw-good", serve.StatusSynced)
+	waitStatus("picky-1", serve.StatusSynced)
 
 	agent.RegisterTTL(t, "api", "api-1", 2001, nil, nil)
 	waitClusters(t, func(n []string) bool { return slices.Contains(n, "api") }, "api cluster at the good proxy", good)
-	p := waitStatus("picky-1", xds.StatusNACKed)
+	p := waitStatus("picky-1", serve.StatusNACKed)
 	cds := p.Types["CDS"]
 	if cds == nil || cds.LastNACK == nil || !strings.Contains(cds.LastNACK.Error, "unsupported setting (test)") || cds.LastNACK.Version != cds.VersionSent {
 		t.Fatalf("NACK not recorded with its text and version: %+v", cds)
 	}
-	if g := waitStatus("test-sotw-good", xds.StatusSynced); g.Types["CDS"].VersionAcked != cds.LastNACK.Version {
+	if g := waitStatus("test-sotw-good", serve.StatusSynced); g.Types["CDS"].VersionAcked != cds.LastNACK.Version {
 		t.Fatalf("good proxy ACKed %q, the picky one rejected %q: should be the same version", g.Types["CDS"].VersionAcked, cds.LastNACK.Version)
 	}
 	if picky.Snapshot().Cluster("api") != nil {
@@ -210,7 +210,7 @@ func TestProxyStatusACKAndNACK(t *testing.T) {
 	}
 
 	agent.Deregister(t, "api-1")
-	waitStatus("picky-1", xds.StatusSynced)
+	waitStatus("picky-1", serve.StatusSynced)
 
 	code, body := get(t, base+"/v1/config_dump?node=picky-1")
 	if code != http.StatusOK || !strings.Contains(body, `"name": "web"`) {

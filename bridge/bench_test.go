@@ -15,6 +15,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
 
 const benchServices, benchInstances = 1000, 20
@@ -98,7 +99,7 @@ func BenchmarkOneInstanceChange(b *testing.B) {
 	}
 	for _, mode := range []string{"translate", "translator"} {
 		b.Run(mode, func(b *testing.B) {
-			s := xds.NewServer(xds.ServerConfig{Logger: zerolog.Nop()})
+			s := serve.NewServer(serve.ServerConfig{Logger: zerolog.Nop()})
 			translate := xds.Translate
 			if mode == "translator" {
 				translate = xds.NewTranslator().Translate

@@ -2,7 +2,9 @@ package bridge
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -17,6 +19,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
 
 // Config configures a Daemon.
@@ -30,10 +33,6 @@ type Config struct {
 	// a KV prefix configured, the daemon waits for KV before serving.
 	Policy *policy.Policy
 	Logger zerolog.Logger
-	// HoldOff is how long the daemon waits after a change for more changes
-	// before it builds; MaxDelay caps the total wait during a continuous
-	// burst. Defaults: Settings.XDS.Debounce*, else 100ms and 1s.
-	HoldOff, MaxDelay time.Duration
 	// Query tunes Consul blocking queries; zero fields take defaults, and
 	// the datacenter, stale and wait time come from Settings.
 	Query consul.QueryOptions
@@ -47,7 +46,7 @@ type Config struct {
 type Daemon struct {
 	cfg Config
 	log zerolog.Logger
-	xds *xds.Server
+	xds *serve.Server
 
 	started   chan struct{}
 	xdsAddr   net.Addr
@@ -117,36 +116,20 @@ type catalogView struct {
 
 // New returns a daemon; nothing runs until Run.
 func New(cfg Config) *Daemon {
-	if cfg.HoldOff <= 0 {
-		cfg.HoldOff = cfg.Settings.XDS.DebounceHoldOff
-	}
-	if cfg.MaxDelay <= 0 {
-		cfg.MaxDelay = cfg.Settings.XDS.DebounceMaxDelay
-	}
-	if cfg.HoldOff <= 0 {
-		cfg.HoldOff = 100 * time.Millisecond
-	}
-	if cfg.MaxDelay <= 0 {
-		cfg.MaxDelay = time.Second
-	}
 	reg := cfg.Registry
 	if reg == nil {
 		reg = prometheus.NewRegistry()
-	}
-	maxSyncs := cfg.Settings.XDS.MaxInitialSyncs
-	if maxSyncs == 0 {
-		maxSyncs = -1 // no bound
 	}
 	d := &Daemon{
 		reg: reg,
 		cfg: cfg,
 		log: cfg.Logger.With().Str("component", "bridge").Logger(),
-		xds: xds.NewServer(xds.ServerConfig{
+		xds: serve.NewServer(serve.ServerConfig{
 			Logger:          cfg.Logger,
 			Registerer:      reg,
-			TLS:             xds.TLSFiles(cfg.Settings.XDS.TLS),
+			TLS:             cfg.Settings.XDS.TLS,
 			AuthorizeNodes:  cfg.Settings.XDS.AuthorizeNodes,
-			MaxInitialSyncs: maxSyncs,
+			MaxInitialSyncs: cfg.Settings.XDS.MaxInitialSyncs,
 		}),
 		started:     make(chan struct{}),
 		reload:      make(chan struct{}, 1),
@@ -186,9 +169,6 @@ func (d *Daemon) Reload() {
 func (d *Daemon) Run(ctx context.Context) error {
 	s := d.cfg.Settings
 	maxQueries := s.Consul.MaxQueries
-	if maxQueries <= 0 {
-		maxQueries = policy.DefaultMaxQueries
-	}
 	client, err := consul.NewClient(consul.ClientConfig{
 		Address:    s.Consul.Address,
 		Datacenter: s.Consul.Datacenter,
@@ -345,13 +325,13 @@ func (l *loop) schedule() {
 	now := time.Now()
 	if l.burstStart.IsZero() {
 		l.burstStart = now
-		if now.Sub(l.lastBuild) >= l.d.cfg.HoldOff {
+		if now.Sub(l.lastBuild) >= l.d.cfg.Settings.XDS.DebounceHoldOff {
 			l.timer.Reset(0)
 			return
 		}
 	}
-	wait := min(l.d.cfg.HoldOff, l.burstStart.Add(l.d.cfg.MaxDelay).Sub(now))
-	wait = max(wait, l.lastBuild.Add(l.d.cfg.HoldOff).Sub(now), 0)
+	wait := min(l.d.cfg.Settings.XDS.DebounceHoldOff, l.burstStart.Add(l.d.cfg.Settings.XDS.DebounceMaxDelay).Sub(now))
+	wait = max(wait, l.lastBuild.Add(l.d.cfg.Settings.XDS.DebounceHoldOff).Sub(now), 0)
 	l.timer.Reset(wait)
 }
 
@@ -366,7 +346,7 @@ func (l *loop) build(ctx context.Context) {
 			l.pendingSince = time.Now()
 		}
 		if time.Since(l.pendingSince) < pendingGrace {
-			l.timer.Reset(l.d.cfg.HoldOff)
+			l.timer.Reset(l.d.cfg.Settings.XDS.DebounceHoldOff)
 			return
 		}
 		l.d.log.Warn().Strs("services", keys(l.catalog.Pending)).Msg("services still loading after grace period; serving without them")
@@ -394,6 +374,17 @@ func (l *loop) build(ctx context.Context) {
 		l.d.log.Error().Err(err).Msg("translation failed; keeping the last good snapshot")
 		return
 	}
+	if failed := failedGroups(out); len(failed) > 0 {
+		if !l.d.ready.Load() {
+			// The first build must succeed whole: a failed group has no
+			// last good state to serve its proxies.
+			l.d.log.Error().Err(errors.Join(failed...)).Msg("the first translation failed for some proxy groups; not ready")
+			return
+		}
+		for _, err := range failed {
+			l.d.log.Error().Err(err).Msg("proxy group could not be translated; it keeps its last good listeners and routes")
+		}
+	}
 	pol := l.policy
 	resolve := func(nodeCluster string) string {
 		if p := pol.ProxyFor(nodeCluster); p != nil {
@@ -411,9 +402,7 @@ func (l *loop) build(ctx context.Context) {
 			return
 		}
 		// Update fails per node.cluster: the keys named in err keep their
-		// last good state, every other key was served this build. Taking
-		// the whole bridge out of readiness for one group would cut off
-		// every proxy, so it is logged, not fatal.
+		// last good state, every other key was served this build.
 		l.d.log.Error().Err(err).Msg("some node clusters could not be updated and keep their last good state")
 	}
 	l.d.metrics.builds.Inc()
@@ -577,4 +566,16 @@ func listen(addr string) (net.Listener, error) {
 		return net.Listen("unix", path)
 	}
 	return net.Listen("tcp", addr)
+}
+
+// failedGroups lists the translation's per-group failures, sorted.
+func failedGroups(out *xds.Output) []error {
+	var errs []error
+	for _, g := range slices.Sorted(maps.Keys(out.Failed)) {
+		errs = append(errs, out.Failed[g])
+	}
+	if out.ProxylessFailed != nil {
+		errs = append(errs, out.ProxylessFailed)
+	}
+	return errs
 }

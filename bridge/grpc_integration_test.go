@@ -26,6 +26,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
 
 // Proxyless gRPC end to end: real Consul, the bridge, real grpc-go servers
@@ -157,21 +158,21 @@ func warmUp(t *testing.T, c testgrpc.TestServiceClient, want ...string) {
 	}
 }
 
-func proxies(t *testing.T, h *harness) []xds.ProxyStatus {
+func proxies(t *testing.T, h *harness) []serve.ProxyStatus {
 	t.Helper()
 	resp, err := http.Get("http://" + h.daemon.AdminAddr().String() + "/v1/proxies")
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var ps []xds.ProxyStatus
+	var ps []serve.ProxyStatus
 	if err := json.NewDecoder(resp.Body).Decode(&ps); err != nil {
 		t.Fatal(err)
 	}
 	return ps
 }
 
-func proxyByNode(ps []xds.ProxyStatus, nodeID string) *xds.ProxyStatus {
+func proxyByNode(ps []serve.ProxyStatus, nodeID string) *serve.ProxyStatus {
 	for i := range ps {
 		if ps[i].NodeID == nodeID {
 			return &ps[i]
@@ -214,7 +215,7 @@ func TestProxylessGRPCEndToEnd(t *testing.T) {
 	p := proxyByNode(proxies(t, h), "grpc-e2e-1")
 	if p == nil || !strings.HasPrefix(strings.ToLower(p.UserAgent), "grpc") {
 		t.Errorf("/v1/proxies does not show the gRPC client: %+v", p)
-	} else if p.Status == xds.StatusNACKed {
+	} else if p.Status == serve.StatusNACKed {
 		t.Errorf("gRPC client NACKed: %+v", p.Types)
 	}
 
@@ -508,7 +509,7 @@ func TestProxylessGRPCNACK(t *testing.T) {
 
 	write("random")
 	h.daemon.Reload()
-	var nack *xds.NACKInfo
+	var nack *serve.NACKInfo
 	deadline := time.Now().Add(15 * time.Second)
 	for nack == nil {
 		if time.Now().After(deadline) {
@@ -519,7 +520,7 @@ func TestProxylessGRPCNACK(t *testing.T) {
 			t.Fatalf("call after the bad policy: %v", err)
 		}
 		if p := proxyByNode(proxies(t, h), "grpc-nack"); p != nil && p.Types["CDS"] != nil && p.Types["CDS"].LastNACK != nil {
-			if p.Types["CDS"].Status != xds.StatusNACKed || p.Status != xds.StatusNACKed {
+			if p.Types["CDS"].Status != serve.StatusNACKed || p.Status != serve.StatusNACKed {
 				t.Errorf("NACK recorded but statuses are CDS %s, proxy %s", p.Types["CDS"].Status, p.Status)
 			}
 			nack = p.Types["CDS"].LastNACK

@@ -3,17 +3,18 @@ package consul
 import (
 	"container/list"
 	"context"
+	"math"
 	"sync"
 	"time"
 
 	"github.com/rs/zerolog"
 )
 
-// DefaultMaxQueries is the query-slot budget of a Watcher whose Config
-// leaves MaxQueries zero. It is well under the client's default MaxConns
-// (100) and the agent's limits.http_max_conns_per_client (200), so other
-// local clients of the agent keep room.
-const DefaultMaxQueries = 64
+// unbounded is the budget of a Watcher whose Config leaves MaxQueries
+// zero: every view has a slot. The daemon always passes its setting
+// (policy.DefaultMaxQueries unless configured), the one owner of that
+// default.
+const unbounded = math.MaxInt32
 
 // minQueries is the smallest budget: one slot is kept for the health-hint
 // query, and the other views need at least one to share.
@@ -59,7 +60,7 @@ type budget struct {
 
 func newBudget(slots int, waitTime time.Duration, log zerolog.Logger) *budget {
 	if slots <= 0 {
-		slots = DefaultMaxQueries
+		slots = unbounded
 	}
 	slots = max(slots, minQueries)
 	return &budget{log: log, waitTime: waitTime, slots: slots}

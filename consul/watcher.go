@@ -25,8 +25,8 @@ type Config struct {
 	// list, so set AllLocal to watch every registered service.
 	Targets Targets
 	// MaxQueries caps the watcher's concurrent requests to Consul, and so
-	// its connections to the agent; zero means DefaultMaxQueries (64), and
-	// the least is 2. It must stay below the client's MaxConns
+	// its connections to the agent; zero means no bound (a slot per
+	// watched service), and the least is 2. It must stay below the client's MaxConns
 	// ([ClientConfig.MaxConns]), which must stay below the agent's
 	// limits.http_max_conns_per_client (200 by default, counted over every
 	// client on the host): otherwise requests queue inside the HTTP

@@ -1,6 +1,7 @@
 package xds
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/netip"
@@ -114,4 +115,64 @@ func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
 
 func lbEndpoint(addr *corev3.Address) *endpointv3.LbEndpoint {
 	return &endpointv3.LbEndpoint{HostIdentifier: &endpointv3.LbEndpoint_Endpoint{Endpoint: &endpointv3.Endpoint{Address: addr}}}
+}
+
+// GRPCBootstrap renders the xDS bootstrap JSON of a proxyless gRPC client
+// (GRPC_XDS_BOOTSTRAP file or GRPC_XDS_BOOTSTRAP_CONFIG value, gRFC A27)
+// that reaches the bridge over ADS. gRPC sets node.user_agent_name itself
+// ("gRPC Go", ...), which is how the bridge tells it from an Envoy. c.XDS
+// entries beyond the first are fallback servers (gRFC A71); AdminPort does
+// not apply. The node cluster may be empty: every gRPC client gets the
+// same API listeners, and a cluster only matters to place it in a proxy
+// group declared proxyless.
+func GRPCBootstrap(c BootstrapConfig) ([]byte, error) {
+	if c.NodeID == "" {
+		return nil, fmt.Errorf("bootstrap needs a node id")
+	}
+	if len(c.XDS) == 0 && c.XDSUnix == "" {
+		return nil, fmt.Errorf("bootstrap needs the bridge's xDS address (-xds HOST:PORT or -xds-unix PATH)")
+	}
+	type creds struct {
+		Type   string         `json:"type"`
+		Config map[string]any `json:"config,omitempty"`
+	}
+	type server struct {
+		ServerURI      string   `json:"server_uri"`
+		ChannelCreds   []creds  `json:"channel_creds"`
+		ServerFeatures []string `json:"server_features"`
+	}
+	type node struct {
+		ID      string `json:"id"`
+		Cluster string `json:"cluster,omitempty"`
+	}
+	cr := creds{Type: "insecure"}
+	if c.TLSCAFile != "" {
+		cr = creds{Type: "tls", Config: map[string]any{"ca_certificate_file": c.TLSCAFile}}
+	}
+	var uris []string
+	if c.XDSUnix != "" {
+		uris = append(uris, "unix://"+c.XDSUnix)
+	}
+	for _, addr := range c.XDS {
+		_, portStr, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, fmt.Errorf("xds address %q: %w (want HOST:PORT)", addr, err)
+		}
+		if port, err := strconv.ParseUint(portStr, 10, 16); err != nil || port == 0 {
+			return nil, fmt.Errorf("xds address %q: bad port", addr)
+		}
+		uris = append(uris, addr)
+	}
+	var servers []server
+	for _, u := range uris {
+		servers = append(servers, server{ServerURI: u, ChannelCreds: []creds{cr}, ServerFeatures: []string{"xds_v3"}})
+	}
+	b, err := json.MarshalIndent(struct {
+		XDSServers []server `json:"xds_servers"`
+		Node       node     `json:"node"`
+	}{servers, node{ID: c.NodeID, Cluster: c.Cluster}}, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
 }

@@ -106,7 +106,7 @@ func TestGolden(t *testing.T) {
 				if err := snapshot(out.Groups[g]).Consistent(); err != nil {
 					t.Errorf("group %q snapshot not consistent: %v", g, err)
 				}
-				if err := xds.Consistent(snapshot(out.Groups[g])); err != nil {
+				if err := xds.Consistent(out.Shared, out.Groups[g]); err != nil {
 					t.Errorf("group %q snapshot not consistent: %v", g, err)
 				}
 				groupTypes := out.Groups[g].ByType()
@@ -131,7 +131,10 @@ func TestGolden(t *testing.T) {
 			if out.Proxyless == nil {
 				t.Fatal("Translate left Proxyless nil")
 			}
-			if err := xds.Consistent(snapshot(out.Proxyless)); err != nil {
+			if len(out.Failed) > 0 || out.ProxylessFailed != nil {
+				t.Errorf("groups failed: %v, proxyless: %v", out.Failed, out.ProxylessFailed)
+			}
+			if err := xds.Consistent(out.Shared, out.Proxyless); err != nil {
 				t.Errorf("proxyless snapshot not consistent: %v", err)
 			}
 			pl := out.Proxyless.ByType()

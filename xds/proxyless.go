@@ -1,19 +1,11 @@
 package xds
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
-	"net"
-	"strconv"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
@@ -99,106 +91,4 @@ func unsupportedProxyless(l *ir.Listener) error {
 		}
 	}
 	return errors.Join(errs...)
-}
-
-// Consistent is Snapshot.Consistent for snapshots that may hold API
-// listeners. go-control-plane only follows RDS references from listener
-// filter chains, so it counts the routes of API listeners as unreferenced
-// and rejects every proxyless snapshot. Here each API listener's HTTP
-// connection manager is checked as if it were a filter chain, with
-// go-control-plane's own rules. It also checks what go-control-plane does
-// not: every SDS secret a listener or cluster names is in the snapshot,
-// so no proxy waits forever for a certificate.
-func Consistent(snap *cachev3.Snapshot) error {
-	if snap == nil {
-		return snap.Consistent()
-	}
-	if err := secretsConsistent(snap); err != nil {
-		return err
-	}
-	typ := cachev3.GetResponseType(resourcev3.ListenerType)
-	items := snap.Resources[typ].Items
-	var shadow map[string]types.ResourceWithTTL
-	for name, res := range items {
-		l, ok := res.Resource.(*listenerv3.Listener)
-		if !ok || l.GetApiListener().GetApiListener() == nil {
-			continue
-		}
-		if shadow == nil {
-			shadow = maps.Clone(items)
-		}
-		shadow[name] = types.ResourceWithTTL{Resource: &listenerv3.Listener{
-			Name: l.GetName(),
-			FilterChains: []*listenerv3.FilterChain{{Filters: []*listenerv3.Filter{{
-				Name:       wellknown.HTTPConnectionManager,
-				ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: l.GetApiListener().GetApiListener()},
-			}}}},
-		}}
-	}
-	if shadow == nil {
-		return snap.Consistent()
-	}
-	check := *snap
-	check.Resources[typ] = cachev3.Resources{Version: snap.Resources[typ].Version, Items: shadow}
-	return check.Consistent()
-}
-
-// GRPCBootstrap renders the xDS bootstrap JSON of a proxyless gRPC client
-// (GRPC_XDS_BOOTSTRAP file or GRPC_XDS_BOOTSTRAP_CONFIG value, gRFC A27)
-// that reaches the bridge over ADS. gRPC sets node.user_agent_name itself
-// ("gRPC Go", ...), which is how the bridge tells it from an Envoy. c.XDS
-// entries beyond the first are fallback servers (gRFC A71); AdminPort does
-// not apply. The node cluster may be empty: every gRPC client gets the
-// same API listeners, and a cluster only matters to place it in a proxy
-// group declared proxyless.
-func GRPCBootstrap(c BootstrapConfig) ([]byte, error) {
-	if c.NodeID == "" {
-		return nil, fmt.Errorf("bootstrap needs a node id")
-	}
-	if len(c.XDS) == 0 && c.XDSUnix == "" {
-		return nil, fmt.Errorf("bootstrap needs the bridge's xDS address (-xds HOST:PORT or -xds-unix PATH)")
-	}
-	type creds struct {
-		Type   string         `json:"type"`
-		Config map[string]any `json:"config,omitempty"`
-	}
-	type server struct {
-		ServerURI      string   `json:"server_uri"`
-		ChannelCreds   []creds  `json:"channel_creds"`
-		ServerFeatures []string `json:"server_features"`
-	}
-	type node struct {
-		ID      string `json:"id"`
-		Cluster string `json:"cluster,omitempty"`
-	}
-	cr := creds{Type: "insecure"}
-	if c.TLSCAFile != "" {
-		cr = creds{Type: "tls", Config: map[string]any{"ca_certificate_file": c.TLSCAFile}}
-	}
-	var uris []string
-	if c.XDSUnix != "" {
-		uris = append(uris, "unix://"+c.XDSUnix)
-	}
-	for _, addr := range c.XDS {
-		_, portStr, err := net.SplitHostPort(addr)
-		if err != nil {
-			return nil, fmt.Errorf("xds address %q: %w (want HOST:PORT)", addr, err)
-		}
-		if port, err := strconv.ParseUint(portStr, 10, 16); err != nil || port == 0 {
-			return nil, fmt.Errorf("xds address %q: bad port", addr)
-		}
-		uris = append(uris, addr)
-	}
-	var servers []server
-	for _, u := range uris {
-		servers = append(servers, server{ServerURI: u, ChannelCreds: []creds{cr}, ServerFeatures: []string{"xds_v3"}})
-	}
-	b, err := json.MarshalIndent(struct {
-		XDSServers []server `json:"xds_servers"`
-		Node       node     `json:"node"`
-	}{servers, node{ID: c.NodeID, Cluster: c.Cluster}}, "", "  ")
-	if err != nil {
-		return nil, err
-	}
-	return append(b, '\n'), nil
 }

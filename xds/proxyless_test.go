@@ -7,9 +7,7 @@ import (
 	"testing"
 	"time"
 
-	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/google/go-cmp/cmp"
@@ -115,34 +113,28 @@ func TestTranslateProxyless(t *testing.T) {
 // xds.Consistent does, with the same rules.
 func TestConsistentSeesAPIListeners(t *testing.T) {
 	out := translate(t, proxylessModel())
-	snap := func(routes []*routev3.RouteConfiguration) *cachev3.Snapshot {
-		s := &cachev3.Snapshot{}
-		set := func(typ string, items []types.Resource) {
-			s.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources("v", items)
-		}
-		byType := out.Shared.ByType()
-		set(resourcev3.ClusterType, byType[resourcev3.ClusterType])
-		set(resourcev3.EndpointType, byType[resourcev3.EndpointType])
-		set(resourcev3.ListenerType, out.Proxyless.ByType()[resourcev3.ListenerType])
-		var rs []types.Resource
-		for _, r := range routes {
-			rs = append(rs, r)
-		}
-		set(resourcev3.RouteType, rs)
-		return s
+	if err := xds.Consistent(out.Shared, out.Proxyless); err != nil {
+		t.Errorf("proxyless resources: %v", err)
 	}
-	full := snap(out.Proxyless.Routes)
-	if err := xds.Consistent(full); err != nil {
-		t.Errorf("proxyless snapshot: %v", err)
+	snap := &cachev3.Snapshot{}
+	for typ, items := range out.Shared.ByType() {
+		snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources("v", items)
 	}
-	if err := full.Consistent(); err == nil {
+	for _, typ := range []string{resourcev3.ListenerType, resourcev3.RouteType} {
+		snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources("v", out.Proxyless.ByType()[typ])
+	}
+	if err := snap.Consistent(); err == nil {
 		t.Log("go-control-plane's Consistent now follows API listeners; xds.Consistent could defer to it")
 	}
-	if err := xds.Consistent(snap(nil)); err == nil {
-		t.Error("a snapshot missing the API listener's route configuration passed")
+	noRoutes := &xds.Resources{Listeners: out.Proxyless.Listeners}
+	if err := xds.Consistent(out.Shared, noRoutes); err == nil {
+		t.Error("API listeners without their route configurations passed")
 	}
-	if l, ok := full.Resources[cachev3.GetResponseType(resourcev3.ListenerType)].Items["echo"].Resource.(*listenerv3.Listener); !ok || l.GetApiListener() == nil {
-		t.Error("xds.Consistent changed the snapshot it checked")
+	extra := &xds.Resources{Listeners: out.Proxyless.Listeners[1:], Routes: out.Proxyless.Routes}
+	if len(out.Proxyless.Listeners) > 1 {
+		if err := xds.Consistent(out.Shared, extra); err == nil {
+			t.Error("a route configuration no listener refers to passed")
+		}
 	}
 }
 
@@ -154,8 +146,8 @@ func TestTranslateProxylessUnsupported(t *testing.T) {
 	query.Match.Query = []ir.ValueMatch{{Name: "debug", Present: true}}
 	for name, r := range map[string]ir.Route{"redirect": redirect, "query": query} {
 		m := &ir.Model{Clusters: []ir.Cluster{cluster("echo")}, Proxyless: []ir.Listener{apiListener("echo", r)}}
-		if _, err := xds.Translate(m); !errors.Is(err, xds.ErrUnsupportedGRPC) {
-			t.Errorf("%s: Translate error = %v, want ErrUnsupportedGRPC", name, err)
+		if out, err := xds.Translate(m); err != nil || !errors.Is(out.ProxylessFailed, xds.ErrUnsupportedGRPC) || out.Proxyless != nil {
+			t.Errorf("%s: Translate error = %v, want proxyless failed with ErrUnsupportedGRPC", name, err)
 		}
 	}
 }

@@ -1,25 +1,18 @@
 package xds_test
 
 import (
-	"context"
-	"encoding/json"
-	"net"
-	"slices"
+	"errors"
 	"strings"
 	"testing"
-	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
@@ -56,178 +49,6 @@ func tlsModel(v string) *ir.Model {
 	}
 }
 
-func resolveGroup(nodeCluster string) string {
-	if nodeCluster == "edge" {
-		return "edge"
-	}
-	return ""
-}
-
-// serveTLSModel serves out over ADS on a loopback port and returns the
-// server and its address.
-func serveTLSModel(t *testing.T, out *xds.Output) (*xds.Server, string) {
-	t.Helper()
-	srv := xds.NewServer(xds.ServerConfig{})
-	if _, err := srv.Update(context.Background(), out, resolveGroup); err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { _ = srv.Serve(ctx, lis); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	return srv, lis.Addr().String()
-}
-
-func dialGroup(t *testing.T, addr, nodeCluster string, mode adsclient.Mode) *adsclient.Client {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: nodeCluster + "-1", Cluster: nodeCluster, Mode: mode})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	return c
-}
-
-func waitFor(t *testing.T, c *adsclient.Client, what string, pred func(adsclient.State) bool) adsclient.State {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	st, err := c.Wait(ctx, pred)
-	if err != nil {
-		t.Fatalf("waiting for %s: %v", what, err)
-	}
-	return st
-}
-
-func chainOf(s *tlsv3.Secret) string {
-	return s.GetTlsCertificate().GetCertificateChain().GetInlineString()
-}
-
-// TestCertificateRotationChangesOnlySDS: a proxy gets its group's secrets
-// and the shared ones over ADS; a new certificate under the same name is
-// a new SDS version and nothing else. Listeners name secrets and never
-// carry PEM, so their version stays and Envoy does not drain them.
-func TestCertificateRotationChangesOnlySDS(t *testing.T) {
-	for _, mode := range []adsclient.Mode{adsclient.SotW, adsclient.Delta} {
-		t.Run(mode.String(), func(t *testing.T) {
-			out := translate(t, tlsModel("1"))
-			for _, l := range out.Groups["edge"].Listeners {
-				b, _ := protojson.Marshal(l)
-				if strings.Contains(string(b), "BEGIN") || strings.Contains(string(b), "CERT-") {
-					t.Fatalf("listener carries PEM: %s", b)
-				}
-			}
-			srv, addr := serveTLSModel(t, out)
-			edge := dialGroup(t, addr, "edge", mode)
-			other := dialGroup(t, addr, "other", mode)
-			all := []string{"api/ca", "api/cert", "edge.https/cert/blog", "edge.https/cert/shop"}
-			st := waitFor(t, edge, "listener and secrets", func(s adsclient.State) bool {
-				return s.Listener("edge.https") != nil && slices.Equal(s.SecretNames(), all)
-			})
-			waitFor(t, other, "shared secrets", func(s adsclient.State) bool {
-				return slices.Equal(s.SecretNames(), []string{"api/ca", "api/cert"})
-			})
-			if got := chainOf(st.Secret("edge.https/cert/shop")); !strings.Contains(got, "CERT-shop-1") {
-				t.Fatalf("shop secret = %q", got)
-			}
-			ldsVersion, ldsResponses := st.Version(adsclient.ListenerType), edge.Stats().Responses[adsclient.ListenerType]
-			otherSDS := other.Snapshot().Version(adsclient.SecretType)
-
-			changed, err := srv.Update(context.Background(), translate(t, tlsModel("2")), resolveGroup)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(changed, []string{resourcev3.SecretType}) {
-				t.Errorf("changed types = %v, want only SDS", changed)
-			}
-			st = waitFor(t, edge, "rotated certificate", func(s adsclient.State) bool {
-				return strings.Contains(chainOf(s.Secret("edge.https/cert/shop")), "CERT-shop-2")
-			})
-			if v := st.Version(adsclient.ListenerType); v != ldsVersion {
-				t.Errorf("listener version changed with a certificate: %s -> %s", ldsVersion, v)
-			}
-			time.Sleep(200 * time.Millisecond)
-			if n := edge.Stats().Responses[adsclient.ListenerType]; n != ldsResponses {
-				t.Errorf("%d listener responses after a certificate rotation, want none", n-ldsResponses)
-			}
-			if v := other.Snapshot().Version(adsclient.SecretType); v != otherSDS {
-				t.Error("a proxy outside the group got a new SDS version for the group's certificate")
-			}
-			if n := edge.Stats().NACKs; len(n) > 0 {
-				t.Errorf("NACKs: %v", n)
-			}
-
-			// Rotating an upstream client certificate reaches every proxy,
-			// with CDS untouched.
-			m := tlsModel("2")
-			m.Secrets[1] = certSecret("api/cert", "client-2")
-			if changed, err = srv.Update(context.Background(), translate(t, m), resolveGroup); err != nil {
-				t.Fatal(err)
-			}
-			if !slices.Equal(changed, []string{resourcev3.SecretType}) {
-				t.Errorf("changed types = %v, want only SDS", changed)
-			}
-			waitFor(t, other, "rotated upstream certificate", func(s adsclient.State) bool {
-				return strings.Contains(chainOf(s.Secret("api/cert")), "CERT-client-2")
-			})
-		})
-	}
-}
-
-// TestConfigDumpRedactsKeys: /v1/config_dump shows certificates but
-// "[redacted]" for private keys, like Envoy's admin; what is served keeps
-// the key.
-func TestConfigDumpRedactsKeys(t *testing.T) {
-	srv, addr := serveTLSModel(t, translate(t, tlsModel("1")))
-	edge := dialGroup(t, addr, "edge", adsclient.SotW)
-	st := waitFor(t, edge, "secrets", func(s adsclient.State) bool { return len(s.SecretNames()) == 4 })
-	d, err := srv.ConfigDump("edge-1", "")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := json.Marshal(d)
-	if strings.Contains(string(raw), "KEY-") {
-		t.Fatalf("config dump shows a private key: %s", raw)
-	}
-	if d.Versions["SDS"] == "" || d.Versions["SDS"] != st.Version(adsclient.SecretType) {
-		t.Errorf("dump SDS version %q, served %q", d.Versions["SDS"], st.Version(adsclient.SecretType))
-	}
-	var secret struct {
-		Name           string `json:"name"`
-		TLSCertificate struct {
-			CertificateChain struct {
-				InlineString string `json:"inline_string"`
-			} `json:"certificate_chain"`
-			PrivateKey struct {
-				InlineString string `json:"inline_string"`
-			} `json:"private_key"`
-		} `json:"tls_certificate"`
-	}
-	if len(d.Secrets) != 4 {
-		t.Fatalf("dump has %d secrets", len(d.Secrets))
-	}
-	if err := json.Unmarshal(d.Secrets[2], &secret); err != nil {
-		t.Fatal(err)
-	}
-	if secret.Name != "edge.https/cert/blog" || !strings.Contains(secret.TLSCertificate.CertificateChain.InlineString, "CERT-blog-1") || secret.TLSCertificate.PrivateKey.InlineString != "[redacted]" {
-		t.Errorf("dumped secret = %+v", secret)
-	}
-	if !strings.Contains(st.Secret("edge.https/cert/blog").GetTlsCertificate().GetPrivateKey().GetInlineString(), "KEY-blog-1") {
-		t.Error("the served secret lost its key")
-	}
-	// Redaction works on a copy: the cache keeps the key.
-	served := srv.Served("edge", resourcev3.SecretType)["edge.https/cert/blog"].(*tlsv3.Secret)
-	if !strings.Contains(served.GetTlsCertificate().GetPrivateKey().GetInlineString(), "KEY-blog-1") {
-		t.Error("redacting the dump changed the cached secret")
-	}
-}
-
 // TestRedactLooksInsideAny: a private key inline in a listener's TLS
 // context (typed_config, an Any) is redacted too, on a copy.
 func TestRedactLooksInsideAny(t *testing.T) {
@@ -254,27 +75,26 @@ func TestRedactLooksInsideAny(t *testing.T) {
 	}
 }
 
-// TestConsistentNeedsSecrets: a snapshot whose listener names a secret it
-// does not hold is inconsistent; proxies would wait for it forever.
+// TestConsistentNeedsSecrets: a group whose listener names a secret it is
+// not served is inconsistent; its proxies would wait for it forever.
 func TestConsistentNeedsSecrets(t *testing.T) {
 	out := translate(t, tlsModel("1"))
-	res := map[resourcev3.Type][]types.Resource{
-		resourcev3.ListenerType: {out.Groups["edge"].Listeners[0]},
-		resourcev3.RouteType:    {out.Groups["edge"].Routes[0]},
-		resourcev3.SecretType:   {out.Groups["edge"].Secrets[1]}, // shop only
-	}
-	snap, err := cachev3.NewSnapshot("1", res)
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = xds.Consistent(snap)
-	if err == nil || !strings.Contains(err.Error(), `LDS "edge.https" refers to secret "edge.https/cert/blog"`) {
+	edge := out.Groups["edge"]
+	group := &xds.Resources{Listeners: edge.Listeners, Routes: edge.Routes, Secrets: edge.Secrets[1:]} // shop only
+	err := xds.Consistent(out.Shared, group)
+	if !errors.Is(err, xds.ErrInconsistent) || !strings.Contains(err.Error(), `"edge.https" refers to secret "edge.https/cert/blog"`) {
 		t.Fatalf("Consistent = %v", err)
 	}
-	res[resourcev3.SecretType] = []types.Resource{out.Groups["edge"].Secrets[0], out.Groups["edge"].Secrets[1]}
-	snap, _ = cachev3.NewSnapshot("1", res)
-	if err := xds.Consistent(snap); err != nil {
+	if err := xds.Consistent(out.Shared, edge); err != nil {
 		t.Fatal(err)
+	}
+	noRoutes := &xds.Resources{Listeners: edge.Listeners, Secrets: edge.Secrets}
+	if err := xds.Consistent(out.Shared, noRoutes); !errors.Is(err, xds.ErrInconsistent) || !strings.Contains(err.Error(), `route configuration "edge.https", which is not served`) {
+		t.Fatalf("Consistent without routes = %v", err)
+	}
+	noEndpoints := &xds.Resources{Clusters: out.Shared.Clusters, Secrets: out.Shared.Secrets}
+	if err := xds.Consistent(noEndpoints, nil); !errors.Is(err, xds.ErrInconsistent) || !strings.Contains(err.Error(), `endpoints "api", which is not served`) {
+		t.Fatalf("Consistent without endpoints = %v", err)
 	}
 }
 
@@ -292,4 +112,8 @@ func TestTranslateRejectsUnreadSecrets(t *testing.T) {
 	if _, err := xds.Translate(m); err == nil || !strings.Contains(err.Error(), `listener "edge.https" refers to secret "edge.https/cert/blog", which does not exist`) {
 		t.Fatalf("Translate = %v", err)
 	}
+}
+
+func chainOf(s *tlsv3.Secret) string {
+	return s.GetTlsCertificate().GetCertificateChain().GetInlineString()
 }

@@ -1,17 +1,13 @@
 package xds
 
 import (
-	"fmt"
 	"slices"
-	"strings"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -83,31 +79,6 @@ func downstreamTLS(t *ir.DownstreamTLS, certSecret string) *corev3.TransportSock
 		ctx.RequireClientCertificate = wrapperspb.Bool(true)
 	}
 	return tlsSocket(ctx)
-}
-
-// secretsConsistent checks that the secrets listeners and clusters of a
-// snapshot refer to are all in it.
-func secretsConsistent(snap *cachev3.Snapshot) error {
-	have := snap.Resources[cachev3.GetResponseType(resourcev3.SecretType)].Items
-	var missing []string
-	for _, typ := range []string{resourcev3.ClusterType, resourcev3.ListenerType} {
-		for name, r := range snap.Resources[cachev3.GetResponseType(typ)].Items {
-			refs, err := SecretReferences(r.Resource)
-			if err != nil {
-				return fmt.Errorf("%s %q: %w", typ, name, err)
-			}
-			for _, ref := range refs {
-				if _, ok := have[ref]; !ok {
-					missing = append(missing, fmt.Sprintf("%s %q refers to secret %q", shortType(typ), name, ref))
-				}
-			}
-		}
-	}
-	if len(missing) > 0 {
-		slices.Sort(missing)
-		return fmt.Errorf("missing SDS secrets: %s", strings.Join(missing, "; "))
-	}
-	return nil
 }
 
 // SecretReferences lists the SDS secrets (fetched over ADS) the TLS

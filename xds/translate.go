@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"maps"
 	"reflect"
 	"slices"
 
@@ -16,7 +17,6 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
@@ -70,15 +70,25 @@ type Output struct {
 	// its nodes get API listeners whatever user agent they announce.
 	Groups map[string]*Resources
 	// Proxyless holds the API listeners and routes served to proxyless
-	// gRPC clients instead of a group's; nil serves them none. Translate
-	// always sets it. Its snapshots pass Consistent, not
-	// Snapshot.Consistent (which does not see API listeners' routes).
+	// gRPC clients instead of a group's; nil when ProxylessFailed is set.
 	Proxyless *Resources
+	// Failed holds, by proxy group, why a group's listeners, routes or
+	// secrets could not be served this time (they fail Envoy's validation
+	// or the consistency check). A failed group is not in Groups: serving
+	// keeps what its proxies had, while every other group updates. A group
+	// declared proxyless fails with ProxylessFailed.
+	Failed map[string]error
+	// ProxylessFailed is why the proxyless resources could not be served.
+	ProxylessFailed error
 }
 
-// Translate builds the xDS resources for a model. It is pure. A resource
-// that fails Envoy's own validation (ValidateAll) is an error: the caller
-// must keep serving what it had rather than push something Envoy rejects.
+// Translate builds the xDS resources for a model. It is pure. Every
+// resource passes Envoy's own validation (ValidateAll) and what each proxy
+// gets is consistent (consistency.go), or is not returned: a failure in
+// the clusters, endpoints or shared secrets every proxy gets is an error
+// (the caller keeps serving what it had rather than push something Envoy
+// rejects); a failure in one group's resources fails that group only
+// (Output.Failed).
 func Translate(m *ir.Model) (*Output, error) { return NewTranslator().Translate(m) }
 
 // Translator is Translate with a memory of its last output: a cluster or
@@ -164,26 +174,43 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 	for i := range m.Secrets {
 		out.Shared.Secrets = append(out.Shared.Secrets, t.secret("", &m.Secrets[i], secrets, fresh))
 	}
-	errs := []error{validateAll(fresh)}
+	if err := errors.Join(validateAll(fresh), sharedConsistent(out.Shared)); err != nil {
+		return nil, err
+	}
+	out.Failed = map[string]error{}
+	proxylessFresh := false
 	if t.proxylessOut != nil && reflect.DeepEqual(t.proxylessIn, m.Proxyless) {
 		out.Proxyless = t.proxylessOut
 	} else {
-		var err error
-		if out.Proxyless, err = translateProxyless(m.Proxyless); err != nil {
-			errs = append(errs, err)
+		r, err := translateProxyless(m.Proxyless)
+		if err == nil {
+			err = groupConsistent(out.Shared, r)
+		}
+		if err != nil {
+			out.ProxylessFailed = fmt.Errorf("proxyless: %w", err)
+		} else {
+			out.Proxyless, proxylessFresh = r, true
 		}
 	}
 	for i := range m.Groups {
 		g := &m.Groups[i]
 		if g.Proxyless {
-			out.Groups[g.Name] = out.Proxyless
+			if out.ProxylessFailed != nil {
+				out.Failed[g.Name] = out.ProxylessFailed
+			} else {
+				out.Groups[g.Name] = out.Proxyless
+			}
 			continue
 		}
+		// A failed group's new objects are not remembered: the next
+		// translation builds and validates them again.
 		r, fresh := &Resources{}, &Resources{}
+		groupListeners, groupSecrets := map[string]memoListener{}, map[string]memoSecret{}
+		var errs []error
 		for j := range g.Listeners {
 			l := &g.Listeners[j]
 			if err := unsupported(l); err != nil {
-				errs = append(errs, fmt.Errorf("proxy group %q: %w", g.Name, err))
+				errs = append(errs, err)
 			}
 			key := g.Name + "/" + l.Name
 			ml, ok := t.listeners[key]
@@ -197,25 +224,31 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 					fresh.Routes = append(fresh.Routes, ml.route)
 				}
 			}
-			listeners[key] = ml
+			groupListeners[key] = ml
 			r.Listeners = append(r.Listeners, ml.listener)
 			if ml.route != nil {
 				r.Routes = append(r.Routes, ml.route)
 			}
 		}
 		for j := range g.Secrets {
-			r.Secrets = append(r.Secrets, t.secret(g.Name, &g.Secrets[j], secrets, fresh))
+			r.Secrets = append(r.Secrets, t.secret(g.Name, &g.Secrets[j], groupSecrets, fresh))
 		}
-		if err := validateAll(fresh); err != nil {
-			errs = append(errs, fmt.Errorf("proxy group %q: %w", g.Name, err))
+		errs = append(errs, validateAll(fresh))
+		errs = append(errs, groupConsistent(out.Shared, r))
+		if err := errors.Join(errs...); err != nil {
+			out.Failed[g.Name] = fmt.Errorf("proxy group %q: %w", g.Name, err)
+			continue
 		}
+		maps.Copy(listeners, groupListeners)
+		maps.Copy(secrets, groupSecrets)
 		out.Groups[g.Name] = r
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
 	t.clusters, t.listeners, t.secrets = clusters, listeners, secrets
-	t.proxylessIn, t.proxylessOut = m.Proxyless, out.Proxyless
+	if proxylessFresh {
+		t.proxylessIn, t.proxylessOut = m.Proxyless, out.Proxyless
+	} else if out.ProxylessFailed != nil {
+		t.proxylessIn, t.proxylessOut = nil, nil
+	}
 	return out, nil
 }
 
@@ -246,7 +279,7 @@ func validateAll(r *Resources) error {
 	for typ, items := range r.ByType() {
 		for _, res := range items {
 			if err := res.(validator).ValidateAll(); err != nil {
-				errs = append(errs, fmt.Errorf("%s %q fails Envoy validation: %w", typ, cachev3.GetResourceName(res), err))
+				errs = append(errs, fmt.Errorf("%s %q fails Envoy validation: %w", typ, ResourceName(res), err))
 			}
 		}
 	}

@@ -601,12 +601,18 @@ func TestTranslateCaseInsensitiveRegex(t *testing.T) {
 func TestTranslateInvertedQueryIsAnError(t *testing.T) {
 	r := routeTo("/", ir.WeightedCluster{Name: "web", Weight: 1})
 	r.Match.Query = []ir.ValueMatch{{Name: "debug", Present: true, Invert: true}}
-	_, err := xds.Translate(&ir.Model{
+	out, err := xds.Translate(&ir.Model{
 		Clusters: []ir.Cluster{cluster("web")},
-		Groups:   []ir.Group{{Name: "edge", Listeners: []ir.Listener{httpListener("edge.http", r)}}},
+		Groups:   []ir.Group{{Name: "edge", Listeners: []ir.Listener{httpListener("edge.http", r)}}, {Name: "other"}},
 	})
-	if !errors.Is(err, xds.ErrUnsupported) {
-		t.Fatalf("Translate error = %v, want ErrUnsupported", err)
+	if err != nil || !errors.Is(out.Failed["edge"], xds.ErrUnsupported) {
+		t.Fatalf("Translate error = %v, group edge failed with %v, want ErrUnsupported", err, out.Failed["edge"])
+	}
+	if _, ok := out.Groups["edge"]; ok {
+		t.Error("a failed group is in Groups")
+	}
+	if out.Groups["other"] == nil || len(out.Failed) != 1 {
+		t.Errorf("the other group is not served: groups %v, failed %v", out.Groups, out.Failed)
 	}
 }
 

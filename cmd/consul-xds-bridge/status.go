@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
 
 // adminAddr picks the admin address: -admin wins, else the config file's
@@ -59,7 +59,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "status: %v\n", err)
 		return 1
 	}
-	var proxies []xds.ProxyStatus
+	var proxies []serve.ProxyStatus
 	if err := getJSON(addr, "/v1/proxies", &proxies); err != nil {
 		fmt.Fprintf(stderr, "status: %v\n", err)
 		return 1
@@ -70,7 +70,7 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 
 // printProxies renders /v1/proxies like istioctl proxy-status: one row per
 // stream, each type as its status and the version it holds.
-func printProxies(w io.Writer, proxies []xds.ProxyStatus, now time.Time) {
+func printProxies(w io.Writer, proxies []serve.ProxyStatus, now time.Time) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tNODE CLUSTER\tGROUP\tKIND\tSTATUS\tCDS\tEDS\tLDS\tRDS\tAGENT\tCONNECTED")
 	for _, p := range proxies {
@@ -88,14 +88,14 @@ func printProxies(w io.Writer, proxies []xds.ProxyStatus, now time.Time) {
 	tw.Flush()
 	for _, p := range proxies {
 		for _, t := range []string{"CDS", "EDS", "LDS", "RDS"} {
-			if ts := p.Types[t]; ts != nil && ts.Status == xds.StatusNACKed && ts.LastNACK != nil {
+			if ts := p.Types[t]; ts != nil && ts.Status == serve.StatusNACKed && ts.LastNACK != nil {
 				fmt.Fprintf(w, "\n%s %s NACKed version %s: %s\n", p.NodeID, t, ts.LastNACK.Version, ts.LastNACK.Error)
 			}
 		}
 	}
 }
 
-func typeCell(t *xds.TypeStatus) string {
+func typeCell(t *serve.TypeStatus) string {
 	if t == nil {
 		return "-"
 	}

@@ -6,22 +6,22 @@ import (
 	"testing"
 	"time"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
 
 func TestPrintProxies(t *testing.T) {
 	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
-	proxies := []xds.ProxyStatus{
+	proxies := []serve.ProxyStatus{
 		{
-			NodeID: "edge-1", NodeCluster: "edge", Group: "edge", Kind: "ADS", Status: xds.StatusSynced,
+			NodeID: "edge-1", NodeCluster: "edge", Group: "edge", Kind: "ADS", Status: serve.StatusSynced,
 			UserAgent: "envoy/1.31.0", ConnectedSince: now.Add(-90 * time.Second),
-			Types: map[string]*xds.TypeStatus{"CDS": {Status: xds.StatusSynced, VersionAcked: "0123456789abcdef"}},
+			Types: map[string]*serve.TypeStatus{"CDS": {Status: serve.StatusSynced, VersionAcked: "0123456789abcdef"}},
 		},
 		{
-			NodeID: "edge-2", NodeCluster: "edge", Group: "edge", Kind: "ADS delta", Status: xds.StatusNACKed,
+			NodeID: "edge-2", NodeCluster: "edge", Group: "edge", Kind: "ADS delta", Status: serve.StatusNACKed,
 			ConnectedSince: now.Add(-time.Hour),
-			Types: map[string]*xds.TypeStatus{"LDS": {Status: xds.StatusNACKed, VersionSent: "feedbeef00", VersionAcked: "aaaabbbb",
-				LastNACK: &xds.NACKInfo{Version: "feedbeef00", Error: "Error adding/updating listener(s) edge.http: unknown filter"}}},
+			Types: map[string]*serve.TypeStatus{"LDS": {Status: serve.StatusNACKed, VersionSent: "feedbeef00", VersionAcked: "aaaabbbb",
+				LastNACK: &serve.NACKInfo{Version: "feedbeef00", Error: "Error adding/updating listener(s) edge.http: unknown filter"}}},
 		},
 	}
 	var out bytes.Buffer

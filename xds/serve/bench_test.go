@@ -1,7 +1,7 @@
-package xds
+package serve
 
 // Micro-benchmarks of the serving path at fleet scale (go test -bench .
-// -benchmem ./xds). The world is 1000 clusters × 20 endpoints, the size
+// -benchmem ./xds/serve). The world is 1000 clusters × 20 endpoints, the size
 // the load harness (bench/, cmd/xds-load) extrapolates to.
 
 import (
@@ -22,6 +22,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
 const benchClusters, benchEndpoints = 1000, 20
@@ -57,7 +58,7 @@ func BenchmarkTranslateFull(b *testing.B) {
 	m := benchModel(-1)
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := Translate(m); err != nil {
+		if _, err := xds.Translate(m); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -70,11 +71,11 @@ func BenchmarkTranslateFull(b *testing.B) {
 // is a new object); fresh gives it two independent translations, every
 // resource a new object to marshal and compare.
 func BenchmarkServerUpdate(b *testing.B) {
-	tr := NewTranslator()
-	var outs [2][2]*Output // [fresh, translator][flip]
+	tr := xds.NewTranslator()
+	var outs [2][2]*xds.Output // [fresh, translator][flip]
 	for k := range 2 {
 		var err error
-		if outs[0][k], err = Translate(benchModel(k)); err != nil {
+		if outs[0][k], err = xds.Translate(benchModel(k)); err != nil {
 			b.Fatal(err)
 		}
 		if outs[1][k], err = tr.Translate(benchModel(k)); err != nil {
@@ -111,7 +112,7 @@ func BenchmarkServerUpdate(b *testing.B) {
 // ClusterLoadAssignment into a new set, what Update pays for resources the
 // Translator did not reuse.
 func BenchmarkContentVersion(b *testing.B) {
-	out, err := Translate(benchModel(-1))
+	out, err := xds.Translate(benchModel(-1))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -129,7 +130,7 @@ func BenchmarkContentVersion(b *testing.B) {
 // EDS push of the whole world to one proxy; MarshalEDSOne is one delta EDS
 // push of the changed resource; MarshalCDSAll a SotW CDS push.
 func BenchmarkMarshal(b *testing.B) {
-	out, err := Translate(benchModel(-1))
+	out, err := xds.Translate(benchModel(-1))
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -167,7 +168,7 @@ func BenchmarkMarshal(b *testing.B) {
 type pushFixture struct {
 	cache   cachev3.Cache
 	update  func(tb testing.TB, k int)
-	outs    [2]*Output
+	outs    [2]*xds.Output
 	names   []string
 	streams []pushStream
 }
@@ -184,7 +185,7 @@ func newPushFixture(tb testing.TB, snapshotCache bool, clusters, n int) *pushFix
 		m := benchModel(k)
 		m.Clusters = m.Clusters[:clusters]
 		var err error
-		if f.outs[k], err = Translate(m); err != nil {
+		if f.outs[k], err = xds.Translate(m); err != nil {
 			tb.Fatal(err)
 		}
 	}

@@ -1,4 +1,4 @@
-package xds
+package serve
 
 import (
 	"context"
@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
 // Fixtures: clusters (EDS over ADS) with one endpoint each, shared by all
@@ -53,9 +54,9 @@ func fixtureAny(t testing.TB, m proto.Message) *anypb.Any {
 	return a
 }
 
-func testOutput(t testing.TB, clusters []string, port uint32) *Output {
+func testOutput(t testing.TB, clusters []string, port uint32) *xds.Output {
 	t.Helper()
-	shared := &Resources{}
+	shared := &xds.Resources{}
 	for i, name := range clusters {
 		shared.Clusters = append(shared.Clusters, &clusterv3.Cluster{
 			Name:                 name,
@@ -82,7 +83,7 @@ func testOutput(t testing.TB, clusters []string, port uint32) *Output {
 			ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: fixtureAny(t, &routerv3.Router{})},
 		}},
 	}
-	edge := &Resources{
+	edge := &xds.Resources{
 		Listeners: []*listenerv3.Listener{{
 			Name:    "edge.http",
 			Address: fixtureAddress("0.0.0.0", port),
@@ -105,7 +106,7 @@ func testOutput(t testing.TB, clusters []string, port uint32) *Output {
 			}},
 		}},
 	}
-	return &Output{Shared: shared, Groups: map[string]*Resources{"edge": edge}}
+	return &xds.Output{Shared: shared, Groups: map[string]*xds.Resources{"edge": edge}}
 }
 
 func resolveEdge(nodeCluster string) string {
@@ -144,7 +145,7 @@ func startServer(t *testing.T, cfg ServerConfig) *testServer {
 	return &testServer{Server: s, addr: lis.Addr().String()}
 }
 
-func (s *testServer) update(t *testing.T, out *Output) {
+func (s *testServer) update(t *testing.T, out *xds.Output) {
 	t.Helper()
 	if _, err := s.Update(context.Background(), out, resolveEdge); err != nil {
 		t.Fatal(err)
@@ -155,7 +156,7 @@ func (s *testServer) update(t *testing.T, out *Output) {
 func (s *testServer) current(nodeCluster, typeURL string) string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.versions[nodeCluster][typeURL]
+	return s.versionsOf(nodeCluster)[typeURL]
 }
 
 func (s *testServer) proxy(nodeID string) *ProxyStatus {

@@ -1,4 +1,4 @@
-package xds
+package serve
 
 import (
 	"crypto/tls"
@@ -9,15 +9,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/rs/zerolog"
 )
-
-// TLSFiles names the PEM files of the xDS server's TLS.
-type TLSFiles struct {
-	CertFile, KeyFile string
-	// ClientCAFile, if set, makes client certificates mandatory (mTLS).
-	ClientCAFile string
-}
 
 // certReloader serves the files' current contents: every handshake checks
 // whether a file changed (a stat, cheap next to a handshake) and reloads
@@ -25,7 +19,7 @@ type TLSFiles struct {
 // fails to load (half-written file, key not matching) is logged and the
 // last good pair keeps serving.
 type certReloader struct {
-	files TLSFiles
+	files policy.TLSFiles
 	log   zerolog.Logger
 
 	mu     sync.Mutex
@@ -33,7 +27,7 @@ type certReloader struct {
 	config *tls.Config
 }
 
-func newCertReloader(files TLSFiles, log zerolog.Logger) (*certReloader, error) {
+func newCertReloader(files policy.TLSFiles, log zerolog.Logger) (*certReloader, error) {
 	r := &certReloader{files: files, log: log}
 	if _, err := r.current(); err != nil {
 		return nil, err

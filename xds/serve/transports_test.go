@@ -1,4 +1,4 @@
-package xds
+package serve
 
 import (
 	"context"
@@ -261,7 +261,7 @@ func TestSubscriptionSemantics(t *testing.T) {
 		t.Fatal(err)
 	}
 	resp2, eds2 := fetchSotW(t, stream2, node, resourcev3.EndpointType, []string{"api"})
-	cur := hashes(t, []*anypb.Any{mustAny(changed.Shared.Endpoints[0])})
+	cur := hashes(t, []*anypb.Any{fixtureAny(t, changed.Shared.Endpoints[0])})
 	if eds2["api"] != cur["api"] || resp2.GetVersionInfo() == resp.GetVersionInfo() {
 		t.Fatalf("re-subscription after reconnect did not get the current api endpoints (version %s)", resp2.GetVersionInfo())
 	}

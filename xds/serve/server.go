@@ -1,4 +1,12 @@
-package xds
+// Package serve is the bridge's xDS runtime: it serves translations (the
+// xds package's Output) over ADS and the per-type SotW and delta services
+// on go-control-plane's servers, from its own per-resource cache
+// (cache.go). It keeps the protocol state of every stream (tracker.go),
+// bounds initial syncs (admission.go), authorizes nodes (authz.go),
+// reloads its TLS files (tls.go), answers gRPC health (health.go) and
+// exports metrics. Everything here is long-running and locked; what is
+// served is decided in the pure xds package.
+package serve
 
 import (
 	"context"
@@ -11,6 +19,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -19,7 +29,6 @@ import (
 	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
 	secretservice "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	sotwv3 "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
@@ -45,18 +54,15 @@ type ServerConfig struct {
 	// Servers (tests) can coexist.
 	Registerer prometheus.Registerer
 	// TLS serves xDS over TLS when CertFile is set (mTLS with ClientCAFile).
-	TLS TLSFiles
+	TLS policy.TLSFiles
 	// AuthorizeNodes refuses clients whose certificate does not name the
 	// node they claim (see authorized); it needs TLS.ClientCAFile.
 	AuthorizeNodes bool
 	// MaxInitialSyncs bounds how many streams receive their initial state
-	// at once (admission.go). 0 means DefaultMaxInitialSyncs, negative
-	// means no bound.
+	// at once (admission.go); 0 means no bound. The daemon passes the
+	// setting (policy.DefaultMaxInitialSyncs unless configured).
 	MaxInitialSyncs int
 }
-
-// DefaultMaxInitialSyncs is ServerConfig.MaxInitialSyncs's default.
-const DefaultMaxInitialSyncs = 100
 
 // Server serves the translation over ADS (and the per-type SotW and delta
 // services) from serveCache (cache.go).
@@ -69,28 +75,27 @@ const DefaultMaxInitialSyncs = 100
 type Server struct {
 	cfg     ServerConfig
 	log     zerolog.Logger
-	cache   *serveCache
+	cache   *serveCache // also the one record of every node.cluster key
 	cb      *callbacks
 	tracker *tracker
 	metrics *metrics
 	health  *healthService
 
-	mu       sync.Mutex
-	out      *Output
-	resolve  func(nodeCluster string) string
-	keys     map[string]bool              // every node.cluster seen
-	versions map[string]map[string]string // key -> type URL -> version set
+	mu      sync.Mutex
+	out     *xds.Output
+	resolve func(nodeCluster string) string
+	// lastGood holds each role's last resources that translated cleanly:
+	// a group in Output.Failed is served these (with the current shared
+	// clusters and endpoints), so its proxies keep their listeners while
+	// endpoint health still flows.
+	lastGood map[string]*xds.Resources
 	// chains holds the latest set per role and type (setLocked): a new
 	// translation's set is built against it, reusing the entries of
 	// unchanged resources and recording what changed.
 	chains map[string]*typeSet
 	// built memoises the current translation's sets per resource set, so
 	// keys sharing resources share sets.
-	built map[*Resources]map[string]*typeSet
-	// checked memoises Consistent per combination of sets (their ids, in
-	// typeOrder): keys of one group share their sets, and sets never
-	// change once built.
-	checked map[[5]uint64]error
+	built map[*xds.Resources]map[string]*typeSet
 	// usedChains are the chains the current translation built; the others
 	// (groups gone from the policy) are dropped after each Update.
 	usedChains map[string]bool
@@ -113,15 +118,11 @@ func NewServer(cfg ServerConfig) *Server {
 		cfg:      cfg,
 		log:      log,
 		cache:    newServeCache(),
-		keys:     map[string]bool{},
-		versions: map[string]map[string]string{},
+		lastGood: map[string]*xds.Resources{},
 		chains:   map[string]*typeSet{},
 	}
 	s.tracker = newTracker()
 	s.metrics = newMetrics(cfg.Registerer, log)
-	if cfg.MaxInitialSyncs == 0 {
-		cfg.MaxInitialSyncs = DefaultMaxInitialSyncs
-	}
 	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode, s.forgetKey, newAdmission(cfg.MaxInitialSyncs, s.metrics))
 	s.health = newHealthService()
 	return s
@@ -141,9 +142,11 @@ func (s *Server) Proxies() []ProxyStatus {
 	for i := range ps {
 		p := &ps[i]
 		p.Group = s.groupOfKeyLocked(p.key)
-		vers := s.versions[p.key]
+		sets := s.cache.served(p.key)
 		for _, ts := range p.Types {
-			ts.VersionCurrent = vers[ts.TypeURL]
+			if set := sets[ts.TypeURL]; set != nil {
+				ts.VersionCurrent = set.version
+			}
 		}
 	}
 	return ps
@@ -168,7 +171,7 @@ func (s *Server) groupLocked(nodeCluster string) string {
 		return ""
 	}
 	g := s.resolve(nodeCluster)
-	if _, ok := s.out.Groups[g]; !ok {
+	if _, ok := s.out.Groups[g]; !ok && s.out.Failed[g] == nil {
 		return ""
 	}
 	return g
@@ -248,23 +251,24 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 
 // Update installs a new translation. resolve maps a node.cluster to its
 // proxy group in out.Groups ("" or an unknown name: shared resources only).
-// Versions are hashes of content, so an unchanged resource or type is not
-// resent and a restarted bridge serves the versions its proxies already
-// hold. It returns the type URLs that changed for any key.
-func (s *Server) Update(ctx context.Context, out *Output, resolve func(nodeCluster string) string) ([]string, error) {
+// A group in out.Failed keeps the listeners, routes and secrets it last
+// had; everything else updates. Versions are hashes of content, so an
+// unchanged resource or type is not resent and a restarted bridge serves
+// the versions its proxies already hold. It returns the type URLs that
+// changed for any key.
+func (s *Server) Update(ctx context.Context, out *xds.Output, resolve func(nodeCluster string) string) ([]string, error) {
 	start := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	defer func() { s.metrics.updateSeconds.Observe(time.Since(start).Seconds()) }()
 	s.metrics.setResources(out)
 	s.out, s.resolve = out, resolve
-	s.built = map[*Resources]map[string]*typeSet{}
+	s.keepLastGoodLocked()
+	s.built = map[*xds.Resources]map[string]*typeSet{}
 	s.usedChains = map[string]bool{}
-	s.checked = map[[5]uint64]error{}
-	s.keys[""] = true
 	changed := map[string]bool{}
 	var errs []error
-	for _, key := range slices.Sorted(maps.Keys(s.keys)) {
+	for _, key := range s.cache.keyNames() {
 		if err := ctx.Err(); err != nil {
 			errs = append(errs, err)
 			break
@@ -282,94 +286,93 @@ func (s *Server) Update(ctx context.Context, out *Output, resolve func(nodeClust
 			delete(s.chains, chain)
 		}
 	}
-	if len(s.versions) > 0 {
+	if s.cache.served("") != nil {
 		s.health.setServing()
 	}
 	return slices.Sorted(maps.Keys(changed)), errors.Join(errs...)
 }
 
+// keepLastGoodLocked records the resources of every role that translated
+// cleanly and forgets groups gone from the policy.
+func (s *Server) keepLastGoodLocked() {
+	next := map[string]*xds.Resources{}
+	for g, r := range s.out.Groups {
+		next["group/"+g] = r
+	}
+	for g := range s.out.Failed {
+		if r := s.lastGood["group/"+g]; r != nil {
+			next["group/"+g] = r
+		}
+	}
+	switch {
+	case s.out.Proxyless != nil:
+		next["proxyless"] = s.out.Proxyless
+	case s.out.ProxylessFailed == nil:
+		next["proxyless"] = noResources // an Output made without any
+	case s.lastGood["proxyless"] != nil:
+		next["proxyless"] = s.lastGood["proxyless"]
+	}
+	s.lastGood = next
+}
+
 // sawNode makes sure a proxy's node.cluster is served as soon as it asks,
 // so its first request is answered from the current state.
-func (s *Server) sawNode(nodeCluster string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.keys[nodeCluster] {
+func (s *Server) sawNode(key string) {
+	if !s.cache.join(key) {
 		return
 	}
-	s.keys[nodeCluster] = true
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if s.out == nil {
 		return // not synced yet: the request waits
 	}
-	if _, err := s.setKeyLocked(nodeCluster); err != nil {
-		s.log.Error().Err(err).Str("node_cluster", nodeCluster).Msg("cannot serve new node cluster")
+	if _, err := s.setKeyLocked(key); err != nil {
+		s.log.Error().Err(err).Str("node_cluster", key).Msg("cannot serve new node cluster")
 	}
 }
 
-// forgetKey drops a snapshot key whose last stream has gone, so keys do
-// not pile up with every node.cluster ever announced (clients choose it)
-// and updates do not keep building for them. A stream that announces it
-// again is counted before sawNode runs, so a key is never forgotten under
-// a stream that uses it; the shared key "" stays.
-func (s *Server) forgetKey(key string) {
-	if key == "" {
-		return
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.tracker.streamsOf(key) > 0 || !s.cache.forget(key) {
-		return
-	}
-	delete(s.keys, key)
-	delete(s.versions, key)
-}
+// forgetKey is told when a stream of key has gone; the cache drops the key
+// with its last stream, so keys do not pile up with every node.cluster
+// ever announced (clients choose it) and updates stop building for them.
+func (s *Server) forgetKey(key string) { s.cache.leave(key) }
 
 func (s *Server) setKeyLocked(key string) ([]string, error) {
 	sets, err := s.setsLocked(key)
+	if errors.Is(err, errNoGoodState) {
+		return nil, nil // keeps what it has, or waits
+	}
 	if err != nil {
 		return nil, fmt.Errorf("node cluster %q: %w", key, err)
 	}
-	versions := make(map[string]string, len(sets))
-	for typ, ts := range sets {
-		versions[typ] = ts.version
-	}
-	prev := s.versions[key]
-	if maps.Equal(versions, prev) {
-		return nil, nil
-	}
-	if err := s.consistentLocked(sets); err != nil {
-		return nil, fmt.Errorf("node cluster %q: inconsistent snapshot: %w", key, err)
-	}
-	s.cache.set(key, sets)
-	s.versions[key] = versions
-	var changed []string
-	for typ, v := range versions {
-		if prev[typ] != v {
-			changed = append(changed, typ)
-		}
-	}
-	return changed, nil
+	return s.cache.set(key, sets), nil
 }
 
 // noResources is the group part of a node.cluster in no group.
-var noResources = &Resources{}
+var noResources = &xds.Resources{}
+
+// errNoGoodState: the key's group failed and never translated cleanly.
+var errNoGoodState = errors.New("group has no last good state")
 
 // setsLocked returns the sets a key is served from the current
 // translation: the shared clusters and endpoints, its group's listeners
-// and routes, and the shared and group secrets in one SDS type.
+// and routes (the last good ones if the group failed), and the shared
+// and group secrets in one SDS type.
 func (s *Server) setsLocked(key string) (map[string]*typeSet, error) {
 	group, role := noResources, "none"
 	if nodeCluster, proxyless := parseKey(key); proxyless {
-		group, role = s.out.Proxyless, "proxyless"
-	} else if g := s.resolve(nodeCluster); s.out.Groups[g] != nil {
-		group, role = s.out.Groups[g], "group/"+g
+		role = "proxyless"
+	} else if g := s.resolve(nodeCluster); s.out.Groups[g] != nil || s.out.Failed[g] != nil {
+		role = "group/" + g
 	}
-	if group == nil {
-		group = noResources
+	if role != "none" {
+		if group = s.lastGood[role]; group == nil {
+			return nil, errNoGoodState
+		}
 	}
 	sets := make(map[string]*typeSet, len(typeOrder))
 	for _, part := range []struct {
 		role  string
-		res   *Resources
+		res   *xds.Resources
 		types []string
 	}{
 		{"shared", s.out.Shared, []string{resourcev3.ClusterType, resourcev3.EndpointType}},
@@ -390,7 +393,7 @@ func (s *Server) setsLocked(key string) (map[string]*typeSet, error) {
 	ts, err := s.setLocked("secrets/"+role, group, resourcev3.SecretType, func() []types.Resource {
 		secrets := append(s.out.Shared.ByType()[resourcev3.SecretType], group.ByType()[resourcev3.SecretType]...)
 		slices.SortFunc(secrets, func(a, b types.Resource) int {
-			return strings.Compare(cachev3.GetResourceName(a), cachev3.GetResourceName(b))
+			return strings.Compare(xds.ResourceName(a), xds.ResourceName(b))
 		})
 		return secrets
 	})
@@ -403,7 +406,7 @@ func (s *Server) setsLocked(key string) (map[string]*typeSet, error) {
 
 // setLocked returns the set of typ built from r's items, once per
 // translation, chained to the role's previous set of that type.
-func (s *Server) setLocked(role string, r *Resources, typ string, items func() []types.Resource) (*typeSet, error) {
+func (s *Server) setLocked(role string, r *xds.Resources, typ string, items func() []types.Resource) (*typeSet, error) {
 	chain := role + "\x00" + typ
 	if s.usedChains == nil {
 		s.usedChains = map[string]bool{}
@@ -419,43 +422,13 @@ func (s *Server) setLocked(role string, r *Resources, typ string, items func() [
 	}
 	s.chains[chain] = ts
 	if s.built == nil {
-		s.built = map[*Resources]map[string]*typeSet{}
+		s.built = map[*xds.Resources]map[string]*typeSet{}
 	}
 	if s.built[r] == nil {
 		s.built[r] = map[string]*typeSet{}
 	}
 	s.built[r][typ] = ts
 	return ts, nil
-}
-
-// consistentLocked is Consistent for sets, once per combination of sets.
-func (s *Server) consistentLocked(sets map[string]*typeSet) error {
-	var ids [5]uint64
-	for i, typ := range typeOrder {
-		ids[i] = sets[typ].id
-	}
-	if err, ok := s.checked[ids]; ok {
-		return err
-	}
-	err := Consistent(snapshotOf(sets))
-	if s.checked == nil {
-		s.checked = map[[5]uint64]error{}
-	}
-	s.checked[ids] = err
-	return err
-}
-
-// snapshotOf is sets as a go-control-plane snapshot, for Consistent.
-func snapshotOf(sets map[string]*typeSet) *cachev3.Snapshot {
-	snap := &cachev3.Snapshot{}
-	for typ, ts := range sets {
-		items := make(map[string]types.ResourceWithTTL, len(ts.entries))
-		for n, e := range ts.entries {
-			items[n] = types.ResourceWithTTL{Resource: e.res}
-		}
-		snap.Resources[cachev3.GetResponseType(typ)] = cachev3.Resources{Version: ts.version, Items: items}
-	}
-	return snap
 }
 
 // proxylessKey prefixes the snapshot key of proxyless gRPC clients, so a

@@ -1,12 +1,13 @@
-package xds
+package serve
 
 import (
 	"context"
+	"errors"
 	"maps"
 	"slices"
-	"strings"
 	"testing"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -140,16 +141,16 @@ func (cl *cacheClient) mustNotTake(what string) {
 
 // withEndpointPort returns out with cluster i's endpoint on a new port,
 // all other resources the same objects.
-func withEndpointPort(out *Output, i int, port uint32) *Output {
+func withEndpointPort(out *xds.Output, i int, port uint32) *xds.Output {
 	shared := *out.Shared
 	shared.Endpoints = slices.Clone(out.Shared.Endpoints)
 	cla := proto.Clone(shared.Endpoints[i]).(*endpointv3.ClusterLoadAssignment)
 	cla.Endpoints[0].LbEndpoints[0].GetEndpoint().Address = fixtureAddress("127.0.0.1", port)
 	shared.Endpoints[i] = cla
-	return &Output{Shared: &shared, Groups: out.Groups, Proxyless: out.Proxyless}
+	return &xds.Output{Shared: &shared, Groups: out.Groups, Proxyless: out.Proxyless}
 }
 
-func newCacheServer(t *testing.T, out *Output) *Server {
+func newCacheServer(t *testing.T, out *xds.Output) *Server {
 	s := NewServer(ServerConfig{Logger: zerolog.Nop()})
 	if _, err := s.Update(context.Background(), out, resolveEdge); err != nil {
 		t.Fatal(err)
@@ -187,7 +188,7 @@ func TestSotwEndpointsSendOnlyWhatChanged(t *testing.T) {
 	if !slices.Equal(g.names, []string{"api"}) {
 		t.Errorf("EDS after flip = %v, want only api", g.names)
 	}
-	if want := s.versions["edge"][resourcev3.EndpointType]; g.version != want {
+	if want := s.versionsOf("edge")[resourcev3.EndpointType]; g.version != want {
 		t.Errorf("version = %q, want the set's %q", g.version, want)
 	}
 	if len(all.sub.ReturnedResources()) != 3 {
@@ -316,7 +317,7 @@ func TestDeltaChangesAndRemovals(t *testing.T) {
 	}
 
 	empty := NewServer(ServerConfig{Logger: zerolog.Nop()})
-	if _, err := empty.Update(context.Background(), &Output{Shared: &Resources{}}, resolveEdge); err != nil {
+	if _, err := empty.Update(context.Background(), &xds.Output{Shared: &xds.Resources{}}, resolveEdge); err != nil {
 		t.Fatal(err)
 	}
 	if g := newDeltaClient(t, empty.cache, "", resourcev3.ListenerType, nil).mustTake("empty wildcard"); len(g.names) != 0 {
@@ -345,27 +346,44 @@ func TestUnsyncedKeyWaits(t *testing.T) {
 	}
 }
 
-// TestUpdateFailsPerKey: a node.cluster whose snapshot would be
-// inconsistent keeps its last good state and is named in the error; the
-// other keys are updated.
-func TestUpdateFailsPerKey(t *testing.T) {
+// TestFailedGroupKeepsItsLastGoodState: a group the translation reports
+// failed keeps serving its last good listeners and routes, while the
+// shared clusters and endpoints (health) still update for it and every
+// other key updates whole.
+func TestFailedGroupKeepsItsLastGoodState(t *testing.T) {
 	good := testOutput(t, []string{"api"}, 8080)
 	s := newCacheServer(t, good)
-	edgeBefore := s.versions["edge"]
+	edgeBefore := s.versionsOf("edge")
 	bad := testOutput(t, []string{"api", "web"}, 8080)
-	bad.Groups["edge"].Routes = nil // the listener names route config edge.http, now missing
-	_, err := s.Update(context.Background(), bad, resolveEdge)
-	if err == nil || !strings.Contains(err.Error(), `node cluster "edge"`) {
-		t.Fatalf("Update error = %v, want one naming node cluster \"edge\"", err)
+	delete(bad.Groups, "edge")
+	bad.Failed = map[string]error{"edge": errors.New("proxy group \"edge\": listener fails validation")}
+	if _, err := s.Update(context.Background(), bad, resolveEdge); err != nil {
+		t.Fatalf("Update: %v", err)
 	}
 	if got := s.Served("", resourcev3.ClusterType); len(got) != 2 {
 		t.Errorf("shared key serves %d clusters, want the new 2", len(got))
 	}
-	if got := s.versions["edge"]; !maps.Equal(got, edgeBefore) {
-		t.Errorf("edge versions changed to %v, want its last good %v", got, edgeBefore)
+	if got := s.Served("edge", resourcev3.ClusterType); len(got) != 2 {
+		t.Errorf("failed group edge serves %d clusters, want the new 2 (endpoints and clusters keep flowing)", len(got))
 	}
-	if got := s.Served("edge", resourcev3.ClusterType); len(got) != 1 {
-		t.Errorf("edge serves %d clusters, want its last good 1", len(got))
+	got := s.versionsOf("edge")
+	for _, typ := range []string{resourcev3.ListenerType, resourcev3.RouteType} {
+		if got[typ] != edgeBefore[typ] || got[typ] == "" {
+			t.Errorf("failed group edge %s version %q, want its last good %q", typ, got[typ], edgeBefore[typ])
+		}
+	}
+	if len(s.Served("edge", resourcev3.ListenerType)) == 0 {
+		t.Error("failed group edge lost its listeners")
+	}
+	// A group that never translated cleanly gets nothing: its proxies
+	// wait rather than being served a world without their listeners.
+	bad.Failed["new"] = errors.New("proxy group \"new\": broken")
+	if _, err := s.Update(context.Background(), bad, func(nc string) string { return nc }); err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	s.sawNode("new")
+	if got := s.cache.served("new"); got != nil {
+		t.Errorf("a node of a group with no good state was served %d types, want to wait", len(got))
 	}
 }
 

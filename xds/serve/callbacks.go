@@ -1,4 +1,4 @@
-package xds
+package serve
 
 import (
 	"context"
@@ -20,10 +20,10 @@ type callbacks struct {
 	log     zerolog.Logger
 	tracker *tracker
 	metrics *metrics
-	// sawNode is told the snapshot key of every new stream, lastStream
-	// when the last stream of a key has gone.
-	sawNode, lastStream func(key string)
-	admission           *admission
+	// joined is told the snapshot key of every stream when its node is
+	// first known, left when such a stream has gone.
+	joined, left func(key string)
+	admission    *admission
 }
 
 // streamKey identifies a stream: go-control-plane numbers SotW and delta
@@ -35,8 +35,8 @@ type streamKey struct {
 
 var _ serverv3.Callbacks = (*callbacks)(nil)
 
-func newCallbacks(log zerolog.Logger, t *tracker, m *metrics, sawNode, lastStream func(string), a *admission) *callbacks {
-	return &callbacks{log: log, tracker: t, metrics: m, sawNode: sawNode, lastStream: lastStream, admission: a}
+func newCallbacks(log zerolog.Logger, t *tracker, m *metrics, joined, left func(string), a *admission) *callbacks {
+	return &callbacks{log: log, tracker: t, metrics: m, joined: joined, left: left, admission: a}
 }
 
 // open registers a stream once it has an initial-sync slot; until then
@@ -63,8 +63,8 @@ func (c *callbacks) closed(key streamKey) {
 		return
 	}
 	c.metrics.streamCounted(st.node.GetCluster(), st.kind, -1)
-	if c.lastStream != nil && c.tracker.streamsOf(snapshotKey(st.node)) == 0 {
-		c.lastStream(snapshotKey(st.node))
+	if c.left != nil {
+		c.left(snapshotKey(st.node))
 	}
 	c.log.Info().Stringer("stream", key).Str("kind", st.kind).Str("node", st.node.GetId()).Str("group", st.node.GetCluster()).
 		Dur("connected_for", time.Since(st.openedAt)).Msg("proxy disconnected")
@@ -75,8 +75,8 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 	node := r.node
 	if r.newNode {
 		c.metrics.streamCounted(node.GetCluster(), r.kindStr, +1)
-		if c.sawNode != nil {
-			c.sawNode(snapshotKey(node))
+		if c.joined != nil {
+			c.joined(snapshotKey(node))
 		}
 		c.log.Info().Stringer("stream", key).Str("kind", r.kindStr).Str("node", node.GetId()).Str("group", node.GetCluster()).
 			Str("user_agent", userAgent(node)).Msg("proxy connected")

@@ -1,4 +1,4 @@
-package xds
+package serve
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package xds
+package serve
 
 import (
 	"cmp"
@@ -94,9 +94,6 @@ const maxTypesPerStream = 16
 type tracker struct {
 	mu      sync.Mutex
 	streams map[streamKey]*streamState
-	// perKey counts the streams per snapshot key (from their first
-	// request), so a key nobody uses any more can be forgotten.
-	perKey map[string]int
 }
 
 type streamState struct {
@@ -119,7 +116,7 @@ type typeState struct {
 }
 
 func newTracker() *tracker {
-	return &tracker{streams: map[streamKey]*streamState{}, perKey: map[string]int{}}
+	return &tracker{streams: map[streamKey]*streamState{}}
 }
 
 // streamKind names a stream by its protocol and the type URL it was opened
@@ -169,20 +166,7 @@ func (t *tracker) close(key streamKey) *streamState {
 	defer t.mu.Unlock()
 	st := t.streams[key]
 	delete(t.streams, key)
-	if st != nil && st.node != nil {
-		k := snapshotKey(st.node)
-		if t.perKey[k]--; t.perKey[k] <= 0 {
-			delete(t.perKey, k)
-		}
-	}
 	return st
-}
-
-// streamsOf counts the streams served under a snapshot key.
-func (t *tracker) streamsOf(key string) int {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return t.perKey[key]
 }
 
 // reqKind classifies a request for a type.
@@ -220,7 +204,6 @@ func (t *tracker) request(key streamKey, node *corev3.Node, typeURL, version, no
 	res := reqResult{kindStr: st.kind}
 	if st.node == nil && node != nil {
 		st.node, res.newNode = node, true
-		t.perKey[snapshotKey(node)]++
 	}
 	res.node = st.node
 	ts := st.types[typeURL]

@@ -1,9 +1,10 @@
-package xds
+package serve
 
 import (
 	"errors"
 	"sync"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -130,7 +131,7 @@ func metricType(typeURL string) string {
 }
 
 // setResources records the size of a translation.
-func (m *metrics) setResources(out *Output) {
+func (m *metrics) setResources(out *xds.Output) {
 	if out == nil {
 		return
 	}

@@ -1,4 +1,4 @@
-package xds
+package serve
 
 import (
 	"context"
@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
 var modes = []adsclient.Mode{adsclient.SotW, adsclient.Delta}
@@ -284,7 +285,7 @@ func TestStale(t *testing.T) {
 	}
 }
 
-func versionOf(t *testing.T, r *Resources, typeURL string) string {
+func versionOf(t *testing.T, r *xds.Resources, typeURL string) string {
 	t.Helper()
 	v, err := contentVersion(typeURL, r.ByType()[typeURL])
 	if err != nil {
@@ -551,7 +552,7 @@ func TestHealth(t *testing.T) {
 func TestConfigDumpOfProxylessNode(t *testing.T) {
 	s := startServer(t, ServerConfig{})
 	out := testOutput(t, []string{"api"}, 8080)
-	out.Proxyless = &Resources{}
+	out.Proxyless = &xds.Resources{}
 	s.update(t, out)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

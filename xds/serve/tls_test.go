@@ -1,4 +1,4 @@
-package xds
+package serve
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/testpki"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
 
 // testCA adapts testpki to this file's tests.
@@ -60,7 +61,7 @@ func clientTLS(t *testing.T, ca *testCA, certPEM, keyPEM []byte) *tls.Config {
 func TestMutualTLSAndNodeAuthorization(t *testing.T) {
 	ca := newTestCA(t)
 	dir := t.TempDir()
-	files := TLSFiles{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server-key.pem"), ClientCAFile: filepath.Join(dir, "ca.pem")}
+	files := policy.TLSFiles{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server-key.pem"), ClientCAFile: filepath.Join(dir, "ca.pem")}
 	srvCert, srvKey := ca.issue(t, 10, []string{"bridge.test"})
 	writeFile(t, files.CertFile, srvCert)
 	writeFile(t, files.KeyFile, srvKey)

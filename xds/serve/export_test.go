@@ -1,4 +1,4 @@
-package xds
+package serve
 
 import "github.com/envoyproxy/go-control-plane/pkg/cache/types"
 
@@ -13,7 +13,7 @@ func (s *Server) Served(key, typeURL string) map[string]types.Resource {
 	if sets == nil {
 		return nil
 	}
-	ts := setOf(sets, typeURL)
+	ts := sets[typeURL]
 	if ts == nil {
 		return nil
 	}
@@ -42,6 +42,15 @@ func (ts *typeSet) resources() map[string]types.Resource {
 	out := make(map[string]types.Resource, len(ts.entries))
 	for n, e := range ts.entries {
 		out[n] = e.res
+	}
+	return out
+}
+
+// versionsOf returns the version of each type a key is served.
+func (s *Server) versionsOf(key string) map[string]string {
+	out := map[string]string{}
+	for typ, ts := range s.cache.served(key) {
+		out[typ] = ts.version
 	}
 	return out
 }

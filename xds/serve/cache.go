@@ -1,4 +1,4 @@
-package xds
+package serve
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -62,7 +63,7 @@ type entry struct {
 }
 
 func newEntry(typeURL string, res types.Resource, b []byte) *entry {
-	name := cachev3.GetResourceName(res)
+	name := xds.ResourceName(res)
 	v := cachev3.HashResource(b)
 	a := &anypb.Any{TypeUrl: typeURL, Value: b}
 	return &entry{name: name, res: res, version: v, any: a,
@@ -112,7 +113,7 @@ func newTypeSet(typeURL string, items []types.Resource, prev *typeSet) (*typeSet
 		ts.prev = prev.id
 	}
 	for _, res := range items {
-		name := cachev3.GetResourceName(res)
+		name := xds.ResourceName(res)
 		if _, dup := ts.entries[name]; dup {
 			return nil, fmt.Errorf("%s: two resources named %q", typeURL, name)
 		}
@@ -151,13 +152,17 @@ func newTypeSet(typeURL string, items []types.Resource, prev *typeSet) (*typeSet
 	return ts, nil
 }
 
-// keyState is what one snapshot key (a node.cluster) is served, and the
-// watches open on it. sets is nil until the key is first set: requests
-// wait until then.
+// keyState is the one record of a snapshot key (a node.cluster, marked
+// for proxyless clients): what it is served, the streams that announced it
+// and the watches open on it. sets is nil until the key is first set:
+// requests wait until then. The versions a key is served are its sets'.
 type keyState struct {
-	sets  map[string]*typeSet
-	sotw  map[string]map[*sotwWatch]struct{}  // type URL ->
-	delta map[string]map[*deltaWatch]struct{} // type URL ->
+	sets map[string]*typeSet
+	// streams counts the streams whose node announced the key (from their
+	// first request); the key is dropped with the last (leave).
+	streams int
+	sotw    map[string]map[*sotwWatch]struct{}  // type URL ->
+	delta   map[string]map[*deltaWatch]struct{} // type URL ->
 }
 
 type sotwWatch struct {
@@ -182,7 +187,13 @@ type serveCache struct {
 
 var _ cachev3.Cache = (*serveCache)(nil)
 
-func newServeCache() *serveCache { return &serveCache{keys: map[string]*keyState{}} }
+// newServeCache returns a cache holding the shared key "" (nodes that
+// announce no node.cluster), which is never dropped.
+func newServeCache() *serveCache {
+	c := &serveCache{keys: map[string]*keyState{}}
+	c.keyLocked("")
+	return c
+}
 
 // typeOrder is the order one update is answered in on an ADS stream:
 // clusters before their endpoints, listeners before their routes (Envoy's
@@ -199,18 +210,26 @@ func (c *serveCache) keyLocked(key string) *keyState {
 	return k
 }
 
-// set serves sets under key and answers the watches that now have
-// something to receive.
-func (c *serveCache) set(key string, sets map[string]*typeSet) {
+// set serves sets under an existing key (one that a stream joined, or
+// the shared key), answers the watches that now have something to
+// receive, and returns the type URLs whose set changed.
+func (c *serveCache) set(key string, sets map[string]*typeSet) []string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	k := c.keyLocked(key)
+	k := c.keys[key]
+	if k == nil {
+		return nil // its last stream left while the update was building
+	}
 	old := k.sets
 	k.sets = sets
+	var changed []string
 	for _, typ := range typeOrder {
 		ts := sets[typ]
 		if old != nil && old[typ] == ts {
 			continue
+		}
+		if old == nil || old[typ].version != ts.version {
+			changed = append(changed, typ)
 		}
 		for w := range k.sotw[typ] {
 			if resp := sotwAnswer(w.req, w.sub, ts, w.seen); resp != nil {
@@ -229,28 +248,51 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) {
 			w.seen = ts
 		}
 	}
+	return changed
 }
 
-// forget drops key if no watch is open on it, reporting whether it did.
-func (c *serveCache) forget(key string) bool {
+// keyNames lists every key, sorted.
+func (c *serveCache) keyNames() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Sorted(maps.Keys(c.keys))
+}
+
+// join counts a stream that announced key and reports whether the key
+// still needs its sets.
+func (c *serveCache) join(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := c.keyLocked(key)
+	k.streams++
+	return k.sets == nil
+}
+
+// leave uncounts a stream of key and drops the key with its last stream
+// (watches are cancelled before the stream's close is reported). The
+// shared key stays. Counting and dropping under one lock means a stream
+// announcing the key again never finds it half forgotten.
+func (c *serveCache) leave(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := c.keys[key]
 	if k == nil {
-		return true
+		return
+	}
+	if k.streams--; k.streams > 0 || key == "" {
+		return
 	}
 	for _, ws := range k.sotw {
 		if len(ws) > 0 {
-			return false
+			return
 		}
 	}
 	for _, ws := range k.delta {
 		if len(ws) > 0 {
-			return false
+			return
 		}
 	}
 	delete(c.keys, key)
-	return true
 }
 
 // served returns what key is served, nil if it was never set.
@@ -262,15 +304,6 @@ func (c *serveCache) served(key string) map[string]*typeSet {
 	}
 	return nil
 }
-
-// setOf is the set of typeURL in sets: every type the bridge serves is
-// there (empty if it has nothing, answered so a proxy learns there are no
-// listeners), and a type it does not serve is nil, never answered, as
-// go-control-plane's snapshot cache did. Never answering unknown types
-// also bounds the responses a stream can have queued to one per served
-// type, which the servers' channels hold without blocking (the cache
-// sends while holding its lock).
-func setOf(sets map[string]*typeSet, typeURL string) *typeSet { return sets[typeURL] }
 
 func (c *serveCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
 	w := &sotwWatch{req: trimRequest(req), sub: sub, ch: ch}
@@ -309,7 +342,14 @@ func (c *serveCache) open(node *corev3.Node, typ string, answer func(*typeSet) b
 	k := c.keyLocked(snapshotKey(node))
 	var seen *typeSet
 	if k.sets != nil {
-		if answer(setOf(k.sets, typ)) {
+		// Every type the bridge serves has a set (empty if it has nothing,
+		// answered so a proxy learns there are no listeners); a type it
+		// does not serve has none and is never answered, as
+		// go-control-plane's snapshot cache did. That also bounds the
+		// responses a stream can have queued to one per served type, which
+		// the servers' channels hold without blocking (the cache sends
+		// while holding its lock).
+		if answer(k.sets[typ]) {
 			return func() {}
 		}
 		seen = k.sets[typ]

@@ -98,6 +98,9 @@ type Config struct {
 	// to warm, measured from Dial. Zero means DefaultInitialFetchTimeout;
 	// negative requests LDS right away.
 	InitialFetchTimeout time.Duration
+	// NoListeners never subscribes to listeners: an Envoy with static
+	// listeners and only cds_config over ADS, a common VM set-up.
+	NoListeners bool
 	// NACK, if set, is asked about every response that decoded and
 	// validated; a non-nil error makes the client NACK it instead of
 	// ACKing it. version is version_info (SotW) or system_version_info

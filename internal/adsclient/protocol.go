@@ -65,7 +65,9 @@ func (c *Client) startLDS() {
 	}
 	c.ldsStarted = true
 	c.warming = map[string]bool{}
-	c.start(ListenerType)
+	if !c.cfg.NoListeners {
+		c.start(ListenerType)
+	}
 }
 
 // sotwRequestLocked builds a SotW request the way Envoy keeps it per type:

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"time"
 
@@ -22,12 +23,16 @@ import (
 // bounded by limit times the full state, and each proxy's wait is short
 // and ordered by arrival.
 //
-// A stream holds its slot until it has acknowledged (or rejected) what it
-// was sent of clusters and listeners, with no response outstanding: then
-// its state is complete (Envoy asks for clusters, their endpoints,
-// listeners, then their routes; gRPC the reverse, and its routes are small
-// anyway). A stream that closes frees its slot; one that never completes
-// (a stuck client) frees it after admissionHold.
+// A stream holds its slot until its state is complete: every type it has
+// subscribed to answered and acknowledged (or rejected), clusters among
+// them, and the endpoints of those clusters too. Envoy asks for clusters,
+// then their endpoints, then listeners and routes; an Envoy with static
+// listeners (cds_config over ADS only) never asks for listeners and is
+// done with its endpoints; gRPC asks for listeners and routes first and
+// clusters and endpoints last. Listeners and routes an Envoy asks for
+// after its endpoints are small next to them. A stream that closes frees
+// its slot; one that never completes (a stuck client) frees it after
+// admissionHold.
 
 // admissionHold bounds how long one stream may hold a slot.
 const admissionHold = 20 * time.Second
@@ -94,8 +99,9 @@ func (a *admission) release(key streamKey) {
 }
 
 // initialSyncDone reports whether a stream's state is complete (see
-// above): on an ADS stream, clusters and listeners answered, everything
-// sent answered; on a per-type stream, everything sent answered.
+// above): on an ADS stream, every subscribed type answered, clusters
+// answered, and endpoints answered if clusters were sent; on a per-type
+// stream, its type answered.
 func (t *tracker) initialSyncDone(key streamKey) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -106,13 +112,15 @@ func (t *tracker) initialSyncDone(key streamKey) bool {
 	answered := func(ts *typeState) bool {
 		return ts != nil && ts.sentNonce != "" && (ts.ackedNonce == ts.sentNonce || ts.nackedNonce == ts.sentNonce)
 	}
-	for _, ts := range st.types {
-		if ts.sentNonce != "" && !answered(ts) {
-			return false
+	for typ, ts := range st.types {
+		// Types the bridge does not serve are never answered.
+		if slices.Contains(typeOrder, typ) && !answered(ts) {
+			return false // subscribed, not answered yet or not acknowledged
 		}
 	}
 	if st.typeURL != "" {
 		return answered(st.types[st.typeURL])
 	}
-	return answered(st.types[resourcev3.ClusterType]) && answered(st.types[resourcev3.ListenerType])
+	cds := st.types[resourcev3.ClusterType]
+	return answered(cds) && (cds.sentResources == 0 || answered(st.types[resourcev3.EndpointType]))
 }

@@ -17,8 +17,8 @@ import (
 
 // TestAdmissionBoundsInitialSyncs: with one initial-sync slot, a second
 // proxy is not answered while the first has not acknowledged its state,
-// and is as soon as the first finishes (ACKs clusters and listeners) or
-// goes away.
+// and is as soon as the first finishes (ACKs its clusters and their
+// endpoints, never asking for listeners) or goes away.
 func TestAdmissionBoundsInitialSyncs(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	s := startServer(t, ServerConfig{MaxInitialSyncs: 1, Registerer: reg})
@@ -63,7 +63,8 @@ func TestAdmissionBoundsInitialSyncs(t *testing.T) {
 		t.Errorf("syncing = %v, want 1", got)
 	}
 
-	// The holder finishes: ACKs clusters, gets and ACKs listeners.
+	// The holder acknowledges its clusters but has not asked for their
+	// endpoints yet: it still holds the slot.
 	ack := func(typeURL string, resp *discoveryv3.DiscoveryResponse) {
 		t.Helper()
 		if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeURL, VersionInfo: resp.GetVersionInfo(), ResponseNonce: resp.GetNonce()}); err != nil {
@@ -71,20 +72,29 @@ func TestAdmissionBoundsInitialSyncs(t *testing.T) {
 		}
 	}
 	ack(resourcev3.ClusterType, first)
-	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ListenerType}); err != nil {
+	time.Sleep(200 * time.Millisecond)
+	if n := len(waiter.Responses()); n != 0 {
+		t.Fatalf("waiting proxy got %d responses while the holder had clusters without endpoints", n)
+	}
+	// The holder finishes as an Envoy with static listeners does: it gets
+	// and ACKs the endpoints of its clusters and never asks for listeners.
+	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.EndpointType, ResourceNames: []string{"api"}}); err != nil {
 		t.Fatal(err)
 	}
-	lds, err := ads.Recv()
+	eds, err := ads.Recv()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if lds.GetTypeUrl() != resourcev3.ListenerType {
-		t.Fatalf("got %s, want listeners", lds.GetTypeUrl())
+	if eds.GetTypeUrl() != resourcev3.EndpointType {
+		t.Fatalf("got %s, want endpoints", eds.GetTypeUrl())
 	}
-	ack(resourcev3.ListenerType, lds)
+	ack(resourcev3.EndpointType, eds)
 
-	if _, err := waiter.Wait(waitCtx(t), func(st adsclient.State) bool { return len(st.ListenerNames()) == 1 }); err != nil {
-		t.Fatalf("waiting proxy never synced after the slot freed: %v", err)
+	// Well before the 20 s hold that frees a stuck stream's slot.
+	ctx5, cancel5 := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel5()
+	if _, err := waiter.Wait(ctx5, func(st adsclient.State) bool { return len(st.ListenerNames()) == 1 }); err != nil {
+		t.Fatalf("waiting proxy not synced within 5s of the holder's endpoints ACK: %v", err)
 	}
 
 	// A third proxy waits behind the second until the second is done; a

@@ -101,7 +101,7 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 }
 
 func (c *callbacks) response(key streamKey, typeURL, version, nonce string, resources, removed int) {
-	node := c.tracker.response(key, typeURL, version, nonce)
+	node := c.tracker.response(key, typeURL, version, nonce, resources)
 	c.metrics.pushes.WithLabelValues(metricType(typeURL)).Inc()
 	ev := c.log.Debug()
 	if ev.Enabled() {

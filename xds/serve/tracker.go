@@ -109,6 +109,7 @@ type streamState struct {
 type typeState struct {
 	sentVersion, sentNonce   string
 	sentAt                   time.Time
+	sentResources            int // in the last response
 	ackedVersion, ackedNonce string
 	ackedAt                  time.Time
 	nackedNonce              string // == sentNonce while the last response stands rejected
@@ -258,7 +259,7 @@ func (t *tracker) request(key streamKey, node *corev3.Node, typeURL, version, no
 
 // response records a response about to be sent; it returns the stream's
 // node (nil if not known yet).
-func (t *tracker) response(key streamKey, typeURL, version, nonce string) *corev3.Node {
+func (t *tracker) response(key streamKey, typeURL, version, nonce string, resources int) *corev3.Node {
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -274,7 +275,7 @@ func (t *tracker) response(key streamKey, typeURL, version, nonce string) *corev
 		ts = &typeState{}
 		st.types[typeURL] = ts
 	}
-	ts.sentVersion, ts.sentNonce, ts.sentAt = version, nonce, now
+	ts.sentVersion, ts.sentNonce, ts.sentAt, ts.sentResources = version, nonce, now, resources
 	return st.node
 }
 

@@ -5,7 +5,7 @@ import (
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
+	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/routematch"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
@@ -152,8 +152,8 @@ func routeConfig(t *testing.T) *routev3.RouteConfiguration {
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	model, _ := bridge.Build(nil, cfg.Policy)
-	out, err := xds.Translate(model)
+	m, _ := model.Build(nil, cfg.Policy)
+	out, err := xds.Translate(m)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,8 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
@@ -36,7 +36,7 @@ var goldenTypes = map[string]string{
 }
 
 // TestGolden runs every case in testdata/<case>/ (catalog.json in Consul's
-// own API shape, and policy.hcl if present) through bridge.Build and Translate and compares each
+// own API shape, and policy.hcl if present) through model.Build and Translate and compares each
 // resource type with testdata/<case>/<type>.golden.json, and what proxyless
 // gRPC clients get (API listeners and their routes) with
 // testdata/<case>/proxyless.golden.json.
@@ -75,8 +75,8 @@ func TestGolden(t *testing.T) {
 					t.Fatalf("policy files: %v", diags)
 				}
 			}
-			model, warnings := bridge.Build(cat, pol)
-			out, err := xds.Translate(model)
+			m, warnings := model.Build(cat, pol)
+			out, err := xds.Translate(m)
 			if err != nil {
 				t.Fatalf("Translate: %v", err)
 			}

@@ -26,9 +26,9 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
@@ -72,8 +72,8 @@ func translate(t *testing.T, m *ir.Model) *xds.Output {
 func goldenOutputs(t *testing.T) map[string]*xds.Output {
 	t.Helper()
 	outs := map[string]*xds.Output{}
-	for name, model := range goldenModels(t) {
-		out, err := xds.Translate(model)
+	for name, m := range goldenModels(t) {
+		out, err := xds.Translate(m)
 		if err != nil {
 			t.Fatalf("%s: Translate: %v", name, err)
 		}
@@ -116,8 +116,8 @@ func goldenModels(t *testing.T) map[string]*ir.Model {
 				t.Fatalf("%s: %v", dir, diags)
 			}
 		}
-		model, _ := bridge.Build(cat, pol)
-		models[filepath.Base(dir)] = model
+		m, _ := model.Build(cat, pol)
+		models[filepath.Base(dir)] = m
 	}
 	return models
 }

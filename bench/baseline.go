@@ -22,8 +22,8 @@ import (
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
@@ -45,7 +45,7 @@ func (singleKey) ID(*corev3.Node) string { return "all" }
 // RunBaseline is the simplest go-control-plane set-up fed by the same
 // Consul watch as the bridge: one SotW snapshot cache with ads=true, one
 // snapshot for every node, and on every Consul update the whole world is
-// rebuilt (same Build and Translate as the bridge, so resources are
+// rebuilt (same model.Build and xds.Translate as the bridge, so resources are
 // identical) and set as a new snapshot with a counter version — no
 // debounce, no per-type content versions, no per-group keys.
 func RunBaseline(ctx context.Context, cfg BaselineConfig) error {
@@ -73,7 +73,7 @@ func RunBaseline(ctx context.Context, cfg BaselineConfig) error {
 		Client:     client,
 		Query:      consul.QueryOptions{Stale: true, WaitTime: policy.DefaultWaitTime, UseCache: true},
 		MaxQueries: policy.DefaultMaxQueries,
-		Targets:    bridge.WatchTargets(pol),
+		Targets:    model.WatchTargets(pol),
 		Logger:     zerolog.Nop(),
 		OnQuery:    func(string, error, time.Duration) { reqs.Inc() },
 	})
@@ -119,8 +119,8 @@ func RunBaseline(ctx context.Context, cfg BaselineConfig) error {
 			if !u.Complete && !ready.Load() {
 				continue
 			}
-			model, _ := bridge.Build(u.Catalog, pol)
-			out, err := xds.Translate(model)
+			m, _ := model.Build(u.Catalog, pol)
+			out, err := xds.Translate(m)
 			if err != nil {
 				return err
 			}

@@ -11,8 +11,8 @@ import (
 
 	"github.com/rs/zerolog"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
@@ -65,7 +65,7 @@ func BenchmarkBuild(b *testing.B) {
 	cat, pol := benchCatalog(-1), benchPolicy(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		bridge.Build(cat, pol)
+		model.Build(cat, pol)
 	}
 }
 
@@ -75,7 +75,7 @@ func BenchmarkBuildTranslate(b *testing.B) {
 	cat, pol := benchCatalog(-1), benchPolicy(b)
 	b.ReportAllocs()
 	for b.Loop() {
-		m, _ := bridge.Build(cat, pol)
+		m, _ := model.Build(cat, pol)
 		if _, err := xds.Translate(m); err != nil {
 			b.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func BenchmarkOneInstanceChange(b *testing.B) {
 			i := 0
 			for b.Loop() {
 				i++
-				m, _ := bridge.Build(cats[i%2], pol)
+				m, _ := model.Build(cats[i%2], pol)
 				out, err := translate(m)
 				if err != nil {
 					b.Fatal(err)

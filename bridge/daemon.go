@@ -1,3 +1,7 @@
+// Package bridge runs the daemon around model.Build: it watches Consul's
+// catalog (and KV for policy), debounces changes, builds and translates
+// the model, and serves it over xDS, with readiness, reloads, an admin API
+// and metrics. The join of catalog and policy itself is package model.
 package bridge
 
 import (
@@ -17,6 +21,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
@@ -199,7 +204,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	watcher := consul.NewWatcher(consul.Config{
 		Client:     client,
 		Query:      q,
-		Targets:    WatchTargets(d.cfg.Policy),
+		Targets:    model.WatchTargets(d.cfg.Policy),
 		Logger:     consulLog,
 		OnQuery:    d.consulQuery,
 		MaxQueries: maxQueries,
@@ -356,19 +361,19 @@ func (l *loop) build(ctx context.Context) {
 	cat := l.catalog.Catalog
 	if until := time.Unix(0, l.d.holdUntil.Load()); start.Before(until) {
 		var held int
-		cat, held = holdDowngrades(l.served, cat)
+		cat, held = model.HoldDowngrades(l.served, cat)
 		if held > 0 {
 			l.d.log.Info().Int("instances", held).Time("until", until).Msg("holding health downgrades after Consul reconnect")
 			// Rebuild when the window ends, with the real state.
 			l.timer.Reset(until.Sub(start) + time.Millisecond)
 		}
 	}
-	model, warnings := Build(cat, l.policy)
+	m, warnings := model.Build(cat, l.policy)
 	l.logNewWarnings(warnings)
 	if l.translator == nil {
 		l.translator = xds.NewTranslator()
 	}
-	out, err := l.translator.Translate(model)
+	out, err := l.translator.Translate(m)
 	l.d.metrics.translate.Observe(time.Since(start).Seconds())
 	if err != nil {
 		l.d.log.Error().Err(err).Msg("translation failed; keeping the last good snapshot")
@@ -468,7 +473,7 @@ func (l *loop) reloadPolicy(trigger string) {
 			}
 			l.policy = cfg.Policy
 			l.d.watchPolicyFiles(cfg.Policy)
-			l.watcher.SetTargets(WatchTargets(cfg.Policy))
+			l.watcher.SetTargets(model.WatchTargets(cfg.Policy))
 			l.recordPolicy(append(sources, tlsSources(cfg.Policy)...), diags)
 			l.d.metrics.reloads.WithLabelValues("ok").Inc()
 			l.d.log.Info().Str("trigger", trigger).Int("sources", len(sources)).Msg("policy loaded")

@@ -8,8 +8,8 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/routetest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
@@ -31,8 +31,8 @@ func TestPoliciesLoadAndTranslate(t *testing.T) {
 			if diags.HasErrors() {
 				t.Fatalf("%s:\n%s", f, diags)
 			}
-			model, _ := bridge.Build(nil, cfg.Policy)
-			if _, err := xds.Translate(model); err != nil {
+			m, _ := model.Build(nil, cfg.Policy)
+			if _, err := xds.Translate(m); err != nil {
 				t.Fatalf("%s does not translate: %v", f, err)
 			}
 		})

@@ -1,8 +1,11 @@
 package ir
 
 import (
+	"encoding/json"
+	"errors"
 	"net/netip"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -65,5 +68,29 @@ func TestClusterEqualSeesEveryField(t *testing.T) {
 	b.TLS = nil
 	if a.Equal(&b) || b.Equal(&a) {
 		t.Error("nil vs set TLS compares equal")
+	}
+}
+
+// TestRedactedJSON: a key encodes as the marker, the marker decodes to no
+// key, and anything else fails without the error quoting it.
+func TestRedactedJSON(t *testing.T) {
+	s := Secret{Name: "edge/cert", CertificateChain: []byte("CERT"), PrivateKey: Redacted("KEY MATERIAL")}
+	b, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := `{"Name":"edge/cert","CertificateChain":"Q0VSVA==","PrivateKey":"[redacted]","TrustedCA":null}`; string(b) != want {
+		t.Fatalf("encoded %s, want %s", b, want)
+	}
+	var got Secret
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.PrivateKey != nil || got.Name != s.Name || string(got.CertificateChain) != "CERT" {
+		t.Fatalf("decoded %+v (key %q), want the secret without its key", got, []byte(got.PrivateKey))
+	}
+	err = json.Unmarshal([]byte(`{"PrivateKey":"KEY MATERIAL"}`), &got)
+	if !errors.Is(err, ErrRedacted) || strings.Contains(err.Error(), "KEY") {
+		t.Fatalf("decoding a key: err = %v, want ErrRedacted without the key", err)
 	}
 }

@@ -21,16 +21,35 @@ type Secret struct {
 
 // Redacted holds sensitive bytes (private keys). It prints, and encodes
 // to JSON and text, as "[redacted]", so a model that ends up in a log
-// line or an error message does not carry the key with it.
+// line or an error message does not carry the key with it. Decoding is
+// the other way round: "[redacted]" decodes to no bytes, so a model
+// read back from JSON has no keys and whoever reads it must supply them
+// from where they are kept (without them the model does not validate).
 type Redacted []byte
 
 const redactedText = "[redacted]"
+
+// ErrRedacted is the error of decoding a Redacted from anything other
+// than "[redacted]".
+var ErrRedacted = errors.New(`a redacted value decodes only from "` + redactedText + `"`)
 
 // Format prints "[redacted]" for every verb.
 func (Redacted) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, redactedText) }
 
 // MarshalText encodes "[redacted]".
 func (Redacted) MarshalText() ([]byte, error) { return []byte(redactedText), nil }
+
+// UnmarshalText decodes "[redacted]", what MarshalText writes, to no
+// bytes. Any other text is ErrRedacted rather than a key: no encoding of
+// a Redacted holds one, and the error does not quote the text, which
+// might.
+func (r *Redacted) UnmarshalText(text []byte) error {
+	if string(text) != redactedText {
+		return ErrRedacted
+	}
+	*r = nil
+	return nil
+}
 
 // DownstreamTLS is TLS terminated by a listener. Clients are matched to a
 // certificate by the server name they send (SNI): a filter chain per

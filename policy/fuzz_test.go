@@ -11,7 +11,7 @@ import (
 // FuzzParse feeds arbitrary bytes to the parser and the merger the way
 // `validate` and a KV reload do. Whatever the input, nothing panics, every
 // error can be printed as file:line:col, the result is deterministic, and a
-// policy that passes validation keeps the invariants bridge.Build relies on.
+// policy that passes validation keeps the invariants model.Build relies on.
 // The seed corpus in testdata/fuzz/FuzzParse covers every block type.
 func FuzzParse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, src []byte) {

@@ -19,7 +19,7 @@ import (
 // ReadFiles reads the PEM files the policy's tls blocks name (listener
 // certificates and keys, client CAs, upstream CAs and client
 // certificates), checks them and keeps their contents in the policy,
-// which is what Build serves as SDS secrets. It is the only step of
+// which is what model.Build serves as SDS secrets. It is the only step of
 // loading a policy that reads anything but the documents themselves:
 // Parse and Merge stay pure, and LoadFiles and the daemon's reload call
 // this after Merge. now decides whether a certificate has expired.

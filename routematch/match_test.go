@@ -1,163 +1,45 @@
 package routematch_test
 
 import (
+	"encoding/json"
+	"os"
 	"testing"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
-	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/routematch"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
-// The routes are produced by the real translator from this policy, so the
-// table checks the matcher and the translation together.
-const testPolicy = `
-service "api" {
-  subset "v2" {
-    tags = ["v2"]
-  }
-}
+// routesGolden is the route table the tests match against: what the real
+// pipeline makes of ../model/testdata/routematch/policy.hcl (model.Build,
+// then xds.Translate), as xds's golden test records it. So the table
+// checks the matcher and the translation together, and a change of
+// either shows here once the goldens are rewritten.
+const routesGolden = "../xds/testdata/routematch/rds.golden.json"
 
-proxy "edge" {
-  listener "http" {
-    port = 8080
-
-    virtual_host "exact" {
-      domains = ["shop.example.com"]
-      route {
-        match {
-          path = "/healthz"
-        }
-        direct_response {
-          status = 200
-        }
-      }
-      route {
-        match {
-          path_prefix = "/api/"
-          header "x-canary" {
-            exact = "1"
-          }
-        }
-        service = "api"
-        subset  = "v2"
-      }
-      route {
-        match {
-          path_prefix = "/api/"
-          header "x-debug" {
-            present = true
-            invert  = true
-          }
-          method = "GET"
-        }
-        service = "api"
-      }
-      route {
-        match {
-          path_prefix = "/API/"
-        }
-        service = "api-upper"
-      }
-      route {
-        match {
-          path_prefix    = "/docs/"
-          case_sensitive = false
-        }
-        service = "docs"
-      }
-      route {
-        match {
-          path_regex = "/items/[0-9]+"
-        }
-        service = "items"
-      }
-      route {
-        match {
-          path_prefix = "/search"
-          query "q" {
-            prefix = "go"
-          }
-        }
-        service = "search-go"
-      }
-      route {
-        match {
-          path_prefix = "/search"
-          query "debug" {
-            present = true
-          }
-        }
-        service = "search-debug"
-      }
-      route {
-        match {
-          path_prefix = "/ua"
-          header "user-agent" {
-            regex = "curl/.*"
-          }
-        }
-        service = "curl"
-      }
-      route {
-        service = "web"
-      }
-    }
-
-    virtual_host "suffix" {
-      domains = ["*.example.com"]
-      route {
-        service = "suffix"
-      }
-    }
-
-    virtual_host "longer-suffix" {
-      domains = ["*.eu.example.com"]
-      route {
-        service = "eu"
-      }
-    }
-
-    virtual_host "prefix" {
-      domains = ["shop.*"]
-      route {
-        service = "prefix"
-      }
-    }
-
-    virtual_host "default" {
-      domains = ["*"]
-      route {
-        match {
-          path_prefix = "/"
-        }
-        redirect {
-          host = "shop.example.com"
-        }
-      }
-    }
-  }
-}
-`
-
+// routeConfig reads the edge.http route configuration from routesGolden.
 func routeConfig(t *testing.T) *routev3.RouteConfiguration {
 	t.Helper()
-	doc, diags := policy.Parse("policy.hcl", []byte(testPolicy))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	cfg, diags := policy.Merge(doc)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	model, _ := bridge.Build(nil, cfg.Policy)
-	out, err := xds.Translate(model)
+	data, err := os.ReadFile(routesGolden)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return out.Groups["edge"].Routes[0]
+	var list []json.RawMessage
+	if err := json.Unmarshal(data, &list); err != nil {
+		t.Fatalf("%s: %v", routesGolden, err)
+	}
+	for _, raw := range list {
+		rc := &routev3.RouteConfiguration{}
+		if err := protojson.Unmarshal(raw, rc); err != nil {
+			t.Fatalf("%s: %v", routesGolden, err)
+		}
+		if rc.GetName() == "edge.http" {
+			return rc
+		}
+	}
+	t.Fatalf("%s has no route configuration edge.http", routesGolden)
+	return nil
 }
 
 // target describes where a result went: a cluster, "weighted", "redirect",

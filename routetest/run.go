@@ -15,8 +15,8 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"github.com/hashicorp/hcl/v2"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/routematch"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
@@ -78,8 +78,8 @@ func Run(pol *policy.Policy, cat *consul.Catalog, tests []*Test) ([]*Result, hcl
 			return nil, diags
 		}
 	}
-	model, _ := bridge.Build(cat, pol)
-	out, err := xds.Translate(model)
+	m, _ := model.Build(cat, pol)
+	out, err := xds.Translate(m)
 	if err != nil {
 		return nil, hcl.Diagnostics{{
 			Severity: hcl.DiagError,

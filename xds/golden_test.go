@@ -1,31 +1,48 @@
 package xds_test
 
 import (
-	"bytes"
 	"encoding/json"
 	"flag"
 	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"testing"
-	"time"
 
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/google/go-cmp/cmp"
-	"github.com/hashicorp/hcl/v2"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
-	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
-	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/golden"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+// modelCases holds the cases of the previous stage, model.Build: their
+// model.golden.json is what the goldens here translate.
+const modelCases = "../model/testdata"
+
+// goldenModels reads the model of every golden case, private keys given
+// back from the case's TLS files (the golden files have them redacted).
+func goldenModels(t *testing.T) map[string]*ir.Model {
+	t.Helper()
+	paths, err := filepath.Glob(filepath.Join(modelCases, "*", golden.ModelFile))
+	if err != nil || len(paths) == 0 {
+		t.Fatalf("no golden cases in %s: %v", modelCases, err)
+	}
+	models := map[string]*ir.Model{}
+	for _, p := range paths {
+		m, err := golden.ReadModel(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		models[filepath.Base(filepath.Dir(p))] = m
+	}
+	return models
+}
 
 // goldenTypes names the golden file of each resource type.
 var goldenTypes = map[string]string{
@@ -35,48 +52,29 @@ var goldenTypes = map[string]string{
 	resourcev3.RouteType:    "rds",
 }
 
-// TestGolden runs every case in testdata/<case>/ (catalog.json in Consul's
-// own API shape, and policy.hcl if present) through bridge.Build and Translate and compares each
-// resource type with testdata/<case>/<type>.golden.json, and what proxyless
-// gRPC clients get (API listeners and their routes) with
+// TestGolden translates the model of every case, the output of the
+// previous stage (../model/testdata/<case>/model.golden.json, which
+// model's golden test writes from the case's catalog and policy), and
+// compares each resource type with testdata/<case>/<type>.golden.json, and
+// what proxyless gRPC clients get (API listeners and their routes) with
 // testdata/<case>/proxyless.golden.json.
 func TestGolden(t *testing.T) {
-	dirs, err := filepath.Glob("testdata/*/catalog.json")
-	if err != nil || len(dirs) == 0 {
-		t.Fatalf("no golden cases found: %v", err)
+	models := goldenModels(t)
+	// Every case here is one of model's: goldens without a model would
+	// never be checked again.
+	goldens, err := filepath.Glob("testdata/*/*.golden.json")
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, catPath := range dirs {
-		dir := filepath.Dir(catPath)
-		t.Run(filepath.Base(dir), func(t *testing.T) {
-			f, err := os.Open(catPath)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer f.Close()
-			cat, err := consul.ReadFixture(f)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var pol *policy.Policy
-			if src, err := os.ReadFile(filepath.Join(dir, "policy.hcl")); err == nil {
-				doc, diags := policy.Parse("policy.hcl", src)
-				if diags.HasErrors() {
-					t.Fatalf("policy: %v", diags)
-				}
-				cfg, diags := policy.Merge(doc)
-				if diags.HasErrors() {
-					t.Fatalf("policy: %v", diags)
-				}
-				pol = cfg.Policy
-				// TLS files are named relative to policy.hcl, which the
-				// case directory holds; paths never reach the goldens.
-				diags = readFilesIn(t, dir, pol)
-				if diags.HasErrors() {
-					t.Fatalf("policy files: %v", diags)
-				}
-			}
-			model, warnings := bridge.Build(cat, pol)
-			out, err := xds.Translate(model)
+	for _, p := range goldens {
+		if name := filepath.Base(filepath.Dir(p)); models[name] == nil {
+			t.Errorf("%s: no model for case %q in %s", p, name, modelCases)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(models)) {
+		dir := filepath.Join("testdata", name)
+		t.Run(name, func(t *testing.T) {
+			out, err := xds.Translate(models[name])
 			if err != nil {
 				t.Fatalf("Translate: %v", err)
 			}
@@ -140,26 +138,8 @@ func TestGolden(t *testing.T) {
 			pl := out.Proxyless.ByType()
 			compareGolden(t, filepath.Join(dir, "proxyless.golden.json"),
 				marshalResources(t, append(pl[resourcev3.ListenerType], pl[resourcev3.RouteType]...)))
-			compareGolden(t, filepath.Join(dir, "warnings.golden.txt"), []byte(strings.Join(warnings, "\n")+"\n"))
 		})
 	}
-}
-
-// readFilesIn reads the policy's TLS files from dir, where the case's
-// policy.hcl (parsed under that bare name, so that goldens do not depend
-// on where the repository is) names them relative to itself.
-func readFilesIn(t *testing.T, dir string, pol *policy.Policy) hcl.Diagnostics {
-	t.Helper()
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, f := range pol.Files() {
-		if !filepath.IsAbs(f.Path) {
-			f.Path = filepath.Join(abs, f.Path)
-		}
-	}
-	return pol.ReadFiles(time.Now())
 }
 
 // marshalResources renders resources as indented JSON. protojson output is
@@ -189,17 +169,5 @@ func marshalResources(t *testing.T, items []types.Resource) []byte {
 
 func compareGolden(t *testing.T, path string, got []byte) {
 	t.Helper()
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run go test ./xds -run TestGolden -update to create it)", err)
-	}
-	if !bytes.Equal(want, got) {
-		t.Errorf("%s differs (-want +got); if the change is intended, rerun with -update:\n%s", path, cmp.Diff(string(want), string(got)))
-	}
+	golden.Compare(t, path, got, *update)
 }

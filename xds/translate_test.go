@@ -4,8 +4,6 @@ import (
 	"errors"
 	"maps"
 	"net/netip"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -26,10 +24,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
-	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
-	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
@@ -72,54 +67,14 @@ func translate(t *testing.T, m *ir.Model) *xds.Output {
 func goldenOutputs(t *testing.T) map[string]*xds.Output {
 	t.Helper()
 	outs := map[string]*xds.Output{}
-	for name, model := range goldenModels(t) {
-		out, err := xds.Translate(model)
+	for name, m := range goldenModels(t) {
+		out, err := xds.Translate(m)
 		if err != nil {
 			t.Fatalf("%s: Translate: %v", name, err)
 		}
 		outs[name] = out
 	}
 	return outs
-}
-
-// goldenModels builds the model of every golden case.
-func goldenModels(t *testing.T) map[string]*ir.Model {
-	t.Helper()
-	paths, err := filepath.Glob("testdata/*/catalog.json")
-	if err != nil || len(paths) == 0 {
-		t.Fatalf("no golden cases: %v", err)
-	}
-	models := map[string]*ir.Model{}
-	for _, p := range paths {
-		dir := filepath.Dir(p)
-		f, err := os.Open(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cat, err := consul.ReadFixture(f)
-		f.Close()
-		if err != nil {
-			t.Fatalf("%s: %v", p, err)
-		}
-		var pol *policy.Policy
-		if src, err := os.ReadFile(filepath.Join(dir, "policy.hcl")); err == nil {
-			doc, diags := policy.Parse("policy.hcl", src)
-			if diags.HasErrors() {
-				t.Fatalf("%s: %v", dir, diags)
-			}
-			cfg, diags := policy.Merge(doc)
-			if diags.HasErrors() {
-				t.Fatalf("%s: %v", dir, diags)
-			}
-			pol = cfg.Policy
-			if diags := readFilesIn(t, dir, pol); diags.HasErrors() {
-				t.Fatalf("%s: %v", dir, diags)
-			}
-		}
-		model, _ := bridge.Build(cat, pol)
-		models[filepath.Base(dir)] = model
-	}
-	return models
 }
 
 // TestTranslatorMatchesTranslate: one Translator taken through every

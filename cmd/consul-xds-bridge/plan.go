@@ -8,8 +8,8 @@ import (
 	"net/url"
 	"time"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/plan"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
@@ -49,16 +49,16 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "plan: %v\n", err)
 		return 1
 	}
-	cat, err := consul.FetchCatalog(ctx, client, bridge.WatchTargets(cfg.Policy), consul.QueryOptions{Datacenter: s.Datacenter, Stale: s.Stale})
+	cat, err := consul.FetchCatalog(ctx, client, model.WatchTargets(cfg.Policy), consul.QueryOptions{Datacenter: s.Datacenter, Stale: s.Stale})
 	if err != nil {
 		fmt.Fprintf(stderr, "plan: reading Consul: %v\n", err)
 		return 1
 	}
-	model, warnings := bridge.Build(cat, cfg.Policy)
+	m, warnings := model.Build(cat, cfg.Policy)
 	for _, w := range warnings {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
-	out, err := xds.Translate(model)
+	out, err := xds.Translate(m)
 	if err != nil {
 		fmt.Fprintf(stderr, "plan: %v\n", err)
 		return 1

@@ -1,17 +1,17 @@
-package bridge
+package model
 
 import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 )
 
-// holdDowngrades returns cur with every instance that prev also has, and
+// HoldDowngrades returns cur with every instance that prev also has, and
 // that got worse since, at its status in prev. It serves the window after
 // Consul comes back from an outage: a restarted agent reports every
 // non-TTL check critical until the check has run once, and pushing that
 // would take healthy instances out of every proxy for a few seconds. New
 // instances, removals and improvements pass through unchanged. It is pure;
 // prev and cur are not modified.
-func holdDowngrades(prev, cur *consul.Catalog) (*consul.Catalog, int) {
+func HoldDowngrades(prev, cur *consul.Catalog) (*consul.Catalog, int) {
 	if prev == nil || cur == nil {
 		return cur, 0
 	}

@@ -1,7 +1,11 @@
-// Package bridge joins the Consul catalog with routing policy into the model
-// the proxies get (Build, pure), and runs the daemon around it: watches,
-// debounce, readiness, reload and serving.
-package bridge
+// Package model is the pure join of the Consul catalog and the routing
+// policy into the ir.Model the proxies get: Build resolves services,
+// subsets, failover tiers, routes and TLS secrets; WatchTargets says what
+// of the catalog a policy needs; HoldDowngrades smooths the health flaps
+// of a Consul that comes back from an outage. Everything here is a
+// function of its arguments: no I/O, no clock, no goroutines. The daemon
+// that watches, debounces and serves around it is package bridge.
+package model
 
 import (
 	"fmt"

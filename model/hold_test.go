@@ -1,4 +1,4 @@
-package bridge
+package model
 
 import (
 	"testing"
@@ -19,7 +19,7 @@ func TestHoldDowngrades(t *testing.T) {
 		svc(consul.StatusCritical, consul.StatusPassing, consul.StatusMaintenance, consul.StatusCritical),
 		{Name: "new", Instances: []consul.Instance{{ID: "x", Status: consul.StatusCritical}}},
 	})
-	got, held := holdDowngrades(prev, cur)
+	got, held := HoldDowngrades(prev, cur)
 	if held != 2 {
 		t.Fatalf("held %d downgrades, want 2", held)
 	}
@@ -37,6 +37,6 @@ func TestHoldDowngrades(t *testing.T) {
 		t.Fatal("a new service's status was changed")
 	}
 	if cur.Service("", "web").Instances[0].Status != consul.StatusCritical {
-		t.Fatal("holdDowngrades modified its input")
+		t.Fatal("HoldDowngrades modified its input")
 	}
 }

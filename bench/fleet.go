@@ -1,0 +1,337 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+)
+
+// Mode is the xDS protocol variant of a simulated Envoy.
+type Mode int
+
+const (
+	SotW Mode = iota
+	Delta
+)
+
+func (m Mode) String() string {
+	if m == Delta {
+		return "delta"
+	}
+	return "sotw"
+}
+
+// Type indexes the four resource types.
+type Type int
+
+const (
+	CDS Type = iota
+	EDS
+	LDS
+	RDS
+	numTypes
+)
+
+var typeURLs = [numTypes]string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType}
+
+func typeOf(url string) (Type, bool) {
+	for t, u := range typeURLs {
+		if u == url {
+			return Type(t), true
+		}
+	}
+	return 0, false
+}
+
+func (t Type) String() string { return [...]string{"CDS", "EDS", "LDS", "RDS"}[t] }
+
+// Probe is the change the fleet is waiting for: an endpoint (address and
+// port) reaching a health status, seen in an EDS response.
+type Probe struct {
+	Addr   string
+	Port   uint32
+	Health corev3.HealthStatus
+	// Cluster, if set, makes this a CDS probe instead: the cluster
+	// appearing (or, with Removed, disappearing) in a CDS response.
+	Cluster string
+	Removed bool
+	Start   time.Time
+
+	lat       []atomic.Int64 // per client: ns from Start to its ACK; 0 = not yet
+	remaining atomic.Int64
+	done      chan struct{}
+}
+
+// NewProbe waits for n clients.
+func NewProbe(addr string, port int, h corev3.HealthStatus, n int) *Probe {
+	p := &Probe{Addr: addr, Port: uint32(port), Health: h, lat: make([]atomic.Int64, n), done: make(chan struct{})}
+	p.remaining.Store(int64(n))
+	return p
+}
+
+// NewClusterProbe waits for n clients to see cluster added or removed.
+func NewClusterProbe(cluster string, removed bool, n int) *Probe {
+	p := &Probe{Cluster: cluster, Removed: removed, lat: make([]atomic.Int64, n), done: make(chan struct{})}
+	p.remaining.Store(int64(n))
+	return p
+}
+
+// Done is closed once every client has ACKed the change.
+func (p *Probe) Done() <-chan struct{} { return p.done }
+
+// Latencies returns each client's latency; missing ones are left out.
+func (p *Probe) Latencies() []time.Duration {
+	out := make([]time.Duration, 0, len(p.lat))
+	for i := range p.lat {
+		if v := p.lat[i].Load(); v > 0 {
+			out = append(out, time.Duration(v))
+		}
+	}
+	return out
+}
+
+// Missing is how many clients have not ACKed the change.
+func (p *Probe) Missing() int { return int(p.remaining.Load()) }
+
+func (p *Probe) hit(idx int, at time.Time) {
+	if idx >= len(p.lat) {
+		return
+	}
+	d := max(int64(at.Sub(p.Start)), 1)
+	if p.lat[idx].CompareAndSwap(0, d) {
+		if p.remaining.Add(-1) == 0 {
+			close(p.done)
+		}
+	}
+}
+
+func (p *Probe) matches(cla *endpointv3.ClusterLoadAssignment) bool {
+	for _, loc := range cla.GetEndpoints() {
+		for _, lb := range loc.GetLbEndpoints() {
+			sa := lb.GetEndpoint().GetAddress().GetSocketAddress()
+			if sa.GetPortValue() == p.Port && sa.GetAddress() == p.Addr {
+				return lb.GetHealthStatus() == p.Health
+			}
+		}
+	}
+	return false
+}
+
+// FleetConfig describes the simulated Envoys.
+type FleetConfig struct {
+	Addr string
+	// NodeID names client k; Cluster is node.cluster for all.
+	NodeID  func(k int) string
+	Cluster string
+	// Mode picks client k's protocol.
+	Mode func(k int) Mode
+	// Narrow picks clients that subscribe to EDS only for NarrowEDS
+	// names (like a sidecar with a few upstreams), not every cluster.
+	Narrow    func(k int) bool
+	NarrowEDS map[string]bool
+	// HoldOff is the debounce window: pushes to one client closer together
+	// than this are counted as FastPushes.
+	HoldOff time.Duration
+}
+
+// Fleet is N simulated Envoys in one process.
+type Fleet struct {
+	cfg     FleetConfig
+	clients []*Client
+	probe   atomic.Pointer[Probe]
+	watch   atomic.Pointer[string] // EDS name whose deliveries are counted
+	// WatchHits counts EDS responses carrying the watched name, by whether
+	// the receiving client was narrow.
+	WatchHitsWide, WatchHitsNarrow atomic.Int64
+
+	Responses [numTypes]atomic.Int64
+	Bytes     [numTypes]atomic.Int64
+	NACKs     atomic.Int64
+	synced    atomic.Int64
+	syncedCh  chan struct{}
+	syncMu    sync.Mutex
+	syncWant  int64
+
+	internMu sync.Mutex
+	intern   map[string][]string
+}
+
+// NewFleet makes an empty fleet.
+func NewFleet(cfg FleetConfig) *Fleet {
+	return &Fleet{cfg: cfg, intern: map[string][]string{}}
+}
+
+// internNames shares identical sorted name lists between clients, so a
+// thousand Envoys subscribed to the same thousand EDS names hold one list.
+func (f *Fleet) internNames(names []string) []string {
+	key := strings.Join(names, "\x00")
+	f.internMu.Lock()
+	defer f.internMu.Unlock()
+	if v, ok := f.intern[key]; ok {
+		return v
+	}
+	f.intern[key] = names
+	return names
+}
+
+// SetProbe installs the change to wait for (nil to stop).
+func (f *Fleet) SetProbe(p *Probe) { f.probe.Store(p) }
+
+// WatchEDS counts EDS deliveries of name (empty to stop).
+func (f *Fleet) WatchEDS(name string) {
+	if name == "" {
+		f.watch.Store(nil)
+		return
+	}
+	f.watch.Store(&name)
+}
+
+// Clients returns the connected clients.
+func (f *Fleet) Clients() []*Client { return f.clients }
+
+// Len is the number of clients.
+func (f *Fleet) Len() int { return len(f.clients) }
+
+// Connect dials n clients, at most parallel at a time (0: all at once),
+// and waits until all have full state or timeout passes.
+func (f *Fleet) Connect(ctx context.Context, n, parallel int, timeout time.Duration) (ConnectResult, error) {
+	f.syncMu.Lock()
+	f.synced.Store(0)
+	f.syncWant = int64(n)
+	f.syncedCh = make(chan struct{})
+	ch := f.syncedCh
+	f.syncMu.Unlock()
+	if parallel <= 0 {
+		parallel = n
+	}
+	start := time.Now()
+	f.clients = make([]*Client, n)
+	errs := make(chan error, n)
+	sem := make(chan struct{}, parallel)
+	var wg sync.WaitGroup
+	for k := 0; k < n; k++ {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(k int) {
+			defer wg.Done()
+			defer func() { <-sem }()
+			c, err := f.dial(ctx, k)
+			if err != nil {
+				errs <- err
+				return
+			}
+			f.clients[k] = c
+		}(k)
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		f.Close()
+		return ConnectResult{}, err
+	}
+	res := ConnectResult{Dialled: time.Since(start)}
+	select {
+	case <-ch:
+	case <-time.After(timeout):
+	case <-ctx.Done():
+	}
+	res.Synced = int(f.synced.Load())
+	for _, c := range f.clients {
+		if fr := c.firstResp.Load(); fr > 0 {
+			res.FirstResponse = append(res.FirstResponse, time.Duration(fr-c.dialedAt.UnixNano()))
+		}
+		if s := c.syncedAt.Load(); s > 0 {
+			res.SyncTimes = append(res.SyncTimes, time.Duration(s-c.dialedAt.UnixNano()))
+			res.AllSynced = max(res.AllSynced, time.Duration(s-start.UnixNano()))
+		}
+	}
+	if res.Synced < n {
+		return res, fmt.Errorf("%d of %d clients synced within %v%s", res.Synced, n, timeout, f.stuck())
+	}
+	return res, nil
+}
+
+func (f *Fleet) stuck() string {
+	for _, c := range f.clients {
+		if c != nil && c.syncedAt.Load() == 0 {
+			return "; e.g. " + c.describe()
+		}
+	}
+	return ""
+}
+
+// ConnectResult is how connecting the fleet went.
+type ConnectResult struct {
+	Dialled       time.Duration   // until every stream was open
+	AllSynced     time.Duration   // until the last client had full state
+	Synced        int             // clients with full state
+	FirstResponse []time.Duration // per client, dial to first response
+	SyncTimes     []time.Duration // per client, dial to full state
+}
+
+// Close ends every client.
+func (f *Fleet) Close() {
+	var wg sync.WaitGroup
+	for _, c := range f.clients {
+		if c != nil {
+			wg.Add(1)
+			go func() { defer wg.Done(); c.Close() }()
+		}
+	}
+	wg.Wait()
+	f.clients = nil
+}
+
+// ResetPushCounts zeroes every client's per-type response counts.
+func (f *Fleet) ResetPushCounts() {
+	for _, c := range f.clients {
+		for t := range c.pushes {
+			c.pushes[t].Store(0)
+		}
+		c.fastPushes.Store(0)
+	}
+}
+
+// PushCounts returns, per type, the max and total responses per client
+// since the last reset, and the number of pushes that came within HoldOff
+// of the previous one of the same type.
+func (f *Fleet) PushCounts() (maxPer, total [numTypes]int64, fast int64) {
+	for _, c := range f.clients {
+		for t := range c.pushes {
+			v := c.pushes[t].Load()
+			maxPer[t] = max(maxPer[t], v)
+			total[t] += v
+		}
+		fast += c.fastPushes.Load()
+	}
+	return
+}
+
+// TotalBytes is the xDS payload received so far, all types.
+func (f *Fleet) TotalBytes() int64 {
+	var n int64
+	for t := range f.Bytes {
+		n += f.Bytes[t].Load()
+	}
+	return n
+}
+
+// Errors returns the first stream error of any client, if any ended.
+func (f *Fleet) Errors() error {
+	for _, c := range f.clients {
+		if c == nil {
+			continue
+		}
+		if err := c.Err(); err != nil {
+			return fmt.Errorf("client %s: %w", c.nodeID, err)
+		}
+	}
+	return nil
+}

@@ -13,41 +13,20 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/irtest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
-const (
-	fakeCert = "-----BEGIN CERTIFICATE-----\nCERT-%s\n-----END CERTIFICATE-----\n"
-	fakeKey  = "-----BEGIN PRIVATE KEY-----\nKEY-%s\n-----END PRIVATE KEY-----\n"
+// Model builders shared with the serving tests (internal/irtest).
+var (
+	cluster      = irtest.Cluster
+	ep           = irtest.Endpoint
+	httpListener = irtest.HTTPListener
+	routeTo      = irtest.RouteTo
+	certSecret   = irtest.CertSecret
+	tlsModel     = irtest.TLSModel
 )
-
-func certSecret(name, v string) ir.Secret {
-	return ir.Secret{Name: name, CertificateChain: []byte(strings.ReplaceAll(fakeCert, "%s", v)), PrivateKey: []byte(strings.ReplaceAll(fakeKey, "%s", v))}
-}
-
-// tlsModel: cluster "api" with mTLS to its upstream (shared secrets), and
-// group "edge" with a TLS listener serving "shop" by default and "blog" by
-// SNI, certificate contents tagged with v.
-func tlsModel(v string) *ir.Model {
-	api := cluster("api", ep("10.0.0.1", 0, "dc1"))
-	api.TLS = &ir.UpstreamTLS{SNI: "api.internal", CertificateSecret: "api/cert", CASecret: "api/ca"}
-	l := httpListener("edge.https", routeTo("/", ir.WeightedCluster{Name: "api", Weight: 1}))
-	l.TLS = &ir.DownstreamTLS{
-		DefaultCertificate: "edge.https/cert/shop",
-		SNI:                []ir.SNICertificate{{Secret: "edge.https/cert/blog", ServerNames: []string{"blog.example.com"}}},
-		ALPN:               []string{"h2", "http/1.1"},
-	}
-	return &ir.Model{
-		Clusters: []ir.Cluster{api},
-		Secrets:  []ir.Secret{{Name: "api/ca", TrustedCA: []byte("CA")}, certSecret("api/cert", "client")},
-		Groups: []ir.Group{{
-			Name:      "edge",
-			Listeners: []ir.Listener{l},
-			Secrets:   []ir.Secret{certSecret("edge.https/cert/blog", "blog-"+v), certSecret("edge.https/cert/shop", "shop-"+v)},
-		}},
-	}
-}
 
 // TestRedactLooksInsideAny: a private key inline in a listener's TLS
 // context (typed_config, an Any) is redacted too, on a copy.

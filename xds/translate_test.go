@@ -3,7 +3,6 @@ package xds_test
 import (
 	"errors"
 	"maps"
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -33,25 +32,6 @@ import (
 // checked on hand-written models and on every golden case.
 
 const faultFilter = "envoy.filters.http.fault"
-
-func cluster(name string, eps ...ir.Endpoint) ir.Cluster {
-	return ir.Cluster{Name: name, Service: name, ConnectTimeout: time.Second, Endpoints: eps}
-}
-
-func ep(addr string, prio uint32, dc string) ir.Endpoint {
-	return ir.Endpoint{Address: netip.MustParseAddr(addr), Port: 8080, Weight: 1, Priority: prio, Locality: ir.Locality{Region: dc}}
-}
-
-func httpListener(name string, routes ...ir.Route) ir.Listener {
-	return ir.Listener{
-		Name: name, Address: "0.0.0.0", Port: 8080, Protocol: "http",
-		VirtualHosts: []ir.VirtualHost{{Name: "all", Domains: []string{"*"}, Routes: routes}},
-	}
-}
-
-func routeTo(prefix string, clusters ...ir.WeightedCluster) ir.Route {
-	return ir.Route{Source: "test.hcl:" + prefix, Match: ir.RouteMatch{PathPrefix: prefix, CaseSensitive: true}, Clusters: clusters}
-}
 
 func translate(t *testing.T, m *ir.Model) *xds.Output {
 	t.Helper()

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"net"
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -15,34 +14,21 @@ import (
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/irtest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
 
-const (
-	fakeCert = "-----BEGIN CERTIFICATE-----\nCERT-%s\n-----END CERTIFICATE-----\n"
-	fakeKey  = "-----BEGIN PRIVATE KEY-----\nKEY-%s\n-----END PRIVATE KEY-----\n"
+// Model builders shared with the serving tests (internal/irtest).
+var (
+	cluster      = irtest.Cluster
+	ep           = irtest.Endpoint
+	httpListener = irtest.HTTPListener
+	routeTo      = irtest.RouteTo
+	certSecret   = irtest.CertSecret
+	tlsModel     = irtest.TLSModel
 )
-
-func cluster(name string, eps ...ir.Endpoint) ir.Cluster {
-	return ir.Cluster{Name: name, Service: name, ConnectTimeout: time.Second, Endpoints: eps}
-}
-
-func ep(addr string, prio uint32, dc string) ir.Endpoint {
-	return ir.Endpoint{Address: netip.MustParseAddr(addr), Port: 8080, Weight: 1, Priority: prio, Locality: ir.Locality{Region: dc}}
-}
-
-func httpListener(name string, routes ...ir.Route) ir.Listener {
-	return ir.Listener{
-		Name: name, Address: "0.0.0.0", Port: 8080, Protocol: "http",
-		VirtualHosts: []ir.VirtualHost{{Name: "all", Domains: []string{"*"}, Routes: routes}},
-	}
-}
-
-func routeTo(prefix string, clusters ...ir.WeightedCluster) ir.Route {
-	return ir.Route{Source: "test.hcl:" + prefix, Match: ir.RouteMatch{PathPrefix: prefix, CaseSensitive: true}, Clusters: clusters}
-}
 
 func translate(t *testing.T, m *ir.Model) *xds.Output {
 	t.Helper()
@@ -51,33 +37,6 @@ func translate(t *testing.T, m *ir.Model) *xds.Output {
 		t.Fatalf("Translate: %v", err)
 	}
 	return out
-}
-
-func certSecret(name, v string) ir.Secret {
-	return ir.Secret{Name: name, CertificateChain: []byte(strings.ReplaceAll(fakeCert, "%s", v)), PrivateKey: []byte(strings.ReplaceAll(fakeKey, "%s", v))}
-}
-
-// tlsModel: cluster "api" with mTLS to its upstream (shared secrets), and
-// group "edge" with a TLS listener serving "shop" by default and "blog" by
-// SNI, certificate contents tagged with v.
-func tlsModel(v string) *ir.Model {
-	api := cluster("api", ep("10.0.0.1", 0, "dc1"))
-	api.TLS = &ir.UpstreamTLS{SNI: "api.internal", CertificateSecret: "api/cert", CASecret: "api/ca"}
-	l := httpListener("edge.https", routeTo("/", ir.WeightedCluster{Name: "api", Weight: 1}))
-	l.TLS = &ir.DownstreamTLS{
-		DefaultCertificate: "edge.https/cert/shop",
-		SNI:                []ir.SNICertificate{{Secret: "edge.https/cert/blog", ServerNames: []string{"blog.example.com"}}},
-		ALPN:               []string{"h2", "http/1.1"},
-	}
-	return &ir.Model{
-		Clusters: []ir.Cluster{api},
-		Secrets:  []ir.Secret{{Name: "api/ca", TrustedCA: []byte("CA")}, certSecret("api/cert", "client")},
-		Groups: []ir.Group{{
-			Name:      "edge",
-			Listeners: []ir.Listener{l},
-			Secrets:   []ir.Secret{certSecret("edge.https/cert/blog", "blog-"+v), certSecret("edge.https/cert/shop", "shop-"+v)},
-		}},
-	}
 }
 
 func resolveGroup(nodeCluster string) string {

@@ -36,6 +36,11 @@ const NoTimeout time.Duration = -1
 
 // Route is one match and what to do with matching requests.
 type Route struct {
+	// Name identifies the route in its route configuration: its virtual
+	// host and position ("shop/0"). It never holds the source location, so
+	// a comment line added to a policy, or the same policy read from
+	// another path or from KV, serves the same resources.
+	Name string
 	// Source is where the route is declared ("file:line"), shown to
 	// operators in config dumps and route tests.
 	Source string

@@ -12,6 +12,7 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
@@ -384,8 +385,9 @@ func (b *builder) group(p *policy.Proxy) ir.Group {
 		}
 		for _, vh := range l.VirtualHosts {
 			ivh := ir.VirtualHost{Name: vh.Name, Domains: vh.Domains}
-			for _, r := range vh.Routes {
+			for i, r := range vh.Routes {
 				ir := b.route(r)
+				ir.Name = routeName(vh.Name, i)
 				if ir.Fault != nil {
 					il.UsesFault = true
 				}
@@ -399,6 +401,10 @@ func (b *builder) group(p *policy.Proxy) ir.Group {
 	g.Secrets = sortedSecrets(secrets)
 	return g
 }
+
+// routeName is a route's identity in its route configuration: virtual
+// host and position, never where the policy declares it.
+func routeName(virtualHost string, i int) string { return virtualHost + "/" + strconv.Itoa(i) }
 
 func weighted(ts []policy.Target) []ir.WeightedCluster {
 	var out []ir.WeightedCluster

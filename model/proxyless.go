@@ -32,8 +32,9 @@ func (b *builder) proxyless(clusters []ir.Cluster) []ir.Listener {
 	for _, g := range b.pol.GRPCServices {
 		vh := ir.VirtualHost{Name: g.Name, Domains: []string{"*"}}
 		l := ir.Listener{Name: g.Name}
-		for _, r := range g.Routes {
+		for i, r := range g.Routes {
 			rt := b.route(r)
+			rt.Name = routeName(vh.Name, i)
 			if rt.Fault != nil {
 				l.UsesFault = true
 			}
@@ -47,6 +48,7 @@ func (b *builder) proxyless(clusters []ir.Cluster) []ir.Listener {
 			continue
 		}
 		rt := ir.Route{
+			Name:     routeName(c.Name, 0),
 			Source:   defaultGRPCRoute,
 			Match:    ir.RouteMatch{PathPrefix: "/", CaseSensitive: true},
 			Clusters: []ir.WeightedCluster{{Name: c.Name, Weight: 1}},

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/routematch"
@@ -87,7 +88,7 @@ func Run(pol *policy.Policy, cat *consul.Catalog, tests []*Test) ([]*Result, hcl
 			Detail:   err.Error(),
 		}}
 	}
-	e := &env{pol: pol, out: out, eds: map[string]*endpointv3.ClusterLoadAssignment{}}
+	e := &env{pol: pol, out: out, eds: map[string]*endpointv3.ClusterLoadAssignment{}, sources: routeSources(m)}
 	for _, cla := range out.Shared.Endpoints {
 		e.eds[cla.GetClusterName()] = cla
 	}
@@ -102,6 +103,28 @@ type env struct {
 	pol *policy.Policy
 	out *xds.Output
 	eds map[string]*endpointv3.ClusterLoadAssignment
+	// sources maps route configuration + "\x00" + route name to where the
+	// policy declares the route (names carry no source location).
+	sources map[string]string
+}
+
+// routeSources indexes the source location of every route of the model.
+func routeSources(m *ir.Model) map[string]string {
+	out := map[string]string{}
+	add := func(listeners []ir.Listener) {
+		for _, l := range listeners {
+			for _, vh := range l.VirtualHosts {
+				for _, r := range vh.Routes {
+					out[l.Name+"\x00"+r.Name] = r.Source
+				}
+			}
+		}
+	}
+	for _, g := range m.Groups {
+		add(g.Listeners)
+	}
+	add(m.Proxyless)
+	return out
 }
 
 func (e *env) run(t *Test) *Result {
@@ -115,7 +138,9 @@ func (e *env) run(t *Test) *Result {
 	res.RouteConfig = rc.GetName()
 	m := routematch.Match(rc, t.Request)
 	res.VirtualHost = m.VirtualHost.GetName()
-	res.Route = m.Route.GetName()
+	if m.Route != nil {
+		res.Route = cmp.Or(e.sources[rc.GetName()+"\x00"+m.Route.GetName()], m.Route.GetName())
+	}
 	c := &check{t: t, res: res, m: m, e: e}
 	res.Got = c.got()
 	c.evaluate()

@@ -90,11 +90,16 @@ func tlsFilterChains(t *ir.DownstreamTLS, filter *listenerv3.Filter) []*listener
 	})
 }
 
-// httpFilters is the HTTP filter chain of a listener: the fault filter if
-// any route injects faults, then the router.
-func httpFilters(l *ir.Listener) []*hcmv3.HttpFilter {
+// httpFilters is the HTTP filter chain of a listener: the fault filter,
+// then the router. Envoy listeners always install the fault filter, inert
+// until a route's typed_per_filter_config turns it on, so the first fault
+// added to a route changes RDS only: a changed listener would make Envoy
+// drain its connections. API listeners (proxyless gRPC) install it only
+// when a route uses it: gRPC does not drain, and a client without fault
+// support then still accepts every listener that does not need it.
+func httpFilters(l *ir.Listener, apiListener bool) []*hcmv3.HttpFilter {
 	var filters []*hcmv3.HttpFilter
-	if l.UsesFault {
+	if l.UsesFault || !apiListener {
 		// An empty fault filter does nothing until a route's
 		// typed_per_filter_config turns it on.
 		filters = append(filters, &hcmv3.HttpFilter{Name: faultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&faultv3.HTTPFault{})}})
@@ -103,7 +108,7 @@ func httpFilters(l *ir.Listener) []*hcmv3.HttpFilter {
 }
 
 func buildHCM(l *ir.Listener) *hcmv3.HttpConnectionManager {
-	filters := httpFilters(l)
+	filters := httpFilters(l, false)
 	return &hcmv3.HttpConnectionManager{
 		StatPrefix: l.Name,
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,

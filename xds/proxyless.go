@@ -53,7 +53,7 @@ func buildAPIListener(l *ir.Listener) *listenerv3.Listener {
 			ConfigSource:    adsSource(),
 			RouteConfigName: l.Name,
 		}},
-		HttpFilters: httpFilters(l),
+		HttpFilters: httpFilters(l, true),
 	}
 	return &listenerv3.Listener{
 		Name:        l.Name,

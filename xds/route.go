@@ -37,7 +37,7 @@ func buildRouteConfig(l *ir.Listener, proxyless bool) *routev3.RouteConfiguratio
 
 func buildRoute(r *ir.Route, proxyless bool) *routev3.Route {
 	out := &routev3.Route{
-		Name:                    r.Source,
+		Name:                    r.Name,
 		Match:                   buildMatch(&r.Match),
 		RequestHeadersToAdd:     headerOptions(r.RequestHeaders),
 		RequestHeadersToRemove:  r.RequestHeaders.Remove,

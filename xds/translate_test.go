@@ -20,6 +20,7 @@ import (
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -183,36 +184,36 @@ func routeConfig(r *xds.Resources, name string) *routev3.RouteConfiguration {
 	return nil
 }
 
-// The fault filter is installed exactly on the listeners whose routes
-// configure fault injection, and the router is always the last filter
-// (Envoy ignores filters after it).
-func TestTranslateFaultFilterOnlyWhenUsed(t *testing.T) {
-	faulty := routeTo("/", ir.WeightedCluster{Name: "web", Weight: 1})
-	faulty.Fault = &ir.Fault{Delay: time.Second, DelayPercent: 10}
-	withFault := httpListener("edge.chaos", faulty)
-	withFault.UsesFault = true
-	m := &ir.Model{
-		Clusters: []ir.Cluster{cluster("web")},
-		Groups: []ir.Group{{Name: "edge", Listeners: []ir.Listener{
-			withFault,
-			httpListener("edge.http", routeTo("/", ir.WeightedCluster{Name: "web", Weight: 1})),
-		}}},
+// Adding the first fault to a listener's routes changes its route
+// configuration only: the fault filter is on every Envoy HTTP listener,
+// inert until a route configures it, because a changed listener makes
+// Envoy drain it. The router is always the last filter (Envoy ignores
+// filters after it). API listeners (gRPC, which does not drain) carry the
+// fault filter only when a route uses it.
+func TestTranslateFaultChangesRoutesOnly(t *testing.T) {
+	model := func(fault bool) *ir.Model {
+		r := routeTo("/", ir.WeightedCluster{Name: "web", Weight: 1})
+		l := httpListener("edge.http", r)
+		if fault {
+			l.VirtualHosts[0].Routes[0].Fault = &ir.Fault{Delay: time.Second, DelayPercent: 10}
+			l.UsesFault = true
+		}
+		return &ir.Model{Clusters: []ir.Cluster{cluster("web")}, Groups: []ir.Group{{Name: "edge", Listeners: []ir.Listener{l}}}}
 	}
-	out := translate(t, m)
-	got := map[string][]string{}
-	for _, l := range out.Groups["edge"].Listeners {
-		got[l.GetName()] = filterNames(hcmOf(t, l))
+	before, after := translate(t, model(false)), translate(t, model(true))
+	if diff := cmp.Diff(before.Groups["edge"].Listeners, after.Groups["edge"].Listeners, protocmp.Transform()); diff != "" {
+		t.Errorf("adding a fault changed the listener (Envoy would drain it):\n%s", diff)
 	}
-	want := map[string][]string{
-		"edge.chaos": {faultFilter, wellknown.Router},
-		"edge.http":  {wellknown.Router},
+	if proto.Equal(before.Groups["edge"].Routes[0], after.Groups["edge"].Routes[0]) {
+		t.Error("adding a fault did not change the route configuration")
 	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("HTTP filters (-want +got):\n%s", diff)
+	if got := filterNames(hcmOf(t, before.Groups["edge"].Listeners[0])); !slices.Equal(got, []string{faultFilter, wellknown.Router}) {
+		t.Errorf("HTTP filters = %v, want the fault filter, then the router", got)
 	}
 
 	for name, out := range goldenOutputs(t) {
 		for group, r := range out.Groups {
+			api := r == out.Proxyless
 			for _, l := range r.Listeners {
 				hcm := hcmOf(t, l)
 				if hcm == nil {
@@ -223,8 +224,8 @@ func TestTranslateFaultFilterOnlyWhenUsed(t *testing.T) {
 					t.Errorf("%s: group %q listener %q: router is not the last filter: %v", name, group, l.GetName(), names)
 				}
 				rc := routeConfig(r, hcm.GetRds().GetRouteConfigName())
-				if has, uses := slices.Contains(names, faultFilter), usesFault(rc); has != uses {
-					t.Errorf("%s: listener %q: fault filter present = %v, but a route uses fault = %v", name, l.GetName(), has, uses)
+				if has := slices.Contains(names, faultFilter); !api && !has || api && has != usesFault(rc) {
+					t.Errorf("%s: listener %q (API listener %v): fault filter present = %v, a route uses fault = %v", name, l.GetName(), api, has, usesFault(rc))
 				}
 			}
 		}

@@ -1,0 +1,75 @@
+package bridge_test
+
+import (
+	"bytes"
+	"os"
+	"testing"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/model"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+)
+
+// TestNamesIgnoreWhereThePolicyComesFrom: resource names derive from the
+// policy's identity, never from where it is read. The same policy read
+// from a file, from a KV key (its consul:KEY location), and with a comment
+// line added, translates to byte-identical resources, so replicas agree,
+// plan shows no phantom changes and a comment edit pushes nothing.
+func TestNamesIgnoreWhereThePolicyComesFrom(t *testing.T) {
+	src, err := os.ReadFile("../examples/policies/edge-gateway.hcl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open("../examples/policies/edge-gateway.catalog.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	cat, err := consul.ReadFixture(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	render := func(name string, src []byte) []byte {
+		t.Helper()
+		doc, diags := policy.Parse(name, src)
+		if diags.HasErrors() {
+			t.Fatalf("%s: %v", name, diags)
+		}
+		cfg, diags := policy.Merge(doc)
+		if diags.HasErrors() {
+			t.Fatalf("%s: %v", name, diags)
+		}
+		m, _ := model.Build(cat, cfg.Policy)
+		out, err := xds.Translate(m)
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		var b bytes.Buffer
+		for _, r := range out.Groups["edge"].Routes {
+			j, err := xds.MarshalResource(r)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b.Write(j)
+		}
+		for _, l := range out.Groups["edge"].Listeners {
+			j, _ := xds.MarshalResource(l)
+			b.Write(j)
+		}
+		return b.Bytes()
+	}
+	want := render("/etc/consul-xds-bridge/edge-gateway.hcl", src)
+	for name, variant := range map[string]struct {
+		file string
+		src  []byte
+	}{
+		"other path":    {"/srv/policies/gateway.hcl", src},
+		"KV key":        {"consul:xds-bridge/policy/edge", src},
+		"comment added": {"/etc/consul-xds-bridge/edge-gateway.hcl", append([]byte("# reviewed by ops\n\n"), src...)},
+	} {
+		if got := render(variant.file, variant.src); !bytes.Equal(got, want) {
+			t.Errorf("%s: the edge group's listeners and routes differ", name)
+		}
+	}
+}

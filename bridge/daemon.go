@@ -468,6 +468,15 @@ func (l *loop) reloadPolicy(trigger string) {
 			diags = append(diags, cfg.Policy.ReadFiles(time.Now())...)
 		}
 		if !diags.HasErrors() {
+			// Accepted only if it can be served: built and translated
+			// against the current catalog, every resource valid.
+			var cat *consul.Catalog
+			if l.catalog != nil {
+				cat = l.catalog.Catalog
+			}
+			diags = append(diags, CheckTranslation(cat, cfg.Policy)...)
+		}
+		if !diags.HasErrors() {
 			if cfg.Settings != l.d.cfg.Settings {
 				l.d.log.Warn().Msg("daemon settings (consul, xds, admin, log blocks) changed; restart to apply them")
 			}

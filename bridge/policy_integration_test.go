@@ -221,3 +221,56 @@ func TestPolicyFromFileAndKV(t *testing.T) {
 		return rc != nil && rc.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetTimeout().AsDuration() == 7*time.Second
 	})
 }
+
+// TestUntranslatablePolicyIsRejected: a KV document that parses and
+// validates but describes resources Envoy refuses (a header value with a
+// newline) is rejected whole at reload, with its consul:KEY:line:col, on
+// /v1/policy and in the failed-reload metric, and health changes keep
+// reaching proxies under the last good policy. (It used to be accepted
+// and every later translation failed, freezing every proxy.)
+func TestUntranslatablePolicyIsRejected(t *testing.T) {
+	agent := consultest.Start(t)
+	agent.RegisterTTL(t, "web", "web-1", 1001, nil, nil)
+	agent.RegisterTTL(t, "web", "web-2", 1002, nil, nil)
+	const prefix = "xds-bridge/policy/"
+	kv := agent.Client().KV()
+	put := func(key, val string) {
+		t.Helper()
+		if _, err := kv.Put(&api.KVPair{Key: prefix + key, Value: []byte(val)}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("sidecars.hcl", kvPolicy("/"))
+	fwd := consultest.NewForwarder(t, agent.HTTPAddr())
+	h := startBridgeWith(t, agent, fwd, func(c *bridge.Config) { c.Settings.Consul.KVPrefix = prefix })
+	sidecar := dialAs(t, h, adsclient.Delta, "sidecar-web-1", nil)
+	waitEndpoints(t, "web", join(ep(1001, "HEALTHY"), ep(1002, "HEALTHY")), sidecar)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if _, err := sidecar.Wait(ctx, func(s adsclient.State) bool { return s.RouteConfig("sidecar-*.outbound") != nil }); err != nil {
+		t.Fatal(err)
+	}
+	routeVersion := sidecar.Snapshot().Version(adsclient.RouteType)
+
+	put("sidecars.hcl", strings.Replace(kvPolicy("/"), `service = "web"`, "service = \"web\"\n        request_headers {\n          set = { \"x-a\" = \"a\\nb\" }\n        }", 1))
+	deadline := time.Now().Add(10 * time.Second)
+	for policyStatus(t, h).LastError == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("untranslatable policy not reported on /v1/policy")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	diags := strings.Join(policyStatus(t, h).LastError.Diagnostics, "\n")
+	if !strings.Contains(diags, prefix+"sidecars.hcl:7:7") || !strings.Contains(diags, "cannot be translated") {
+		t.Errorf("diagnostics do not name the route at consul:KEY:line:col: %s", diags)
+	}
+	_, body := get(t, "http://"+h.daemon.AdminAddr().String()+"/metrics")
+	if got := metricValue(body, `consul_xds_bridge_policy_reloads_total{result="failed"}`); got < 1 {
+		t.Errorf("failed reloads = %v, want at least 1", got)
+	}
+	agent.SetTTL(t, "service:web-2", "critical")
+	waitEndpoints(t, "web", join(ep(1001, "HEALTHY"), ep(1002, "UNHEALTHY")), sidecar)
+	if v := sidecar.Snapshot().Version(adsclient.RouteType); v != routeVersion {
+		t.Errorf("routes changed under a rejected policy: %q -> %q", routeVersion, v)
+	}
+}

@@ -348,9 +348,14 @@ func TestWatcherHealthHintsAgainstConsul(t *testing.T) {
 	}
 	flip := func(name, check string, want Status) {
 		t.Helper()
+		// Under load the queue may turn between reading it and flipping:
+		// wait (bounded) until name is last again.
 		q := settled()
-		if lastWaiting(q) != name {
-			t.Fatalf("%s is not the last view waiting: %v", name, q)
+		for deadline := time.Now().Add(10 * time.Second); lastWaiting(q) != name; q = settled() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s is not the last view waiting: %v", name, q)
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
 		start := time.Now()
 		o.agent.SetTTL(t, "service:"+name+"-1", check)

@@ -135,7 +135,12 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "validate: name at least one configuration file")
 		return 2
 	}
-	_, _, diags := policy.LoadFiles(args...)
+	cfg, _, diags := policy.LoadFiles(args...)
+	if !diags.HasErrors() && cfg != nil {
+		// What a reload would reject: the policy translated against an
+		// empty catalog.
+		diags = append(diags, bridge.CheckTranslation(nil, cfg.Policy)...)
+	}
 	if len(diags) > 0 {
 		printDiagnostics(stderr, diags)
 	}

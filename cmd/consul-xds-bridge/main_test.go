@@ -13,6 +13,8 @@ func TestValidate(t *testing.T) {
 	good := filepath.Join(dir, "good.hcl")
 	bad := filepath.Join(dir, "bad.hcl")
 	os.WriteFile(good, []byte("proxy \"edge\" {\n  listener \"http\" {\n    port = 8080\n    virtual_host \"a\" {\n      route {\n        service = \"web\"\n      }\n    }\n  }\n}\n"), 0o644)
+	untranslatable := filepath.Join(dir, "untranslatable.hcl")
+	os.WriteFile(untranslatable, []byte("proxy \"edge\" {\n  listener \"http\" {\n    port = 8080\n    virtual_host \"a\" {\n      route {\n        service = \"web\"\n        request_headers {\n          set = { \"x-a\" = \"a\\nb\" }\n        }\n      }\n    }\n  }\n}\n"), 0o644)
 	os.WriteFile(bad, []byte("service \"api\" {\n  lb_polcy = \"random\"\n  connect_timeout = \"soon\"\n}\n"), 0o644)
 
 	tests := map[string]struct {
@@ -25,6 +27,13 @@ func TestValidate(t *testing.T) {
 			args:     []string{"validate", bad},
 			wantCode: 1,
 			wantOut:  []string{bad + `:2:3: Unsupported argument: An argument named "lb_polcy" is not expected here. Did you mean "lb_policy"?`},
+		},
+		// Valid HCL that Envoy would refuse: validate translates it too, as
+		// a reload does, and points at the route.
+		"untranslatable policy": {
+			args:     []string{"validate", untranslatable},
+			wantCode: 1,
+			wantOut:  []string{untranslatable + `:5:7: Proxy group "edge" cannot be translated to Envoy resources`},
 		},
 		"missing file": {args: []string{"validate", filepath.Join(dir, "nope.hcl")}, wantCode: 1, wantOut: []string{"nope.hcl: Cannot read configuration file"}},
 		"no files":     {args: []string{"validate"}, wantCode: 2, wantOut: []string{"name at least one"}},

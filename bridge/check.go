@@ -16,18 +16,23 @@ import (
 )
 
 // CheckTranslation builds and translates pol against cat (nil: an empty
-// catalog) and reports what the translator rejects as diagnostics: a
-// policy that validates can still describe resources Envoy refuses (a
-// header value with a newline, say). A reload, the start and `validate`
-// accept a policy only if this finds nothing, so a policy that cannot be
-// served never replaces one that can. A failure in one proxy group points
-// at the route (or else the listener, or the group) it comes from.
-func CheckTranslation(cat *consul.Catalog, pol *policy.Policy) hcl.Diagnostics {
+// catalog) with tr (nil: a fresh Translator) and reports what the
+// translator rejects as diagnostics: a policy that validates can still
+// describe resources Envoy refuses (a header value with a newline, say).
+// A reload and `validate` accept a policy only if this finds nothing, so a
+// policy that cannot be served never replaces one that can. A failure in
+// one proxy group points at the route (or else the listener) it comes
+// from. The daemon passes its own Translator: the build that follows an
+// accepted reload then reuses what this translated.
+func CheckTranslation(cat *consul.Catalog, pol *policy.Policy, tr *xds.Translator) hcl.Diagnostics {
 	if pol == nil {
 		return nil
 	}
+	if tr == nil {
+		tr = xds.NewTranslator()
+	}
 	m, _ := model.Build(cat, pol)
-	out, err := xds.Translate(m)
+	out, err := tr.Translate(m)
 	if err != nil {
 		return hcl.Diagnostics{{
 			Severity: hcl.DiagError,
@@ -36,25 +41,39 @@ func CheckTranslation(cat *consul.Catalog, pol *policy.Policy) hcl.Diagnostics {
 		}}
 	}
 	var diags hcl.Diagnostics
-	for _, g := range slices.Sorted(maps.Keys(out.Failed)) {
+	for _, f := range groupFailures(out) {
 		d := &hcl.Diagnostic{
 			Severity: hcl.DiagError,
-			Summary:  fmt.Sprintf("Proxy group %q cannot be translated to Envoy resources", g),
-			Detail:   out.Failed[g].Error() + "; the last good policy keeps serving.",
+			Summary:  fmt.Sprintf("Proxy group %q cannot be translated to Envoy resources", f.group),
+			Detail:   f.err.Error() + "; the last good policy keeps serving.",
 		}
-		if rng := failureRange(pol, g, out.Failed[g]); rng != nil {
-			d.Subject = rng
+		if f.group == "" {
+			d.Summary = "grpc_service routes cannot be translated for proxyless gRPC clients"
 		}
+		d.Subject = failureRange(pol, f.group, f.err)
 		diags = append(diags, d)
 	}
-	if out.ProxylessFailed != nil && len(out.Failed) == 0 {
-		diags = append(diags, &hcl.Diagnostic{
-			Severity: hcl.DiagError,
-			Summary:  "grpc_service routes cannot be translated for proxyless gRPC clients",
-			Detail:   out.ProxylessFailed.Error() + "; the last good policy keeps serving.",
-		})
-	}
 	return diags
+}
+
+type groupFailure struct {
+	group string // "" for the proxyless resources of no declared group
+	err   error
+}
+
+// groupFailures lists a translation's failures by group, sorted, and the
+// proxyless failure once: groups declared proxyless carry it already.
+func groupFailures(out *xds.Output) []groupFailure {
+	var fs []groupFailure
+	proxylessSeen := false
+	for _, g := range slices.Sorted(maps.Keys(out.Failed)) {
+		fs = append(fs, groupFailure{g, out.Failed[g]})
+		proxylessSeen = proxylessSeen || out.Failed[g] == out.ProxylessFailed
+	}
+	if out.ProxylessFailed != nil && !proxylessSeen {
+		fs = append(fs, groupFailure{"", out.ProxylessFailed})
+	}
+	return fs
 }
 
 // Envoy's validation errors name the route configuration and the

@@ -6,9 +6,7 @@ package bridge
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"maps"
 	"net"
 	"os"
 	"slices"
@@ -379,15 +377,18 @@ func (l *loop) build(ctx context.Context) {
 		l.d.log.Error().Err(err).Msg("translation failed; keeping the last good snapshot")
 		return
 	}
-	if failed := failedGroups(out); len(failed) > 0 {
+	if failed := groupFailures(out); len(failed) > 0 {
+		msg := "proxy group could not be translated; it keeps its last good listeners and routes"
 		if !l.d.ready.Load() {
 			// The first build must succeed whole: a failed group has no
 			// last good state to serve its proxies.
-			l.d.log.Error().Err(errors.Join(failed...)).Msg("the first translation failed for some proxy groups; not ready")
-			return
+			msg = "proxy group could not be translated in the first build; not ready"
 		}
-		for _, err := range failed {
-			l.d.log.Error().Err(err).Msg("proxy group could not be translated; it keeps its last good listeners and routes")
+		for _, f := range failed {
+			l.d.log.Error().Str("group", f.group).Err(f.err).Msg(msg)
+		}
+		if !l.d.ready.Load() {
+			return
 		}
 	}
 	pol := l.policy
@@ -474,7 +475,10 @@ func (l *loop) reloadPolicy(trigger string) {
 			if l.catalog != nil {
 				cat = l.catalog.Catalog
 			}
-			diags = append(diags, CheckTranslation(cat, cfg.Policy)...)
+			if l.translator == nil {
+				l.translator = xds.NewTranslator()
+			}
+			diags = append(diags, CheckTranslation(cat, cfg.Policy, l.translator)...)
 		}
 		if !diags.HasErrors() {
 			if cfg.Settings != l.d.cfg.Settings {
@@ -580,16 +584,4 @@ func listen(addr string) (net.Listener, error) {
 		return net.Listen("unix", path)
 	}
 	return net.Listen("tcp", addr)
-}
-
-// failedGroups lists the translation's per-group failures, sorted.
-func failedGroups(out *xds.Output) []error {
-	var errs []error
-	for _, g := range slices.Sorted(maps.Keys(out.Failed)) {
-		errs = append(errs, out.Failed[g])
-	}
-	if out.ProxylessFailed != nil {
-		errs = append(errs, out.ProxylessFailed)
-	}
-	return errs
 }

@@ -36,20 +36,50 @@ var ErrInconsistent = errors.New("inconsistent resources")
 // clusters and endpoints, group's listeners and routes, and the secrets
 // of both. group may be nil (a node in no group).
 func Consistent(shared, group *Resources) error {
-	return errors.Join(sharedConsistent(shared), groupConsistent(shared, group))
+	return errors.Join(sharedConsistent(shared, refsOf), groupConsistent(shared, group, refsOf))
+}
+
+// references are what a cluster or listener names: the assignment an EDS
+// cluster asks for, the route configurations of a listener's HTTP
+// connection managers, the SDS secrets of its transport sockets. The
+// Translator keeps them with the objects it reuses, so a translation
+// unmarshals only what it built anew.
+type references struct {
+	eds     string // "" for a cluster that is not EDS, and for listeners
+	rds     []string
+	secrets []string
+	err     error
+}
+
+func refsOf(r types.Resource) references {
+	var refs references
+	switch r := r.(type) {
+	case *clusterv3.Cluster:
+		refs.eds, _ = edsName(r)
+	case *listenerv3.Listener:
+		refs.rds, refs.err = routeReferences(r)
+	}
+	secrets, err := SecretReferences(r)
+	refs.secrets, refs.err = secrets, errors.Join(refs.err, err)
+	return refs
 }
 
 // sharedConsistent checks what every proxy gets: the clusters with their
 // endpoints and the secrets the clusters name.
-func sharedConsistent(shared *Resources) error {
+func sharedConsistent(shared *Resources, ref func(types.Resource) references) error {
+	var errs []error
 	eds := make([]string, 0, len(shared.Clusters))
 	for _, c := range shared.Clusters {
-		if name, ok := edsName(c); ok {
-			eds = append(eds, name)
+		r := ref(c)
+		if r.err != nil {
+			errs = append(errs, fmt.Errorf("cluster %q: %w", c.GetName(), r.err))
+		}
+		if r.eds != "" {
+			eds = append(eds, r.eds)
 		}
 	}
-	errs := []error{sameNames("cluster", "endpoints", eds, names(shared.Endpoints))}
-	errs = append(errs, secretsServed(shared.Secrets, nil, shared.Clusters))
+	errs = append(errs, sameNames("cluster", "endpoints", eds, names(shared.Endpoints)))
+	errs = append(errs, secretsServed(shared.Secrets, nil, shared.Clusters, ref))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInconsistent, err)
 	}
@@ -58,21 +88,21 @@ func sharedConsistent(shared *Resources) error {
 
 // groupConsistent checks a group's listeners against its routes and the
 // secrets served with them (shared's and the group's).
-func groupConsistent(shared, group *Resources) error {
+func groupConsistent(shared, group *Resources, ref func(types.Resource) references) error {
 	if group == nil {
 		return nil
 	}
 	var errs []error
 	var rds []string
 	for _, l := range group.Listeners {
-		refs, err := routeReferences(l)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("listener %q: %w", l.GetName(), err))
+		r := ref(l)
+		if r.err != nil {
+			errs = append(errs, fmt.Errorf("listener %q: %w", l.GetName(), r.err))
 		}
-		rds = append(rds, refs...)
+		rds = append(rds, r.rds...)
 	}
 	errs = append(errs, sameNames("listener", "route configuration", rds, names(group.Routes)))
-	errs = append(errs, secretsServed(shared.Secrets, group.Secrets, group.Listeners))
+	errs = append(errs, secretsServed(shared.Secrets, group.Secrets, group.Listeners, ref))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInconsistent, err)
 	}
@@ -167,7 +197,7 @@ func routeReferences(l *listenerv3.Listener) ([]string, error) {
 
 // secretsServed checks that every SDS secret the resources name is among
 // the secrets served with them.
-func secretsServed[R types.Resource](shared, own []*tlsv3.Secret, resources []R) error {
+func secretsServed[R types.Resource](shared, own []*tlsv3.Secret, resources []R, ref func(types.Resource) references) error {
 	have := map[string]bool{}
 	for _, s := range shared {
 		have[s.GetName()] = true
@@ -177,14 +207,14 @@ func secretsServed[R types.Resource](shared, own []*tlsv3.Secret, resources []R)
 	}
 	var missing []string
 	for _, r := range resources {
-		refs, err := SecretReferences(r)
-		name := ResourceName(r)
-		if err != nil {
-			missing = append(missing, fmt.Sprintf("%q: %v", name, err))
+		refs := ref(r)
+		if len(refs.secrets) == 0 {
+			continue
 		}
-		for _, ref := range refs {
-			if !have[ref] {
-				missing = append(missing, fmt.Sprintf("%q refers to secret %q", name, ref))
+		name := ResourceName(r)
+		for _, s := range refs.secrets {
+			if !have[s] {
+				missing = append(missing, fmt.Sprintf("%q refers to secret %q", name, s))
 			}
 		}
 	}

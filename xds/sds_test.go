@@ -71,6 +71,14 @@ func TestConsistentNeedsSecrets(t *testing.T) {
 	if err := xds.Consistent(out.Shared, noRoutes); !errors.Is(err, xds.ErrInconsistent) || !strings.Contains(err.Error(), `route configuration "edge.https", which is not served`) {
 		t.Fatalf("Consistent without routes = %v", err)
 	}
+	unreferenced := &xds.Resources{Routes: edge.Routes, Secrets: edge.Secrets}
+	if err := xds.Consistent(out.Shared, unreferenced); !errors.Is(err, xds.ErrInconsistent) || !strings.Contains(err.Error(), `route configuration "edge.https" is served but no listener refers to it`) {
+		t.Fatalf("Consistent with an unreferenced route configuration = %v", err)
+	}
+	orphanEndpoints := &xds.Resources{Endpoints: out.Shared.Endpoints}
+	if err := xds.Consistent(orphanEndpoints, nil); !errors.Is(err, xds.ErrInconsistent) || !strings.Contains(err.Error(), `endpoints "api" is served but no cluster refers to it`) {
+		t.Fatalf("Consistent with unreferenced endpoints = %v", err)
+	}
 	noEndpoints := &xds.Resources{Clusters: out.Shared.Clusters, Secrets: out.Shared.Secrets}
 	if err := xds.Consistent(noEndpoints, nil); !errors.Is(err, xds.ErrInconsistent) || !strings.Contains(err.Error(), `endpoints "api", which is not served`) {
 		t.Fatalf("Consistent without endpoints = %v", err)

@@ -102,6 +102,10 @@ type Translator struct {
 	clusters  map[string]memoCluster
 	listeners map[string]memoListener // group name + "/" + listener name
 	secrets   map[string]memoSecret   // scope ("" shared, else group) + "/" + name
+	// refs are the references of every cluster and listener of the last
+	// output, by object: the consistency check of an unchanged object is
+	// a lookup, not an unmarshal of its filters and sockets.
+	refs map[types.Resource]references
 	// proxyless is the last proxyless model and its resources.
 	proxylessIn  []ir.Listener
 	proxylessOut *Resources
@@ -174,7 +178,18 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 	for i := range m.Secrets {
 		out.Shared.Secrets = append(out.Shared.Secrets, t.secret("", &m.Secrets[i], secrets, fresh))
 	}
-	if err := errors.Join(validateAll(fresh), sharedConsistent(out.Shared)); err != nil {
+	refs := map[types.Resource]references{}
+	ref := func(r types.Resource) references {
+		v, ok := refs[r]
+		if !ok {
+			if v, ok = t.refs[r]; !ok {
+				v = refsOf(r)
+			}
+			refs[r] = v
+		}
+		return v
+	}
+	if err := errors.Join(validateAll(fresh), sharedConsistent(out.Shared, ref)); err != nil {
 		return nil, err
 	}
 	out.Failed = map[string]error{}
@@ -184,7 +199,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 	} else {
 		r, err := translateProxyless(m.Proxyless)
 		if err == nil {
-			err = groupConsistent(out.Shared, r)
+			err = groupConsistent(out.Shared, r, ref)
 		}
 		if err != nil {
 			out.ProxylessFailed = fmt.Errorf("proxyless: %w", err)
@@ -234,7 +249,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 			r.Secrets = append(r.Secrets, t.secret(g.Name, &g.Secrets[j], groupSecrets, fresh))
 		}
 		errs = append(errs, validateAll(fresh))
-		errs = append(errs, groupConsistent(out.Shared, r))
+		errs = append(errs, groupConsistent(out.Shared, r, ref))
 		if err := errors.Join(errs...); err != nil {
 			out.Failed[g.Name] = fmt.Errorf("proxy group %q: %w", g.Name, err)
 			continue
@@ -243,7 +258,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 		maps.Copy(secrets, groupSecrets)
 		out.Groups[g.Name] = r
 	}
-	t.clusters, t.listeners, t.secrets = clusters, listeners, secrets
+	t.clusters, t.listeners, t.secrets, t.refs = clusters, listeners, secrets, refs
 	if proxylessFresh {
 		t.proxylessIn, t.proxylessOut = m.Proxyless, out.Proxyless
 	} else if out.ProxylessFailed != nil {

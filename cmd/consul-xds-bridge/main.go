@@ -139,7 +139,7 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 	if !diags.HasErrors() && cfg != nil {
 		// What a reload would reject: the policy translated against an
 		// empty catalog.
-		diags = append(diags, bridge.CheckTranslation(nil, cfg.Policy)...)
+		diags = append(diags, bridge.CheckTranslation(nil, cfg.Policy, nil)...)
 	}
 	if len(diags) > 0 {
 		printDiagnostics(stderr, diags)

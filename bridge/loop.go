@@ -1,0 +1,343 @@
+package bridge
+
+import (
+	"context"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/model"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+)
+
+// loop owns the daemon's mutable state: the latest catalog, the active
+// policy and the debounce timer. Its states:
+//   - waiting: no complete catalog or (with KV) no policy read yet; nothing
+//     is served, so proxies' requests wait rather than get a partial world;
+//   - idle: serving, nothing pending;
+//   - pending: something changed; after a quiet period the timer fires at
+//     once, otherwise HoldOff after the latest change (never sooner than
+//     HoldOff after the last build, never later than MaxDelay after the
+//     first change of the burst);
+//   - build: on the timer, the newest catalog and policy are built and
+//     served. A build also waits (up to pendingGrace) for services a new
+//     policy just started watching, so new routes do not briefly point at
+//     empty clusters.
+type loop struct {
+	d        *Daemon
+	watcher  *consul.Watcher
+	policy   *policy.Policy
+	kvNeeded bool
+	kvDocs   *consul.KVUpdate
+
+	catalog      *consul.Update
+	served       *consul.Catalog // what the last good build used
+	changedAt    time.Time
+	burstStart   time.Time
+	lastBuild    time.Time
+	pendingSince time.Time
+	timer        *time.Timer
+	lastWarnings []string
+	// translator remembers the last translation, so a change rebuilds
+	// only the resources it touches.
+	translator *xds.Translator
+}
+
+const pendingGrace = 2 * time.Second
+
+func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates <-chan consul.KVUpdate) {
+	l.timer = time.NewTimer(time.Hour)
+	l.timer.Stop()
+	defer l.timer.Stop()
+	if l.kvNeeded {
+		l.setStatus(func(st *PolicyStatus) { st.Waiting = "waiting for the first read of Consul KV policy documents" })
+	} else {
+		_, _, sources := l.readDocuments()
+		l.recordPolicy(append(sources, tlsSources(l.policy)...), nil)
+		l.d.metrics.reloads.WithLabelValues("ok").Inc()
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case u := <-updates:
+			if !u.Complete && !l.d.ready.Load() {
+				continue // a partial world is never served
+			}
+			if l.changedAt.IsZero() || u.ChangedAt.Before(l.changedAt) {
+				l.changedAt = u.ChangedAt
+			}
+			l.catalog = &u
+			l.d.catalog.Store(&catalogView{
+				Complete: u.Complete, ReceivedAt: time.Now(), Pending: u.Pending,
+				Unreachable: u.Unreachable, Services: u.Catalog.Services,
+			})
+			l.schedule()
+		case kvu := <-kvUpdates:
+			l.kvDocs = &kvu
+			l.reloadPolicy("kv")
+		case <-l.d.reload:
+			l.reloadPolicy("files")
+		case <-l.timer.C:
+			l.build(ctx)
+		}
+	}
+}
+
+// schedule arms the build timer for a change. A change after a quiet
+// period (no build for a hold-off) builds at once — a lone health flip
+// should not wait for a burst that is not coming; changes within a
+// hold-off of a build coalesce until a hold-off after the latest one,
+// capped at MaxDelay after the burst began. Builds are therefore at least
+// a hold-off apart: at most one push per proxy per window.
+func (l *loop) schedule() {
+	now := time.Now()
+	if l.burstStart.IsZero() {
+		l.burstStart = now
+		if now.Sub(l.lastBuild) >= l.d.cfg.Settings.XDS.DebounceHoldOff {
+			l.timer.Reset(0)
+			return
+		}
+	}
+	wait := min(l.d.cfg.Settings.XDS.DebounceHoldOff, l.burstStart.Add(l.d.cfg.Settings.XDS.DebounceMaxDelay).Sub(now))
+	wait = max(wait, l.lastBuild.Add(l.d.cfg.Settings.XDS.DebounceHoldOff).Sub(now), 0)
+	l.timer.Reset(wait)
+}
+
+func (l *loop) build(ctx context.Context) {
+	l.burstStart = time.Time{}
+	l.lastBuild = time.Now()
+	if l.catalog == nil || (l.kvNeeded && l.kvDocs == nil) || l.policy == nil && l.kvNeeded {
+		return
+	}
+	if len(l.catalog.Pending) > 0 && l.d.ready.Load() {
+		if l.pendingSince.IsZero() {
+			l.pendingSince = time.Now()
+		}
+		if time.Since(l.pendingSince) < pendingGrace {
+			l.timer.Reset(l.d.cfg.Settings.XDS.DebounceHoldOff)
+			return
+		}
+		l.d.log.Warn().Strs("services", keys(l.catalog.Pending)).Msg("services still loading after grace period; serving without them")
+	}
+	l.pendingSince = time.Time{}
+	start := time.Now()
+	cat := l.catalog.Catalog
+	if until := time.Unix(0, l.d.holdUntil.Load()); start.Before(until) {
+		var held int
+		cat, held = model.HoldDowngrades(l.served, cat)
+		if held > 0 {
+			l.d.log.Info().Int("instances", held).Time("until", until).Msg("holding health downgrades after Consul reconnect")
+			// Rebuild when the window ends, with the real state.
+			l.timer.Reset(until.Sub(start) + time.Millisecond)
+		}
+	}
+	m, warnings := model.Build(cat, l.policy)
+	l.logNewWarnings(warnings)
+	if l.translator == nil {
+		l.translator = xds.NewTranslator()
+	}
+	out, err := l.translator.Translate(m)
+	l.d.metrics.translate.Observe(time.Since(start).Seconds())
+	if err != nil {
+		l.d.log.Error().Err(err).Msg("translation failed; keeping the last good snapshot")
+		return
+	}
+	if failed := groupFailures(out); len(failed) > 0 {
+		msg := "proxy group could not be translated; it keeps its last good listeners and routes"
+		if !l.d.ready.Load() {
+			// The first build must succeed whole: a failed group has no
+			// last good state to serve its proxies.
+			msg = "proxy group could not be translated in the first build; not ready"
+		}
+		for _, f := range failed {
+			l.d.log.Error().Str("group", f.group).Err(f.err).Msg(msg)
+		}
+		if !l.d.ready.Load() {
+			return
+		}
+	}
+	pol := l.policy
+	resolve := func(nodeCluster string) string {
+		if p := pol.ProxyFor(nodeCluster); p != nil {
+			return p.Name
+		}
+		return ""
+	}
+	changed, err := l.d.xds.Update(ctx, out, resolve)
+	if ctx.Err() != nil {
+		return
+	}
+	if err != nil {
+		if !l.d.ready.Load() {
+			l.d.log.Error().Err(err).Msg("setting the first snapshot failed; not ready")
+			return
+		}
+		// Update fails per node.cluster: the keys named in err keep their
+		// last good state, every other key was served this build.
+		l.d.log.Error().Err(err).Msg("some node clusters could not be updated and keep their last good state")
+	}
+	l.d.metrics.builds.Inc()
+	if !l.changedAt.IsZero() && len(changed) > 0 {
+		l.d.metrics.changeToPush.Observe(time.Since(l.changedAt).Seconds())
+	}
+	if !l.d.ready.Swap(true) {
+		l.d.log.Info().Int("clusters", len(out.Shared.Clusters)).Int("groups", len(out.Groups)).
+			Msg("first complete Consul sync served; ready")
+	}
+	if len(changed) > 0 {
+		ev := l.d.log.Info().Strs("types", changed).Int("clusters", len(out.Shared.Clusters))
+		if !l.changedAt.IsZero() {
+			ev = ev.Dur("since_consul_change", time.Since(l.changedAt))
+		}
+		ev.Msg("snapshot updated")
+	}
+	l.changedAt = time.Time{}
+	l.served = cat
+	l.setStatus(func(st *PolicyStatus) { st.Warnings = warnings })
+}
+
+func keys(ks []consul.ServiceKey) []string {
+	out := make([]string, len(ks))
+	for i, k := range ks {
+		out[i] = k.String()
+	}
+	return out
+}
+
+// logNewWarnings logs each build warning once, not on every rebuild.
+func (l *loop) logNewWarnings(warnings []string) {
+	for _, w := range warnings {
+		if !slices.Contains(l.lastWarnings, w) {
+			l.d.log.Warn().Str("warning", w).Msg("policy or catalog problem")
+		}
+	}
+	l.lastWarnings = warnings
+}
+
+// reloadPolicy re-reads the files and merges them with the latest KV
+// documents. A policy with any error is rejected whole and the last good
+// one keeps serving.
+func (l *loop) reloadPolicy(trigger string) {
+	if l.kvNeeded && l.kvDocs == nil {
+		return // the first KV read will load everything
+	}
+	docs, diags, sources := l.readDocuments()
+	var attempted *policy.Policy
+	if !diags.HasErrors() {
+		cfg, ds := policy.Merge(docs...)
+		diags = append(diags, ds...)
+		if !diags.HasErrors() {
+			// The certificates, keys and CAs tls blocks name are part of
+			// the policy: a missing or broken one rejects the reload like
+			// a broken document, and the last good secrets keep serving.
+			attempted = cfg.Policy
+			diags = append(diags, cfg.Policy.ReadFiles(time.Now())...)
+		}
+		if !diags.HasErrors() {
+			// Accepted only if it can be served: built and translated
+			// against the current catalog, every resource valid.
+			var cat *consul.Catalog
+			if l.catalog != nil {
+				cat = l.catalog.Catalog
+			}
+			if l.translator == nil {
+				l.translator = xds.NewTranslator()
+			}
+			diags = append(diags, CheckTranslation(cat, cfg.Policy, l.translator)...)
+		}
+		if !diags.HasErrors() {
+			if cfg.Settings != l.d.cfg.Settings {
+				l.d.log.Warn().Msg("daemon settings (consul, xds, admin, log blocks) changed; restart to apply them")
+			}
+			l.policy = cfg.Policy
+			l.d.watchPolicyFiles(cfg.Policy)
+			l.watcher.SetTargets(model.WatchTargets(cfg.Policy))
+			l.recordPolicy(append(sources, tlsSources(cfg.Policy)...), diags)
+			l.d.metrics.reloads.WithLabelValues("ok").Inc()
+			l.d.log.Info().Str("trigger", trigger).Int("sources", len(sources)).Msg("policy loaded")
+			l.schedule()
+			return
+		}
+	}
+	// Keep watching the files of the rejected policy too, so that
+	// fixing (or creating) the file it could not use reloads by itself.
+	l.d.watchPolicyFiles(l.policy, attempted)
+	lines := policy.FormatDiagnostics(diags)
+	l.d.metrics.reloads.WithLabelValues("failed").Inc()
+	l.d.log.Error().Str("trigger", trigger).Strs("diagnostics", lines).Msg("policy rejected; keeping the last good policy")
+	l.setStatus(func(st *PolicyStatus) {
+		st.LastError = &ReloadError{At: time.Now(), Diagnostics: lines}
+		st.FailedReloads++
+	})
+}
+
+func (l *loop) readDocuments() ([]*policy.Document, hclDiagnostics, []SourceStatus) {
+	var (
+		docs    []*policy.Document
+		diags   hclDiagnostics
+		sources []SourceStatus
+	)
+	for _, f := range l.d.cfg.ConfigFiles {
+		src, err := os.ReadFile(f)
+		if err != nil {
+			diags = append(diags, readError(f, err))
+			continue
+		}
+		doc, ds := policy.Parse(f, src)
+		diags = append(diags, ds...)
+		if doc != nil {
+			docs = append(docs, doc)
+		}
+		sources = append(sources, SourceStatus{Name: f, Kind: "file", Hash: hash(src)})
+	}
+	if l.kvDocs != nil {
+		for _, r := range l.kvDocs.Rejected {
+			diags = append(diags, kvRejected(r))
+		}
+		for _, kd := range l.kvDocs.Documents {
+			doc, ds := policy.ParseKV(kd.Key, kd.Value)
+			diags = append(diags, ds...)
+			if doc != nil {
+				docs = append(docs, doc)
+			}
+			sources = append(sources, SourceStatus{Name: kd.Key, Kind: "kv", Hash: hash(kd.Value), ModifyIndex: kd.ModifyIndex})
+		}
+	}
+	return docs, diags, sources
+}
+
+// tlsSources lists the certificate and CA files of a policy with their
+// SHA-256, so /v1/policy shows which certificate is being served. Key
+// files are left out: not even a digest of a key is shown.
+func tlsSources(p *policy.Policy) []SourceStatus {
+	var out []SourceStatus
+	seen := map[string]bool{}
+	for _, f := range p.Files() {
+		if f.Kind == policy.PEMPrivateKey || seen[f.Path] || f.PEM == nil {
+			continue
+		}
+		seen[f.Path] = true
+		out = append(out, SourceStatus{Name: f.Path, Kind: "certificate", Hash: hash(f.PEM)})
+	}
+	return out
+}
+
+func (l *loop) recordPolicy(sources []SourceStatus, diags hclDiagnostics) {
+	l.setStatus(func(st *PolicyStatus) {
+		st.Waiting = ""
+		st.LoadedAt = time.Now()
+		st.Sources = sources
+		st.LastError = nil
+		st.SuccessfulReloads++
+		st.PolicyWarnings = policy.FormatDiagnostics(diags)
+	})
+}
+
+func (l *loop) setStatus(f func(*PolicyStatus)) {
+	st := *l.d.status.Load()
+	f(&st)
+	l.d.status.Store(&st)
+}

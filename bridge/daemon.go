@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
@@ -34,6 +35,9 @@ type Config struct {
 	// a KV prefix configured, the daemon waits for KV before serving.
 	Policy *policy.Policy
 	Logger zerolog.Logger
+	// Clock is the daemon's time (debounce, Consul outage and hold
+	// windows); nil is the real clock. Tests pass a fake one.
+	Clock clockwork.Clock
 	// Query tunes Consul blocking queries; zero fields take defaults, and
 	// the datacenter, stale and wait time come from Settings.
 	Query consul.QueryOptions
@@ -45,9 +49,10 @@ type Config struct {
 // Daemon runs the whole pipeline: Consul and policy watches, debounce,
 // build, translate, and the xDS and admin servers.
 type Daemon struct {
-	cfg Config
-	log zerolog.Logger
-	xds *serve.Server
+	cfg   Config
+	log   zerolog.Logger
+	clock clockwork.Clock
+	xds   *serve.Server
 
 	started   chan struct{}
 	xdsAddr   net.Addr
@@ -77,7 +82,7 @@ type Daemon struct {
 // stale_after an operator should know the world may have moved on.
 func (d *Daemon) consulQuery(endpoint string, err error, dur time.Duration) {
 	d.metrics.consulQuery(endpoint, err, dur)
-	now := time.Now().UnixNano()
+	now := d.clock.Now().UnixNano()
 	if err == nil {
 		d.lastConsulOK.Store(now)
 		if d.consulFailingSince.Swap(0) != 0 && d.cfg.Settings.Consul.ReconnectHold > 0 && d.ready.Load() {
@@ -95,7 +100,7 @@ func (d *Daemon) consulStale() string {
 	if since == 0 {
 		return ""
 	}
-	down := time.Since(time.Unix(0, since))
+	down := d.clock.Since(time.Unix(0, since))
 	if down < d.cfg.Settings.Consul.StaleAfter {
 		return ""
 	}
@@ -121,10 +126,14 @@ func New(cfg Config) *Daemon {
 	if reg == nil {
 		reg = prometheus.NewRegistry()
 	}
+	if cfg.Clock == nil {
+		cfg.Clock = clockwork.NewRealClock()
+	}
 	d := &Daemon{
-		reg: reg,
-		cfg: cfg,
-		log: cfg.Logger.With().Str("component", "bridge").Logger(),
+		reg:   reg,
+		cfg:   cfg,
+		clock: cfg.Clock,
+		log:   cfg.Logger.With().Str("component", "bridge").Logger(),
 		xds: serve.NewServer(serve.ServerConfig{
 			Logger:          cfg.Logger,
 			Registerer:      reg,

@@ -7,9 +7,11 @@ import (
 	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/jonboulle/clockwork"
 )
 
 // loop owns the daemon's mutable state: the latest catalog, the active
@@ -35,20 +37,23 @@ type loop struct {
 	catalog      *consul.Update
 	served       *consul.Catalog // what the last good build used
 	changedAt    time.Time
-	burstStart   time.Time
-	lastBuild    time.Time
+	debounce     debounce
 	pendingSince time.Time
-	timer        *time.Timer
+	timer        clockwork.Timer
 	lastWarnings []string
 	// translator remembers the last translation, so a change rebuilds
 	// only the resources it touches.
 	translator *xds.Translator
+	// translate, if set, replaces translator.Translate: the loop's tests
+	// make a build fail with it.
+	translate func(*ir.Model) (*xds.Output, error)
 }
 
 const pendingGrace = 2 * time.Second
 
 func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates <-chan consul.KVUpdate) {
-	l.timer = time.NewTimer(time.Hour)
+	l.debounce = debounce{holdOff: l.d.cfg.Settings.XDS.DebounceHoldOff, maxDelay: l.d.cfg.Settings.XDS.DebounceMaxDelay}
+	l.timer = l.d.clock.NewTimer(time.Hour)
 	l.timer.Stop()
 	defer l.timer.Stop()
 	if l.kvNeeded {
@@ -71,7 +76,7 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 			}
 			l.catalog = &u
 			l.d.catalog.Store(&catalogView{
-				Complete: u.Complete, ReceivedAt: time.Now(), Pending: u.Pending,
+				Complete: u.Complete, ReceivedAt: l.d.clock.Now(), Pending: u.Pending,
 				Unreachable: u.Unreachable, Services: u.Catalog.Services,
 			})
 			l.schedule()
@@ -80,50 +85,34 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 			l.reloadPolicy("kv")
 		case <-l.d.reload:
 			l.reloadPolicy("files")
-		case <-l.timer.C:
+		case <-l.timer.Chan():
 			l.build(ctx)
 		}
 	}
 }
 
-// schedule arms the build timer for a change. A change after a quiet
-// period (no build for a hold-off) builds at once — a lone health flip
-// should not wait for a burst that is not coming; changes within a
-// hold-off of a build coalesce until a hold-off after the latest one,
-// capped at MaxDelay after the burst began. Builds are therefore at least
-// a hold-off apart: at most one push per proxy per window.
+// schedule arms the build timer for a change (see debounce).
 func (l *loop) schedule() {
-	now := time.Now()
-	if l.burstStart.IsZero() {
-		l.burstStart = now
-		if now.Sub(l.lastBuild) >= l.d.cfg.Settings.XDS.DebounceHoldOff {
-			l.timer.Reset(0)
-			return
-		}
-	}
-	wait := min(l.d.cfg.Settings.XDS.DebounceHoldOff, l.burstStart.Add(l.d.cfg.Settings.XDS.DebounceMaxDelay).Sub(now))
-	wait = max(wait, l.lastBuild.Add(l.d.cfg.Settings.XDS.DebounceHoldOff).Sub(now), 0)
-	l.timer.Reset(wait)
+	l.timer.Reset(l.debounce.changed(l.d.clock.Now()))
 }
 
 func (l *loop) build(ctx context.Context) {
-	l.burstStart = time.Time{}
-	l.lastBuild = time.Now()
+	l.debounce.built(l.d.clock.Now())
 	if l.catalog == nil || (l.kvNeeded && l.kvDocs == nil) || l.policy == nil && l.kvNeeded {
 		return
 	}
 	if len(l.catalog.Pending) > 0 && l.d.ready.Load() {
 		if l.pendingSince.IsZero() {
-			l.pendingSince = time.Now()
+			l.pendingSince = l.d.clock.Now()
 		}
-		if time.Since(l.pendingSince) < pendingGrace {
+		if l.d.clock.Since(l.pendingSince) < pendingGrace {
 			l.timer.Reset(l.d.cfg.Settings.XDS.DebounceHoldOff)
 			return
 		}
 		l.d.log.Warn().Strs("services", keys(l.catalog.Pending)).Msg("services still loading after grace period; serving without them")
 	}
 	l.pendingSince = time.Time{}
-	start := time.Now()
+	start := l.d.clock.Now()
 	cat := l.catalog.Catalog
 	if until := time.Unix(0, l.d.holdUntil.Load()); start.Before(until) {
 		var held int
@@ -139,8 +128,12 @@ func (l *loop) build(ctx context.Context) {
 	if l.translator == nil {
 		l.translator = xds.NewTranslator()
 	}
-	out, err := l.translator.Translate(m)
-	l.d.metrics.translate.Observe(time.Since(start).Seconds())
+	translate := l.translator.Translate
+	if l.translate != nil {
+		translate = l.translate
+	}
+	out, err := translate(m)
+	l.d.metrics.translate.Observe(l.d.clock.Since(start).Seconds())
 	if err != nil {
 		l.d.log.Error().Err(err).Msg("translation failed; keeping the last good snapshot")
 		return
@@ -181,7 +174,7 @@ func (l *loop) build(ctx context.Context) {
 	}
 	l.d.metrics.builds.Inc()
 	if !l.changedAt.IsZero() && len(changed) > 0 {
-		l.d.metrics.changeToPush.Observe(time.Since(l.changedAt).Seconds())
+		l.d.metrics.changeToPush.Observe(l.d.clock.Since(l.changedAt).Seconds())
 	}
 	if !l.d.ready.Swap(true) {
 		l.d.log.Info().Int("clusters", len(out.Shared.Clusters)).Int("groups", len(out.Groups)).
@@ -190,7 +183,7 @@ func (l *loop) build(ctx context.Context) {
 	if len(changed) > 0 {
 		ev := l.d.log.Info().Strs("types", changed).Int("clusters", len(out.Shared.Clusters))
 		if !l.changedAt.IsZero() {
-			ev = ev.Dur("since_consul_change", time.Since(l.changedAt))
+			ev = ev.Dur("since_consul_change", l.d.clock.Since(l.changedAt))
 		}
 		ev.Msg("snapshot updated")
 	}
@@ -234,7 +227,7 @@ func (l *loop) reloadPolicy(trigger string) {
 			// the policy: a missing or broken one rejects the reload like
 			// a broken document, and the last good secrets keep serving.
 			attempted = cfg.Policy
-			diags = append(diags, cfg.Policy.ReadFiles(time.Now())...)
+			diags = append(diags, cfg.Policy.ReadFiles(l.d.clock.Now())...)
 		}
 		if !diags.HasErrors() {
 			// Accepted only if it can be served: built and translated
@@ -269,7 +262,7 @@ func (l *loop) reloadPolicy(trigger string) {
 	l.d.metrics.reloads.WithLabelValues("failed").Inc()
 	l.d.log.Error().Str("trigger", trigger).Strs("diagnostics", lines).Msg("policy rejected; keeping the last good policy")
 	l.setStatus(func(st *PolicyStatus) {
-		st.LastError = &ReloadError{At: time.Now(), Diagnostics: lines}
+		st.LastError = &ReloadError{At: l.d.clock.Now(), Diagnostics: lines}
 		st.FailedReloads++
 	})
 }
@@ -328,7 +321,7 @@ func tlsSources(p *policy.Policy) []SourceStatus {
 func (l *loop) recordPolicy(sources []SourceStatus, diags hclDiagnostics) {
 	l.setStatus(func(st *PolicyStatus) {
 		st.Waiting = ""
-		st.LoadedAt = time.Now()
+		st.LoadedAt = l.d.clock.Now()
 		st.Sources = sources
 		st.LastError = nil
 		st.SuccessfulReloads++

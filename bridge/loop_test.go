@@ -1,0 +1,152 @@
+package bridge
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+)
+
+// loopHarness runs the daemon loop without Consul: catalog updates come
+// from a channel, time from a fake clock, and a build can be made to fail.
+type loopHarness struct {
+	t        *testing.T
+	clock    *clockwork.FakeClock
+	d        *Daemon
+	updates  chan consul.Update
+	attempts atomic.Int32 // translations tried
+	fail     atomic.Bool  // the next translations fail
+}
+
+func startLoop(t *testing.T) *loopHarness {
+	t.Helper()
+	doc, diags := policy.Parse("policy.hcl", []byte("export_all_services = true\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	cfg, diags := policy.Merge(doc)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	h := &loopHarness{t: t, clock: clockwork.NewFakeClockAt(time.Unix(1_000_000, 0)), updates: make(chan consul.Update)}
+	h.d = New(Config{Settings: cfg.Settings, Policy: cfg.Policy, Logger: zerolog.New(zerolog.NewTestWriter(t)), Clock: h.clock})
+	l := &loop{d: h.d, policy: cfg.Policy, translator: xds.NewTranslator()}
+	l.translate = func(m *ir.Model) (*xds.Output, error) {
+		h.attempts.Add(1)
+		if h.fail.Load() {
+			return nil, errors.New("injected translation failure")
+		}
+		return l.translator.Translate(m)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.run(ctx, h.updates, nil); close(done) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return h
+}
+
+// send hands the loop a complete catalog in which service web has one
+// instance on port.
+func (h *loopHarness) send(port int) {
+	h.t.Helper()
+	cat := consul.NewCatalog([]*consul.Service{{Name: "web", Index: uint64(port), Instances: []consul.Instance{
+		{ID: "web-1", Node: "n1", Address: "10.0.0.1", Port: port, Status: consul.StatusPassing},
+	}}})
+	select {
+	case h.updates <- consul.Update{Catalog: cat, Complete: true, ChangedAt: h.clock.Now()}:
+	case <-time.After(10 * time.Second):
+		h.t.Fatal("the loop did not take the update")
+	}
+}
+
+// eventually waits (a generous bound against hangs, in real time) for
+// cond; the loop runs on its own goroutine.
+func (h *loopHarness) eventually(what string, cond func() bool) {
+	h.t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			h.t.Fatalf("timed out waiting for %s", what)
+		}
+	}
+}
+
+func (h *loopHarness) builds() float64 { return testutil.ToFloat64(h.d.metrics.builds) }
+
+// served is the web endpoint the shared key is served, "" before any.
+func (h *loopHarness) served() string {
+	dump, err := h.d.xds.ConfigDump("", "")
+	if err != nil || len(dump.Endpoints) == 0 {
+		return ""
+	}
+	return string(dump.Endpoints[0])
+}
+
+// TestLoopDebounceAndLastGood drives the daemon loop with a fake clock:
+// a lone change builds at once, changes within a hold-off coalesce into
+// one build when the hold-off ends, a failed build keeps the last good
+// state, and the next change builds again.
+func TestLoopDebounceAndLastGood(t *testing.T) {
+	h := startLoop(t)
+	holdOff := h.d.cfg.Settings.XDS.DebounceHoldOff
+
+	// A lone change: built without the clock moving.
+	h.send(8001)
+	h.eventually("the first build", func() bool { return h.builds() == 1 })
+	if !strings.Contains(h.served(), `"port_value":8001`) {
+		t.Fatalf("served %s, want port 8001", h.served())
+	}
+
+	// A burst within the hold-off: nothing is built until it ends, then
+	// once, with the newest catalog.
+	h.send(8002)
+	h.send(8003)
+	h.send(8004)
+	armed, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.clock.BlockUntilContext(armed, 1); err != nil {
+		t.Fatalf("no build timer armed for the burst: %v", err)
+	}
+	time.Sleep(20 * time.Millisecond) // the loop would build now if it were going to
+	if got := h.attempts.Load(); got != 1 {
+		t.Fatalf("%d translations during the hold-off, want still 1", got)
+	}
+	h.clock.Advance(holdOff)
+	h.eventually("the burst's build", func() bool { return h.builds() == 2 })
+	if got := h.attempts.Load(); got != 2 {
+		t.Errorf("%d translations for a burst of 3 changes, want 1 more (2 in all)", got)
+	}
+	if !strings.Contains(h.served(), `"port_value":8004`) {
+		t.Fatalf("served %s after the burst, want its newest catalog (port 8004)", h.served())
+	}
+
+	// A failed build keeps the last good state...
+	h.fail.Store(true)
+	h.clock.Advance(holdOff) // quiet: the next change builds at once
+	h.send(8005)
+	h.eventually("the failing build", func() bool { return h.attempts.Load() == 3 })
+	if got := h.builds(); got != 2 {
+		t.Errorf("builds = %v after a failed one, want 2", got)
+	}
+	if !strings.Contains(h.served(), `"port_value":8004`) {
+		t.Fatalf("served %s after a failed build, want the last good (port 8004)", h.served())
+	}
+	// ...and the next change builds again.
+	h.fail.Store(false)
+	h.clock.Advance(holdOff)
+	h.send(8006)
+	h.eventually("the build after the failure", func() bool { return h.builds() == 3 })
+	if !strings.Contains(h.served(), `"port_value":8006`) {
+		t.Fatalf("served %s, want port 8006", h.served())
+	}
+}

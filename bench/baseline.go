@@ -75,7 +75,7 @@ func RunBaseline(ctx context.Context, cfg BaselineConfig) error {
 		MaxQueries: policy.DefaultMaxQueries,
 		Targets:    model.WatchTargets(pol),
 		Logger:     zerolog.Nop(),
-		OnQuery:    func(string, error, time.Duration) { reqs.Inc() },
+		OnQuery:    func(string, string, error, time.Duration) { reqs.Inc() },
 	})
 	cache := cachev3.NewSnapshotCache(true, singleKey{}, nil)
 	srv := serverv3.NewServer(ctx, cache, nil)

@@ -5,6 +5,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net"
@@ -68,45 +69,47 @@ type Daemon struct {
 	reg     *prometheus.Registry
 	metrics *metrics
 
-	// consulFailingSince is when Consul requests started failing (unix
-	// nanoseconds), 0 while the last one succeeded.
-	consulFailingSince atomic.Int64
-	lastConsulOK       atomic.Int64
-	// holdUntil (unix nanoseconds) ends the window after a Consul outage
-	// in which health downgrades are held back.
-	holdUntil atomic.Int64
+	// outages follows whether each datacenter's Consul answers, and the
+	// hold windows after real outages.
+	outages *outages
 }
 
-// consulQuery records every Consul request's outcome for metrics and for
-// readiness: an unreachable Consul does not stop serving, but after
-// stale_after an operator should know the world may have moved on.
-func (d *Daemon) consulQuery(endpoint string, err error, dur time.Duration) {
+// consulQuery records every Consul request's outcome for metrics, for
+// readiness (an unreachable local Consul does not stop serving, but after
+// stale_after an operator should know the world may have moved on) and
+// for the hold after an outage. datacenter is "" for the local one.
+func (d *Daemon) consulQuery(endpoint, datacenter string, err error, dur time.Duration) {
 	d.metrics.consulQuery(endpoint, err, dur)
-	now := d.clock.Now().UnixNano()
-	if err == nil {
-		d.lastConsulOK.Store(now)
-		if d.consulFailingSince.Swap(0) != 0 && d.cfg.Settings.Consul.ReconnectHold > 0 && d.ready.Load() {
-			d.holdUntil.Store(now + int64(d.cfg.Settings.Consul.ReconnectHold))
-			d.log.Info().Dur("hold", d.cfg.Settings.Consul.ReconnectHold).Msg("Consul is back; holding back health downgrades while its checks settle")
-		}
-		return
+	if down := d.outages.record(datacenter, err, d.clock.Now(), d.ready.Load()); down > 0 {
+		d.log.Info().Str("datacenter", cmp.Or(datacenter, "(local)")).Dur("unreachable_for", down).
+			Dur("hold", d.cfg.Settings.Consul.ReconnectHold).
+			Msg("Consul is back; holding back its instances' health downgrades while its checks settle")
 	}
-	d.consulFailingSince.CompareAndSwap(0, now)
 }
 
-// consulStale says why readiness should fail because of Consul, or "".
-func (d *Daemon) consulStale() string {
-	since := d.consulFailingSince.Load()
-	if since == 0 {
+// localDC maps the datacenter a catalog service was read from to the
+// outage tracker's key: "" for the local datacenter.
+func (d *Daemon) localDC(dc string) string {
+	if dc == d.cfg.Settings.Consul.Datacenter {
 		return ""
 	}
-	down := d.clock.Since(time.Unix(0, since))
+	return dc
+}
+
+// consulStale says why readiness should fail because of the local
+// Consul, or "".
+func (d *Daemon) consulStale() string {
+	since, lastOK := d.outages.failing("")
+	if since.IsZero() {
+		return ""
+	}
+	down := d.clock.Since(since)
 	if down < d.cfg.Settings.Consul.StaleAfter {
 		return ""
 	}
 	last := "never"
-	if ok := d.lastConsulOK.Load(); ok != 0 {
-		last = time.Unix(0, ok).UTC().Format(time.RFC3339)
+	if !lastOK.IsZero() {
+		last = lastOK.UTC().Format(time.RFC3339)
 	}
 	return fmt.Sprintf("Consul unreachable for %s (last successful request: %s); serving the last known state", down.Round(time.Second), last)
 }
@@ -130,10 +133,11 @@ func New(cfg Config) *Daemon {
 		cfg.Clock = clockwork.NewRealClock()
 	}
 	d := &Daemon{
-		reg:   reg,
-		cfg:   cfg,
-		clock: cfg.Clock,
-		log:   cfg.Logger.With().Str("component", "bridge").Logger(),
+		reg:     reg,
+		cfg:     cfg,
+		clock:   cfg.Clock,
+		outages: newOutages(cfg.Settings.Consul.ReconnectHoldAfter, cfg.Settings.Consul.ReconnectHold),
+		log:     cfg.Logger.With().Str("component", "bridge").Logger(),
 		xds: serve.NewServer(serve.ServerConfig{
 			Logger:          cfg.Logger,
 			Registerer:      reg,
@@ -146,7 +150,7 @@ func New(cfg Config) *Daemon {
 		policyFiles: make(chan []string, 1),
 	}
 	d.status.Store(&PolicyStatus{})
-	d.metrics = newMetrics(reg, d.notReadyReason)
+	d.metrics = newMetrics(reg, d.notReadyReason, func() bool { return d.outages.up("", d.clock.Now()) })
 	return d
 }
 

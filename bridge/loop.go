@@ -114,9 +114,9 @@ func (l *loop) build(ctx context.Context) {
 	l.pendingSince = time.Time{}
 	start := l.d.clock.Now()
 	cat := l.catalog.Catalog
-	if until := time.Unix(0, l.d.holdUntil.Load()); start.Before(until) {
+	if dcs, until := l.d.outages.holding(start); len(dcs) > 0 {
 		var held int
-		cat, held = model.HoldDowngrades(l.served, cat)
+		cat, held = model.HoldDowngrades(l.served, cat, func(dc string) bool { return dcs[l.d.localDC(dc)] })
 		if held > 0 {
 			l.d.log.Info().Int("instances", held).Time("until", until).Msg("holding health downgrades after Consul reconnect")
 			// Rebuild when the window ends, with the real state.

@@ -18,12 +18,14 @@ type metrics struct {
 	translate      prometheus.Histogram
 	changeToPush   prometheus.Histogram
 	builds         prometheus.Counter
-	consulUp       prometheus.Gauge
 	// queryStats is the Consul watcher's QueryStats, once it runs.
 	queryStats atomic.Pointer[func() (slots, inUse, waiting int)]
 }
 
-func newMetrics(reg prometheus.Registerer, notReady func() string) *metrics {
+// newMetrics registers the daemon's metrics. notReady is /readyz's reason
+// ("" when ready) and consulUp whether the local Consul is reachable; both
+// are read at scrape time, so the gauges never disagree with them.
+func newMetrics(reg prometheus.Registerer, notReady func() string, consulUp func() bool) *metrics {
 	m := &metrics{
 		consulRequests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "consul_xds_bridge_consul_requests_total",
@@ -58,10 +60,6 @@ func newMetrics(reg prometheus.Registerer, notReady func() string) *metrics {
 			Name: "consul_xds_bridge_builds_total",
 			Help: "Model builds that were translated and served.",
 		}),
-		consulUp: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "consul_xds_bridge_consul_up",
-			Help: "1 when the last Consul request succeeded.",
-		}),
 	}
 	// Both results exist from the start, so alerts on "failed" work before
 	// the first failure.
@@ -77,7 +75,16 @@ func newMetrics(reg prometheus.Registerer, notReady func() string) *metrics {
 		})
 	}
 	reg.MustRegister(m.consulRequests, m.consulErrors, m.consulLatency, m.reloads, m.translate,
-		m.changeToPush, m.builds, m.consulUp,
+		m.changeToPush, m.builds,
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "consul_xds_bridge_consul_up",
+			Help: "1 while the local datacenter's Consul answers (it has not been silent for consul.reconnect_hold_after).",
+		}, func() float64 {
+			if consulUp() {
+				return 1
+			}
+			return 0
+		}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "consul_xds_bridge_ready",
 			Help: "1 when /readyz answers 200.",
@@ -102,8 +109,5 @@ func (m *metrics) consulQuery(endpoint string, err error, d time.Duration) {
 	m.consulLatency.WithLabelValues(endpoint).Observe(d.Seconds())
 	if err != nil {
 		m.consulErrors.WithLabelValues(endpoint).Inc()
-		m.consulUp.Set(0)
-		return
 	}
-	m.consulUp.Set(1)
 }

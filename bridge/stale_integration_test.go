@@ -46,8 +46,13 @@ func TestReadinessTurnsStaleWhenConsulIsUnreachable(t *testing.T) {
 	if v := metricValue(body, "consul_xds_bridge_ready"); v != 0 {
 		t.Errorf("consul_xds_bridge_ready = %v while /readyz is 503", v)
 	}
-	if v := metricValue(body, "consul_xds_bridge_consul_up"); v != 0 {
-		t.Errorf("consul_xds_bridge_consul_up = %v while Consul is cut off", v)
+	// consul_up turns 0 once Consul has been silent for
+	// reconnect_hold_after (2s), not on the first failed request.
+	for deadline := time.Now().Add(10 * time.Second); metricValue(body, "consul_xds_bridge_consul_up") != 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("consul_xds_bridge_consul_up = %v while Consul is cut off", metricValue(body, "consul_xds_bridge_consul_up"))
+		}
+		_, body = get(t, "http://"+h.daemon.AdminAddr().String()+"/metrics")
 	}
 	if v := metricValue(body, "consul_xds_bridge_consul_request_errors_total"); v <= 0 {
 		t.Errorf("consul_xds_bridge_consul_request_errors_total = %v during the outage", v)

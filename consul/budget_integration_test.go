@@ -91,7 +91,7 @@ type queryLog struct {
 	errors []string
 }
 
-func (l *queryLog) record(endpoint string, err error, _ time.Duration) {
+func (l *queryLog) record(endpoint, _ string, err error, _ time.Duration) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.count[endpoint]++

@@ -41,8 +41,9 @@ type KVConfig struct {
 	// and change in rejected keys.
 	Logger zerolog.Logger
 	// OnQuery, if set, is told the outcome of every Consul request, with
-	// endpoint "kv_list". It must not block.
-	OnQuery func(endpoint string, err error, d time.Duration)
+	// endpoint "kv_list" and datacenter "" (KV is read locally). It must
+	// not block.
+	OnQuery func(endpoint, datacenter string, err error, d time.Duration)
 }
 
 // KVDocument is one key under the watched prefix.
@@ -120,7 +121,7 @@ func (w *KVWatcher) Run(ctx context.Context) error {
 		log:   log,
 	}
 	if w.cfg.OnQuery != nil {
-		v.result = func(err error, d time.Duration) { w.cfg.OnQuery("kv_list", err, d) }
+		v.result = func(err error, d time.Duration) { w.cfg.OnQuery("kv_list", "", err, d) }
 	}
 	var lastRejected []string
 	v.run(ctx, func(s kvSet, index uint64, at time.Time) {

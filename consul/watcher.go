@@ -43,9 +43,10 @@ type Config struct {
 	// started or stopped health watch, and change of oversubscription.
 	Logger zerolog.Logger
 	// OnQuery, if set, is told the outcome of every Consul request, by
-	// endpoint ("catalog_services", "health_service", "health_state"). It
-	// must not block.
-	OnQuery func(endpoint string, err error, d time.Duration)
+	// endpoint ("catalog_services", "health_service", "health_state") and
+	// datacenter ("" for the local one, else the remote datacenter a
+	// service is read from). It must not block.
+	OnQuery func(endpoint, datacenter string, err error, d time.Duration)
 }
 
 // Targets says which services to watch. Routing policy decides it, so it
@@ -236,7 +237,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		equal:  slices.Equal[[]string],
 		opts:   w.cfg.Query,
 		log:    log,
-		result: w.resultFunc("catalog_services"),
+		result: w.resultFunc("catalog_services", ""),
 		// The service list is outside the budget, on a connection of its
 		// own: a registration must start its service's watch at once,
 		// not when the list's turn comes round.
@@ -278,7 +279,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			equal:  equalService,
 			opts:   opts,
 			log:    log,
-			result: w.resultFunc("health_service"),
+			result: w.resultFunc("health_service", w.remoteDatacenter(key)),
 		}
 		v.slots = w.slots.join(v.id, false)
 		hw.slots = v.slots
@@ -473,7 +474,7 @@ func (w *Watcher) hintView(stop context.CancelFunc) view[hintSet] {
 		equal:  equalHintSets,
 		opts:   w.cfg.Query, // local datacenter: hints only ever poke local views
 		log:    log,
-		result: w.resultFunc("health_state"),
+		result: w.resultFunc("health_state", ""),
 	}
 }
 
@@ -547,9 +548,17 @@ func (w *Watcher) publish(watches map[ServiceKey]*healthWatch, listLoaded bool, 
 	w.updates <- u
 }
 
-func (w *Watcher) resultFunc(endpoint string) func(error, time.Duration) {
+func (w *Watcher) resultFunc(endpoint, datacenter string) func(error, time.Duration) {
 	if w.cfg.OnQuery == nil {
 		return nil
 	}
-	return func(err error, d time.Duration) { w.cfg.OnQuery(endpoint, err, d) }
+	return func(err error, d time.Duration) { w.cfg.OnQuery(endpoint, datacenter, err, d) }
+}
+
+// remoteDatacenter is the datacenter a target is read from, "" if local.
+func (w *Watcher) remoteDatacenter(k ServiceKey) string {
+	if w.isLocal(k) {
+		return ""
+	}
+	return k.Datacenter
 }

@@ -5,21 +5,23 @@ import (
 )
 
 // HoldDowngrades returns cur with every instance that prev also has, and
-// that got worse since, at its status in prev. It serves the window after
-// Consul comes back from an outage: a restarted agent reports every
-// non-TTL check critical until the check has run once, and pushing that
-// would take healthy instances out of every proxy for a few seconds. New
-// instances, removals and improvements pass through unchanged. It is pure;
-// prev and cur are not modified.
-func HoldDowngrades(prev, cur *consul.Catalog) (*consul.Catalog, int) {
+// that got worse since, at its status in prev, for the services of the
+// datacenters held says (a service's Datacenter: "" or a name). It serves
+// the window after a datacenter's Consul comes back from an outage: a
+// restarted agent reports every non-TTL check critical until the check
+// has run once, and pushing that would take healthy instances out of
+// every proxy for a few seconds. Other datacenters, new instances,
+// removals and improvements pass through unchanged. It is pure; prev and
+// cur are not modified.
+func HoldDowngrades(prev, cur *consul.Catalog, held func(datacenter string) bool) (*consul.Catalog, int) {
 	if prev == nil || cur == nil {
 		return cur, 0
 	}
-	held := 0
+	count := 0
 	services := make([]*consul.Service, 0, len(cur.Services))
 	for _, s := range cur.Services {
 		old := prev.Service(s.Datacenter, s.Name)
-		if old == nil {
+		if old == nil || !held(s.Datacenter) {
 			services = append(services, s)
 			continue
 		}
@@ -39,7 +41,7 @@ func HoldDowngrades(prev, cur *consul.Catalog) (*consul.Catalog, int) {
 				copied = &c
 			}
 			copied.Instances[i].Status = st
-			held++
+			count++
 		}
 		if copied != nil {
 			services = append(services, copied)
@@ -48,5 +50,5 @@ func HoldDowngrades(prev, cur *consul.Catalog) (*consul.Catalog, int) {
 		}
 	}
 	// Services keep cur's order, which is already sorted.
-	return &consul.Catalog{Services: services}, held
+	return &consul.Catalog{Services: services}, count
 }

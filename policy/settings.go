@@ -40,6 +40,10 @@ type ConsulSettings struct {
 	// ReconnectHold is how long, after Consul answers again following an
 	// outage, health downgrades are held back (see README); 0 disables it.
 	ReconnectHold time.Duration
+	// ReconnectHoldAfter is how long a datacenter's Consul must have given
+	// no answer for its return to arm ReconnectHold: a single failed
+	// request retried at once is not an outage.
+	ReconnectHoldAfter time.Duration
 	// MaxQueries bounds the Consul requests in flight at once (each
 	// watched service holds one blocking query); see README, Scaling.
 	MaxQueries int
@@ -100,6 +104,9 @@ const (
 	// DefaultReconnectHold covers the first run of checks with the common
 	// 10s interval; measured by TestConsulServerRestart.
 	DefaultReconnectHold = 15 * time.Second
+	// DefaultReconnectHoldAfter is above the first retries of a failed
+	// request (backoff from 250 ms) and below an agent restart (seconds).
+	DefaultReconnectHoldAfter = 2 * time.Second
 	// DefaultMaxQueries leaves room under Consul's default
 	// limits.http_max_conns_per_client (200) for other local clients.
 	DefaultMaxQueries = 128
@@ -113,7 +120,7 @@ const (
 // DefaultSettings are what an empty configuration means.
 func DefaultSettings() Settings {
 	return Settings{
-		Consul: ConsulSettings{Stale: true, WaitTime: DefaultWaitTime, StaleAfter: DefaultStaleAfter, ReconnectHold: DefaultReconnectHold, MaxQueries: DefaultMaxQueries, UseCache: true},
+		Consul: ConsulSettings{Stale: true, WaitTime: DefaultWaitTime, StaleAfter: DefaultStaleAfter, ReconnectHold: DefaultReconnectHold, ReconnectHoldAfter: DefaultReconnectHoldAfter, MaxQueries: DefaultMaxQueries, UseCache: true},
 		XDS: XDSSettings{Listen: DefaultXDSListen, MaxInitialSyncs: DefaultMaxInitialSyncs,
 			DebounceHoldOff: DefaultDebounceHoldOff, DebounceMaxDelay: DefaultDebounceMax},
 		Admin: AdminSettings{Listen: DefaultAdminListen},
@@ -132,6 +139,7 @@ type consulBlock struct {
 	WaitTime      hcl.Expression `hcl:"wait_time,optional"`
 	StaleAfter    hcl.Expression `hcl:"stale_after,optional"`
 	ReconnectHold hcl.Expression `hcl:"reconnect_hold,optional"`
+	HoldAfter     hcl.Expression `hcl:"reconnect_hold_after,optional"`
 	MaxQueries    *int           `hcl:"max_queries,optional"`
 	UseCache      *bool          `hcl:"use_cache,optional"`
 	Body          hcl.Body       `hcl:",body"`
@@ -183,6 +191,7 @@ func (b *consulBlock) apply(s *ConsulSettings) hcl.Diagnostics {
 	if s.ReconnectHold < 0 {
 		s.ReconnectHold = 0 // "0s": off
 	}
+	diags = append(diags, durationAttr(b.HoldAfter, &s.ReconnectHoldAfter)...)
 	set(&s.MaxQueries, b.MaxQueries)
 	set(&s.UseCache, b.UseCache)
 	if s.MaxQueries < 2 || s.MaxQueries > 1000 {

@@ -23,7 +23,10 @@ type callbacks struct {
 	// joined is told the snapshot key of every stream when its node is
 	// first known, left when such a stream has gone.
 	joined, left func(key string)
-	admission    *admission
+	// answered, if set, is told the key of every stream that ACKed or
+	// NACKed a response (make-before-break waits for those).
+	answered  func(key string)
+	admission *admission
 }
 
 // streamKey identifies a stream: go-control-plane numbers SotW and delta
@@ -95,8 +98,13 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 		c.log.Debug().Stringer("stream", key).Str("node", node.GetId()).Str("type", typeURL).
 			Str("nonce", nonce).Bool("nack", errDetail != "").Msg("ignoring request with a stale nonce")
 	}
-	if (r.kind == reqACK || r.kind == reqNACK) && c.admission.holds(key) && c.tracker.initialSyncDone(key) {
-		c.admission.release(key)
+	if r.kind == reqACK || r.kind == reqNACK {
+		if c.admission.holds(key) && c.tracker.initialSyncDone(key) {
+			c.admission.release(key)
+		}
+		if c.answered != nil {
+			c.answered(snapshotKey(node))
+		}
 	}
 }
 

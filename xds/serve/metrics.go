@@ -27,6 +27,9 @@ type metrics struct {
 	// admission control (admission.go)
 	admissionWaiting prometheus.Gauge
 	admissionSyncing prometheus.Gauge
+	// stagingTimeouts counts make-before-break steps that went on
+	// without every proxy's answer (staging.go).
+	stagingTimeouts prometheus.Counter
 
 	mu        sync.Mutex
 	connCount map[[2]string]int // group, kind -> open streams
@@ -68,8 +71,13 @@ func newMetrics(reg prometheus.Registerer, log zerolog.Logger) *metrics {
 			Name: "consul_xds_bridge_initial_syncs_in_progress",
 			Help: "xDS streams holding an initial-sync slot: connected, full state not yet acknowledged.",
 		}),
+		stagingTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "consul_xds_bridge_make_before_break_timeouts_total",
+			Help: "Updates whose new clusters or routes were pushed on before every proxy of the node.cluster acknowledged the previous step (within 5s).",
+		}),
 	}
 	m.connected = register(reg, log, m.connected)
+	m.stagingTimeouts = register(reg, log, m.stagingTimeouts)
 	m.admissionWaiting = register(reg, log, m.admissionWaiting)
 	m.admissionSyncing = register(reg, log, m.admissionSyncing)
 	m.pushes = register(reg, log, m.pushes)

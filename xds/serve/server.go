@@ -62,6 +62,9 @@ type ServerConfig struct {
 	// at once (admission.go); 0 means no bound. The daemon passes the
 	// setting (policy.DefaultMaxInitialSyncs unless configured).
 	MaxInitialSyncs int
+	// StepTimeout bounds how long each make-before-break step waits for
+	// a node.cluster's proxies to acknowledge it (staging.go). Default 5s.
+	StepTimeout time.Duration
 }
 
 // Server serves the translation over ADS (and the per-type SotW and delta
@@ -99,6 +102,9 @@ type Server struct {
 	// usedChains are the chains the current translation built; the others
 	// (groups gone from the policy) are dropped after each Update.
 	usedChains map[string]bool
+	// staged holds the keys whose update is served in steps
+	// (make-before-break, staging.go).
+	staged map[string]*staging
 }
 
 // NewServer returns a Server with an empty cache. Until the first
@@ -110,6 +116,9 @@ func NewServer(cfg ServerConfig) *Server {
 	if cfg.StaleAfter <= 0 {
 		cfg.StaleAfter = 10 * time.Second
 	}
+	if cfg.StepTimeout <= 0 {
+		cfg.StepTimeout = defaultStepTimeout
+	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
 	}
@@ -120,10 +129,12 @@ func NewServer(cfg ServerConfig) *Server {
 		cache:    newServeCache(),
 		lastGood: map[string]*xds.Resources{},
 		chains:   map[string]*typeSet{},
+		staged:   map[string]*staging{},
 	}
 	s.tracker = newTracker()
 	s.metrics = newMetrics(cfg.Registerer, log)
 	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode, s.forgetKey, newAdmission(cfg.MaxInitialSyncs, s.metrics))
+	s.cb.answered = s.streamAnswered
 	s.health = newHealthService()
 	return s
 }
@@ -344,7 +355,7 @@ func (s *Server) setKeyLocked(key string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node cluster %q: %w", key, err)
 	}
-	return s.cache.set(key, sets), nil
+	return s.stageLocked(key, sets), nil
 }
 
 // noResources is the group part of a node.cluster in no group.

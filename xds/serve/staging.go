@@ -1,0 +1,200 @@
+package serve
+
+import (
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+)
+
+// Make-before-break. A proxy whose route moves to a new cluster must hold
+// that cluster, warmed with its endpoints, before it gets the route; and
+// it must stop routing to an old cluster before the cluster goes. Sent in
+// one go, CDS (old cluster gone, new one warming) and RDS (pointing at the
+// new one) open a window of 503s. Envoy's own rules are the reference: a
+// cluster warms until its endpoints arrive, and listeners and routes
+// should only name clusters the proxy already has.
+//
+// So an update that adds clusters and changes listeners or routes is
+// served to an Envoy node.cluster in steps, each waiting (at most
+// warmTimeout, then going on and counting it) until every stream of the
+// key has acknowledged the step:
+//
+//  1. adding: the new clusters and endpoints beside the old ones, with the
+//     old listeners and routes; done when each stream has ACKed (or
+//     rejected) that CDS and, if it takes EDS, that EDS;
+//  2. switching: the new listeners and routes, the old clusters still
+//     there; done when each stream has answered that LDS and RDS;
+//  3. the target: what the translation says, old clusters gone.
+//
+// A step that changes nothing is skipped: an update with no new cluster
+// starts at 2, one that removes none ends at 2. Waiting holds nothing
+// else up: a newer translation restarts the steps from what the key is
+// served now, and other keys update at once. Proxyless gRPC clients are
+// served in one step: they ask for clusters only once a route names them.
+// Everything here holds Server.mu.
+
+// defaultStepTimeout bounds each step's wait for a slow or stuck proxy
+// (ServerConfig.StepTimeout).
+const defaultStepTimeout = 5 * time.Second
+
+// staging is a key's update in progress.
+type staging struct {
+	target map[string]*typeSet // what the translation says
+	step   int                 // 1 adding, 2 switching
+	timer  *time.Timer
+}
+
+// stageLocked serves key the next step towards target, or target itself,
+// and reports the type URLs whose served set changed.
+func (s *Server) stageLocked(key string, target map[string]*typeSet) []string {
+	if st := s.staged[key]; st != nil {
+		st.timer.Stop()
+		delete(s.staged, key)
+	}
+	cur := s.cache.served(key)
+	if _, proxyless := parseKey(key); proxyless || cur == nil {
+		return s.cache.set(key, target)
+	}
+	listenersChange := cur[resourcev3.ListenerType] != target[resourcev3.ListenerType] ||
+		cur[resourcev3.RouteType] != target[resourcev3.RouteType]
+	if !listenersChange {
+		return s.cache.set(key, target)
+	}
+	switch {
+	case adds(cur, target, resourcev3.ClusterType):
+		return s.stepLocked(key, target, 1)
+	case adds(target, cur, resourcev3.ClusterType):
+		return s.stepLocked(key, target, 2)
+	}
+	return s.cache.set(key, target)
+}
+
+// stepLocked serves step 1 or 2 of key's update and waits for it.
+func (s *Server) stepLocked(key string, target map[string]*typeSet, step int) []string {
+	cur := s.cache.served(key)
+	sets := maps.Clone(target)
+	for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.SecretType} {
+		sets[typ] = s.unionLocked(key, typ, target[typ], cur[typ])
+	}
+	if step == 1 {
+		sets[resourcev3.ListenerType], sets[resourcev3.RouteType] = cur[resourcev3.ListenerType], cur[resourcev3.RouteType]
+	}
+	st := &staging{target: target, step: step}
+	st.timer = time.AfterFunc(s.cfg.StepTimeout, func() { s.stepTimedOut(key, st) })
+	s.staged[key] = st
+	changed := s.cache.set(key, sets)
+	s.advanceLocked(key) // nothing to wait for if no stream is there
+	return changed
+}
+
+// unionLocked is target's resources of typ and those of cur that target
+// lacks, as a set chained to cur (so watches compare only the difference).
+func (s *Server) unionLocked(key, typ string, target, cur *typeSet) *typeSet {
+	if cur == nil || !adds(map[string]*typeSet{typ: cur}, map[string]*typeSet{typ: target}, typ) {
+		return target // cur's names are all in target
+	}
+	items := make([]types.Resource, 0, len(target.entries)+len(cur.entries))
+	for _, e := range target.order {
+		items = append(items, e.res)
+	}
+	for _, e := range cur.order {
+		if target.entries[e.name] == nil {
+			items = append(items, e.res)
+		}
+	}
+	ts, err := newTypeSet(typ, items, cur)
+	if err != nil {
+		// Names are unique by construction; never serve half a step.
+		s.log.Error().Err(err).Str("node_cluster", key).Msg("cannot stage update; serving it in one step")
+		return target
+	}
+	return ts
+}
+
+// adds reports whether a's set of typ has names b's lacks.
+func adds(a, b map[string]*typeSet, typ string) bool {
+	for name := range a[typ].entries {
+		if b[typ] == nil || b[typ].entries[name] == nil {
+			return true
+		}
+	}
+	return false
+}
+
+// streamAnswered is told every ACK and NACK: a staged key may go on.
+func (s *Server) streamAnswered(key string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.advanceLocked(key)
+}
+
+// advanceLocked takes key to its next step once every stream has caught
+// up with the current one.
+func (s *Server) advanceLocked(key string) {
+	st := s.staged[key]
+	if st == nil {
+		return
+	}
+	sets := s.cache.served(key)
+	need := []string{resourcev3.ClusterType, resourcev3.EndpointType}
+	if st.step == 2 {
+		need = []string{resourcev3.ListenerType, resourcev3.RouteType}
+	}
+	versions := map[string]string{}
+	for _, typ := range need {
+		versions[typ] = sets[typ].version
+	}
+	if !s.tracker.caughtUp(key, versions) {
+		return
+	}
+	s.nextStepLocked(key, st)
+}
+
+func (s *Server) nextStepLocked(key string, st *staging) {
+	st.timer.Stop()
+	delete(s.staged, key)
+	if st.step == 1 && adds(s.cache.served(key), st.target, resourcev3.ClusterType) {
+		s.stepLocked(key, st.target, 2)
+		return
+	}
+	s.cache.set(key, st.target)
+}
+
+// stepTimedOut goes on without the proxies that did not answer in time.
+func (s *Server) stepTimedOut(key string, st *staging) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.staged[key] != st {
+		return // already advanced or replaced
+	}
+	s.metrics.stagingTimeouts.Inc()
+	s.log.Warn().Str("node_cluster", key).Int("step", st.step).Dur("waited", s.cfg.StepTimeout).
+		Msg("proxies did not acknowledge new clusters or routes in time; going on without them")
+	s.nextStepLocked(key, st)
+}
+
+// caughtUp reports whether every stream of key has answered (ACK or NACK)
+// a response of each of the types in versions at that version. A stream
+// that never asked for a type is not waited for.
+func (t *tracker) caughtUp(key string, versions map[string]string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, st := range t.streams {
+		if st.node == nil || snapshotKey(st.node) != key {
+			continue
+		}
+		for _, typ := range slices.Sorted(maps.Keys(versions)) {
+			ts := st.types[typ]
+			if ts == nil {
+				continue
+			}
+			if ts.sentVersion != versions[typ] || (ts.ackedNonce != ts.sentNonce && ts.nackedNonce != ts.sentNonce) {
+				return false
+			}
+		}
+	}
+	return true
+}

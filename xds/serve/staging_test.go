@@ -1,0 +1,153 @@
+package serve
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/irtest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+)
+
+// routeTo is the translation of group edge routing everything to target,
+// with clusters for services.
+func routedTo(t *testing.T, target string, services ...string) *xds.Output {
+	t.Helper()
+	m := &ir.Model{Groups: []ir.Group{{Name: "edge", Listeners: []ir.Listener{
+		irtest.HTTPListener("edge.http", irtest.RouteTo("/", ir.WeightedCluster{Name: target, Weight: 1})),
+	}}}}
+	for i, svc := range services {
+		m.Clusters = append(m.Clusters, irtest.Cluster(svc, irtest.Endpoint(fmt.Sprintf("10.0.0.%d", i+1), 0, "dc1")))
+	}
+	out, err := xds.Translate(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// brokenRoutes lists what a state routes to that the proxy could not
+// serve: a cluster it does not hold, or holds without endpoints (Envoy
+// keeps such a cluster warming, and a route to it answers 503).
+func brokenRoutes(st adsclient.State) []string {
+	var broken []string
+	for _, rcName := range st.RouteConfigNames() {
+		for _, vh := range st.RouteConfig(rcName).GetVirtualHosts() {
+			for _, r := range vh.GetRoutes() {
+				action := r.GetRoute()
+				names := []string{action.GetCluster()}
+				for _, w := range action.GetWeightedClusters().GetClusters() {
+					names = append(names, w.GetName())
+				}
+				for _, n := range names {
+					if n != "" && (st.Cluster(n) == nil || st.LoadAssignment(n) == nil) {
+						broken = append(broken, rcName+" -> "+n)
+					}
+				}
+			}
+		}
+	}
+	return broken
+}
+
+// TestMakeBeforeBreak: when a route moves to a new cluster, every state
+// an Envoy-like client goes through routes only to clusters it holds with
+// their endpoints: the new cluster and its endpoints come first, the
+// route next, and the old cluster goes last. Each step waits for the
+// proxy's answers, not for the timeout.
+func TestMakeBeforeBreak(t *testing.T) {
+	for _, mode := range []adsclient.Mode{adsclient.SotW, adsclient.Delta} {
+		t.Run(mode.String(), func(t *testing.T) {
+			s := startServer(t, ServerConfig{})
+			s.update(t, routedTo(t, "api", "api"))
+			var mu sync.Mutex
+			var broken []string
+			states := 0
+			c := dial(t, s, adsclient.Config{NodeID: "edge-1", Cluster: "edge", Mode: mode, OnUpdate: func(u adsclient.Update) {
+				mu.Lock()
+				defer mu.Unlock()
+				states++
+				if len(u.State.ListenerNames()) > 0 {
+					broken = append(broken, brokenRoutes(u.State)...)
+				}
+			}})
+			routesTo := func(cluster string) func(adsclient.State) bool {
+				return func(st adsclient.State) bool {
+					rc := st.RouteConfig("edge.http")
+					return rc != nil && rc.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster() == cluster && st.LoadAssignment(cluster) != nil
+				}
+			}
+			if _, err := c.Wait(waitCtx(t), routesTo("api")); err != nil {
+				t.Fatal(err)
+			}
+			start := time.Now()
+			s.update(t, routedTo(t, "web", "web"))
+			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second) // under the 5s step timeout
+			defer cancel()
+			if _, err := c.Wait(ctx, func(st adsclient.State) bool {
+				return routesTo("web")(st) && !slices.Contains(st.ClusterNames(), "api")
+			}); err != nil {
+				t.Fatalf("the move to web did not complete before the step timeout: %v", err)
+			}
+			t.Logf("route moved and old cluster removed in %v", time.Since(start))
+			mu.Lock()
+			defer mu.Unlock()
+			if len(broken) > 0 {
+				t.Errorf("in %d states the proxy routed to clusters it could not serve: %v", states, broken)
+			}
+			if got := testutil.ToFloat64(s.metrics.stagingTimeouts); got != 0 {
+				t.Errorf("%v steps timed out, want 0: each step waits for the proxy's answer", got)
+			}
+		})
+	}
+}
+
+// TestMakeBeforeBreakDoesNotWaitForeverForAStuckProxy: a proxy of the
+// node.cluster that never acknowledges holds each step only until the
+// step timeout; the others complete the move, and the wait is counted.
+func TestMakeBeforeBreakDoesNotWaitForeverForAStuckProxy(t *testing.T) {
+	s := startServer(t, ServerConfig{StepTimeout: 200 * time.Millisecond})
+	s.update(t, routedTo(t, "api", "api"))
+	good := dial(t, s, adsclient.Config{NodeID: "edge-1", Cluster: "edge", Mode: adsclient.Delta})
+	if _, err := good.Wait(waitCtx(t), func(st adsclient.State) bool { return st.RouteConfig("edge.http") != nil }); err != nil {
+		t.Fatal(err)
+	}
+	// The stuck proxy takes clusters once and never answers again.
+	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(grpcConn(t, s.addr)).StreamAggregatedResources(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &corev3.Node{Id: "edge-stuck", Cluster: "edge"}
+	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := ads.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType, VersionInfo: first.GetVersionInfo(), ResponseNonce: first.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitStatus(t, "edge-stuck", "CDS", StatusSynced)
+
+	s.update(t, routedTo(t, "web", "web"))
+	if _, err := good.Wait(waitCtx(t), func(st adsclient.State) bool {
+		rc := st.RouteConfig("edge.http")
+		return rc != nil && rc.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster() == "web" && !slices.Contains(st.ClusterNames(), "api")
+	}); err != nil {
+		t.Fatalf("the move did not complete past a stuck proxy: %v", err)
+	}
+	if got := testutil.ToFloat64(s.metrics.stagingTimeouts); got < 1 {
+		t.Errorf("step timeouts = %v, want at least 1 (the stuck proxy never ACKed the new clusters)", got)
+	}
+}

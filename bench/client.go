@@ -378,7 +378,7 @@ func (c *Client) process(t Type, items []decoded, removed []string, now time.Tim
 		slices.Sort(want)
 		c.resubscribe(EDS, &c.edsNames, want)
 		c.ack(CDS)
-		if !c.started[LDS] && len(c.edsNames) == 0 {
+		if !c.started[LDS] && len(c.edsNames) == 0 && !c.f.cfg.NoListeners {
 			c.subscribe(LDS, nil, nil, nil)
 		}
 	case EDS:
@@ -402,7 +402,7 @@ func (c *Client) process(t Type, items []decoded, removed []string, now time.Tim
 			}
 		}
 		c.ack(EDS)
-		if !c.started[LDS] {
+		if !c.started[LDS] && !c.f.cfg.NoListeners {
 			// Envoy requests LDS once its clusters have warmed.
 			c.subscribe(LDS, nil, nil, nil)
 		}
@@ -464,7 +464,7 @@ func (c *Client) process(t Type, items []decoded, removed []string, now time.Tim
 }
 
 func (c *Client) isSynced() bool {
-	if !c.got[CDS] || !c.got[LDS] {
+	if !c.got[CDS] || !c.got[LDS] && !c.f.cfg.NoListeners {
 		return false
 	}
 	if len(c.edsNames) > 0 && c.have[EDS] < c.need[EDS] {

@@ -136,6 +136,10 @@ type FleetConfig struct {
 	// names (like a sidecar with a few upstreams), not every cluster.
 	Narrow    func(k int) bool
 	NarrowEDS map[string]bool
+	// NoListeners makes every client an Envoy with static listeners and
+	// only cds_config over ADS: it never asks for LDS, and is in full state
+	// once it holds its clusters and their endpoints.
+	NoListeners bool
 	// HoldOff is the debounce window: pushes to one client closer together
 	// than this are counted as FastPushes.
 	HoldOff time.Duration

@@ -42,9 +42,12 @@ type Options struct {
 	IdleTime         time.Duration
 	StormTime        time.Duration
 	StormRate        int // flips per second
-	HoldOff          time.Duration
-	MaxDelay         time.Duration
-	ConnectParallel  int
+	// NoListeners: the bridge fleet's proxies take clusters and
+	// endpoints only (static listeners), as many VM Envoys do.
+	NoListeners     bool
+	HoldOff         time.Duration
+	MaxDelay        time.Duration
+	ConnectParallel int
 
 	ServerCPUs string // taskset list for the server under test, "" = no pinning
 	ClientCPUs string // for this process and the backing Consul
@@ -174,9 +177,10 @@ func fleetPhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) erro
 	}
 	cfg := FleetConfig{
 		Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
-		Mode:      func(k int) Mode { return Mode(k % 2) },
-		Narrow:    func(k int) bool { return (k/2)%2 == 1 },
-		NarrowEDS: narrow,
+		Mode:        func(k int) Mode { return Mode(k % 2) },
+		Narrow:      func(k int) bool { return (k/2)%2 == 1 },
+		NarrowEDS:   narrow,
+		NoListeners: o.NoListeners,
 	}
 	extra := o.Services
 	for _, n := range o.FleetSizes {

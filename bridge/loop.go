@@ -189,7 +189,12 @@ func (l *loop) build(ctx context.Context) {
 	}
 	l.changedAt = time.Time{}
 	l.served = cat
-	l.setStatus(func(st *PolicyStatus) { st.Warnings = warnings })
+	var failures []GroupFailure
+	for _, f := range groupFailures(out) {
+		failures = append(failures, GroupFailure{Group: f.group, Error: f.err.Error()})
+	}
+	l.d.metrics.failingGroups.Set(float64(len(failures)))
+	l.setStatus(func(st *PolicyStatus) { st.Warnings, st.FailedGroups = warnings, failures })
 }
 
 func keys(ks []consul.ServiceKey) []string {

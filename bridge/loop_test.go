@@ -27,6 +27,9 @@ type loopHarness struct {
 	updates  chan consul.Update
 	attempts atomic.Int32 // translations tried
 	fail     atomic.Bool  // the next translations fail
+	// failGroup, if set, makes the next translations report that group
+	// failed (as odd Consul data would).
+	failGroup atomic.Pointer[string]
 }
 
 func startLoop(t *testing.T) *loopHarness {
@@ -47,7 +50,11 @@ func startLoop(t *testing.T) *loopHarness {
 		if h.fail.Load() {
 			return nil, errors.New("injected translation failure")
 		}
-		return l.translator.Translate(m)
+		out, err := l.translator.Translate(m)
+		if g := h.failGroup.Load(); g != nil && err == nil {
+			out.Failed[*g] = errors.New("proxy group " + *g + ": injected failure")
+		}
+		return out, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -148,5 +155,31 @@ func TestLoopDebounceAndLastGood(t *testing.T) {
 	h.eventually("the build after the failure", func() bool { return h.builds() == 3 })
 	if !strings.Contains(h.served(), `"port_value":8006`) {
 		t.Fatalf("served %s, want port 8006", h.served())
+	}
+}
+
+// TestLoopShowsFailedGroups: a group the build could not translate is on
+// /v1/policy and in the failing-groups gauge until it translates again.
+func TestLoopShowsFailedGroups(t *testing.T) {
+	h := startLoop(t)
+	h.send(8001)
+	h.eventually("the first build", func() bool { return h.builds() == 1 })
+	g := "edge"
+	h.failGroup.Store(&g)
+	h.clock.Advance(time.Hour)
+	h.send(8002)
+	h.eventually("the failed group on /v1/policy", func() bool { return len(h.d.Policy().FailedGroups) == 1 })
+	if f := h.d.Policy().FailedGroups[0]; f.Group != "edge" || !strings.Contains(f.Error, "injected failure") {
+		t.Errorf("failed group = %+v", f)
+	}
+	if got := testutil.ToFloat64(h.d.metrics.failingGroups); got != 1 {
+		t.Errorf("failing groups gauge = %v, want 1", got)
+	}
+	h.failGroup.Store(nil)
+	h.clock.Advance(time.Hour)
+	h.send(8003)
+	h.eventually("the failure cleared", func() bool { return len(h.d.Policy().FailedGroups) == 0 && h.builds() == 3 })
+	if got := testutil.ToFloat64(h.d.metrics.failingGroups); got != 0 {
+		t.Errorf("failing groups gauge = %v after recovery, want 0", got)
 	}
 }

@@ -18,6 +18,7 @@ type metrics struct {
 	translate      prometheus.Histogram
 	changeToPush   prometheus.Histogram
 	builds         prometheus.Counter
+	failingGroups  prometheus.Gauge
 	// queryStats is the Consul watcher's QueryStats, once it runs.
 	queryStats atomic.Pointer[func() (slots, inUse, waiting int)]
 }
@@ -60,6 +61,10 @@ func newMetrics(reg prometheus.Registerer, notReady func() string, consulUp func
 			Name: "consul_xds_bridge_builds_total",
 			Help: "Model builds that were translated and served.",
 		}),
+		failingGroups: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "consul_xds_bridge_proxy_groups_failing",
+			Help: "Proxy groups the last build could not translate; they keep their last good listeners and routes (see /v1/policy failed_groups).",
+		}),
 	}
 	// Both results exist from the start, so alerts on "failed" work before
 	// the first failure.
@@ -75,7 +80,7 @@ func newMetrics(reg prometheus.Registerer, notReady func() string, consulUp func
 		})
 	}
 	reg.MustRegister(m.consulRequests, m.consulErrors, m.consulLatency, m.reloads, m.translate,
-		m.changeToPush, m.builds,
+		m.changeToPush, m.builds, m.failingGroups,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "consul_xds_bridge_consul_up",
 			Help: "1 while the local datacenter's Consul answers (it has not been silent for consul.reconnect_hold_after).",

@@ -28,6 +28,17 @@ type PolicyStatus struct {
 	// Warnings are problems found joining the policy with the catalog,
 	// e.g. a route to a service Consul does not know.
 	Warnings []string `json:"warnings,omitempty"`
+	// FailedGroups are the proxy groups the last build could not translate
+	// (odd Consul data Envoy would refuse): they keep serving their last
+	// good listeners and routes while every other group updates.
+	FailedGroups []GroupFailure `json:"failed_groups,omitempty"`
+}
+
+// GroupFailure is one proxy group's failed translation.
+type GroupFailure struct {
+	// Group is "" for the proxyless gRPC resources of no declared group.
+	Group string `json:"group"`
+	Error string `json:"error"`
 }
 
 // SourceStatus identifies one policy document by content.

@@ -87,6 +87,9 @@ func printProxies(w io.Writer, proxies []serve.ProxyStatus, now time.Time) {
 	}
 	tw.Flush()
 	for _, p := range proxies {
+		if p.GroupError != "" {
+			fmt.Fprintf(w, "\n%s group %s kept at its last good state: %s\n", p.NodeID, p.Group, p.GroupError)
+		}
 		for _, t := range []string{"CDS", "EDS", "LDS", "RDS"} {
 			if ts := p.Types[t]; ts != nil && ts.Status == serve.StatusNACKed && ts.LastNACK != nil {
 				fmt.Fprintf(w, "\n%s %s NACKed version %s: %s\n", p.NodeID, t, ts.LastNACK.Version, ts.LastNACK.Error)

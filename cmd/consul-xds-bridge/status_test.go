@@ -19,7 +19,7 @@ func TestPrintProxies(t *testing.T) {
 		},
 		{
 			NodeID: "edge-2", NodeCluster: "edge", Group: "edge", Kind: "ADS delta", Status: serve.StatusNACKed,
-			ConnectedSince: now.Add(-time.Hour),
+			ConnectedSince: now.Add(-time.Hour), GroupError: `proxy group "edge": listener fails validation`,
 			Types: map[string]*serve.TypeStatus{"LDS": {Status: serve.StatusNACKed, VersionSent: "feedbeef00", VersionAcked: "aaaabbbb",
 				LastNACK: &serve.NACKInfo{Version: "feedbeef00", Error: "Error adding/updating listener(s) edge.http: unknown filter"}}},
 		},
@@ -31,6 +31,7 @@ func TestPrintProxies(t *testing.T) {
 		"NODE", "edge-1", "SYNCED 01234567", "envoy/1.31.0", "1m30s",
 		"edge-2", "ADS delta", "NACKED aaaabbbb",
 		"edge-2 LDS NACKed version feedbeef00: Error adding/updating listener(s) edge.http: unknown filter",
+		`edge-2 group edge kept at its last good state: proxy group "edge": listener fails validation`,
 	} {
 		if !strings.Contains(got, want) {
 			t.Errorf("status table lacks %q:\n%s", want, got)

@@ -94,6 +94,7 @@ func runCmd(ctx context.Context, args []string) int {
 	fs.StringVar(&o.ServerCPUs, "server-cpus", o.ServerCPUs, "CPUs for the server under test (taskset list; empty: no pinning)")
 	fs.StringVar(&o.ClientCPUs, "client-cpus", o.ClientCPUs, "CPUs for the load generator and the backing Consul")
 	fs.IntVar(&o.PeerXDSRate, "peer-xds-rate", o.PeerXDSRate, "Consul xds.update_max_per_second (0: Consul's default 250)")
+	fs.BoolVar(&o.NoListeners, "no-listeners", false, "bridge fleet proxies never ask for listeners (static listeners, cds_config over ADS only)")
 	out := fs.String("out", "", "also write the Markdown table to this file")
 	fs.Parse(args)
 	o.FleetSizes, o.CompareSizes = ints(*sizes), ints(*csizes)

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -395,4 +397,34 @@ func contentVersion(typeURL string, items []types.Resource) (string, error) {
 		return "", err
 	}
 	return ts.version, nil
+}
+
+// TestProxiesShowAFailedGroup: /v1/proxies says which connected proxies
+// are held at their last good state because their group failed, and
+// stops saying it once the group translates again.
+func TestProxiesShowAFailedGroup(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.update(t, testOutput(t, []string{"api"}, 8080))
+	c := dial(t, s, adsclient.Config{NodeID: "edge-1", Cluster: "edge", Mode: adsclient.SotW})
+	if _, err := c.Wait(waitCtx(t), func(st adsclient.State) bool { return len(st.ListenerNames()) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	other := dial(t, s, adsclient.Config{NodeID: "other-1", Cluster: "other", Mode: adsclient.SotW})
+	if _, err := other.Wait(waitCtx(t), func(st adsclient.State) bool { return len(st.ClusterNames()) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	bad := testOutput(t, []string{"api"}, 8080)
+	delete(bad.Groups, "edge")
+	bad.Failed = map[string]error{"edge": errors.New(`proxy group "edge": broken`)}
+	s.update(t, bad)
+	if p := s.proxy("edge-1"); p == nil || !strings.Contains(p.GroupError, "broken") || p.Group != "edge" {
+		t.Errorf("edge-1 = %+v, want group edge with its group error", p)
+	}
+	if p := s.proxy("other-1"); p == nil || p.GroupError != "" {
+		t.Errorf("other-1 = %+v, want no group error", p)
+	}
+	s.update(t, testOutput(t, []string{"api"}, 8080))
+	if p := s.proxy("edge-1"); p == nil || p.GroupError != "" {
+		t.Errorf("edge-1 = %+v after the group recovered, want no group error", p)
+	}
 }

@@ -153,6 +153,9 @@ func (s *Server) Proxies() []ProxyStatus {
 	for i := range ps {
 		p := &ps[i]
 		p.Group = s.groupOfKeyLocked(p.key)
+		if err := s.groupErrorLocked(p.key); err != nil {
+			p.GroupError = err.Error()
+		}
 		sets := s.cache.served(p.key)
 		for _, ts := range p.Types {
 			if set := sets[ts.TypeURL]; set != nil {
@@ -173,6 +176,22 @@ func (s *Server) groupOfKeyLocked(key string) string {
 		return s.groupLocked(nodeCluster)
 	}
 	return proxylessGroup
+}
+
+// groupErrorLocked is why a key's group failed its last translation, nil
+// if it did not.
+func (s *Server) groupErrorLocked(key string) error {
+	if s.out == nil {
+		return nil
+	}
+	nodeCluster, proxyless := parseKey(key)
+	if proxyless {
+		return s.out.ProxylessFailed
+	}
+	if s.resolve == nil {
+		return nil
+	}
+	return s.out.Failed[s.resolve(nodeCluster)]
 }
 
 // groupLocked is the proxy group whose listeners a node.cluster gets, ""

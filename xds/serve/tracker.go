@@ -37,6 +37,9 @@ type ProxyStatus struct {
 	// shared clusters and endpoints only).
 	NodeCluster string `json:"node_cluster"`
 	Group       string `json:"group,omitempty"`
+	// GroupError is set while the proxy's group failed its last
+	// translation: it keeps its last good listeners and routes.
+	GroupError string `json:"group_error,omitempty"`
 	// UserAgent is node.user_agent_name and its version, e.g.
 	// "envoy/1.31.0" or "grpc-go/1.66.0".
 	UserAgent      string    `json:"user_agent,omitempty"`

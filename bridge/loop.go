@@ -2,8 +2,11 @@ package bridge
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
@@ -33,6 +36,10 @@ type loop struct {
 	policy   *policy.Policy
 	kvNeeded bool
 	kvDocs   *consul.KVUpdate
+	// kvAccepted is set once a policy with the KV documents was accepted:
+	// before, no proxy is answered (a policy lacking a document would
+	// serve its groups nothing).
+	kvAccepted bool
 
 	catalog      *consul.Update
 	served       *consul.Catalog // what the last good build used
@@ -59,7 +66,7 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 	if l.kvNeeded {
 		l.setStatus(func(st *PolicyStatus) { st.Waiting = "waiting for the first read of Consul KV policy documents" })
 	} else {
-		_, _, sources := l.readDocuments()
+		_, _, sources := l.readDocuments(nil)
 		l.recordPolicy(append(sources, tlsSources(l.policy)...), nil)
 		l.d.metrics.reloads.WithLabelValues("ok").Inc()
 	}
@@ -98,7 +105,7 @@ func (l *loop) schedule() {
 
 func (l *loop) build(ctx context.Context) {
 	l.debounce.built(l.d.clock.Now())
-	if l.catalog == nil || (l.kvNeeded && l.kvDocs == nil) || l.policy == nil && l.kvNeeded {
+	if l.catalog == nil || l.kvNeeded && !l.kvAccepted {
 		return
 	}
 	if len(l.catalog.Pending) > 0 && l.d.ready.Load() {
@@ -217,53 +224,142 @@ func (l *loop) logNewWarnings(warnings []string) {
 
 // reloadPolicy re-reads the files and merges them with the latest KV
 // documents. A policy with any error is rejected whole and the last good
-// one keeps serving.
+// one keeps serving. Before any policy with the KV documents was accepted
+// there is no last good one: the bridge then serves the last accepted
+// versions of the broken documents from the state file, or stays unready
+// (and answers no proxy) naming what is wrong.
 func (l *loop) reloadPolicy(trigger string) {
 	if l.kvNeeded && l.kvDocs == nil {
 		return // the first KV read will load everything
 	}
-	docs, diags, sources := l.readDocuments()
-	var attempted *policy.Policy
-	if !diags.HasErrors() {
-		cfg, ds := policy.Merge(docs...)
-		diags = append(diags, ds...)
-		if !diags.HasErrors() {
-			// The certificates, keys and CAs tls blocks name are part of
-			// the policy: a missing or broken one rejects the reload like
-			// a broken document, and the last good secrets keep serving.
-			attempted = cfg.Policy
-			diags = append(diags, cfg.Policy.ReadFiles(l.d.clock.Now())...)
-		}
-		if !diags.HasErrors() {
-			// Accepted only if it can be served: built and translated
-			// against the current catalog, every resource valid.
-			var cat *consul.Catalog
-			if l.catalog != nil {
-				cat = l.catalog.Catalog
-			}
-			if l.translator == nil {
-				l.translator = xds.NewTranslator()
-			}
-			diags = append(diags, CheckTranslation(cat, cfg.Policy, l.translator)...)
-		}
-		if !diags.HasErrors() {
-			if cfg.Settings != l.d.cfg.Settings {
-				l.d.log.Warn().Msg("daemon settings (consul, xds, admin, log blocks) changed; restart to apply them")
-			}
-			l.policy = cfg.Policy
-			l.d.watchPolicyFiles(cfg.Policy)
-			l.watcher.SetTargets(model.WatchTargets(cfg.Policy))
-			l.recordPolicy(append(sources, tlsSources(cfg.Policy)...), diags)
-			l.d.metrics.reloads.WithLabelValues("ok").Inc()
-			l.d.log.Info().Str("trigger", trigger).Int("sources", len(sources)).Msg("policy loaded")
-			l.schedule()
+	try := l.tryPolicy(l.kvDocs)
+	if try.diags.HasErrors() && l.kvNeeded && !l.kvAccepted {
+		if fallback, replaced := l.fromKVState(); fallback != nil && !fallback.diags.HasErrors() {
+			l.accept(trigger, *fallback)
+			l.reject(trigger, try) // shown on /v1/policy until fixed
+			l.d.log.Warn().Strs("keys", replaced).Str("state_dir", l.d.cfg.Settings.Consul.StateDir).
+				Msg("KV policy documents rejected at start; serving their last accepted versions")
+			l.setStatus(func(st *PolicyStatus) {
+				st.PolicyWarnings = append(st.PolicyWarnings, fmt.Sprintf("serving the last accepted versions of %s from %s, kept since before this start",
+					strings.Join(replaced, ", "), filepath.Join(l.d.cfg.Settings.Consul.StateDir, kvStateFile)))
+			})
 			return
 		}
+		l.reject(trigger, try)
+		l.setStatus(func(st *PolicyStatus) {
+			st.Waiting = "the KV policy documents were rejected at start and no last accepted version is kept; no proxy is answered until they are fixed: " +
+				strings.Join(st.LastError.Diagnostics, "; ")
+		})
+		return
 	}
+	if try.diags.HasErrors() {
+		l.reject(trigger, try)
+		return
+	}
+	l.accept(trigger, try)
+}
+
+// attempt is one policy tried: from the files and the KV documents kv.
+type attempt struct {
+	cfg     *policy.Config
+	kv      *consul.KVUpdate
+	diags   hclDiagnostics
+	sources []SourceStatus
+}
+
+// tryPolicy reads, merges, validates and translates a policy. It is
+// accepted only if it can be served: its TLS files read, and built and
+// translated against the current catalog, every resource valid.
+func (l *loop) tryPolicy(kv *consul.KVUpdate) attempt {
+	docs, diags, sources := l.readDocuments(kv)
+	a := attempt{kv: kv, diags: diags, sources: sources}
+	if diags.HasErrors() {
+		return a
+	}
+	cfg, ds := policy.Merge(docs...)
+	a.diags = append(a.diags, ds...)
+	if a.diags.HasErrors() {
+		return a
+	}
+	a.cfg = cfg
+	// The certificates, keys and CAs tls blocks name are part of the
+	// policy: a missing or broken one rejects the reload like a broken
+	// document, and the last good secrets keep serving.
+	a.diags = append(a.diags, cfg.Policy.ReadFiles(l.d.clock.Now())...)
+	if a.diags.HasErrors() {
+		return a
+	}
+	var cat *consul.Catalog
+	if l.catalog != nil {
+		cat = l.catalog.Catalog
+	}
+	if l.translator == nil {
+		l.translator = xds.NewTranslator()
+	}
+	a.diags = append(a.diags, CheckTranslation(cat, cfg.Policy, l.translator)...)
+	return a
+}
+
+// fromKVState tries the current KV documents with the broken ones
+// replaced by their versions from the state file, then the state file's
+// documents alone; nil if there is no state file.
+func (l *loop) fromKVState() (*attempt, []string) {
+	dir := l.d.cfg.Settings.Consul.StateDir
+	if dir == "" {
+		return nil, nil
+	}
+	st, err := loadKVState(dir, l.d.cfg.Settings.Consul.KVPrefix)
+	if err != nil {
+		l.d.log.Error().Err(err).Msg("cannot read the KV state file; ignoring it")
+	}
+	if st == nil {
+		return nil, nil
+	}
+	patched, replaced := patchKV(l.kvDocs, st)
+	if len(replaced) > 0 {
+		if a := l.tryPolicy(patched); !a.diags.HasErrors() {
+			return &a, replaced
+		}
+	}
+	whole := l.tryPolicy(&consul.KVUpdate{Documents: st.Documents})
+	var keys []string
+	for _, d := range st.Documents {
+		keys = append(keys, d.Key)
+	}
+	return &whole, keys
+}
+
+func (l *loop) accept(trigger string, a attempt) {
+	cfg := a.cfg
+	if cfg.Settings != l.d.cfg.Settings {
+		l.d.log.Warn().Msg("daemon settings (consul, xds, admin, log blocks) changed; restart to apply them")
+	}
+	l.policy = cfg.Policy
+	if l.kvNeeded {
+		l.kvAccepted = true
+		if dir := l.d.cfg.Settings.Consul.StateDir; dir != "" {
+			if err := saveKVState(dir, l.d.cfg.Settings.Consul.KVPrefix, a.kv.Documents); err != nil {
+				l.d.log.Error().Err(err).Str("state_dir", dir).Msg("cannot write the KV state file; a restart with a broken KV document would not be served")
+			}
+		}
+	}
+	l.d.watchPolicyFiles(cfg.Policy)
+	l.watcher.SetTargets(model.WatchTargets(cfg.Policy))
+	l.recordPolicy(append(a.sources, tlsSources(cfg.Policy)...), a.diags)
+	l.d.metrics.reloads.WithLabelValues("ok").Inc()
+	l.d.log.Info().Str("trigger", trigger).Int("sources", len(a.sources)).Msg("policy loaded")
+	l.schedule()
+}
+
+func (l *loop) reject(trigger string, a attempt) {
 	// Keep watching the files of the rejected policy too, so that
 	// fixing (or creating) the file it could not use reloads by itself.
+	var attempted *policy.Policy
+	if a.cfg != nil {
+		attempted = a.cfg.Policy
+	}
 	l.d.watchPolicyFiles(l.policy, attempted)
-	lines := policy.FormatDiagnostics(diags)
+	lines := policy.FormatDiagnostics(a.diags)
 	l.d.metrics.reloads.WithLabelValues("failed").Inc()
 	l.d.log.Error().Str("trigger", trigger).Strs("diagnostics", lines).Msg("policy rejected; keeping the last good policy")
 	l.setStatus(func(st *PolicyStatus) {
@@ -272,7 +368,7 @@ func (l *loop) reloadPolicy(trigger string) {
 	})
 }
 
-func (l *loop) readDocuments() ([]*policy.Document, hclDiagnostics, []SourceStatus) {
+func (l *loop) readDocuments(kv *consul.KVUpdate) ([]*policy.Document, hclDiagnostics, []SourceStatus) {
 	var (
 		docs    []*policy.Document
 		diags   hclDiagnostics
@@ -291,11 +387,11 @@ func (l *loop) readDocuments() ([]*policy.Document, hclDiagnostics, []SourceStat
 		}
 		sources = append(sources, SourceStatus{Name: f, Kind: "file", Hash: hash(src)})
 	}
-	if l.kvDocs != nil {
-		for _, r := range l.kvDocs.Rejected {
+	if kv != nil {
+		for _, r := range kv.Rejected {
 			diags = append(diags, kvRejected(r))
 		}
-		for _, kd := range l.kvDocs.Documents {
+		for _, kd := range kv.Documents {
 			doc, ds := policy.ParseKV(kd.Key, kd.Value)
 			diags = append(diags, ds...)
 			if doc != nil {

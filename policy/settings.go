@@ -32,6 +32,10 @@ type ConsulSettings struct {
 	TokenFile string
 	Stale     bool
 	KVPrefix  string
+	// StateDir, if set, is where the last accepted KV policy documents are
+	// kept (kv-policy.json), so a bridge started while a KV document is
+	// broken serves that document's last accepted version.
+	StateDir string
 	// WaitTime is how long one blocking query may block.
 	WaitTime time.Duration
 	// StaleAfter is how long Consul may be unreachable before /readyz
@@ -136,6 +140,7 @@ type consulBlock struct {
 	TokenFile     *string        `hcl:"token_file,optional"`
 	Stale         *bool          `hcl:"stale,optional"`
 	KVPrefix      *string        `hcl:"kv_prefix,optional"`
+	StateDir      *string        `hcl:"state_dir,optional"`
 	WaitTime      hcl.Expression `hcl:"wait_time,optional"`
 	StaleAfter    hcl.Expression `hcl:"stale_after,optional"`
 	ReconnectHold hcl.Expression `hcl:"reconnect_hold,optional"`
@@ -185,6 +190,7 @@ func (b *consulBlock) apply(s *ConsulSettings) hcl.Diagnostics {
 	set(&s.TokenFile, b.TokenFile)
 	set(&s.Stale, b.Stale)
 	set(&s.KVPrefix, b.KVPrefix)
+	set(&s.StateDir, b.StateDir)
 	diags := durationAttr(b.WaitTime, &s.WaitTime)
 	diags = append(diags, durationAttr(b.StaleAfter, &s.StaleAfter)...)
 	diags = append(diags, durationAttrZero(b.ReconnectHold, &s.ReconnectHold)...)

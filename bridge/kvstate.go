@@ -1,0 +1,107 @@
+package bridge
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+)
+
+// The KV state file keeps the KV policy documents of the last accepted
+// policy (consul.state_dir/kv-policy.json). A bridge that starts while a
+// KV document is broken has no last good policy in memory; with the file
+// it serves that document's last accepted version instead of either a
+// policy without it or nothing at all.
+
+const kvStateFile = "kv-policy.json"
+
+type kvState struct {
+	Prefix    string              `json:"prefix"`
+	Documents []consul.KVDocument `json:"documents"`
+}
+
+// saveKVState writes the accepted documents atomically: a crash leaves
+// the old file or the new one, never half of one.
+func saveKVState(dir, prefix string, docs []consul.KVDocument) error {
+	b, err := json.MarshalIndent(kvState{Prefix: prefix, Documents: docs}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(dir, kvStateFile+".*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(f.Name()) // after a successful rename, a no-op
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(f.Name(), filepath.Join(dir, kvStateFile))
+}
+
+// loadKVState reads the state file; (nil, nil) if there is none or it is
+// for another prefix.
+func loadKVState(dir, prefix string) (*kvState, error) {
+	b, err := os.ReadFile(filepath.Join(dir, kvStateFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var st kvState
+	if err := json.Unmarshal(b, &st); err != nil {
+		return nil, fmt.Errorf("%s: %w", filepath.Join(dir, kvStateFile), err)
+	}
+	if st.Prefix != prefix {
+		return nil, nil
+	}
+	return &st, nil
+}
+
+// patchKV replaces, in cur, every document that does not parse (or that
+// was left out for breaking a limit) with its last accepted version from
+// st, and reports the keys it replaced. Keys st lacks stay as they are.
+func patchKV(cur *consul.KVUpdate, st *kvState) (*consul.KVUpdate, []string) {
+	last := map[string]consul.KVDocument{}
+	for _, d := range st.Documents {
+		last[d.Key] = d
+	}
+	out := &consul.KVUpdate{}
+	var replaced []string
+	for _, d := range cur.Documents {
+		if _, diags := policy.ParseKV(d.Key, d.Value); diags.HasErrors() {
+			if prev, ok := last[d.Key]; ok {
+				d = prev
+				replaced = append(replaced, d.Key)
+			}
+		}
+		out.Documents = append(out.Documents, d)
+	}
+	for _, r := range cur.Rejected {
+		key, _, _ := strings.Cut(r, ": ")
+		if prev, ok := last[key]; ok {
+			out.Documents = append(out.Documents, prev)
+			replaced = append(replaced, key)
+			continue
+		}
+		out.Rejected = append(out.Rejected, r)
+	}
+	return out, replaced
+}

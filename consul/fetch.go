@@ -42,3 +42,19 @@ func FetchCatalog(ctx context.Context, client *api.Client, targets Targets, q Qu
 	}
 	return NewCatalog(services), nil
 }
+
+// FetchKV reads the policy documents under prefix once, without blocking,
+// normalised and limited as the KV watcher does, for one-shot commands
+// (`plan`) that must see the policy the running bridge merges.
+func FetchKV(ctx context.Context, client *api.Client, prefix string, q QueryOptions) (*KVUpdate, error) {
+	if prefix == "" {
+		return nil, fmt.Errorf("consul kv: empty prefix")
+	}
+	w := NewKVWatcher(KVConfig{Client: client, Prefix: prefix, Query: q})
+	pairs, meta, err := client.KV().List(prefix, (&api.QueryOptions{Datacenter: q.Datacenter, AllowStale: q.Stale}).WithContext(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("kv %q: %w", prefix, err)
+	}
+	s := w.normalise(pairs)
+	return &KVUpdate{Documents: s.docs, Rejected: s.rejected, Index: meta.LastIndex}, nil
+}

@@ -218,6 +218,12 @@ func Merge(docs ...*Document) (*Config, hcl.Diagnostics) {
 // PEM files the policy names (Policy.ReadFiles). The returned map holds
 // each file's source for printing diagnostics with context.
 func LoadFiles(paths ...string) (*Config, map[string][]byte, hcl.Diagnostics) {
+	return LoadWith(paths, nil)
+}
+
+// LoadWith is LoadFiles with more documents (KV documents, already
+// parsed) merged after the files, as the daemon merges them.
+func LoadWith(paths []string, extra []*Document) (*Config, map[string][]byte, hcl.Diagnostics) {
 	var (
 		diags   hcl.Diagnostics
 		docs    []*Document
@@ -251,7 +257,7 @@ func LoadFiles(paths ...string) (*Config, map[string][]byte, hcl.Diagnostics) {
 	if diags.HasErrors() {
 		return nil, sources, diags
 	}
-	cfg, ds := Merge(docs...)
+	cfg, ds := Merge(append(docs, extra...)...)
 	diags = append(diags, ds...)
 	if diags.HasErrors() {
 		return nil, sources, diags

@@ -5,7 +5,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"net/url"
+	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
@@ -13,6 +17,8 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/plan"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/hcl/v2"
 )
 
 // planCmd exits 0 with no changes, 2 with changes, 1 on error, so scripts
@@ -24,11 +30,16 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&configs, "config", "configuration file (HCL) with the policy to plan; repeat for several")
 	cluster := fs.String("cluster", "", "plan only for proxies with this node.cluster (default: shared clusters and every proxy group)")
 	admin := fs.String("admin", "", "running bridge's admin address (default: the config's admin block)")
+	kvKey := fs.String("kv-key", "", "plan a new version of this KV policy document (full key under kv_prefix), read from the FILE argument")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	if len(configs) == 0 {
-		fmt.Fprintln(stderr, "plan: at least one -config FILE is required")
+		fmt.Fprintln(stderr, "plan: at least one -config FILE is required (the files the bridge runs with)")
+		return 2
+	}
+	if (*kvKey != "") != (fs.NArg() == 1) || fs.NArg() > 1 {
+		fmt.Fprintln(stderr, "plan: -kv-key KEY takes the new document as its one FILE argument: plan -config central.hcl -kv-key KEY FILE")
 		return 2
 	}
 	cfg, _, diags := policy.LoadFiles(configs...)
@@ -48,6 +59,14 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "plan: %v\n", err)
 		return 1
+	}
+	if s.KVPrefix != "" || *kvKey != "" {
+		// The running bridge merges the KV documents after the files: so
+		// does the plan, with -kv-key's new version in place of the key's.
+		if cfg, err = withKV(ctx, client, configs, s, *kvKey, fs.Arg(0), stderr); err != nil {
+			fmt.Fprintf(stderr, "plan: %v\n", err)
+			return 1
+		}
 	}
 	cat, err := consul.FetchCatalog(ctx, client, model.WatchTargets(cfg.Policy), consul.QueryOptions{Datacenter: s.Datacenter, Stale: s.Stale})
 	if err != nil {
@@ -110,4 +129,51 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return 0
+}
+
+// withKV loads the policy of files merged with the KV documents under the
+// config's kv_prefix, the document under kvKey (if set) replaced by, or
+// added as, newFile's contents.
+func withKV(ctx context.Context, client *api.Client, files []string, s policy.ConsulSettings, kvKey, newFile string, stderr io.Writer) (*policy.Config, error) {
+	if s.KVPrefix == "" {
+		return nil, fmt.Errorf("-kv-key needs consul { kv_prefix } in the config")
+	}
+	if kvKey != "" && !strings.HasPrefix(kvKey, s.KVPrefix) {
+		return nil, fmt.Errorf("-kv-key %q is not under kv_prefix %q; the bridge would not read it", kvKey, s.KVPrefix)
+	}
+	kv, err := consul.FetchKV(ctx, client, s.KVPrefix, consul.QueryOptions{Datacenter: s.Datacenter, Stale: s.Stale})
+	if err != nil {
+		return nil, fmt.Errorf("reading Consul KV: %w", err)
+	}
+	if len(kv.Rejected) > 0 {
+		return nil, fmt.Errorf("KV documents over the limits, which the bridge rejects too: %s", strings.Join(kv.Rejected, "; "))
+	}
+	values := map[string][]byte{}
+	for _, d := range kv.Documents {
+		values[d.Key] = d.Value
+	}
+	if kvKey != "" {
+		b, err := os.ReadFile(newFile)
+		if err != nil {
+			return nil, err
+		}
+		values[kvKey] = b
+	}
+	var docs []*policy.Document
+	var diags hcl.Diagnostics
+	for _, key := range slices.Sorted(maps.Keys(values)) {
+		doc, ds := policy.ParseKV(key, values[key])
+		diags = append(diags, ds...)
+		if doc != nil {
+			docs = append(docs, doc)
+		}
+	}
+	if !diags.HasErrors() {
+		cfg, _, ds := policy.LoadWith(files, docs)
+		if diags = append(diags, ds...); !diags.HasErrors() {
+			return cfg, nil
+		}
+	}
+	printDiagnostics(stderr, diags)
+	return nil, fmt.Errorf("the policy with the KV documents is invalid")
 }

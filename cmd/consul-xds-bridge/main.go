@@ -131,15 +131,27 @@ func runCmd(args []string, stderr io.Writer) int {
 }
 
 func validateCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	catalogFile := fs.String("catalog", "", "catalog fixture (Consul API JSON) to translate the policy against (default: an empty catalog)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	args = fs.Args()
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "validate: name at least one configuration file")
 		return 2
 	}
+	cat, err := readCatalogFile(*catalogFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "validate: %v\n", err)
+		return 1
+	}
 	cfg, _, diags := policy.LoadFiles(args...)
 	if !diags.HasErrors() && cfg != nil {
-		// What a reload would reject: the policy translated against an
-		// empty catalog.
-		diags = append(diags, bridge.CheckTranslation(nil, cfg.Policy, nil)...)
+		// What a reload would reject: the policy translated against the
+		// catalog (empty unless -catalog).
+		diags = append(diags, bridge.CheckTranslation(cat, cfg.Policy, nil)...)
 	}
 	if len(diags) > 0 {
 		printDiagnostics(stderr, diags)

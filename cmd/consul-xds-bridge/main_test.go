@@ -35,6 +35,11 @@ func TestValidate(t *testing.T) {
 			wantCode: 1,
 			wantOut:  []string{untranslatable + `:5:7: Proxy group "edge" cannot be translated to Envoy resources`},
 		},
+		"with a catalog fixture": {
+			args:     []string{"validate", "-catalog", "../../examples/policies/edge-gateway.catalog.json", "../../examples/policies/edge-gateway.hcl"},
+			wantCode: 0,
+			wantOut:  []string{"1 file(s) valid"},
+		},
 		"missing file": {args: []string{"validate", filepath.Join(dir, "nope.hcl")}, wantCode: 1, wantOut: []string{"nope.hcl: Cannot read configuration file"}},
 		"no files":     {args: []string{"validate"}, wantCode: 2, wantOut: []string{"name at least one"}},
 		"version":      {args: []string{"version"}, wantCode: 0, wantOut: []string{"consul-xds-bridge", "go-control-plane: v0.14.0"}},

@@ -49,19 +49,10 @@ func testCmd(args []string, stdout, stderr io.Writer) int {
 		printDiagnostics(stderr, diags)
 		return 1
 	}
-	var cat *consul.Catalog
-	if *catalogFile != "" {
-		f, err := os.Open(*catalogFile)
-		if err != nil {
-			fmt.Fprintf(stderr, "test: %v\n", err)
-			return 1
-		}
-		cat, err = consul.ReadFixture(f)
-		f.Close()
-		if err != nil {
-			fmt.Fprintf(stderr, "test: %s: %v\n", *catalogFile, err)
-			return 1
-		}
+	cat, err := readCatalogFile(*catalogFile)
+	if err != nil {
+		fmt.Fprintf(stderr, "test: %v\n", err)
+		return 1
 	}
 	tests := suite.Tests
 	if filter != nil {
@@ -91,4 +82,21 @@ func testCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	return 0
+}
+
+// readCatalogFile reads a catalog fixture (Consul API JSON); nil for "".
+func readCatalogFile(path string) (*consul.Catalog, error) {
+	if path == "" {
+		return nil, nil
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cat, err := consul.ReadFixture(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cat, nil
 }

@@ -3,6 +3,7 @@ package bridge_test
 import (
 	"bytes"
 	"os"
+	"strings"
 	"testing"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
@@ -30,6 +31,7 @@ func TestNamesIgnoreWhereThePolicyComesFrom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var lastSources map[string]string
 	render := func(name string, src []byte) []byte {
 		t.Helper()
 		doc, diags := policy.Parse(name, src)
@@ -45,6 +47,7 @@ func TestNamesIgnoreWhereThePolicyComesFrom(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
+		lastSources = out.Groups["edge"].RouteSources
 		var b bytes.Buffer
 		for _, r := range out.Groups["edge"].Routes {
 			j, err := xds.MarshalResource(r)
@@ -60,6 +63,10 @@ func TestNamesIgnoreWhereThePolicyComesFrom(t *testing.T) {
 		return b.Bytes()
 	}
 	want := render("/etc/consul-xds-bridge/edge-gateway.hcl", src)
+	wantSources := lastSources
+	if len(wantSources) == 0 {
+		t.Fatal("no route sources: the config dump could not say where a route is declared")
+	}
 	for name, variant := range map[string]struct {
 		file string
 		src  []byte
@@ -70,6 +77,16 @@ func TestNamesIgnoreWhereThePolicyComesFrom(t *testing.T) {
 	} {
 		if got := render(variant.file, variant.src); !bytes.Equal(got, want) {
 			t.Errorf("%s: the edge group's listeners and routes differ", name)
+		}
+		// Where each route is declared is still known, beside the
+		// resources: the comment moved every route two lines down.
+		for route, src := range lastSources {
+			if !strings.HasPrefix(src, variant.file+":") {
+				t.Errorf("%s: route %s declared at %q, want in %s", name, route, src, variant.file)
+			}
+			if name == "comment added" && src == wantSources[route] {
+				t.Errorf("%s: route %s still at %q after two lines were added above it", name, route, src)
+			}
 		}
 	}
 }

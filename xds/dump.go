@@ -23,6 +23,9 @@ type ConfigDump struct {
 	Routes    []json.RawMessage `json:"routes"`
 	// Secrets are the SDS secrets, private keys redacted.
 	Secrets []json.RawMessage `json:"secrets,omitempty"`
+	// RouteSources says where the policy declares each route
+	// (Resources.RouteSources); it is not part of what Envoy gets.
+	RouteSources map[string]string `json:"route_sources,omitempty"`
 }
 
 var dumpJSON = protojson.MarshalOptions{UseProtoNames: true}

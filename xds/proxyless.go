@@ -31,6 +31,7 @@ func translateProxyless(listeners []ir.Listener) (*Resources, error) {
 		if err := unsupportedProxyless(l); err != nil {
 			errs = append(errs, err)
 		}
+		r.addRouteSources(l)
 		r.Listeners = append(r.Listeners, buildAPIListener(l))
 		r.Routes = append(r.Routes, buildRouteConfig(l, true))
 	}

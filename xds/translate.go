@@ -31,6 +31,23 @@ type Resources struct {
 	// Secrets are SDS secrets (TLS certificates with their keys, CAs).
 	// A proxy gets the shared ones and its group's in one SDS type.
 	Secrets []*tlsv3.Secret
+	// RouteSources says where the policy declares each route, by route
+	// configuration and route name ("edge.http/shop/0" ->
+	// "edge.hcl:12:7"). It is in no resource, so moving a route in its
+	// file changes no version; the config dump shows it.
+	RouteSources map[string]string
+}
+
+// addRouteSources records where l's routes are declared.
+func (r *Resources) addRouteSources(l *ir.Listener) {
+	for _, vh := range l.VirtualHosts {
+		for _, rt := range vh.Routes {
+			if r.RouteSources == nil {
+				r.RouteSources = map[string]string{}
+			}
+			r.RouteSources[l.Name+"/"+rt.Name] = rt.Source
+		}
+	}
 }
 
 // ByType returns the resources keyed by type URL, the shape go-control-plane
@@ -240,6 +257,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 				}
 			}
 			groupListeners[key] = ml
+			r.addRouteSources(l)
 			r.Listeners = append(r.Listeners, ml.listener)
 			if ml.route != nil {
 				r.Routes = append(r.Routes, ml.route)

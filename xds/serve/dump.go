@@ -40,6 +40,10 @@ func (s *Server) ConfigDump(nodeID, nodeCluster string) (*xds.ConfigDump, error)
 		return nil, ErrNotReady
 	}
 	group := s.groupOfKeyLocked(key)
+	var sources map[string]string
+	if r := s.groupResourcesLocked(key); r != nil {
+		sources = r.RouteSources
+	}
 	sets := s.cache.served(key)
 	if sets == nil {
 		built, err := s.setsLocked(key)
@@ -51,7 +55,7 @@ func (s *Server) ConfigDump(nodeID, nodeCluster string) (*xds.ConfigDump, error)
 	}
 	s.mu.Unlock()
 
-	d := &xds.ConfigDump{NodeID: nodeID, NodeCluster: nodeCluster, Group: group, Versions: map[string]string{}}
+	d := &xds.ConfigDump{NodeID: nodeID, NodeCluster: nodeCluster, Group: group, Versions: map[string]string{}, RouteSources: sources}
 	for _, part := range []struct {
 		typ string
 		dst *[]json.RawMessage

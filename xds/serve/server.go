@@ -194,6 +194,17 @@ func (s *Server) groupErrorLocked(key string) error {
 	return s.out.Failed[s.resolve(nodeCluster)]
 }
 
+// groupResourcesLocked is the group part a key is served from (its last
+// good one if the group failed), nil for none.
+func (s *Server) groupResourcesLocked(key string) *xds.Resources {
+	if nodeCluster, proxyless := parseKey(key); proxyless {
+		return s.lastGood["proxyless"]
+	} else if s.resolve != nil {
+		return s.lastGood["group/"+s.resolve(nodeCluster)]
+	}
+	return nil
+}
+
 // groupLocked is the proxy group whose listeners a node.cluster gets, ""
 // if none.
 func (s *Server) groupLocked(nodeCluster string) string {

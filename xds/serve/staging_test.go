@@ -23,9 +23,9 @@ import (
 // with clusters for services.
 func routedTo(t *testing.T, target string, services ...string) *xds.Output {
 	t.Helper()
-	m := &ir.Model{Groups: []ir.Group{{Name: "edge", Listeners: []ir.Listener{
-		irtest.HTTPListener("edge.http", irtest.RouteTo("/", ir.WeightedCluster{Name: target, Weight: 1})),
-	}}}}
+	route := irtest.RouteTo("/", ir.WeightedCluster{Name: target, Weight: 1})
+	route.Name = "all/0" // as the model names it: virtual host, position
+	m := &ir.Model{Groups: []ir.Group{{Name: "edge", Listeners: []ir.Listener{irtest.HTTPListener("edge.http", route)}}}}
 	for i, svc := range services {
 		m.Clusters = append(m.Clusters, irtest.Cluster(svc, irtest.Endpoint(fmt.Sprintf("10.0.0.%d", i+1), 0, "dc1")))
 	}
@@ -149,5 +149,22 @@ func TestMakeBeforeBreakDoesNotWaitForeverForAStuckProxy(t *testing.T) {
 	}
 	if got := testutil.ToFloat64(s.metrics.stagingTimeouts); got < 1 {
 		t.Errorf("step timeouts = %v, want at least 1 (the stuck proxy never ACKed the new clusters)", got)
+	}
+}
+
+// TestConfigDumpShowsRouteSources: the dump says where each served route
+// is declared, which no resource carries.
+func TestConfigDumpShowsRouteSources(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.update(t, routedTo(t, "api", "api"))
+	d, err := s.ConfigDump("", "edge")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := d.RouteSources["edge.http/all/0"]; got != "test.hcl:/" {
+		t.Errorf("route_sources = %v, want edge.http/all/0 at test.hcl:/", d.RouteSources)
+	}
+	if d, _ := s.ConfigDump("", "no-group"); len(d.RouteSources) != 0 {
+		t.Errorf("a node in no group has route sources %v", d.RouteSources)
 	}
 }

@@ -3,6 +3,7 @@ package bridge
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -201,7 +202,16 @@ func (l *loop) build(ctx context.Context) {
 		failures = append(failures, GroupFailure{Group: f.group, Error: f.err.Error()})
 	}
 	l.d.metrics.failingGroups.Set(float64(len(failures)))
-	l.setStatus(func(st *PolicyStatus) { st.Warnings, st.FailedGroups = warnings, failures })
+	sources := map[string]string{}
+	for _, g := range out.Groups {
+		maps.Copy(sources, g.RouteSources)
+	}
+	if out.Proxyless != nil {
+		maps.Copy(sources, out.Proxyless.RouteSources)
+	}
+	l.setStatus(func(st *PolicyStatus) {
+		st.Warnings, st.FailedGroups, st.RouteSources = warnings, failures, sources
+	})
 }
 
 func keys(ks []consul.ServiceKey) []string {

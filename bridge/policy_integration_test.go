@@ -168,6 +168,11 @@ func TestPolicyFromFileAndKV(t *testing.T) {
 	if names := other.Snapshot().ListenerNames(); len(names) != 0 {
 		t.Fatalf("a node in no group got listeners: %v", names)
 	}
+	// /v1/policy says where each served route is declared, file or KV.
+	srcs := policyStatus(t, h).RouteSources
+	if !strings.HasPrefix(srcs["edge.http/shop/0"], file+":") || !strings.HasPrefix(srcs["sidecar-*.outbound/web/0"], prefix+"sidecars.hcl:") {
+		t.Errorf("route_sources = %v, want edge.http's routes in %s and the sidecars' in KV", srcs, file)
+	}
 
 	// A KV edit reaches the proxy quickly and without a restart.
 	start := time.Now()

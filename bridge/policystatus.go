@@ -32,6 +32,9 @@ type PolicyStatus struct {
 	// (odd Consul data Envoy would refuse): they keep serving their last
 	// good listeners and routes while every other group updates.
 	FailedGroups []GroupFailure `json:"failed_groups,omitempty"`
+	// RouteSources says where the policy declares each served route, by
+	// route configuration and route name ("edge.http/shop/0").
+	RouteSources map[string]string `json:"route_sources,omitempty"`
 }
 
 // GroupFailure is one proxy group's failed translation.

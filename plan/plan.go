@@ -60,6 +60,7 @@ func Dump(out *xds.Output, nodeCluster, group string) (*xds.ConfigDump, error) {
 		add(&d.Listeners, gt[resourcev3.ListenerType])
 		add(&d.Routes, gt[resourcev3.RouteType])
 		add(&d.Secrets, gt[resourcev3.SecretType])
+		d.RouteSources = g.RouteSources
 	}
 	return d, errors.Join(errs...)
 }
@@ -128,13 +129,31 @@ func Diff(running, planned *xds.ConfigDump) ([]Change, error) {
 			default:
 				continue
 			}
-			if k.kind == "endpoints" {
+			switch {
+			case k.kind == "endpoints":
 				c.Detail = endpointDetail(o, nw)
+			case k.kind == "route" && inNew:
+				c.Detail = routeSources(planned.RouteSources, n)
 			}
 			out = append(out, c)
 		}
 	}
 	return out, nil
+}
+
+// routeSources says where the policy declares the routes of route
+// configuration rc ("routes at edge.hcl:12:7, edge.hcl:20:7").
+func routeSources(sources map[string]string, rc string) string {
+	var at []string
+	for _, k := range slices.Sorted(maps.Keys(sources)) {
+		if strings.HasPrefix(k, rc+"/") {
+			at = append(at, sources[k])
+		}
+	}
+	if len(at) == 0 {
+		return ""
+	}
+	return "routes at " + strings.Join(at, ", ")
 }
 
 // index maps resource name to a canonical encoding: protojson from two

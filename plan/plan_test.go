@@ -10,6 +10,7 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
@@ -107,5 +108,29 @@ func TestDiffEndpointsAddAndRemove(t *testing.T) {
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("changes:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+// TestDiffSaysWhereChangedRoutesAreDeclared: a changed route
+// configuration names where its routes are in the policy, which route
+// names (virtual host and position) do not say.
+func TestDiffSaysWhereChangedRoutesAreDeclared(t *testing.T) {
+	dump := func(prefix string) *xds.ConfigDump {
+		t.Helper()
+		rc := &routev3.RouteConfiguration{Name: "edge.http", VirtualHosts: []*routev3.VirtualHost{{Name: "shop", Domains: []string{"*"},
+			Routes: []*routev3.Route{{Name: "shop/0", Match: &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_Prefix{Prefix: prefix}}}}}}}
+		group := &xds.Resources{Routes: []*routev3.RouteConfiguration{rc}, RouteSources: map[string]string{"edge.http/shop/0": "edge.hcl:12:7"}}
+		d, err := Dump(&xds.Output{Shared: &xds.Resources{}, Groups: map[string]*xds.Resources{"edge": group}}, "edge", "edge")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	changes, err := Diff(dump("/"), dump("/v2/"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(changes) != 1 || changes[0].Action != Modify || changes[0].Detail != "routes at edge.hcl:12:7" {
+		t.Errorf("changes = %+v, want the route configuration changed, with its routes' location", changes)
 	}
 }

@@ -257,7 +257,7 @@ func (l *loop) reloadPolicy(trigger string) {
 		}
 		l.reject(trigger, try)
 		l.setStatus(func(st *PolicyStatus) {
-			st.Waiting = "the KV policy documents were rejected at start and no last accepted version is kept; no proxy is answered until they are fixed: " +
+			st.Waiting = "the KV policy documents were rejected at start and no last accepted version of them could be served (consul.state_dir); no proxy is answered until they are fixed: " +
 				strings.Join(st.LastError.Diagnostics, "; ")
 		})
 		return

@@ -48,46 +48,61 @@ type staging struct {
 }
 
 // stageLocked serves key the next step towards target, or target itself,
-// and reports the type URLs whose served set changed.
+// and reports the type URLs whose served set changed. A key already in a
+// step stays in it with the new target (a health flip during a policy
+// change must not restart the wait, or a busy catalog would hold the
+// change back for ever): the step's deadline stands.
 func (s *Server) stageLocked(key string, target map[string]*typeSet) []string {
+	cur := s.cache.served(key)
+	st := s.staged[key]
+	step := 0
+	if _, proxyless := parseKey(key); !proxyless && cur != nil {
+		routesChange := cur[resourcev3.ListenerType] != target[resourcev3.ListenerType] ||
+			cur[resourcev3.RouteType] != target[resourcev3.RouteType]
+		switch {
+		case routesChange && st != nil && st.step == 1,
+			routesChange && adds(target, cur, resourcev3.ClusterType):
+			step = 1 // new clusters, not acknowledged yet, for new routes
+		case adds(cur, target, resourcev3.ClusterType) && (routesChange || st != nil && st.step == 2):
+			step = 2 // routes that stop using clusters, not acknowledged yet
+		}
+	}
+	if step == 0 {
+		s.unstageLocked(key)
+		return s.cache.set(key, target)
+	}
+	if st == nil || st.step != step {
+		s.unstageLocked(key)
+		st = &staging{step: step}
+		st.timer = time.AfterFunc(s.cfg.StepTimeout, func() { s.stepTimedOut(key, st) })
+		s.staged[key] = st
+	}
+	st.target = target
+	changed := s.cache.set(key, s.stepSetsLocked(key, cur, st))
+	s.advanceLocked(key) // nothing to wait for if no stream is there
+	return changed
+}
+
+// stepSetsLocked is what key is served in st's step: the target's
+// clusters, endpoints and secrets beside those it is served now, with its
+// current listeners and routes (step 1) or the target's (step 2).
+func (s *Server) stepSetsLocked(key string, cur map[string]*typeSet, st *staging) map[string]*typeSet {
+	sets := maps.Clone(st.target)
+	for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.SecretType} {
+		sets[typ] = s.unionLocked(key, typ, st.target[typ], cur[typ])
+	}
+	if st.step == 1 {
+		sets[resourcev3.ListenerType], sets[resourcev3.RouteType] = cur[resourcev3.ListenerType], cur[resourcev3.RouteType]
+	}
+	return sets
+}
+
+// unstageLocked ends key's steps, if any.
+func (s *Server) unstageLocked(key string) {
 	if st := s.staged[key]; st != nil {
 		st.timer.Stop()
 		delete(s.staged, key)
 	}
-	cur := s.cache.served(key)
-	if _, proxyless := parseKey(key); proxyless || cur == nil {
-		return s.cache.set(key, target)
-	}
-	listenersChange := cur[resourcev3.ListenerType] != target[resourcev3.ListenerType] ||
-		cur[resourcev3.RouteType] != target[resourcev3.RouteType]
-	if !listenersChange {
-		return s.cache.set(key, target)
-	}
-	switch {
-	case adds(cur, target, resourcev3.ClusterType):
-		return s.stepLocked(key, target, 1)
-	case adds(target, cur, resourcev3.ClusterType):
-		return s.stepLocked(key, target, 2)
-	}
-	return s.cache.set(key, target)
-}
-
-// stepLocked serves step 1 or 2 of key's update and waits for it.
-func (s *Server) stepLocked(key string, target map[string]*typeSet, step int) []string {
-	cur := s.cache.served(key)
-	sets := maps.Clone(target)
-	for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.SecretType} {
-		sets[typ] = s.unionLocked(key, typ, target[typ], cur[typ])
-	}
-	if step == 1 {
-		sets[resourcev3.ListenerType], sets[resourcev3.RouteType] = cur[resourcev3.ListenerType], cur[resourcev3.RouteType]
-	}
-	st := &staging{target: target, step: step}
-	st.timer = time.AfterFunc(s.cfg.StepTimeout, func() { s.stepTimedOut(key, st) })
-	s.staged[key] = st
-	changed := s.cache.set(key, sets)
-	s.advanceLocked(key) // nothing to wait for if no stream is there
-	return changed
 }
 
 // unionLocked is target's resources of typ and those of cur that target
@@ -154,10 +169,13 @@ func (s *Server) advanceLocked(key string) {
 }
 
 func (s *Server) nextStepLocked(key string, st *staging) {
-	st.timer.Stop()
-	delete(s.staged, key)
+	s.unstageLocked(key)
 	if st.step == 1 && adds(s.cache.served(key), st.target, resourcev3.ClusterType) {
-		s.stepLocked(key, st.target, 2)
+		st2 := &staging{step: 2, target: st.target}
+		st2.timer = time.AfterFunc(s.cfg.StepTimeout, func() { s.stepTimedOut(key, st2) })
+		s.staged[key] = st2
+		s.cache.set(key, s.stepSetsLocked(key, s.cache.served(key), st2))
+		s.advanceLocked(key)
 		return
 	}
 	s.cache.set(key, st.target)

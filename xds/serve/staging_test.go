@@ -168,3 +168,87 @@ func TestConfigDumpShowsRouteSources(t *testing.T) {
 		t.Errorf("a node in no group has route sources %v", d.RouteSources)
 	}
 }
+
+// TestMakeBeforeBreakDuringChurn: endpoint changes arriving while a move
+// is under way (a busy catalog) do not restart its steps' deadline: with a
+// proxy that never answers, the move still completes for the others while
+// the churn goes on, and no state of theirs routes to a cluster they
+// cannot serve.
+func TestMakeBeforeBreakDuringChurn(t *testing.T) {
+	const step = 300 * time.Millisecond
+	s := startServer(t, ServerConfig{StepTimeout: step})
+	withPort := func(out *xds.Output, port uint32) *xds.Output {
+		for _, cla := range out.Shared.Endpoints {
+			cla.GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().PortSpecifier =
+				&corev3.SocketAddress_PortValue{PortValue: port}
+		}
+		return out
+	}
+	s.update(t, routedTo(t, "api", "api"))
+	var mu sync.Mutex
+	var broken []string
+	good := dial(t, s, adsclient.Config{NodeID: "edge-1", Cluster: "edge", Mode: adsclient.SotW, OnUpdate: func(u adsclient.Update) {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(u.State.ListenerNames()) > 0 {
+			broken = append(broken, brokenRoutes(u.State)...)
+		}
+	}})
+	if _, err := good.Wait(waitCtx(t), func(st adsclient.State) bool { return st.RouteConfig("edge.http") != nil }); err != nil {
+		t.Fatal(err)
+	}
+	// A proxy of the same node.cluster that takes clusters and then never
+	// answers: every step waits for it until the deadline.
+	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(grpcConn(t, s.addr)).StreamAggregatedResources(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &corev3.Node{Id: "edge-stuck", Cluster: "edge"}
+	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := ads.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType, VersionInfo: first.GetVersionInfo(), ResponseNonce: first.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitStatus(t, "edge-stuck", "CDS", StatusSynced)
+
+	var outs []*xds.Output
+	for i := range 60 { // 60 × 20ms: four step deadlines of churn
+		outs = append(outs, withPort(routedTo(t, "web", "api", "web"), uint32(9000+i)))
+	}
+	moved := make(chan time.Duration, 1)
+	start := time.Now()
+	go func() {
+		if _, err := good.Wait(waitCtx(t), func(st adsclient.State) bool {
+			rc := st.RouteConfig("edge.http")
+			return rc != nil && rc.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster() == "web"
+		}); err == nil {
+			moved <- time.Since(start)
+		}
+	}()
+	for _, out := range outs {
+		if _, err := s.Update(context.Background(), out, resolveEdge); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	churn := time.Since(start)
+	select {
+	case took := <-moved:
+		if took > churn {
+			t.Errorf("the move took %v, after the churn ended (%v): the steps' deadline restarted with every update", took, churn)
+		}
+		t.Logf("moved after %v of %v churn (step timeout %v)", took, churn, step)
+	case <-time.After(5 * time.Second):
+		t.Fatalf("the move did not complete within 5s after %v of churn", churn)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(broken) > 0 {
+		t.Errorf("states routed to clusters the proxy could not serve: %v", broken)
+	}
+}

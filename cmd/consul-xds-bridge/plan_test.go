@@ -53,25 +53,7 @@ func TestPlanAgainstRunningBridge(t *testing.T) {
 	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, _, diags := policy.LoadFiles(file)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	cfg.Settings.XDS.Listen, cfg.Settings.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
-	d := bridge.New(bridge.Config{ConfigFiles: []string{file}, Settings: cfg.Settings, Policy: cfg.Policy, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	<-d.Started()
-	deadline := time.Now().Add(15 * time.Second)
-	for !d.Ready() {
-		if time.Now().After(deadline) {
-			t.Fatal("bridge not ready")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	admin := d.AdminAddr().String()
+	admin := runBridge(t, file)
 
 	var out, errOut bytes.Buffer
 	if code := realMain([]string{"plan", "-config", file, "-admin", admin}, &out, &errOut); code != 0 {
@@ -142,23 +124,7 @@ func TestPlanReadsKV(t *testing.T) {
 	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cfg, _, diags := policy.LoadFiles(file)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	cfg.Settings.XDS.Listen, cfg.Settings.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
-	d := bridge.New(bridge.Config{ConfigFiles: []string{file}, Settings: cfg.Settings, Policy: cfg.Policy, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	<-d.Started()
-	for deadline := time.Now().Add(15 * time.Second); !d.Ready(); time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("bridge not ready")
-		}
-	}
-	admin := d.AdminAddr().String()
+	admin := runBridge(t, file)
 
 	var out, errOut bytes.Buffer
 	if code := realMain([]string{"plan", "-config", file, "-admin", admin}, &out, &errOut); code != 0 {
@@ -190,4 +156,27 @@ func TestPlanReadsKV(t *testing.T) {
 	if code := realMain([]string{"plan", "-config", file, "-admin", admin, "-kv-key", key, broken}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), key+":1:") {
 		t.Errorf("plan -kv-key of a broken document: exit %d, stderr %q; want 1 with the key's position", code, errOut.String())
 	}
+}
+
+// runBridge runs a bridge on the config file until the test ends and
+// returns its admin address once it is ready.
+func runBridge(t *testing.T, file string) string {
+	t.Helper()
+	cfg, _, diags := policy.LoadFiles(file)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	cfg.Settings.XDS.Listen, cfg.Settings.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	d := bridge.New(bridge.Config{ConfigFiles: []string{file}, Settings: cfg.Settings, Policy: cfg.Policy, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-d.Started()
+	for deadline := time.Now().Add(15 * time.Second); !d.Ready(); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("bridge not ready")
+		}
+	}
+	return d.AdminAddr().String()
 }

@@ -122,23 +122,7 @@ func TestMakeBeforeBreakDoesNotWaitForeverForAStuckProxy(t *testing.T) {
 	if _, err := good.Wait(waitCtx(t), func(st adsclient.State) bool { return st.RouteConfig("edge.http") != nil }); err != nil {
 		t.Fatal(err)
 	}
-	// The stuck proxy takes clusters once and never answers again.
-	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(grpcConn(t, s.addr)).StreamAggregatedResources(waitCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := &corev3.Node{Id: "edge-stuck", Cluster: "edge"}
-	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType}); err != nil {
-		t.Fatal(err)
-	}
-	first, err := ads.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType, VersionInfo: first.GetVersionInfo(), ResponseNonce: first.GetNonce()}); err != nil {
-		t.Fatal(err)
-	}
-	s.waitStatus(t, "edge-stuck", "CDS", StatusSynced)
+	stuckProxy(t, s) // takes clusters once and never answers again
 
 	s.update(t, routedTo(t, "web", "web"))
 	if _, err := good.Wait(waitCtx(t), func(st adsclient.State) bool {
@@ -199,22 +183,7 @@ func TestMakeBeforeBreakDuringChurn(t *testing.T) {
 	}
 	// A proxy of the same node.cluster that takes clusters and then never
 	// answers: every step waits for it until the deadline.
-	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(grpcConn(t, s.addr)).StreamAggregatedResources(waitCtx(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	node := &corev3.Node{Id: "edge-stuck", Cluster: "edge"}
-	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType}); err != nil {
-		t.Fatal(err)
-	}
-	first, err := ads.Recv()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType, VersionInfo: first.GetVersionInfo(), ResponseNonce: first.GetNonce()}); err != nil {
-		t.Fatal(err)
-	}
-	s.waitStatus(t, "edge-stuck", "CDS", StatusSynced)
+	stuckProxy(t, s)
 
 	var outs []*xds.Output
 	for i := range 60 { // 60 × 20ms: four step deadlines of churn
@@ -251,4 +220,26 @@ func TestMakeBeforeBreakDuringChurn(t *testing.T) {
 	if len(broken) > 0 {
 		t.Errorf("states routed to clusters the proxy could not serve: %v", broken)
 	}
+}
+
+// stuckProxy connects node edge-stuck of node.cluster edge over ADS: it
+// takes and ACKs clusters once, then never answers again.
+func stuckProxy(t *testing.T, s *testServer) {
+	t.Helper()
+	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(grpcConn(t, s.addr)).StreamAggregatedResources(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &corev3.Node{Id: "edge-stuck", Cluster: "edge"}
+	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	first, err := ads.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType, VersionInfo: first.GetVersionInfo(), ResponseNonce: first.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	s.waitStatus(t, "edge-stuck", "CDS", StatusSynced)
 }

@@ -9,7 +9,10 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
+	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -242,4 +245,105 @@ func stuckProxy(t *testing.T, s *testServer) {
 		t.Fatal(err)
 	}
 	s.waitStatus(t, "edge-stuck", "CDS", StatusSynced)
+}
+
+// TestMakeBeforeBreakPerTypeStreams: an Envoy on per-type SotW streams
+// (CDS, EDS and RDS apart) gets the same order: the route to the new
+// cluster only after it acknowledged that cluster and its endpoints, and
+// the old cluster's removal only after it acknowledged that route.
+func TestMakeBeforeBreakPerTypeStreams(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.update(t, routedTo(t, "api", "api"))
+	conn := grpcConn(t, s.addr)
+	node := &corev3.Node{Id: "edge-pt", Cluster: "edge"}
+	cds, err := clusterservice.NewClusterDiscoveryServiceClient(conn).StreamClusters(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eds, err := endpointservice.NewEndpointDiscoveryServiceClient(conn).StreamEndpoints(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rds, err := routeservice.NewRouteDiscoveryServiceClient(conn).StreamRoutes(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fetchSotW(t, cds, node, resourcev3.ClusterType, nil)
+	fetchSotW(t, eds, node, resourcev3.EndpointType, []string{"api"})
+	fetchSotW(t, rds, node, resourcev3.RouteType, []string{"edge.http"})
+
+	type got struct {
+		resp *discoveryv3.DiscoveryResponse
+		at   time.Time
+	}
+	routes := make(chan got, 4)
+	go func() {
+		for {
+			r, err := rds.Recv()
+			if err != nil {
+				return
+			}
+			routes <- got{r, time.Now()}
+		}
+	}()
+	s.update(t, routedTo(t, "web", "web"))
+
+	// Step 1: clusters api and web; the proxy asks for web's endpoints.
+	c1, err := cds.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names := hashes(t, c1.GetResources()); len(names) != 2 {
+		t.Fatalf("first CDS after the move has %v, want api and web side by side", names)
+	}
+	time.Sleep(200 * time.Millisecond) // a slow proxy: nothing may route to web yet
+	select {
+	case r := <-routes:
+		t.Fatalf("route configuration %s sent before the proxy acknowledged the new cluster", r.resp.GetVersionInfo())
+	default:
+	}
+	clusters := make(chan *discoveryv3.DiscoveryResponse, 4)
+	go func() {
+		for {
+			c, err := cds.Recv()
+			if err != nil {
+				return
+			}
+			clusters <- c
+		}
+	}()
+	fetchSotW(t, eds, node, resourcev3.EndpointType, []string{"api", "web"})
+	ackedAt := time.Now()
+	if err := cds.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType, VersionInfo: c1.GetVersionInfo(), ResponseNonce: c1.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	// Step 2: the route, once clusters and endpoints are acknowledged.
+	var r got
+	select {
+	case r = <-routes:
+	case <-time.After(4 * time.Second):
+		t.Fatal("no new route configuration after the proxy acknowledged the new cluster")
+	}
+	if r.at.Before(ackedAt) {
+		t.Fatal("route configuration arrived before the cluster ACK")
+	}
+	// Step 3 waits for the route ACK: api is still there until then.
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case c := <-clusters:
+		t.Fatalf("CDS %v sent before the proxy acknowledged the route that stopped using api", hashes(t, c.GetResources()))
+	default:
+	}
+	if err := rds.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.RouteType, ResourceNames: []string{"edge.http"}, VersionInfo: r.resp.GetVersionInfo(), ResponseNonce: r.resp.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	var c2 *discoveryv3.DiscoveryResponse
+	select {
+	case c2 = <-clusters:
+	case <-time.After(4 * time.Second):
+		t.Fatal("api was never removed after the route ACK")
+	}
+	if names := hashes(t, c2.GetResources()); len(names) != 1 || names["web"] == "" {
+		t.Fatalf("CDS after the route ACK has %v, want web alone", names)
+	}
 }

@@ -268,31 +268,33 @@ func (c *serveCache) join(key string) bool {
 	return k.sets == nil
 }
 
-// leave uncounts a stream of key and drops the key with its last stream
+// leave uncounts a stream of key and drops the key with its last stream,
+// reporting whether it did
 // (watches are cancelled before the stream's close is reported). The
 // shared key stays. Counting and dropping under one lock means a stream
 // announcing the key again never finds it half forgotten.
-func (c *serveCache) leave(key string) {
+func (c *serveCache) leave(key string) (dropped bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := c.keys[key]
 	if k == nil {
-		return
+		return false
 	}
 	if k.streams--; k.streams > 0 || key == "" {
-		return
+		return false
 	}
 	for _, ws := range k.sotw {
 		if len(ws) > 0 {
-			return
+			return false
 		}
 	}
 	for _, ws := range k.delta {
 		if len(ws) > 0 {
-			return
+			return false
 		}
 	}
 	delete(c.keys, key)
+	return true
 }
 
 // served returns what key is served, nil if it was never set.

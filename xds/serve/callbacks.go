@@ -6,6 +6,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/rs/zerolog"
@@ -108,8 +109,8 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 	}
 }
 
-func (c *callbacks) response(key streamKey, typeURL, version, nonce string, resources, removed int) {
-	node := c.tracker.response(key, typeURL, version, nonce, resources)
+func (c *callbacks) response(key streamKey, typeURL, version, nonce string, resources, removed int, names func() []string) {
+	node := c.tracker.response(key, typeURL, version, nonce, resources, names)
 	c.metrics.pushes.WithLabelValues(metricType(typeURL)).Inc()
 	ev := c.log.Debug()
 	if ev.Enabled() {
@@ -136,7 +137,16 @@ func (c *callbacks) OnStreamRequest(id int64, r *discoveryv3.DiscoveryRequest) e
 }
 
 func (c *callbacks) OnStreamResponse(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
-	c.response(streamKey{id: id}, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce(), len(resp.GetResources()), 0)
+	c.response(streamKey{id: id}, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce(), len(resp.GetResources()), 0, func() []string {
+		var names []string
+		for _, a := range resp.GetResources() {
+			cla := &endpointv3.ClusterLoadAssignment{}
+			if a.UnmarshalTo(cla) == nil {
+				names = append(names, cla.GetClusterName())
+			}
+		}
+		return names
+	})
 }
 
 func (c *callbacks) OnDeltaStreamOpen(ctx context.Context, id int64, typeURL string) error {
@@ -155,7 +165,13 @@ func (c *callbacks) OnStreamDeltaRequest(id int64, r *discoveryv3.DeltaDiscovery
 }
 
 func (c *callbacks) OnStreamDeltaResponse(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {
-	c.response(streamKey{delta: true, id: id}, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce(), len(resp.GetResources()), len(resp.GetRemovedResources()))
+	c.response(streamKey{delta: true, id: id}, resp.GetTypeUrl(), resp.GetSystemVersionInfo(), resp.GetNonce(), len(resp.GetResources()), len(resp.GetRemovedResources()), func() []string {
+		names := make([]string, len(resp.GetResources()))
+		for i, r := range resp.GetResources() {
+			names[i] = r.GetName()
+		}
+		return names
+	})
 }
 
 // deltaType is the type URL of a delta request: on a per-type stream the

@@ -272,6 +272,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	// Health checkers see NOT_SERVING for the whole drain, and Updates
 	// from now on do not flip it back.
 	s.health.shutdown()
+	defer s.unstageAll()
 	done := make(chan struct{})
 	go func() { g.GracefulStop(); close(done) }()
 	select {
@@ -375,7 +376,13 @@ func (s *Server) sawNode(key string) {
 // forgetKey is told when a stream of key has gone; the cache drops the key
 // with its last stream, so keys do not pile up with every node.cluster
 // ever announced (clients choose it) and updates stop building for them.
-func (s *Server) forgetKey(key string) { s.cache.leave(key) }
+func (s *Server) forgetKey(key string) {
+	if s.cache.leave(key) {
+		s.mu.Lock()
+		s.unstageLocked(key) // nobody left to wait for
+		s.mu.Unlock()
+	}
+}
 
 func (s *Server) setKeyLocked(key string) ([]string, error) {
 	sets, err := s.setsLocked(key)

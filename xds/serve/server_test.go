@@ -119,6 +119,8 @@ func resolveEdge(nodeCluster string) string {
 type testServer struct {
 	*Server
 	addr string
+	// stuckCancel ends the stream stuckProxy opened.
+	stuckCancel context.CancelFunc
 }
 
 // startServer serves s on a loopback port until the test ends.

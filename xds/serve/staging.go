@@ -78,6 +78,9 @@ func (s *Server) stageLocked(key string, target map[string]*typeSet) []string {
 		s.staged[key] = st
 	}
 	st.target = target
+	if step == 1 {
+		s.tracker.expectEndpoints(key, newNames(target[resourcev3.EndpointType], cur[resourcev3.EndpointType]))
+	}
 	changed := s.cache.set(key, s.stepSetsLocked(key, cur, st))
 	s.advanceLocked(key) // nothing to wait for if no stream is there
 	return changed
@@ -97,12 +100,33 @@ func (s *Server) stepSetsLocked(key string, cur map[string]*typeSet, st *staging
 	return sets
 }
 
+// unstageAll ends every key's steps (the server is stopping).
+func (s *Server) unstageAll() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for key := range s.staged {
+		s.unstageLocked(key)
+	}
+}
+
 // unstageLocked ends key's steps, if any.
 func (s *Server) unstageLocked(key string) {
 	if st := s.staged[key]; st != nil {
 		st.timer.Stop()
 		delete(s.staged, key)
+		s.tracker.expectEndpoints(key, nil)
 	}
+}
+
+// newNames lists the names of a that b lacks.
+func newNames(a, b *typeSet) []string {
+	var out []string
+	for _, e := range a.order {
+		if b == nil || b.entries[e.name] == nil {
+			out = append(out, e.name)
+		}
+	}
+	return out
 }
 
 // unionLocked is target's resources of typ and those of cur that target
@@ -131,6 +155,9 @@ func (s *Server) unionLocked(key, typ string, target, cur *typeSet) *typeSet {
 
 // adds reports whether a's set of typ has names b's lacks.
 func adds(a, b map[string]*typeSet, typ string) bool {
+	if a[typ] == nil {
+		return false
+	}
 	for name := range a[typ].entries {
 		if b[typ] == nil || b[typ].entries[name] == nil {
 			return true
@@ -154,6 +181,10 @@ func (s *Server) advanceLocked(key string) {
 		return
 	}
 	sets := s.cache.served(key)
+	if sets == nil {
+		s.unstageLocked(key) // the key is gone with its last stream
+		return
+	}
 	need := []string{resourcev3.ClusterType, resourcev3.EndpointType}
 	if st.step == 2 {
 		need = []string{resourcev3.ListenerType, resourcev3.RouteType}
@@ -170,11 +201,15 @@ func (s *Server) advanceLocked(key string) {
 
 func (s *Server) nextStepLocked(key string, st *staging) {
 	s.unstageLocked(key)
-	if st.step == 1 && adds(s.cache.served(key), st.target, resourcev3.ClusterType) {
+	cur := s.cache.served(key)
+	if cur == nil {
+		return // the key is gone with its last stream
+	}
+	if st.step == 1 && adds(cur, st.target, resourcev3.ClusterType) {
 		st2 := &staging{step: 2, target: st.target}
 		st2.timer = time.AfterFunc(s.cfg.StepTimeout, func() { s.stepTimedOut(key, st2) })
 		s.staged[key] = st2
-		s.cache.set(key, s.stepSetsLocked(key, s.cache.served(key), st2))
+		s.cache.set(key, s.stepSetsLocked(key, cur, st2))
 		s.advanceLocked(key)
 		return
 	}
@@ -194,12 +229,43 @@ func (s *Server) stepTimedOut(key string, st *staging) {
 	s.nextStepLocked(key, st)
 }
 
+// expectEndpoints sets (names nil: clears) the endpoints every stream of
+// key taking EDS must be sent before a step goes on. A version ACKed is
+// not enough: a SotW EDS response carries only what changed, so a stream
+// can ACK the current version from a response that had some other
+// cluster's endpoints, in the very request that subscribes to the new
+// ones.
+func (t *tracker) expectEndpoints(key string, names []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(names) > 0 {
+		// What streams got so far still counts: a newer target in the
+		// same step may add names, not make those sent unsent.
+		set := make(map[string]bool, len(names))
+		for _, n := range names {
+			set[n] = true
+		}
+		t.expect[key] = &expectation{names: set}
+		return
+	}
+	delete(t.expect, key)
+	for _, st := range t.streams {
+		if st.node != nil && snapshotKey(st.node) == key {
+			if ts := st.types[resourcev3.EndpointType]; ts != nil {
+				ts.got = nil
+			}
+		}
+	}
+}
+
 // caughtUp reports whether every stream of key has answered (ACK or NACK)
-// a response of each of the types in versions at that version. A stream
-// that never asked for a type is not waited for.
+// a response of each of the types in versions at that version, and was
+// sent the endpoints expectEndpoints names. A stream that never asked for
+// a type is not waited for.
 func (t *tracker) caughtUp(key string, versions map[string]string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	e := t.expect[key]
 	for _, st := range t.streams {
 		if st.node == nil || snapshotKey(st.node) != key {
 			continue
@@ -211,6 +277,13 @@ func (t *tracker) caughtUp(key string, versions map[string]string) bool {
 			}
 			if ts.sentVersion != versions[typ] || (ts.ackedNonce != ts.sentNonce && ts.nackedNonce != ts.sentNonce) {
 				return false
+			}
+			if typ == resourcev3.EndpointType && e != nil {
+				for n := range e.names {
+					if !ts.got[n] {
+						return false
+					}
+				}
 			}
 		}
 	}

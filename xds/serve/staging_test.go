@@ -63,55 +63,127 @@ func brokenRoutes(st adsclient.State) []string {
 	return broken
 }
 
-// TestMakeBeforeBreak: when a route moves to a new cluster, every state
-// an Envoy-like client goes through routes only to clusters it holds with
-// their endpoints: the new cluster and its endpoints come first, the
-// route next, and the old cluster goes last. Each step waits for the
-// proxy's answers, not for the timeout.
+// withPort sets the port of every endpoint of out's clusters.
+func withPort(out *xds.Output, port uint32) *xds.Output {
+	for _, cla := range out.Shared.Endpoints {
+		cla.GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().PortSpecifier =
+			&corev3.SocketAddress_PortValue{PortValue: port}
+	}
+	return out
+}
+
+// TestMakeBeforeBreak: whatever a route change does to clusters (move to
+// a new one, add one beside, drop one), every state an Envoy-like client
+// goes through routes only to clusters it holds with their endpoints: new
+// clusters and their endpoints come first, the routes next, removed
+// clusters last. Each step waits for the proxy's answers, not for the
+// timeout. "other endpoints change" is the same move built together with
+// a health change elsewhere: a SotW EDS response carrying only that change
+// must not count as the proxy holding the new cluster's endpoints.
 func TestMakeBeforeBreak(t *testing.T) {
-	for _, mode := range []adsclient.Mode{adsclient.SotW, adsclient.Delta} {
-		t.Run(mode.String(), func(t *testing.T) {
-			s := startServer(t, ServerConfig{})
-			s.update(t, routedTo(t, "api", "api"))
-			var mu sync.Mutex
-			var broken []string
-			states := 0
-			c := dial(t, s, adsclient.Config{NodeID: "edge-1", Cluster: "edge", Mode: mode, OnUpdate: func(u adsclient.Update) {
+	for name, tc := range map[string]struct {
+		before, after func(t *testing.T) *xds.Output
+		want          string   // where the route ends up
+		clusters      []string // what the proxy ends up holding
+	}{
+		"move": {
+			func(t *testing.T) *xds.Output { return routedTo(t, "api", "api") },
+			func(t *testing.T) *xds.Output { return routedTo(t, "web", "web") },
+			"web", []string{"web"},
+		},
+		"add": {
+			func(t *testing.T) *xds.Output { return routedTo(t, "api", "api") },
+			func(t *testing.T) *xds.Output { return routedTo(t, "web", "api", "web") },
+			"web", []string{"api", "web"},
+		},
+		"remove": {
+			func(t *testing.T) *xds.Output { return routedTo(t, "web", "api", "web") },
+			func(t *testing.T) *xds.Output { return routedTo(t, "api", "api") },
+			"api", []string{"api"},
+		},
+		"other endpoints change": {
+			func(t *testing.T) *xds.Output { return routedTo(t, "api", "api", "db") },
+			func(t *testing.T) *xds.Output { return withPort(routedTo(t, "web", "db", "web"), 9999) },
+			"web", []string{"db", "web"},
+		},
+	} {
+		for _, mode := range []adsclient.Mode{adsclient.SotW, adsclient.Delta} {
+			t.Run(name+"/"+mode.String(), func(t *testing.T) {
+				s := startServer(t, ServerConfig{})
+				s.update(t, tc.before(t))
+				var mu sync.Mutex
+				var broken []string
+				states := 0
+				c := dial(t, s, adsclient.Config{NodeID: "edge-1", Cluster: "edge", Mode: mode, OnUpdate: func(u adsclient.Update) {
+					mu.Lock()
+					defer mu.Unlock()
+					states++
+					if len(u.State.ListenerNames()) > 0 {
+						broken = append(broken, brokenRoutes(u.State)...)
+					}
+				}})
+				if _, err := c.Wait(waitCtx(t), func(st adsclient.State) bool { return st.RouteConfig("edge.http") != nil }); err != nil {
+					t.Fatal(err)
+				}
+				start := time.Now()
+				s.update(t, tc.after(t))
+				ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second) // under the 5s step timeout
+				defer cancel()
+				if _, err := c.Wait(ctx, func(st adsclient.State) bool {
+					rc := st.RouteConfig("edge.http")
+					return rc != nil && rc.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster() == tc.want &&
+						slices.Equal(st.ClusterNames(), tc.clusters)
+				}); err != nil {
+					t.Fatalf("the change did not complete before the step timeout: %v", err)
+				}
+				t.Logf("done in %v", time.Since(start))
 				mu.Lock()
 				defer mu.Unlock()
-				states++
-				if len(u.State.ListenerNames()) > 0 {
-					broken = append(broken, brokenRoutes(u.State)...)
+				if len(broken) > 0 {
+					t.Errorf("in %d states the proxy routed to clusters it could not serve: %v", states, broken)
 				}
-			}})
-			routesTo := func(cluster string) func(adsclient.State) bool {
-				return func(st adsclient.State) bool {
-					rc := st.RouteConfig("edge.http")
-					return rc != nil && rc.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster() == cluster && st.LoadAssignment(cluster) != nil
+				if got := testutil.ToFloat64(s.metrics.stagingTimeouts); got != 0 {
+					t.Errorf("%v steps timed out, want 0: each step waits for the proxy's answer", got)
 				}
-			}
-			if _, err := c.Wait(waitCtx(t), routesTo("api")); err != nil {
-				t.Fatal(err)
-			}
-			start := time.Now()
-			s.update(t, routedTo(t, "web", "web"))
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Second) // under the 5s step timeout
-			defer cancel()
-			if _, err := c.Wait(ctx, func(st adsclient.State) bool {
-				return routesTo("web")(st) && !slices.Contains(st.ClusterNames(), "api")
-			}); err != nil {
-				t.Fatalf("the move to web did not complete before the step timeout: %v", err)
-			}
-			t.Logf("route moved and old cluster removed in %v", time.Since(start))
-			mu.Lock()
-			defer mu.Unlock()
-			if len(broken) > 0 {
-				t.Errorf("in %d states the proxy routed to clusters it could not serve: %v", states, broken)
-			}
-			if got := testutil.ToFloat64(s.metrics.stagingTimeouts); got != 0 {
-				t.Errorf("%v steps timed out, want 0: each step waits for the proxy's answer", got)
-			}
-		})
+			})
+		}
+	}
+}
+
+// TestMakeBeforeBreakKeyGoneMidStep: the last proxy of a node.cluster
+// leaving while its update waits in a step ends the wait; nothing fires
+// on the forgotten key later, and the server goes on serving.
+func TestMakeBeforeBreakKeyGoneMidStep(t *testing.T) {
+	s := startServer(t, ServerConfig{StepTimeout: 100 * time.Millisecond})
+	s.update(t, routedTo(t, "api", "api"))
+	c := dial(t, s, adsclient.Config{NodeID: "edge-1", Cluster: "edge", Mode: adsclient.SotW})
+	if _, err := c.Wait(waitCtx(t), func(st adsclient.State) bool { return st.RouteConfig("edge.http") != nil }); err != nil {
+		t.Fatal(err)
+	}
+	stuckProxy(t, s)
+	s.update(t, routedTo(t, "web", "web"))
+	s.mu.Lock()
+	staged := len(s.staged)
+	s.mu.Unlock()
+	if staged != 1 {
+		t.Fatalf("%d keys staged, want edge's", staged)
+	}
+	_ = c.Close()
+	s.closeStuck(t)
+	eventually(t, "edge to be forgotten", func() bool { return s.cache.served("edge") == nil }, func() string { return "still served" })
+	s.mu.Lock()
+	staged = len(s.staged)
+	s.mu.Unlock()
+	if staged != 0 {
+		t.Errorf("%d keys still staged after their last stream left", staged)
+	}
+	time.Sleep(300 * time.Millisecond) // past the step timeout
+	again := dial(t, s, adsclient.Config{NodeID: "edge-2", Cluster: "edge", Mode: adsclient.Delta})
+	if _, err := again.Wait(waitCtx(t), func(st adsclient.State) bool {
+		rc := st.RouteConfig("edge.http")
+		return rc != nil && rc.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetCluster() == "web"
+	}); err != nil {
+		t.Fatalf("a proxy reconnecting after the key was forgotten: %v", err)
 	}
 }
 
@@ -164,13 +236,6 @@ func TestConfigDumpShowsRouteSources(t *testing.T) {
 func TestMakeBeforeBreakDuringChurn(t *testing.T) {
 	const step = 300 * time.Millisecond
 	s := startServer(t, ServerConfig{StepTimeout: step})
-	withPort := func(out *xds.Output, port uint32) *xds.Output {
-		for _, cla := range out.Shared.Endpoints {
-			cla.GetEndpoints()[0].GetLbEndpoints()[0].GetEndpoint().GetAddress().GetSocketAddress().PortSpecifier =
-				&corev3.SocketAddress_PortValue{PortValue: port}
-		}
-		return out
-	}
 	s.update(t, routedTo(t, "api", "api"))
 	var mu sync.Mutex
 	var broken []string
@@ -226,10 +291,13 @@ func TestMakeBeforeBreakDuringChurn(t *testing.T) {
 }
 
 // stuckProxy connects node edge-stuck of node.cluster edge over ADS: it
-// takes and ACKs clusters once, then never answers again.
+// takes and ACKs clusters once, then never answers again (until
+// closeStuck).
 func stuckProxy(t *testing.T, s *testServer) {
 	t.Helper()
-	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(grpcConn(t, s.addr)).StreamAggregatedResources(waitCtx(t))
+	ctx, cancel := context.WithCancel(waitCtx(t))
+	s.stuckCancel = cancel
+	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(grpcConn(t, s.addr)).StreamAggregatedResources(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -345,5 +413,13 @@ func TestMakeBeforeBreakPerTypeStreams(t *testing.T) {
 	}
 	if names := hashes(t, c2.GetResources()); len(names) != 1 || names["web"] == "" {
 		t.Fatalf("CDS after the route ACK has %v, want web alone", names)
+	}
+}
+
+// closeStuck ends the stuck proxy's stream.
+func (s *testServer) closeStuck(t *testing.T) {
+	t.Helper()
+	if s.stuckCancel != nil {
+		s.stuckCancel()
 	}
 }

@@ -97,6 +97,14 @@ const maxTypesPerStream = 16
 type tracker struct {
 	mu      sync.Mutex
 	streams map[streamKey]*streamState
+	// expect holds, by snapshot key, the endpoints a make-before-break
+	// step waits for every stream of the key to receive (staging.go).
+	expect map[string]*expectation
+}
+
+// expectation is a set of ClusterLoadAssignment names.
+type expectation struct {
+	names map[string]bool
 }
 
 type streamState struct {
@@ -110,9 +118,13 @@ type streamState struct {
 }
 
 type typeState struct {
-	sentVersion, sentNonce   string
-	sentAt                   time.Time
-	sentResources            int // in the last response
+	sentVersion, sentNonce string
+	sentAt                 time.Time
+	sentResources          int // in the last response
+	// got holds the expected endpoints (tracker.expect) this stream was
+	// sent, for expectation expectGen.
+	got                      map[string]bool
+	expectGen                uint64
 	ackedVersion, ackedNonce string
 	ackedAt                  time.Time
 	nackedNonce              string // == sentNonce while the last response stands rejected
@@ -120,7 +132,7 @@ type typeState struct {
 }
 
 func newTracker() *tracker {
-	return &tracker{streams: map[streamKey]*streamState{}}
+	return &tracker{streams: map[streamKey]*streamState{}, expect: map[string]*expectation{}}
 }
 
 // streamKind names a stream by its protocol and the type URL it was opened
@@ -262,7 +274,7 @@ func (t *tracker) request(key streamKey, node *corev3.Node, typeURL, version, no
 
 // response records a response about to be sent; it returns the stream's
 // node (nil if not known yet).
-func (t *tracker) response(key streamKey, typeURL, version, nonce string, resources int) *corev3.Node {
+func (t *tracker) response(key streamKey, typeURL, version, nonce string, resources int, names func() []string) *corev3.Node {
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -279,6 +291,18 @@ func (t *tracker) response(key streamKey, typeURL, version, nonce string, resour
 		st.types[typeURL] = ts
 	}
 	ts.sentVersion, ts.sentNonce, ts.sentAt, ts.sentResources = version, nonce, now, resources
+	if typeURL == resourcev3.EndpointType && st.node != nil && names != nil {
+		if e := t.expect[snapshotKey(st.node)]; e != nil {
+			if ts.got == nil {
+				ts.got = map[string]bool{}
+			}
+			for _, n := range names() {
+				if e.names[n] {
+					ts.got[n] = true
+				}
+			}
+		}
+	}
 	return st.node
 }
 

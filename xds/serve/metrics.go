@@ -73,7 +73,7 @@ func newMetrics(reg prometheus.Registerer, log zerolog.Logger) *metrics {
 		}),
 		stagingTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "consul_xds_bridge_make_before_break_timeouts_total",
-			Help: "Updates whose new clusters or routes were pushed on before every proxy of the node.cluster acknowledged the previous step (within 5s).",
+			Help: "Updates whose new clusters or routes were pushed on before every proxy of the node.cluster acknowledged the previous step within the step timeout (5s).",
 		}),
 	}
 	m.connected = register(reg, log, m.connected)

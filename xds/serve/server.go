@@ -17,6 +17,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
@@ -103,8 +104,10 @@ type Server struct {
 	// (groups gone from the policy) are dropped after each Update.
 	usedChains map[string]bool
 	// staged holds the keys whose update is served in steps
-	// (make-before-break, staging.go).
-	staged map[string]*staging
+	// (make-before-break, staging.go); stagedKeys is its size, read
+	// without the lock.
+	staged     map[string]*staging
+	stagedKeys atomic.Int32
 }
 
 // NewServer returns a Server with an empty cache. Until the first

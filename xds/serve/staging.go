@@ -57,8 +57,8 @@ func (s *Server) stageLocked(key string, target map[string]*typeSet) []string {
 	st := s.staged[key]
 	step := 0
 	if _, proxyless := parseKey(key); !proxyless && cur != nil {
-		routesChange := cur[resourcev3.ListenerType] != target[resourcev3.ListenerType] ||
-			cur[resourcev3.RouteType] != target[resourcev3.RouteType]
+		routesChange := cur[resourcev3.ListenerType].version != target[resourcev3.ListenerType].version ||
+			cur[resourcev3.RouteType].version != target[resourcev3.RouteType].version
 		switch {
 		case routesChange && st != nil && st.step == 1,
 			routesChange && adds(target, cur, resourcev3.ClusterType):
@@ -76,6 +76,7 @@ func (s *Server) stageLocked(key string, target map[string]*typeSet) []string {
 		st = &staging{step: step}
 		st.timer = time.AfterFunc(s.cfg.StepTimeout, func() { s.stepTimedOut(key, st) })
 		s.staged[key] = st
+		s.stagedKeys.Store(int32(len(s.staged)))
 	}
 	st.target = target
 	if step == 1 {
@@ -114,6 +115,7 @@ func (s *Server) unstageLocked(key string) {
 	if st := s.staged[key]; st != nil {
 		st.timer.Stop()
 		delete(s.staged, key)
+		s.stagedKeys.Store(int32(len(s.staged)))
 		s.tracker.expectEndpoints(key, nil)
 	}
 }
@@ -166,8 +168,13 @@ func adds(a, b map[string]*typeSet, typ string) bool {
 	return false
 }
 
-// streamAnswered is told every ACK and NACK: a staged key may go on.
+// streamAnswered is told every ACK and NACK: a staged key may go on. With
+// nothing staged (nearly always) it takes no lock, so ACKs never queue
+// behind an Update.
 func (s *Server) streamAnswered(key string) {
+	if s.stagedKeys.Load() == 0 {
+		return
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.advanceLocked(key)
@@ -185,7 +192,7 @@ func (s *Server) advanceLocked(key string) {
 		s.unstageLocked(key) // the key is gone with its last stream
 		return
 	}
-	need := []string{resourcev3.ClusterType, resourcev3.EndpointType}
+	need := []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.SecretType}
 	if st.step == 2 {
 		need = []string{resourcev3.ListenerType, resourcev3.RouteType}
 	}
@@ -209,6 +216,7 @@ func (s *Server) nextStepLocked(key string, st *staging) {
 		st2 := &staging{step: 2, target: st.target}
 		st2.timer = time.AfterFunc(s.cfg.StepTimeout, func() { s.stepTimedOut(key, st2) })
 		s.staged[key] = st2
+		s.stagedKeys.Store(int32(len(s.staged)))
 		s.cache.set(key, s.stepSetsLocked(key, cur, st2))
 		s.advanceLocked(key)
 		return
@@ -270,9 +278,13 @@ func (t *tracker) caughtUp(key string, versions map[string]string) bool {
 		if st.node == nil || snapshotKey(st.node) != key {
 			continue
 		}
+		// A stream that rejected the clusters will not ask for their
+		// endpoints: do not wait for those.
+		cds := st.types[resourcev3.ClusterType]
+		rejectedClusters := cds != nil && cds.sentNonce != "" && cds.nackedNonce == cds.sentNonce
 		for _, typ := range slices.Sorted(maps.Keys(versions)) {
 			ts := st.types[typ]
-			if ts == nil {
+			if ts == nil || typ == resourcev3.EndpointType && rejectedClusters {
 				continue
 			}
 			if ts.sentVersion != versions[typ] || (ts.ackedNonce != ts.sentNonce && ts.nackedNonce != ts.sentNonce) {

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/irtest"
@@ -421,5 +423,37 @@ func (s *testServer) closeStuck(t *testing.T) {
 	t.Helper()
 	if s.stuckCancel != nil {
 		s.stuckCancel()
+	}
+}
+
+// TestMakeBeforeBreakDoesNotWaitForEndpointsOfRejectedClusters: a proxy
+// that NACKs the new clusters will never ask for their endpoints; the step
+// goes on at once rather than waiting out its timeout.
+func TestMakeBeforeBreakDoesNotWaitForEndpointsOfRejectedClusters(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.update(t, routedTo(t, "api", "api"))
+	c := dial(t, s, adsclient.Config{NodeID: "edge-1", Cluster: "edge", Mode: adsclient.SotW,
+		NACK: func(typeURL, _ string, resources []*anypb.Any) error {
+			if typeURL == adsclient.ClusterType && len(resources) > 1 {
+				return errors.New("rejecting the new cluster")
+			}
+			return nil
+		}})
+	if _, err := c.Wait(waitCtx(t), func(st adsclient.State) bool { return st.RouteConfig("edge.http") != nil }); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	s.update(t, routedTo(t, "web", "api", "web"))
+	s.waitStatus(t, "edge-1", "CDS", StatusNACKed)
+	eventually(t, "the steps to end", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return len(s.staged) == 0
+	}, func() string { return "still staged" })
+	if took := time.Since(start); took > 3*time.Second {
+		t.Errorf("steps took %v after a CDS NACK, want no wait for endpoints never asked for", took)
+	}
+	if got := testutil.ToFloat64(s.metrics.stagingTimeouts); got != 0 {
+		t.Errorf("%v steps timed out, want 0", got)
 	}
 }

@@ -7,10 +7,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/hashicorp/hcl/v2"
 )
 
 // The KV state file keeps the KV policy documents of the last accepted
@@ -75,10 +77,11 @@ func loadKVState(dir, prefix string) (*kvState, error) {
 	return &st, nil
 }
 
-// patchKV replaces, in cur, every document that does not parse (or that
-// was left out for breaking a limit) with its last accepted version from
+// patchKV replaces, in cur, every document that does not parse, that was
+// left out for breaking a limit, or that the diagnostics of the rejected
+// policy point into (broken: by key), with its last accepted version from
 // st, and reports the keys it replaced. Keys st lacks stay as they are.
-func patchKV(cur *consul.KVUpdate, st *kvState) (*consul.KVUpdate, []string) {
+func patchKV(cur *consul.KVUpdate, st *kvState, broken map[string]bool) (*consul.KVUpdate, []string) {
 	last := map[string]consul.KVDocument{}
 	for _, d := range st.Documents {
 		last[d.Key] = d
@@ -86,7 +89,7 @@ func patchKV(cur *consul.KVUpdate, st *kvState) (*consul.KVUpdate, []string) {
 	out := &consul.KVUpdate{}
 	var replaced []string
 	for _, d := range cur.Documents {
-		if _, diags := policy.ParseKV(d.Key, d.Value); diags.HasErrors() {
+		if _, diags := policy.ParseKV(d.Key, d.Value); diags.HasErrors() || broken[d.Key] {
 			if prev, ok := last[d.Key]; ok {
 				d = prev
 				replaced = append(replaced, d.Key)
@@ -103,5 +106,18 @@ func patchKV(cur *consul.KVUpdate, st *kvState) (*consul.KVUpdate, []string) {
 		}
 		out.Rejected = append(out.Rejected, r)
 	}
+	// In key order, as the watcher hands them over (merge order).
+	slices.SortFunc(out.Documents, func(a, b consul.KVDocument) int { return strings.Compare(a.Key, b.Key) })
 	return out, replaced
+}
+
+// brokenKeys lists the documents diagnostics point into.
+func brokenKeys(diags hclDiagnostics) map[string]bool {
+	keys := map[string]bool{}
+	for _, d := range diags {
+		if d.Severity == hcl.DiagError && d.Subject != nil {
+			keys[d.Subject.Filename] = true
+		}
+	}
+	return keys
 }

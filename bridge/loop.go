@@ -244,7 +244,7 @@ func (l *loop) reloadPolicy(trigger string) {
 	}
 	try := l.tryPolicy(l.kvDocs)
 	if try.diags.HasErrors() && l.kvNeeded && !l.kvAccepted {
-		if fallback, replaced := l.fromKVState(); fallback != nil && !fallback.diags.HasErrors() {
+		if fallback, replaced := l.fromKVState(brokenKeys(try.diags)); fallback != nil && !fallback.diags.HasErrors() {
 			l.accept(trigger, *fallback)
 			l.reject(trigger, try) // shown on /v1/policy until fixed
 			l.d.log.Warn().Strs("keys", replaced).Str("state_dir", l.d.cfg.Settings.Consul.StateDir).
@@ -257,7 +257,7 @@ func (l *loop) reloadPolicy(trigger string) {
 		}
 		l.reject(trigger, try)
 		l.setStatus(func(st *PolicyStatus) {
-			st.Waiting = "the KV policy documents were rejected at start and no last accepted version of them could be served (consul.state_dir); no proxy is answered until they are fixed: " +
+			st.Waiting = "the policy (files and KV documents) was rejected at start and no last accepted version of the KV documents could be served (consul.state_dir); no proxy is answered until it is fixed: " +
 				strings.Join(st.LastError.Diagnostics, "; ")
 		})
 		return
@@ -313,7 +313,7 @@ func (l *loop) tryPolicy(kv *consul.KVUpdate) attempt {
 // fromKVState tries the current KV documents with the broken ones
 // replaced by their versions from the state file, then the state file's
 // documents alone; nil if there is no state file.
-func (l *loop) fromKVState() (*attempt, []string) {
+func (l *loop) fromKVState(broken map[string]bool) (*attempt, []string) {
 	dir := l.d.cfg.Settings.Consul.StateDir
 	if dir == "" {
 		return nil, nil
@@ -325,7 +325,7 @@ func (l *loop) fromKVState() (*attempt, []string) {
 	if st == nil {
 		return nil, nil
 	}
-	patched, replaced := patchKV(l.kvDocs, st)
+	patched, replaced := patchKV(l.kvDocs, st, broken)
 	if len(replaced) > 0 {
 		if a := l.tryPolicy(patched); !a.diags.HasErrors() {
 			return &a, replaced

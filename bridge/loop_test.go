@@ -124,7 +124,12 @@ func TestLoopDebounceAndLastGood(t *testing.T) {
 	if err := h.clock.BlockUntilContext(armed, 1); err != nil {
 		t.Fatalf("no build timer armed for the burst: %v", err)
 	}
-	time.Sleep(20 * time.Millisecond) // the loop would build now if it were going to
+	// The loop has taken the last change (its catalog view shows it)
+	// before the clock moves.
+	h.eventually("the loop to take the burst", func() bool {
+		cv := h.d.catalog.Load()
+		return cv != nil && len(cv.Services) == 1 && cv.Services[0].Instances[0].Port == 8004
+	})
 	if got := h.attempts.Load(); got != 1 {
 		t.Fatalf("%d translations during the hold-off, want still 1", got)
 	}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net/http"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -12,12 +13,13 @@ import (
 // outages follows, per datacenter ("" is the local one), whether Consul
 // answers, and the hold window that follows a real outage (see README,
 // "When Consul restarts"). A single failed request is not an outage: the
-// hold arms only when a datacenter gave no answer for at least `after`,
-// and then holds back health downgrades of that datacenter's instances
-// only, so an unreachable failover datacenter never delays what the local
-// one reports. An HTTP answer that is an error (403, 404, 429) is an
-// answer: Consul is reachable. It reads no clock: every call is told the
-// time.
+// hold arms only when a datacenter gave no answer for at least `after`, or
+// refused connections (its agent was down: a restart, however quick, is
+// what the hold is for), and then holds back health downgrades of that
+// datacenter's instances only, so an unreachable failover datacenter never
+// delays what the local one reports. An HTTP answer that is an error
+// (403, 404, 429) is an answer: Consul is reachable. It reads no clock:
+// every call is told the time.
 type outages struct {
 	after, hold time.Duration
 
@@ -27,6 +29,7 @@ type outages struct {
 
 type dcState struct {
 	unansweredSince time.Time // first unanswered request since the last answer
+	refused         bool      // a connection was refused since the last answer
 	failingSince    time.Time // first failed request (answered or not) since the last success
 	lastSuccess     time.Time
 	holdUntil       time.Time
@@ -46,7 +49,8 @@ func answered(err error) bool {
 }
 
 // record notes one request's outcome at now. It reports the outage that
-// just ended (how long dc gave no answer) when it arms a hold, else 0.
+// just ended (how long dc gave no answer, at least 1ns) when it arms a
+// hold, else 0.
 // holdArms says whether a hold may arm at all (the daemon arms none
 // before it first served).
 func (o *outages) record(dc string, err error, now time.Time, holdArms bool) time.Duration {
@@ -66,18 +70,19 @@ func (o *outages) record(dc string, err error, now time.Time, holdArms bool) tim
 		if st.unansweredSince.IsZero() {
 			st.unansweredSince = now
 		}
+		st.refused = st.refused || errors.Is(err, syscall.ECONNREFUSED)
 		return 0
 	}
 	if st.unansweredSince.IsZero() {
 		return 0
 	}
-	down := now.Sub(st.unansweredSince)
-	st.unansweredSince = time.Time{}
-	if down < o.after || o.hold <= 0 || !holdArms {
+	down, refused := now.Sub(st.unansweredSince), st.refused
+	st.unansweredSince, st.refused = time.Time{}, false
+	if down < o.after && !refused || o.hold <= 0 || !holdArms {
 		return 0
 	}
 	st.holdUntil = now.Add(o.hold)
-	return down
+	return max(down, 1)
 }
 
 // up reports whether dc's Consul is reachable at now: it answered its

@@ -2,7 +2,11 @@ package bridge
 
 import (
 	"errors"
+	"fmt"
 	"maps"
+	"net"
+	"os"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,7 +21,8 @@ func TestOutages(t *testing.T) {
 	const after, hold = 2 * time.Second, 15 * time.Second
 	t0 := time.Unix(1_000_000, 0)
 	at := func(d time.Duration) time.Time { return t0.Add(d) }
-	refused := errors.New("dial tcp 127.0.0.1:8500: connect: connection refused")
+	refused := fmt.Errorf("Get http://127.0.0.1:8500/v1/health/service/web: %w", &net.OpError{Op: "dial", Net: "tcp", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)})
+	timeout := errors.New("Get http://127.0.0.1:8500/v1/health/service/web: context deadline exceeded")
 	status500 := api.StatusError{Code: 500, Body: "No cluster leader"}
 	forbidden := api.StatusError{Code: 403, Body: "Permission denied"}
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
@@ -85,6 +90,21 @@ func TestOutages(t *testing.T) {
 		o.record("dc2", nil, at(ms(5100)), true)
 		if held, _ := o.holding(at(ms(5200))); !maps.Equal(held, map[string]bool{"dc2": true}) {
 			t.Errorf("holding %v, want dc2 only", held)
+		}
+	})
+	t.Run("a quick agent restart: connections refused", func(t *testing.T) {
+		o := newOutages(after, hold)
+		o.record("", refused, at(0), true)
+		if down := o.record("", nil, at(ms(800)), true); down == 0 {
+			t.Error("an agent that refused connections for 0.8s (a restart) armed no hold")
+		}
+		if held, _ := o.holding(at(ms(900))); !held[""] {
+			t.Errorf("holding %v after a quick restart, want the local datacenter", held)
+		}
+		o2 := newOutages(after, hold)
+		o2.record("", timeout, at(0), true)
+		if o2.record("", nil, at(ms(800)), true) != 0 {
+			t.Error("one timed-out request retried at once armed the hold")
 		}
 	})
 	t.Run("no hold before the first build is served", func(t *testing.T) {

@@ -157,7 +157,13 @@ func withKV(ctx context.Context, client *api.Client, files []string, s policy.Co
 		if err != nil {
 			return nil, err
 		}
+		if len(b) > consul.DefaultMaxDocumentBytes {
+			return nil, fmt.Errorf("%s: %d bytes is over the bridge's limit of %d for a KV document; it would be rejected", newFile, len(b), consul.DefaultMaxDocumentBytes)
+		}
 		values[kvKey] = b
+		if len(values) > consul.DefaultMaxDocuments {
+			return nil, fmt.Errorf("-kv-key %q would make %d documents under %q, over the bridge's limit of %d", kvKey, len(values), s.KVPrefix, consul.DefaultMaxDocuments)
+		}
 	}
 	var docs []*policy.Document
 	var diags hcl.Diagnostics

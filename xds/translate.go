@@ -119,6 +119,12 @@ type Translator struct {
 	clusters  map[string]memoCluster
 	listeners map[string]memoListener // group name + "/" + listener name
 	secrets   map[string]memoSecret   // scope ("" shared, else group) + "/" + name
+	// sharedChecked: the last output's shared resources passed the
+	// consistency check; sharedSecrets is how many shared secrets it had.
+	// With the same clusters (objects and names) and secrets, only
+	// endpoint contents can differ, which cannot make it inconsistent.
+	sharedChecked bool
+	sharedSecrets int
 	// refs are the references of every cluster and listener of the last
 	// output, by object: the consistency check of an unchanged object is
 	// a lookup, not an unmarshal of its filters and sockets.
@@ -173,9 +179,11 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 	secrets := map[string]memoSecret{}
 	out := &Output{Shared: &Resources{}, Groups: map[string]*Resources{}}
 	fresh := &Resources{} // built this time: validated below
+	sameNames := len(m.Clusters) == len(t.clusters)
 	for i := range m.Clusters {
 		c := &m.Clusters[i]
 		mc, ok := t.clusters[c.Name]
+		sameNames = sameNames && ok
 		if !ok || !mc.in.SettingsEqual(c) {
 			mc.cluster = buildCluster(c)
 			fresh.Clusters = append(fresh.Clusters, mc.cluster)
@@ -206,8 +214,12 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 		}
 		return v
 	}
-	if err := errors.Join(validateAll(fresh), sharedConsistent(out.Shared, ref)); err != nil {
-		return nil, err
+	sharedErr := validateAll(fresh)
+	if !t.sharedChecked || !sameNames || len(fresh.Clusters)+len(fresh.Secrets) > 0 || len(m.Secrets) != t.sharedSecrets {
+		sharedErr = errors.Join(sharedErr, sharedConsistent(out.Shared, ref))
+	}
+	if sharedErr != nil {
+		return nil, sharedErr
 	}
 	out.Failed = map[string]error{}
 	proxylessFresh := false
@@ -277,6 +289,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 		out.Groups[g.Name] = r
 	}
 	t.clusters, t.listeners, t.secrets, t.refs = clusters, listeners, secrets, refs
+	t.sharedChecked, t.sharedSecrets = true, len(m.Secrets)
 	if proxylessFresh {
 		t.proxylessIn, t.proxylessOut = m.Proxyless, out.Proxyless
 	} else if out.ProxylessFailed != nil {

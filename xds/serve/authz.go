@@ -77,6 +77,12 @@ func authzInterceptor(log zerolog.Logger) grpc.StreamServerInterceptor {
 		if err := as.check(first); err != nil {
 			return err
 		}
+		if as.node == nil {
+			// Without a node the request would be served as node.cluster
+			// "", which a "*" group matches: refuse rather than guess.
+			log.Warn().Str("certificate", certIdentity(cert)).Msg("refused xDS client: its first request names no node")
+			return status.Error(codes.InvalidArgument, "the first xDS request of a stream must carry its node (id and cluster)")
+		}
 		return handler(srv, as)
 	}
 }
@@ -86,6 +92,9 @@ type authzStream struct {
 	cert  *x509.Certificate
 	log   zerolog.Logger
 	first proto.Message // replayed on the first RecvMsg
+	// node is the identity the first request claimed and the certificate
+	// authorized; a later request may omit it, not change it.
+	node *corev3.Node
 }
 
 func (s *authzStream) RecvMsg(m any) error {
@@ -110,7 +119,18 @@ func (s *authzStream) check(m any) error {
 	}
 	// Envoy may send the node only on a stream's first request; requests
 	// without one keep the identity checked then.
-	if node == nil || authorized(s.cert, node) {
+	if node == nil {
+		return nil
+	}
+	if s.node != nil && (node.GetId() != s.node.GetId() || node.GetCluster() != s.node.GetCluster()) {
+		s.log.Warn().Str("node", node.GetId()).Str("node_cluster", node.GetCluster()).Str("first_node", s.node.GetId()).
+			Str("certificate", certIdentity(s.cert)).Msg("refused xDS client: node changed within a stream")
+		return status.Errorf(codes.PermissionDenied, "node %q in group %q cannot become node %q in group %q within a stream", s.node.GetId(), s.node.GetCluster(), node.GetId(), node.GetCluster())
+	}
+	if authorized(s.cert, node) {
+		if s.node == nil {
+			s.node = node
+		}
 		return nil
 	}
 	s.log.Warn().Str("node", node.GetId()).Str("node_cluster", node.GetCluster()).

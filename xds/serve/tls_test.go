@@ -4,17 +4,24 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
+	"io"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/status"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/testpki"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
 
 // testCA adapts testpki to this file's tests.
@@ -105,6 +112,43 @@ func TestMutualTLSAndNodeAuthorization(t *testing.T) {
 	dnsCert, dnsKey := ca.issue(t, 31, []string{"edge"})
 	if _, err := dial(clientTLS(t, ca, dnsCert, dnsKey), "edge"); err != nil {
 		t.Fatalf("DNS SAN edge as group edge: %v", err)
+	}
+
+	// A stream whose first request names no node would be served as
+	// node.cluster "" (which a "*" group matches): refused. So is a
+	// stream that changes its node after the first request.
+	raw := func(requests ...*discoveryv3.DiscoveryRequest) error {
+		t.Helper()
+		conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS(t, ca, dnsCert, dnsKey))))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		stream, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(waitCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range requests {
+			if err := stream.Send(r); err != nil {
+				break
+			}
+		}
+		for {
+			if _, err := stream.Recv(); err != nil {
+				return err
+			}
+		}
+	}
+	err = raw(&discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.SecretType})
+	if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "must carry its node") {
+		t.Errorf("a stream without a node: err = %v, want InvalidArgument", err)
+	}
+	err = raw(&discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ClusterType, Node: &corev3.Node{Id: "edge-a", Cluster: "edge"}},
+		&discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ListenerType, Node: &corev3.Node{Id: "edge-b", Cluster: "edge"}})
+	// The switch ends the stream (go-control-plane closes it on the
+	// refused receive); it is never served as the other node.
+	if err == nil || status.Code(err) != codes.PermissionDenied && !errors.Is(err, io.EOF) {
+		t.Errorf("a stream that changes its node: err = %v, want the stream ended", err)
 	}
 
 	// Rotation: new handshakes see the new serial.

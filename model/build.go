@@ -310,6 +310,11 @@ func endpoint(in consul.Instance, onlyPassing bool) (ir.Endpoint, string) {
 	if err != nil {
 		return ir.Endpoint{}, fmt.Sprintf("address %q is not an IP address; EDS endpoints must be IPs, so it is skipped", in.Address)
 	}
+	if addr.Zone() != "" {
+		// A link-local address names an interface of the instance's host,
+		// which means nothing on the proxy's.
+		return ir.Endpoint{}, fmt.Sprintf("address %q is scoped to a network interface (%%%s); only the instance's host can reach it, so it is skipped", in.Address, addr.Zone())
+	}
 	if in.Port <= 0 || in.Port > 65535 {
 		return ir.Endpoint{}, fmt.Sprintf("port %d is out of range; skipped", in.Port)
 	}

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
@@ -65,4 +66,21 @@ func clusterNames(m *ir.Model) string {
 		s += c.Name
 	}
 	return s
+}
+
+// TestZoneScopedAddressesAreSkipped: a link-local IPv6 address with a zone
+// (fe80::1%eth0) names an interface of the instance's host; it is skipped
+// with a warning, never served as an endpoint.
+func TestZoneScopedAddressesAreSkipped(t *testing.T) {
+	cat := consul.NewCatalog([]*consul.Service{{Name: "web", Instances: []consul.Instance{
+		{ID: "a", Address: "fe80::1%eth0", Port: 80, Status: consul.StatusPassing},
+		{ID: "b", Address: "fd00::2", Port: 80, Status: consul.StatusPassing},
+	}}})
+	m, warnings := Build(cat, nil)
+	if eps := m.Cluster("web").Endpoints; len(eps) != 1 || eps[0].Address.String() != "fd00::2" {
+		t.Errorf("web endpoints = %+v, want fd00::2 only", eps)
+	}
+	if !strings.Contains(strings.Join(warnings, "\n"), `"fe80::1%eth0" is scoped to a network interface`) {
+		t.Errorf("warnings = %q, want one naming the zone-scoped address", warnings)
+	}
 }

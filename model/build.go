@@ -34,7 +34,7 @@ func Build(cat *consul.Catalog, pol *policy.Policy) (*ir.Model, []string) {
 	if pol == nil {
 		pol = &policy.Policy{ExportAllServices: true}
 	}
-	b := &builder{cat: cat, pol: pol, clusters: map[string]ir.Cluster{}, referenced: map[string]bool{}, secrets: map[string]ir.Secret{}}
+	b := &builder{cat: cat, pol: pol, clusters: map[string]ir.Cluster{}, owners: map[string]string{}, referenced: map[string]bool{}, secrets: map[string]ir.Secret{}}
 	for _, name := range referencedServices(pol) {
 		b.referenced[name] = true
 	}
@@ -149,6 +149,8 @@ type builder struct {
 	cat        *consul.Catalog
 	pol        *policy.Policy
 	clusters   map[string]ir.Cluster
+	// owners says what made each cluster, to name both sides of a clash.
+	owners map[string]string
 	// secrets of upstream TLS, shared by every proxy.
 	secrets  map[string]ir.Secret
 	warnings []string
@@ -185,14 +187,30 @@ func (b *builder) service(name string) {
 	}
 	c := base
 	c.Endpoints = b.endpoints(s, tiers, nil)
-	b.clusters[c.Name] = c
+	b.addCluster(c, fmt.Sprintf("Consul service %q", s.ConsulName))
 	for _, sub := range s.Subsets {
 		c := base
 		c.Name = s.Name + "." + sub.Name
 		c.Subset = sub.Name
 		c.Endpoints = b.endpoints(s, tiers, &sub)
-		b.clusters[c.Name] = c
+		b.addCluster(c, fmt.Sprintf("subset %q of service %q", sub.Name, s.Name))
 	}
+}
+
+// addCluster adds c, made from what; a second cluster of the same name
+// (a Consul service called api.v2 beside subset v2 of api) is a conflict:
+// the cluster is served for neither, with no endpoints, so a registration
+// can never put its instances behind another service's subset.
+func (b *builder) addCluster(c ir.Cluster, what string) {
+	prev, dup := b.clusters[c.Name]
+	if !dup {
+		b.clusters[c.Name] = c
+		b.owners[c.Name] = what
+		return
+	}
+	b.warn("cluster %q is both %s and %s; it is served with no endpoints until one is renamed", c.Name, b.owners[c.Name], what)
+	prev.Endpoints = nil
+	b.clusters[c.Name] = prev
 }
 
 // Secret names. They depend on where a certificate is used, never on

@@ -6,6 +6,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
 
 func TestHealthAndWeight(t *testing.T) {
@@ -82,5 +83,39 @@ func TestZoneScopedAddressesAreSkipped(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(warnings, "\n"), `"fe80::1%eth0" is scoped to a network interface`) {
 		t.Errorf("warnings = %q, want one naming the zone-scoped address", warnings)
+	}
+}
+
+// TestServiceNamedLikeASubsetHijacksNothing: a Consul service literally
+// named api.v2 beside subset v2 of service api would share cluster
+// api.v2; it is a reported conflict, and the cluster serves neither's
+// instances (an attacker's registration cannot take the subset's traffic).
+func TestServiceNamedLikeASubsetHijacksNothing(t *testing.T) {
+	doc, diags := policy.Parse("p.hcl", []byte("export_all_services = true\nservice \"api\" {\n  subset \"v2\" {\n    tags = [\"v2\"]\n  }\n}\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	cfg, diags := policy.Merge(doc)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	cat := consul.NewCatalog([]*consul.Service{
+		{Name: "api", Instances: []consul.Instance{{ID: "a", Address: "10.0.0.1", Port: 80, Status: consul.StatusPassing, Tags: []string{"v2"}}}},
+		{Name: "api.v2", Instances: []consul.Instance{{ID: "evil", Address: "192.0.2.66", Port: 80, Status: consul.StatusPassing}}},
+	})
+	m, warnings := Build(cat, cfg.Policy)
+	c := m.Cluster("api.v2")
+	if c == nil || len(c.Endpoints) != 0 {
+		t.Fatalf("cluster api.v2 = %+v, want it served with no endpoints", c)
+	}
+	if !strings.Contains(strings.Join(warnings, "\n"), `cluster "api.v2" is both subset "v2" of service "api" and Consul service "api.v2"`) &&
+		!strings.Contains(strings.Join(warnings, "\n"), `cluster "api.v2" is both Consul service "api.v2" and subset "v2" of service "api"`) {
+		t.Errorf("warnings = %q, want the clash named", warnings)
+	}
+	if eps := m.Cluster("api").Endpoints; len(eps) != 1 || eps[0].Address.String() != "10.0.0.1" {
+		t.Errorf("cluster api = %+v, want its own instance", eps)
+	}
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -497,7 +497,7 @@ func keys(m map[string]string) []string {
 // target records a target for checkTargets; rng is where its subset is
 // written.
 func (r *resolver) target(t Target, rng hcl.Range) {
-	if t.Subset != "" {
+	if t.Subset != "" || strings.Contains(t.Service, ".") {
 		r.targets = append(r.targets, targetRef{t, rng})
 	}
 }
@@ -506,6 +506,15 @@ func (r *resolver) target(t Target, rng hcl.Range) {
 // listener names is declared.
 func (r *resolver) checkTargets() {
 	for _, ref := range r.targets {
+		if owner, sub := r.subsetNamed(ref.Service); owner != nil && ref.Subset == "" {
+			// Cluster S.X is subset X of service S: a service of that name
+			// would share its cluster, and its endpoints with it.
+			r.add(ref.rng, "Ambiguous service name", "service %q has the cluster name of subset %q of service %q; route to that subset with service = %q and subset = %q, or rename the Consul service.", ref.Service, sub, owner.Name, owner.Name, sub)
+			continue
+		}
+		if ref.Subset == "" {
+			continue
+		}
 		s := r.pol.Service(ref.Service)
 		if s != nil && s.SubsetNamed(ref.Subset) != nil {
 			continue
@@ -520,4 +529,20 @@ func (r *resolver) checkTargets() {
 		}
 		r.add(ref.rng, "Unknown subset", "subset %q of service %q is not declared (%s); declare it in service %q { subset %q { tags = [...] } } or fix the name.", ref.Subset, ref.Service, known, ref.Service, ref.Subset)
 	}
+}
+
+// subsetNamed finds the service whose subset cluster is named name (S.X),
+// and the subset.
+func (r *resolver) subsetNamed(name string) (*Service, string) {
+	for i := strings.Index(name, "."); i >= 0; {
+		if s := r.pol.Service(name[:i]); s != nil && s.SubsetNamed(name[i+1:]) != nil {
+			return s, name[i+1:]
+		}
+		j := strings.Index(name[i+1:], ".")
+		if j < 0 {
+			break
+		}
+		i += j + 1
+	}
+	return nil, ""
 }

@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +12,10 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 )
@@ -109,11 +114,13 @@ func TestAdmissionBoundsInitialSyncs(t *testing.T) {
 	}
 }
 
-// TestUnknownTypesCannotStallTheCache: a client asking for many type URLs
-// the bridge does not serve, and reading nothing, gets no answers for
-// them; other proxies are served as usual. (Answering them would queue
-// more responses than the stream's channel holds, while the cache holds
-// its lock.)
+// TestUnknownTypesCannotStallTheCache: a client asking for type URLs the
+// bridge does not serve gets no answers for them, and beyond
+// maxTypesPerStream its stream is ended with InvalidArgument; the watches
+// it filed never exceed that bound, and other proxies are served as usual.
+// (Answering them once queued more responses than the stream's channel
+// holds, while the cache held its lock; keeping them, 300 type URLs of
+// 1 MB held 300 MB.)
 func TestUnknownTypesCannotStallTheCache(t *testing.T) {
 	s := startServer(t, ServerConfig{})
 	s.update(t, testOutput(t, []string{"api"}, 8080))
@@ -124,24 +131,105 @@ func TestUnknownTypesCannotStallTheCache(t *testing.T) {
 		t.Fatal(err)
 	}
 	node := &corev3.Node{Id: "greedy", Cluster: "edge"}
-	// Enough that the answers would overflow the HTTP/2 window the client
-	// never reads, so the server's sends would block.
 	for i := range 3000 {
 		if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: fmt.Sprintf("type.googleapis.com/made.up.Type%d", i)}); err != nil {
-			t.Fatal(err)
+			break // the server ended the stream
 		}
 	}
-	// Every unknown type is left waiting, unanswered (answering them,
-	// the cache once blocked on the full stream channel with its lock
-	// held).
-	eventually(t, "3000 unanswered watches", func() bool { return s.cache.waiting("edge") >= 3000 },
-		func() string { return fmt.Sprintf("%d watches waiting", s.cache.waiting("edge")) })
+	if _, err := ads.Recv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "type URLs on one stream") {
+		t.Fatalf("stream with 3000 made-up type URLs ended with %v, want InvalidArgument", err)
+	}
+	if n := s.cache.waiting("edge"); n > maxTypesPerStream {
+		t.Errorf("%d watches kept for it, want at most %d", n, maxTypesPerStream)
+	}
 	other := dial(t, s, adsclient.Config{NodeID: "other", Cluster: "edge", Mode: adsclient.SotW})
 	if _, err := other.Wait(waitCtx(t), func(st adsclient.State) bool { return len(st.ListenerNames()) == 1 }); err != nil {
-		t.Fatalf("another proxy was not served while one asked for unknown types: %v", err)
+		t.Fatalf("another proxy was not served after one asked for unknown types: %v", err)
 	}
 	if got := s.Served("edge", "type.googleapis.com/made.up.Type0"); got != nil {
 		t.Errorf("Served(unknown type) = %v, want nil", got)
+	}
+}
+
+// TestHostileRequestsAreRefused: a node too large to keep, a type URL
+// too long, and a node that changes within a stream each end the stream
+// with InvalidArgument, counted; a NACK's error text is cut in
+// /v1/proxies with its full length kept. A proxy connected throughout
+// still gets a health flip.
+func TestHostileRequestsAreRefused(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.update(t, testOutput(t, []string{"api"}, 8080))
+	good := dial(t, s, adsclient.Config{NodeID: "good", Cluster: "edge", Mode: adsclient.Delta})
+	if _, err := good.Wait(waitCtx(t), func(st adsclient.State) bool { return len(st.ClusterNames()) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	big, _ := structpb.NewStruct(map[string]any{"junk": strings.Repeat("x", 200<<10)})
+	for name, reqs := range map[string][]*discoveryv3.DiscoveryRequest{
+		"big node":      {{Node: &corev3.Node{Id: "big", Cluster: "edge", Metadata: big}, TypeUrl: resourcev3.ClusterType}},
+		"long type URL": {{Node: &corev3.Node{Id: "long", Cluster: "edge"}, TypeUrl: "type.googleapis.com/" + strings.Repeat("x", 1<<20)}},
+		"node changes": {
+			{Node: &corev3.Node{Id: "shifty", Cluster: "edge"}, TypeUrl: resourcev3.ClusterType},
+			{Node: &corev3.Node{Id: "shifty", Cluster: strings.Repeat("y", 1000)}, TypeUrl: resourcev3.ListenerType},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(grpcConn(t, s.addr)).StreamAggregatedResources(waitCtx(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, r := range reqs {
+				if err := ads.Send(r); err != nil {
+					break
+				}
+			}
+			for {
+				_, err := ads.Recv()
+				if err == nil {
+					continue // the CDS answer to a valid first request
+				}
+				if status.Code(err) != codes.InvalidArgument {
+					t.Fatalf("stream ended with %v, want InvalidArgument", err)
+				}
+				break
+			}
+		})
+	}
+	if got := testutil.ToFloat64(s.metrics.refused); got != 3 {
+		t.Errorf("refused requests = %v, want 3", got)
+	}
+	if keys := len(s.cache.keyNames()); keys > 3 {
+		t.Errorf("%d snapshot keys after the hostile streams ended, want edge and the shared one", keys)
+	}
+
+	// A NACK with a huge error text is cut where it is shown.
+	ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(grpcConn(t, s.addr)).StreamAggregatedResources(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	node := &corev3.Node{Id: "nacker", Cluster: "edge"}
+	if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := ads.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	huge := strings.Repeat("e", 1<<20)
+	if err := ads.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResponseNonce: resp.GetNonce(), ErrorDetail: &rpcstatus.Status{Message: huge}}); err != nil {
+		t.Fatal(err)
+	}
+	p := s.waitStatus(t, "nacker", "CDS", StatusNACKed)
+	if n := p.Types["CDS"].LastNACK; len(n.Error) > maxNACKText+16 || n.ErrorBytes != len(huge) {
+		t.Errorf("last NACK shown with %d bytes (full %d), want it cut at %d with the full length kept", len(n.Error), n.ErrorBytes, maxNACKText)
+	}
+
+	// The proxy connected throughout still gets a health flip.
+	s.update(t, withEndpointPort(testOutput(t, []string{"api"}, 8080), 0, 9999))
+	if _, err := good.Wait(waitCtx(t), func(st adsclient.State) bool {
+		eps := st.Endpoints("api")
+		return len(eps) == 1 && strings.HasSuffix(eps[0].Address, ":9999")
+	}); err != nil {
+		t.Fatalf("a proxy connected throughout missed an update: %v", err)
 	}
 }
 

@@ -10,7 +10,9 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/peer"
+	"google.golang.org/grpc/status"
 )
 
 // callbacks follow the life of every stream: who connected, what was
@@ -74,8 +76,14 @@ func (c *callbacks) closed(key streamKey) {
 		Dur("connected_for", time.Since(st.openedAt)).Msg("proxy disconnected")
 }
 
-func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, nonce, errDetail string) {
+func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, nonce, errDetail string) error {
 	r := c.tracker.request(key, n, typeURL, version, nonce, errDetail)
+	if r.kind == reqRefused {
+		c.metrics.refused.Inc()
+		c.log.Warn().Stringer("stream", key).Str("node", truncate(r.node.GetId(), 256)).Str("reason", r.refused).
+			Msg("refused xDS request; ending the stream")
+		return status.Error(codes.InvalidArgument, r.refused)
+	}
 	node := r.node
 	if r.newNode {
 		c.metrics.streamCounted(node.GetCluster(), r.kindStr, +1)
@@ -89,7 +97,7 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 	case reqNACK:
 		c.metrics.nacks.WithLabelValues(metricType(typeURL)).Inc()
 		c.log.Warn().Stringer("stream", key).Str("node", node.GetId()).Str("group", node.GetCluster()).
-			Str("type", typeURL).Str("version", r.version).Str("nonce", nonce).Str("error", errDetail).
+			Str("type", typeURL).Str("version", r.version).Str("nonce", nonce).Str("error", truncate(errDetail, maxNACKText)).Int("error_bytes", len(errDetail)).
 			Msg("proxy rejected config (NACK); it keeps its previous version and gets no resend until the config changes")
 	case reqACK:
 		c.metrics.acks.WithLabelValues(metricType(typeURL)).Inc()
@@ -107,6 +115,7 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 			c.answered(snapshotKey(node))
 		}
 	}
+	return nil
 }
 
 func (c *callbacks) response(key streamKey, typeURL, version, nonce string, resources, removed int, names func() []string) {
@@ -132,8 +141,7 @@ func (c *callbacks) OnStreamClosed(id int64, _ *corev3.Node) {
 }
 
 func (c *callbacks) OnStreamRequest(id int64, r *discoveryv3.DiscoveryRequest) error {
-	c.request(streamKey{id: id}, r.GetNode(), r.GetTypeUrl(), r.GetVersionInfo(), r.GetResponseNonce(), r.GetErrorDetail().GetMessage())
-	return nil
+	return c.request(streamKey{id: id}, r.GetNode(), r.GetTypeUrl(), r.GetVersionInfo(), r.GetResponseNonce(), r.GetErrorDetail().GetMessage())
 }
 
 func (c *callbacks) OnStreamResponse(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
@@ -160,8 +168,7 @@ func (c *callbacks) OnDeltaStreamClosed(id int64, _ *corev3.Node) {
 // OnStreamDeltaRequest runs before go-control-plane fills in a missing
 // node or type URL, so both come from the tracker and the stream.
 func (c *callbacks) OnStreamDeltaRequest(id int64, r *discoveryv3.DeltaDiscoveryRequest) error {
-	c.request(streamKey{delta: true, id: id}, r.GetNode(), c.deltaType(id, r.GetTypeUrl()), "", r.GetResponseNonce(), r.GetErrorDetail().GetMessage())
-	return nil
+	return c.request(streamKey{delta: true, id: id}, r.GetNode(), c.deltaType(id, r.GetTypeUrl()), "", r.GetResponseNonce(), r.GetErrorDetail().GetMessage())
 }
 
 func (c *callbacks) OnStreamDeltaResponse(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {

@@ -30,6 +30,9 @@ type metrics struct {
 	// stagingTimeouts counts make-before-break steps that went on
 	// without every proxy's answer (staging.go).
 	stagingTimeouts prometheus.Counter
+	// refused counts requests beyond a bound (tracker.go), whose stream
+	// was ended.
+	refused prometheus.Counter
 
 	mu        sync.Mutex
 	connCount map[[2]string]int // group, kind -> open streams
@@ -75,8 +78,13 @@ func newMetrics(reg prometheus.Registerer, log zerolog.Logger) *metrics {
 			Name: "consul_xds_bridge_make_before_break_timeouts_total",
 			Help: "Updates whose new clusters or routes were pushed on before every proxy of the node.cluster acknowledged the previous step within the step timeout (5s).",
 		}),
+		refused: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "consul_xds_bridge_refused_requests_total",
+			Help: "xDS requests refused for breaking a bound (node size, type URLs, a node changing within a stream); their streams were ended.",
+		}),
 	}
 	m.connected = register(reg, log, m.connected)
+	m.refused = register(reg, log, m.refused)
 	m.stagingTimeouts = register(reg, log, m.stagingTimeouts)
 	m.admissionWaiting = register(reg, log, m.admissionWaiting)
 	m.admissionSyncing = register(reg, log, m.admissionSyncing)

@@ -2,15 +2,18 @@ package serve
 
 import (
 	"cmp"
+	"fmt"
 	"net"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 // Proxy and per-type statuses, in the spirit of istioctl proxy-status.
@@ -82,10 +85,38 @@ type TypeStatus struct {
 type NACKInfo struct {
 	// Version is the version that was rejected (the one sent with Nonce),
 	// not the version_info the request carried (the previous good one).
-	Version string    `json:"version"`
-	Nonce   string    `json:"nonce"`
-	Error   string    `json:"error"`
-	At      time.Time `json:"at"`
+	Version string `json:"version"`
+	Nonce   string `json:"nonce"`
+	// Error is the proxy's error text, cut at maxNACKText bytes;
+	// ErrorBytes is its full length.
+	Error      string    `json:"error"`
+	ErrorBytes int       `json:"error_bytes"`
+	At         time.Time `json:"at"`
+}
+
+// Bounds on what a client makes the bridge keep, log or show: each is
+// refused (or cut) rather than trusted.
+const (
+	// maxNACKText cuts a NACK's error text in logs and /v1/proxies; Envoy's
+	// own messages are a few hundred bytes.
+	maxNACKText = 4 << 10
+	// maxNodeBytes bounds a node's encoding (metadata included), which
+	// every stream keeps for its life.
+	maxNodeBytes = 64 << 10
+	// maxTypeURLBytes bounds a requested type URL: the ones Envoy uses are
+	// under 80 bytes.
+	maxTypeURLBytes = 256
+)
+
+// truncate cuts s to n bytes (on a rune boundary), marking the cut.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n] + "…[cut]"
 }
 
 // maxTypesPerStream bounds the per-type state a client can make us keep
@@ -194,7 +225,8 @@ const (
 	reqACK                    // first ACK of the last response
 	reqNACK                   // first NACK of the last response
 	reqRepeat                 // same nonce again: subscription change, repeated ACK/NACK
-	reqUnknown                // unknown stream or type beyond the bound
+	reqUnknown                // unknown stream
+	reqRefused                // beyond a bound, or another node: the stream ends
 )
 
 type reqResult struct {
@@ -206,6 +238,8 @@ type reqResult struct {
 	kindStr string
 	// version is the version ACKed or NACKed (the one sent with the nonce).
 	version string
+	// refused says why a reqRefused request is refused.
+	refused string
 }
 
 // request records a request.
@@ -218,6 +252,20 @@ func (t *tracker) request(key streamKey, node *corev3.Node, typeURL, version, no
 		return reqResult{kind: reqUnknown, node: node}
 	}
 	res := reqResult{kindStr: st.kind}
+	refuse := func(why string) reqResult {
+		res.kind, res.refused = reqRefused, why
+		return res
+	}
+	switch {
+	case len(typeURL) > maxTypeURLBytes:
+		return refuse(fmt.Sprintf("type URL of %d bytes is over the limit of %d", len(typeURL), maxTypeURLBytes))
+	case st.node == nil && node != nil && proto.Size(node) > maxNodeBytes:
+		return refuse(fmt.Sprintf("node of %d bytes (metadata included) is over the limit of %d", proto.Size(node), maxNodeBytes))
+	case st.node != nil && node != nil && snapshotKey(node) != snapshotKey(st.node), st.node != nil && node != nil && node.GetId() != st.node.GetId():
+		// A stream is one proxy: a new identity would be a new snapshot
+		// key per request, kept for the stream's life.
+		return refuse(fmt.Sprintf("node %q in %q cannot become node %q in %q within a stream", st.node.GetId(), st.node.GetCluster(), node.GetId(), node.GetCluster()))
+	}
 	if st.node == nil && node != nil {
 		st.node, res.newNode = node, true
 	}
@@ -225,8 +273,7 @@ func (t *tracker) request(key streamKey, node *corev3.Node, typeURL, version, no
 	ts := st.types[typeURL]
 	if ts == nil {
 		if len(st.types) >= maxTypesPerStream {
-			res.kind = reqUnknown
-			return res
+			return refuse(fmt.Sprintf("more than %d type URLs on one stream", maxTypesPerStream))
 		}
 		ts = &typeState{}
 		st.types[typeURL] = ts
@@ -252,7 +299,7 @@ func (t *tracker) request(key streamKey, node *corev3.Node, typeURL, version, no
 		if ts.nackedNonce != nonce {
 			res.kind = reqNACK
 			ts.nackedNonce = nonce
-			ts.lastNACK = &NACKInfo{Version: ts.sentVersion, Nonce: nonce, Error: errDetail, At: now}
+			ts.lastNACK = &NACKInfo{Version: ts.sentVersion, Nonce: nonce, Error: truncate(errDetail, maxNACKText), ErrorBytes: len(errDetail), At: now}
 		}
 	case ts.nackedNonce == nonce:
 		// After a NACK, SotW requests for the type (e.g. a subscription

@@ -19,9 +19,10 @@ import (
 // N times the full state, flow control stretches every sync, and the last
 // proxies wait minutes or time out. Instead, at most `limit` streams sync
 // at once; the others wait, unanswered, before their first request is
-// read, and go as soon as a slot frees. Throughput is the same, memory is
-// bounded by limit times the full state, and each proxy's wait is short
-// and ordered by arrival.
+// served, and go as soon as a slot frees. The slot is taken at a stream's
+// first request, not when it opens: streams that send nothing hold none.
+// Throughput is the same, memory is bounded by limit times the full state,
+// and each proxy's wait is short and ordered by arrival.
 //
 // A stream holds its slot until its state is complete: every type it has
 // subscribed to answered and acknowledged (or rejected), clusters among

@@ -268,3 +268,25 @@ func TestKeyForgottenWithItsLastStream(t *testing.T) {
 		t.Error("key not served again for a new proxy")
 	}
 }
+
+// TestIdleStreamsHoldNoSlot: streams that open and send nothing take no
+// initial-sync slot (one used to be taken at open, so 300 idle streams
+// delayed a real proxy by a minute): with one slot and ten idle streams,
+// a proxy syncs at once.
+func TestIdleStreamsHoldNoSlot(t *testing.T) {
+	s := startServer(t, ServerConfig{MaxInitialSyncs: 1})
+	s.update(t, testOutput(t, []string{"api"}, 8080))
+	conn := grpcConn(t, s.addr)
+	for range 10 {
+		if _, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(waitCtx(t)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(100 * time.Millisecond)
+	c := dial(t, s, adsclient.Config{NodeID: "real", Cluster: "edge", Mode: adsclient.SotW})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second) // the hold that frees a stuck slot is 20s
+	defer cancel()
+	if _, err := c.Wait(ctx, func(st adsclient.State) bool { return len(st.ListenerNames()) == 1 }); err != nil {
+		t.Fatalf("a proxy behind ten idle streams did not sync: %v", err)
+	}
+}

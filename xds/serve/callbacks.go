@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"net"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -30,6 +31,9 @@ type callbacks struct {
 	// NACKed a response (make-before-break waits for those).
 	answered  func(key string)
 	admission *admission
+	// contexts holds, by stream, the context of streams not admitted yet
+	// (admit deletes it).
+	contexts sync.Map
 }
 
 // streamKey identifies a stream: go-control-plane numbers SotW and delta
@@ -45,23 +49,35 @@ func newCallbacks(log zerolog.Logger, t *tracker, m *metrics, joined, left func(
 	return &callbacks{log: log, tracker: t, metrics: m, joined: joined, left: left, admission: a}
 }
 
-// open registers a stream once it has an initial-sync slot; until then
-// its requests are not read.
+// open registers a stream. Its initial-sync slot is taken at its first
+// request (admit), so streams that open and send nothing hold none.
 func (c *callbacks) open(ctx context.Context, key streamKey, typeURL string) error {
 	var remote net.Addr
 	if p, ok := peer.FromContext(ctx); ok {
 		remote = p.Addr
 	}
-	if err := c.admission.admit(ctx, key); err != nil {
-		c.log.Debug().Stringer("stream", key).Stringer("remote", remote).Msg("stream ended while waiting for an initial-sync slot")
-		return err
-	}
+	c.contexts.Store(key, ctx)
 	c.tracker.open(key, typeURL, remote)
 	c.log.Debug().Stringer("stream", key).Str("kind", streamKind(key.delta, typeURL)).Stringer("remote", remote).Msg("stream opened")
 	return nil
 }
 
+// admit waits for key's initial-sync slot before its first request is
+// served; later requests pass at once. An error ends the stream.
+func (c *callbacks) admit(key streamKey) error {
+	ctx, ok := c.contexts.LoadAndDelete(key)
+	if !ok {
+		return nil // admitted already
+	}
+	if err := c.admission.admit(ctx.(context.Context), key); err != nil {
+		c.log.Debug().Stringer("stream", key).Msg("stream ended while waiting for an initial-sync slot")
+		return err
+	}
+	return nil
+}
+
 func (c *callbacks) closed(key streamKey) {
+	c.contexts.Delete(key)
 	c.admission.release(key)
 	st := c.tracker.close(key)
 	if st == nil || st.node == nil {
@@ -77,6 +93,9 @@ func (c *callbacks) closed(key streamKey) {
 }
 
 func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, nonce, errDetail string) error {
+	if err := c.admit(key); err != nil {
+		return err
+	}
 	r := c.tracker.request(key, n, typeURL, version, nonce, errDetail)
 	if r.kind == reqRefused {
 		c.metrics.refused.Inc()

@@ -244,6 +244,21 @@ func (d *Daemon) Run(ctx context.Context) error {
 		kvUpdates = kv.Updates()
 		wg.Go(func() { fail(kv.Run(ctx)) })
 	}
+	// A frozen Consul answers no blocking query until its wait runs out;
+	// a short, non-blocking probe makes it visible within stale_after.
+	interval := min(max(s.Consul.StaleAfter/4, time.Second), 5*time.Second)
+	wg.Go(func() {
+		consul.Probe(ctx, client, interval, min(interval, 2*time.Second), func(started time.Time, err error) {
+			d.metrics.consulQuery("status_leader", err, time.Since(started))
+			if err != nil {
+				// Unreachable since the request started, not since its
+				// timeout ran out.
+				d.outages.record("", err, started, d.ready.Load())
+				return
+			}
+			d.outages.record("", nil, d.clock.Now(), d.ready.Load())
+		})
+	})
 	wg.Go(func() { fail(d.watchFiles(ctx)) })
 	wg.Go(func() { fail(d.xds.Serve(ctx, xdsLis)) })
 	wg.Go(func() { fail(d.serveAdmin(ctx, adminLis)) })

@@ -64,3 +64,48 @@ func TestReadinessTurnsStaleWhenConsulIsUnreachable(t *testing.T) {
 	fwd.Start()
 	waitReadyz(http.StatusOK, "true")
 }
+
+// TestReadinessSeesAFrozenConsul: a frozen agent (SIGSTOP: connections
+// are accepted, nothing answers) makes /readyz 503 within stale_after and
+// a few seconds; blocking queries alone noticed only when their wait plus
+// HTTP timeout ran out (over 15 s even with the tests' 5 s wait, about
+// 74 s by default). xDS keeps serving; thawed, the bridge is ready again.
+func TestReadinessSeesAFrozenConsul(t *testing.T) {
+	agent := consultest.Start(t)
+	agent.RegisterTTL(t, "web", "web-1", 1001, nil, nil)
+	fwd := consultest.NewForwarder(t, agent.HTTPAddr())
+	h := startBridgeWith(t, agent, fwd, func(c *bridge.Config) {
+		c.Settings.Consul.StaleAfter = 3 * time.Second
+	})
+	c := dial(t, h, adsclient.SotW, nil)
+	waitEndpoints(t, "web", ep(1001, "HEALTHY"), c)
+	url := "http://" + h.daemon.AdminAddr().String() + "/readyz"
+	wait := func(code int, within time.Duration) time.Duration {
+		t.Helper()
+		start := time.Now()
+		for {
+			got, body := get(t, url)
+			if got == code {
+				return time.Since(start)
+			}
+			if time.Since(start) > within {
+				t.Fatalf("/readyz = %d %s after %v, want %d", got, body, within, code)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	wait(http.StatusOK, 15*time.Second)
+	agent.Freeze()
+	thawed := false
+	defer func() {
+		if !thawed {
+			agent.Thaw()
+		}
+	}()
+	took := wait(http.StatusServiceUnavailable, 9*time.Second)
+	t.Logf("/readyz 503 %v after the freeze (stale_after 3s)", took)
+	waitEndpoints(t, "web", ep(1001, "HEALTHY"), c) // still serving
+	agent.Thaw()
+	thawed = true
+	wait(http.StatusOK, 20*time.Second)
+}

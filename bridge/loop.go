@@ -132,6 +132,10 @@ func (l *loop) build(ctx context.Context) {
 		}
 	}
 	m, warnings := model.Build(cat, l.policy)
+	for _, n := range l.catalog.Skipped {
+		warnings = append(warnings, fmt.Sprintf("Consul service %q is skipped: Consul's HTTP API cannot query its name, nor can it be a cluster name (use letters, digits, '-', '_' and '.')", n))
+	}
+	l.d.metrics.skippedServices.Set(float64(len(l.catalog.Skipped)))
 	l.logNewWarnings(warnings)
 	if l.translator == nil {
 		l.translator = xds.NewTranslator()

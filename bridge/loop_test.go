@@ -188,3 +188,21 @@ func TestLoopShowsFailedGroups(t *testing.T) {
 		t.Errorf("failing groups gauge = %v after recovery, want 0", got)
 	}
 }
+
+// TestLoopReportsSkippedServices: catalog services the watcher skipped
+// for their names are warnings on /v1/policy and in a gauge; the build
+// goes on without them.
+func TestLoopReportsSkippedServices(t *testing.T) {
+	h := startLoop(t)
+	cat := consul.NewCatalog([]*consul.Service{{Name: "web", Instances: []consul.Instance{
+		{ID: "web-1", Node: "n1", Address: "10.0.0.1", Port: 8001, Status: consul.StatusPassing},
+	}}})
+	h.updates <- consul.Update{Catalog: cat, Complete: true, Skipped: []string{"bad\tname"}, ChangedAt: h.clock.Now()}
+	h.eventually("the build", func() bool { return h.builds() == 1 })
+	h.eventually("the warning", func() bool {
+		return strings.Contains(strings.Join(h.d.Policy().Warnings, "\n"), `Consul service "bad\tname" is skipped`)
+	})
+	if got := testutil.ToFloat64(h.d.metrics.skippedServices); got != 1 {
+		t.Errorf("skipped services gauge = %v, want 1", got)
+	}
+}

@@ -19,6 +19,8 @@ type metrics struct {
 	changeToPush   prometheus.Histogram
 	builds         prometheus.Counter
 	failingGroups  prometheus.Gauge
+	// skippedServices counts catalog services left out for their names.
+	skippedServices prometheus.Gauge
 	// queryStats is the Consul watcher's QueryStats, once it runs.
 	queryStats atomic.Pointer[func() (slots, inUse, waiting int)]
 }
@@ -61,6 +63,10 @@ func newMetrics(reg prometheus.Registerer, notReady func() string, consulUp func
 			Name: "consul_xds_bridge_builds_total",
 			Help: "Model builds that were translated and served.",
 		}),
+		skippedServices: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "consul_xds_bridge_consul_services_skipped",
+			Help: "Catalog services left out because Consul's API cannot query their names (see /v1/policy warnings).",
+		}),
 		failingGroups: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "consul_xds_bridge_proxy_groups_failing",
 			Help: "Proxy groups the last build could not translate; they keep their last good listeners and routes (see /v1/policy failed_groups).",
@@ -80,7 +86,7 @@ func newMetrics(reg prometheus.Registerer, notReady func() string, consulUp func
 		})
 	}
 	reg.MustRegister(m.consulRequests, m.consulErrors, m.consulLatency, m.reloads, m.translate,
-		m.changeToPush, m.builds, m.failingGroups,
+		m.changeToPush, m.builds, m.failingGroups, m.skippedServices,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "consul_xds_bridge_consul_up",
 			Help: "1 while the local datacenter's Consul answers (it has not been silent for consul.reconnect_hold_after).",

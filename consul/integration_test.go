@@ -70,3 +70,27 @@ func TestWatcherTargetsAgainstConsul(t *testing.T) {
 		t.Fatalf("dropped targets still served: %+v", u.Catalog.Services)
 	}
 }
+
+// TestUnqueryableServiceNamesAreSkipped: Consul registers services whose
+// names its own HTTP API cannot serve ("..": 404, a tab: 400); watching
+// every local service, they are skipped and reported, and the catalog is
+// complete without them (their watch could never be read).
+func TestUnqueryableServiceNamesAreSkipped(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	agent.RegisterTTL(t, "web", "web-1", 8080, nil, nil)
+	agent.RegisterTTL(t, "bad\tname", "bad-1", 8081, nil, nil)
+	w := NewWatcher(Config{Client: agent.Client(), Query: testQuery(), Logger: zerolog.New(zerolog.NewTestWriter(t)), Targets: Targets{AllLocal: true}})
+	runInBackground(t, w.Run)
+	u := next(t, w, "complete with web", func(u Update) bool {
+		return u.Complete && instanceIDs(u.Catalog, "web") == "web-1=passing"
+	})
+	if !slices.Equal(u.Skipped, []string{"bad\tname"}) || u.Catalog.Service("", "bad\tname") != nil {
+		t.Errorf("skipped = %q, bad service in catalog %v; want it skipped", u.Skipped, u.Catalog.Service("", "bad\tname") != nil)
+	}
+	for name, want := range map[string]bool{"web": true, "api.v2": true, "my_svc-1": true, "..": false, ".": false, "a/b": false, "bad\tname": false, "": false, "ümlaut": false} {
+		if got := QueryableName(name); got != want {
+			t.Errorf("QueryableName(%q) = %v, want %v", name, got, want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/consul/api"
@@ -119,6 +120,10 @@ type Update struct {
 	// Once read, a target leaves this list: later errors keep its last
 	// good data, as for any service.
 	Unreachable []ServiceKey
+	// Skipped lists, sorted, the catalog services left out under AllLocal
+	// because their names cannot be queried or be cluster names (see
+	// QueryableName); they never hold Complete back.
+	Skipped []string
 	// ChangedAt is when the oldest Consul response folded into this update
 	// returned (or when the targets changed), so consumers can measure
 	// change-to-push latency.
@@ -141,6 +146,9 @@ type Watcher struct {
 	// sent while one is pending merge into it, which loses nothing because
 	// Run then reads the newest targets.
 	retarget chan struct{}
+	// skipped is the latest list of catalog services left out for their
+	// names (QueryableName), for Update.Skipped.
+	skipped atomic.Pointer[[]string]
 }
 
 // NewWatcher returns a Watcher; nothing runs until Run.
@@ -329,8 +337,16 @@ func (w *Watcher) Run(ctx context.Context) error {
 			want[k] = true
 		}
 		if targets.AllLocal {
+			var skipped []string
 			for _, n := range list {
+				if !QueryableName(n) {
+					skipped = append(skipped, n)
+					continue
+				}
 				want[ServiceKey{Name: n}] = true
+			}
+			if prev := w.skipped.Swap(&skipped); len(skipped) > 0 && (prev == nil || !slices.Equal(*prev, skipped)) {
+				log.Warn().Strs("services", skipped).Msg("Consul services skipped: their names cannot be queried or be cluster names")
 			}
 		}
 		changed := false
@@ -522,6 +538,9 @@ func answeredError(err error) bool {
 
 func (w *Watcher) publish(watches map[ServiceKey]*healthWatch, listLoaded bool, at time.Time) {
 	u := Update{Complete: listLoaded, ChangedAt: at}
+	if sk := w.skipped.Load(); sk != nil {
+		u.Skipped = slices.Clone(*sk)
+	}
 	services := make([]*Service, 0, len(watches))
 	for k, hw := range watches {
 		if hw.data == nil {
@@ -561,4 +580,24 @@ func (w *Watcher) remoteDatacenter(k ServiceKey) string {
 		return ""
 	}
 	return k.Datacenter
+}
+
+// QueryableName reports whether a catalog service name can be watched and
+// served: letters, digits, '-', '_' and '.', not "." or "..". Consul
+// registers other names (a tab, a slash), but its own HTTP API cannot
+// serve them (".." answers 404, a tab 400), and a watch that can never be
+// read would hold readiness back for ever; nor are they sensible cluster
+// names.
+func QueryableName(name string) bool {
+	if name == "" || name == "." || name == ".." {
+		return false
+	}
+	for _, r := range name {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+		default:
+			return false
+		}
+	}
+	return true
 }

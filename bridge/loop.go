@@ -55,12 +55,34 @@ type loop struct {
 	// translate, if set, replaces translator.Translate: the loop's tests
 	// make a build fail with it.
 	translate func(*ir.Model) (*xds.Output, error)
+
+	// Policy documents are read and parsed off the loop (see docParser),
+	// so a slow document never holds catalog updates: reading is set while
+	// a read runs, its result arrives on readDone, and rereadTrigger
+	// records a reload asked for meanwhile (one more read follows).
+	parser        *docParser
+	reading       bool
+	rereadTrigger string
+	readDone      chan policyRead
+}
+
+// policyRead is the result of reading and parsing every policy source.
+type policyRead struct {
+	trigger string
+	kv      *consul.KVUpdate
+	docs    []*policy.Document
+	diags   hclDiagnostics
+	sources []SourceStatus
 }
 
 const pendingGrace = 2 * time.Second
 
 func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates <-chan consul.KVUpdate) {
 	l.debounce = debounce{holdOff: l.d.cfg.Settings.XDS.DebounceHoldOff, maxDelay: l.d.cfg.Settings.XDS.DebounceMaxDelay}
+	if l.parser == nil {
+		l.parser = newDocParser(l.d.clock, ParseBudget)
+	}
+	l.readDone = make(chan policyRead, 1)
 	l.timer = l.d.clock.NewTimer(time.Hour)
 	l.timer.Stop()
 	defer l.timer.Stop()
@@ -93,6 +115,13 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 			l.reloadPolicy("kv")
 		case <-l.d.reload:
 			l.reloadPolicy("files")
+		case r := <-l.readDone:
+			l.reading = false
+			l.applyRead(r)
+			if t := l.rereadTrigger; t != "" {
+				l.rereadTrigger = ""
+				l.reloadPolicy(t)
+			}
 		case <-l.timer.Chan():
 			l.build(ctx)
 		}
@@ -246,7 +275,22 @@ func (l *loop) reloadPolicy(trigger string) {
 	if l.kvNeeded && l.kvDocs == nil {
 		return // the first KV read will load everything
 	}
-	try := l.tryPolicy(l.kvDocs)
+	if l.reading {
+		l.rereadTrigger = trigger
+		return
+	}
+	l.reading = true
+	kv := l.kvDocs
+	go func() {
+		docs, diags, sources := l.readDocuments(kv)
+		l.readDone <- policyRead{trigger: trigger, kv: kv, docs: docs, diags: diags, sources: sources}
+	}()
+}
+
+// applyRead tries the policy a read produced and accepts or rejects it.
+func (l *loop) applyRead(r policyRead) {
+	trigger := r.trigger
+	try := l.tryDocuments(r)
 	if try.diags.HasErrors() && l.kvNeeded && !l.kvAccepted {
 		if fallback, replaced := l.fromKVState(brokenKeys(try.diags)); fallback != nil && !fallback.diags.HasErrors() {
 			l.accept(trigger, *fallback)
@@ -286,11 +330,16 @@ type attempt struct {
 // translated against the current catalog, every resource valid.
 func (l *loop) tryPolicy(kv *consul.KVUpdate) attempt {
 	docs, diags, sources := l.readDocuments(kv)
-	a := attempt{kv: kv, diags: diags, sources: sources}
-	if diags.HasErrors() {
+	return l.tryDocuments(policyRead{kv: kv, docs: docs, diags: diags, sources: sources})
+}
+
+// tryDocuments is tryPolicy on documents already read.
+func (l *loop) tryDocuments(r policyRead) attempt {
+	a := attempt{kv: r.kv, diags: r.diags, sources: r.sources}
+	if a.diags.HasErrors() {
 		return a
 	}
-	cfg, ds := policy.Merge(docs...)
+	cfg, ds := policy.Merge(r.docs...)
 	a.diags = append(a.diags, ds...)
 	if a.diags.HasErrors() {
 		return a
@@ -382,6 +431,9 @@ func (l *loop) reject(trigger string, a attempt) {
 	})
 }
 
+// readDocuments reads and parses every source. It runs off the loop's
+// goroutine (see reloadPolicy), so it uses only what does not change
+// under it: the configured file names, kv and the parser.
 func (l *loop) readDocuments(kv *consul.KVUpdate) ([]*policy.Document, hclDiagnostics, []SourceStatus) {
 	var (
 		docs    []*policy.Document
@@ -394,7 +446,7 @@ func (l *loop) readDocuments(kv *consul.KVUpdate) ([]*policy.Document, hclDiagno
 			diags = append(diags, readError(f, err))
 			continue
 		}
-		doc, ds := policy.Parse(f, src)
+		doc, ds := l.parser.Parse(f, src, false)
 		diags = append(diags, ds...)
 		if doc != nil {
 			docs = append(docs, doc)
@@ -406,7 +458,7 @@ func (l *loop) readDocuments(kv *consul.KVUpdate) ([]*policy.Document, hclDiagno
 			diags = append(diags, kvRejected(r))
 		}
 		for _, kd := range kv.Documents {
-			doc, ds := policy.ParseKV(kd.Key, kd.Value)
+			doc, ds := l.parser.Parse(kd.Key, kd.Value, true)
 			diags = append(diags, ds...)
 			if doc != nil {
 				docs = append(docs, doc)
@@ -414,6 +466,7 @@ func (l *loop) readDocuments(kv *consul.KVUpdate) ([]*policy.Document, hclDiagno
 			sources = append(sources, SourceStatus{Name: kd.Key, Kind: "kv", Hash: hash(kd.Value), ModifyIndex: kd.ModifyIndex})
 		}
 	}
+	l.parser.endRead()
 	return docs, diags, sources
 }
 

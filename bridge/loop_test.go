@@ -3,6 +3,8 @@ package bridge
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -32,7 +34,11 @@ type loopHarness struct {
 	failGroup atomic.Pointer[string]
 }
 
-func startLoop(t *testing.T) *loopHarness {
+func startLoop(t *testing.T) *loopHarness { return startLoopWith(t, nil) }
+
+// startLoopWith is startLoop with the daemon's Config and the loop
+// adjusted by configure before the loop starts.
+func startLoopWith(t *testing.T, configure func(*Config, *loop)) *loopHarness {
 	t.Helper()
 	doc, diags := policy.Parse("policy.hcl", []byte("export_all_services = true\n"))
 	if diags.HasErrors() {
@@ -43,8 +49,13 @@ func startLoop(t *testing.T) *loopHarness {
 		t.Fatal(diags)
 	}
 	h := &loopHarness{t: t, clock: clockwork.NewFakeClockAt(time.Unix(1_000_000, 0)), updates: make(chan consul.Update)}
-	h.d = New(Config{Settings: cfg.Settings, Policy: cfg.Policy, Logger: zerolog.New(zerolog.NewTestWriter(t)), Clock: h.clock})
-	l := &loop{d: h.d, policy: cfg.Policy, translator: xds.NewTranslator()}
+	dcfg := Config{Settings: cfg.Settings, Policy: cfg.Policy, Logger: zerolog.New(zerolog.NewTestWriter(t)), Clock: h.clock}
+	l := &loop{policy: cfg.Policy, translator: xds.NewTranslator()}
+	if configure != nil {
+		configure(&dcfg, l)
+	}
+	h.d = New(dcfg)
+	l.d = h.d
 	l.translate = func(m *ir.Model) (*xds.Output, error) {
 		h.attempts.Add(1)
 		if h.fail.Load() {
@@ -204,5 +215,53 @@ func TestLoopReportsSkippedServices(t *testing.T) {
 	})
 	if got := testutil.ToFloat64(h.d.metrics.skippedServices); got != 1 {
 		t.Errorf("skipped services gauge = %v, want 1", got)
+	}
+}
+
+// TestLoopSlowPolicyDoesNotHoldUpdates: a policy document that takes long
+// to parse is parsed off the loop, so catalog changes keep being built
+// and served meanwhile; over the budget it is rejected with a diagnostic
+// (the last good policy stays), and it is not parsed again while unchanged.
+func TestLoopSlowPolicyDoesNotHoldUpdates(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.hcl")
+	if err := os.WriteFile(file, []byte("export_all_services = true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var parses *atomic.Int32
+	var release chan struct{}
+	h := startLoopWith(t, func(c *Config, l *loop) {
+		c.ConfigFiles = []string{file}
+		l.parser, parses, release = stallingParser(c.Clock)
+	})
+	defer close(release)
+	h.send(8001)
+	h.eventually("the first build", func() bool { return h.builds() == 1 })
+
+	if err := os.WriteFile(file, []byte("# slow\nexport_all_services = true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	h.d.Reload()
+	h.eventually("the slow parse to start", func() bool { return parses.Load() == 2 })
+	// The loop is not waiting for the parse: a catalog change is built
+	// and served while it runs.
+	h.clock.Advance(h.d.cfg.Settings.XDS.DebounceHoldOff)
+	h.send(8002)
+	h.eventually("a build during the slow parse", func() bool { return h.builds() == 2 })
+	if !strings.Contains(h.served(), `"port_value":8002`) {
+		t.Fatalf("served %s during a slow policy parse, want the new catalog (port 8002)", h.served())
+	}
+	if h.d.Policy().LastError != nil {
+		t.Fatal("the reload was decided before its parse ended or the budget ran out")
+	}
+	h.clock.Advance(ParseBudget)
+	h.eventually("the over-budget reload to be rejected", func() bool { return h.d.Policy().LastError != nil })
+	if got := strings.Join(h.d.Policy().LastError.Diagnostics, "; "); !strings.Contains(got, file) || !strings.Contains(got, "too long to parse") {
+		t.Fatalf("rejection = %q, want a too-long-to-parse diagnostic naming %s", got, file)
+	}
+	// Unchanged, it is rejected again at once, without another parse.
+	h.d.Reload()
+	h.eventually("the second rejection", func() bool { return h.d.Policy().FailedReloads == 2 })
+	if n := parses.Load(); n != 2 {
+		t.Fatalf("the unchanged slow document was parsed %d more times, want once", n-1)
 	}
 }

@@ -167,6 +167,7 @@ func TestHostileRequestsAreRefused(t *testing.T) {
 	for name, reqs := range map[string][]*discoveryv3.DiscoveryRequest{
 		"big node":      {{Node: &corev3.Node{Id: "big", Cluster: "edge", Metadata: big}, TypeUrl: resourcev3.ClusterType}},
 		"long type URL": {{Node: &corev3.Node{Id: "long", Cluster: "edge"}, TypeUrl: "type.googleapis.com/" + strings.Repeat("x", 1<<20)}},
+		"long resource name": {{Node: &corev3.Node{Id: "named", Cluster: "edge"}, TypeUrl: resourcev3.ClusterType, ResourceNames: []string{strings.Repeat("n", 8<<10)}}},
 		"node changes": {
 			{Node: &corev3.Node{Id: "shifty", Cluster: "edge"}, TypeUrl: resourcev3.ClusterType},
 			{Node: &corev3.Node{Id: "shifty", Cluster: strings.Repeat("y", 1000)}, TypeUrl: resourcev3.ListenerType},
@@ -194,8 +195,36 @@ func TestHostileRequestsAreRefused(t *testing.T) {
 			}
 		})
 	}
-	if got := testutil.ToFloat64(s.metrics.refused); got != 3 {
-		t.Errorf("refused requests = %v, want 3", got)
+	// Delta subscriptions add up over requests: past the stream's bound
+	// the stream ends, each request being well under the message limit.
+	t.Run("delta names add up", func(t *testing.T) {
+		d, err := discoveryv3.NewAggregatedDiscoveryServiceClient(grpcConn(t, s.addr)).DeltaAggregatedResources(waitCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var sendErr error
+		for i := 0; i < 8 && sendErr == nil; i++ {
+			names := make([]string, 3<<10)
+			for j := range names {
+				names[j] = fmt.Sprintf("%d-%d-%s", i, j, strings.Repeat("n", 1000))
+			}
+			r := &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: names}
+			if i == 0 {
+				r.Node = &corev3.Node{Id: "greedy", Cluster: "edge"}
+			}
+			sendErr = d.Send(r)
+		}
+		for {
+			if _, err := d.Recv(); err != nil {
+				if status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "resource names of") {
+					t.Fatalf("stream ended with %v, want InvalidArgument naming the names bound", err)
+				}
+				break
+			}
+		}
+	})
+	if got := testutil.ToFloat64(s.metrics.refused); got != 5 {
+		t.Errorf("refused requests = %v, want 5", got)
 	}
 	if keys := len(s.cache.keyNames()); keys > 3 {
 		t.Errorf("%d snapshot keys after the hostile streams ended, want edge and the shared one", keys)
@@ -288,5 +317,47 @@ func TestIdleStreamsHoldNoSlot(t *testing.T) {
 	defer cancel()
 	if _, err := c.Wait(ctx, func(st adsclient.State) bool { return len(st.ListenerNames()) == 1 }); err != nil {
 		t.Fatalf("a proxy behind ten idle streams did not sync: %v", err)
+	}
+}
+
+// TestSilentStreamsAreClosed: a stream that sends no request within the
+// first-request timeout is ended with DeadlineExceeded and counted, on
+// SotW and delta alike; one that does send is served as usual.
+func TestSilentStreamsAreClosed(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := startServer(t, ServerConfig{FirstRequestTimeout: 200 * time.Millisecond, Registerer: reg})
+	s.update(t, testOutput(t, []string{"api"}, 8080))
+	conn := grpcConn(t, s.addr)
+	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(conn)
+	sotw, err := ads.StreamAggregatedResources(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	delta, err := ads.DeltaAggregatedResources(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The client's own deadline would be DeadlineExceeded too: the
+	// server's reason tells them apart.
+	if _, err := sotw.Recv(); status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "no xDS request within") {
+		t.Fatalf("silent SotW stream ended with %v, want DeadlineExceeded saying why", err)
+	}
+	if _, err := delta.Recv(); status.Code(err) != codes.DeadlineExceeded || !strings.Contains(err.Error(), "no xDS request within") {
+		t.Fatalf("silent delta stream ended with %v, want DeadlineExceeded saying why", err)
+	}
+	if got := testutil.ToFloat64(s.metrics.idleClosed); got != 2 {
+		t.Errorf("consul_xds_bridge_idle_streams_closed_total = %v, want 2", got)
+	}
+	// A proxy that talks is unaffected, past the timeout too.
+	c := dial(t, s, adsclient.Config{NodeID: "real", Cluster: "edge", Mode: adsclient.Delta})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := c.Wait(ctx, func(st adsclient.State) bool { return len(st.ListenerNames()) == 1 }); err != nil {
+		t.Fatalf("a proxy that sent its request was not served: %v", err)
+	}
+	time.Sleep(400 * time.Millisecond)
+	s.update(t, testOutput(t, []string{"api", "web"}, 8080))
+	if _, err := c.Wait(ctx, func(st adsclient.State) bool { return len(st.ClusterNames()) == 2 }); err != nil {
+		t.Fatalf("a talking stream was closed or stopped receiving after the first-request timeout: %v", err)
 	}
 }

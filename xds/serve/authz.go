@@ -73,7 +73,7 @@ func authzInterceptor(log zerolog.Logger) grpc.StreamServerInterceptor {
 		if err := ss.RecvMsg(first); err != nil {
 			return err
 		}
-		as := &authzStream{ServerStream: ss, cert: cert, log: log, first: first}
+		as := &authzStream{replayStream: replayStream{ServerStream: ss, first: first}, cert: cert, log: log}
 		if err := as.check(first); err != nil {
 			return err
 		}
@@ -88,22 +88,17 @@ func authzInterceptor(log zerolog.Logger) grpc.StreamServerInterceptor {
 }
 
 type authzStream struct {
-	grpc.ServerStream
-	cert  *x509.Certificate
-	log   zerolog.Logger
-	first proto.Message // replayed on the first RecvMsg
+	replayStream // replays the first request, read to check it
+	cert         *x509.Certificate
+	log          zerolog.Logger
 	// node is the identity the first request claimed and the certificate
 	// authorized; a later request may omit it, not change it.
 	node *corev3.Node
 }
 
 func (s *authzStream) RecvMsg(m any) error {
-	if s.first != nil {
-		proto.Merge(m.(proto.Message), s.first)
-		s.first = nil
-		return nil
-	}
-	if err := s.ServerStream.RecvMsg(m); err != nil {
+	replay := s.first != nil
+	if err := s.replayStream.RecvMsg(m); err != nil || replay {
 		return err
 	}
 	return s.check(m)

@@ -92,11 +92,11 @@ func (c *callbacks) closed(key streamKey) {
 		Dur("connected_for", time.Since(st.openedAt)).Msg("proxy disconnected")
 }
 
-func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, nonce, errDetail string) error {
+func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, nonce, errDetail string, names nameUpdate) error {
 	if err := c.admit(key); err != nil {
 		return err
 	}
-	r := c.tracker.request(key, n, typeURL, version, nonce, errDetail)
+	r := c.tracker.request(key, n, typeURL, version, nonce, errDetail, names)
 	if r.kind == reqRefused {
 		c.metrics.refused.Inc()
 		c.log.Warn().Stringer("stream", key).Str("node", truncate(r.node.GetId(), 256)).Str("reason", r.refused).
@@ -160,7 +160,8 @@ func (c *callbacks) OnStreamClosed(id int64, _ *corev3.Node) {
 }
 
 func (c *callbacks) OnStreamRequest(id int64, r *discoveryv3.DiscoveryRequest) error {
-	return c.request(streamKey{id: id}, r.GetNode(), r.GetTypeUrl(), r.GetVersionInfo(), r.GetResponseNonce(), r.GetErrorDetail().GetMessage())
+	return c.request(streamKey{id: id}, r.GetNode(), r.GetTypeUrl(), r.GetVersionInfo(), r.GetResponseNonce(), r.GetErrorDetail().GetMessage(),
+		nameUpdate{replace: true, add: r.GetResourceNames()})
 }
 
 func (c *callbacks) OnStreamResponse(_ context.Context, id int64, _ *discoveryv3.DiscoveryRequest, resp *discoveryv3.DiscoveryResponse) {
@@ -187,7 +188,8 @@ func (c *callbacks) OnDeltaStreamClosed(id int64, _ *corev3.Node) {
 // OnStreamDeltaRequest runs before go-control-plane fills in a missing
 // node or type URL, so both come from the tracker and the stream.
 func (c *callbacks) OnStreamDeltaRequest(id int64, r *discoveryv3.DeltaDiscoveryRequest) error {
-	return c.request(streamKey{delta: true, id: id}, r.GetNode(), c.deltaType(id, r.GetTypeUrl()), "", r.GetResponseNonce(), r.GetErrorDetail().GetMessage())
+	return c.request(streamKey{delta: true, id: id}, r.GetNode(), c.deltaType(id, r.GetTypeUrl()), "", r.GetResponseNonce(), r.GetErrorDetail().GetMessage(),
+		nameUpdate{add: r.GetResourceNamesSubscribe(), remove: r.GetResourceNamesUnsubscribe()})
 }
 
 func (c *callbacks) OnStreamDeltaResponse(id int64, _ *discoveryv3.DeltaDiscoveryRequest, resp *discoveryv3.DeltaDiscoveryResponse) {

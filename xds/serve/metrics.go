@@ -33,6 +33,8 @@ type metrics struct {
 	// refused counts requests beyond a bound (tracker.go), whose stream
 	// was ended.
 	refused prometheus.Counter
+	// idleClosed counts streams closed for sending no first request.
+	idleClosed prometheus.Counter
 
 	mu        sync.Mutex
 	connCount map[[2]string]int // group, kind -> open streams
@@ -85,6 +87,10 @@ func newMetrics(reg prometheus.Registerer, log zerolog.Logger) *metrics {
 	}
 	m.connected = register(reg, log, m.connected)
 	m.refused = register(reg, log, m.refused)
+	m.idleClosed = register(reg, log, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "consul_xds_bridge_idle_streams_closed_total",
+		Help: "xDS streams closed because they sent no request within 30s of opening.",
+	}))
 	m.stagingTimeouts = register(reg, log, m.stagingTimeouts)
 	m.admissionWaiting = register(reg, log, m.admissionWaiting)
 	m.admissionSyncing = register(reg, log, m.admissionSyncing)

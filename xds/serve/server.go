@@ -66,6 +66,9 @@ type ServerConfig struct {
 	// StepTimeout bounds how long each make-before-break step waits for
 	// a node.cluster's proxies to acknowledge it (staging.go). Default 5s.
 	StepTimeout time.Duration
+	// FirstRequestTimeout closes streams that send no request for this
+	// long after opening (firstrequest.go). Default 30s.
+	FirstRequestTimeout time.Duration
 }
 
 // Server serves the translation over ADS (and the per-type SotW and delta
@@ -121,6 +124,9 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	if cfg.StepTimeout <= 0 {
 		cfg.StepTimeout = defaultStepTimeout
+	}
+	if cfg.FirstRequestTimeout <= 0 {
+		cfg.FirstRequestTimeout = defaultFirstRequestTimeout
 	}
 	if cfg.Registerer == nil {
 		cfg.Registerer = prometheus.NewRegistry()
@@ -248,12 +254,14 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		}
 		opts = append(opts, grpc.Creds(credentials.NewTLS(r.TLSConfig())))
 	}
+	interceptors := []grpc.StreamServerInterceptor{firstRequestInterceptor(s.cfg.FirstRequestTimeout, s.metrics.idleClosed.Inc)}
 	if s.cfg.AuthorizeNodes {
 		if s.cfg.TLS.ClientCAFile == "" {
 			return errors.New("xds: authorize_nodes needs TLS with client_ca_file")
 		}
-		opts = append(opts, grpc.StreamInterceptor(authzInterceptor(s.log)))
+		interceptors = append(interceptors, authzInterceptor(s.log))
 	}
+	opts = append(opts, grpc.ChainStreamInterceptor(interceptors...))
 	g := grpc.NewServer(opts...)
 	srv := serverv3.NewServer(ctx, s.cache, s.cb, sotwv3.WithOrderedADS())
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, srv)

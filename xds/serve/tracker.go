@@ -123,6 +123,24 @@ func truncate(s string, n int) string {
 // by asking for made-up type URLs.
 const maxTypesPerStream = 16
 
+// Resource names a stream subscribes to are kept by go-control-plane for
+// the stream's life (delta subscriptions accumulate over requests), so
+// they are bounded too: one name (ours are a service name and a subset)
+// and all of a stream's names together (an Envoy holding 50,000 clusters
+// asks for about 2 MiB of EDS names).
+const (
+	maxResourceNameBytes  = 4 << 10
+	maxNameBytesPerStream = 16 << 20
+)
+
+// nameUpdate is the subscription change a request makes: a SotW request
+// replaces a type's names with add (replace set), a delta request adds and
+// removes.
+type nameUpdate struct {
+	replace     bool
+	add, remove []string
+}
+
 // tracker keeps the protocol state of every live stream, fed by the
 // callbacks. Memory is one entry per live stream, dropped on close.
 type tracker struct {
@@ -146,6 +164,8 @@ type streamState struct {
 	openedAt time.Time
 	node     *corev3.Node
 	types    map[string]*typeState
+	// nameBytes sums the types' nameBytes.
+	nameBytes int
 }
 
 type typeState struct {
@@ -160,6 +180,9 @@ type typeState struct {
 	ackedAt                  time.Time
 	nackedNonce              string // == sentNonce while the last response stands rejected
 	lastNACK                 *NACKInfo
+	// nameBytes is the size of the names subscribed (an upper bound for
+	// delta: duplicates are counted again).
+	nameBytes int
 }
 
 func newTracker() *tracker {
@@ -243,7 +266,7 @@ type reqResult struct {
 }
 
 // request records a request.
-func (t *tracker) request(key streamKey, node *corev3.Node, typeURL, version, nonce, errDetail string) reqResult {
+func (t *tracker) request(key streamKey, node *corev3.Node, typeURL, version, nonce, errDetail string, names nameUpdate) reqResult {
 	now := time.Now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -277,6 +300,9 @@ func (t *tracker) request(key streamKey, node *corev3.Node, typeURL, version, no
 		}
 		ts = &typeState{}
 		st.types[typeURL] = ts
+	}
+	if why := st.subscribe(ts, names); why != "" {
+		return refuse(why)
 	}
 	switch {
 	case nonce == "":
@@ -317,6 +343,35 @@ func (t *tracker) request(key streamKey, node *corev3.Node, typeURL, version, no
 		res.kind = reqRepeat
 	}
 	return res
+}
+
+// subscribe accounts for a request's names, or says why they are refused.
+func (st *streamState) subscribe(ts *typeState, u nameUpdate) string {
+	size := func(names []string) (int, string) {
+		n := 0
+		for _, name := range names {
+			if len(name) > maxResourceNameBytes {
+				return 0, fmt.Sprintf("resource name of %d bytes is over the limit of %d", len(name), maxResourceNameBytes)
+			}
+			n += len(name)
+		}
+		return n, ""
+	}
+	add, why := size(u.add)
+	if why != "" {
+		return why
+	}
+	remove, _ := size(u.remove)
+	next := max(ts.nameBytes+add-remove, 0)
+	if u.replace {
+		next = add
+	}
+	if total := st.nameBytes - ts.nameBytes + next; total > maxNameBytesPerStream {
+		return fmt.Sprintf("resource names of %d bytes on one stream are over the limit of %d", total, maxNameBytesPerStream)
+	}
+	st.nameBytes += next - ts.nameBytes
+	ts.nameBytes = next
+	return ""
 }
 
 // response records a response about to be sent; it returns the stream's

@@ -1,0 +1,67 @@
+package serve
+
+import (
+	"strings"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// defaultFirstRequestTimeout is how long a new xDS stream may stay silent.
+// Envoy and gRPC clients send their first request as soon as they open a
+// stream; one that sends nothing holds a stream (of 1,000 per connection)
+// and memory for nothing, so it is closed.
+const defaultFirstRequestTimeout = 30 * time.Second
+
+// firstRequestInterceptor ends xDS streams whose first request does not
+// arrive within timeout, with DeadlineExceeded; onIdle counts them. The
+// first request is read here and replayed to the handler (go-control-plane
+// gives no way to close a stream from outside once its handler runs).
+func firstRequestInterceptor(timeout time.Duration, onIdle func()) grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if !strings.HasPrefix(info.FullMethod, "/envoy.service.") {
+			return handler(srv, ss) // e.g. gRPC health
+		}
+		var first proto.Message = &discoveryv3.DiscoveryRequest{}
+		if strings.Contains(info.FullMethod, "Delta") {
+			first = &discoveryv3.DeltaDiscoveryRequest{}
+		}
+		got := make(chan error, 1)
+		// This read ends when the stream does: returning below ends it.
+		go func() { got <- ss.RecvMsg(first) }()
+		t := time.NewTimer(timeout)
+		defer t.Stop()
+		select {
+		case err := <-got:
+			if err != nil {
+				return err
+			}
+		case <-t.C:
+			onIdle()
+			return status.Errorf(codes.DeadlineExceeded, "no xDS request within %s of opening the stream; silent streams are closed", timeout)
+		case <-ss.Context().Done():
+			return status.FromContextError(ss.Context().Err()).Err()
+		}
+		return handler(srv, &replayStream{ServerStream: ss, first: first})
+	}
+}
+
+// replayStream hands the request already read back to the handler's first
+// RecvMsg.
+type replayStream struct {
+	grpc.ServerStream
+	first proto.Message
+}
+
+func (s *replayStream) RecvMsg(m any) error {
+	if s.first != nil {
+		proto.Merge(m.(proto.Message), s.first)
+		s.first = nil
+		return nil
+	}
+	return s.ServerStream.RecvMsg(m)
+}

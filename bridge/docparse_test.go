@@ -90,7 +90,10 @@ func TestDocParserRejectsADocumentOverBudget(t *testing.T) {
 	// The abandoned parse still holds the one parse slot: another new
 	// document waits for it rather than adding a second busy core.
 	other := make(chan hcl.Diagnostics, 1)
-	go func() { _, diags := p.Parse("consul:policy/ok", []byte("export_all_services = true\n"), true); other <- diags }()
+	go func() {
+		_, diags := p.Parse("consul:policy/ok", []byte("export_all_services = true\n"), true)
+		other <- diags
+	}()
 	select {
 	case <-other:
 		t.Fatal("a second parse ran while an abandoned one was still running")

@@ -165,8 +165,8 @@ func TestHostileRequestsAreRefused(t *testing.T) {
 	}
 	big, _ := structpb.NewStruct(map[string]any{"junk": strings.Repeat("x", 200<<10)})
 	for name, reqs := range map[string][]*discoveryv3.DiscoveryRequest{
-		"big node":      {{Node: &corev3.Node{Id: "big", Cluster: "edge", Metadata: big}, TypeUrl: resourcev3.ClusterType}},
-		"long type URL": {{Node: &corev3.Node{Id: "long", Cluster: "edge"}, TypeUrl: "type.googleapis.com/" + strings.Repeat("x", 1<<20)}},
+		"big node":           {{Node: &corev3.Node{Id: "big", Cluster: "edge", Metadata: big}, TypeUrl: resourcev3.ClusterType}},
+		"long type URL":      {{Node: &corev3.Node{Id: "long", Cluster: "edge"}, TypeUrl: "type.googleapis.com/" + strings.Repeat("x", 1<<20)}},
 		"long resource name": {{Node: &corev3.Node{Id: "named", Cluster: "edge"}, TypeUrl: resourcev3.ClusterType, ResourceNames: []string{strings.Repeat("n", 8<<10)}}},
 		"node changes": {
 			{Node: &corev3.Node{Id: "shifty", Cluster: "edge"}, TypeUrl: resourcev3.ClusterType},

@@ -11,7 +11,7 @@ LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Integration tests start several Consul agents; keep them from starving on 2 cores.
 TESTFLAGS ?= -count=1 -timeout 20m
 
-.PHONY: all build consul test unit vet fmt-check route-test run clean
+.PHONY: all build consul node-deps test unit vet fmt-check route-test run clean
 
 all: build
 
@@ -23,9 +23,16 @@ consul: $(CONSUL)
 $(CONSUL): scripts/install-consul.sh
 	./scripts/install-consul.sh
 
+# grpc-node, the second real xDS client of the proxyless gRPC tests, from
+# the committed lock file into .tools/node (npm ci). Fails under CI=true
+# when it cannot be installed; elsewhere the tests that need it skip.
+node-deps:
+	./scripts/install-grpc-node.sh
+
 # Everything: vet, formatting, the sample policy's route tests, unit and
-# integration tests against a real Consul.
-test: consul fmt-check vet route-test
+# integration tests against a real Consul (with grpc-go and grpc-node as
+# proxyless clients).
+test: consul node-deps fmt-check vet route-test
 	CONSUL_BIN=$(CONSUL) $(GO) test $(TESTFLAGS) ./...
 
 # The edge gateway sample's route tests, as a CI pipeline runs them before

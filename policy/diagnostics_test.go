@@ -649,7 +649,7 @@ func TestDiagnostics(t *testing.T) {
 		"grpc_service to a random lb_policy service": {
 			docs:   []string{inGRPC("    service = \"echo\"", "service \"echo\" {\n  lb_policy = \"random\"\n}\n")},
 			want:   "a.hcl:3:15: lb_policy not supported by gRPC",
-			detail: "supports round_robin, least_request and ring_hash",
+			detail: "supports round_robin and ring_hash",
 		},
 		"grpc_service split to a tls service": {
 			docs:   []string{inGRPC("    split {\n      service = \"echo\"\n      weight  = 1\n    }", ""), "service \"echo\" {\n  tls {\n    sni = \"echo\"\n  }\n}\n"},

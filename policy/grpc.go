@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
@@ -21,9 +22,12 @@ var (
 	// grpcRetryOn are the retry_on conditions gRPC understands (status
 	// codes); it ignores Envoy's HTTP conditions.
 	grpcRetryOn = []string{"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"}
-	// grpcLBPolicies are the cluster lb_policy values gRPC accepts; it
-	// rejects a cluster with any other.
-	grpcLBPolicies = []ir.LBPolicy{ir.LBRoundRobin, ir.LBLeastRequest, ir.LBRingHash}
+	// grpcLBPolicies are the cluster lb_policy values every gRPC
+	// implementation accepts; each rejects a cluster with any other.
+	// least_request (gRFC A48) is not one: grpc-java and grpc-go have it,
+	// but grpc-node and C-core (with Python, Ruby, PHP, C++) NACK the
+	// cluster, and whichever client dialed it could no longer call.
+	grpcLBPolicies = []ir.LBPolicy{ir.LBRoundRobin, ir.LBRingHash}
 )
 
 // grpcTargetRef is a service a grpc_service route sends calls to, checked
@@ -123,21 +127,26 @@ func (r *resolver) grpcRoute(name string, b *routeBlock) *Route {
 	return rt
 }
 
-// checkGRPCTargets flags service settings that gRPC's xDS client rejects
-// (the whole cluster: calls to it would fail) or ignores, for the services
-// grpc_service routes send calls to. A service only proxies use may keep
-// them: the default API listener of such a service is served, and a gRPC
-// client that dials it rejects the cluster with its own error, shown on
-// /v1/proxies.
+// checkGRPCTargets flags service settings that some gRPC implementation
+// rejects (the whole cluster: calls to it would fail) or that every one
+// ignores, for the services grpc_service routes send calls to; the
+// README's proxyless support matrix is the reference. A service only
+// proxies use may keep them; see checkDefaultAPIListeners.
 func (r *resolver) checkGRPCTargets() {
+	warned := map[string]bool{} // service: ignored settings warned about once
 	for _, ref := range r.grpcTargets {
 		s := r.pol.Service(ref.service)
 		if s == nil {
 			continue // defaults: round robin, plaintext
 		}
-		if !oneOf(s.LBPolicy, grpcLBPolicies) {
+		switch {
+		case s.LBPolicy == ir.LBLeastRequest:
+			r.add(ref.rng, "lb_policy not supported by every gRPC client",
+				"grpc_service %q routes to service %q, whose lb_policy \"least_request\" grpc-node and gRPC C-core (Python, Ruby, PHP, C++) reject with a NACK of the cluster (only grpc-java and grpc-go implement it, gRFC A48); use round_robin or ring_hash for services gRPC clients call (at %s). See the README's proxyless support matrix.",
+				ref.grpcService, s.Name, s.Source)
+		case !oneOf(s.LBPolicy, grpcLBPolicies):
 			r.add(ref.rng, "lb_policy not supported by gRPC",
-				"grpc_service %q routes to service %q, whose lb_policy %q gRPC's xDS client rejects (it supports round_robin, least_request and ring_hash); change the service's lb_policy (at %s).",
+				"grpc_service %q routes to service %q, whose lb_policy %q gRPC's xDS client rejects (it supports round_robin and ring_hash); change the service's lb_policy (at %s).",
 				ref.grpcService, s.Name, s.LBPolicy, s.Source)
 		}
 		if s.TLS != nil {
@@ -155,5 +164,54 @@ func (r *resolver) checkGRPCTargets() {
 				}
 			}
 		}
+		if warned[s.Name] {
+			continue
+		}
+		warned[s.Name] = true
+		if s.OutlierDetection != nil {
+			r.warn(ref.rng, "outlier_detection works differently in gRPC",
+				"grpc_service %q routes to service %q, whose outlier_detection ejects after consecutive_5xx errors; gRPC clients ignore consecutive_5xx (gRFC A50 implements success-rate and failure-percentage ejection only) and, because the block is present, eject by success rate with Envoy's defaults instead (at least 5 instances with 100 calls each per interval, 1.9 standard deviations below the mean) (at %s).",
+				ref.grpcService, s.Name, s.Source)
+		}
+		if cb := s.CircuitBreaker; cb != nil && (cb.MaxConnections > 0 || cb.MaxPendingRequests > 0 || cb.MaxRetries > 0) {
+			r.warn(ref.rng, "circuit_breaker partly ignored by gRPC",
+				"grpc_service %q routes to service %q, whose circuit_breaker sets max_connections, max_pending_requests or max_retries; gRPC clients honour max_requests only (gRFC A32) and ignore the rest (at %s).",
+				ref.grpcService, s.Name, s.Source)
+		}
 	}
+}
+
+// checkDefaultAPIListeners warns about services whose cluster some gRPC
+// implementation rejects when the policy is used with gRPC clients (it
+// declares a grpc_service or a proxyless group): every service cluster
+// has a default API listener, xds:///SERVICE, so a gRPC client may dial
+// one no grpc_service names, and would NACK it. Only a warning: the
+// service may be meant for Envoys alone, and a gRPC client's NACK is shown
+// on /v1/proxies.
+func (r *resolver) checkDefaultAPIListeners() {
+	proxyless := len(r.pol.GRPCServices) > 0 || slices.ContainsFunc(r.pol.Proxies, func(p *Proxy) bool { return p.Proxyless })
+	if !proxyless {
+		return
+	}
+	routed := map[string]bool{}
+	for _, ref := range r.grpcTargets {
+		routed[ref.service] = true
+	}
+	for _, s := range r.pol.Services {
+		b := r.services[s.Name]
+		if b == nil || routed[s.Name] || r.pol.GRPCService(s.Name) != nil || oneOf(s.LBPolicy, grpcLBPolicies) {
+			continue
+		}
+		r.warn(valueRange(b.Body, "lb_policy", b.DefRange), "Default API listener gRPC clients reject",
+			"service %q has lb_policy %q, and this policy serves gRPC clients: a client dialing xds:///%s gets its default API listener and rejects the cluster (%s). Use round_robin or ring_hash if gRPC clients call it.",
+			s.Name, s.LBPolicy, s.Name, grpcLBRejection(s.LBPolicy))
+	}
+}
+
+// grpcLBRejection says which gRPC implementations NACK a cluster with lb.
+func grpcLBRejection(lb ir.LBPolicy) string {
+	if lb == ir.LBLeastRequest {
+		return "grpc-node and gRPC C-core do; grpc-java and grpc-go accept it"
+	}
+	return "every gRPC implementation does"
 }

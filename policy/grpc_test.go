@@ -116,3 +116,87 @@ func TestServiceSettingsGRPCRejectsAreAllowedOutsideGRPCService(t *testing.T) {
 		t.Fatalf("diagnostics:\n%s", strings.Join(FormatDiagnostics(diags), "\n"))
 	}
 }
+
+// least_request is refused for gRPC clients (issue 15): grpc-node and
+// C-core NACK the cluster. The error points at the route's service.
+func TestGRPCServiceRefusesLeastRequest(t *testing.T) {
+	_, diags := loadDocs(false, inGRPC(`    service = "echo"`, "service \"echo\" {\n  lb_policy = \"least_request\"\n}\n"))
+	if !diags.HasErrors() {
+		t.Fatalf("no error for a grpc_service route to a least_request service:\n%s", strings.Join(FormatDiagnostics(diags), "\n"))
+	}
+	d := diags[0]
+	if firstLine(d) != "a.hcl:3:15: lb_policy not supported by every gRPC client" ||
+		!strings.Contains(d.Detail, "grpc-node and gRPC C-core") || !strings.Contains(d.Detail, "(at a.hcl:6:1)") {
+		t.Fatalf("diagnostic = %s (%s)", firstLine(d), d.Detail)
+	}
+}
+
+// Settings every gRPC client ignores, or applies differently, are
+// warnings at the route that sends calls there, once per service.
+func TestGRPCServiceWarnsAboutIgnoredClusterSettings(t *testing.T) {
+	_, diags := loadDocs(false, `grpc_service "echo" {
+  route {
+    service = "echo"
+  }
+  route {
+    service = "echo"
+  }
+}
+service "echo" {
+  outlier_detection {
+    consecutive_5xx = 5
+  }
+  circuit_breaker {
+    max_connections = 10
+  }
+}
+`)
+	var got []string
+	for _, d := range diags {
+		if d.Severity != hcl.DiagWarning {
+			t.Errorf("not a warning: %s", firstLine(d))
+		}
+		got = append(got, firstLine(d))
+	}
+	want := []string{
+		"a.hcl:3:15: outlier_detection works differently in gRPC",
+		"a.hcl:3:15: circuit_breaker partly ignored by gRPC",
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("diagnostics = %q, want %q", got, want)
+	}
+	if !strings.Contains(diags[0].Detail, "success rate") || !strings.Contains(diags[1].Detail, "max_requests only") {
+		t.Errorf("details: %q; %q", diags[0].Detail, diags[1].Detail)
+	}
+}
+
+// A service gRPC clients would reject, that no grpc_service names, is a
+// warning at its lb_policy once the policy serves gRPC clients at all: its
+// default API listener is served to them.
+func TestDefaultAPIListenerRejectedByGRPCWarns(t *testing.T) {
+	const services = "service \"api\" {\n  lb_policy = \"least_request\"\n}\nservice \"legacy\" {\n  lb_policy = \"random\"\n}\n"
+	for name, tc := range map[string]struct {
+		extra string
+		want  []string
+	}{
+		"envoys only":     {"", nil},
+		"proxyless group": {"proxy \"grpc-*\" {\n  proxyless = true\n}\n", []string{"a.hcl:2:15: Default API listener gRPC clients reject", "a.hcl:5:15: Default API listener gRPC clients reject"}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, diags := loadDocs(false, services+tc.extra)
+			var got []string
+			for _, d := range diags {
+				if d.Severity != hcl.DiagWarning {
+					t.Errorf("not a warning: %s", firstLine(d))
+				}
+				got = append(got, firstLine(d))
+			}
+			if !slices.Equal(got, tc.want) {
+				t.Fatalf("diagnostics = %q, want %q", got, tc.want)
+			}
+			if len(diags) > 0 && !strings.Contains(diags[0].Detail, "grpc-node and gRPC C-core") {
+				t.Errorf("detail = %q", diags[0].Detail)
+			}
+		})
+	}
+}

@@ -110,6 +110,7 @@ func resolvePolicy(docs []*Document) (*Policy, hcl.Diagnostics) {
 	// of documents.
 	r.checkTargets()
 	r.checkGRPCTargets()
+	r.checkDefaultAPIListeners()
 	switch {
 	case exportAll != nil:
 		r.pol.ExportAllServices = *exportAll

@@ -144,6 +144,10 @@ func GRPCBootstrap(c BootstrapConfig) ([]byte, error) {
 	type node struct {
 		ID      string `json:"id"`
 		Cluster string `json:"cluster,omitempty"`
+		// Locality is always written, empty: gRFC A27 makes it optional,
+		// but grpc-node refuses a bootstrap whose node has none
+		// ("locality field missing in node element").
+		Locality struct{} `json:"locality"`
 	}
 	cr := creds{Type: "insecure"}
 	if c.TLSCAFile != "" {

@@ -38,7 +38,7 @@ func buildRouteConfig(l *ir.Listener, proxyless bool) *routev3.RouteConfiguratio
 func buildRoute(r *ir.Route, proxyless bool) *routev3.Route {
 	out := &routev3.Route{
 		Name:                    r.Name,
-		Match:                   buildMatch(&r.Match),
+		Match:                   buildMatch(&r.Match, proxyless),
 		RequestHeadersToAdd:     headerOptions(r.RequestHeaders),
 		RequestHeadersToRemove:  r.RequestHeaders.Remove,
 		ResponseHeadersToAdd:    headerOptions(r.ResponseHeaders),
@@ -62,7 +62,10 @@ func buildRoute(r *ir.Route, proxyless bool) *routev3.Route {
 	return out
 }
 
-func buildMatch(m *ir.RouteMatch) *routev3.RouteMatch {
+// buildMatch renders a route's match. For gRPC clients (proxyless) header
+// matchers use the fields every gRPC implementation parses (see
+// grpcHeaderMatch); Envoy routes use string_match.
+func buildMatch(m *ir.RouteMatch, proxyless bool) *routev3.RouteMatch {
 	rm := &routev3.RouteMatch{}
 	switch {
 	case m.Path != "":
@@ -93,9 +96,12 @@ func buildMatch(m *ir.RouteMatch) *routev3.RouteMatch {
 	}
 	for _, h := range m.Headers {
 		hm := &routev3.HeaderMatcher{Name: h.Name, InvertMatch: h.Invert}
-		if h.Present {
+		switch {
+		case h.Present:
 			hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}
-		} else {
+		case proxyless:
+			grpcHeaderMatch(hm, h)
+		default:
 			hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_StringMatch{StringMatch: stringMatcher(h)}
 		}
 		rm.Headers = append(rm.Headers, hm)
@@ -110,6 +116,24 @@ func buildMatch(m *ir.RouteMatch) *routev3.RouteMatch {
 		rm.QueryParameters = append(rm.QueryParameters, qm)
 	}
 	return rm
+}
+
+// grpcHeaderMatch sets hm's value match with HeaderMatcher's original
+// fields. gRPC C-core (and the Python, Ruby, PHP and C++ wrappers)
+// before 1.56 parses only these and NACKs string_match ("Invalid route
+// header matcher specified"); gRFC A63 added string_match and keeps these
+// supported in every gRPC implementation, so they reach old and new
+// clients alike. They are deprecated in Envoy's API, which is why Envoy
+// routes keep string_match.
+func grpcHeaderMatch(hm *routev3.HeaderMatcher, v ir.ValueMatch) {
+	switch {
+	case v.Prefix != "":
+		hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_PrefixMatch{PrefixMatch: v.Prefix}
+	case v.Regex != "":
+		hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_SafeRegexMatch{SafeRegexMatch: &matcherv3.RegexMatcher{Regex: v.Regex}}
+	default:
+		hm.HeaderMatchSpecifier = &routev3.HeaderMatcher_ExactMatch{ExactMatch: v.Exact}
+	}
 }
 
 func exactMatcher(s string) *matcherv3.StringMatcher {
@@ -132,9 +156,16 @@ func buildRouteAction(r *ir.Route, proxyless bool) *routev3.RouteAction {
 	if len(r.Clusters) == 1 && r.Clusters[0].Weight > 0 {
 		a.ClusterSpecifier = &routev3.RouteAction_Cluster{Cluster: r.Clusters[0].Name}
 	} else {
+		weights := make([]uint32, len(r.Clusters))
+		for i, c := range r.Clusters {
+			weights[i] = c.Weight
+		}
+		if proxyless {
+			weights = percentWeights(weights)
+		}
 		wc := &routev3.WeightedCluster{}
-		for _, c := range r.Clusters {
-			wc.Clusters = append(wc.Clusters, &routev3.WeightedCluster_ClusterWeight{Name: c.Name, Weight: wrapperspb.UInt32(c.Weight)})
+		for i, c := range r.Clusters {
+			wc.Clusters = append(wc.Clusters, &routev3.WeightedCluster_ClusterWeight{Name: c.Name, Weight: wrapperspb.UInt32(weights[i])})
 		}
 		a.ClusterSpecifier = &routev3.RouteAction_WeightedClusters{WeightedClusters: wc}
 	}

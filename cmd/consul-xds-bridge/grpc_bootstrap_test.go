@@ -4,11 +4,14 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
-// TestBootstrapGRPC checks the CLI wiring of bootstrap -grpc; the JSON
-// itself is fed to a real grpc-go client by the bridge's end-to-end test
-// (TestProxylessGRPCEndToEnd), through xds.GRPCBootstrap, which this calls.
+// TestBootstrapGRPC checks the CLI wiring of bootstrap -grpc: what it
+// prints is, byte for byte, what xds.GRPCBootstrap returns, which the
+// bridge's end-to-end tests (TestProxylessGRPC*) feed to real grpc-go and
+// grpc-node clients.
 func TestBootstrapGRPC(t *testing.T) {
 	var out, errOut bytes.Buffer
 	if code := realMain([]string{"bootstrap", "-grpc", "-node-id", "app-1", "-cluster", "grpc-app", "-xds", "127.0.0.1:18000"}, &out, &errOut); code != 0 {
@@ -22,7 +25,7 @@ func TestBootstrapGRPC(t *testing.T) {
 				Type string `json:"type"`
 			} `json:"channel_creds"`
 		} `json:"xds_servers"`
-		Node map[string]string `json:"node"`
+		Node map[string]any `json:"node"`
 	}
 	if err := json.Unmarshal(out.Bytes(), &b); err != nil {
 		t.Fatalf("output is not JSON: %v\n%s", err, out.String())
@@ -31,8 +34,18 @@ func TestBootstrapGRPC(t *testing.T) {
 		len(b.XDSServers[0].ServerFeatures) != 1 || b.XDSServers[0].ServerFeatures[0] != "xds_v3" {
 		t.Errorf("xds_servers = %+v", b.XDSServers)
 	}
-	if b.Node["id"] != "app-1" || b.Node["cluster"] != "grpc-app" || b.Node["user_agent_name"] != "" {
+	if b.Node["id"] != "app-1" || b.Node["cluster"] != "grpc-app" || b.Node["user_agent_name"] != nil {
 		t.Errorf("node = %v (user_agent_name is gRPC's to set)", b.Node)
+	}
+	if loc, ok := b.Node["locality"].(map[string]any); !ok || len(loc) != 0 {
+		t.Errorf("node.locality = %#v, want {} (grpc-node refuses a node without locality)", b.Node["locality"])
+	}
+	lib, err := xds.GRPCBootstrap(xds.BootstrapConfig{NodeID: "app-1", Cluster: "grpc-app", XDS: []string{"127.0.0.1:18000"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(out.Bytes(), lib) {
+		t.Errorf("bootstrap -grpc printed\n%s\nxds.GRPCBootstrap returns\n%s", out.Bytes(), lib)
 	}
 	errOut.Reset()
 	if code := realMain([]string{"bootstrap", "-grpc", "-xds", "127.0.0.1:18000"}, &bytes.Buffer{}, &errOut); code != 2 {

@@ -402,7 +402,13 @@ func testProxylessGRPCPolicy(t *testing.T, impl grpcImpl, h *harness) {
 		_, err := call(c, "x-sleep", "3s")
 		took := time.Since(start)
 		t.Logf("a 3s call on a route with timeout 300ms: %v after %v", err, took)
-		if status.Code(err) != codes.DeadlineExceeded || took < 250*time.Millisecond || took > 2*time.Second {
+		// The route's deadline travels as grpc-timeout, so the server's
+		// deadline fires at the same moment as the client's: grpc-node
+		// reports Canceled when the server's RST_STREAM wins that race
+		// (its timers run late on a loaded machine). Either way the call
+		// ended at the route's 300ms, not the caller's 3s.
+		code := status.Code(err)
+		if (code != codes.DeadlineExceeded && code != codes.Canceled) || took < 250*time.Millisecond || took > 2*time.Second {
 			t.Errorf("got %v after %v; want DeadlineExceeded after about 300ms", err, took)
 		}
 	})

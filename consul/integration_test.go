@@ -8,6 +8,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
 
 func TestKVWatcherAgainstConsul(t *testing.T) {
@@ -89,8 +90,8 @@ func TestUnqueryableServiceNamesAreSkipped(t *testing.T) {
 		t.Errorf("skipped = %q, bad service in catalog %v; want it skipped", u.Skipped, u.Catalog.Service("", "bad\tname") != nil)
 	}
 	for name, want := range map[string]bool{"web": true, "api.v2": true, "my_svc-1": true, "..": false, ".": false, "a/b": false, "bad\tname": false, "": false, "ümlaut": false} {
-		if got := QueryableName(name); got != want {
-			t.Errorf("QueryableName(%q) = %v, want %v", name, got, want)
+		if got := ir.QueryableServiceName(name); got != want {
+			t.Errorf("QueryableServiceName(%q) = %v, want %v", name, got, want)
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/hashicorp/consul/api"
 	"github.com/rs/zerolog"
 )
@@ -122,7 +123,7 @@ type Update struct {
 	Unreachable []ServiceKey
 	// Skipped lists, sorted, the catalog services left out under AllLocal
 	// because their names cannot be queried or be cluster names (see
-	// QueryableName); they never hold Complete back.
+	// ir.QueryableServiceName); they never hold Complete back.
 	Skipped []string
 	// ChangedAt is when the oldest Consul response folded into this update
 	// returned (or when the targets changed), so consumers can measure
@@ -147,7 +148,7 @@ type Watcher struct {
 	// Run then reads the newest targets.
 	retarget chan struct{}
 	// skipped is the latest list of catalog services left out for their
-	// names (QueryableName), for Update.Skipped.
+	// names (ir.QueryableServiceName), for Update.Skipped.
 	skipped atomic.Pointer[[]string]
 }
 
@@ -339,7 +340,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		if targets.AllLocal {
 			var skipped []string
 			for _, n := range list {
-				if !QueryableName(n) {
+				if !ir.QueryableServiceName(n) {
 					skipped = append(skipped, n)
 					continue
 				}

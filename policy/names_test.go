@@ -46,3 +46,56 @@ proxy "edge" {
 		t.Errorf("a dotted service name without a clashing subset: %v", diags)
 	}
 }
+
+// TestUnqueryableServiceNames: names Consul's HTTP API cannot query (a
+// slash, a tab, "..") are refused wherever the policy names a service, at
+// the position of the name, since a watch on one could never be read.
+func TestUnqueryableServiceNames(t *testing.T) {
+	src := `service "a/b" {}
+service "web" {
+  consul_service = ".."
+}
+proxy "edge" {
+  listener "http" {
+    port = 8080
+    virtual_host "all" {
+      route {
+        match {
+          path_prefix = "/x"
+        }
+        service = "bad\tname"
+      }
+      route {
+        split {
+          service = "ok"
+          weight  = 1
+        }
+        split {
+          service = "no way"
+          weight  = 1
+        }
+      }
+    }
+  }
+}
+`
+	doc, diags := Parse("p.hcl", []byte(src))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	_, diags = Merge(doc)
+	lines := strings.Join(FormatDiagnostics(diags), "\n")
+	for _, want := range []string{
+		`p.hcl:1:1: Invalid service name: service "a/b": Consul's HTTP API cannot query this name`,
+		`p.hcl:3:20: Invalid service name: service ".."`,
+		`p.hcl:13:19: Invalid service name: service "bad\tname"`,
+		`p.hcl:21:21: Invalid service name: service "no way"`,
+	} {
+		if !strings.Contains(lines, want) {
+			t.Errorf("diagnostics lack %q:\n%s", want, lines)
+		}
+	}
+	if strings.Contains(lines, `"ok"`) {
+		t.Errorf("a valid name was refused:\n%s", lines)
+	}
+}

@@ -147,6 +147,11 @@ func (r *resolver) service(b *serviceBlock) *Service {
 	set(&s.HTTP2, b.HTTP2)
 	if strings.Contains(b.Name, ".") {
 		r.add(b.DefRange, "Invalid service name", "service %q: a cluster name may not contain \".\", which separates subsets (\"api.v2\"). Use consul_service to refer to a Consul service whose name has dots.", b.Name)
+	} else if !ir.QueryableServiceName(b.Name) {
+		r.add(b.DefRange, "Invalid service name", unqueryable, b.Name)
+	}
+	if b.ConsulName != nil && !ir.QueryableServiceName(*b.ConsulName) {
+		r.add(valueRange(b.Body, "consul_service", b.DefRange), "Invalid service name", unqueryable, *b.ConsulName)
 	}
 	r.extend(durationAttr(b.ConnectTimeout, &s.ConnectTimeout))
 	if b.LBPolicy != nil {
@@ -454,7 +459,7 @@ func (r *resolver) action(body hcl.Body, def hcl.Range, where string, route bool
 		if t.Service == "" {
 			r.add(valueRange(body, "service", def), "Empty service", "%s: service must name a Consul service.", where)
 		}
-		r.target(t, valueRange(body, "subset", def))
+		r.target(t, valueRange(body, "service", def), valueRange(body, "subset", def))
 		out = append(out, t)
 	}
 	var total int64
@@ -469,7 +474,7 @@ func (r *resolver) action(body hcl.Body, def hcl.Range, where string, route bool
 		total += int64(sp.Weight)
 		t := Target{Service: sp.Service, Weight: sp.Weight}
 		set(&t.Subset, sp.Subset)
-		r.target(t, valueRange(sp.Body, "subset", sp.DefRange))
+		r.target(t, valueRange(sp.Body, "service", sp.DefRange), valueRange(sp.Body, "subset", sp.DefRange))
 		out = append(out, t)
 	}
 	switch {
@@ -495,9 +500,15 @@ func keys(m map[string]string) []string {
 	return out
 }
 
-// target records a target for checkTargets; rng is where its subset is
-// written.
-func (r *resolver) target(t Target, rng hcl.Range) {
+// unqueryable explains why a name is refused (ir.QueryableServiceName).
+const unqueryable = "service %q: Consul's HTTP API cannot query this name, nor can it be a cluster name; use letters, digits, '-', '_' and '.' (and rename the Consul service if it has such a name)."
+
+// target records a target for checkTargets; serviceRng is where its
+// service is written, rng its subset.
+func (r *resolver) target(t Target, serviceRng, rng hcl.Range) {
+	if t.Service != "" && !ir.QueryableServiceName(t.Service) {
+		r.add(serviceRng, "Invalid service name", unqueryable, t.Service)
+	}
 	if t.Subset != "" || strings.Contains(t.Service, ".") {
 		r.targets = append(r.targets, targetRef{t, rng})
 	}

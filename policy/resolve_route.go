@@ -78,7 +78,7 @@ func (r *resolver) route(b *routeBlock, where string) *Route {
 		if m.Service == "" {
 			r.add(valueRange(m.Body, "service", m.DefRange), "Empty service", "mirror service must name a Consul service.")
 		}
-		r.target(rt.Mirror.Target, valueRange(m.Body, "subset", m.DefRange))
+		r.target(rt.Mirror.Target, valueRange(m.Body, "service", m.DefRange), valueRange(m.Body, "subset", m.DefRange))
 	}
 	if f := b.Fault; f != nil {
 		fault := &ir.Fault{}

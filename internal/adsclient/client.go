@@ -327,6 +327,9 @@ func (c *Client) Close() error {
 	return err
 }
 
+// Done is closed when the stream has ended (Err says why).
+func (c *Client) Done() <-chan struct{} { return c.done }
+
 // Err is nil while the stream is up, and afterwards why it ended (ErrClosed
 // after Close).
 func (c *Client) Err() error {

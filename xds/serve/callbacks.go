@@ -29,7 +29,9 @@ type callbacks struct {
 	joined, left func(key string)
 	// answered, if set, is told the key of every stream that ACKed or
 	// NACKed a response (make-before-break waits for those).
-	answered  func(key string)
+	answered func(key string)
+	// allow, if set, vets a stream's node when it is first known.
+	allow     func(*corev3.Node) error
 	admission *admission
 	// contexts holds, by stream, the context of streams not admitted yet
 	// (admit deletes it).
@@ -104,6 +106,15 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 		return status.Error(codes.InvalidArgument, r.refused)
 	}
 	node := r.node
+	if r.newNode && c.allow != nil {
+		if err := c.allow(node); err != nil {
+			c.metrics.refused.Inc()
+			c.log.Warn().Stringer("stream", key).Str("node", truncate(node.GetId(), 256)).Str("group", truncate(node.GetCluster(), 256)).
+				Err(err).Msg("refused xDS client: node not allowed here")
+			c.tracker.dropNode(key) // never joined: nothing to count down on close
+			return status.Error(codes.PermissionDenied, err.Error())
+		}
+	}
 	if r.newNode {
 		c.metrics.streamCounted(node.GetCluster(), r.kindStr, +1)
 		if c.joined != nil {

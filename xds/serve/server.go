@@ -69,6 +69,14 @@ type ServerConfig struct {
 	// FirstRequestTimeout closes streams that send no request for this
 	// long after opening (firstrequest.go). Default 30s.
 	FirstRequestTimeout time.Duration
+	// Relay serves what SetRelay sets per key instead of translations
+	// (relay.go); OnKey, if set, is told each key when its first stream
+	// names its node, so the relay can start fetching it.
+	Relay bool
+	OnKey func(RelayKey)
+	// AllowNode, if set, is asked about every stream's node when it is
+	// first known; an error refuses the stream with PermissionDenied.
+	AllowNode func(*corev3.Node) error
 }
 
 // Server serves the translation over ADS (and the per-type SotW and delta
@@ -111,6 +119,8 @@ type Server struct {
 	// without the lock.
 	staged     map[string]*staging
 	stagedKeys atomic.Int32
+	// relay holds, in relay mode, what each key is served (relay.go).
+	relay map[string]*xds.Resources
 }
 
 // NewServer returns a Server with an empty cache. Until the first
@@ -144,6 +154,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.metrics = newMetrics(cfg.Registerer, log)
 	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode, s.forgetKey, newAdmission(cfg.MaxInitialSyncs, s.metrics))
 	s.cb.answered = s.streamAnswered
+	s.cb.allow = cfg.AllowNode
 	s.health = newHealthService()
 	return s
 }
@@ -374,9 +385,12 @@ func (s *Server) sawNode(key string) {
 	if !s.cache.join(key) {
 		return
 	}
+	if s.cfg.OnKey != nil {
+		s.cfg.OnKey(ParseRelayKey(key))
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.out == nil {
+	if s.out == nil && !s.cfg.Relay {
 		return // not synced yet: the request waits
 	}
 	if _, err := s.setKeyLocked(key); err != nil {
@@ -417,6 +431,9 @@ var errNoGoodState = errors.New("group has no last good state")
 // and routes (the last good ones if the group failed), and the shared
 // and group secrets in one SDS type.
 func (s *Server) setsLocked(key string) (map[string]*typeSet, error) {
+	if s.cfg.Relay {
+		return s.relaySetsLocked(key)
+	}
 	group, role := noResources, "none"
 	if nodeCluster, proxyless := parseKey(key); proxyless {
 		role = "proxyless"

@@ -1,0 +1,280 @@
+// Package agent is `consul-xds-bridge agent`: the small daemon beside each
+// VM's Consul agent (as Istio's pilot-agent beside each proxy). Local
+// Envoys and proxyless gRPC clients connect to it over a Unix socket; it
+// relays what the central bridge serves them (relay.go), keeps the last
+// good config of every local node.cluster in memory and on disk, and
+// serves it at once when a proxy (re)starts while every central replica is
+// unreachable.
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/unixsock"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
+)
+
+// Agent relays the central bridge to local proxies.
+type Agent struct {
+	cfg     *Config
+	log     zerolog.Logger
+	reg     *prometheus.Registry
+	metrics agentMetrics
+	server  *serve.Server
+	store   store
+
+	ctx     context.Context
+	mu      sync.Mutex
+	relays  map[string]*relay
+	started chan struct{}
+	addrs   struct{ socket, tcp, admin net.Addr }
+	saves   chan struct{}
+	pending map[string]*xds.Resources // to be written to the data directory
+}
+
+type agentMetrics struct {
+	connected  prometheus.Gauge
+	reconnects prometheus.Counter
+}
+
+// New returns an agent for cfg.
+func New(cfg *Config, log zerolog.Logger) *Agent {
+	reg := prometheus.NewRegistry()
+	a := &Agent{
+		cfg: cfg, log: log.With().Str("component", "agent").Logger(), reg: reg, store: store{dir: cfg.DataDir},
+		relays: map[string]*relay{}, started: make(chan struct{}), saves: make(chan struct{}, 1), pending: map[string]*xds.Resources{},
+		metrics: agentMetrics{
+			connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "consul_xds_bridge_agent_upstream_streams",
+				Help: "Streams to the central bridge that are up (one per local node.cluster)."}),
+			reconnects: prometheus.NewCounter(prometheus.CounterOpts{Name: "consul_xds_bridge_agent_upstream_reconnects_total",
+				Help: "Central bridge streams that ended and were reopened, to the same or another replica."}),
+		},
+	}
+	reg.MustRegister(a.metrics.connected, a.metrics.reconnects)
+	a.server = serve.NewServer(serve.ServerConfig{
+		Logger: log, Registerer: reg, Relay: true, OnKey: a.onKey,
+		AllowNode: func(n *corev3.Node) error { return cfg.allowed(n.GetId(), n.GetCluster()) },
+	})
+	return a
+}
+
+// Started is closed once the agent listens.
+func (a *Agent) Started() <-chan struct{} { return a.started }
+
+// SocketAddr, TCPAddr and AdminAddr are where the agent listens (after
+// Started); TCPAddr is nil without a TCP listener.
+func (a *Agent) SocketAddr() net.Addr { return a.addrs.socket }
+func (a *Agent) TCPAddr() net.Addr    { return a.addrs.tcp }
+func (a *Agent) AdminAddr() net.Addr  { return a.addrs.admin }
+
+// Server is the local xDS server (for /v1/proxies and tests).
+func (a *Agent) Server() *serve.Server { return a.server }
+
+// Run serves until ctx ends.
+func (a *Agent) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	a.ctx = ctx
+	saved, errs := a.store.loadAll()
+	for _, err := range errs {
+		a.log.Warn().Err(err).Msg("ignoring a damaged state file")
+	}
+	for key, anys := range saved {
+		a.restore(key, anys)
+	}
+	var lis []net.Listener
+	sock, err := unixsock.Listen(a.cfg.Socket, a.cfg.SocketMode, a.cfg.SocketGroup)
+	if err != nil {
+		return fmt.Errorf("agent socket: %w", err)
+	}
+	lis = append(lis, sock)
+	a.addrs.socket = sock.Addr()
+	if a.cfg.TCP != "" {
+		l, err := net.Listen("tcp", a.cfg.TCP)
+		if err != nil {
+			return fmt.Errorf("agent tcp listener: %w", err)
+		}
+		lis = append(lis, l)
+		a.addrs.tcp = l.Addr()
+	}
+	admin, err := net.Listen("tcp", a.cfg.AdminListen)
+	if err != nil {
+		return fmt.Errorf("agent admin listener: %w", err)
+	}
+	a.addrs.admin = admin.Addr()
+	errc := make(chan error, len(lis)+1)
+	var wg sync.WaitGroup
+	for _, l := range lis {
+		wg.Add(1)
+		go func() { defer wg.Done(); errc <- a.server.Serve(ctx, l) }()
+	}
+	hs := &http.Server{Handler: a.adminMux(), ReadHeaderTimeout: 5 * time.Second}
+	go func() { errc <- hs.Serve(admin) }()
+	wg.Add(1)
+	go func() { defer wg.Done(); a.saveLoop(ctx) }()
+	a.log.Info().Str("socket", a.cfg.Socket).Str("tcp", a.cfg.TCP).Str("admin", a.addrs.admin.String()).
+		Int("restored_node_clusters", len(saved)).Msg("agent serving")
+	close(a.started)
+	var first error
+	select {
+	case <-ctx.Done():
+	case first = <-errc:
+	}
+	cancel()
+	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer scancel()
+	_ = hs.Shutdown(sctx)
+	wg.Wait()
+	if errors.Is(first, http.ErrServerClosed) {
+		first = nil
+	}
+	return first
+}
+
+// onKey starts relaying a key the first time a local proxy of it connects.
+func (a *Agent) onKey(k serve.RelayKey) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.relays[k.Key] != nil || a.ctx == nil {
+		return
+	}
+	r := &relay{a: a, key: k}
+	a.relays[k.Key] = r
+	go r.run(a.ctx)
+}
+
+// restore serves a key saved in the data directory and starts relaying it.
+func (a *Agent) restore(key string, anys []*anypb.Any) {
+	k := serve.ParseRelayKey(key)
+	r := &relay{a: a, key: k}
+	if err := r.restore(anys); err != nil {
+		a.log.Warn().Err(err).Str("node_cluster", k.NodeCluster).Msg("cannot serve the saved config; waiting for the central bridge")
+		return
+	}
+	a.mu.Lock()
+	a.relays[key] = r
+	a.mu.Unlock()
+	go r.run(a.ctx)
+}
+
+// persist queues key's resources for the data directory. Writes are
+// coalesced: a burst of updates writes each key once.
+func (a *Agent) persist(key string, res *xds.Resources) {
+	a.mu.Lock()
+	a.pending[key] = res
+	a.mu.Unlock()
+	select {
+	case a.saves <- struct{}{}:
+	default:
+	}
+}
+
+func (a *Agent) saveLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			a.flush()
+			return
+		case <-a.saves:
+			a.flush()
+		}
+	}
+}
+
+func (a *Agent) flush() {
+	a.mu.Lock()
+	pending := a.pending
+	a.pending = map[string]*xds.Resources{}
+	a.mu.Unlock()
+	for key, res := range pending {
+		var anys []*anypb.Any
+		for _, list := range res.ByType() {
+			for _, m := range list {
+				if a, err := anypb.New(m); err == nil {
+					anys = append(anys, a)
+				}
+			}
+		}
+		if err := a.store.save(key, anys); err != nil {
+			a.log.Error().Err(err).Str("data_dir", a.cfg.DataDir).Msg("cannot save the last good config; a restart during a central outage would not have it")
+		}
+	}
+}
+
+// keyStatus is one key on /readyz.
+type keyStatus struct {
+	NodeCluster string `json:"node_cluster"`
+	Proxyless   bool   `json:"proxyless,omitempty"`
+	Upstream    string `json:"upstream,omitempty"`
+	// Serving is where the served config came from: "upstream" (this
+	// run's stream), "disk" (the data directory, central unreachable
+	// since start) or "" (nothing yet).
+	Serving string `json:"serving"`
+}
+
+func (a *Agent) keys() []keyStatus {
+	a.mu.Lock()
+	relays := make([]*relay, 0, len(a.relays))
+	for _, r := range a.relays {
+		relays = append(relays, r)
+	}
+	a.mu.Unlock()
+	var out []keyStatus
+	for _, r := range relays {
+		up, src := r.status()
+		out = append(out, keyStatus{NodeCluster: r.key.NodeCluster, Proxyless: r.key.Proxyless, Upstream: up, Serving: src})
+	}
+	slices.SortFunc(out, func(x, y keyStatus) int {
+		if x.NodeCluster != y.NodeCluster {
+			if x.NodeCluster < y.NodeCluster {
+				return -1
+			}
+			return 1
+		}
+		return 0
+	})
+	return out
+}
+
+func (a *Agent) adminMux() *http.ServeMux {
+	mux := http.NewServeMux()
+	writeJSON := func(w http.ResponseWriter, code int, v any) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(code)
+		_ = json.NewEncoder(w).Encode(v)
+	}
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, map[string]string{"status": "ok"}) })
+	// Ready when every local node.cluster is served: relayed live, or from
+	// the last good config while the central bridge is unreachable (said
+	// so, per key). Not ready only for a key with nothing to serve.
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
+		keys := a.keys()
+		code, status := 200, "ready"
+		for _, k := range keys {
+			if k.Serving == "" {
+				code, status = 503, "waiting for the central bridge for node.cluster "+k.NodeCluster
+			} else if k.Upstream == "" && code == 200 {
+				status = "serving the last good config; central bridge unreachable"
+			}
+		}
+		writeJSON(w, code, map[string]any{"status": status, "node_clusters": keys})
+	})
+	mux.HandleFunc("GET /v1/proxies", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, a.server.Proxies()) })
+	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	return mux
+}

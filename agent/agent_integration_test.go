@@ -1,0 +1,299 @@
+package agent_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/agent"
+	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+)
+
+// central is a central bridge on a fixed port, so it can be stopped and
+// started again where the agent expects it.
+type central struct {
+	t      *testing.T
+	consul string
+	addr   string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+func startCentral(t *testing.T, consulAddr, addr string) *central {
+	t.Helper()
+	c := &central{t: t, consul: consulAddr, addr: addr}
+	c.start()
+	t.Cleanup(c.stop)
+	return c
+}
+
+func (c *central) start() {
+	c.t.Helper()
+	s := policy.DefaultSettings()
+	s.Consul.Address = c.consul
+	s.Consul.WaitTime = 5 * time.Second
+	s.XDS.Listen = c.addr
+	s.Admin.Listen = "127.0.0.1:0"
+	d := bridge.New(bridge.Config{Settings: s, Logger: zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel),
+		Query: consul.QueryOptions{BackoffInitial: 100 * time.Millisecond, BackoffMax: time.Second}})
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel, c.done = cancel, make(chan error, 1)
+	go func() { c.done <- d.Run(ctx) }()
+	select {
+	case <-d.Started():
+	case err := <-c.done:
+		c.t.Fatalf("central bridge failed to start: %v", err)
+	case <-time.After(15 * time.Second):
+		c.t.Fatal("central bridge did not start")
+	}
+}
+
+func (c *central) stop() {
+	if c.cancel == nil {
+		return
+	}
+	c.cancel()
+	select {
+	case <-c.done:
+	case <-time.After(15 * time.Second):
+		c.t.Error("central bridge did not stop")
+	}
+	c.cancel = nil
+}
+
+type runningAgent struct {
+	*agent.Agent
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startAgent(t *testing.T, dir string, upstreams ...string) *runningAgent {
+	t.Helper()
+	cfg := &agent.Config{
+		NodeID: "vm-1", DataDir: filepath.Join(dir, "data"), AllowGroups: []string{"web", "edge-*"}, AllowNodeIDs: []string{"*"},
+		Socket: filepath.Join(dir, "agent.sock"), SocketMode: 0o660, Upstreams: upstreams, AdminListen: "127.0.0.1:0",
+		BackoffInitial: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond,
+	}
+	a := agent.New(cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
+	ctx, cancel := context.WithCancel(context.Background())
+	ra := &runningAgent{Agent: a, cancel: cancel, done: make(chan error, 1)}
+	go func() { ra.done <- a.Run(ctx) }()
+	select {
+	case <-a.Started():
+	case err := <-ra.done:
+		t.Fatalf("agent failed to start: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("agent did not start")
+	}
+	t.Cleanup(ra.stop)
+	return ra
+}
+
+func (a *runningAgent) stop() {
+	if a.cancel == nil {
+		return
+	}
+	a.cancel()
+	<-a.done
+	a.cancel = nil
+}
+
+func dial(t *testing.T, addr, cluster string, mode adsclient.Mode) *adsclient.Client {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: "envoy-" + mode.String(), Cluster: cluster, Mode: mode})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func health(s adsclient.State, cluster string) string {
+	var out []string
+	for _, e := range s.Endpoints(cluster) {
+		out = append(out, e.Address+"="+e.Health)
+	}
+	slices.Sort(out)
+	return strings.Join(out, ",")
+}
+
+func wait(t *testing.T, c *adsclient.Client, what string, within time.Duration, pred func(adsclient.State) bool) time.Duration {
+	t.Helper()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	if _, err := c.Wait(ctx, pred); err != nil {
+		t.Fatalf("waiting for %s: %v", what, err)
+	}
+	return time.Since(start)
+}
+
+// same reports how two clients' states differ ("" if they hold the same
+// resources at the same versions, byte for byte).
+func same(a, b adsclient.State) string {
+	for _, typ := range []string{adsclient.ClusterType, adsclient.EndpointType, adsclient.ListenerType, adsclient.RouteType} {
+		ta, tb := a.Types[typ], b.Types[typ]
+		if ta.Version != tb.Version {
+			return fmt.Sprintf("%s version %q vs %q", typ, ta.Version, tb.Version)
+		}
+		if !slices.Equal(a.Names(typ), b.Names(typ)) {
+			return fmt.Sprintf("%s names %v vs %v", typ, a.Names(typ), b.Names(typ))
+		}
+		for name, m := range ta.Resources {
+			x, _ := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+			y, _ := proto.MarshalOptions{Deterministic: true}.Marshal(tb.Resources[name])
+			if string(x) != string(y) {
+				return fmt.Sprintf("%s %s differs", typ, name)
+			}
+			if ta.ResourceVersions != nil && tb.ResourceVersions != nil && ta.ResourceVersions[name] != tb.ResourceVersions[name] {
+				return fmt.Sprintf("%s %s resource version %q vs %q", typ, name, ta.ResourceVersions[name], tb.ResourceVersions[name])
+			}
+		}
+	}
+	return ""
+}
+
+// TestAgentRelaysAndSurvivesCentralOutage: through the agent's socket a
+// proxy gets exactly what it gets from the central bridge directly (SotW
+// and delta); with the central bridge down its stream stays open, a
+// proxy (re)starting gets the last good config at once, from memory and,
+// after an agent restart, from disk; when the central bridge is back a
+// health flip reaches it.
+func TestAgentRelaysAndSurvivesCentralOutage(t *testing.T) {
+	ca := consultest.Start(t)
+	ca.RegisterTTL(t, "web", "web-1", 1001, nil, nil)
+	ca.RegisterTTL(t, "web", "web-2", 1002, nil, nil)
+	cen := startCentral(t, ca.HTTPAddr(), freeAddr(t))
+	dir := t.TempDir()
+	ag := startAgent(t, dir, cen.addr)
+	sock := "unix://" + ag.SocketAddr().String()
+
+	both := "127.0.0.1:1001=HEALTHY,127.0.0.1:1002=HEALTHY"
+	for _, mode := range []adsclient.Mode{adsclient.SotW, adsclient.Delta} {
+		direct := dial(t, cen.addr, "web", mode)
+		relayed := dial(t, sock, "web", mode)
+		for _, c := range []*adsclient.Client{direct, relayed} {
+			wait(t, c, "web endpoints", 15*time.Second, func(s adsclient.State) bool { return health(s, "web") == both })
+		}
+		// Both settle (LDS follows warming) on the same resources.
+		var diff string
+		for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			ds, rs := direct.Snapshot(), relayed.Snapshot()
+			if diff = same(ds, rs); diff == "" && ds.Types[adsclient.ListenerType].Version != "" {
+				break
+			}
+		}
+		if diff != "" {
+			t.Fatalf("%v: through the agent != direct: %s", mode, diff)
+		}
+	}
+	proxy := dial(t, sock, "web", adsclient.Delta)
+	wait(t, proxy, "web endpoints", 15*time.Second, func(s adsclient.State) bool { return health(s, "web") == both })
+
+	// A flip flows through.
+	ca.SetTTL(t, "service:web-2", "critical")
+	flipped := "127.0.0.1:1001=HEALTHY,127.0.0.1:1002=UNHEALTHY"
+	took := wait(t, proxy, "the flip through the agent", 15*time.Second, func(s adsclient.State) bool { return health(s, "web") == flipped })
+	t.Logf("health flip through the agent in %v", took)
+
+	// The central bridge goes away.
+	cen.stop()
+	time.Sleep(300 * time.Millisecond)
+	if err := proxy.Err(); err != nil {
+		t.Fatalf("the local proxy's stream ended with the central bridge: %v", err)
+	}
+	restarted := dial(t, sock, "web", adsclient.Delta)
+	took = wait(t, restarted, "the last good config from memory", 5*time.Second, func(s adsclient.State) bool { return health(s, "web") == flipped })
+	if took > time.Second {
+		t.Errorf("a proxy (re)starting during the outage got its config after %v, want within 1s", took)
+	}
+
+	// The agent restarts during the outage: from disk.
+	ag.stop()
+	ag = startAgent(t, dir, cen.addr)
+	fromDisk := dial(t, sock, "web", adsclient.SotW)
+	took = wait(t, fromDisk, "the last good config from disk", 5*time.Second, func(s adsclient.State) bool { return health(s, "web") == flipped })
+	if took > time.Second {
+		t.Errorf("after an agent restart during the outage, config came after %v, want within 1s", took)
+	}
+	if len(fromDisk.Snapshot().ListenerNames()) != len(restarted.Snapshot().ListenerNames()) || len(fromDisk.Snapshot().ClusterNames()) == 0 {
+		t.Fatalf("the config from disk is not the whole last good config: %v", fromDisk.Snapshot().ClusterNames())
+	}
+
+	// The central bridge is back: updates flow again.
+	cen.start()
+	ca.SetTTL(t, "service:web-2", "passing")
+	wait(t, fromDisk, "a flip after the central bridge came back", 20*time.Second, func(s adsclient.State) bool { return health(s, "web") == both })
+}
+
+// TestAgentFailsOverBetweenReplicas: with two central replicas, killing
+// the one the agent streams from moves it to the other; the local proxy
+// sees no stream reset and is resent nothing unchanged; the next flip
+// arrives.
+func TestAgentFailsOverBetweenReplicas(t *testing.T) {
+	ca := consultest.Start(t)
+	ca.RegisterTTL(t, "web", "web-1", 1001, nil, nil)
+	one := startCentral(t, ca.HTTPAddr(), freeAddr(t))
+	two := startCentral(t, ca.HTTPAddr(), freeAddr(t))
+	ag := startAgent(t, t.TempDir(), one.addr, two.addr)
+	proxy := dial(t, "unix://"+ag.SocketAddr().String(), "web", adsclient.Delta)
+	wait(t, proxy, "web endpoints", 15*time.Second, func(s adsclient.State) bool { return health(s, "web") == "127.0.0.1:1001=HEALTHY" })
+	time.Sleep(200 * time.Millisecond)
+	before := proxy.Stats().Responses
+
+	one.stop()
+	// Wait for the agent to stream from the other replica.
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(fmt.Sprint(readyz(t, ag)), two.addr) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the agent did not move to the second replica: %v", readyz(t, ag))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond)
+	if err := proxy.Err(); err != nil {
+		t.Fatalf("the local proxy's stream was reset by the failover: %v", err)
+	}
+	if after := proxy.Stats().Responses; fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Fatalf("the failover resent unchanged resources: responses %v before, %v after", before, after)
+	}
+	ca.SetTTL(t, "service:web-1", "critical")
+	wait(t, proxy, "the flip after failover", 15*time.Second, func(s adsclient.State) bool { return health(s, "web") == "127.0.0.1:1001=UNHEALTHY" })
+}
+
+func readyz(t *testing.T, a *runningAgent) string {
+	t.Helper()
+	resp, err := http.Get("http://" + a.AdminAddr().String() + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}

@@ -1,0 +1,195 @@
+package agent
+
+import (
+	"fmt"
+	"os"
+	"path"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/gohcl"
+	"github.com/hashicorp/hcl/v2/hclparse"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/unixsock"
+)
+
+// Config is the agent's configuration (agent.hcl).
+type Config struct {
+	// NodeID names this agent to the central bridge (its streams' node.id);
+	// default: the host name.
+	NodeID string
+	// DataDir keeps the last good config of every local node.cluster, so a
+	// restarted agent serves it while the central bridge is unreachable.
+	DataDir string
+	// AllowGroups are path.Match patterns of the node.cluster values local
+	// proxies may claim; AllowNodeIDs those of node.id (default "*").
+	AllowGroups  []string
+	AllowNodeIDs []string
+
+	// Socket is the Unix socket local proxies connect to, with its mode
+	// and group; TCP, if set, a loopback address served too.
+	Socket      string
+	SocketMode  os.FileMode
+	SocketGroup string
+	TCP         string
+
+	// Upstream: the central bridge replicas, a static list or a Consul
+	// service whose passing instances are the replicas.
+	Upstreams     []string
+	ConsulService string
+	ConsulAddress string
+	TLS           UpstreamTLS
+
+	AdminListen string
+	LogLevel    string
+	// Backoff bounds the wait between reconnection attempts.
+	BackoffInitial, BackoffMax time.Duration
+}
+
+// UpstreamTLS is how the agent reaches the central bridge: verified with
+// CAFile (for ServerName, default the address's host), presenting
+// CertFile/KeyFile (the agent's own identity, for authorize_nodes).
+type UpstreamTLS struct {
+	CAFile, CertFile, KeyFile, ServerName string
+}
+
+type fileSchema struct {
+	NodeID       *string       `hcl:"node_id,optional"`
+	DataDir      *string       `hcl:"data_dir,optional"`
+	AllowGroups  []string      `hcl:"allow_groups"`
+	AllowNodeIDs []string      `hcl:"allow_node_ids,optional"`
+	Listen       *listenBlock  `hcl:"listen,block"`
+	Upstream     upstreamBlock `hcl:"upstream,block"`
+	Admin        *adminBlock   `hcl:"admin,block"`
+	LogLevel     *string       `hcl:"log_level,optional"`
+	Body         hcl.Body      `hcl:",remain"`
+}
+
+type listenBlock struct {
+	Socket      *string `hcl:"socket,optional"`
+	SocketMode  *string `hcl:"socket_mode,optional"`
+	SocketGroup *string `hcl:"socket_group,optional"`
+	TCP         *string `hcl:"tcp,optional"`
+}
+
+type upstreamBlock struct {
+	Addresses     []string  `hcl:"addresses,optional"`
+	ConsulService *string   `hcl:"consul_service,optional"`
+	ConsulAddress *string   `hcl:"consul_address,optional"`
+	TLS           *tlsBlock `hcl:"tls,block"`
+	DefRange      hcl.Range `hcl:",def_range"`
+}
+
+type tlsBlock struct {
+	CAFile     string  `hcl:"ca_file"`
+	CertFile   *string `hcl:"cert_file,optional"`
+	KeyFile    *string `hcl:"key_file,optional"`
+	ServerName *string `hcl:"server_name,optional"`
+}
+
+type adminBlock struct {
+	Listen string `hcl:"listen"`
+}
+
+// Defaults.
+const (
+	DefaultSocket      = "/run/consul-xds-bridge/agent.sock"
+	DefaultDataDir     = "/var/lib/consul-xds-bridge/agent"
+	DefaultAdminListen = "127.0.0.1:19101"
+)
+
+// ParseConfig parses an agent configuration; diagnostics carry
+// file:line:col.
+func ParseConfig(name string, src []byte) (*Config, hcl.Diagnostics) {
+	f, diags := hclparse.NewParser().ParseHCL(src, name)
+	if diags.HasErrors() {
+		return nil, diags
+	}
+	var raw fileSchema
+	if diags = gohcl.DecodeBody(f.Body, nil, &raw); diags.HasErrors() {
+		return nil, diags
+	}
+	host, _ := os.Hostname()
+	c := &Config{
+		NodeID: host, DataDir: DefaultDataDir, AllowGroups: raw.AllowGroups, AllowNodeIDs: []string{"*"},
+		Socket: DefaultSocket, SocketMode: unixsock.DefaultMode, AdminListen: DefaultAdminListen, LogLevel: "info",
+		Upstreams: raw.Upstream.Addresses, ConsulAddress: "127.0.0.1:8500",
+		BackoffInitial: 200 * time.Millisecond, BackoffMax: 5 * time.Second,
+	}
+	set := func(dst *string, v *string) {
+		if v != nil {
+			*dst = *v
+		}
+	}
+	set(&c.NodeID, raw.NodeID)
+	set(&c.DataDir, raw.DataDir)
+	set(&c.LogLevel, raw.LogLevel)
+	if raw.AllowNodeIDs != nil {
+		c.AllowNodeIDs = raw.AllowNodeIDs
+	}
+	bad := func(rng hcl.Range, summary, detail string, args ...any) {
+		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: fmt.Sprintf(detail, args...), Subject: rng.Ptr()})
+	}
+	whole := f.Body.MissingItemRange()
+	if l := raw.Listen; l != nil {
+		set(&c.Socket, l.Socket)
+		set(&c.SocketGroup, l.SocketGroup)
+		set(&c.TCP, l.TCP)
+		if l.SocketMode != nil {
+			m, err := unixsock.ParseMode(*l.SocketMode)
+			if err != nil {
+				bad(whole, "Invalid socket_mode", "%v", err)
+			}
+			c.SocketMode = m
+		}
+	}
+	u := raw.Upstream
+	set(&c.ConsulService, u.ConsulService)
+	set(&c.ConsulAddress, u.ConsulAddress)
+	if (len(u.Addresses) == 0) == (c.ConsulService == "") {
+		bad(u.DefRange, "Upstream needs exactly one source", "set addresses = [\"HOST:PORT\", ...] (the central bridge replicas) or consul_service = \"NAME\" (their Consul service), not both.")
+	}
+	if t := u.TLS; t != nil {
+		c.TLS.CAFile = t.CAFile
+		set(&c.TLS.CertFile, t.CertFile)
+		set(&c.TLS.KeyFile, t.KeyFile)
+		set(&c.TLS.ServerName, t.ServerName)
+		if (c.TLS.CertFile == "") != (c.TLS.KeyFile == "") {
+			bad(u.DefRange, "Incomplete client certificate", "tls needs both cert_file and key_file, or neither.")
+		}
+	}
+	if len(c.AllowGroups) == 0 {
+		bad(whole, "No allowed groups", "allow_groups must list the node.cluster values (path.Match patterns) local proxies may claim, e.g. [\"web\", \"sidecar-*\"]; use [\"*\"] to allow any.")
+	}
+	for _, p := range append(append([]string{}, c.AllowGroups...), c.AllowNodeIDs...) {
+		if _, err := path.Match(p, ""); err != nil {
+			bad(whole, "Invalid pattern", "%q: %v (path.Match syntax)", p, err)
+		}
+	}
+	if raw.Admin != nil {
+		c.AdminListen = raw.Admin.Listen
+	}
+	if c.NodeID == "" {
+		bad(whole, "No node_id", "the host name is unknown; set node_id.")
+	}
+	return c, diags
+}
+
+// allowed reports whether a local node may connect, or why not.
+func (c *Config) allowed(id, cluster string) error {
+	match := func(patterns []string, s string) bool {
+		for _, p := range patterns {
+			if ok, _ := path.Match(p, s); ok {
+				return true
+			}
+		}
+		return false
+	}
+	switch {
+	case !match(c.AllowGroups, cluster):
+		return fmt.Errorf("node.cluster %q is not allowed on this host (agent allow_groups: %q)", cluster, c.AllowGroups)
+	case !match(c.AllowNodeIDs, id):
+		return fmt.Errorf("node.id %q is not allowed on this host (agent allow_node_ids: %q)", id, c.AllowNodeIDs)
+	}
+	return nil
+}

@@ -91,13 +91,21 @@ type runningAgent struct {
 	done   chan error
 }
 
+type agentConfig = agent.Config
+
 func startAgent(t *testing.T, dir string, upstreams ...string) *runningAgent {
+	t.Helper()
+	return startAgentWith(t, dir, func(c *agent.Config) { c.Upstreams = upstreams })
+}
+
+func startAgentWith(t *testing.T, dir string, adjust func(*agent.Config)) *runningAgent {
 	t.Helper()
 	cfg := &agent.Config{
 		NodeID: "vm-1", DataDir: filepath.Join(dir, "data"), AllowGroups: []string{"web", "edge-*"}, AllowNodeIDs: []string{"*"},
-		Socket: filepath.Join(dir, "agent.sock"), SocketMode: 0o660, Upstreams: upstreams, AdminListen: "127.0.0.1:0",
+		Socket: filepath.Join(dir, "agent.sock"), SocketMode: 0o660, Upstreams: []string{"127.0.0.1:1"}, AdminListen: "127.0.0.1:0",
 		BackoffInitial: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond,
 	}
+	adjust(cfg)
 	a := agent.New(cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
 	ctx, cancel := context.WithCancel(context.Background())
 	ra := &runningAgent{Agent: a, cancel: cancel, done: make(chan error, 1)}

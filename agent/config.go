@@ -62,7 +62,6 @@ type fileSchema struct {
 	Upstream     upstreamBlock `hcl:"upstream,block"`
 	Admin        *adminBlock   `hcl:"admin,block"`
 	LogLevel     *string       `hcl:"log_level,optional"`
-	Body         hcl.Body      `hcl:",remain"`
 }
 
 type listenBlock struct {

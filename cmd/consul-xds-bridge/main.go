@@ -35,6 +35,7 @@ const usage = `Usage: consul-xds-bridge <command> [flags]
 
 Commands:
   run -config FILE [-config FILE ...]   run the daemon
+  agent -config FILE                    run the per-VM agent: local proxies over a Unix socket, relayed from the central bridge
   validate FILE...                      check configuration files; print file:line:col problems
   test [-catalog FILE] [-run REGEXP] FILE...
                                         run the route_test blocks of FILEs against the routes their policy makes
@@ -59,6 +60,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "run":
 		return runCmd(args[1:], stderr)
+	case "agent":
+		return agentCmd(args[1:], stderr)
 	case "validate":
 		return validateCmd(args[1:], stdout, stderr)
 	case "test":

@@ -1,0 +1,53 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/agent"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+)
+
+// agentCmd runs the per-VM agent (package agent).
+func agentCmd(args []string, stderr io.Writer) int {
+	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	file := fs.String("config", "", "agent configuration file (HCL)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if *file == "" {
+		fmt.Fprintln(stderr, "agent: -config FILE is required")
+		return 2
+	}
+	src, err := os.ReadFile(*file)
+	if err != nil {
+		fmt.Fprintf(stderr, "agent: %v\n", err)
+		return 1
+	}
+	cfg, diags := agent.ParseConfig(*file, src)
+	if diags.HasErrors() {
+		printDiagnostics(stderr, diags)
+		return 1
+	}
+	log, err := newLogger(policy.LogSettings{Level: cfg.LogLevel}, stderr)
+	if err != nil {
+		fmt.Fprintf(stderr, "agent: %v\n", err)
+		return 1
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log.Info().Str("version", version).Str("config", *file).Msg("starting agent")
+	if err := agent.New(cfg, log).Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+		log.Error().Err(err).Msg("agent stopped with an error")
+		return 1
+	}
+	log.Info().Msg("agent stopped")
+	return 0
+}

@@ -1,0 +1,41 @@
+# The per-VM agent (`consul-xds-bridge agent -config /etc/consul-xds-bridge/agent.hcl`):
+# local Envoys and proxyless gRPC clients connect to its Unix socket; it
+# relays the central bridges over mTLS and keeps the last good config of
+# each local proxy group in data_dir, so a proxy (re)starting while every
+# central replica is down still gets its whole config at once.
+
+node_id  = "vm-web-1"                          # default: the host name
+data_dir = "/var/lib/consul-xds-bridge/agent"  # last good config, files 0600
+
+# The node.cluster values (proxy groups) local proxies may claim; anything
+# else is refused with PermissionDenied.
+allow_groups = ["web", "sidecar-web-*"]
+
+listen {
+  socket       = "/run/consul-xds-bridge/agent.sock"
+  socket_mode  = "0660"   # owner and group only
+  socket_group = "envoy"  # the group Envoy (envoy.service) runs as
+  # tcp = "127.0.0.1:18001"  # for clients that cannot use a Unix socket
+}
+
+upstream {
+  # The central bridge replicas: the passing instances of their Consul
+  # service (central bridges register themselves with consul.register),
+  # asked of the local Consul agent. Or a static list:
+  #   addresses = ["bridge-1.internal:18000", "bridge-2.internal:18000"]
+  consul_service = "consul-xds-bridge"
+  consul_address = "127.0.0.1:8500"
+
+  tls {
+    ca_file   = "/etc/consul-xds-bridge/ca.pem"
+    cert_file = "/etc/consul-xds-bridge/agent.pem"     # e.g. URI SAN spiffe://example.org/group/web
+    key_file  = "/etc/consul-xds-bridge/agent-key.pem"
+    # server_name = "bridge.internal"  # default: the replica's host
+  }
+}
+
+admin {
+  listen = "127.0.0.1:19101"   # /healthz /readyz /v1/proxies /metrics
+}
+
+log_level = "info"

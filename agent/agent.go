@@ -19,6 +19,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
@@ -45,6 +46,7 @@ type Agent struct {
 	addrs   struct{ socket, tcp, admin net.Addr }
 	saves   chan struct{}
 	pending map[string]*xds.Resources // to be written to the data directory
+	connect *connectCerts             // nil without connect services
 }
 
 type agentMetrics struct {
@@ -66,6 +68,9 @@ func New(cfg *Config, log zerolog.Logger) *Agent {
 		},
 	}
 	reg.MustRegister(a.metrics.connected, a.metrics.reconnects)
+	if len(cfg.ConnectServices) > 0 {
+		a.connect = &connectCerts{a: a, services: cfg.ConnectServices, leaves: map[string]*tlsv3.Secret{}, changed: a.reserveAll}
+	}
 	a.server = serve.NewServer(serve.ServerConfig{
 		Logger: log, Registerer: reg, Relay: true, OnKey: a.onKey,
 		AllowNode: func(n *corev3.Node) error { return cfg.allowed(n.GetId(), n.GetCluster()) },
@@ -127,6 +132,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	go func() { errc <- hs.Serve(admin) }()
 	wg.Add(1)
 	go func() { defer wg.Done(); a.saveLoop(ctx) }()
+	if a.connect != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.connect.run(ctx) }()
+	}
 	a.log.Info().Str("socket", a.cfg.Socket).Str("tcp", a.cfg.TCP).Str("admin", a.addrs.admin.String()).
 		Int("restored_node_clusters", len(saved)).Msg("agent serving")
 	close(a.started)
@@ -156,6 +165,19 @@ func (a *Agent) onKey(k serve.RelayKey) {
 	r := &relay{a: a, key: k}
 	a.relays[k.Key] = r
 	go r.run(a.ctx)
+}
+
+// reserveAll serves every key again with the current local secrets.
+func (a *Agent) reserveAll() {
+	a.mu.Lock()
+	relays := make([]*relay, 0, len(a.relays))
+	for _, r := range a.relays {
+		relays = append(relays, r)
+	}
+	a.mu.Unlock()
+	for _, r := range relays {
+		r.reserve()
+	}
 }
 
 // restore serves a key saved in the data directory and starts relaying it.

@@ -98,7 +98,9 @@ func startAgent(t *testing.T, dir string, upstreams ...string) *runningAgent {
 	return startAgentWith(t, dir, func(c *agent.Config) { c.Upstreams = upstreams })
 }
 
-func startAgentWith(t *testing.T, dir string, adjust func(*agent.Config)) *runningAgent {
+// startAgentWith starts an agent whose config adjust may change; logs, if
+// given, also receive its log (at debug level).
+func startAgentWith(t *testing.T, dir string, adjust func(*agent.Config), logs ...io.Writer) *runningAgent {
 	t.Helper()
 	cfg := &agent.Config{
 		NodeID: "vm-1", DataDir: filepath.Join(dir, "data"), AllowGroups: []string{"web", "edge-*"}, AllowNodeIDs: []string{"*"},
@@ -106,7 +108,11 @@ func startAgentWith(t *testing.T, dir string, adjust func(*agent.Config)) *runni
 		BackoffInitial: 50 * time.Millisecond, BackoffMax: 500 * time.Millisecond,
 	}
 	adjust(cfg)
-	a := agent.New(cfg, zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel))
+	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel)
+	if len(logs) > 0 {
+		log = zerolog.New(io.MultiWriter(append(logs, zerolog.NewTestWriter(t))...)).Level(zerolog.DebugLevel)
+	}
+	a := agent.New(cfg, log)
 	ctx, cancel := context.WithCancel(context.Background())
 	ra := &runningAgent{Agent: a, cancel: cancel, done: make(chan error, 1)}
 	go func() { ra.done <- a.Run(ctx) }()

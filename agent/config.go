@@ -33,12 +33,19 @@ type Config struct {
 	SocketGroup string
 	TCP         string
 
+	// ConsulAddress is the local Consul agent (replica discovery, Connect
+	// certificates); its token comes from CONSUL_HTTP_TOKEN.
 	// Upstream: the central bridge replicas, a static list or a Consul
 	// service whose passing instances are the replicas.
 	Upstreams     []string
 	ConsulService string
 	ConsulAddress string
 	TLS           UpstreamTLS
+
+	// ConnectServices are the local services whose Connect leaf
+	// certificates (and the CA roots) the agent serves over SDS, from the
+	// local Consul agent (ConsulAddress).
+	ConnectServices []string
 
 	AdminListen string
 	LogLevel    string
@@ -54,14 +61,16 @@ type UpstreamTLS struct {
 }
 
 type fileSchema struct {
-	NodeID       *string       `hcl:"node_id,optional"`
-	DataDir      *string       `hcl:"data_dir,optional"`
-	AllowGroups  []string      `hcl:"allow_groups"`
-	AllowNodeIDs []string      `hcl:"allow_node_ids,optional"`
-	Listen       *listenBlock  `hcl:"listen,block"`
-	Upstream     upstreamBlock `hcl:"upstream,block"`
-	Admin        *adminBlock   `hcl:"admin,block"`
-	LogLevel     *string       `hcl:"log_level,optional"`
+	NodeID        *string       `hcl:"node_id,optional"`
+	ConsulAddress *string       `hcl:"consul_address,optional"`
+	DataDir       *string       `hcl:"data_dir,optional"`
+	AllowGroups   []string      `hcl:"allow_groups"`
+	AllowNodeIDs  []string      `hcl:"allow_node_ids,optional"`
+	Listen        *listenBlock  `hcl:"listen,block"`
+	Upstream      upstreamBlock `hcl:"upstream,block"`
+	Admin         *adminBlock   `hcl:"admin,block"`
+	Connect       *connectBlock `hcl:"connect,block"`
+	LogLevel      *string       `hcl:"log_level,optional"`
 }
 
 type listenBlock struct {
@@ -74,7 +83,6 @@ type listenBlock struct {
 type upstreamBlock struct {
 	Addresses     []string  `hcl:"addresses,optional"`
 	ConsulService *string   `hcl:"consul_service,optional"`
-	ConsulAddress *string   `hcl:"consul_address,optional"`
 	TLS           *tlsBlock `hcl:"tls,block"`
 	DefRange      hcl.Range `hcl:",def_range"`
 }
@@ -84,6 +92,10 @@ type tlsBlock struct {
 	CertFile   *string `hcl:"cert_file,optional"`
 	KeyFile    *string `hcl:"key_file,optional"`
 	ServerName *string `hcl:"server_name,optional"`
+}
+
+type connectBlock struct {
+	Services []string `hcl:"services"`
 }
 
 type adminBlock struct {
@@ -144,7 +156,7 @@ func ParseConfig(name string, src []byte) (*Config, hcl.Diagnostics) {
 	}
 	u := raw.Upstream
 	set(&c.ConsulService, u.ConsulService)
-	set(&c.ConsulAddress, u.ConsulAddress)
+	set(&c.ConsulAddress, raw.ConsulAddress)
 	if (len(u.Addresses) == 0) == (c.ConsulService == "") {
 		bad(u.DefRange, "Upstream needs exactly one source", "set addresses = [\"HOST:PORT\", ...] (the central bridge replicas) or consul_service = \"NAME\" (their Consul service), not both.")
 	}
@@ -167,6 +179,9 @@ func ParseConfig(name string, src []byte) (*Config, hcl.Diagnostics) {
 	}
 	if raw.Admin != nil {
 		c.AdminListen = raw.Admin.Listen
+	}
+	if raw.Connect != nil {
+		c.ConnectServices = raw.Connect.Services
 	}
 	if c.NodeID == "" {
 		bad(whole, "No node_id", "the host name is unknown; set node_id.")

@@ -143,11 +143,41 @@ func (r *relay) apply(st adsclient.State) {
 	r.lastGood = "upstream"
 	res := resources(r.held)
 	r.mu.Unlock()
-	if _, err := r.a.server.SetRelay(r.key.Key, res); err != nil {
+	if err := r.serve(res); err != nil {
 		r.a.log.Error().Err(err).Str("node_cluster", r.key.NodeCluster).Msg("cannot serve what the central bridge sent; local proxies keep their config")
 		return
 	}
-	r.a.persist(r.key.Key, res)
+	r.a.persist(r.key.Key, res) // relayed resources only: local keys stay in memory
+}
+
+// serve serves the key the relayed resources plus the local Connect
+// secrets (which win over a relayed secret of the same name).
+func (r *relay) serve(relayed *xds.Resources) error {
+	res := *relayed
+	if local := r.a.connect.secrets(); len(local) > 0 {
+		names := map[string]bool{}
+		for _, s := range local {
+			names[s.GetName()] = true
+		}
+		res.Secrets = slices.DeleteFunc(slices.Clone(relayed.Secrets), func(s *tlsv3.Secret) bool { return names[s.GetName()] })
+		res.Secrets = append(res.Secrets, local...)
+	}
+	_, err := r.a.server.SetRelay(r.key.Key, &res)
+	return err
+}
+
+// reserve serves the key again (the local secrets changed).
+func (r *relay) reserve() {
+	r.mu.Lock()
+	if r.held == nil {
+		r.mu.Unlock()
+		return
+	}
+	res := resources(r.held)
+	r.mu.Unlock()
+	if err := r.serve(res); err != nil {
+		r.a.log.Error().Err(err).Str("node_cluster", r.key.NodeCluster).Msg("cannot serve the new local certificates")
+	}
 }
 
 // restore serves key what the data directory held for it.
@@ -167,8 +197,7 @@ func (r *relay) restore(anys []*anypb.Any) error {
 	r.held, r.lastGood = held, "disk"
 	res := resources(held)
 	r.mu.Unlock()
-	_, err := r.a.server.SetRelay(r.key.Key, res)
-	return err
+	return r.serve(res)
 }
 
 // status is the key's line on /readyz.

@@ -4,8 +4,9 @@
 # each local proxy group in data_dir, so a proxy (re)starting while every
 # central replica is down still gets its whole config at once.
 
-node_id  = "vm-web-1"                          # default: the host name
-data_dir = "/var/lib/consul-xds-bridge/agent"  # last good config, files 0600
+node_id        = "vm-web-1"                          # default: the host name
+data_dir       = "/var/lib/consul-xds-bridge/agent"  # last good config, files 0600
+consul_address = "127.0.0.1:8500"                    # the local Consul agent (token: CONSUL_HTTP_TOKEN)
 
 # The node.cluster values (proxy groups) local proxies may claim; anything
 # else is refused with PermissionDenied.
@@ -24,7 +25,6 @@ upstream {
   # asked of the local Consul agent. Or a static list:
   #   addresses = ["bridge-1.internal:18000", "bridge-2.internal:18000"]
   consul_service = "consul-xds-bridge"
-  consul_address = "127.0.0.1:8500"
 
   tls {
     ca_file   = "/etc/consul-xds-bridge/ca.pem"
@@ -32,6 +32,13 @@ upstream {
     key_file  = "/etc/consul-xds-bridge/agent-key.pem"
     # server_name = "bridge.internal"  # default: the replica's host
   }
+}
+
+# Connect identities of this VM's services, served over SDS to local proxies
+# as secrets "consul-connect/leaf/SERVICE" and "consul-connect/roots". The
+# local Consul agent makes and renews the keys; they never leave the VM.
+connect {
+  services = ["web"]
 }
 
 admin {

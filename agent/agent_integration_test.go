@@ -27,6 +27,7 @@ import (
 // started again where the agent expects it.
 type central struct {
 	t      *testing.T
+	adjust []func(*policy.Settings)
 	consul string
 	addr   string
 	cancel context.CancelFunc
@@ -43,9 +44,9 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func startCentral(t *testing.T, consulAddr, addr string) *central {
+func startCentral(t *testing.T, consulAddr, addr string, adjust ...func(*policy.Settings)) *central {
 	t.Helper()
-	c := &central{t: t, consul: consulAddr, addr: addr}
+	c := &central{t: t, consul: consulAddr, addr: addr, adjust: adjust}
 	c.start()
 	t.Cleanup(c.stop)
 	return c
@@ -58,6 +59,9 @@ func (c *central) start() {
 	s.Consul.WaitTime = 5 * time.Second
 	s.XDS.Listen = c.addr
 	s.Admin.Listen = "127.0.0.1:0"
+	for _, f := range c.adjust {
+		f(&s)
+	}
 	d := bridge.New(bridge.Config{Settings: s, Logger: zerolog.New(zerolog.NewTestWriter(c.t)).Level(zerolog.WarnLevel),
 		Query: consul.QueryOptions{BackoffInitial: 100 * time.Millisecond, BackoffMax: time.Second}})
 	ctx, cancel := context.WithCancel(context.Background())
@@ -310,4 +314,45 @@ func readyz(t *testing.T, a *runningAgent) string {
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
+}
+
+// TestAgentFindsReplicasInConsul: central bridges with consul.register are
+// found by the agent (upstream consul_service) among the passing
+// instances of their service; a stopped bridge deregisters, and the agent
+// moves to the one left.
+func TestAgentFindsReplicasInConsul(t *testing.T) {
+	ca := consultest.Start(t)
+	ca.RegisterTTL(t, "web", "web-1", 1001, nil, nil)
+	reg := func(s *policy.Settings) { s.Consul.Register = &policy.RegisterSettings{Name: "xds-central"} }
+	one := startCentral(t, ca.HTTPAddr(), freeAddr(t), reg)
+	two := startCentral(t, ca.HTTPAddr(), freeAddr(t), reg)
+	ag := startAgentWith(t, t.TempDir(), func(c *agent.Config) {
+		c.Upstreams, c.ConsulService, c.ConsulAddress = nil, "xds-central", ca.HTTPAddr()
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		entries, _, err := ca.Client().Health().Service("xds-central", "", true, nil)
+		if err == nil && len(entries) == 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the central bridges did not register as passing: %d entries, %v", len(entries), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	proxy := dial(t, "unix://"+ag.SocketAddr().String(), "web", adsclient.Delta)
+	wait(t, proxy, "web endpoints through a replica found in Consul", 20*time.Second, func(s adsclient.State) bool { return health(s, "web") == "127.0.0.1:1001=HEALTHY" })
+	first := one
+	if strings.Contains(readyz(t, ag), two.addr) {
+		first = two
+	}
+	first.stop()
+	if entries, _, _ := ca.Client().Health().Service("xds-central", "", false, nil); len(entries) != 1 {
+		t.Fatalf("%d instances of xds-central after one bridge stopped, want 1 (it deregisters)", len(entries))
+	}
+	ca.SetTTL(t, "service:web-1", "critical")
+	wait(t, proxy, "a flip through the replica left", 20*time.Second, func(s adsclient.State) bool { return health(s, "web") == "127.0.0.1:1001=UNHEALTHY" })
+	if err := proxy.Err(); err != nil {
+		t.Fatalf("the local stream ended: %v", err)
+	}
 }

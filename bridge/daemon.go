@@ -259,6 +259,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 			d.outages.record("", nil, d.clock.Now(), d.ready.Load())
 		})
 	})
+	if s.Consul.Register != nil {
+		wg.Go(func() { d.register(ctx, client, d.xdsAddr) })
+	}
 	wg.Go(func() { fail(d.watchFiles(ctx)) })
 	wg.Go(func() { fail(d.xds.Serve(ctx, xdsLis)) })
 	wg.Go(func() { fail(d.serveAdmin(ctx, adminLis)) })

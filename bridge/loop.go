@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -394,7 +395,7 @@ func (l *loop) fromKVState(broken map[string]bool) (*attempt, []string) {
 
 func (l *loop) accept(trigger string, a attempt) {
 	cfg := a.cfg
-	if cfg.Settings != l.d.cfg.Settings {
+	if !reflect.DeepEqual(cfg.Settings, l.d.cfg.Settings) {
 		l.d.log.Warn().Msg("daemon settings (consul, xds, admin, log blocks) changed; restart to apply them")
 	}
 	l.policy = cfg.Policy

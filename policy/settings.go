@@ -54,7 +54,24 @@ type ConsulSettings struct {
 	// UseCache reads service health through the agent's cache (?cached),
 	// streaming-backed on client agents; see README, Scaling.
 	UseCache bool
+	// Register, if set, registers the bridge in Consul as a service whose
+	// check passes while the bridge is ready, so per-VM agents find the
+	// replicas (agent upstream consul_service).
+	Register *RegisterSettings
 }
+
+// RegisterSettings is the consul.register block.
+type RegisterSettings struct {
+	// Name is the service name (default "consul-xds-bridge"); Address is
+	// what agents dial (default: the xds listen host, which must then not
+	// be a loopback or wildcard address for remote agents); Tags are
+	// passed through.
+	Name, Address string
+	Tags          []string
+}
+
+// DefaultRegisterName is the service name a bridge registers as.
+const DefaultRegisterName = "consul-xds-bridge"
 
 // XDSSettings is the `xds` block.
 type XDSSettings struct {
@@ -147,8 +164,15 @@ type consulBlock struct {
 	HoldAfter     hcl.Expression `hcl:"reconnect_hold_after,optional"`
 	MaxQueries    *int           `hcl:"max_queries,optional"`
 	UseCache      *bool          `hcl:"use_cache,optional"`
+	Register      *registerBlock `hcl:"register,block"`
 	Body          hcl.Body       `hcl:",body"`
 	DefRange      hcl.Range      `hcl:",def_range"`
+}
+
+type registerBlock struct {
+	Name    *string  `hcl:"name,optional"`
+	Address *string  `hcl:"address,optional"`
+	Tags    []string `hcl:"tags,optional"`
 }
 
 type xdsBlock struct {
@@ -200,6 +224,11 @@ func (b *consulBlock) apply(s *ConsulSettings) hcl.Diagnostics {
 	diags = append(diags, durationAttr(b.HoldAfter, &s.ReconnectHoldAfter)...)
 	set(&s.MaxQueries, b.MaxQueries)
 	set(&s.UseCache, b.UseCache)
+	if r := b.Register; r != nil {
+		s.Register = &RegisterSettings{Name: DefaultRegisterName, Tags: r.Tags}
+		set(&s.Register.Name, r.Name)
+		set(&s.Register.Address, r.Address)
+	}
 	if s.MaxQueries < 2 || s.MaxQueries > 1000 {
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagError,

@@ -26,7 +26,7 @@ import (
 // central is a central bridge on a fixed port, so it can be stopped and
 // started again where the agent expects it.
 type central struct {
-	t      *testing.T
+	t      testing.TB
 	adjust []func(*policy.Settings)
 	consul string
 	addr   string
@@ -34,7 +34,7 @@ type central struct {
 	done   chan error
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -44,7 +44,7 @@ func freeAddr(t *testing.T) string {
 	return l.Addr().String()
 }
 
-func startCentral(t *testing.T, consulAddr, addr string, adjust ...func(*policy.Settings)) *central {
+func startCentral(t testing.TB, consulAddr, addr string, adjust ...func(*policy.Settings)) *central {
 	t.Helper()
 	c := &central{t: t, consul: consulAddr, addr: addr, adjust: adjust}
 	c.start()
@@ -97,14 +97,14 @@ type runningAgent struct {
 
 type agentConfig = agent.Config
 
-func startAgent(t *testing.T, dir string, upstreams ...string) *runningAgent {
+func startAgent(t testing.TB, dir string, upstreams ...string) *runningAgent {
 	t.Helper()
 	return startAgentWith(t, dir, func(c *agent.Config) { c.Upstreams = upstreams })
 }
 
 // startAgentWith starts an agent whose config adjust may change; logs, if
 // given, also receive its log (at debug level).
-func startAgentWith(t *testing.T, dir string, adjust func(*agent.Config), logs ...io.Writer) *runningAgent {
+func startAgentWith(t testing.TB, dir string, adjust func(*agent.Config), logs ...io.Writer) *runningAgent {
 	t.Helper()
 	cfg := &agent.Config{
 		NodeID: "vm-1", DataDir: filepath.Join(dir, "data"), AllowGroups: []string{"web", "edge-*"}, AllowNodeIDs: []string{"*"},
@@ -140,7 +140,7 @@ func (a *runningAgent) stop() {
 	a.cancel = nil
 }
 
-func dial(t *testing.T, addr, cluster string, mode adsclient.Mode) *adsclient.Client {
+func dial(t testing.TB, addr, cluster string, mode adsclient.Mode) *adsclient.Client {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
@@ -161,7 +161,7 @@ func health(s adsclient.State, cluster string) string {
 	return strings.Join(out, ",")
 }
 
-func wait(t *testing.T, c *adsclient.Client, what string, within time.Duration, pred func(adsclient.State) bool) time.Duration {
+func wait(t testing.TB, c *adsclient.Client, what string, within time.Duration, pred func(adsclient.State) bool) time.Duration {
 	t.Helper()
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), within)

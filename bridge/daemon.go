@@ -20,6 +20,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/unixsock"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
@@ -195,11 +196,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	xdsLis, err := listen(s.XDS.Listen)
+	xdsLis, err := listen(s.XDS.Listen, s.XDS.SocketMode, s.XDS.SocketGroup)
 	if err != nil {
 		return fmt.Errorf("xds listen on %s: %w", s.XDS.Listen, err)
 	}
-	adminLis, err := listen(s.Admin.Listen)
+	adminLis, err := listen(s.Admin.Listen, 0, "")
 	if err != nil {
 		xdsLis.Close()
 		return fmt.Errorf("admin listen on %s: %w", s.Admin.Listen, err)
@@ -273,14 +274,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	return firstErr
 }
 
-// listen accepts host:port or unix:///path. A stale socket file from a
-// previous run is removed so a restart does not fail with "address in use".
-func listen(addr string) (net.Listener, error) {
+// listen accepts host:port or unix:///path; a socket gets mode and group
+// (unixsock: a stale socket from a previous run is replaced).
+func listen(addr string, mode os.FileMode, group string) (net.Listener, error) {
 	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
-		if fi, err := os.Stat(path); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			_ = os.Remove(path)
-		}
-		return net.Listen("unix", path)
+		return unixsock.Listen(path, mode, group)
 	}
 	return net.Listen("tcp", addr)
 }

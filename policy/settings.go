@@ -7,9 +7,11 @@ package policy
 import (
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"time"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/unixsock"
 	"github.com/hashicorp/hcl/v2"
 )
 
@@ -77,6 +79,10 @@ const DefaultRegisterName = "consul-xds-bridge"
 type XDSSettings struct {
 	// Listen is host:port, or unix:///path for a Unix socket.
 	Listen string
+	// SocketMode and SocketGroup are the Unix socket's permission bits
+	// (default 0660) and group (name or gid; default the process's).
+	SocketMode  os.FileMode
+	SocketGroup string
 	// TLS serves xDS over TLS when CertFile is set; with ClientCAFile,
 	// clients must present a certificate signed by it (mTLS).
 	TLS TLSFiles
@@ -182,6 +188,8 @@ type xdsBlock struct {
 	MaxInitial     *int           `hcl:"max_initial_syncs,optional"`
 	HoldOff        hcl.Expression `hcl:"debounce_hold_off,optional"`
 	MaxDelay       hcl.Expression `hcl:"debounce_max_delay,optional"`
+	SocketMode     *string        `hcl:"socket_mode,optional"`
+	SocketGroup    *string        `hcl:"socket_group,optional"`
 	Body           hcl.Body       `hcl:",body"`
 	DefRange       hcl.Range      `hcl:",def_range"`
 }
@@ -253,6 +261,15 @@ func (b *xdsBlock) apply(s *XDSSettings) hcl.Diagnostics {
 	set(&s.AuthorizeNodes, b.AuthorizeNodes)
 	set(&s.MaxInitialSyncs, b.MaxInitial)
 	diags := checkListen("xds", s.Listen, valueRange(b.Body, "listen", b.DefRange))
+	set(&s.SocketGroup, b.SocketGroup)
+	if b.SocketMode != nil {
+		m, err := unixsock.ParseMode(*b.SocketMode)
+		if err != nil {
+			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Invalid socket_mode", Detail: err.Error(),
+				Subject: valueRange(b.Body, "socket_mode", b.DefRange).Ptr()})
+		}
+		s.SocketMode = m
+	}
 	if s.MaxInitialSyncs < 0 {
 		diags = append(diags, &hcl.Diagnostic{
 			Severity: hcl.DiagError,

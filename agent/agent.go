@@ -73,7 +73,7 @@ func New(cfg *Config, log zerolog.Logger) *Agent {
 	}
 	a.server = serve.NewServer(serve.ServerConfig{
 		Logger: log, Registerer: reg, Relay: true, OnKey: a.onKey,
-		AllowNode: func(n *corev3.Node) error { return cfg.allowed(n.GetId(), n.GetCluster()) },
+		AllowNode: a.allowNode,
 	})
 	return a
 }
@@ -153,6 +153,25 @@ func (a *Agent) Run(ctx context.Context) error {
 		first = nil
 	}
 	return first
+}
+
+// maxKeys bounds the node.clusters one agent relays: each holds a stream
+// to the central bridge and a copy of its config, and local processes
+// choose the strings (within allow_groups, which may be a glob).
+const maxKeys = 64
+
+// allowNode vets a local proxy's node when its stream first names it.
+func (a *Agent) allowNode(n *corev3.Node) error {
+	if err := a.cfg.allowed(n.GetId(), n.GetCluster()); err != nil {
+		return err
+	}
+	k := serve.KeyOf(n)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.relays[k.Key] == nil && len(a.relays) >= maxKeys {
+		return fmt.Errorf("this agent already relays %d node.cluster values, its limit; node.cluster %q is refused", maxKeys, n.GetCluster())
+	}
+	return nil
 }
 
 // onKey starts relaying a key the first time a local proxy of it connects.

@@ -2,6 +2,7 @@ package agent_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -121,4 +122,48 @@ func TestSocketProbe(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.Close()
+}
+
+// TestAgentBoundsRelayedGroups: local processes choose node.cluster, so
+// the number the agent relays is bounded; past it a new one is refused.
+func TestAgentBoundsRelayedGroups(t *testing.T) {
+	ag := startAgentWith(t, t.TempDir(), func(c *agentConfig) { c.AllowGroups = []string{"*"} })
+	sock := "unix://" + ag.SocketAddr().String()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range 64 {
+		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: sock, NodeID: "p", Cluster: fmt.Sprintf("g-%d", i), Mode: adsclient.Delta})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(readyzKeys(t, ag)) < 64; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d groups relayed, want 64", len(readyzKeys(t, ag)))
+		}
+	}
+	c, err := adsclient.Dial(ctx, adsclient.Config{Addr: sock, NodeID: "p", Cluster: "one-too-many", Mode: adsclient.Delta})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	select {
+	case <-c.Done():
+	case <-ctx.Done():
+		t.Fatal("the 65th node.cluster was not refused")
+	}
+	if status.Code(c.Err()) != codes.PermissionDenied || !strings.Contains(c.Err().Error(), "its limit") {
+		t.Fatalf("refused with %v", c.Err())
+	}
+}
+
+func readyzKeys(t *testing.T, a *runningAgent) []any {
+	var body struct {
+		NodeClusters []any `json:"node_clusters"`
+	}
+	if err := json.Unmarshal([]byte(readyz(t, a)), &body); err != nil {
+		t.Fatal(err)
+	}
+	return body.NodeClusters
 }

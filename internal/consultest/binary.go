@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"testing"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/modroot"
 )
 
 const installHint = "run `make test` or `scripts/install-consul.sh` to build it into .tools/bin, or set CONSUL_BIN"
@@ -22,7 +24,7 @@ func Binary(t testing.TB) string {
 		}
 		return p
 	}
-	if root := moduleRoot(); root != "" {
+	if root := modroot.Dir(); root != "" {
 		if p := filepath.Join(root, ".tools", "bin", "consul"); isExecutable(p) {
 			return p
 		}
@@ -35,25 +37,6 @@ func Binary(t testing.TB) string {
 	}
 	t.Skipf("consultest: no consul binary found; %s", installHint)
 	return ""
-}
-
-// moduleRoot walks up from the working directory, which go test sets to the
-// package directory, to the directory holding go.mod.
-func moduleRoot() string {
-	dir, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
 }
 
 func isExecutable(p string) bool {

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/modroot"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
 )
 
@@ -42,7 +43,7 @@ type install struct {
 // find locates node, the script and an install made from the committed
 // lock file, or says what is missing.
 func find() (install, error) {
-	root := moduleRoot()
+	root := modroot.Dir()
 	if root == "" {
 		return install{}, fmt.Errorf("no go.mod above the working directory")
 	}
@@ -242,23 +243,4 @@ func tail(s string, n int) string {
 		return "..." + s[len(s)-n:]
 	}
 	return s
-}
-
-// moduleRoot walks up from the working directory, which go test sets to
-// the package directory, to the directory holding go.mod.
-func moduleRoot() string {
-	dir, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return ""
-		}
-		dir = parent
-	}
 }

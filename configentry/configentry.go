@@ -1,0 +1,150 @@
+// Package configentry translates Consul's own L7 config entries
+// (service-defaults, service-resolver, service-splitter, service-router,
+// ingress-gateway) into policy HCL: the `import` command prints it, and a
+// bridge with consul.config_entries serves it as policy documents named
+// after the entries they come from ("consul-config:service-resolver/web"),
+// so diagnostics and conflicts with hand-written HCL name the entry. What
+// has no equivalent is dropped and said so in a Note. Pure: no I/O.
+package configentry
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/hcl/v2/hclwrite"
+)
+
+// Entries are the config entries of one Consul, by kind and name.
+type Entries struct {
+	Defaults  map[string]*api.ServiceConfigEntry
+	Resolvers map[string]*api.ServiceResolverConfigEntry
+	Splitters map[string]*api.ServiceSplitterConfigEntry
+	Routers   map[string]*api.ServiceRouterConfigEntry
+	Ingress   map[string]*api.IngressGatewayConfigEntry
+}
+
+// Add files an entry under its kind; other kinds are reported.
+func (e *Entries) Add(entry api.ConfigEntry) error {
+	switch c := entry.(type) {
+	case *api.ServiceConfigEntry:
+		setIn(&e.Defaults, c.Name, c)
+	case *api.ServiceResolverConfigEntry:
+		setIn(&e.Resolvers, c.Name, c)
+	case *api.ServiceSplitterConfigEntry:
+		setIn(&e.Splitters, c.Name, c)
+	case *api.ServiceRouterConfigEntry:
+		setIn(&e.Routers, c.Name, c)
+	case *api.IngressGatewayConfigEntry:
+		setIn(&e.Ingress, c.Name, c)
+	default:
+		return fmt.Errorf("%s %q: not a kind the bridge reads (service-defaults, service-resolver, service-splitter, service-router, ingress-gateway)", entry.GetKind(), entry.GetName())
+	}
+	return nil
+}
+
+func setIn[T any](m *map[string]T, k string, v T) {
+	if *m == nil {
+		*m = map[string]T{}
+	}
+	(*m)[k] = v
+}
+
+// Kinds are the config entry kinds read, in the order documents are made.
+var Kinds = []string{api.ServiceDefaults, api.ServiceResolver, api.ServiceSplitter, api.ServiceRouter, api.IngressGateway}
+
+// Document is one policy document made from entries: Name is its
+// location in diagnostics, Source HCL.
+type Document struct {
+	Name   string
+	Source []byte
+}
+
+// Note is something of an entry that was dropped or approximated.
+type Note struct {
+	Entry string // "service-resolver/web"
+	Text  string
+}
+
+func (n Note) String() string { return n.Entry + ": " + n.Text }
+
+// DocPrefix starts the name of every document made from config entries.
+const DocPrefix = "consul-config:"
+
+// ToHCL translates entries into policy documents: one per service with a
+// service-defaults or service-resolver entry (its service block), one per
+// ingress gateway (a proxy group of that name), and one per gRPC service
+// with a router or splitter (a grpc_service block, for proxyless
+// clients). Routers and splitters of HTTP services reached through an
+// ingress gateway are part of its document.
+func ToHCL(e Entries) ([]Document, []Note) {
+	t := &translator{e: e}
+	var docs []Document
+	for _, name := range serviceNames(e) {
+		if d := t.serviceDoc(name); d != nil {
+			docs = append(docs, *d)
+		}
+	}
+	for _, name := range sortedKeys(e.Ingress) {
+		docs = append(docs, t.ingressDoc(e.Ingress[name]))
+	}
+	docs = append(docs, t.grpcDocs()...)
+	for _, name := range sortedKeys(e.Routers) {
+		if !t.usedRouters[name] {
+			t.note(api.ServiceRouter, name, "not applied: no ingress-gateway entry exposes the service and its service-defaults protocol is not grpc (routing between sidecars needs the service mesh)")
+		}
+	}
+	for _, name := range sortedKeys(e.Splitters) {
+		if !t.usedSplitters[name] {
+			t.note(api.ServiceSplitter, name, "not applied: no ingress-gateway entry or grpc router reaches the service")
+		}
+	}
+	slices.SortStableFunc(t.notes, func(a, b Note) int { return strings.Compare(a.Entry, b.Entry) })
+	return docs, t.notes
+}
+
+type translator struct {
+	e             Entries
+	notes         []Note
+	usedRouters   map[string]bool
+	usedSplitters map[string]bool
+}
+
+func (t *translator) note(kind, name, format string, args ...any) {
+	t.notes = append(t.notes, Note{Entry: kind + "/" + name, Text: fmt.Sprintf(format, args...)})
+}
+
+func serviceNames(e Entries) []string {
+	set := map[string]bool{}
+	for n := range e.Defaults {
+		set[n] = true
+	}
+	for n := range e.Resolvers {
+		set[n] = true
+	}
+	return sortedKeys(set)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// render formats a file and names it after the entries it came from.
+func render(f *hclwrite.File, entries ...string) Document {
+	return Document{Name: DocPrefix + strings.Join(entries, ","), Source: hclwrite.Format(f.Bytes())}
+}
+
+// protocol is a service's protocol from its service-defaults ("tcp" if
+// none, as in Consul).
+func (t *translator) protocol(svc string) string {
+	if d := t.e.Defaults[svc]; d != nil && d.Protocol != "" {
+		return strings.ToLower(d.Protocol)
+	}
+	return "tcp"
+}

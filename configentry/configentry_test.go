@@ -1,0 +1,107 @@
+package configentry_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
+	"github.com/consul-xds-bridge/consul-xds-bridge/configentry"
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/golden"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files in testdata/")
+
+// readEntries reads a JSON list of entries as `consul config read` prints
+// them.
+func readEntries(t *testing.T, path string) configentry.Entries {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var raws []json.RawMessage
+	if err := json.Unmarshal(b, &raws); err != nil {
+		t.Fatal(err)
+	}
+	var e configentry.Entries
+	for _, r := range raws {
+		entry, err := api.DecodeConfigEntryFromJSON(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := e.Add(entry); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return e
+}
+
+// TestToHCL: a Consul's entries become policy documents (golden), which
+// the policy accepts and translates against a catalog, with every
+// dropped or approximated setting in a note (golden).
+func TestToHCL(t *testing.T) {
+	dir := filepath.Join("testdata", "shop")
+	docs, notes := configentry.ToHCL(readEntries(t, filepath.Join(dir, "entries.json")))
+	var all bytes.Buffer
+	var parsed []*policy.Document
+	for _, d := range docs {
+		all.WriteString("# " + d.Name + "\n")
+		all.Write(d.Source)
+		all.WriteString("\n")
+		doc, diags := policy.ParseKV(d.Name, d.Source)
+		if diags.HasErrors() {
+			t.Fatalf("%s does not parse: %v\n%s", d.Name, diags, d.Source)
+		}
+		parsed = append(parsed, doc)
+	}
+	golden.Compare(t, filepath.Join(dir, "policy.golden.hcl"), all.Bytes(), *update)
+	var nb strings.Builder
+	for _, n := range notes {
+		nb.WriteString(n.String() + "\n")
+	}
+	golden.Compare(t, filepath.Join(dir, "notes.golden.txt"), []byte(nb.String()), *update)
+
+	cfg, diags := policy.Merge(parsed...)
+	if diags.HasErrors() {
+		t.Fatalf("the translated policy is rejected:\n%s", strings.Join(policy.FormatDiagnostics(diags), "\n"))
+	}
+	inst := func(id string, port int, tags []string, meta map[string]string) consul.Instance {
+		return consul.Instance{ID: id, Node: "n1", Address: "10.0.0.1", Port: port, Tags: tags, Meta: meta, Status: consul.StatusPassing}
+	}
+	cat := consul.NewCatalog([]*consul.Service{
+		{Name: "api", Instances: []consul.Instance{inst("api-1", 8001, nil, map[string]string{"version": "v1"}), inst("api-2", 8002, []string{"v2"}, map[string]string{"track": "canary"})}},
+		{Name: "billing", Instances: []consul.Instance{inst("b-1", 9001, nil, nil)}},
+		{Name: "echo", Instances: []consul.Instance{inst("e-1", 7001, []string{"canary"}, nil)}},
+		{Name: "db", Instances: []consul.Instance{inst("db-1", 5432, nil, nil)}},
+	})
+	if diags := bridge.CheckTranslation(cat, cfg.Policy, nil); diags.HasErrors() {
+		t.Fatalf("the translated policy does not translate:\n%s", strings.Join(policy.FormatDiagnostics(diags), "\n"))
+	}
+}
+
+// TestConflictsNameTheEntry: a service both an entry and an HCL file
+// define is an error naming both places, the entry by kind and name.
+func TestConflictsNameTheEntry(t *testing.T) {
+	var e configentry.Entries
+	_ = e.Add(&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "api", ConnectTimeout: 3e9})
+	docs, _ := configentry.ToHCL(e)
+	kv, diags := policy.ParseKV(docs[0].Name, docs[0].Source)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	file, _ := policy.Parse("policy.hcl", []byte("service \"api\" {}\n"))
+	_, diags = policy.Merge(file, kv)
+	got := strings.Join(policy.FormatDiagnostics(diags), "\n")
+	if !strings.Contains(got, "consul-config:service-resolver/api:1:1: Duplicate service block") || !strings.Contains(got, "policy.hcl:1:1") {
+		t.Fatalf("diagnostics %q, want the duplicate at the entry naming policy.hcl", got)
+	}
+}

@@ -1,0 +1,356 @@
+package configentry
+
+import (
+	"fmt"
+	"math"
+	"regexp"
+	"strings"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/hcl/v2/hclwrite"
+	"github.com/zclconf/go-cty/cty"
+)
+
+// target is one destination of a route after Consul's chain: a router's
+// destination goes through the service's splitter (when it names no
+// subset), and a subset-less destination to the resolver's default subset.
+type target struct {
+	service, subset string
+	weight          int64
+}
+
+func (t *translator) dest(svc, subset string, depth int) []target {
+	if sp := t.e.Splitters[svc]; sp != nil && subset == "" && depth < 8 {
+		t.used(&t.usedSplitters, svc)
+		var out []target
+		for _, s := range sp.Splits {
+			to := s.Service
+			if to == "" {
+				to = svc
+			}
+			if s.RequestHeaders != nil || s.ResponseHeaders != nil {
+				t.note(api.ServiceSplitter, svc, "header changes per split are not translated")
+			}
+			w := int64(math.Round(float64(s.Weight) * 100)) // Consul: percentages with two decimals
+			if w <= 0 {
+				continue
+			}
+			var sub []target
+			if to == svc {
+				sub = []target{t.leaf(to, s.ServiceSubset)}
+			} else {
+				sub = t.dest(to, s.ServiceSubset, depth+1)
+			}
+			for _, x := range sub {
+				x.weight = w * max(x.weight, 1) / sumWeight(sub)
+				out = append(out, x)
+			}
+		}
+		if len(out) > 0 {
+			return reduce(out)
+		}
+	}
+	return []target{t.leaf(svc, subset)}
+}
+
+func (t *translator) leaf(svc, subset string) target {
+	if subset == "" {
+		if r := t.e.Resolvers[svc]; r != nil {
+			subset = r.DefaultSubset
+		}
+	}
+	return target{service: label(svc), subset: subset, weight: 1}
+}
+
+// reduce gives whole percentages back as they were written (90 and 10
+// rather than 9000 and 1000); fractional ones stay in hundredths.
+func reduce(ts []target) []target {
+	for _, x := range ts {
+		if x.weight%100 != 0 {
+			return ts
+		}
+	}
+	for i := range ts {
+		ts[i].weight /= 100
+	}
+	return ts
+}
+
+func sumWeight(ts []target) int64 {
+	var n int64
+	for _, x := range ts {
+		n += max(x.weight, 1)
+	}
+	return n
+}
+
+func (t *translator) used(m *map[string]bool, name string) {
+	if *m == nil {
+		*m = map[string]bool{}
+	}
+	(*m)[name] = true
+}
+
+// setAction writes targets as service (+ subset) or split blocks.
+func setAction(b *hclwrite.Body, ts []target) {
+	if len(ts) == 1 {
+		b.SetAttributeValue("service", cty.StringVal(ts[0].service))
+		if ts[0].subset != "" {
+			b.SetAttributeValue("subset", cty.StringVal(ts[0].subset))
+		}
+		return
+	}
+	for _, x := range ts {
+		sb := b.AppendNewBlock("split", nil).Body()
+		sb.SetAttributeValue("service", cty.StringVal(x.service))
+		if x.subset != "" {
+			sb.SetAttributeValue("subset", cty.StringVal(x.subset))
+		}
+		sb.SetAttributeValue("weight", cty.NumberIntVal(x.weight))
+	}
+}
+
+// routes appends svc's routes to a virtual host (or grpc_service) body:
+// its router's routes, then a catch-all to the service (through its
+// splitter). grpc limits them to what gRPC's xDS client runs.
+func (t *translator) routes(vh *hclwrite.Body, svc string, grpc bool) {
+	timeout := ""
+	if r := t.e.Resolvers[svc]; r != nil && r.RequestTimeout > 0 {
+		timeout = r.RequestTimeout.String()
+	}
+	if rt := t.e.Routers[svc]; rt != nil {
+		t.used(&t.usedRouters, svc)
+		for i, r := range rt.Routes {
+			t.route(vh, svc, i, r, grpc, timeout)
+		}
+	}
+	b := vh.AppendNewBlock("route", nil).Body()
+	setAction(b, t.dest(svc, "", 0))
+	if timeout != "" {
+		b.SetAttributeValue("timeout", cty.StringVal(timeout))
+	}
+}
+
+func (t *translator) route(vh *hclwrite.Body, svc string, i int, r api.ServiceRoute, grpc bool, timeout string) {
+	var m *api.ServiceRouteHTTPMatch
+	if r.Match != nil {
+		m = r.Match.HTTP
+	}
+	methods := []string{""}
+	if m != nil && len(m.Methods) > 0 {
+		if grpc {
+			t.note(api.ServiceRouter, svc, "route %d: methods do not apply to gRPC (every call is a POST); dropped", i)
+		} else {
+			methods = m.Methods
+		}
+	}
+	for _, method := range methods {
+		b := vh.AppendNewBlock("route", nil).Body()
+		if m != nil {
+			t.match(b, svc, i, m, method, grpc)
+		}
+		d := r.Destination
+		if d == nil {
+			d = &api.ServiceRouteDestination{}
+		}
+		to := d.Service
+		if to == "" {
+			to = svc
+		}
+		setAction(b, t.dest(to, d.ServiceSubset, 0))
+		switch {
+		case d.RequestTimeout > 0:
+			b.SetAttributeValue("timeout", cty.StringVal(d.RequestTimeout.String()))
+		case timeout != "":
+			b.SetAttributeValue("timeout", cty.StringVal(timeout))
+		}
+		if d.IdleTimeout > 0 && !grpc {
+			b.SetAttributeValue("idle_timeout", cty.StringVal(d.IdleTimeout.String()))
+		}
+		t.retry(b, svc, i, d, grpc)
+		if d.PrefixRewrite != "" {
+			if grpc {
+				t.note(api.ServiceRouter, svc, "route %d: prefix_rewrite does not apply to gRPC; dropped", i)
+			} else {
+				b.AppendNewBlock("rewrite", nil).Body().SetAttributeValue("prefix", cty.StringVal(d.PrefixRewrite))
+			}
+		}
+		if !grpc {
+			headers(b, "request_headers", d.RequestHeaders)
+			headers(b, "response_headers", d.ResponseHeaders)
+		} else if d.RequestHeaders != nil || d.ResponseHeaders != nil {
+			t.note(api.ServiceRouter, svc, "route %d: header changes do not apply to gRPC; dropped", i)
+		}
+	}
+}
+
+func (t *translator) match(b *hclwrite.Body, svc string, i int, m *api.ServiceRouteHTTPMatch, method string, grpc bool) {
+	mb := b.AppendNewBlock("match", nil).Body()
+	switch {
+	case m.PathExact != "":
+		mb.SetAttributeValue("path", cty.StringVal(m.PathExact))
+	case m.PathPrefix != "":
+		mb.SetAttributeValue("path_prefix", cty.StringVal(m.PathPrefix))
+	case m.PathRegex != "":
+		mb.SetAttributeValue("path_regex", cty.StringVal(m.PathRegex))
+	}
+	if m.CaseInsensitive {
+		mb.SetAttributeValue("case_sensitive", cty.False)
+	}
+	if method != "" {
+		mb.SetAttributeValue("method", cty.StringVal(strings.ToUpper(method)))
+	}
+	for _, h := range m.Header {
+		hb := mb.AppendNewBlock("header", []string{h.Name}).Body()
+		switch {
+		case h.Present:
+			hb.SetAttributeValue("present", cty.True)
+		case h.Exact != "":
+			hb.SetAttributeValue("exact", cty.StringVal(h.Exact))
+		case h.Prefix != "":
+			hb.SetAttributeValue("prefix", cty.StringVal(h.Prefix))
+		case h.Suffix != "":
+			hb.SetAttributeValue("regex", cty.StringVal(".*"+regexp.QuoteMeta(h.Suffix)))
+		case h.Regex != "":
+			hb.SetAttributeValue("regex", cty.StringVal(h.Regex))
+		default:
+			hb.SetAttributeValue("present", cty.True)
+		}
+		if h.Invert {
+			hb.SetAttributeValue("invert", cty.True)
+		}
+	}
+	for _, q := range m.QueryParam {
+		if grpc {
+			t.note(api.ServiceRouter, svc, "route %d: query parameters do not apply to gRPC; dropped", i)
+			break
+		}
+		qb := mb.AppendNewBlock("query", []string{q.Name}).Body()
+		switch {
+		case q.Exact != "":
+			qb.SetAttributeValue("exact", cty.StringVal(q.Exact))
+		case q.Regex != "":
+			qb.SetAttributeValue("regex", cty.StringVal(q.Regex))
+		default:
+			qb.SetAttributeValue("present", cty.True)
+		}
+	}
+}
+
+func (t *translator) retry(b *hclwrite.Body, svc string, i int, d *api.ServiceRouteDestination, grpc bool) {
+	var on []string
+	if d.RetryOnConnectFailure && !grpc {
+		on = append(on, "connect-failure")
+	}
+	for _, o := range d.RetryOn {
+		if grpc && !strings.Contains("cancelled deadline-exceeded internal resource-exhausted unavailable", o) {
+			continue
+		}
+		on = append(on, o)
+	}
+	if len(d.RetryOnStatusCodes) > 0 {
+		t.note(api.ServiceRouter, svc, "route %d: retry_on_status_codes %v is not translated (retry on 5xx covers the 5xx ones)", i, d.RetryOnStatusCodes)
+	}
+	if d.NumRetries == 0 && len(on) == 0 {
+		return
+	}
+	rb := b.AppendNewBlock("retry", nil).Body()
+	if d.NumRetries > 0 {
+		rb.SetAttributeValue("attempts", cty.NumberIntVal(int64(d.NumRetries)))
+	}
+	if len(on) > 0 {
+		rb.SetAttributeValue("on", strList(on))
+	}
+}
+
+func headers(b *hclwrite.Body, name string, h *api.HTTPHeaderModifiers) {
+	if h == nil || (len(h.Add) == 0 && len(h.Set) == 0 && len(h.Remove) == 0) {
+		return
+	}
+	hb := b.AppendNewBlock(name, nil).Body()
+	obj := func(m map[string]string) cty.Value {
+		vs := map[string]cty.Value{}
+		for k, v := range m {
+			vs[k] = cty.StringVal(v)
+		}
+		return cty.ObjectVal(vs)
+	}
+	if len(h.Add) > 0 {
+		hb.SetAttributeValue("add", obj(h.Add))
+	}
+	if len(h.Set) > 0 {
+		hb.SetAttributeValue("set", obj(h.Set))
+	}
+	if len(h.Remove) > 0 {
+		hb.SetAttributeValue("remove", strList(h.Remove))
+	}
+}
+
+// ingressDoc is an ingress gateway as a proxy group of the same name: a
+// listener per ingress listener, a virtual host per service with its
+// hosts (Consul's default "<service>.ingress.*"), routed by its router
+// and splitter.
+func (t *translator) ingressDoc(g *api.IngressGatewayConfigEntry) Document {
+	f := hclwrite.NewEmptyFile()
+	p := f.Body().AppendNewBlock("proxy", []string{g.Name}).Body()
+	if g.TLS.Enabled || g.TLS.SDS != nil {
+		t.note(api.IngressGateway, g.Name, "gateway TLS is not translated; add a tls block to the listener with the certificate files")
+	}
+	if g.Defaults != nil {
+		t.note(api.IngressGateway, g.Name, "defaults (upstream limits) are not translated; set circuit_breaker on the services")
+	}
+	for _, l := range g.Listeners {
+		lb := p.AppendNewBlock("listener", []string{fmt.Sprintf("port-%d", l.Port)}).Body()
+		lb.SetAttributeValue("port", cty.NumberIntVal(int64(l.Port)))
+		proto := strings.ToLower(l.Protocol)
+		if proto == "" || proto == "tcp" {
+			lb.SetAttributeValue("protocol", cty.StringVal("tcp"))
+			if len(l.Services) != 1 || l.Services[0].Name == "*" {
+				t.note(api.IngressGateway, g.Name, "tcp listener on port %d needs exactly one named service; left without a target", l.Port)
+				continue
+			}
+			setAction(lb, t.dest(l.Services[0].Name, "", 0))
+			continue
+		}
+		for _, s := range l.Services {
+			if s.Name == "*" {
+				t.note(api.IngressGateway, g.Name, "listener %d: the wildcard service is not translated; list the services", l.Port)
+				continue
+			}
+			vh := lb.AppendNewBlock("virtual_host", []string{label(s.Name)}).Body()
+			hosts := s.Hosts
+			if len(hosts) == 0 {
+				// Consul's default; Envoy matches the Host header with its
+				// port too, which our suffix wildcard already covers.
+				hosts = []string{s.Name + ".ingress.*"}
+			}
+			vh.SetAttributeValue("domains", strList(hosts))
+			t.routes(vh, s.Name, false)
+		}
+	}
+	return render(f, api.IngressGateway+"/"+g.Name)
+}
+
+// grpcDocs are grpc_service blocks for gRPC services (service-defaults
+// protocol grpc) with a router or splitter: what proxyless clients
+// dialing xds:///SERVICE get.
+func (t *translator) grpcDocs() []Document {
+	var out []Document
+	for _, svc := range sortedKeys(t.e.Defaults) {
+		if t.protocol(svc) != "grpc" || (t.e.Routers[svc] == nil && t.e.Splitters[svc] == nil) {
+			continue
+		}
+		f := hclwrite.NewEmptyFile()
+		g := f.Body().AppendNewBlock("grpc_service", []string{svc}).Body()
+		t.routes(g, svc, true)
+		var from []string
+		if t.e.Routers[svc] != nil {
+			from = append(from, api.ServiceRouter+"/"+svc)
+		}
+		if t.e.Splitters[svc] != nil {
+			from = append(from, api.ServiceSplitter+"/"+svc)
+		}
+		out = append(out, render(f, from...))
+	}
+	return out
+}

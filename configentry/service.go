@@ -1,0 +1,255 @@
+package configentry
+
+import (
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/hcl/v2/hclwrite"
+	"github.com/zclconf/go-cty/cty"
+)
+
+// label is the service block label of a Consul service: a cluster name may
+// not contain ".", which separates subsets, so dots become "-" and the
+// block names the Consul service with consul_service.
+func label(svc string) string { return strings.ReplaceAll(svc, ".", "-") }
+
+// serviceDoc is the service block of svc from its service-defaults and
+// service-resolver entries.
+func (t *translator) serviceDoc(svc string) *Document {
+	f := hclwrite.NewEmptyFile()
+	b := f.Body().AppendNewBlock("service", []string{label(svc)}).Body()
+	var from []string
+	if label(svc) != svc {
+		b.SetAttributeValue("consul_service", cty.StringVal(svc))
+	}
+	if d := t.e.Defaults[svc]; d != nil {
+		from = append(from, api.ServiceDefaults+"/"+svc)
+		t.defaults(b, d)
+	}
+	if r := t.e.Resolvers[svc]; r != nil {
+		from = append(from, api.ServiceResolver+"/"+svc)
+		t.resolver(b, r)
+	}
+	t.upstreamOverrides(b, svc)
+	d := render(f, from...)
+	return &d
+}
+
+func (t *translator) defaults(b *hclwrite.Body, d *api.ServiceConfigEntry) {
+	switch p := strings.ToLower(d.Protocol); p {
+	case "http2", "grpc":
+		b.SetAttributeValue("http2", cty.True)
+	case "", "tcp", "http":
+	default:
+		t.note(api.ServiceDefaults, d.Name, "protocol %q has no equivalent; treated as tcp", d.Protocol)
+	}
+	for _, unsupported := range []struct {
+		set  bool
+		what string
+	}{
+		{d.MaxInboundConnections != 0, "max_inbound_connections"},
+		{d.LocalConnectTimeoutMs != 0, "local_connect_timeout_ms"},
+		{d.LocalRequestTimeoutMs != 0, "local_request_timeout_ms"},
+		{d.MeshGateway.Mode != "", "mesh_gateway"},
+		{len(d.Expose.Paths) > 0 || d.Expose.Checks, "expose"},
+		{d.TransparentProxy != nil || d.Mode != "", "transparent proxy mode"},
+		{d.MutualTLSMode != "", "mutual_tls_mode"},
+		{d.Destination != nil, "destination (terminating gateway)"},
+		{d.RateLimits != nil, "rate_limits"},
+		{len(d.EnvoyExtensions) > 0, "envoy_extensions"},
+		{d.UpstreamConfig != nil && d.UpstreamConfig.Defaults != nil, "upstream_config.defaults (how this service's own sidecar reaches its upstreams)"},
+	} {
+		if unsupported.set {
+			t.note(api.ServiceDefaults, d.Name, "%s: service mesh setting, not translated", unsupported.what)
+		}
+	}
+}
+
+// upstreamOverrides applies, to svc, the upstream_config overrides other
+// services' service-defaults set for it (limits and passive health are
+// about svc as an upstream). The first, by entry name, wins.
+func (t *translator) upstreamOverrides(b *hclwrite.Body, svc string) {
+	for _, from := range sortedKeys(t.e.Defaults) {
+		uc := t.e.Defaults[from].UpstreamConfig
+		if uc == nil {
+			continue
+		}
+		for _, o := range uc.Overrides {
+			if o == nil || o.Name != svc {
+				continue
+			}
+			if o.ConnectTimeoutMs > 0 && t.e.Resolvers[svc] == nil {
+				b.SetAttributeValue("connect_timeout", cty.StringVal((time.Duration(o.ConnectTimeoutMs) * time.Millisecond).String()))
+			}
+			if l := o.Limits; l != nil && (l.MaxConnections != nil || l.MaxPendingRequests != nil || l.MaxConcurrentRequests != nil) {
+				cb := b.AppendNewBlock("circuit_breaker", nil).Body()
+				setInt(cb, "max_connections", l.MaxConnections)
+				setInt(cb, "max_pending_requests", l.MaxPendingRequests)
+				setInt(cb, "max_requests", l.MaxConcurrentRequests)
+			}
+			if p := o.PassiveHealthCheck; p != nil {
+				od := b.AppendNewBlock("outlier_detection", nil).Body()
+				od.SetAttributeValue("consecutive_5xx", cty.NumberIntVal(int64(p.MaxFailures)))
+				if p.Interval > 0 {
+					od.SetAttributeValue("interval", cty.StringVal(p.Interval.String()))
+				}
+			}
+			return
+		}
+	}
+}
+
+func setInt(b *hclwrite.Body, name string, v *int) {
+	if v != nil {
+		b.SetAttributeValue(name, cty.NumberIntVal(int64(*v)))
+	}
+}
+
+func (t *translator) resolver(b *hclwrite.Body, r *api.ServiceResolverConfigEntry) {
+	if r.ConnectTimeout > 0 {
+		b.SetAttributeValue("connect_timeout", cty.StringVal(r.ConnectTimeout.String()))
+	}
+	if r.RequestTimeout > 0 {
+		t.note(api.ServiceResolver, r.Name, "request_timeout applies as the timeout of the routes made for it (ingress and gRPC); other routes to the service keep theirs")
+	}
+	if rd := r.Redirect; rd != nil {
+		if rd.Datacenter != "" && rd.Service == "" && rd.ServiceSubset == "" && rd.Peer == "" && rd.SamenessGroup == "" {
+			b.SetAttributeValue("datacenter", cty.StringVal(rd.Datacenter))
+		} else {
+			t.note(api.ServiceResolver, r.Name, "redirect to another service, subset, peer or sameness group is not translated; route to the target instead")
+		}
+	}
+	if lb := r.LoadBalancer; lb != nil {
+		t.loadBalancer(b, r.Name, lb)
+	}
+	passing := 0
+	for _, name := range sortedKeys(r.Subsets) {
+		if r.Subsets[name].OnlyPassing {
+			passing++
+		}
+	}
+	if passing > 0 {
+		b.SetAttributeValue("only_passing", cty.True)
+		if passing < len(r.Subsets) {
+			t.note(api.ServiceResolver, r.Name, "only_passing is set on some subsets; the bridge applies it to the whole service")
+		}
+	}
+	for _, name := range sortedKeys(r.Subsets) {
+		tags, meta, ok := parseFilter(r.Subsets[name].Filter)
+		if !ok {
+			t.note(api.ServiceResolver, r.Name, "subset %q: filter %q is not a conjunction of tag and meta equality tests; subset dropped", name, r.Subsets[name].Filter)
+			continue
+		}
+		sb := b.AppendNewBlock("subset", []string{name}).Body()
+		if len(tags) > 0 {
+			sb.SetAttributeValue("tags", strList(tags))
+		}
+		if len(meta) > 0 {
+			m := map[string]cty.Value{}
+			for k, v := range meta {
+				m[k] = cty.StringVal(v)
+			}
+			sb.SetAttributeValue("meta", cty.ObjectVal(m))
+		}
+	}
+	if r.DefaultSubset != "" {
+		t.note(api.ServiceResolver, r.Name, "default_subset %q: the routes made from entries use it; routes in HCL naming the service without a subset reach every instance", r.DefaultSubset)
+	}
+	for _, key := range sortedKeys(r.Failover) {
+		fo := r.Failover[key]
+		if key != "*" || fo.Service != "" || fo.ServiceSubset != "" || len(fo.Targets) > 0 || fo.SamenessGroup != "" || fo.Policy != nil {
+			t.note(api.ServiceResolver, r.Name, "failover %q: only datacenter lists for every subset (\"*\") are translated", key)
+			continue
+		}
+		if len(fo.Datacenters) > 0 {
+			b.AppendNewBlock("failover", nil).Body().SetAttributeValue("datacenters", strList(fo.Datacenters))
+		}
+	}
+	if r.PrioritizeByLocality != nil {
+		t.note(api.ServiceResolver, r.Name, "prioritize_by_locality is not translated")
+	}
+}
+
+func (t *translator) loadBalancer(b *hclwrite.Body, name string, lb *api.LoadBalancer) {
+	switch p := lb.Policy; p {
+	case "", "round_robin", "least_request", "ring_hash", "random":
+		if p != "" {
+			b.SetAttributeValue("lb_policy", cty.StringVal(p))
+		}
+	case "maglev":
+		b.SetAttributeValue("lb_policy", cty.StringVal("ring_hash"))
+		t.note(api.ServiceResolver, name, "load_balancer maglev becomes ring_hash (the same consistent hashing, another table)")
+	default:
+		t.note(api.ServiceResolver, name, "load_balancer policy %q is not translated", p)
+	}
+	if lb.RingHashConfig != nil || lb.LeastRequestConfig != nil {
+		t.note(api.ServiceResolver, name, "ring_hash_config and least_request_config keep Envoy's defaults")
+	}
+	for _, hp := range lb.HashPolicies {
+		var attr string
+		var val cty.Value
+		switch {
+		case hp.SourceIP:
+			attr, val = "source_ip", cty.True
+		case hp.Field == "header":
+			attr, val = "header", cty.StringVal(hp.FieldValue)
+		case hp.Field == "cookie":
+			attr, val = "cookie", cty.StringVal(hp.FieldValue)
+			if hp.CookieConfig != nil {
+				t.note(api.ServiceResolver, name, "hash policy cookie %q: cookie_config (ttl, path, session) is not translated", hp.FieldValue)
+			}
+		default:
+			t.note(api.ServiceResolver, name, "hash policy on %q is not translated", hp.Field)
+			continue
+		}
+		hb := b.AppendNewBlock("hash_policy", nil).Body()
+		hb.SetAttributeValue(attr, val)
+		if hp.Terminal {
+			hb.SetAttributeValue("terminal", cty.True)
+		}
+	}
+}
+
+func strList(ss []string) cty.Value {
+	vs := make([]cty.Value, len(ss))
+	for i, s := range ss {
+		vs[i] = cty.StringVal(s)
+	}
+	return cty.ListVal(vs)
+}
+
+var (
+	tagIn       = regexp.MustCompile(`^"?([^"\s]+)"?\s+in\s+Service\.Tags$`)
+	tagContains = regexp.MustCompile(`^Service\.Tags\s+contains\s+"?([^"\s]+)"?$`)
+	metaEq      = regexp.MustCompile(`^Service\.Meta\.([A-Za-z0-9_.-]+)\s*==\s*"?([^"\s]*)"?$`)
+)
+
+// parseFilter reads a subset filter that is tag membership and meta
+// equality tests joined by "and": what the bridge's subsets (tags and meta
+// an instance must all have) express. Anything else is not.
+func parseFilter(filter string) (tags []string, meta map[string]string, ok bool) {
+	f := strings.TrimSpace(filter)
+	if f == "" {
+		return nil, nil, true
+	}
+	for _, clause := range strings.Split(f, " and ") {
+		c := strings.TrimSpace(strings.Trim(strings.TrimSpace(clause), "()"))
+		switch {
+		case tagIn.MatchString(c):
+			tags = append(tags, tagIn.FindStringSubmatch(c)[1])
+		case tagContains.MatchString(c):
+			tags = append(tags, tagContains.FindStringSubmatch(c)[1])
+		case metaEq.MatchString(c):
+			m := metaEq.FindStringSubmatch(c)
+			if meta == nil {
+				meta = map[string]string{}
+			}
+			meta[m[1]] = m[2]
+		default:
+			return nil, nil, false
+		}
+	}
+	return tags, meta, true
+}

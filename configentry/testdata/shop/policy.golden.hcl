@@ -1,0 +1,172 @@
+# consul-config:service-defaults/api,service-resolver/api
+service "api" {
+  connect_timeout = "3s"
+  lb_policy       = "ring_hash"
+  hash_policy {
+    header = "x-user"
+  }
+  hash_policy {
+    source_ip = true
+    terminal  = true
+  }
+  only_passing = true
+  subset "v1" {
+    meta = {
+      version = "v1"
+    }
+  }
+  subset "v2" {
+    tags = ["v2"]
+    meta = {
+      track = "canary"
+    }
+  }
+  failover {
+    datacenters = ["dc2", "dc3"]
+  }
+}
+
+# consul-config:service-defaults/billing
+service "billing" {
+  connect_timeout = "2s"
+  circuit_breaker {
+    max_connections      = 100
+    max_pending_requests = 10
+    max_requests         = 50
+  }
+  outlier_detection {
+    consecutive_5xx = 5
+    interval        = "10s"
+  }
+}
+
+# consul-config:service-defaults/echo,service-resolver/echo
+service "echo" {
+  http2 = true
+  subset "canary" {
+    tags = ["canary"]
+  }
+}
+
+# consul-config:ingress-gateway/edge
+proxy "edge" {
+  listener "port-8080" {
+    port = 8080
+    virtual_host "api" {
+      domains = ["api.example.com"]
+      route {
+        match {
+          path_prefix = "/billing/"
+          method      = "GET"
+        }
+        service = "billing"
+        timeout = "2s"
+        retry {
+          attempts = 3
+          on       = ["connect-failure"]
+        }
+        rewrite {
+          prefix = "/"
+        }
+      }
+      route {
+        match {
+          path_prefix = "/billing/"
+          method      = "POST"
+        }
+        service = "billing"
+        timeout = "2s"
+        retry {
+          attempts = 3
+          on       = ["connect-failure"]
+        }
+        rewrite {
+          prefix = "/"
+        }
+      }
+      route {
+        match {
+          path = "/canary"
+          header "x-debug" {
+            present = true
+          }
+          header "x-env" {
+            regex  = ".*\\.test"
+            invert = true
+          }
+          query "v" {
+            exact = "2"
+          }
+        }
+        service = "api"
+        subset  = "v2"
+        request_headers {
+          set = {
+            x-routed = "canary"
+          }
+        }
+      }
+      route {
+        split {
+          service = "api"
+          subset  = "v1"
+          weight  = 90
+        }
+        split {
+          service = "api"
+          subset  = "v2"
+          weight  = 10
+        }
+      }
+    }
+    virtual_host "billing" {
+      domains = ["billing.ingress.*"]
+      route {
+        service = "billing"
+      }
+    }
+  }
+  listener "port-5432" {
+    port     = 5432
+    protocol = "tcp"
+    service  = "db"
+  }
+}
+
+# consul-config:service-router/echo,service-splitter/echo
+grpc_service "echo" {
+  route {
+    match {
+      path_prefix = "/echo.Echo/Slow"
+      header "x-tier" {
+        exact = "gold"
+      }
+    }
+    split {
+      service = "echo"
+      weight  = 75
+    }
+    split {
+      service = "echo"
+      subset  = "canary"
+      weight  = 25
+    }
+    timeout = "500ms"
+    retry {
+      attempts = 2
+      on       = ["unavailable"]
+    }
+  }
+  route {
+    split {
+      service = "echo"
+      weight  = 75
+    }
+    split {
+      service = "echo"
+      subset  = "canary"
+      weight  = 25
+    }
+  }
+}
+

@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/configentry"
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/unixsock"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
@@ -266,8 +267,14 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Go(func() { fail(d.watchFiles(ctx)) })
 	wg.Go(func() { fail(d.xds.Serve(ctx, xdsLis)) })
 	wg.Go(func() { fail(d.serveAdmin(ctx, adminLis)) })
+	var ce configEntries
+	if s.Consul.ConfigEntries {
+		cw := consul.NewConfigEntriesWatcher(consul.ConfigEntriesConfig{Client: client, Kinds: configentry.Kinds, Query: q, Logger: consulLog, OnQuery: d.consulQuery})
+		ce = configEntries{needed: true, updates: cw.Updates()}
+		wg.Go(func() { fail(cw.Run(ctx)) })
+	}
 	wg.Go(func() {
-		l := &loop{d: d, watcher: watcher, policy: d.cfg.Policy, kvNeeded: kv != nil}
+		l := &loop{d: d, watcher: watcher, policy: d.cfg.Policy, kvNeeded: kv != nil, ce: ce}
 		l.run(ctx, watcher.Updates(), kvUpdates)
 	})
 	wg.Wait()

@@ -38,6 +38,8 @@ type loop struct {
 	policy   *policy.Policy
 	kvNeeded bool
 	kvDocs   *consul.KVUpdate
+	// ce is the policy made from Consul's config entries (configentries.go).
+	ce configEntries
 	// kvAccepted is set once a policy with the KV documents was accepted:
 	// before, no proxy is answered (a policy lacking a document would
 	// serve its groups nothing).
@@ -87,10 +89,13 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 	l.timer = l.d.clock.NewTimer(time.Hour)
 	l.timer.Stop()
 	defer l.timer.Stop()
-	if l.kvNeeded {
+	switch {
+	case l.kvNeeded:
 		l.setStatus(func(st *PolicyStatus) { st.Waiting = "waiting for the first read of Consul KV policy documents" })
-	} else {
-		_, _, sources := l.readDocuments(nil)
+	case l.ce.needed:
+		l.setStatus(func(st *PolicyStatus) { st.Waiting = "waiting for the first read of Consul config entries" })
+	default:
+		_, _, sources := l.readDocuments(nil, nil)
 		l.recordPolicy(append(sources, tlsSources(l.policy)...), nil)
 		l.d.metrics.reloads.WithLabelValues("ok").Inc()
 	}
@@ -114,6 +119,9 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 		case kvu := <-kvUpdates:
 			l.kvDocs = &kvu
 			l.reloadPolicy("kv")
+		case u := <-l.ce.updates:
+			l.ce.set(u)
+			l.reloadPolicy("config-entries")
 		case <-l.d.reload:
 			l.reloadPolicy("files")
 		case r := <-l.readDone:
@@ -136,7 +144,7 @@ func (l *loop) schedule() {
 
 func (l *loop) build(ctx context.Context) {
 	l.debounce.built(l.d.clock.Now())
-	if l.catalog == nil || l.kvNeeded && !l.kvAccepted {
+	if l.catalog == nil || l.kvNeeded && !l.kvAccepted || l.ce.waiting() {
 		return
 	}
 	if len(l.catalog.Pending) > 0 && l.d.ready.Load() {
@@ -273,17 +281,17 @@ func (l *loop) logNewWarnings(warnings []string) {
 // versions of the broken documents from the state file, or stays unready
 // (and answers no proxy) naming what is wrong.
 func (l *loop) reloadPolicy(trigger string) {
-	if l.kvNeeded && l.kvDocs == nil {
-		return // the first KV read will load everything
+	if l.kvNeeded && l.kvDocs == nil || l.ce.waiting() {
+		return // the first KV (or config entries) read will load everything
 	}
 	if l.reading {
 		l.rereadTrigger = trigger
 		return
 	}
 	l.reading = true
-	kv := l.kvDocs
+	kv, ce := l.kvDocs, l.ce.docs
 	go func() {
-		docs, diags, sources := l.readDocuments(kv)
+		docs, diags, sources := l.readDocuments(kv, ce)
 		l.readDone <- policyRead{trigger: trigger, kv: kv, docs: docs, diags: diags, sources: sources}
 	}()
 }
@@ -330,7 +338,7 @@ type attempt struct {
 // accepted only if it can be served: its TLS files read, and built and
 // translated against the current catalog, every resource valid.
 func (l *loop) tryPolicy(kv *consul.KVUpdate) attempt {
-	docs, diags, sources := l.readDocuments(kv)
+	docs, diags, sources := l.readDocuments(kv, l.ce.docs)
 	return l.tryDocuments(policyRead{kv: kv, docs: docs, diags: diags, sources: sources})
 }
 
@@ -435,7 +443,7 @@ func (l *loop) reject(trigger string, a attempt) {
 // readDocuments reads and parses every source. It runs off the loop's
 // goroutine (see reloadPolicy), so it uses only what does not change
 // under it: the configured file names, kv and the parser.
-func (l *loop) readDocuments(kv *consul.KVUpdate) ([]*policy.Document, hclDiagnostics, []SourceStatus) {
+func (l *loop) readDocuments(kv *consul.KVUpdate, ce *configDocs) ([]*policy.Document, hclDiagnostics, []SourceStatus) {
 	var (
 		docs    []*policy.Document
 		diags   hclDiagnostics
@@ -466,6 +474,10 @@ func (l *loop) readDocuments(kv *consul.KVUpdate) ([]*policy.Document, hclDiagno
 			}
 			sources = append(sources, SourceStatus{Name: kd.Key, Kind: "kv", Hash: hash(kd.Value), ModifyIndex: kd.ModifyIndex})
 		}
+	}
+	if ce != nil {
+		d, ds, src := l.parseConfigDocs(ce)
+		docs, diags, sources = append(docs, d...), append(diags, ds...), append(sources, src...)
 	}
 	l.parser.endRead()
 	return docs, diags, sources

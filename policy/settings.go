@@ -56,6 +56,10 @@ type ConsulSettings struct {
 	// UseCache reads service health through the agent's cache (?cached),
 	// streaming-backed on client agents; see README, Scaling.
 	UseCache bool
+	// ConfigEntries reads Consul's L7 config entries (service-defaults,
+	// -resolver, -splitter, -router, ingress-gateway) as policy documents
+	// (package configentry).
+	ConfigEntries bool
 	// Register, if set, registers the bridge in Consul as a service whose
 	// check passes while the bridge is ready, so per-VM agents find the
 	// replicas (agent upstream consul_service).
@@ -171,6 +175,7 @@ type consulBlock struct {
 	MaxQueries    *int           `hcl:"max_queries,optional"`
 	UseCache      *bool          `hcl:"use_cache,optional"`
 	Register      *registerBlock `hcl:"register,block"`
+	ConfigEntries *bool          `hcl:"config_entries,optional"`
 	Body          hcl.Body       `hcl:",body"`
 	DefRange      hcl.Range      `hcl:",def_range"`
 }
@@ -232,6 +237,7 @@ func (b *consulBlock) apply(s *ConsulSettings) hcl.Diagnostics {
 	diags = append(diags, durationAttr(b.HoldAfter, &s.ReconnectHoldAfter)...)
 	set(&s.MaxQueries, b.MaxQueries)
 	set(&s.UseCache, b.UseCache)
+	set(&s.ConfigEntries, b.ConfigEntries)
 	if r := b.Register; r != nil {
 		s.Register = &RegisterSettings{Name: DefaultRegisterName, Tags: r.Tags}
 		set(&s.Register.Name, r.Name)

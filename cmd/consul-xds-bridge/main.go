@@ -36,6 +36,7 @@ const usage = `Usage: consul-xds-bridge <command> [flags]
 Commands:
   run -config FILE [-config FILE ...]   run the daemon
   agent -config FILE                    run the per-VM agent: local proxies over a Unix socket, relayed from the central bridge
+  import [-consul ADDR | FILE...]       print policy HCL equivalent to Consul's L7 config entries (from Consul, or files of "consul config read")
   validate FILE...                      check configuration files; print file:line:col problems
   test [-catalog FILE] [-run REGEXP] FILE...
                                         run the route_test blocks of FILEs against the routes their policy makes
@@ -62,6 +63,8 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 		return runCmd(args[1:], stderr)
 	case "agent":
 		return agentCmd(args[1:], stderr)
+	case "import":
+		return importCmd(args[1:], stdout, stderr)
 	case "validate":
 		return validateCmd(args[1:], stdout, stderr)
 	case "test":

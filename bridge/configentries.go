@@ -1,0 +1,66 @@
+package bridge
+
+import (
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/configentry"
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+)
+
+// configEntries is the loop's view of Consul's config entries as policy
+// (consul.config_entries): documents made by configentry, merged with the
+// files and KV documents under the same rules, so a service an entry and
+// a file both define is an error naming the entry.
+type configEntries struct {
+	// needed: nothing is served before the first read, as with KV.
+	needed  bool
+	updates <-chan consul.ConfigEntriesUpdate
+	docs    *configDocs
+}
+
+// configDocs is one translation of the entries; never changed once made
+// (reads off the loop hold it).
+type configDocs struct {
+	docs  []configentry.Document
+	notes []configentry.Note
+}
+
+func (c *configEntries) waiting() bool { return c.needed && c.docs == nil }
+
+func (c *configEntries) set(u consul.ConfigEntriesUpdate) {
+	var e configentry.Entries
+	var notes []configentry.Note
+	for _, entry := range u.Entries {
+		if err := e.Add(entry); err != nil {
+			notes = append(notes, configentry.Note{Entry: entry.GetKind() + "/" + entry.GetName(), Text: err.Error()})
+		}
+	}
+	docs, more := configentry.ToHCL(e)
+	c.docs = &configDocs{docs: docs, notes: append(notes, more...)}
+}
+
+// parseConfigDocs parses the entries' documents (as KV documents: policy
+// only) and turns each note into a warning at its entry, shown on
+// /v1/policy: an entry the bridge cannot fully translate is reported, and
+// the rest keeps serving.
+func (l *loop) parseConfigDocs(ce *configDocs) ([]*policy.Document, hclDiagnostics, []SourceStatus) {
+	var (
+		docs    []*policy.Document
+		diags   hclDiagnostics
+		sources []SourceStatus
+	)
+	for _, d := range ce.docs {
+		doc, ds := l.parser.Parse(d.Name, d.Source, true)
+		diags = append(diags, ds...)
+		if doc != nil {
+			docs = append(docs, doc)
+		}
+		sources = append(sources, SourceStatus{Name: d.Name, Kind: "config-entry", Hash: hash(d.Source)})
+	}
+	for _, n := range ce.notes {
+		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagWarning, Summary: "Config entry not fully translated", Detail: n.Text,
+			Subject: &hcl.Range{Filename: configentry.DocPrefix + n.Entry}})
+	}
+	return docs, diags, sources
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/configentry"
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+)
+
+// importCmd prints the policy HCL equivalent to a Consul's L7 config
+// entries, read from Consul or from files `consul config read` wrote.
+func importCmd(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("import", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	addr := fs.String("consul", "", "Consul HTTP address to read the entries from (default CONSUL_HTTP_ADDR or 127.0.0.1:8500; token from CONSUL_HTTP_TOKEN(_FILE))")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var e configentry.Entries
+	if files := fs.Args(); len(files) > 0 {
+		for _, f := range files {
+			if err := readEntryFile(&e, f); err != nil {
+				fmt.Fprintf(stderr, "import: %v\n", err)
+				return 1
+			}
+		}
+	} else {
+		client, err := consul.NewClient(consul.ClientConfig{Address: *addr})
+		if err != nil {
+			fmt.Fprintf(stderr, "import: %v\n", err)
+			return 1
+		}
+		for _, kind := range configentry.Kinds {
+			entries, _, err := client.ConfigEntries().List(kind, nil)
+			if err != nil {
+				fmt.Fprintf(stderr, "import: reading %s entries: %v\n", kind, err)
+				return 1
+			}
+			for _, entry := range entries {
+				if err := e.Add(entry); err != nil {
+					fmt.Fprintf(stderr, "import: %v\n", err)
+				}
+			}
+		}
+	}
+	docs, notes := configentry.ToHCL(e)
+	fmt.Fprintf(stdout, "# Policy translated from Consul config entries by consul-xds-bridge %s.\n", version)
+	fmt.Fprintln(stdout, "# A policy that names services exports only those: add export_all_services = true to keep every other catalog service too.")
+	for _, n := range notes {
+		fmt.Fprintf(stdout, "# NOTE %s\n", n)
+	}
+	for _, d := range docs {
+		fmt.Fprintf(stdout, "\n# from %s\n", d.Name[len(configentry.DocPrefix):])
+		stdout.Write(d.Source)
+	}
+	return 0
+}
+
+// readEntryFile reads one entry, or a JSON list of them, as `consul config
+// read -kind K -name N` prints it.
+func readEntryFile(e *configentry.Entries, path string) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	raws := []json.RawMessage{b}
+	if bytes.HasPrefix(bytes.TrimSpace(b), []byte("[")) {
+		if err := json.Unmarshal(b, &raws); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	for _, r := range raws {
+		entry, err := api.DecodeConfigEntryFromJSON(r)
+		if err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+		if err := e.Add(entry); err != nil {
+			return fmt.Errorf("%s: %w", path, err)
+		}
+	}
+	return nil
+}

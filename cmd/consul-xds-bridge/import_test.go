@@ -1,0 +1,35 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestImportThenValidate: `import` of config entries (files as `consul
+// config read` writes them) prints HCL that `validate` accepts, with the
+// dropped settings as NOTE comments.
+func TestImportThenValidate(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := realMain([]string{"import", "../../configentry/testdata/shop/entries.json"}, &out, &errOut); code != 0 {
+		t.Fatalf("import exited %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{`service "api" {`, `proxy "edge" {`, `grpc_service "echo" {`, "# NOTE service-resolver/api: subset \"odd\""} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("import output lacks %q:\n%s", want, out.String())
+		}
+	}
+	file := filepath.Join(t.TempDir(), "imported.hcl")
+	if err := os.WriteFile(file, out.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	errOut.Reset()
+	if code := realMain([]string{"validate", file}, &bytes.Buffer{}, &errOut); code != 0 {
+		t.Fatalf("validate rejects the imported policy (%d): %s", code, errOut.String())
+	}
+	if code := realMain([]string{"import", filepath.Join(t.TempDir(), "missing.json")}, &bytes.Buffer{}, &errOut); code != 1 || !strings.Contains(errOut.String(), "missing.json") {
+		t.Fatalf("a missing file: exit %d, %s", code, errOut.String())
+	}
+}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
 
 // BenchmarkHealthFlipThroughAgent measures what the agent adds to a health
@@ -17,11 +18,25 @@ import (
 // Reported as p50/p99 for both, in the same run:
 //
 //	CI=true CONSUL_BIN=$PWD/.tools/bin/consul go test ./agent -run XXX -bench HealthFlip -benchtime 50x
+//
+// It runs once with the central bridge's adaptive debounce (the default)
+// and once with a fixed 100ms window (debounce_adaptive = false), the
+// baseline.
 func BenchmarkHealthFlipThroughAgent(b *testing.B) {
+	for _, adaptive := range []bool{true, false} {
+		name := "adaptive"
+		if !adaptive {
+			name = "fixed-window"
+		}
+		b.Run(name, func(b *testing.B) { benchFlips(b, adaptive) })
+	}
+}
+
+func benchFlips(b *testing.B, adaptive bool) {
 	ca := consultest.Start(b)
 	ca.RegisterTTL(b, "web", "web-1", 1001, nil, nil)
 	ca.RegisterTTL(b, "web", "web-2", 1002, nil, nil)
-	cen := startCentral(b, ca.HTTPAddr(), freeAddr(b))
+	cen := startCentral(b, ca.HTTPAddr(), freeAddr(b), func(s *policy.Settings) { s.XDS.DebounceAdaptive = adaptive })
 	ag := startAgent(b, b.TempDir(), cen.addr)
 	sock := "unix://" + ag.SocketAddr().String()
 	direct := dial(b, cen.addr, "web", adsclient.Delta)

@@ -30,7 +30,7 @@ type Options struct {
 
 	FleetSizes   []int    // N for the bridge fleet scenarios (S1–S7)
 	CompareSizes []int    // N for the bridge/baseline/peer comparison (S1, S2, S3, S6)
-	Compare      []string // "bridge/sotw", "bridge/delta", "baseline/sotw", "baseline/delta", "peer/delta"
+	Compare      []string // "bridge/sotw", "bridge/delta", "bridge-fixed/delta", "baseline/sotw", "baseline/delta", "peer/delta"
 
 	S1Flips, S2Flips int
 	CompareS2Flips   int // S2 flips in the comparison (0: S2Flips)
@@ -250,6 +250,8 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 			switch server {
 			case "bridge":
 				t, err = StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel)
+			case "bridge-fixed": // the bridge with a fixed 100ms debounce window: the adaptive window's baseline
+				t, err = StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel, "debounce_adaptive = false")
 			case "baseline":
 				t, err = StartBaseline(ctx, o.Self, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs))
 			case "peer":

@@ -105,8 +105,18 @@ func Policy(exportAll bool, routes int) string {
 	return b.String()
 }
 
+func extraLines(lines []string) string {
+	var b strings.Builder
+	for _, l := range lines {
+		b.WriteString("  " + l + "\n")
+	}
+	return b.String()
+}
+
 // StartBridge runs the bridge binary as a subprocess pinned to cpus.
-func StartBridge(ctx context.Context, bin, dir, consulAddr, policy, cpus string, gomaxprocs int, logLevel string) (*Target, error) {
+// xdsLines are extra settings of its xds block (e.g. debounce_adaptive =
+// false for the fixed-window comparison).
+func StartBridge(ctx context.Context, bin, dir, consulAddr, policy, cpus string, gomaxprocs int, logLevel string, xdsLines ...string) (*Target, error) {
 	if logLevel == "" {
 		logLevel = "warn"
 	}
@@ -125,7 +135,7 @@ func StartBridge(ctx context.Context, bin, dir, consulAddr, policy, cpus string,
 }
 xds {
   listen = %q
-}
+%s}
 admin {
   listen = %q
   pprof  = true
@@ -135,7 +145,7 @@ log {
   format = "json"
 }
 
-%s`, consulAddr, xdsAddr, adminAddr, logLevel, policy)
+%s`, consulAddr, xdsAddr, extraLines(xdsLines), adminAddr, logLevel, policy)
 	path := filepath.Join(dir, "bridge.hcl")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return nil, err

@@ -47,6 +47,9 @@ type Config struct {
 	// Registry receives the daemon's metrics, served on /metrics; nil makes
 	// a private one.
 	Registry *prometheus.Registry
+	// CPUTime is the process's CPU time so far, which sets the debounce
+	// window (debounce.go); nil reads it from the OS. Tests pass a fake.
+	CPUTime func() time.Duration
 }
 
 // Daemon runs the whole pipeline: Consul and policy watches, debounce,
@@ -55,7 +58,9 @@ type Daemon struct {
 	cfg   Config
 	log   zerolog.Logger
 	clock clockwork.Clock
-	xds   *serve.Server
+	// cpuTime is Config.CPUTime or the OS's.
+	cpuTime func() time.Duration
+	xds     *serve.Server
 
 	started   chan struct{}
 	xdsAddr   net.Addr
@@ -134,10 +139,14 @@ func New(cfg Config) *Daemon {
 	if cfg.Clock == nil {
 		cfg.Clock = clockwork.NewRealClock()
 	}
+	if cfg.CPUTime == nil {
+		cfg.CPUTime = processCPU
+	}
 	d := &Daemon{
 		reg:     reg,
 		cfg:     cfg,
 		clock:   cfg.Clock,
+		cpuTime: cfg.CPUTime,
 		outages: newOutages(cfg.Settings.Consul.ReconnectHoldAfter, cfg.Settings.Consul.ReconnectHold),
 		log:     cfg.Logger.With().Str("component", "bridge").Logger(),
 		xds: serve.NewServer(serve.ServerConfig{

@@ -40,38 +40,51 @@ func TestDebounce(t *testing.T) {
 			t.Errorf("builds at %v, want one at 5s", got)
 		}
 	})
-	t.Run("a burst after a build coalesces into one build", func(t *testing.T) {
-		// The first change builds at once; the four within its hold-off
-		// build once, a hold-off after the last of them.
-		got := simulate(newDebounce(), []time.Duration{ms(1000), ms(1010), ms(1020), ms(1050), ms(1080)})
-		if want := []time.Duration{ms(1000), ms(1180)}; !slices.Equal(got, want) {
+	t.Run("cheap builds: changes 20ms apart each build at once", func(t *testing.T) {
+		got := simulate(newDebounce(), []time.Duration{ms(1000), ms(1020), ms(1040), ms(1060)})
+		if want := []time.Duration{ms(1000), ms(1020), ms(1040), ms(1060)}; !slices.Equal(got, want) {
+			t.Errorf("builds at %v, want %v (a fixed 100ms hold-off would have delayed all but the first)", got, want)
+		}
+	})
+	t.Run("a burst inside the window coalesces into one build", func(t *testing.T) {
+		// The first change builds at once; the three within its 5ms
+		// window double it and build once, a window after the last.
+		got := simulate(newDebounce(), []time.Duration{ms(1000), ms(1001), ms(1002), ms(1003)})
+		if want := []time.Duration{ms(1000), ms(1013)}; !slices.Equal(got, want) {
 			t.Errorf("builds at %v, want %v", got, want)
 		}
 	})
-	t.Run("a continuous stream still builds every max delay", func(t *testing.T) {
+	t.Run("costly builds widen the window", func(t *testing.T) {
+		d := newDebounce()
+		d.measured(ms(30)) // window 60ms
+		got := simulate(d, []time.Duration{ms(1000), ms(1040)})
+		if want := []time.Duration{ms(1000), ms(1140)}; !slices.Equal(got, want) {
+			t.Errorf("builds at %v, want %v (inside the 60ms window: doubled, capped at the 100ms hold-off)", got, want)
+		}
+	})
+	t.Run("continuous churn builds at most every max delay, never closer than the window", func(t *testing.T) {
 		var changes []time.Duration
-		for c := ms(1000); c < ms(6000); c += ms(10) {
+		for c := ms(1000); c < ms(4000); c += ms(1) {
 			changes = append(changes, c)
 		}
 		got := simulate(newDebounce(), changes)
-		if len(got) < 5 {
-			t.Fatalf("%d builds in 5s of changes every 10ms, want one at least every max delay (1s): %v", len(got), got)
+		if len(got) > 8 {
+			t.Fatalf("%d builds in 3s of changes every 1ms, want the window to grow to the hold-off: %v", len(got), got)
 		}
-		for i := 1; i < len(got); i++ {
-			// The burst starts with the first change after a build (10ms
-			// later) and is cut off max delay after that.
-			if gap := got[i] - got[i-1]; i < len(got)-1 && (gap > maxDelay+ms(10) || gap < maxDelay) {
-				t.Errorf("builds %v and %v are %v apart, want about max delay", got[i-1], got[i], gap)
+		for i := 1; i < len(got)-1; i++ {
+			if gap := got[i] - got[i-1]; gap > maxDelay+ms(10) || gap < minWindow {
+				t.Errorf("builds %v and %v are %v apart, want within [window, max delay]", got[i-1], got[i], gap)
 			}
 		}
-		if last := got[len(got)-1]; last < ms(5990) {
-			t.Errorf("last build at %v, before the last change (5.99s)", last)
+		if last := got[len(got)-1]; last < ms(3999) {
+			t.Errorf("last build at %v, before the last change (3.999s)", last)
 		}
 	})
-	t.Run("builds are at least a hold-off apart", func(t *testing.T) {
-		got := simulate(newDebounce(), []time.Duration{ms(1000), ms(1150), ms(1160)})
-		if want := []time.Duration{ms(1000), ms(1150), ms(1260)}; !slices.Equal(got, want) {
-			t.Errorf("builds at %v, want %v", got, want)
+	t.Run("the window returns to its cost after a quiet gap", func(t *testing.T) {
+		d := newDebounce()
+		simulate(d, []time.Duration{ms(1000), ms(1001), ms(1002)}) // churn: window 10ms
+		if got := simulate(d, []time.Duration{ms(2000), ms(2020)}); !slices.Equal(got, []time.Duration{ms(2000), ms(2020)}) {
+			t.Errorf("builds at %v after a quiet second, want each at once", got)
 		}
 	})
 }

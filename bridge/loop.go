@@ -58,6 +58,8 @@ type loop struct {
 	// translate, if set, replaces translator.Translate: the loop's tests
 	// make a build fail with it.
 	translate func(*ir.Model) (*xds.Output, error)
+	// lastCPU is the process's CPU time at the last build (debounce).
+	lastCPU time.Duration
 
 	// Policy documents are read and parsed off the loop (see docParser),
 	// so a slow document never holds catalog updates: reading is set while
@@ -81,7 +83,7 @@ type policyRead struct {
 const pendingGrace = 2 * time.Second
 
 func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates <-chan consul.KVUpdate) {
-	l.debounce = debounce{holdOff: l.d.cfg.Settings.XDS.DebounceHoldOff, maxDelay: l.d.cfg.Settings.XDS.DebounceMaxDelay}
+	l.debounce = debounce{holdOff: l.d.cfg.Settings.XDS.DebounceHoldOff, maxDelay: l.d.cfg.Settings.XDS.DebounceMaxDelay, fixed: !l.d.cfg.Settings.XDS.DebounceAdaptive}
 	if l.parser == nil {
 		l.parser = newDocParser(l.d.clock, ParseBudget)
 	}
@@ -143,7 +145,16 @@ func (l *loop) schedule() {
 }
 
 func (l *loop) build(ctx context.Context) {
-	l.debounce.built(l.d.clock.Now())
+	start := l.d.clock.Now()
+	l.debounce.built(start)
+	// The CPU spent since the last build: that build, its pushes, and
+	// whatever else the bridge did meanwhile; it sets the next window.
+	if cpu := l.d.cpuTime(); l.lastCPU > 0 {
+		l.debounce.measured(cpu - l.lastCPU)
+		l.lastCPU = cpu
+	} else {
+		l.lastCPU = cpu
+	}
 	if l.catalog == nil || l.kvNeeded && !l.kvAccepted || l.ce.waiting() {
 		return
 	}
@@ -158,7 +169,7 @@ func (l *loop) build(ctx context.Context) {
 		l.d.log.Warn().Strs("services", keys(l.catalog.Pending)).Msg("services still loading after grace period; serving without them")
 	}
 	l.pendingSince = time.Time{}
-	start := l.d.clock.Now()
+	start = l.d.clock.Now()
 	cat := l.catalog.Catalog
 	if dcs, until := l.d.outages.holding(start); len(dcs) > 0 {
 		var held int

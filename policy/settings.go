@@ -100,6 +100,10 @@ type XDSSettings struct {
 	// DebounceMaxDelay caps that wait during a continuous stream of
 	// changes.
 	DebounceHoldOff, DebounceMaxDelay time.Duration
+	// DebounceAdaptive lets the window between builds follow their cost
+	// (bridge/debounce.go), DebounceHoldOff its upper bound; false keeps
+	// it at DebounceHoldOff.
+	DebounceAdaptive bool
 }
 
 // TLSFiles names PEM files; they are re-read when they change on disk.
@@ -152,7 +156,7 @@ const (
 func DefaultSettings() Settings {
 	return Settings{
 		Consul: ConsulSettings{Stale: true, WaitTime: DefaultWaitTime, StaleAfter: DefaultStaleAfter, ReconnectHold: DefaultReconnectHold, ReconnectHoldAfter: DefaultReconnectHoldAfter, MaxQueries: DefaultMaxQueries, UseCache: true},
-		XDS: XDSSettings{Listen: DefaultXDSListen, MaxInitialSyncs: DefaultMaxInitialSyncs,
+		XDS: XDSSettings{Listen: DefaultXDSListen, MaxInitialSyncs: DefaultMaxInitialSyncs, DebounceAdaptive: true,
 			DebounceHoldOff: DefaultDebounceHoldOff, DebounceMaxDelay: DefaultDebounceMax},
 		Admin: AdminSettings{Listen: DefaultAdminListen},
 		Log:   LogSettings{Level: "info", Format: "json"},
@@ -194,6 +198,7 @@ type xdsBlock struct {
 	HoldOff        hcl.Expression `hcl:"debounce_hold_off,optional"`
 	MaxDelay       hcl.Expression `hcl:"debounce_max_delay,optional"`
 	SocketMode     *string        `hcl:"socket_mode,optional"`
+	Adaptive       *bool          `hcl:"debounce_adaptive,optional"`
 	SocketGroup    *string        `hcl:"socket_group,optional"`
 	Body           hcl.Body       `hcl:",body"`
 	DefRange       hcl.Range      `hcl:",def_range"`
@@ -268,6 +273,7 @@ func (b *xdsBlock) apply(s *XDSSettings) hcl.Diagnostics {
 	set(&s.MaxInitialSyncs, b.MaxInitial)
 	diags := checkListen("xds", s.Listen, valueRange(b.Body, "listen", b.DefRange))
 	set(&s.SocketGroup, b.SocketGroup)
+	set(&s.DebounceAdaptive, b.Adaptive)
 	if b.SocketMode != nil {
 		m, err := unixsock.ParseMode(*b.SocketMode)
 		if err != nil {

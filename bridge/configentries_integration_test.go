@@ -33,6 +33,20 @@ proxy "edge" {
     virtual_host "api" {
       domains = ["api.example.com"]
       route {
+        match {
+          path_prefix = "/beta/"
+          header "x-beta" {
+            exact = "1"
+          }
+        }
+        service = "api"
+        subset  = "v2"
+        timeout = "2s"
+        rewrite {
+          prefix = "/"
+        }
+      }
+      route {
         split {
           service = "api"
           subset  = "v1"
@@ -50,8 +64,8 @@ proxy "edge" {
 `
 
 // TestConfigEntriesAsPolicy: with consul.config_entries, Consul's own
-// service-defaults, service-resolver, service-splitter and ingress-gateway
-// entries are served as the HCL with the same meaning is (the same route
+// service-defaults, service-resolver, service-splitter, service-router and
+// ingress-gateway entries are served as the HCL with the same meaning is (the same route
 // configuration, proto-equal); an entry change reaches a proxy within a
 // second; an entry the bridge cannot fully translate is reported on
 // /v1/policy at the entry while the rest keeps serving.
@@ -70,6 +84,10 @@ func TestConfigEntriesAsPolicy(t *testing.T) {
 	write(&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "api", Subsets: map[string]api.ServiceResolverSubset{
 		"v1": {Filter: "Service.Meta.version == v1"}, "v2": {Filter: `"v2" in Service.Tags`}}})
 	write(&api.ServiceSplitterConfigEntry{Kind: api.ServiceSplitter, Name: "api", Splits: []api.ServiceSplit{{Weight: 50, ServiceSubset: "v1"}, {Weight: 50, ServiceSubset: "v2"}}})
+	write(&api.ServiceRouterConfigEntry{Kind: api.ServiceRouter, Name: "api", Routes: []api.ServiceRoute{{
+		Match:       &api.ServiceRouteMatch{HTTP: &api.ServiceRouteHTTPMatch{PathPrefix: "/beta/", Header: []api.ServiceRouteHTTPMatchHeader{{Name: "x-beta", Exact: "1"}}}},
+		Destination: &api.ServiceRouteDestination{ServiceSubset: "v2", RequestTimeout: 2 * time.Second, PrefixRewrite: "/"},
+	}}})
 	write(&api.IngressGatewayConfigEntry{Kind: api.IngressGateway, Name: "edge", Listeners: []api.IngressListener{
 		{Port: 8080, Protocol: "http", Services: []api.IngressService{{Name: "api", Hosts: []string{"api.example.com"}}}}}})
 
@@ -109,7 +127,7 @@ func TestConfigEntriesAsPolicy(t *testing.T) {
 	start := time.Now()
 	write(&api.ServiceSplitterConfigEntry{Kind: api.ServiceSplitter, Name: "api", Splits: []api.ServiceSplit{{Weight: 90, ServiceSubset: "v1"}, {Weight: 10, ServiceSubset: "v2"}}})
 	routes(a, func(rc *routev3.RouteConfiguration) bool {
-		wc := rc.GetVirtualHosts()[0].GetRoutes()[0].GetRoute().GetWeightedClusters().GetClusters()
+		wc := rc.GetVirtualHosts()[0].GetRoutes()[1].GetRoute().GetWeightedClusters().GetClusters()
 		return len(wc) == 2 && wc[0].GetWeight().GetValue() == 90
 	})
 	if took := time.Since(start); took > time.Second {

@@ -18,6 +18,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/consul-xds-bridge/consul-xds-bridge/tagroute"
 )
 
 // maxWeight keeps the sum of weights in one locality far below Envoy's
@@ -38,8 +39,14 @@ func Build(cat *consul.Catalog, pol *policy.Policy) (*ir.Model, []string) {
 	for _, name := range referencedServices(pol) {
 		b.referenced[name] = true
 	}
+	tags := b.tagRoutes()
 	for _, name := range clusterServices(cat, pol) {
 		b.service(name)
+	}
+	for _, name := range tagServices(tags) {
+		if _, ok := b.clusters[name]; !ok {
+			b.service(name)
+		}
 	}
 	m := &ir.Model{}
 	for _, name := range slices.Sorted(maps.Keys(b.clusters)) {
@@ -47,7 +54,7 @@ func Build(cat *consul.Catalog, pol *policy.Policy) (*ir.Model, []string) {
 	}
 	m.Secrets = sortedSecrets(b.secrets)
 	for _, p := range pol.Proxies {
-		m.Groups = append(m.Groups, b.group(p))
+		m.Groups = append(m.Groups, b.group(p, tags))
 	}
 	slices.SortFunc(m.Groups, func(a, b ir.Group) int { return strings.Compare(a.Name, b.Name) })
 	m.Proxyless = b.proxyless(m.Clusters)
@@ -61,7 +68,7 @@ func WatchTargets(pol *policy.Policy) consul.Targets {
 	if pol == nil {
 		return consul.Targets{AllLocal: true}
 	}
-	t := consul.Targets{AllLocal: pol.ExportAllServices}
+	t := consul.Targets{AllLocal: pol.ExportAllServices || usesTagRoutes(pol)}
 	seen := map[consul.ServiceKey]bool{}
 	add := func(k consul.ServiceKey) {
 		if !seen[k] {
@@ -392,7 +399,7 @@ func clusterName(t policy.Target) string {
 	return t.Service + "." + t.Subset
 }
 
-func (b *builder) group(p *policy.Proxy) ir.Group {
+func (b *builder) group(p *policy.Proxy, tags map[string][]tagroute.Route) ir.Group {
 	g := ir.Group{Name: p.Name, Proxyless: p.Proxyless}
 	secrets := map[string]ir.Secret{}
 	for _, l := range p.Listeners {
@@ -417,6 +424,9 @@ func (b *builder) group(p *policy.Proxy) ir.Group {
 				ivh.Routes = append(ivh.Routes, ir)
 			}
 			il.VirtualHosts = append(il.VirtualHosts, ivh)
+		}
+		if l.TagRoutes != "" {
+			addTagRoutes(&il, tags[l.TagRoutes])
 		}
 		g.Listeners = append(g.Listeners, il)
 	}

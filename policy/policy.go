@@ -97,9 +97,12 @@ type Listener struct {
 	TCP          []Target
 	VirtualHosts []*VirtualHost
 	// TLS, if set, terminates TLS on the listener.
-	TLS    *ListenerTLS
-	Source string
-	Range  hcl.Range
+	TLS *ListenerTLS
+	// TagRoutes, if set ("fabio" or "traefik"), adds the routes catalog
+	// services declare in their tags after the listener's own.
+	TagRoutes string
+	Source    string
+	Range     hcl.Range
 }
 
 // VirtualHost is a `virtual_host` block.

@@ -13,6 +13,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/tagroute"
 )
 
 var (
@@ -367,6 +368,15 @@ func (r *resolver) listener(group string, b *listenerBlock) *Listener {
 		r.add(valueRange(b.Body, "protocol", b.DefRange), "Invalid protocol", "%s: protocol %q is not one of %s.", where, l.Protocol, quoteList(protocols))
 	}
 	r.extend(durationAttr(b.IdleTimeout, &l.IdleTimeout))
+	if tr := b.TagRoutes; tr != nil {
+		l.TagRoutes = tr.Format
+		switch {
+		case !slices.Contains(tagroute.Formats, tr.Format):
+			r.add(valueRange(tr.Body, "format", tr.DefRange), "Invalid tag_routes format", "%s: format %q is not one of %s.", where, tr.Format, quoteList(tagroute.Formats))
+		case l.Protocol != "http":
+			r.add(tr.DefRange, "tag_routes on a tcp listener", "%s: tag routes match hosts and paths; use them on an http listener.", where)
+		}
+	}
 	switch l.Protocol {
 	case "tcp":
 		if len(b.VirtualHosts) > 0 {
@@ -423,7 +433,7 @@ func (r *resolver) listener(group string, b *listenerBlock) *Listener {
 			}
 			l.VirtualHosts = append(l.VirtualHosts, vh)
 		}
-		if routes == 0 && len(b.VirtualHosts) == 0 {
+		if routes == 0 && len(b.VirtualHosts) == 0 && l.TagRoutes == "" {
 			r.add(b.DefRange, "Listener without routes", "%s is protocol \"http\" but has no virtual_host with routes; add a virtual_host block with a route, or use protocol = \"tcp\" with service = \"...\".", where)
 		}
 	}

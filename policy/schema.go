@@ -114,8 +114,17 @@ type listenerBlock struct {
 	IdleTimeout  hcl.Expression      `hcl:"idle_timeout,optional"`
 	VirtualHosts []*virtualHostBlock `hcl:"virtual_host,block"`
 	TLS          *listenerTLSBlock   `hcl:"tls,block"`
+	TagRoutes    *tagRoutesBlock     `hcl:"tag_routes,block"`
 	Body         hcl.Body            `hcl:",body"`
 	DefRange     hcl.Range           `hcl:",def_range"`
+}
+
+// tagRoutesBlock makes a listener also serve the routes services declare
+// in their Consul tags (package tagroute).
+type tagRoutesBlock struct {
+	Format   string    `hcl:"format"`
+	Body     hcl.Body  `hcl:",body"`
+	DefRange hcl.Range `hcl:",def_range"`
 }
 
 // listenerTLSBlock is a listener's `tls` block: TLS terminated by Envoy

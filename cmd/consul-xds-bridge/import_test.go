@@ -33,3 +33,14 @@ func TestImportThenValidate(t *testing.T) {
 		t.Fatalf("a missing file: exit %d, %s", code, errOut.String())
 	}
 }
+
+// TestRouteTestsSeeTagRoutes: `test` evaluates the routes services declare
+// in their tags (Traefik's here, with a strip-prefix middleware).
+func TestRouteTestsSeeTagRoutes(t *testing.T) {
+	var out, errOut bytes.Buffer
+	dir := filepath.Join("testdata", "tagroutes")
+	code := realMain([]string{"test", "-catalog", filepath.Join(dir, "catalog.json"), filepath.Join(dir, "policy.hcl"), filepath.Join(dir, "routes.test.hcl")}, &out, &errOut)
+	if code != 0 || !strings.Contains(out.String(), "2 passed, 0 failed") {
+		t.Fatalf("exit %d:\n%s%s", code, out.String(), errOut.String())
+	}
+}

@@ -1,0 +1,104 @@
+package tagroute
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+)
+
+func TestFabio(t *testing.T) {
+	routes, warnings := Routes("fabio", []Service{
+		{Name: "shop", Tags: []string{"urlprefix-shop.example.com/", "v1", "urlprefix-shop.example.com/"}},
+		{Name: "api", Tags: []string{"urlprefix-/api strip=/api", "urlprefix-/legacy redirect=301,https://new.example.com$path"}},
+		{Name: "api-v2", Tags: []string{"urlprefix-/api weight=0.2 strip=/api"}},
+		{Name: "odd", Tags: []string{"urlprefix-", "urlprefix-:5432", "urlprefix-/x weight=2", "urlprefix-/y proto=https"}},
+	})
+	type got struct {
+		Host string
+		Rt   ir.Route
+	}
+	var gs []got
+	for _, r := range routes {
+		r.Route.Source = ""
+		gs = append(gs, got{r.Host, r.Route})
+	}
+	want := []got{
+		{"", ir.Route{Match: ir.RouteMatch{PathPrefix: "/legacy"}, Redirect: &ir.Redirect{Scheme: "https", Host: "new.example.com", Status: 301}}},
+		{"", ir.Route{Match: ir.RouteMatch{PathPrefix: "/api"}, Clusters: []ir.WeightedCluster{{Name: "api", Weight: 800}, {Name: "api-v2", Weight: 200}},
+			Rewrite: &ir.Rewrite{Regex: "^/api/?", Substitution: "/"}}},
+		{"", ir.Route{Match: ir.RouteMatch{PathPrefix: "/y"}, Clusters: []ir.WeightedCluster{{Name: "odd", Weight: 1}}}},
+		{"shop.example.com", ir.Route{Match: ir.RouteMatch{PathPrefix: "/"}, Clusters: []ir.WeightedCluster{{Name: "shop", Weight: 1}}}},
+	}
+	if diff := cmp.Diff(want, gs); diff != "" {
+		t.Errorf("routes (-want +got):\n%s", diff)
+	}
+	joined := strings.Join(warnings, "\n")
+	for _, w := range []string{`service "odd" tag "urlprefix-": no host or path`, `"urlprefix-:5432": want urlprefix-HOST/PATH`, `weight "2" is not a fraction`, `option proto is not read`} {
+		if !strings.Contains(joined, w) {
+			t.Errorf("warnings lack %q:\n%s", w, joined)
+		}
+	}
+}
+
+func TestTraefik(t *testing.T) {
+	routes, warnings := Routes("traefik", []Service{
+		{Name: "api", Tags: []string{
+			"traefik.http.routers.api.rule=Host(`shop.example.com`, `www.shop.example.com`) && PathPrefix(`/api`) && Headers(`x-env`, `prod`)",
+			"traefik.http.routers.api.middlewares=strip@consulcatalog",
+			"traefik.http.middlewares.strip.stripprefix.prefixes=/api",
+			"traefik.http.routers.admin.rule=PathPrefix(`/admin`) && Method(`get`)",
+			"traefik.http.routers.admin.priority=100",
+		}},
+		{Name: "web", Tags: []string{"traefik.http.routers.web.rule=Host(`shop.example.com`)",
+			"traefik.http.routers.insecure.rule=Host(`old.example.com`)", "traefik.http.routers.insecure.middlewares=tls",
+			"traefik.http.middlewares.tls.redirectscheme.scheme=https", "traefik.http.middlewares.tls.redirectscheme.permanent=true"}},
+		{Name: "hidden", Tags: []string{"traefik.enable=false", "traefik.http.routers.h.rule=Host(`h.example.com`)"}},
+		{Name: "bad", Tags: []string{"traefik.http.routers.b.rule=Host(`a`) || Host(`b`)", "traefik.http.routers.c.rule=Query(`x`)", "traefik.http.routers.d.rule=PathPrefix(`/d`)", "traefik.http.routers.d.middlewares=nope"}},
+	})
+	var got []string
+	for _, r := range routes {
+		s := r.Host + " " + r.Route.Match.PathPrefix + r.Route.Match.Path + " " + r.Route.Match.Method
+		if len(r.Route.Clusters) > 0 {
+			s += " -> " + r.Route.Clusters[0].Name
+		}
+		if r.Route.Redirect != nil {
+			s += " -> redirect " + r.Route.Redirect.Scheme
+		}
+		if r.Route.Rewrite != nil {
+			s += " rewrite " + r.Route.Rewrite.Regex
+		}
+		got = append(got, s)
+	}
+	want := []string{
+		" /admin GET -> api",
+		"shop.example.com /api  -> api rewrite ^(/api)/?",
+		"www.shop.example.com /api  -> api rewrite ^(/api)/?",
+		"shop.example.com   -> web", // a longer rule: Traefik's default priority
+		"old.example.com   -> redirect https",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("routes (-want +got):\n%s", diff)
+	}
+	joined := strings.Join(warnings, "\n")
+	for _, w := range []string{"only terms joined by &&", `rule term "Query(`, `middleware "nope" is not defined`} {
+		if !strings.Contains(joined, w) {
+			t.Errorf("warnings lack %q:\n%s", w, joined)
+		}
+	}
+	if strings.Contains(strings.Join(got, "\n"), "h.example.com") {
+		t.Error("a service with traefik.enable=false was routed")
+	}
+}
+
+func FuzzRoutes(f *testing.F) {
+	f.Add("urlprefix-a.com/x strip=/x weight=0.5")
+	f.Add("traefik.http.routers.a.rule=Host(`a`) && PathPrefix(`/p`)")
+	f.Fuzz(func(t *testing.T, tag string) {
+		for _, format := range Formats {
+			Routes(format, []Service{{Name: "s", Tags: []string{tag}}}) // must not panic
+		}
+	})
+}

@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/hashicorp/consul/api"
+	"github.com/hashicorp/hcl/v2"
+	"github.com/hashicorp/hcl/v2/hclsyntax"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/configentry"
@@ -104,4 +106,27 @@ func TestConflictsNameTheEntry(t *testing.T) {
 	if !strings.Contains(got, "consul-config:service-resolver/api:1:1: Duplicate service block") || !strings.Contains(got, "policy.hcl:1:1") {
 		t.Fatalf("diagnostics %q, want the duplicate at the entry naming policy.hcl", got)
 	}
+}
+
+// FuzzToHCL: whatever the strings in entries (names, filters, paths,
+// headers), the documents made from them parse as HCL: values are written
+// by hclwrite, never pasted into source text.
+func FuzzToHCL(f *testing.F) {
+	f.Add("api", "Service.Meta.v == x", "/p", "x-h", "v")
+	f.Add("a\"b${x}%{if}", "\"t\" in Service.Tags", "/${x}", "h\n", "\\")
+	f.Fuzz(func(t *testing.T, name, filter, path, header, value string) {
+		var e configentry.Entries
+		_ = e.Add(&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: name, Subsets: map[string]api.ServiceResolverSubset{name: {Filter: filter}}})
+		_ = e.Add(&api.ServiceRouterConfigEntry{Kind: api.ServiceRouter, Name: name, Routes: []api.ServiceRoute{{
+			Match:       &api.ServiceRouteMatch{HTTP: &api.ServiceRouteHTTPMatch{PathPrefix: path, Header: []api.ServiceRouteHTTPMatchHeader{{Name: header, Exact: value}}}},
+			Destination: &api.ServiceRouteDestination{PrefixRewrite: value, RequestHeaders: &api.HTTPHeaderModifiers{Set: map[string]string{header: value}}},
+		}}})
+		_ = e.Add(&api.IngressGatewayConfigEntry{Kind: api.IngressGateway, Name: name, Listeners: []api.IngressListener{{Port: 80, Protocol: "http", Services: []api.IngressService{{Name: name, Hosts: []string{value}}}}}})
+		docs, _ := configentry.ToHCL(e)
+		for _, d := range docs {
+			if _, diags := hclsyntax.ParseConfig(d.Source, d.Name, hcl.InitialPos); diags.HasErrors() {
+				t.Fatalf("%s does not parse: %v\n%s", d.Name, diags, d.Source)
+			}
+		}
+	})
 }

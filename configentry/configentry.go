@@ -1,6 +1,7 @@
 // Package configentry translates Consul's own L7 config entries
 // (service-defaults, service-resolver, service-splitter, service-router,
-// ingress-gateway) into policy HCL: the `import` command prints it, and a
+// ingress-gateway, and api-gateway with its http-route and tcp-route
+// entries) into policy HCL: the `import` command prints it, and a
 // bridge with consul.config_entries serves it as policy documents named
 // after the entries they come from ("consul-config:service-resolver/web"),
 // so diagnostics and conflicts with hand-written HCL name the entry. What
@@ -23,6 +24,10 @@ type Entries struct {
 	Splitters map[string]*api.ServiceSplitterConfigEntry
 	Routers   map[string]*api.ServiceRouterConfigEntry
 	Ingress   map[string]*api.IngressGatewayConfigEntry
+	// API gateways and the routes attached to them.
+	APIGateways map[string]*api.APIGatewayConfigEntry
+	HTTPRoutes  map[string]*api.HTTPRouteConfigEntry
+	TCPRoutes   map[string]*api.TCPRouteConfigEntry
 }
 
 // Add files an entry under its kind; other kinds are reported.
@@ -38,8 +43,14 @@ func (e *Entries) Add(entry api.ConfigEntry) error {
 		setIn(&e.Routers, c.Name, c)
 	case *api.IngressGatewayConfigEntry:
 		setIn(&e.Ingress, c.Name, c)
+	case *api.APIGatewayConfigEntry:
+		setIn(&e.APIGateways, c.Name, c)
+	case *api.HTTPRouteConfigEntry:
+		setIn(&e.HTTPRoutes, c.Name, c)
+	case *api.TCPRouteConfigEntry:
+		setIn(&e.TCPRoutes, c.Name, c)
 	default:
-		return fmt.Errorf("%s %q: not a kind the bridge reads (service-defaults, service-resolver, service-splitter, service-router, ingress-gateway)", entry.GetKind(), entry.GetName())
+		return fmt.Errorf("%s %q: not a kind the bridge reads (service-defaults, service-resolver, service-splitter, service-router, ingress-gateway, api-gateway, http-route, tcp-route)", entry.GetKind(), entry.GetName())
 	}
 	return nil
 }
@@ -52,7 +63,7 @@ func setIn[T any](m *map[string]T, k string, v T) {
 }
 
 // Kinds are the config entry kinds read, in the order documents are made.
-var Kinds = []string{api.ServiceDefaults, api.ServiceResolver, api.ServiceSplitter, api.ServiceRouter, api.IngressGateway}
+var Kinds = []string{api.ServiceDefaults, api.ServiceResolver, api.ServiceSplitter, api.ServiceRouter, api.IngressGateway, api.APIGateway, api.HTTPRoute, api.TCPRoute}
 
 // Document is one policy document made from entries: Name is its
 // location in diagnostics, Source HCL.
@@ -88,6 +99,9 @@ func ToHCL(e Entries) ([]Document, []Note) {
 	}
 	for _, name := range sortedKeys(e.Ingress) {
 		docs = append(docs, t.ingressDoc(e.Ingress[name]))
+	}
+	for _, name := range sortedKeys(e.APIGateways) {
+		docs = append(docs, t.apiGatewayDoc(e.APIGateways[name]))
 	}
 	docs = append(docs, t.grpcDocs()...)
 	for _, name := range sortedKeys(e.Routers) {

@@ -133,6 +133,67 @@ proxy "edge" {
   }
 }
 
+# consul-config:api-gateway/public,http-route/any-host,http-route/shop-routes,tcp-route/pg
+proxy "public" {
+  listener "http" {
+    port = 9080
+    virtual_host "any-host" {
+      domains = ["*.public.example.com"]
+      route {
+        match {
+          path = "/health"
+        }
+        service = "billing"
+      }
+    }
+    virtual_host "shop-routes" {
+      domains = ["shop.example.com"]
+      route {
+        match {
+          path_prefix = "/api/"
+          method      = "GET"
+          header "x-env" {
+            regex = ".*\\.prod"
+          }
+          query "debug" {
+            present = true
+          }
+        }
+        split {
+          service = "api"
+          subset  = "v1"
+          weight  = 80
+        }
+        split {
+          service = "billing"
+          weight  = 20
+        }
+        timeout = "5s"
+        retry {
+          attempts = 2
+          on       = ["connect-failure"]
+        }
+        rewrite {
+          prefix = "/"
+        }
+        request_headers {
+          set = {
+            x-gw = "public"
+          }
+        }
+      }
+      route {
+        service = "billing"
+      }
+    }
+  }
+  listener "pg" {
+    port     = 6432
+    protocol = "tcp"
+    service  = "db"
+  }
+}
+
 # consul-config:service-router/echo,service-splitter/echo
 grpc_service "echo" {
   route {

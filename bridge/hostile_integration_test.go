@@ -100,9 +100,12 @@ func TestHostileInputKeepsHealthFlowing(t *testing.T) {
 		}
 		return ""
 	}
+	// waitFor bounds waits generously: five slow documents are parsed one
+	// after another (each ~3 s of one core, more on a loaded machine)
+	// before their rejection shows; flips are what must be fast.
 	waitFor := func(t *testing.T, what string, cond func() bool) {
 		t.Helper()
-		for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		for deadline := time.Now().Add(2 * time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
 			if time.Now().After(deadline) {
 				t.Fatalf("timed out waiting for %s", what)
 			}

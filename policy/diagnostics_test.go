@@ -91,601 +91,29 @@ func firstLine(d *hcl.Diagnostic) string {
 	return fmt.Sprintf("%s:%d:%d: %s", d.Subject.Filename, d.Subject.Start.Line, d.Subject.Start.Column, d.Summary)
 }
 
+// diagCase is one policy with one expected first diagnostic.
+type diagCase struct {
+	docs []string
+	kv   bool
+	// want is the first diagnostic as "file:line:col: Summary".
+	want string
+	// detail is a phrase the first diagnostic's Detail must contain:
+	// what to do about it, or where the conflicting definition is.
+	detail string
+}
+
+// TestDiagnostics checks the first diagnostic of each broken policy: its
+// position, summary and advice. The cases are split by topic over
+// diagnosticCases (syntax, services, proxies) and routeDiagnosticCases.
 func TestDiagnostics(t *testing.T) {
-	tests := map[string]struct {
-		docs []string
-		kv   bool
-		// want is the first diagnostic as "file:line:col: Summary".
-		want string
-		// detail is a phrase the first diagnostic's Detail must contain:
-		// what to do about it, or where the conflicting definition is.
-		detail string
-	}{
-		// --- HCL syntax and gohcl decoding ---
-		"syntax error": {
-			docs:   []string{"service \"api\" {\n  lb_policy = \n}\n"},
-			want:   "a.hcl:2:15: Invalid expression",
-			detail: "Expected the start of an expression",
-		},
-		"unknown block type": {
-			docs:   []string{"\nservce \"api\" {\n}\n"},
-			want:   "a.hcl:2:1: Unsupported block type",
-			detail: `Did you mean "service"?`,
-		},
-		"unknown attribute": {
-			docs:   []string{"service \"api\" {\n  conect_timeout = \"1s\"\n}\n"},
-			want:   "a.hcl:2:3: Unsupported argument",
-			detail: `Did you mean "connect_timeout"?`,
-		},
-		"unknown block in route": {
-			docs:   []string{inRoute("        service = \"web\"\n        rewite {\n        }", "")},
-			want:   "a.hcl:7:9: Unsupported block type",
-			detail: `Did you mean "rewrite"?`,
-		},
-		"string where number expected": {
-			docs:   []string{inListener(`    port = "http"`)},
-			want:   "a.hcl:3:13: Unsuitable value type",
-			detail: "a number is required",
-		},
-		"missing required port": {
-			docs:   []string{inListener(`    protocol = "tcp"`)},
-			want:   "a.hcl:2:16: Missing required argument",
-			detail: `The argument "port" is required`,
-		},
-		"absurdly large number": {
-			docs:   []string{"service \"api\" {\n  lb_policy = 1e1000000000\n}\n"},
-			want:   "a.hcl:2:15: Number out of range",
-			detail: "write a value within the range of a 64-bit float",
-		},
-		"template variable where a literal is expected": {
-			docs:   []string{"service \"api\" {\n  connect_timeout = \"${t}s\"\n}\n"},
-			want:   "a.hcl:2:24: Variables not allowed",
-			detail: "Variables may not be used here",
-		},
-
-		// --- service blocks ---
-		"bad duration": {
-			docs:   []string{"service \"api\" {\n  connect_timeout = \"5\"\n}\n"},
-			want:   "a.hcl:2:21: Invalid duration",
-			detail: `use Go syntax, e.g. "1s" or "250ms"`,
-		},
-		"duration given as a number": {
-			docs:   []string{"service \"api\" {\n  connect_timeout = 5\n}\n"},
-			want:   "a.hcl:2:21: Invalid duration",
-			detail: `use Go syntax, e.g. "1s" or "250ms"`,
-		},
-		"negative duration": {
-			docs:   []string{"service \"api\" {\n  connect_timeout = \"-1s\"\n}\n"},
-			want:   "a.hcl:2:21: Invalid duration",
-			detail: `"-1s" must be positive`,
-		},
-		"zero outlier interval": {
-			docs:   []string{"service \"api\" {\n  outlier_detection {\n    interval = \"0s\"\n  }\n}\n"},
-			want:   "a.hcl:3:16: Invalid duration",
-			detail: "must be positive",
-		},
-		"negative circuit breaker threshold": {
-			docs:   []string{"service \"api\" {\n  circuit_breaker {\n    max_connections = -1\n  }\n}\n"},
-			want:   "a.hcl:3:23: Invalid max_connections",
-			detail: "must be between 0 and",
-		},
-		"outlier ejection percent above 100": {
-			docs:   []string{"service \"api\" {\n  outlier_detection {\n    max_ejection_percent = 101\n  }\n}\n"},
-			want:   "a.hcl:3:28: Invalid max_ejection_percent",
-			detail: "not a percentage between 0 and 100",
-		},
-		"zero health check threshold": {
-			docs:   []string{"service \"api\" {\n  health_check {\n    healthy_threshold = 0\n  }\n}\n"},
-			want:   "a.hcl:3:25: Invalid healthy_threshold",
-			detail: "must be a positive integer",
-		},
-		"health check path without slash": {
-			docs:   []string{"service \"api\" {\n  health_check {\n    path = \"healthz\"\n  }\n}\n"},
-			want:   "a.hcl:3:12: Invalid health check path",
-			detail: `must start with "/"`,
-		},
-		"invalid lb_policy": {
-			docs:   []string{"service \"api\" {\n  lb_policy = \"maglev\"\n}\n"},
-			want:   "a.hcl:2:15: Invalid lb_policy",
-			detail: `is not one of "round_robin", "least_request", "ring_hash", "random"`,
-		},
-		"hash_policy without ring_hash": {
-			docs:   []string{"service \"api\" {\n  lb_policy = \"least_request\"\n  hash_policy {\n    header = \"x-user\"\n  }\n}\n"},
-			want:   "a.hcl:3:3: hash_policy without ring_hash",
-			detail: `Set lb_policy = "ring_hash" or remove the hash_policy`,
-		},
-		"hash_policy with two keys": {
-			docs:   []string{"service \"api\" {\n  lb_policy = \"ring_hash\"\n  hash_policy {\n    header = \"x-user\"\n    cookie = \"session\"\n  }\n}\n"},
-			want:   "a.hcl:3:3: Invalid hash_policy",
-			detail: "needs exactly one of header, cookie or source_ip = true; this one has 2",
-		},
-		"service name with a dot": {
-			docs:   []string{"\nservice \"api.v2\" {\n}\n"},
-			want:   "a.hcl:2:1: Invalid service name",
-			detail: "Use consul_service",
-		},
-		"duplicate service across documents": {
-			docs:   []string{"service \"api\" {\n}\n", "\n\nservice \"api\" {\n  lb_policy = \"random\"\n}\n"},
-			want:   "b.hcl:3:1: Duplicate service block",
-			detail: "already defined at a.hcl:1:1; each service may be configured once",
-		},
-		"duplicate subset": {
-			docs:   []string{"service \"api\" {\n  subset \"v2\" {\n    tags = [\"v2\"]\n  }\n  subset \"v2\" {\n    tags = [\"canary\"]\n  }\n}\n"},
-			want:   "a.hcl:5:3: Duplicate subset",
-			detail: "already defined at a.hcl:2:3; rename or remove one",
-		},
-		"empty subset": {
-			docs:   []string{"service \"api\" {\n  subset \"all\" {\n  }\n}\n"},
-			want:   "a.hcl:2:3: Empty subset",
-			detail: "give it tags or meta to select by",
-		},
-		"subset name with a dot": {
-			docs:   []string{"service \"api\" {\n  subset \"v2.1\" {\n    tags = [\"v2\"]\n  }\n}\n"},
-			want:   "a.hcl:2:3: Invalid subset name",
-			detail: "use letters, digits, '-' and '_' only",
-		},
-		"incomplete client certificate": {
-			docs:   []string{"service \"api\" {\n  tls {\n    cert_file = \"/etc/c.pem\"\n  }\n}\n"},
-			want:   "a.hcl:2:3: Incomplete client certificate",
-			detail: "needs both cert_file and key_file",
-		},
-		"failover with empty list": {
-			docs:   []string{"service \"api\" {\n  failover {\n    datacenters = []\n  }\n}\n"},
-			want:   "a.hcl:3:19: Empty failover",
-			detail: `datacenters = ["dc2"], or remove the failover block`,
-		},
-		"failover datacenter repeated": {
-			docs:   []string{"service \"api\" {\n  failover {\n    datacenters = [\"dc2\", \"dc3\", \"dc2\"]\n  }\n}\n"},
-			want:   "a.hcl:3:34: Invalid failover datacenter",
-			detail: "list each other datacenter once",
-		},
-
-		// --- proxies and listeners ---
-		"duplicate proxy across documents": {
-			docs:   []string{inListener("    port = 80\n    service = \"web\"\n    protocol = \"tcp\""), "\nproxy \"edge\" {\n}\n"},
-			want:   "b.hcl:2:1: Duplicate proxy block",
-			detail: "already defined at a.hcl:1:1",
-		},
-		"proxy with no listener": {
-			docs:   []string{"proxy \"edge\" {\n}\n"},
-			want:   "a.hcl:1:1: Proxy without listeners",
-			detail: "add a listener block",
-		},
-		"bad proxy glob": {
-			docs:   []string{"proxy \"edge-[\" {\n}\n"},
-			want:   "a.hcl:1:1: Invalid proxy group",
-			detail: "path.Match syntax",
-		},
-		"duplicate listener": {
-			docs: []string{`proxy "edge" {
-  listener "db" {
-    port     = 5432
-    protocol = "tcp"
-    service  = "db"
-  }
-  listener "db" {
-    port     = 5433
-    protocol = "tcp"
-    service  = "db"
-  }
-}
-`},
-			want:   "a.hcl:7:3: Duplicate listener",
-			detail: "already defined at a.hcl:2:3; listener names must be unique",
-		},
-		"duplicate port in a group": {
-			docs: []string{`proxy "edge" {
-  listener "db" {
-    port     = 5432
-    protocol = "tcp"
-    service  = "db"
-  }
-  listener "replica" {
-    port     = 5432
-    protocol = "tcp"
-    service  = "db-replica"
-  }
-}
-`},
-			want:   "a.hcl:8:16: Duplicate port",
-			detail: "at a.hcl:2:3; give each listener its own port",
-		},
-		"port out of range": {
-			docs:   []string{inListener("    port     = 70000\n    protocol = \"tcp\"\n    service  = \"db\"")},
-			want:   "a.hcl:3:16: Invalid port",
-			detail: "not between 1 and 65535",
-		},
-		"listener address is a host name": {
-			docs:   []string{inListener("    port     = 5432\n    address  = \"localhost\"\n    protocol = \"tcp\"\n    service  = \"db\"")},
-			want:   "a.hcl:4:16: Invalid listener address",
-			detail: `use a literal address such as "0.0.0.0"`,
-		},
-		"bad protocol": {
-			docs:   []string{inListener("    port     = 53\n    protocol = \"udp\"\n    service  = \"dns\"")},
-			want:   "a.hcl:4:16: Invalid protocol",
-			detail: `is not one of "http", "tcp"`,
-		},
-		"listener name with a dot": {
-			docs:   []string{"proxy \"edge\" {\n  listener \"a.b\" {\n    port = 80\n    protocol = \"tcp\"\n    service = \"web\"\n  }\n}\n"},
-			want:   "a.hcl:2:3: Invalid listener name",
-			detail: `names may not contain "."`,
-		},
-		"http listener with no virtual host": {
-			docs:   []string{inListener("    port = 8080")},
-			want:   "a.hcl:2:3: Listener without routes",
-			detail: "add a virtual_host block with a route",
-		},
-		"http listener with service": {
-			docs:   []string{inListener("    port = 8080\n    service = \"web\"")},
-			want:   "a.hcl:4:15: service on an http listener",
-			detail: "service and split apply to tcp listeners",
-		},
-		"http listener with idle_timeout": {
-			docs:   []string{inListener("    port = 8080\n    idle_timeout = \"1m\"\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }")},
-			want:   "a.hcl:4:20: idle_timeout on an http listener",
-			detail: "set idle_timeout on routes",
-		},
-		"tcp listener with virtual_host": {
-			docs:   []string{inListener("    port = 5432\n    protocol = \"tcp\"\n    service = \"db\"\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }")},
-			want:   "a.hcl:6:5: virtual_host on a tcp listener",
-			detail: `Use protocol = "http"`,
-		},
-		"tcp listener with no target": {
-			docs:   []string{inListener("    port = 5432\n    protocol = \"tcp\"")},
-			want:   "a.hcl:2:3: Listener needs exactly one target",
-			detail: `use exactly one of service = "..." or split blocks`,
-		},
-		"unknown subset on a tcp listener": {
-			docs:   []string{inListener("    port = 5432\n    protocol = \"tcp\"\n    service = \"api\"\n    subset = \"v3\"") + apiWithV2},
-			want:   "a.hcl:6:14: Unknown subset",
-			detail: `declared subsets: "v2"`,
-		},
-
-		// --- virtual hosts ---
-		"virtual_host with no routes": {
-			docs:   []string{inListener("    port = 8080\n    virtual_host \"shop\" {\n      domains = [\"shop.example.com\"]\n    }")},
-			want:   "a.hcl:4:5: virtual_host without routes",
-			detail: "add a route block",
-		},
-		"duplicate domain across virtual hosts": {
-			docs: []string{inListener(`    port = 8080
-    virtual_host "a" {
-      domains = ["a.example.com", "shop.example.com"]
-      route {
-        service = "a"
-      }
-    }
-    virtual_host "b" {
-      domains = ["b.example.com", "Shop.Example.com"]
-      route {
-        service = "b"
-      }
-    }`)},
-			want:   "a.hcl:11:35: Duplicate domain",
-			detail: `also served by virtual_host "a" of listener "l" of proxy "edge" at a.hcl:5:35; Envoy requires each domain once per listener, so remove it`,
-		},
-		"two catch-all virtual hosts": {
-			docs: []string{inListener(`    port = 8080
-    virtual_host "a" {
-      route {
-        service = "a"
-      }
-    }
-    virtual_host "b" {
-      route {
-        service = "b"
-      }
-    }`)},
-			want:   "a.hcl:9:5: Duplicate domain",
-			detail: `domain "*" is also served by virtual_host "a"`,
-		},
-		"bad wildcard domain": {
-			docs:   []string{inListener("    port = 8080\n    virtual_host \"v\" {\n      domains = [\"api.*.example.com\"]\n      route {\n        service = \"web\"\n      }\n    }")},
-			want:   "a.hcl:5:18: Invalid domain",
-			detail: `a wildcard may only be a prefix ("*.example.com")`,
-		},
-
-		// --- routes ---
-		"route with zero actions": {
-			docs:   []string{inRoute(`        timeout = "1s"`, "")},
-			want:   "a.hcl:5:7: Route needs exactly one action",
-			detail: `has 0 actions; use exactly one of service = "...", split blocks, redirect or direct_response`,
-		},
-		"route with service and redirect": {
-			docs:   []string{inRoute("        service = \"web\"\n        redirect {\n          scheme = \"https\"\n        }", "")},
-			want:   "a.hcl:5:7: Route needs exactly one action",
-			detail: "has 2 actions",
-		},
-		"subset without service": {
-			docs:   []string{inRoute("        subset = \"v2\"\n        redirect {\n          scheme = \"https\"\n        }", apiWithV2)},
-			want:   "a.hcl:6:18: subset without service",
-			detail: `add service = "..."`,
-		},
-		"split weight 0": {
-			docs:   []string{inRoute("        split {\n          service = \"api\"\n          weight  = 100\n        }\n        split {\n          service = \"api\"\n          weight  = 0\n        }", "")},
-			want:   "a.hcl:12:21: Invalid split weight",
-			detail: "remove the split to send it nothing",
-		},
-		"split weights overflow uint32": {
-			docs:   []string{inRoute("        split {\n          service = \"api\"\n          weight  = 4000000000\n        }\n        split {\n          service = \"web\"\n          weight  = 4000000000\n        }", "")},
-			want:   "a.hcl:5:7: Split weights too large",
-			detail: "scale them down",
-		},
-		"unknown subset in a split": {
-			docs:   []string{inRoute("        split {\n          service = \"api\"\n          weight  = 90\n        }\n        split {\n          service = \"api\"\n          subset  = \"v3\"\n          weight  = 10\n        }", apiWithV2)},
-			want:   "a.hcl:12:21: Unknown subset",
-			detail: `declare it in service "api" { subset "v3" { tags = [...] } }`,
-		},
-		"unknown subset in route subset": {
-			docs:   []string{inRoute("        service = \"web\"\n        subset  = \"blue\"", apiWithV2)},
-			want:   "a.hcl:7:19: Unknown subset",
-			detail: "no subsets are declared for it",
-		},
-		"unknown subset in mirror": {
-			docs:   []string{inRoute("        service = \"api\"\n        mirror {\n          service = \"api\"\n          subset  = \"shadow\"\n        }", apiWithV2)},
-			want:   "a.hcl:9:21: Unknown subset",
-			detail: `subset "shadow" of service "api" is not declared (declared subsets: "v2")`,
-		},
-		"mirror percent above 100": {
-			docs:   []string{inRoute("        service = \"api\"\n        mirror {\n          service = \"api-shadow\"\n          percent = 120\n        }", "")},
-			want:   "a.hcl:9:21: Invalid percent",
-			detail: "not a percentage between 0 and 100",
-		},
-		"path_regex that does not compile": {
-			docs:   []string{inRoute("        service = \"web\"\n        match {\n          path_regex = \"/users/(\\\\d+\"\n        }", "")},
-			want:   "a.hcl:8:24: Invalid regular expression",
-			detail: "does not compile as RE2: error parsing regexp: missing closing )",
-		},
-		"header regex that does not compile": {
-			docs:   []string{inRoute("        service = \"web\"\n        match {\n          header \"x-version\" {\n            regex = \"v[0-9\"\n          }\n        }", "")},
-			want:   "a.hcl:9:21: Invalid regular expression",
-			detail: "missing closing ]",
-		},
-		"rewrite regex that does not compile": {
-			docs:   []string{inRoute("        service = \"web\"\n        rewrite {\n          regex        = \"^/v1/(.*\"\n          substitution = \"/\\\\1\"\n        }", "")},
-			want:   "a.hcl:8:26: Invalid regular expression",
-			detail: "does not compile as RE2",
-		},
-		"rewrite regex without substitution": {
-			docs:   []string{inRoute("        service = \"web\"\n        rewrite {\n          regex = \"^/v1/(.*)$\"\n        }", "")},
-			want:   "a.hcl:8:19: Missing substitution",
-			detail: `needs substitution = "..."`,
-		},
-		"rewrite on a redirect": {
-			docs:   []string{inRoute("        redirect {\n          scheme = \"https\"\n        }\n        rewrite {\n          prefix = \"/\"\n        }", "")},
-			want:   "a.hcl:9:9: rewrite without a service",
-			detail: "only to routes that forward to a service",
-		},
-		"conflicting path matches": {
-			docs:   []string{inRoute("        service = \"web\"\n        match {\n          path        = \"/a\"\n          path_prefix = \"/b\"\n        }", "")},
-			want:   "a.hcl:7:9: Conflicting path matches",
-			detail: "may use one of path_prefix, path or path_regex",
-		},
-		"path_prefix without slash": {
-			docs:   []string{inRoute("        service = \"web\"\n        match {\n          path_prefix = \"api\"\n        }", "")},
-			want:   "a.hcl:8:25: Invalid path_prefix",
-			detail: `must start with "/"`,
-		},
-		"header matcher with no match kind": {
-			docs:   []string{inRoute("        service = \"web\"\n        match {\n          header \"x-canary\" {\n            invert = true\n          }\n        }", "")},
-			want:   "a.hcl:8:11: Invalid header match",
-			detail: "needs exactly one of exact, prefix, regex or present; it has 0",
-		},
-		"header matcher with two match kinds": {
-			docs:   []string{inRoute("        service = \"web\"\n        match {\n          header \"x-canary\" {\n            exact  = \"1\"\n            prefix = \"1\"\n          }\n        }", "")},
-			want:   "a.hcl:8:11: Invalid header match",
-			detail: "it has 2",
-		},
-		"query matcher present = false": {
-			docs:   []string{inRoute("        service = \"web\"\n        match {\n          query \"debug\" {\n            present = false\n          }\n        }", "")},
-			want:   "a.hcl:9:23: Invalid present",
-			detail: "cannot match the absence of a query parameter",
-		},
-		"query matcher invert": {
-			docs:   []string{inRoute("        service = \"web\"\n        match {\n          query \"debug\" {\n            exact  = \"1\"\n            invert = true\n          }\n        }", "")},
-			want:   "a.hcl:10:22: invert on a query match",
-			detail: "cannot invert a query parameter match",
-		},
-		"bad method": {
-			docs:   []string{inRoute("        service = \"web\"\n        match {\n          method = \"get\"\n        }", "")},
-			want:   "a.hcl:8:20: Invalid method",
-			detail: `upper-case HTTP method such as "GET"`,
-		},
-		"bad retry on value": {
-			docs:   []string{inRoute("        service = \"web\"\n        retry {\n          attempts = 3\n          on       = [\"5xx\", \"timeout\"]\n        }", "")},
-			want:   "a.hcl:9:30: Invalid retry condition",
-			detail: `"timeout" is not one of Envoy's retry_on conditions: 5xx, gateway-error`,
-		},
-		"zero retry attempts": {
-			docs:   []string{inRoute("        service = \"web\"\n        retry {\n          attempts = 0\n        }", "")},
-			want:   "a.hcl:8:22: Invalid attempts",
-			detail: "must be a positive integer",
-		},
-		"negative route timeout": {
-			docs:   []string{inRoute("        service = \"web\"\n        timeout = \"-3s\"", "")},
-			want:   "a.hcl:7:19: Invalid duration",
-			detail: "must be positive",
-		},
-		"bad redirect status": {
-			docs:   []string{inRoute("        redirect {\n          host   = \"www.example.com\"\n          status = 200\n        }", "")},
-			want:   "a.hcl:8:20: Invalid redirect status",
-			detail: "not one of 301, 302, 303, 307, 308",
-		},
-		"bad redirect scheme": {
-			docs:   []string{inRoute("        redirect {\n          scheme = \"ftp\"\n        }", "")},
-			want:   "a.hcl:7:20: Invalid scheme",
-			detail: `is not "http" or "https"`,
-		},
-		"direct_response status 700": {
-			docs:   []string{inRoute("        direct_response {\n          status = 700\n          body   = \"nope\"\n        }", "")},
-			want:   "a.hcl:7:20: Invalid status",
-			detail: "not between 200 and 599",
-		},
-		"fault with nothing": {
-			docs:   []string{inRoute("        service = \"web\"\n        fault {\n        }", "")},
-			want:   "a.hcl:7:9: Empty fault",
-			detail: "needs a delay block, an abort block, or both",
-		},
-		"fault percent 150": {
-			docs:   []string{inRoute("        service = \"web\"\n        fault {\n          abort {\n            status  = 503\n            percent = 150\n          }\n        }", "")},
-			want:   "a.hcl:10:23: Invalid percent",
-			detail: "percent = 150 is not a percentage between 0 and 100",
-		},
-		"fault delay without duration": {
-			docs:   []string{inRoute("        service = \"web\"\n        fault {\n          delay {\n            percent = 10\n          }\n        }", "")},
-			want:   "a.hcl:8:11: Missing fault delay duration",
-			detail: `delay needs duration = "..."`,
-		},
-		"header mutation of :path": {
-			docs:   []string{inRoute("        service = \"web\"\n        request_headers {\n          set = {\n            \"x-env\" = \"prod\"\n            \":path\" = \"/\"\n          }\n        }", "")},
-			want:   "a.hcl:10:13: Invalid header",
-			detail: "pseudo-headers and Host are off limits",
-		},
-		"header mutation of host": {
-			docs:   []string{inRoute("        service = \"web\"\n        request_headers {\n          remove = [\"x-debug\", \"Host\"]\n        }", "")},
-			want:   "a.hcl:8:32: Invalid header",
-			detail: `use rewrite { host = "..." } to change the host`,
-		},
-		"header mutation with a bad name": {
-			docs:   []string{inRoute("        service = \"web\"\n        response_headers {\n          add = {\n            \"x powered by\" = \"bridge\"\n          }\n        }", "")},
-			want:   "a.hcl:9:13: Invalid header",
-			detail: "is not a valid HTTP header name",
-		},
-
-		// --- documents and merging ---
-		"daemon settings in a KV document": {
-			docs:   []string{"service \"api\" {\n}\n\nconsul {\n  address = \"10.0.0.1:8500\"\n}\n"},
-			kv:     true,
-			want:   "xds-bridge/policy/a:4:1: Daemon settings in KV",
-			detail: "may only appear in -config files",
-		},
-		"bad route in a KV document": {
-			docs:   []string{inRoute("        service = \"web\"\n        timeout = \"soon\"", "")},
-			kv:     true,
-			want:   "xds-bridge/policy/a:7:19: Invalid duration",
-			detail: "use Go syntax",
-		},
-		"export_all_services conflicting across documents": {
-			docs:   []string{"export_all_services = true\n", "\nexport_all_services = false\n"},
-			want:   "b.hcl:2:23: Conflicting export_all_services",
-			detail: "is false here but true at a.hcl:1:23; set it in one place",
-		},
-		"duplicate settings block across documents": {
-			docs:   []string{"log {\n  level = \"debug\"\n}\n", "\nlog {\n  level = \"info\"\n}\n"},
-			want:   "b.hcl:2:1: Duplicate log block",
-			detail: "previous definition at a.hcl:1:1",
-		},
-		// --- grpc_service and proxyless groups ---
-		"grpc_service redirect": {
-			docs:   []string{inGRPC("    redirect {\n      host = \"x\"\n    }", "")},
-			want:   "a.hcl:3:5: Unsupported in a grpc_service",
-			detail: "cannot answer a call with a redirect",
-		},
-		"grpc_service direct_response": {
-			docs:   []string{inGRPC("    direct_response {\n      status = 404\n    }", "")},
-			want:   "a.hcl:3:5: Unsupported in a grpc_service",
-			detail: "use fault { abort { ... } }",
-		},
-		"grpc_service rewrite": {
-			docs:   []string{inGRPC("    service = \"echo\"\n    rewrite {\n      prefix = \"/\"\n    }", "")},
-			want:   "a.hcl:4:5: Unsupported in a grpc_service",
-			detail: "does not rewrite the path",
-		},
-		"grpc_service regex rewrite": {
-			docs:   []string{inGRPC("    service = \"echo\"\n    rewrite {\n      regex        = \"^/a/(.*)$\"\n      substitution = \"/\\\\1\"\n    }", "")},
-			want:   "a.hcl:4:5: Unsupported in a grpc_service",
-			detail: "does not rewrite the path",
-		},
-		"grpc_service mirror": {
-			docs:   []string{inGRPC("    service = \"echo\"\n    mirror {\n      service = \"echo-shadow\"\n    }", "")},
-			want:   "a.hcl:4:5: Unsupported in a grpc_service",
-			detail: "does not mirror calls",
-		},
-		"grpc_service request_headers": {
-			docs:   []string{inGRPC("    service = \"echo\"\n    request_headers {\n      set = { \"x-env\" = \"prod\" }\n    }", "")},
-			want:   "a.hcl:4:5: Unsupported in a grpc_service",
-			detail: "does not change metadata",
-		},
-		"grpc_service response_headers": {
-			docs:   []string{inGRPC("    service = \"echo\"\n    response_headers {\n      remove = [\"x-debug\"]\n    }", "")},
-			want:   "a.hcl:4:5: Unsupported in a grpc_service",
-			detail: "does not change metadata",
-		},
-		"grpc_service idle_timeout": {
-			docs:   []string{inGRPC("    service      = \"echo\"\n    idle_timeout = \"5s\"", "")},
-			want:   "a.hcl:4:20: Unsupported in a grpc_service",
-			detail: "no per-route idle timeout",
-		},
-		"grpc_service method match": {
-			docs:   []string{inGRPC("    match {\n      method = \"GET\"\n    }\n    service = \"echo\"", "")},
-			want:   "a.hcl:4:16: Unsupported in a grpc_service",
-			detail: "every gRPC call is an HTTP POST",
-		},
-		"grpc_service query match": {
-			docs:   []string{inGRPC("    match {\n      query \"debug\" {\n        present = true\n      }\n    }\n    service = \"echo\"", "")},
-			want:   "a.hcl:4:7: Unsupported in a grpc_service",
-			detail: "no query string",
-		},
-		"grpc_service pseudo-header match": {
-			docs:   []string{inGRPC("    match {\n      header \":authority\" {\n        exact = \"echo\"\n      }\n    }\n    service = \"echo\"", "")},
-			want:   "a.hcl:4:7: Unsupported in a grpc_service",
-			detail: "not pseudo-headers",
-		},
-		"grpc_service grpc- header match": {
-			docs:   []string{inGRPC("    match {\n      header \"grpc-timeout\" {\n        present = true\n      }\n    }\n    service = \"echo\"", "")},
-			want:   "a.hcl:4:7: Unsupported in a grpc_service",
-			detail: "never match",
-		},
-		"grpc_service per_try_timeout": {
-			docs:   []string{inGRPC("    service = \"echo\"\n    retry {\n      per_try_timeout = \"1s\"\n    }", "")},
-			want:   "a.hcl:5:25: Unsupported in a grpc_service",
-			detail: "no per-try timeout",
-		},
-		"grpc_service retry on an HTTP condition": {
-			docs:   []string{inGRPC("    service = \"echo\"\n    retry {\n      on = [\"unavailable\", \"5xx\"]\n    }", "")},
-			want:   "a.hcl:5:28: Invalid retry condition for gRPC",
-			detail: `"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"`,
-		},
-		"grpc_service to a random lb_policy service": {
-			docs:   []string{inGRPC("    service = \"echo\"", "service \"echo\" {\n  lb_policy = \"random\"\n}\n")},
-			want:   "a.hcl:3:15: lb_policy not supported by gRPC",
-			detail: "supports round_robin and ring_hash",
-		},
-		"grpc_service split to a tls service": {
-			docs:   []string{inGRPC("    split {\n      service = \"echo\"\n      weight  = 1\n    }", ""), "service \"echo\" {\n  tls {\n    sni = \"echo\"\n  }\n}\n"},
-			want:   "a.hcl:4:17: tls not supported by gRPC",
-			detail: "accepts only certificate providers",
-		},
-		"grpc_service unknown subset": {
-			docs:   []string{inGRPC("    service = \"echo\"\n    subset  = \"v3\"", "service \"echo\" {\n  subset \"v2\" {\n    tags = [\"v2\"]\n  }\n}\n")},
-			want:   "a.hcl:4:15: Unknown subset",
-			detail: `declared subsets: "v2"`,
-		},
-		"grpc_service without routes": {
-			docs:   []string{"\ngrpc_service \"echo\" {\n}\n"},
-			want:   "a.hcl:2:1: grpc_service without routes",
-			detail: "every call to xds:///echo would fail",
-		},
-		"grpc_service with an invalid name": {
-			docs:   []string{inGRPC("    service = \"echo\"", "grpc_service \"xds:///echo\" {\n  route {\n    service = \"echo\"\n  }\n}\n")},
-			want:   "a.hcl:6:1: Invalid grpc_service name",
-			detail: "what clients dial as xds:///NAME",
-		},
-		"grpc_service duplicate across documents": {
-			docs:   []string{inGRPC("    service = \"echo\"", ""), "\n" + inGRPC("    service = \"echo\"", "")},
-			want:   "b.hcl:2:1: Duplicate grpc_service block",
-			detail: "already defined at a.hcl:1:1",
-		},
-		"listener in a proxyless group": {
-			docs:   []string{"proxy \"grpc\" {\n  proxyless = true\n  listener \"l\" {\n    port = 80\n  }\n}\n"},
-			want:   "a.hcl:3:3: Listener in a proxyless group",
-			detail: "Remove the listener blocks or proxyless = true",
-		},
-		"proxy without listeners mentions proxyless": {
-			docs:   []string{"proxy \"grpc\" {\n  proxyless = false\n}\n"},
-			want:   "a.hcl:1:1: Proxy without listeners",
-			detail: "set proxyless = true for a group of proxyless gRPC clients",
-		},
+	tests := map[string]diagCase{}
+	for _, cases := range []map[string]diagCase{diagnosticCases, routeDiagnosticCases} {
+		for name, tc := range cases {
+			if _, dup := tests[name]; dup {
+				t.Fatalf("case %q defined twice", name)
+			}
+			tests[name] = tc
+		}
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -879,4 +307,290 @@ func TestLoadFilesDiagnostics(t *testing.T) {
 	if _, _, diags := LoadFiles(); !diags.HasErrors() || !strings.Contains(diags[0].Detail, "-config FILE") {
 		t.Fatalf("no files: %s", FormatDiagnostics(diags))
 	}
+}
+
+var diagnosticCases = map[string]diagCase{
+	// --- HCL syntax and gohcl decoding ---
+	"syntax error": {
+		docs:   []string{"service \"api\" {\n  lb_policy = \n}\n"},
+		want:   "a.hcl:2:15: Invalid expression",
+		detail: "Expected the start of an expression",
+	},
+	"unknown block type": {
+		docs:   []string{"\nservce \"api\" {\n}\n"},
+		want:   "a.hcl:2:1: Unsupported block type",
+		detail: `Did you mean "service"?`,
+	},
+	"unknown attribute": {
+		docs:   []string{"service \"api\" {\n  conect_timeout = \"1s\"\n}\n"},
+		want:   "a.hcl:2:3: Unsupported argument",
+		detail: `Did you mean "connect_timeout"?`,
+	},
+	"unknown block in route": {
+		docs:   []string{inRoute("        service = \"web\"\n        rewite {\n        }", "")},
+		want:   "a.hcl:7:9: Unsupported block type",
+		detail: `Did you mean "rewrite"?`,
+	},
+	"string where number expected": {
+		docs:   []string{inListener(`    port = "http"`)},
+		want:   "a.hcl:3:13: Unsuitable value type",
+		detail: "a number is required",
+	},
+	"missing required port": {
+		docs:   []string{inListener(`    protocol = "tcp"`)},
+		want:   "a.hcl:2:16: Missing required argument",
+		detail: `The argument "port" is required`,
+	},
+	"absurdly large number": {
+		docs:   []string{"service \"api\" {\n  lb_policy = 1e1000000000\n}\n"},
+		want:   "a.hcl:2:15: Number out of range",
+		detail: "write a value within the range of a 64-bit float",
+	},
+	"template variable where a literal is expected": {
+		docs:   []string{"service \"api\" {\n  connect_timeout = \"${t}s\"\n}\n"},
+		want:   "a.hcl:2:24: Variables not allowed",
+		detail: "Variables may not be used here",
+	},
+
+	// --- service blocks ---
+	"bad duration": {
+		docs:   []string{"service \"api\" {\n  connect_timeout = \"5\"\n}\n"},
+		want:   "a.hcl:2:21: Invalid duration",
+		detail: `use Go syntax, e.g. "1s" or "250ms"`,
+	},
+	"duration given as a number": {
+		docs:   []string{"service \"api\" {\n  connect_timeout = 5\n}\n"},
+		want:   "a.hcl:2:21: Invalid duration",
+		detail: `use Go syntax, e.g. "1s" or "250ms"`,
+	},
+	"negative duration": {
+		docs:   []string{"service \"api\" {\n  connect_timeout = \"-1s\"\n}\n"},
+		want:   "a.hcl:2:21: Invalid duration",
+		detail: `"-1s" must be positive`,
+	},
+	"zero outlier interval": {
+		docs:   []string{"service \"api\" {\n  outlier_detection {\n    interval = \"0s\"\n  }\n}\n"},
+		want:   "a.hcl:3:16: Invalid duration",
+		detail: "must be positive",
+	},
+	"negative circuit breaker threshold": {
+		docs:   []string{"service \"api\" {\n  circuit_breaker {\n    max_connections = -1\n  }\n}\n"},
+		want:   "a.hcl:3:23: Invalid max_connections",
+		detail: "must be between 0 and",
+	},
+	"outlier ejection percent above 100": {
+		docs:   []string{"service \"api\" {\n  outlier_detection {\n    max_ejection_percent = 101\n  }\n}\n"},
+		want:   "a.hcl:3:28: Invalid max_ejection_percent",
+		detail: "not a percentage between 0 and 100",
+	},
+	"zero health check threshold": {
+		docs:   []string{"service \"api\" {\n  health_check {\n    healthy_threshold = 0\n  }\n}\n"},
+		want:   "a.hcl:3:25: Invalid healthy_threshold",
+		detail: "must be a positive integer",
+	},
+	"health check path without slash": {
+		docs:   []string{"service \"api\" {\n  health_check {\n    path = \"healthz\"\n  }\n}\n"},
+		want:   "a.hcl:3:12: Invalid health check path",
+		detail: `must start with "/"`,
+	},
+	"invalid lb_policy": {
+		docs:   []string{"service \"api\" {\n  lb_policy = \"maglev\"\n}\n"},
+		want:   "a.hcl:2:15: Invalid lb_policy",
+		detail: `is not one of "round_robin", "least_request", "ring_hash", "random"`,
+	},
+	"hash_policy without ring_hash": {
+		docs:   []string{"service \"api\" {\n  lb_policy = \"least_request\"\n  hash_policy {\n    header = \"x-user\"\n  }\n}\n"},
+		want:   "a.hcl:3:3: hash_policy without ring_hash",
+		detail: `Set lb_policy = "ring_hash" or remove the hash_policy`,
+	},
+	"hash_policy with two keys": {
+		docs:   []string{"service \"api\" {\n  lb_policy = \"ring_hash\"\n  hash_policy {\n    header = \"x-user\"\n    cookie = \"session\"\n  }\n}\n"},
+		want:   "a.hcl:3:3: Invalid hash_policy",
+		detail: "needs exactly one of header, cookie or source_ip = true; this one has 2",
+	},
+	"service name with a dot": {
+		docs:   []string{"\nservice \"api.v2\" {\n}\n"},
+		want:   "a.hcl:2:1: Invalid service name",
+		detail: "Use consul_service",
+	},
+	"duplicate service across documents": {
+		docs:   []string{"service \"api\" {\n}\n", "\n\nservice \"api\" {\n  lb_policy = \"random\"\n}\n"},
+		want:   "b.hcl:3:1: Duplicate service block",
+		detail: "already defined at a.hcl:1:1; each service may be configured once",
+	},
+	"duplicate subset": {
+		docs:   []string{"service \"api\" {\n  subset \"v2\" {\n    tags = [\"v2\"]\n  }\n  subset \"v2\" {\n    tags = [\"canary\"]\n  }\n}\n"},
+		want:   "a.hcl:5:3: Duplicate subset",
+		detail: "already defined at a.hcl:2:3; rename or remove one",
+	},
+	"empty subset": {
+		docs:   []string{"service \"api\" {\n  subset \"all\" {\n  }\n}\n"},
+		want:   "a.hcl:2:3: Empty subset",
+		detail: "give it tags or meta to select by",
+	},
+	"subset name with a dot": {
+		docs:   []string{"service \"api\" {\n  subset \"v2.1\" {\n    tags = [\"v2\"]\n  }\n}\n"},
+		want:   "a.hcl:2:3: Invalid subset name",
+		detail: "use letters, digits, '-' and '_' only",
+	},
+	"incomplete client certificate": {
+		docs:   []string{"service \"api\" {\n  tls {\n    cert_file = \"/etc/c.pem\"\n  }\n}\n"},
+		want:   "a.hcl:2:3: Incomplete client certificate",
+		detail: "needs both cert_file and key_file",
+	},
+	"failover with empty list": {
+		docs:   []string{"service \"api\" {\n  failover {\n    datacenters = []\n  }\n}\n"},
+		want:   "a.hcl:3:19: Empty failover",
+		detail: `datacenters = ["dc2"], or remove the failover block`,
+	},
+	"failover datacenter repeated": {
+		docs:   []string{"service \"api\" {\n  failover {\n    datacenters = [\"dc2\", \"dc3\", \"dc2\"]\n  }\n}\n"},
+		want:   "a.hcl:3:34: Invalid failover datacenter",
+		detail: "list each other datacenter once",
+	},
+
+	// --- proxies and listeners ---
+	"duplicate proxy across documents": {
+		docs:   []string{inListener("    port = 80\n    service = \"web\"\n    protocol = \"tcp\""), "\nproxy \"edge\" {\n}\n"},
+		want:   "b.hcl:2:1: Duplicate proxy block",
+		detail: "already defined at a.hcl:1:1",
+	},
+	"proxy with no listener": {
+		docs:   []string{"proxy \"edge\" {\n}\n"},
+		want:   "a.hcl:1:1: Proxy without listeners",
+		detail: "add a listener block",
+	},
+	"bad proxy glob": {
+		docs:   []string{"proxy \"edge-[\" {\n}\n"},
+		want:   "a.hcl:1:1: Invalid proxy group",
+		detail: "path.Match syntax",
+	},
+	"duplicate listener": {
+		docs: []string{`proxy "edge" {
+  listener "db" {
+    port     = 5432
+    protocol = "tcp"
+    service  = "db"
+  }
+  listener "db" {
+    port     = 5433
+    protocol = "tcp"
+    service  = "db"
+  }
+}
+`},
+		want:   "a.hcl:7:3: Duplicate listener",
+		detail: "already defined at a.hcl:2:3; listener names must be unique",
+	},
+	"duplicate port in a group": {
+		docs: []string{`proxy "edge" {
+  listener "db" {
+    port     = 5432
+    protocol = "tcp"
+    service  = "db"
+  }
+  listener "replica" {
+    port     = 5432
+    protocol = "tcp"
+    service  = "db-replica"
+  }
+}
+`},
+		want:   "a.hcl:8:16: Duplicate port",
+		detail: "at a.hcl:2:3; give each listener its own port",
+	},
+	"port out of range": {
+		docs:   []string{inListener("    port     = 70000\n    protocol = \"tcp\"\n    service  = \"db\"")},
+		want:   "a.hcl:3:16: Invalid port",
+		detail: "not between 1 and 65535",
+	},
+	"listener address is a host name": {
+		docs:   []string{inListener("    port     = 5432\n    address  = \"localhost\"\n    protocol = \"tcp\"\n    service  = \"db\"")},
+		want:   "a.hcl:4:16: Invalid listener address",
+		detail: `use a literal address such as "0.0.0.0"`,
+	},
+	"bad protocol": {
+		docs:   []string{inListener("    port     = 53\n    protocol = \"udp\"\n    service  = \"dns\"")},
+		want:   "a.hcl:4:16: Invalid protocol",
+		detail: `is not one of "http", "tcp"`,
+	},
+	"listener name with a dot": {
+		docs:   []string{"proxy \"edge\" {\n  listener \"a.b\" {\n    port = 80\n    protocol = \"tcp\"\n    service = \"web\"\n  }\n}\n"},
+		want:   "a.hcl:2:3: Invalid listener name",
+		detail: `names may not contain "."`,
+	},
+	"http listener with no virtual host": {
+		docs:   []string{inListener("    port = 8080")},
+		want:   "a.hcl:2:3: Listener without routes",
+		detail: "add a virtual_host block with a route",
+	},
+	"http listener with service": {
+		docs:   []string{inListener("    port = 8080\n    service = \"web\"")},
+		want:   "a.hcl:4:15: service on an http listener",
+		detail: "service and split apply to tcp listeners",
+	},
+	"http listener with idle_timeout": {
+		docs:   []string{inListener("    port = 8080\n    idle_timeout = \"1m\"\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }")},
+		want:   "a.hcl:4:20: idle_timeout on an http listener",
+		detail: "set idle_timeout on routes",
+	},
+	"tcp listener with virtual_host": {
+		docs:   []string{inListener("    port = 5432\n    protocol = \"tcp\"\n    service = \"db\"\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }")},
+		want:   "a.hcl:6:5: virtual_host on a tcp listener",
+		detail: `Use protocol = "http"`,
+	},
+	"tcp listener with no target": {
+		docs:   []string{inListener("    port = 5432\n    protocol = \"tcp\"")},
+		want:   "a.hcl:2:3: Listener needs exactly one target",
+		detail: `use exactly one of service = "..." or split blocks`,
+	},
+	"unknown subset on a tcp listener": {
+		docs:   []string{inListener("    port = 5432\n    protocol = \"tcp\"\n    service = \"api\"\n    subset = \"v3\"") + apiWithV2},
+		want:   "a.hcl:6:14: Unknown subset",
+		detail: `declared subsets: "v2"`,
+	},
+
+	// --- virtual hosts ---
+	"virtual_host with no routes": {
+		docs:   []string{inListener("    port = 8080\n    virtual_host \"shop\" {\n      domains = [\"shop.example.com\"]\n    }")},
+		want:   "a.hcl:4:5: virtual_host without routes",
+		detail: "add a route block",
+	},
+	"duplicate domain across virtual hosts": {
+		docs: []string{inListener(`    port = 8080
+    virtual_host "a" {
+      domains = ["a.example.com", "shop.example.com"]
+      route {
+        service = "a"
+      }
+    }
+    virtual_host "b" {
+      domains = ["b.example.com", "Shop.Example.com"]
+      route {
+        service = "b"
+      }
+    }`)},
+		want:   "a.hcl:11:35: Duplicate domain",
+		detail: `also served by virtual_host "a" of listener "l" of proxy "edge" at a.hcl:5:35; Envoy requires each domain once per listener, so remove it`,
+	},
+	"two catch-all virtual hosts": {
+		docs: []string{inListener(`    port = 8080
+    virtual_host "a" {
+      route {
+        service = "a"
+      }
+    }
+    virtual_host "b" {
+      route {
+        service = "b"
+      }
+    }`)},
+		want:   "a.hcl:9:5: Duplicate domain",
+		detail: `domain "*" is also served by virtual_host "a"`,
+	},
+	"bad wildcard domain": {
+		docs:   []string{inListener("    port = 8080\n    virtual_host \"v\" {\n      domains = [\"api.*.example.com\"]\n      route {\n        service = \"web\"\n      }\n    }")},
+		want:   "a.hcl:5:18: Invalid domain",
+		detail: `a wildcard may only be a prefix ("*.example.com")`,
+	},
 }

@@ -61,10 +61,22 @@ func (d *Daemon) serveAdmin(ctx context.Context, lis net.Listener) error {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "no catalog read from Consul yet"})
 			return
 		}
+		var usage map[string]*ServiceUsage
+		if base := d.planBase.Load(); base != nil {
+			usage = serviceUsage(base.model)
+		}
 		writeJSON(w, http.StatusOK, struct {
 			*catalogView
 			AgeSeconds float64 `json:"age_seconds"`
-		}{cv, time.Since(cv.ReceivedAt).Seconds()})
+			// UsedBy maps a Consul service to the clusters made of it
+			// and the proxy groups routing to them (last good build).
+			UsedBy map[string]*ServiceUsage `json:"used_by,omitempty"`
+		}{cv, time.Since(cv.ReceivedAt).Seconds(), usage})
+	})
+	mux.HandleFunc("POST /v1/plan", d.servePlan)
+	mux.Handle("GET /ui/", consoleHandler())
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/ui/", http.StatusFound)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}))
 	if d.cfg.Settings.Admin.Pprof {
@@ -104,7 +116,8 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 // adminAuth requires "Authorization: Bearer <token>" on everything but the
-// probes when admin.token_file is set. The token file is read once at start.
+// probes and the console's static files (which hold no data and ask for
+// the token themselves) when admin.token_file is set. The token file is read once at start.
 func (d *Daemon) adminAuth(next http.Handler) (http.Handler, error) {
 	file := d.cfg.Settings.Admin.TokenFile
 	if file == "" {
@@ -119,7 +132,7 @@ func (d *Daemon) adminAuth(next http.Handler) (http.Handler, error) {
 		return nil, fmt.Errorf("admin token_file %s is empty", file)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || isConsolePath(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -43,7 +43,19 @@ type BootstrapConfig struct {
 	// certificate, say) cannot pose as the bridge. Default: the host of
 	// the first XDS address.
 	TLSServerName string
+	// REST makes Envoy poll CDS and LDS with REST-JSON (api_type REST,
+	// HTTP/1.1 cluster xds_rest_cluster to the same bridge port) every
+	// RESTRefresh (default 1s) instead of taking them over ADS. The
+	// endpoints, routes and secrets they name keep their ADS config
+	// sources, so the ADS stream stays for those.
+	REST        bool
+	RESTRefresh time.Duration
 }
+
+// xdsRESTClusterName is the static cluster of REST polls: the same
+// bridge endpoints as xdsClusterName, over HTTP/1.1, which the bridge's
+// xDS port tells from gRPC by the connection's first bytes.
+const xdsRESTClusterName = "xds_rest_cluster"
 
 // tlsChecks validates the TLS settings and returns the server name the
 // bridge's certificate must carry ("" without TLS).
@@ -128,7 +140,24 @@ func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
 		xds.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
 	}
 	if c.TLSCAFile != "" {
-		xds.TransportSocket = bridgeTLS(c, serverName)
+		xds.TransportSocket = bridgeTLS(c, serverName, "h2")
+	}
+	clusters := []*clusterv3.Cluster{xds}
+	cds, lds := adsSource(), adsSource()
+	if c.REST {
+		rest := &clusterv3.Cluster{
+			Name: xdsRESTClusterName, ConnectTimeout: xds.ConnectTimeout, ClusterDiscoveryType: xds.ClusterDiscoveryType,
+			LoadAssignment: &endpointv3.ClusterLoadAssignment{ClusterName: xdsRESTClusterName, Endpoints: xds.LoadAssignment.Endpoints},
+		}
+		if c.TLSCAFile != "" {
+			rest.TransportSocket = bridgeTLS(c, serverName, "http/1.1")
+		}
+		clusters = append(clusters, rest)
+		refresh := c.RESTRefresh
+		if refresh <= 0 {
+			refresh = time.Second
+		}
+		cds, lds = restSource(refresh), restSource(refresh)
 	}
 	adminPort := c.AdminPort
 	if adminPort == 0 {
@@ -148,10 +177,10 @@ func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
 				}},
 				SetNodeOnFirstMessageOnly: true,
 			},
-			CdsConfig: adsSource(),
-			LdsConfig: adsSource(),
+			CdsConfig: cds,
+			LdsConfig: lds,
 		},
-		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{xds}},
+		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: clusters},
 	}, nil
 }
 
@@ -164,7 +193,7 @@ func sameHost(hostPort, name string) bool {
 // (the connection exists before any SDS): the CA, the bridge's name as SNI
 // and as the SAN its certificate must have (DNS, or IP for an address),
 // and the client certificate if one is given; HTTP/2 for gRPC.
-func bridgeTLS(c BootstrapConfig, serverName string) *corev3.TransportSocket {
+func bridgeTLS(c BootstrapConfig, serverName, alpn string) *corev3.TransportSocket {
 	san := &tlsv3.SubjectAltNameMatcher{
 		SanType: tlsv3.SubjectAltNameMatcher_DNS,
 		Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: serverName}},
@@ -173,7 +202,7 @@ func bridgeTLS(c BootstrapConfig, serverName string) *corev3.TransportSocket {
 		san.SanType = tlsv3.SubjectAltNameMatcher_IP_ADDRESS
 	}
 	common := &tlsv3.CommonTlsContext{
-		AlpnProtocols: []string{"h2"},
+		AlpnProtocols: []string{alpn},
 		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
 			TrustedCa:                 &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: c.TLSCAFile}},
 			MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{san},
@@ -190,6 +219,20 @@ func bridgeTLS(c BootstrapConfig, serverName string) *corev3.TransportSocket {
 		sni = "" // SNI carries host names only (RFC 6066)
 	}
 	return tlsSocket(&tlsv3.UpstreamTlsContext{Sni: sni, CommonTlsContext: common})
+}
+
+// restSource polls the bridge with REST-JSON.
+func restSource(refresh time.Duration) *corev3.ConfigSource {
+	return &corev3.ConfigSource{
+		ResourceApiVersion: corev3.ApiVersion_V3,
+		ConfigSourceSpecifier: &corev3.ConfigSource_ApiConfigSource{ApiConfigSource: &corev3.ApiConfigSource{
+			ApiType:             corev3.ApiConfigSource_REST,
+			TransportApiVersion: corev3.ApiVersion_V3,
+			ClusterNames:        []string{xdsRESTClusterName},
+			RefreshDelay:        durationpb.New(refresh),
+			RequestTimeout:      durationpb.New(5 * time.Second),
+		}},
+	}
 }
 
 func lbEndpoint(addr *corev3.Address) *endpointv3.LbEndpoint {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
 
@@ -77,9 +79,9 @@ proxy "edge" {
 		}
 		return out.Bytes()
 	}
-	envoy := func(serverName string) (*bootstrapv3.Bootstrap, error) {
-		y := bootstrap("-node-id", "edge-1", "-cluster", "edge", "-xds", "127.0.0.1:"+port,
-			"-tls-ca", caFile, "-tls-cert", edgeCertFile, "-tls-key", edgeKeyFile, "-tls-server-name", serverName)
+	envoy := func(serverName string, extra ...string) (*bootstrapv3.Bootstrap, error) {
+		y := bootstrap(append([]string{"-node-id", "edge-1", "-cluster", "edge", "-xds", "127.0.0.1:" + port,
+			"-tls-ca", caFile, "-tls-cert", edgeCertFile, "-tls-key", edgeKeyFile, "-tls-server-name", serverName}, extra...)...)
 		js, err := yaml.YAMLToJSON(y)
 		if err != nil {
 			t.Fatal(err)
@@ -98,7 +100,7 @@ proxy "edge" {
 		var cfg adsclient.Config
 		var err error
 		if env != nil {
-			cfg.TLS, err = adsclient.TLSFromEnvoyBootstrap(env)
+			cfg.TLS, err = adsclient.TLSFromEnvoyBootstrap(env, "xds_cluster")
 		} else {
 			cfg.TLS, addr, err = adsclient.TLSFromGRPCBootstrap(b)
 		}
@@ -118,8 +120,26 @@ proxy "edge" {
 	}
 
 	good, _ := envoy("bridge.internal")
-	if _, err := dial(d.XDSAddr().String(), "edge-1", "edge", nil, good); err != nil {
+	edge, err := dial(d.XDSAddr().String(), "edge-1", "edge", nil, good)
+	if err != nil {
 		t.Fatalf("Envoy bootstrap with client certificate: %v", err)
+	}
+	// bootstrap -rest: CDS and LDS polled over HTTP/1.1 on the same
+	// port, with the REST cluster's own TLS settings from the bootstrap.
+	restBoot, _ := envoy("bridge.internal", "-rest")
+	if src := restBoot.GetDynamicResources().GetCdsConfig().GetApiConfigSource(); src.GetApiType() != corev3.ApiConfigSource_REST || src.GetClusterNames()[0] != "xds_rest_cluster" {
+		t.Fatalf("-rest CDS config source = %v", src)
+	}
+	restTLS, err := adsclient.TLSFromEnvoyBootstrap(restBoot, "xds_rest_cluster")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: restTLS}}
+	rctx, rcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer rcancel()
+	r, err := adsclient.FetchREST(rctx, hc, "https://"+d.XDSAddr().String(), adsclient.ClusterType, restBoot.GetNode(), "")
+	if err != nil || r.Status != http.StatusOK || r.Resources["web"] == nil || r.Version != edge.Snapshot().Version(adsclient.ClusterType) {
+		t.Fatalf("REST CDS with the -rest bootstrap's TLS: %+v %v", r, err)
 	}
 	wrongName, _ := envoy("other.internal")
 	if _, err := dial(d.XDSAddr().String(), "edge-1", "edge", nil, wrongName); err == nil || !strings.Contains(err.Error(), "matches none of the expected names") {

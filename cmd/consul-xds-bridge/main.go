@@ -39,7 +39,7 @@ Commands:
   test [-catalog FILE] [-run REGEXP] FILE...
                                         run the route_test blocks of FILEs against the routes their policy makes
   bootstrap -node-id ID -cluster GROUP -xds HOST:PORT [-xds HOST:PORT ...] [-xds-unix PATH] [-admin-port N]
-            [-tls-ca FILE [-tls-cert FILE -tls-key FILE] [-tls-server-name NAME]]
+            [-tls-ca FILE [-tls-cert FILE -tls-key FILE] [-tls-server-name NAME]] [-rest [-rest-refresh D]]
                                         print an Envoy bootstrap (YAML) using ADS against the bridge
   bootstrap -grpc -node-id ID [-cluster GROUP] -xds HOST:PORT [-tls-ca FILE [-tls-cert FILE -tls-key FILE]]
                                         print a proxyless gRPC client's xDS bootstrap (JSON)
@@ -181,12 +181,18 @@ func bootstrapCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.TLSCertFile, "tls-cert", "", "client certificate file the proxy presents to the bridge (mTLS; with -tls-key and -tls-ca)")
 	fs.StringVar(&c.TLSKeyFile, "tls-key", "", "private key file of -tls-cert")
 	fs.StringVar(&c.TLSServerName, "tls-server-name", "", "the bridge's name in its certificate, sent as SNI and required as SAN (default: the host of the first -xds; gRPC: must be that host)")
+	fs.BoolVar(&c.REST, "rest", false, "poll CDS and LDS with REST-JSON (HTTP/1.1, same bridge port) instead of ADS; endpoints, routes and secrets stay on ADS")
+	fs.DurationVar(&c.RESTRefresh, "rest-refresh", time.Second, "with -rest: how often Envoy polls")
 	grpcClient := fs.Bool("grpc", false, "print the xDS bootstrap JSON of a proxyless gRPC client (GRPC_XDS_BOOTSTRAP) instead; -cluster is optional")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	c.XDS = servers
 	if *grpcClient {
+		if c.REST {
+			fmt.Fprintln(stderr, "bootstrap: -rest is for Envoy; gRPC clients use ADS")
+			return 2
+		}
 		js, err := xds.GRPCBootstrap(c)
 		if err != nil {
 			fmt.Fprintf(stderr, "bootstrap: %v\n", err)

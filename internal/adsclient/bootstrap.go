@@ -16,25 +16,26 @@ import (
 )
 
 // TLSFromEnvoyBootstrap builds the TLS configuration Envoy would use to
-// reach the bridge from an Envoy bootstrap's static xds_cluster: its CA,
+// reach the bridge from an Envoy bootstrap's static cluster of that name
+// (xds_cluster, or xds_rest_cluster of `bootstrap -rest`): its CA,
 // client certificate and key files are loaded, SNI is the context's sni,
 // and the server's certificate must chain to the CA and carry one of the
 // match_typed_subject_alt_names, as Envoy checks it (Envoy does not match
 // the SNI against the certificate; the SAN matchers do that). Tests use
 // it to connect with exactly what a bootstrap says.
-func TLSFromEnvoyBootstrap(b *bootstrapv3.Bootstrap) (*tls.Config, error) {
+func TLSFromEnvoyBootstrap(b *bootstrapv3.Bootstrap, cluster string) (*tls.Config, error) {
 	var up tlsv3.UpstreamTlsContext
 	found := false
 	for _, c := range b.GetStaticResources().GetClusters() {
-		if c.GetName() == "xds_cluster" && c.GetTransportSocket() != nil {
+		if c.GetName() == cluster && c.GetTransportSocket() != nil {
 			if err := c.GetTransportSocket().GetTypedConfig().UnmarshalTo(&up); err != nil {
-				return nil, fmt.Errorf("xds_cluster transport socket: %w", err)
+				return nil, fmt.Errorf("%s transport socket: %w", cluster, err)
 			}
 			found = true
 		}
 	}
 	if !found {
-		return nil, errors.New("the bootstrap's xds_cluster has no TLS transport socket")
+		return nil, fmt.Errorf("the bootstrap's %s has no TLS transport socket", cluster)
 	}
 	common := up.GetCommonTlsContext()
 	vc := common.GetValidationContext()

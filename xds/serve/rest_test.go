@@ -1,0 +1,70 @@
+package serve
+
+import (
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
+)
+
+// TestRESTOnTheGRPCPort: plaintext HTTP/1.1 REST polls and a gRPC stream
+// share the port; before the first snapshot REST answers 503 (never a
+// partial world), then the gRPC client's version; a connection that
+// sends nothing is dropped after the handshake timeout.
+func TestRESTOnTheGRPCPort(t *testing.T) {
+	defer func(d time.Duration) { handshakeTimeout = d }(handshakeTimeout)
+	handshakeTimeout = 300 * time.Millisecond
+	s := startServer(t, ServerConfig{})
+	hc := &http.Client{Timeout: 5 * time.Second}
+	base := "http://" + s.addr
+	node := &corev3.Node{Id: "edge-rest", Cluster: "edge"}
+	ctx := waitCtx(t)
+	r, err := adsclient.FetchREST(ctx, hc, base, adsclient.ClusterType, node, "")
+	if err != nil || r.Status != http.StatusServiceUnavailable {
+		t.Fatalf("REST before the first snapshot: %+v %v, want 503", r, err)
+	}
+	s.update(t, testOutput(t, []string{"a", "b"}, 8080))
+	c := dial(t, s, adsclient.Config{NodeID: "edge-grpc", Cluster: "edge"})
+	st, err := c.Wait(ctx, func(st adsclient.State) bool { return len(st.ClusterNames()) == 2 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err = adsclient.FetchREST(ctx, hc, base, adsclient.ClusterType, node, "")
+	if err != nil || r.Status != http.StatusOK || r.Version != st.Version(adsclient.ClusterType) || len(r.Resources) != 2 {
+		t.Fatalf("REST CDS = %+v %v; gRPC has version %s", r, err, st.Version(adsclient.ClusterType))
+	}
+	r, err = adsclient.FetchREST(ctx, hc, base, adsclient.EndpointType, node, "", "a")
+	if err != nil || r.Status != http.StatusOK || len(r.Resources) != 1 || r.Resources["a"] == nil {
+		t.Fatalf("REST EDS for [a] = %+v %v", r, err)
+	}
+	if r, err := adsclient.FetchREST(ctx, hc, base, adsclient.ClusterType, node, st.Version(adsclient.ClusterType)); err != nil || r.Status != http.StatusNotModified {
+		t.Fatalf("REST CDS at the current version = %+v %v, want 304", r, err)
+	}
+	s.update(t, testOutput(t, []string{"a", "b", "c"}, 8080))
+	if r, err := adsclient.FetchREST(ctx, hc, base, adsclient.ClusterType, node, st.Version(adsclient.ClusterType)); err != nil || r.Status != http.StatusOK || len(r.Resources) != 3 {
+		t.Fatalf("REST CDS after an update = %+v %v, want the 3 clusters", r, err)
+	}
+	resp, err := hc.Get(base + "/v3/discovery:clusters")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET = %d, want 405", resp.StatusCode)
+	}
+
+	idle, err := net.Dial("tcp", s.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer idle.Close()
+	idle.SetReadDeadline(time.Now().Add(handshakeTimeout + 3*time.Second))
+	start := time.Now()
+	if _, err := idle.Read(make([]byte, 1)); err == nil || time.Since(start) > handshakeTimeout+time.Second {
+		t.Fatalf("silent connection: read err %v after %v, want closed after about %v", err, time.Since(start), handshakeTimeout)
+	}
+}

@@ -11,7 +11,7 @@ LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Integration tests start several Consul agents; keep them from starving on 2 cores.
 TESTFLAGS ?= -count=1 -timeout 20m
 
-.PHONY: all build consul node-deps chromium test unit vet fmt-check route-test run clean
+.PHONY: all build consul node-deps chromium test unit vet fmt-check route-test run clean package
 
 all: build
 
@@ -60,8 +60,13 @@ fmt-check:
 run: build consul
 	$(GO) run ./examples/demo -consul $(CONSUL) -bridge $(BIN) -config config.hcl
 
+# The Debian package (binary, systemd unit, default config, system user)
+# into dist/. Install it with apt-get install ./dist/consul-xds-bridge_*.deb.
+package: build
+	./packaging/build-deb.sh $(BIN) $(VERSION) $(CURDIR)/dist
+
 clean:
-	rm -rf bin
+	rm -rf bin dist
 
 # Fleet-scale load harness (bench/, cmd/xds-load): simulated Envoys against
 # the bridge, a baseline go-control-plane server and Consul's own xDS

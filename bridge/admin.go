@@ -34,6 +34,18 @@ func (d *Daemon) serveAdmin(ctx context.Context, lis net.Listener) error {
 	mux.HandleFunc("GET /v1/proxies", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, d.xds.Proxies())
 	})
+	mux.HandleFunc("GET /v1/proxies/history", func(w http.ResponseWriter, r *http.Request) {
+		node := r.URL.Query().Get("node")
+		if node == "" {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "give ?node=ID"})
+			return
+		}
+		evs := d.xds.History(node)
+		if evs == nil {
+			evs = []serve.HistoryEvent{} // a node not connected (now)
+		}
+		writeJSON(w, http.StatusOK, evs)
+	})
 	mux.HandleFunc("GET /v1/config_dump", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		if q.Get("node") == "" && !q.Has("cluster") {

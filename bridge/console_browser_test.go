@@ -127,7 +127,17 @@ func TestConsoleInBrowser(t *testing.T) {
 		// The tree stays open across the page's refreshes.
 		time.Sleep(2500 * time.Millisecond)
 		browsertest.WaitText(t, ctx, `#dump details[data-path="/clusters/0"] > summary`, time.Second, any)
+		run(t, ctx, chromedp.Click(chromedp.CSS(`#dump details[data-path="/clusters/1"] > summary`)))
+		browsertest.WaitText(t, ctx, `#dump details[data-path="/clusters/1"]`, wait, func(s string) bool { return strings.Contains(s, "connect_timeout") })
+		evalBool(t, ctx, `(document.querySelector("#dump").previousElementSibling.scrollIntoView(), true)`)
 		shot(t, ctx, "console-proxy.png")
+		// The NACKing proxy's history has the push it rejected, with
+		// the proxy's text.
+		goTo(t, ctx, "#/proxy/picky-1")
+		browsertest.WaitText(t, ctx, `#history tr[data-event="nack"]`, wait, func(s string) bool {
+			return strings.Contains(s, "CDS") && strings.Contains(s, "unsupported setting (console test)")
+		})
+		browsertest.WaitText(t, ctx, `#history tr[data-event="push"]`, wait, any)
 	})
 
 	t.Run("catalog health flip without reload", func(t *testing.T) {

@@ -75,7 +75,8 @@ const views = {
         if (e instanceof AuthError) throw e;
         dumpErr = e.message;
       }
-      return { node, streams: mine, dump, dumpErr };
+      const history = await api("/v1/proxies/history?node=" + encodeURIComponent(node));
+      return { node, streams: mine, dump, dumpErr, history };
     },
     render: renderProxy,
   },
@@ -211,7 +212,7 @@ function tree(value, path, label) {
 }
 
 function renderProxy(data) {
-  const { node, streams, dump, dumpErr } = data;
+  const { node, streams, dump, dumpErr, history } = data;
   const head = [h("p", {}, h("a", { href: "#/proxies" }, "← all proxies")), h("h1", {}, "Proxy ", h("span", { class: "mono" }, node))];
   if (!streams.length) head.push(h("div", { class: "box error" }, "This node is not connected now."));
   const blocks = streams.map((p) => h("div", { class: "box", "data-stream": p.stream },
@@ -243,7 +244,16 @@ function renderProxy(data) {
   } else {
     dumpEl = h("div", { class: "box error" }, dumpErr || "no config dump");
   }
-  view.replaceChildren(...head, ...blocks, h("h2", {}, "What it was sent (config dump, private keys redacted)"), dumpEl);
+  const hist = h("div", { class: "scroll" }, h("table", { id: "history" },
+    h("thead", {}, h("tr", {}, ["When", "Event", "Type", "Version", "Stream", "Detail"].map((c) => h("th", {}, c)))),
+    h("tbody", {}, (history || []).length ? history.map((e) => h("tr", { class: e.event === "nack" ? "nacked" : "", "data-event": e.event },
+      h("td", { title: e.at }, ago(e.at) + " ago"), h("td", {}, h("span", { class: "badge " + ({ nack: "bad", ack: "ok" }[e.event] || "none") }, e.event.toUpperCase())),
+      h("td", {}, e.type), h("td", { class: "mono" }, short(e.version)), h("td", { class: "mono muted" }, e.stream),
+      h("td", { class: e.event === "nack" ? "nack-text mono" : "muted" }, e.event === "nack" ? e.error : e.event === "push" ? e.resources + " resources" : "")))
+      : h("tr", {}, h("td", { colspan: 6, class: "muted" }, "Nothing recorded.")))));
+  view.replaceChildren(...head, ...blocks,
+    h("h2", {}, "Last pushes, ACKs and NACKs (newest first)"), hist,
+    h("h2", {}, "What it was sent (config dump, private keys redacted)"), dumpEl);
 }
 
 function renderCatalog(cat) {

@@ -1,8 +1,11 @@
 package serve
 
 import (
+	"fmt"
 	"net"
 	"net/http"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,4 +70,36 @@ func TestRESTOnTheGRPCPort(t *testing.T) {
 	if _, err := idle.Read(make([]byte, 1)); err == nil || time.Since(start) > handshakeTimeout+time.Second {
 		t.Fatalf("silent connection: read err %v after %v, want closed after about %v", err, time.Since(start), handshakeTimeout)
 	}
+}
+
+// TestHistory: a node's pushes, ACKs and NACKs are kept newest first,
+// at most historyLen of them, and forgotten when its last stream goes.
+func TestHistory(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.update(t, testOutput(t, []string{"a"}, 8080))
+	c := dial(t, s, adsclient.Config{NodeID: "h-1", Cluster: "edge", NACK: rejectCluster("b")})
+	ctx := waitCtx(t)
+	if _, err := c.Wait(ctx, func(st adsclient.State) bool { return len(st.ClusterNames()) == 1 }); err != nil {
+		t.Fatal(err)
+	}
+	s.update(t, testOutput(t, []string{"a", "b"}, 8080))
+	eventually(t, "a NACK in the history", func() bool {
+		h := s.History("h-1")
+		return slices.ContainsFunc(h, func(e HistoryEvent) bool {
+			return e.Event == "nack" && e.Type == "CDS" && strings.Contains(e.Error, "rejected by the test")
+		}) && h[0].At.After(h[len(h)-1].At)
+	}, func() string { return fmt.Sprint(s.History("h-1")) })
+	for i := 0; i < 200 && len(s.History("h-1")) < historyLen; i++ {
+		s.update(t, testOutput(t, []string{"a"}, uint32(9000+i)))
+		time.Sleep(5 * time.Millisecond)
+	}
+	for i := range 10 {
+		s.update(t, testOutput(t, []string{"a", "c"}, uint32(9500+i)))
+	}
+	time.Sleep(100 * time.Millisecond)
+	if n := len(s.History("h-1")); n != historyLen {
+		t.Fatalf("history holds %d events, want the bound %d", n, historyLen)
+	}
+	c.Close()
+	eventually(t, "the history forgotten", func() bool { return s.History("h-1") == nil }, func() string { return fmt.Sprint(s.History("h-1")) })
 }

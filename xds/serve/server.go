@@ -84,6 +84,7 @@ type Server struct {
 	log     zerolog.Logger
 	cache   *serveCache // also the one record of every node.cluster key
 	cb      *callbacks
+	history *history
 	tracker *tracker
 	metrics *metrics
 	health  *healthService
@@ -143,6 +144,8 @@ func NewServer(cfg ServerConfig) *Server {
 	s.tracker = newTracker()
 	s.metrics = newMetrics(cfg.Registerer, log)
 	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode, s.forgetKey, newAdmission(cfg.MaxInitialSyncs, s.metrics))
+	s.history = newHistory()
+	s.cb.history = s.history
 	s.cb.answered = s.streamAnswered
 	s.health = newHealthService()
 	return s

@@ -11,7 +11,7 @@ LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Integration tests start several Consul agents; keep them from starving on 2 cores.
 TESTFLAGS ?= -count=1 -timeout 20m
 
-.PHONY: all build consul node-deps test unit vet fmt-check route-test run clean
+.PHONY: all build consul node-deps chromium test unit vet fmt-check route-test run clean package
 
 all: build
 
@@ -29,10 +29,15 @@ $(CONSUL): scripts/install-consul.sh
 node-deps:
 	./scripts/install-grpc-node.sh
 
+# Debian's chromium for the console's browser tests (chromedp). Fails
+# under CI=true when it cannot be installed; elsewhere those tests skip.
+chromium:
+	./scripts/install-chromium.sh
+
 # Everything: vet, formatting, the sample policy's route tests, unit and
 # integration tests against a real Consul (with grpc-go and grpc-node as
-# proxyless clients).
-test: consul node-deps fmt-check vet route-test
+# proxyless clients, and Chromium for the console).
+test: consul node-deps chromium fmt-check vet route-test
 	CONSUL_BIN=$(CONSUL) $(GO) test $(TESTFLAGS) ./...
 
 # The edge gateway sample's route tests, as a CI pipeline runs them before
@@ -55,8 +60,13 @@ fmt-check:
 run: build consul
 	$(GO) run ./examples/demo -consul $(CONSUL) -bridge $(BIN) -config config.hcl
 
+# The Debian package (binary, systemd unit, default config, system user)
+# into dist/. Install it with apt-get install ./dist/consul-xds-bridge_*.deb.
+package: build
+	./packaging/build-deb.sh $(BIN) $(VERSION) $(CURDIR)/dist
+
 clean:
-	rm -rf bin
+	rm -rf bin dist
 
 # Fleet-scale load harness (bench/, cmd/xds-load): simulated Envoys against
 # the bridge, a baseline go-control-plane server and Consul's own xDS

@@ -24,13 +24,18 @@ log {
 
 # ---------------------------------------------------------------------------
 # Routing policy. Envoys whose node.cluster is "edge" get listener
-# "edge.http" on :8080; every proxy gets one cluster per Consul service.
+# "edge.http" on :8080; every proxy gets one cluster per Consul service,
+# and proxyless gRPC clients reach each one as xds:///NAME (the demo's
+# client calls xds:///echo).
 # More policy can live in Consul KV under consul.kv_prefix.
 
 export_all_services = true
 
 service "web" {
   connect_timeout = "1s"
+  subset "v1" {
+    tags = ["v1"]
+  }
   subset "v2" {
     tags = ["v2"]
   }
@@ -55,10 +60,13 @@ proxy "edge" {
         }
       }
 
-      # 80/20 canary split: instances tagged v2 get a fifth of the traffic.
+      # 80/20 canary split: instances tagged v2 get a fifth of the
+      # traffic. The 80 goes to subset v1, not to all of "web": that would
+      # include the v2 instances too and give them about half.
       route {
         split {
           service = "web"
+          subset  = "v1"
           weight  = 80
         }
         split {

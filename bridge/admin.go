@@ -34,6 +34,18 @@ func (d *Daemon) serveAdmin(ctx context.Context, lis net.Listener) error {
 	mux.HandleFunc("GET /v1/proxies", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, d.xds.Proxies())
 	})
+	mux.HandleFunc("GET /v1/proxies/history", func(w http.ResponseWriter, r *http.Request) {
+		node := r.URL.Query().Get("node")
+		if node == "" {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "give ?node=ID"})
+			return
+		}
+		evs := d.xds.History(node)
+		if evs == nil {
+			evs = []serve.HistoryEvent{} // a node not connected (now)
+		}
+		writeJSON(w, http.StatusOK, evs)
+	})
 	mux.HandleFunc("GET /v1/config_dump", func(w http.ResponseWriter, r *http.Request) {
 		q := r.URL.Query()
 		if q.Get("node") == "" && !q.Has("cluster") {
@@ -61,10 +73,22 @@ func (d *Daemon) serveAdmin(ctx context.Context, lis net.Listener) error {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "no catalog read from Consul yet"})
 			return
 		}
+		var usage map[string]*ServiceUsage
+		if base := d.planBase.Load(); base != nil {
+			usage = serviceUsage(base.model)
+		}
 		writeJSON(w, http.StatusOK, struct {
 			*catalogView
 			AgeSeconds float64 `json:"age_seconds"`
-		}{cv, time.Since(cv.ReceivedAt).Seconds()})
+			// UsedBy maps a Consul service to the clusters made of it
+			// and the proxy groups routing to them (last good build).
+			UsedBy map[string]*ServiceUsage `json:"used_by,omitempty"`
+		}{cv, time.Since(cv.ReceivedAt).Seconds(), usage})
+	})
+	mux.HandleFunc("POST /v1/plan", d.servePlan)
+	mux.Handle("GET /ui/", consoleHandler())
+	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, "/ui/", http.StatusFound)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{Registry: d.reg}))
 	if d.cfg.Settings.Admin.Pprof {
@@ -104,7 +128,8 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 // adminAuth requires "Authorization: Bearer <token>" on everything but the
-// probes when admin.token_file is set. The token file is read once at start.
+// probes and the console's static files (which hold no data and ask for
+// the token themselves) when admin.token_file is set. The token file is read once at start.
 func (d *Daemon) adminAuth(next http.Handler) (http.Handler, error) {
 	file := d.cfg.Settings.Admin.TokenFile
 	if file == "" {
@@ -119,7 +144,7 @@ func (d *Daemon) adminAuth(next http.Handler) (http.Handler, error) {
 		return nil, fmt.Errorf("admin token_file %s is empty", file)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" {
+		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || isConsolePath(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}

@@ -252,4 +252,24 @@ func TestAdminToken(t *testing.T) {
 	if code, _ := get(t, base+"/debug/pprof/"); code != http.StatusUnauthorized && code != http.StatusNotFound {
 		t.Fatalf("/debug/pprof/ = %d", code)
 	}
+	// The console's files hold no data and load without the token (the
+	// page asks for it); every endpoint it calls needs it.
+	for _, path := range []string{"/ui/", "/ui/app.js", "/ui/style.css"} {
+		if code, body := get(t, base+path); code != http.StatusOK || len(body) < 100 {
+			t.Errorf("%s without token = %d (%d bytes), want the console's file", path, code, len(body))
+		}
+	}
+	for _, path := range []string{"/v1/proxies", "/v1/catalog", "/v1/config_dump?cluster=x"} {
+		if code, _ := get(t, base+path); code != http.StatusUnauthorized {
+			t.Errorf("%s without token = %d, want 401", path, code)
+		}
+	}
+	resp, err = http.Post(base+"/v1/plan", "text/plain", strings.NewReader(`proxy "x" {}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("POST /v1/plan without token = %d, want 401", resp.StatusCode)
+	}
 }

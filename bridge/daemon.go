@@ -73,8 +73,11 @@ type Daemon struct {
 	ready   atomic.Bool
 	status  atomic.Pointer[PolicyStatus]
 	catalog atomic.Pointer[catalogView]
-	reg     *prometheus.Registry
-	metrics *metrics
+	// planBase is what the last good build used, for the console's plan
+	// and the catalog's "used by" (see console.go).
+	planBase atomic.Pointer[planBase]
+	reg      *prometheus.Registry
+	metrics  *metrics
 
 	// outages follows whether each datacenter's Consul answers, and the
 	// hold windows after real outages.

@@ -45,8 +45,11 @@ type loop struct {
 	// serve its groups nothing).
 	kvAccepted bool
 
-	catalog      *consul.Update
-	served       *consul.Catalog // what the last good build used
+	catalog *consul.Update
+	served  *consul.Catalog // what the last good build used
+	// docs are the active policy's documents, kept for the console's
+	// plan (a pasted document replaces one of them).
+	docs         []*policy.Document
 	changedAt    time.Time
 	debounce     debounce
 	pendingSince time.Time
@@ -97,7 +100,8 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 	case l.ce.needed:
 		l.setStatus(func(st *PolicyStatus) { st.Waiting = "waiting for the first read of Consul config entries" })
 	default:
-		_, _, sources := l.readDocuments(nil, nil)
+		docs, _, sources := l.readDocuments(nil, nil)
+		l.docs = docs
 		l.recordPolicy(append(sources, tlsSources(l.policy)...), nil)
 		l.d.metrics.reloads.WithLabelValues("ok").Inc()
 	}
@@ -250,6 +254,7 @@ func (l *loop) build(ctx context.Context) {
 	}
 	l.changedAt = time.Time{}
 	l.served = cat
+	l.d.planBase.Store(&planBase{catalog: cat, docs: l.docs, policy: l.policy, model: m})
 	var failures []GroupFailure
 	for _, f := range groupFailures(out) {
 		failures = append(failures, GroupFailure{Group: f.group, Error: f.err.Error()})
@@ -340,6 +345,7 @@ func (l *loop) applyRead(r policyRead) {
 // attempt is one policy tried: from the files and the KV documents kv.
 type attempt struct {
 	cfg     *policy.Config
+	docs    []*policy.Document
 	kv      *consul.KVUpdate
 	diags   hclDiagnostics
 	sources []SourceStatus
@@ -355,7 +361,7 @@ func (l *loop) tryPolicy(kv *consul.KVUpdate) attempt {
 
 // tryDocuments is tryPolicy on documents already read.
 func (l *loop) tryDocuments(r policyRead) attempt {
-	a := attempt{kv: r.kv, diags: r.diags, sources: r.sources}
+	a := attempt{kv: r.kv, diags: r.diags, sources: r.sources, docs: r.docs}
 	if a.diags.HasErrors() {
 		return a
 	}
@@ -418,6 +424,7 @@ func (l *loop) accept(trigger string, a attempt) {
 		l.d.log.Warn().Msg("daemon settings (consul, xds, admin, log blocks) changed; restart to apply them")
 	}
 	l.policy = cfg.Policy
+	l.docs = a.docs
 	if l.kvNeeded {
 		l.kvAccepted = true
 		if dir := l.d.cfg.Settings.Consul.StateDir; dir != "" {

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
@@ -44,6 +45,26 @@ func TestPoliciesLoadAndTranslate(t *testing.T) {
 	}
 	if len(cfg.Policy.Proxies) != 2 || cfg.Policy.ProxyFor("sidecar-web-3") == nil || cfg.Policy.ProxyFor("edge").Name != "edge" {
 		t.Fatalf("merged samples: proxies = %+v", cfg.Policy.Proxies)
+	}
+}
+
+// TestVMExamplesAreSecure: the deployable configs are secure as shipped:
+// the central bridge serves xDS over mTLS with node authorization, and
+// both keep the admin API on loopback behind a token.
+func TestVMExamplesAreSecure(t *testing.T) {
+	for _, f := range []string{"vm/config-local.hcl", "vm/config-central.hcl"} {
+		cfg, _, diags := policy.LoadFiles(f)
+		if diags.HasErrors() {
+			t.Fatalf("%s:\n%s", f, diags)
+		}
+		a := cfg.Settings.Admin
+		if !strings.HasPrefix(a.Listen, "127.0.0.1:") || a.TokenFile == "" || a.Pprof {
+			t.Errorf("%s: admin = %+v, want loopback with a token and no pprof", f, a)
+		}
+		x := cfg.Settings.XDS
+		if !strings.HasPrefix(x.Listen, "127.0.0.1:") && (x.TLS.CertFile == "" || x.TLS.ClientCAFile == "" || !x.AuthorizeNodes) {
+			t.Errorf("%s: xDS on %s without mTLS and authorize_nodes: %+v", f, x.Listen, x)
+		}
 	}
 }
 

@@ -12,7 +12,9 @@ import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
+	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 )
@@ -31,6 +33,51 @@ type BootstrapConfig struct {
 	// TLSCAFile, if set, makes Envoy reach the bridge over TLS verified
 	// with this CA.
 	TLSCAFile string
+	// TLSCertFile and TLSKeyFile are the client certificate and key the
+	// proxy presents to the bridge (mTLS: the bridge's client_ca_file and
+	// authorize_nodes need them). Paths on the proxy's host.
+	TLSCertFile, TLSKeyFile string
+	// TLSServerName is the bridge's name in its certificate: sent as SNI
+	// and required as a subject alternative name, so a certificate of the
+	// same CA issued to something else (another proxy's client
+	// certificate, say) cannot pose as the bridge. Default: the host of
+	// the first XDS address.
+	TLSServerName string
+	// REST makes Envoy poll CDS and LDS with REST-JSON (api_type REST,
+	// HTTP/1.1 cluster xds_rest_cluster to the same bridge port) every
+	// RESTRefresh (default 1s) instead of taking them over ADS. The
+	// endpoints, routes and secrets they name keep their ADS config
+	// sources, so the ADS stream stays for those.
+	REST        bool
+	RESTRefresh time.Duration
+}
+
+// xdsRESTClusterName is the static cluster of REST polls: the same
+// bridge endpoints as xdsClusterName, over HTTP/1.1, which the bridge's
+// xDS port tells from gRPC by the connection's first bytes.
+const xdsRESTClusterName = "xds_rest_cluster"
+
+// tlsChecks validates the TLS settings and returns the server name the
+// bridge's certificate must carry ("" without TLS).
+func (c BootstrapConfig) tlsChecks() (string, error) {
+	if c.TLSCAFile == "" {
+		if c.TLSCertFile != "" || c.TLSKeyFile != "" || c.TLSServerName != "" {
+			return "", fmt.Errorf("-tls-cert, -tls-key and -tls-server-name need -tls-ca (TLS to the bridge)")
+		}
+		return "", nil
+	}
+	if (c.TLSCertFile == "") != (c.TLSKeyFile == "") {
+		return "", fmt.Errorf("-tls-cert and -tls-key go together")
+	}
+	name := c.TLSServerName
+	if name == "" && len(c.XDS) > 0 {
+		host, _, err := net.SplitHostPort(c.XDS[0])
+		if err != nil {
+			return "", fmt.Errorf("xds address %q: %w (want HOST:PORT)", c.XDS[0], err)
+		}
+		name = host
+	}
+	return name, nil
 }
 
 // xdsClusterName is the static cluster through which Envoy reaches the bridge.
@@ -45,6 +92,13 @@ func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
 	}
 	if len(c.XDS) == 0 && c.XDSUnix == "" {
 		return nil, fmt.Errorf("bootstrap needs the bridge's xDS address (-xds HOST:PORT or -xds-unix PATH)")
+	}
+	serverName, err := c.tlsChecks()
+	if err != nil {
+		return nil, err
+	}
+	if c.TLSCAFile != "" && serverName == "" {
+		return nil, fmt.Errorf("-tls-server-name is needed with -xds-unix: the name in the bridge's certificate")
 	}
 	xds := &clusterv3.Cluster{
 		Name:           xdsClusterName,
@@ -86,7 +140,24 @@ func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
 		xds.ClusterDiscoveryType = &clusterv3.Cluster_Type{Type: clusterv3.Cluster_STATIC}
 	}
 	if c.TLSCAFile != "" {
-		xds.TransportSocket = fileCATLS(c.TLSCAFile, true)
+		xds.TransportSocket = bridgeTLS(c, serverName, "h2")
+	}
+	clusters := []*clusterv3.Cluster{xds}
+	cds, lds := adsSource(), adsSource()
+	if c.REST {
+		rest := &clusterv3.Cluster{
+			Name: xdsRESTClusterName, ConnectTimeout: xds.ConnectTimeout, ClusterDiscoveryType: xds.ClusterDiscoveryType,
+			LoadAssignment: &endpointv3.ClusterLoadAssignment{ClusterName: xdsRESTClusterName, Endpoints: xds.LoadAssignment.Endpoints},
+		}
+		if c.TLSCAFile != "" {
+			rest.TransportSocket = bridgeTLS(c, serverName, "http/1.1")
+		}
+		clusters = append(clusters, rest)
+		refresh := c.RESTRefresh
+		if refresh <= 0 {
+			refresh = time.Second
+		}
+		cds, lds = restSource(refresh), restSource(refresh)
 	}
 	adminPort := c.AdminPort
 	if adminPort == 0 {
@@ -106,11 +177,62 @@ func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
 				}},
 				SetNodeOnFirstMessageOnly: true,
 			},
-			CdsConfig: adsSource(),
-			LdsConfig: adsSource(),
+			CdsConfig: cds,
+			LdsConfig: lds,
 		},
-		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: []*clusterv3.Cluster{xds}},
+		StaticResources: &bootstrapv3.Bootstrap_StaticResources{Clusters: clusters},
 	}, nil
+}
+
+func sameHost(hostPort, name string) bool {
+	host, _, err := net.SplitHostPort(hostPort)
+	return err == nil && host == name
+}
+
+// bridgeTLS is Envoy's TLS to the bridge, from files on Envoy's own host
+// (the connection exists before any SDS): the CA, the bridge's name as SNI
+// and as the SAN its certificate must have (DNS, or IP for an address),
+// and the client certificate if one is given; HTTP/2 for gRPC.
+func bridgeTLS(c BootstrapConfig, serverName, alpn string) *corev3.TransportSocket {
+	san := &tlsv3.SubjectAltNameMatcher{
+		SanType: tlsv3.SubjectAltNameMatcher_DNS,
+		Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: serverName}},
+	}
+	if _, err := netip.ParseAddr(serverName); err == nil {
+		san.SanType = tlsv3.SubjectAltNameMatcher_IP_ADDRESS
+	}
+	common := &tlsv3.CommonTlsContext{
+		AlpnProtocols: []string{alpn},
+		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+			TrustedCa:                 &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: c.TLSCAFile}},
+			MatchTypedSubjectAltNames: []*tlsv3.SubjectAltNameMatcher{san},
+		}},
+	}
+	if c.TLSCertFile != "" {
+		common.TlsCertificates = []*tlsv3.TlsCertificate{{
+			CertificateChain: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: c.TLSCertFile}},
+			PrivateKey:       &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: c.TLSKeyFile}},
+		}}
+	}
+	sni := serverName
+	if san.SanType == tlsv3.SubjectAltNameMatcher_IP_ADDRESS {
+		sni = "" // SNI carries host names only (RFC 6066)
+	}
+	return tlsSocket(&tlsv3.UpstreamTlsContext{Sni: sni, CommonTlsContext: common})
+}
+
+// restSource polls the bridge with REST-JSON.
+func restSource(refresh time.Duration) *corev3.ConfigSource {
+	return &corev3.ConfigSource{
+		ResourceApiVersion: corev3.ApiVersion_V3,
+		ConfigSourceSpecifier: &corev3.ConfigSource_ApiConfigSource{ApiConfigSource: &corev3.ApiConfigSource{
+			ApiType:             corev3.ApiConfigSource_REST,
+			TransportApiVersion: corev3.ApiVersion_V3,
+			ClusterNames:        []string{xdsRESTClusterName},
+			RefreshDelay:        durationpb.New(refresh),
+			RequestTimeout:      durationpb.New(5 * time.Second),
+		}},
+	}
 }
 
 func lbEndpoint(addr *corev3.Address) *endpointv3.LbEndpoint {
@@ -149,9 +271,23 @@ func GRPCBootstrap(c BootstrapConfig) ([]byte, error) {
 		// ("locality field missing in node element").
 		Locality struct{} `json:"locality"`
 	}
+	if _, err := c.tlsChecks(); err != nil {
+		return nil, err
+	}
 	cr := creds{Type: "insecure"}
 	if c.TLSCAFile != "" {
-		cr = creds{Type: "tls", Config: map[string]any{"ca_certificate_file": c.TLSCAFile}}
+		// gRPC's "tls" channel credentials (gRFC A65) verify the host of
+		// server_uri against the certificate, as any gRPC TLS dial does
+		// ("localhost" for a Unix socket); there is no separate name to
+		// set, so a -tls-server-name must be that host.
+		if c.TLSServerName != "" && (c.XDSUnix != "" || !sameHost(c.XDS[0], c.TLSServerName)) {
+			return nil, fmt.Errorf("a gRPC client verifies the bridge by the host in -xds HOST:PORT; give the name in the bridge's certificate there (not -tls-server-name or -xds-unix)")
+		}
+		cfg := map[string]any{"ca_certificate_file": c.TLSCAFile}
+		if c.TLSCertFile != "" {
+			cfg["certificate_file"], cfg["private_key_file"] = c.TLSCertFile, c.TLSKeyFile
+		}
+		cr = creds{Type: "tls", Config: cfg}
 	}
 	var uris []string
 	if c.XDSUnix != "" {

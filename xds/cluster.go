@@ -135,20 +135,6 @@ func upstreamTLS(t *ir.UpstreamTLS, http2 bool) *corev3.TransportSocket {
 	return tlsSocket(ctx)
 }
 
-// fileCATLS verifies a server with a CA file on Envoy's own host: the
-// bootstrap's connection to the bridge, which exists before any SDS.
-func fileCATLS(caFile string, http2 bool) *corev3.TransportSocket {
-	ctx := &tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
-		ValidationContextType: &tlsv3.CommonTlsContext_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
-			TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: caFile}},
-		}},
-	}}
-	if http2 {
-		ctx.CommonTlsContext.AlpnProtocols = []string{"h2"}
-	}
-	return tlsSocket(ctx)
-}
-
 func sniMatcher(sni string) []*tlsv3.SubjectAltNameMatcher {
 	return []*tlsv3.SubjectAltNameMatcher{{
 		SanType: tlsv3.SubjectAltNameMatcher_DNS,

@@ -16,6 +16,8 @@ func TestBootstrapIsValidEnvoyConfig(t *testing.T) {
 		"one ip":          {"-node-id", "edge-1", "-cluster", "edge", "-xds", "127.0.0.1:18000"},
 		"replicas by dns": {"-node-id", "edge-1", "-cluster", "edge", "-xds", "bridge-a.internal:18000", "-xds", "bridge-b.internal:18000", "-tls-ca", "/etc/ca.pem"},
 		"unix socket":     {"-node-id", "edge-1", "-cluster", "edge", "-xds-unix", "/run/consul-xds-bridge/xds.sock", "-admin-port", "9901"},
+		"mtls":            {"-node-id", "edge-1", "-cluster", "edge", "-xds", "10.0.0.5:18000", "-tls-ca", "/etc/ca.pem", "-tls-cert", "/etc/c.pem", "-tls-key", "/etc/k.pem", "-tls-server-name", "bridge.internal"},
+		"rest":            {"-node-id", "edge-1", "-cluster", "edge", "-xds", "bridge.internal:18000", "-tls-ca", "/etc/ca.pem", "-rest", "-rest-refresh", "2s"},
 	}
 	for name, args := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -37,9 +39,16 @@ func TestBootstrapIsValidEnvoyConfig(t *testing.T) {
 			if b.GetNode().GetId() != "edge-1" || b.GetNode().GetCluster() != "edge" {
 				t.Errorf("node = %v", b.GetNode())
 			}
-			if b.GetDynamicResources().GetAdsConfig().GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName() != "xds_cluster" ||
-				b.GetDynamicResources().GetCdsConfig().GetAds() == nil || b.GetDynamicResources().GetLdsConfig().GetAds() == nil {
-				t.Errorf("dynamic resources do not use ADS for CDS and LDS: %v", b.GetDynamicResources())
+			dr := b.GetDynamicResources()
+			if dr.GetAdsConfig().GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName() != "xds_cluster" {
+				t.Errorf("no ADS stream to xds_cluster: %v", dr)
+			}
+			switch rest := dr.GetCdsConfig().GetApiConfigSource(); {
+			case name == "rest" && (rest.GetApiType().String() != "REST" || dr.GetLdsConfig().GetApiConfigSource().GetRefreshDelay().AsDuration().String() != "2s" ||
+				len(b.GetStaticResources().GetClusters()) != 2 || b.GetStaticResources().GetClusters()[1].GetName() != "xds_rest_cluster"):
+				t.Errorf("-rest: CDS and LDS not polled over REST from xds_rest_cluster: %v", &b)
+			case name != "rest" && (dr.GetCdsConfig().GetAds() == nil || dr.GetLdsConfig().GetAds() == nil):
+				t.Errorf("dynamic resources do not use ADS for CDS and LDS: %v", dr)
 			}
 			xds := b.GetStaticResources().GetClusters()[0]
 			if got, want := len(xds.GetLoadAssignment().GetEndpoints()[0].GetLbEndpoints()), max(1, len(args)/2-3); name == "replicas by dns" && got != 2 {

@@ -40,12 +40,16 @@ Commands:
   validate FILE...                      check configuration files; print file:line:col problems
   test [-catalog FILE] [-run REGEXP] FILE...
                                         run the route_test blocks of FILEs against the routes their policy makes
-  bootstrap -node-id ID -cluster GROUP -xds HOST:PORT [-xds HOST:PORT ...] [-xds-unix PATH]
-            [-admin-port N] [-tls-ca FILE]  print an Envoy bootstrap (YAML) using ADS against the bridge
-  bootstrap -grpc -node-id ID [-cluster GROUP] -xds HOST:PORT [-tls-ca FILE]
+  bootstrap -node-id ID -cluster GROUP -xds HOST:PORT [-xds HOST:PORT ...] [-xds-unix PATH] [-admin-port N]
+            [-tls-ca FILE [-tls-cert FILE -tls-key FILE] [-tls-server-name NAME]] [-rest [-rest-refresh D]]
+                                        print an Envoy bootstrap (YAML) using ADS against the bridge
+  bootstrap -grpc -node-id ID [-cluster GROUP] -xds HOST:PORT [-tls-ca FILE [-tls-cert FILE -tls-key FILE]]
                                         print a proxyless gRPC client's xDS bootstrap (JSON)
-  plan -config FILE [-cluster GROUP]    show what a policy would change against the running bridge (exit 0 none, 2 changes, 1 error)
-  status [-admin ADDR | -config FILE]   show every connected proxy and whether it is in sync
+  plan -config FILE [-cluster GROUP] [-admin ADDR] [-admin-token-file FILE]
+                                        show what a policy would change against the running bridge (exit 0 none, 2 changes, 1 error)
+  status [-admin ADDR | -config FILE] [-admin-token-file FILE]
+                                        show every connected proxy and whether it is in sync
+                                        (admin token: -admin-token-file, $CONSUL_XDS_BRIDGE_ADMIN_TOKEN or the config's admin.token_file)
   version                               print version information
 `
 
@@ -180,12 +184,21 @@ func bootstrapCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.XDSUnix, "xds-unix", "", "bridge xDS Unix socket path (instead of -xds)")
 	fs.IntVar(&c.AdminPort, "admin-port", 19000, "Envoy admin port on 127.0.0.1")
 	fs.StringVar(&c.TLSCAFile, "tls-ca", "", "CA file to verify the bridge's TLS certificate")
+	fs.StringVar(&c.TLSCertFile, "tls-cert", "", "client certificate file the proxy presents to the bridge (mTLS; with -tls-key and -tls-ca)")
+	fs.StringVar(&c.TLSKeyFile, "tls-key", "", "private key file of -tls-cert")
+	fs.StringVar(&c.TLSServerName, "tls-server-name", "", "the bridge's name in its certificate, sent as SNI and required as SAN (default: the host of the first -xds; gRPC: must be that host)")
+	fs.BoolVar(&c.REST, "rest", false, "poll CDS and LDS with REST-JSON (HTTP/1.1, same bridge port) instead of ADS; endpoints, routes and secrets stay on ADS")
+	fs.DurationVar(&c.RESTRefresh, "rest-refresh", time.Second, "with -rest: how often Envoy polls")
 	grpcClient := fs.Bool("grpc", false, "print the xDS bootstrap JSON of a proxyless gRPC client (GRPC_XDS_BOOTSTRAP) instead; -cluster is optional")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	c.XDS = servers
 	if *grpcClient {
+		if c.REST {
+			fmt.Fprintln(stderr, "bootstrap: -rest is for Envoy; gRPC clients use ADS")
+			return 2
+		}
 		js, err := xds.GRPCBootstrap(c)
 		if err != nil {
 			fmt.Fprintf(stderr, "bootstrap: %v\n", err)

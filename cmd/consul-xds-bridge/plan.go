@@ -29,7 +29,8 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	var configs stringList
 	fs.Var(&configs, "config", "configuration file (HCL) with the policy to plan; repeat for several")
 	cluster := fs.String("cluster", "", "plan only for proxies with this node.cluster (default: shared clusters and every proxy group)")
-	admin := fs.String("admin", "", "running bridge's admin address (default: the config's admin block)")
+	var af adminFlags
+	af.register(fs)
 	kvKey := fs.String("kv-key", "", "plan a new version of this KV policy document (full key under kv_prefix), read from the FILE argument")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -47,9 +48,10 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		printDiagnostics(stderr, diags)
 		return 1
 	}
-	addr := *admin
-	if addr == "" {
-		addr = cfg.Settings.Admin.Listen
+	admin, err := newAdminClient(af, &cfg.Settings.Admin)
+	if err != nil {
+		fmt.Fprintf(stderr, "plan: %v\n", err)
+		return 1
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -98,7 +100,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 			group = p.Name
 		}
 		var running xds.ConfigDump
-		if err := getJSON(addr, "/v1/config_dump?cluster="+url.QueryEscape(nc), &running); err != nil {
+		if err := admin.getJSON("/v1/config_dump?cluster="+url.QueryEscape(nc), &running); err != nil {
 			fmt.Fprintf(stderr, "plan: %v\n", err)
 			return 1
 		}

@@ -162,11 +162,21 @@ func TestPlanReadsKV(t *testing.T) {
 // returns its admin address once it is ready.
 func runBridge(t *testing.T, file string) string {
 	t.Helper()
+	return runDaemon(t, file).AdminAddr().String()
+}
+
+// runDaemon runs a bridge on file's config, on random loopback ports
+// (the admin listener stays on its Unix socket if it names one).
+func runDaemon(t *testing.T, file string) *bridge.Daemon {
+	t.Helper()
 	cfg, _, diags := policy.LoadFiles(file)
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	cfg.Settings.XDS.Listen, cfg.Settings.Admin.Listen = "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Settings.XDS.Listen = "127.0.0.1:0"
+	if !strings.HasPrefix(cfg.Settings.Admin.Listen, "unix://") {
+		cfg.Settings.Admin.Listen = "127.0.0.1:0"
+	}
 	d := bridge.New(bridge.Config{ConfigFiles: []string{file}, Settings: cfg.Settings, Policy: cfg.Policy, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -178,5 +188,5 @@ func runBridge(t *testing.T, file string) string {
 			t.Fatal("bridge not ready")
 		}
 	}
-	return d.AdminAddr().String()
+	return d
 }

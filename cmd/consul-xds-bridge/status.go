@@ -1,66 +1,38 @@
 package main
 
 import (
-	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"text/tabwriter"
 	"time"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
-
-// adminAddr picks the admin address: -admin wins, else the config file's
-// admin block, else the default.
-func adminAddr(flagAddr string, configs []string) (string, error) {
-	if flagAddr != "" {
-		return flagAddr, nil
-	}
-	if len(configs) > 0 {
-		cfg, _, diags := policy.LoadFiles(configs...)
-		if diags.HasErrors() {
-			return "", fmt.Errorf("%s", strings.Join(policy.FormatDiagnostics(diags), "\n"))
-		}
-		return cfg.Settings.Admin.Listen, nil
-	}
-	return policy.DefaultAdminListen, nil
-}
-
-// getJSON fetches an admin endpoint into v.
-func getJSON(addr, path string, v any) error {
-	c := &http.Client{Timeout: 10 * time.Second}
-	resp, err := c.Get("http://" + addr + path)
-	if err != nil {
-		return fmt.Errorf("admin API at %s: %w (is the bridge running? set -admin ADDR)", addr, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
-		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, strings.TrimSpace(string(b)))
-	}
-	return json.NewDecoder(resp.Body).Decode(v)
-}
 
 func statusCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	admin := fs.String("admin", "", "bridge admin address host:port (default: from -config, else "+policy.DefaultAdminListen+")")
+	var af adminFlags
+	af.register(fs)
 	var configs stringList
 	fs.Var(&configs, "config", "configuration file to take the admin address from")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
-	addr, err := adminAddr(*admin, configs)
+	settings, err := adminSettings(configs)
+	if err != nil {
+		fmt.Fprintf(stderr, "status: %v\n", err)
+		return 1
+	}
+	admin, err := newAdminClient(af, settings)
 	if err != nil {
 		fmt.Fprintf(stderr, "status: %v\n", err)
 		return 1
 	}
 	var proxies []serve.ProxyStatus
-	if err := getJSON(addr, "/v1/proxies", &proxies); err != nil {
+	if err := admin.getJSON("/v1/proxies", &proxies); err != nil {
 		fmt.Fprintf(stderr, "status: %v\n", err)
 		return 1
 	}

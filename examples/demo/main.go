@@ -1,8 +1,10 @@
 // Command demo runs consul-xds-bridge against a local Consul with a few
 // demo services, for `make run`. It starts a `consul agent -dev` when none
 // answers at the configured address, starts small HTTP backends that answer
-// with their instance id, registers them with HTTP health checks, and runs
-// the bridge binary with the given config until interrupted.
+// with their instance id and a gRPC echo service, registers them with
+// health checks, runs the bridge binary with the given config, and a
+// proxyless gRPC client calling the echo service through it, until
+// interrupted.
 package main
 
 import (
@@ -29,7 +31,17 @@ func main() {
 	consulBin := flag.String("consul", "consul", "consul binary to start when no agent answers")
 	bridgeBin := flag.String("bridge", "bin/consul-xds-bridge", "consul-xds-bridge binary")
 	config := flag.String("config", "config.hcl", "bridge configuration file")
+	asClient := flag.Bool("grpc-client", false, "be the demo's proxyless gRPC client (started by the demo itself)")
 	flag.Parse()
+	if *asClient {
+		ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+		defer stop()
+		if err := grpcClient(ctx); err != nil {
+			fmt.Fprintln(os.Stderr, "demo gRPC client:", err)
+			os.Exit(1)
+		}
+		return
+	}
 	if err := run(*consulBin, *bridgeBin, *config); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
@@ -101,6 +113,14 @@ func run(consulBin, bridgeBin, config string) error {
 		}
 	}
 
+	for i := 1; i <= 2; i++ {
+		deregister, err := startEcho(ctx, client, fmt.Sprintf("echo-%d", i))
+		if err != nil {
+			return err
+		}
+		defer deregister()
+	}
+
 	bridge := exec.CommandContext(ctx, bridgeBin, "run", "-config", config)
 	bridge.Stdout, bridge.Stderr = os.Stdout, os.Stderr
 	bridge.Cancel = func() error { return bridge.Process.Signal(syscall.SIGTERM) }
@@ -108,10 +128,18 @@ func run(consulBin, bridgeBin, config string) error {
 	if err := bridge.Start(); err != nil {
 		return fmt.Errorf("start bridge: %w", err)
 	}
+	grpcClient, err := startGRPCClient(ctx, s.XDS.Listen)
+	if err != nil {
+		return fmt.Errorf("gRPC client: %w", err)
+	}
+	defer func() { _ = grpcClient.Wait() }()
 	fmt.Printf(`
 consul-xds-bridge is running:
+  console:          http://%[2]s/ui/
   xDS (ADS, gRPC):  %[1]s
   admin HTTP:       http://%[2]s/readyz   http://%[2]s/v1/policy
+A proxyless gRPC client ("demo-grpc-client") calls xds:///echo through the
+bridge once a second; it shows on the console's Proxies page.
 Point an Envoy at it (node.cluster "edge" gets the demo's listener on :8080):
   %[3]s bootstrap -node-id edge-1 -cluster edge -xds %[1]s > envoy.yaml
   envoy -c envoy.yaml

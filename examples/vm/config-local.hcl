@@ -9,11 +9,12 @@ consul {
 }
 
 xds {
-  listen = "127.0.0.1:18000"
+  listen = "127.0.0.1:18000"      # loopback: only this host's Envoy reaches it
 }
 
 admin {
-  listen = "127.0.0.1:19100"
+  listen     = "127.0.0.1:19100"
+  token_file = "/etc/consul-xds-bridge/admin-token"   # console, status and plan send it
 }
 
 log {

@@ -33,6 +33,8 @@ type callbacks struct {
 	// allow, if set, vets a stream's node when it is first known.
 	allow     func(*corev3.Node) error
 	admission *admission
+	// history, if set, records pushes, ACKs and NACKs per node.
+	history *history
 	// contexts holds, by stream, the context of streams not admitted yet
 	// (admit deletes it).
 	contexts sync.Map
@@ -87,6 +89,9 @@ func (c *callbacks) closed(key streamKey) {
 		return
 	}
 	c.metrics.streamCounted(st.node.GetCluster(), st.kind, -1)
+	if _, still := c.tracker.nodeCluster(st.node.GetId()); !still {
+		c.history.forget(st.node.GetId())
+	}
 	if c.left != nil {
 		c.left(snapshotKey(st.node))
 	}
@@ -138,6 +143,11 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 			Str("nonce", nonce).Bool("nack", errDetail != "").Msg("ignoring request with a stale nonce")
 	}
 	if r.kind == reqACK || r.kind == reqNACK {
+		ev := HistoryEvent{At: time.Now(), Stream: key.String(), Event: "ack", Type: shortType(typeURL), Version: r.version}
+		if r.kind == reqNACK {
+			ev.Event, ev.Error = "nack", errDetail
+		}
+		c.history.record(node.GetId(), ev)
 		if c.admission.holds(key) && c.tracker.initialSyncDone(key) {
 			c.admission.release(key)
 		}
@@ -151,6 +161,7 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 func (c *callbacks) response(key streamKey, typeURL, version, nonce string, resources, removed int, names func() []string) {
 	node := c.tracker.response(key, typeURL, version, nonce, resources, names)
 	c.metrics.pushes.WithLabelValues(metricType(typeURL)).Inc()
+	c.history.record(node.GetId(), HistoryEvent{At: time.Now(), Stream: key.String(), Event: "push", Type: shortType(typeURL), Version: version, Resources: resources})
 	ev := c.log.Debug()
 	if ev.Enabled() {
 		ev.Stringer("stream", key).Str("node", node.GetId()).Str("type", typeURL).Str("version", version).

@@ -10,6 +10,7 @@ package serve
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"maps"
@@ -36,7 +37,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/keepalive"
 )
@@ -92,6 +92,7 @@ type Server struct {
 	log     zerolog.Logger
 	cache   *serveCache // also the one record of every node.cluster key
 	cb      *callbacks
+	history *history
 	tracker *tracker
 	metrics *metrics
 	health  *healthService
@@ -153,6 +154,8 @@ func NewServer(cfg ServerConfig) *Server {
 	s.tracker = newTracker()
 	s.metrics = newMetrics(cfg.Registerer, log)
 	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode, s.forgetKey, newAdmission(cfg.MaxInitialSyncs, s.metrics))
+	s.history = newHistory()
+	s.cb.history = s.history
 	s.cb.answered = s.streamAnswered
 	s.cb.allow = cfg.AllowNode
 	s.health = newHealthService()
@@ -258,12 +261,15 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 	}
+	var tlsCfg *tls.Config
 	if s.cfg.TLS.CertFile != "" {
 		r, err := newCertReloader(s.cfg.TLS, s.log)
 		if err != nil {
 			return err
 		}
-		opts = append(opts, grpc.Creds(credentials.NewTLS(r.TLSConfig())))
+		// portMux does the handshake (gRPC and REST share the port).
+		tlsCfg = r.TLSConfig()
+		opts = append(opts, grpc.Creds(handshakenCreds{}))
 	}
 	interceptors := []grpc.StreamServerInterceptor{firstRequestInterceptor(s.cfg.FirstRequestTimeout, s.metrics.idleClosed.Inc)}
 	if s.cfg.AuthorizeNodes {
@@ -283,14 +289,22 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	secretservice.RegisterSecretDiscoveryServiceServer(g, srv)
 	healthpb.RegisterHealthServer(g, s.health)
 
+	mux := newPortMux(lis, tlsCfg, s.log)
+	rest := s.restServer()
 	errc := make(chan error, 1)
-	go func() { errc <- g.Serve(lis) }()
-	s.log.Info().Str("addr", lis.Addr().String()).Msg("serving xDS")
+	go func() { _ = mux.run() }()
+	go func() { errc <- g.Serve(mux.grpc) }()
+	go func() { _ = rest.Serve(mux.http) }()
+	defer rest.Close()
+	defer mux.Close()
+	s.log.Info().Str("addr", lis.Addr().String()).Msg("serving xDS (gRPC and REST)")
 	select {
 	case err := <-errc:
 		return fmt.Errorf("xds server: %w", err)
 	case <-ctx.Done():
 	}
+	// Stop accepting at once; open streams drain below.
+	mux.Close()
 	// Health checkers see NOT_SERVING for the whole drain, and Updates
 	// from now on do not flip it back.
 	s.health.shutdown()

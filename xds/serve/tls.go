@@ -91,7 +91,8 @@ func (r *certReloader) load() (*tls.Config, error) {
 	if leaf, err := x509.ParseCertificate(cert.Certificate[0]); err == nil && time.Now().After(leaf.NotAfter) {
 		return nil, fmt.Errorf("xds tls: %s expired at %s", r.files.CertFile, leaf.NotAfter.UTC().Format(time.RFC3339))
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2"}}
+	// h2 for gRPC, http/1.1 for REST-JSON xDS on the same port.
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}
 	if r.files.ClientCAFile != "" {
 		pem, err := os.ReadFile(r.files.ClientCAFile)
 		if err != nil {

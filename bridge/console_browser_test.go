@@ -1,0 +1,239 @@
+package bridge_test
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/browsertest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+)
+
+var screenshots = flag.Bool("screenshots", false, "write the console's screenshots into docs/ (the README embeds them)")
+
+const consolePolicy = `
+proxy "edge" {
+  listener "http" {
+    port = 8080
+    virtual_host "shop" {
+      route {
+        match {
+          path_prefix = "/api/"
+        }
+        service = "api"
+      }
+      route {
+        service = "web"
+      }
+    }
+  }
+}
+`
+
+// TestConsoleInBrowser loads every console page in headless Chromium
+// against a bridge on real Consul with the admin token on, and checks
+// what a person would see: the sign-in form, a NACKing proxy shown as
+// NACKED with its error text, the config dump tree, a health flip
+// appearing without a reload, a rejected reload's diagnostics at
+// file:line:col, and a plan's per-group diff.
+func TestConsoleInBrowser(t *testing.T) {
+	ctx := browsertest.New(t)
+	agent := consultest.Start(t)
+	agent.RegisterTTL(t, "web", "web-1", 1001, []string{"v1"}, nil)
+	agent.RegisterTTL(t, "web", "web-2", 1002, []string{"v2"}, nil)
+	agent.RegisterTTL(t, "api", "api-1", 2001, nil, nil)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "policy.hcl")
+	tokenFile := filepath.Join(dir, "admin-token")
+	writeFile(t, file, consolePolicy)
+	writeFile(t, tokenFile, "console-s3cret\n")
+	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
+		c.ConfigFiles = []string{file}
+		c.Policy = loadPolicy(t, file)
+		c.Settings.Admin.TokenFile = tokenFile
+	})
+	edge := dialAs(t, h, adsclient.SotW, "edge", nil)
+	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	picky, err := adsclient.Dial(dctx, adsclient.Config{
+		Addr: h.daemon.XDSAddr().String(), NodeID: "picky-1", Cluster: "edge", UserAgent: "envoy/1.31.0",
+		NACK: func(typeURL, _ string, res []*anypb.Any) error {
+			for _, r := range res {
+				var c clusterv3.Cluster
+				if typeURL == adsclient.ClusterType && r.UnmarshalTo(&c) == nil && c.GetName() == "api" {
+					return errors.New("cluster api: unsupported setting (console test)")
+				}
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = picky.Close() })
+	waitEndpoints(t, "web", join(ep(1001, "HEALTHY"), ep(1002, "HEALTHY")), edge)
+	base := "http://" + h.daemon.AdminAddr().String()
+	const wait = 10 * time.Second
+	any := func(string) bool { return true }
+
+	t.Run("sign in and proxies", func(t *testing.T) {
+		run(t, ctx, chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS("#token")))
+		// A wrong token is refused and the form stays.
+		run(t, ctx, chromedp.SendKeys(chromedp.CSS("#token"), "wrong"), chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)))
+		browsertest.WaitText(t, ctx, "#login .diag", wait, func(s string) bool { return strings.Contains(s, "refused") })
+		run(t, ctx, chromedp.SetValue(chromedp.CSS("#token"), "console-s3cret"), chromedp.Click(chromedp.CSS(`#login button[type="submit"]`)))
+		browsertest.WaitText(t, ctx, `tr.proxy[data-node="picky-1"] .proxy-status`, wait, is("NACKED"))
+		browsertest.WaitText(t, ctx, `tr.proxy[data-node="test-sotw-edge"] .proxy-status`, wait, is("SYNCED"))
+		text := browsertest.WaitText(t, ctx, `tr.nack-row[data-node="picky-1"]`, wait, any)
+		if !strings.Contains(text, "CDS NACKED version") || !strings.Contains(text, "unsupported setting (console test)") {
+			t.Errorf("NACK row = %q, want the type, the rejected version and the proxy's text", text)
+		}
+		browsertest.WaitText(t, ctx, `[data-count="NACKED"] .n`, wait, is("1"))
+		browsertest.WaitText(t, ctx, `[data-count="ALL"] .n`, wait, is("2"))
+		shot(t, ctx, "console-proxies.png")
+		// Filtering by status leaves only the NACKing proxy.
+		run(t, ctx, chromedp.Click(chromedp.CSS(`[data-count="NACKED"]`)))
+		browsertest.WaitText(t, ctx, "#proxies tbody", wait, func(s string) bool {
+			return strings.Contains(s, "picky-1") && !strings.Contains(s, "test-sotw-edge")
+		})
+		run(t, ctx, chromedp.Click(chromedp.CSS(`[data-count="ALL"]`)))
+		browsertest.WaitText(t, ctx, "#proxies tbody", wait, func(s string) bool { return strings.Contains(s, "test-sotw-edge") })
+		// A phone-sized screen still shows node, group, status and types.
+		run(t, ctx, chromedp.EmulateViewport(390, 800))
+		shot(t, ctx, "console-proxies-phone.png")
+		run(t, ctx, chromedp.EmulateViewport(1280, 800))
+	})
+
+	t.Run("one proxy", func(t *testing.T) {
+		goTo(t, ctx, "#/proxy/test-sotw-edge")
+		browsertest.WaitText(t, ctx, "#dump", wait, func(s string) bool { return strings.Contains(s, "clusters") })
+		run(t, ctx, chromedp.Click(chromedp.CSS(`#dump details[data-path="/clusters"] > summary`)))
+		browsertest.WaitText(t, ctx, `#dump details[data-path="/clusters"]`, wait, func(s string) bool {
+			return strings.Contains(s, "{ web }") && strings.Contains(s, "{ api }")
+		})
+		// The tree stays open across the page's refreshes.
+		time.Sleep(2500 * time.Millisecond)
+		browsertest.WaitText(t, ctx, `#dump details[data-path="/clusters/0"] > summary`, time.Second, any)
+		run(t, ctx, chromedp.Click(chromedp.CSS(`#dump details[data-path="/clusters/1"] > summary`)))
+		browsertest.WaitText(t, ctx, `#dump details[data-path="/clusters/1"]`, wait, func(s string) bool { return strings.Contains(s, "connect_timeout") })
+		evalBool(t, ctx, `(document.querySelector("#dump").previousElementSibling.scrollIntoView(), true)`)
+		shot(t, ctx, "console-proxy.png")
+		// The NACKing proxy's history has the push it rejected, with
+		// the proxy's text.
+		goTo(t, ctx, "#/proxy/picky-1")
+		browsertest.WaitText(t, ctx, `#history tr[data-event="nack"]`, wait, func(s string) bool {
+			return strings.Contains(s, "CDS") && strings.Contains(s, "unsupported setting (console test)")
+		})
+		browsertest.WaitText(t, ctx, `#history tr[data-event="push"]`, wait, any)
+	})
+
+	t.Run("catalog health flip without reload", func(t *testing.T) {
+		goTo(t, ctx, "#/catalog")
+		browsertest.WaitText(t, ctx, `li[data-instance="web-1"] .instance-status`, wait, is("passing"))
+		browsertest.WaitText(t, ctx, `tr[data-service="web"] td.groups`, wait, func(s string) bool { return strings.Contains(s, "edge") })
+		evalBool(t, ctx, `window.__noReload = true`)
+		agent.SetTTL(t, "service:web-1", "critical")
+		browsertest.WaitText(t, ctx, `li[data-instance="web-1"] .instance-status`, wait, is("critical"))
+		if !evalBool(t, ctx, `window.__noReload === true`) {
+			t.Fatal("the page reloaded to show the health change")
+		}
+		shot(t, ctx, "console-catalog.png")
+	})
+
+	t.Run("policy rejected reload", func(t *testing.T) {
+		goTo(t, ctx, "#/policy")
+		browsertest.WaitText(t, ctx, "#sources", wait, func(s string) bool { return strings.Contains(s, file) })
+		browsertest.WaitText(t, ctx, "#last-reload", wait, func(s string) bool { return strings.Contains(s, "accepted") })
+		writeFile(t, file, consolePolicy+"\nproxy \"edge\" {\n}\n")
+		text := browsertest.WaitText(t, ctx, "#last-reload", wait, func(s string) bool { return strings.Contains(s, "rejected") })
+		if !regexp.MustCompile(regexp.QuoteMeta(file) + `:\d+:\d+: `).MatchString(text) {
+			t.Errorf("rejected reload = %q, want a diagnostic at file:line:col", text)
+		}
+		shot(t, ctx, "console-policy.png")
+		writeFile(t, file, consolePolicy)
+		browsertest.WaitText(t, ctx, "#last-reload", wait, func(s string) bool { return strings.Contains(s, "accepted") })
+	})
+
+	t.Run("plan", func(t *testing.T) {
+		goTo(t, ctx, "#/plan")
+		browsertest.WaitText(t, ctx, "#plan-doc", wait, func(s string) bool { return strings.Contains(s, file) })
+		planned := strings.Replace(consolePolicy, `path_prefix = "/api/"`, `path_prefix = "/v2/api/"`, 1)
+		run(t, ctx, chromedp.SetValue(chromedp.CSS("#plan-text"), planned), chromedp.Click(chromedp.CSS("#plan-run")))
+		text := browsertest.WaitText(t, ctx, `.plan-section[data-node-cluster="edge"]`, wait, any)
+		if !strings.Contains(text, "~ route edge.http") || !strings.Contains(text, file+":") {
+			t.Errorf("plan for edge = %q, want the changed route with where it is declared", text)
+		}
+		browsertest.WaitText(t, ctx, `.plan-section[data-node-cluster=""]`, wait, func(s string) bool { return strings.Contains(s, "No changes") })
+		shot(t, ctx, "console-plan.png")
+		// An invalid document shows its diagnostics instead.
+		run(t, ctx, chromedp.SetValue(chromedp.CSS("#plan-text"), `proxy "edge" {`), chromedp.Click(chromedp.CSS("#plan-run")))
+		browsertest.WaitText(t, ctx, "#plan-diagnostics", wait, func(s string) bool {
+			return regexp.MustCompile(regexp.QuoteMeta(file) + `:\d+:\d+: `).MatchString(s)
+		})
+	})
+}
+
+func is(want string) func(string) bool {
+	return func(s string) bool { return strings.TrimSpace(s) == want }
+}
+
+func run(t *testing.T, ctx context.Context, actions ...chromedp.Action[chromedp.Void]) {
+	t.Helper()
+	tctx, cancel := context.WithTimeout(ctx, 15*time.Second)
+	defer cancel()
+	if err := chromedp.Do(tctx, actions...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// goTo follows an in-page link, as a click on the navigation does; a
+// fresh navigation would start a new session, without the token.
+func goTo(t *testing.T, ctx context.Context, fragment string) {
+	t.Helper()
+	evalBool(t, ctx, "(location.hash = "+strconv.Quote(fragment)+") !== ''")
+}
+
+func evalBool(t *testing.T, ctx context.Context, js string) bool {
+	t.Helper()
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[bool](js))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// shot captures the viewport; with -screenshots it lands in docs/.
+func shot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	png, err := chromedp.Run(ctx, chromedp.CaptureScreenshot())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if *screenshots {
+		dir = filepath.Join("..", "docs")
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func writeFile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,187 @@
+package serve
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc/credentials"
+)
+
+// portMux serves gRPC and HTTP/1.1 (REST-JSON xDS) on the one xDS port, so
+// the one bootstrap cluster that points at the bridge serves both. It
+// terminates TLS itself (when configured) and looks at the first bytes of
+// each connection: the HTTP/2 connection preface goes to the gRPC server,
+// anything else to the REST handler. A connection that finishes neither
+// its TLS handshake nor its first bytes within handshakeTimeout is
+// dropped, as gRPC's ConnectionTimeout did before.
+type portMux struct {
+	lis      net.Listener
+	tls      *tls.Config
+	log      zerolog.Logger
+	grpc     *chanListener
+	http     *chanListener
+	timeout  time.Duration
+	closeErr sync.Once
+}
+
+// handshakeTimeout is a variable for tests only.
+var handshakeTimeout = 5 * time.Second
+
+var http2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
+
+func newPortMux(lis net.Listener, tlsCfg *tls.Config, log zerolog.Logger) *portMux {
+	return &portMux{
+		lis: lis, tls: tlsCfg, log: log, timeout: handshakeTimeout,
+		grpc: newChanListener(lis.Addr()), http: newChanListener(lis.Addr()),
+	}
+}
+
+// run accepts until the listener closes; each connection is classified on
+// its own goroutine so a slow client never holds up the next one.
+func (m *portMux) run() error {
+	for {
+		c, err := m.lis.Accept()
+		if err != nil {
+			m.Close()
+			return err
+		}
+		go m.classify(c)
+	}
+}
+
+func (m *portMux) classify(c net.Conn) {
+	_ = c.SetDeadline(time.Now().Add(m.timeout))
+	conn := c
+	if m.tls != nil {
+		tc := tls.Server(c, m.tls)
+		if err := tc.HandshakeContext(context.Background()); err != nil {
+			m.log.Debug().Err(err).Str("remote", c.RemoteAddr().String()).Msg("xDS TLS handshake failed")
+			c.Close()
+			return
+		}
+		conn = tc
+	}
+	// Byte by byte against the preface, so a short HTTP/1.1 request is
+	// not held waiting for 24 bytes it will never send.
+	br := bufio.NewReaderSize(conn, 4096)
+	dst := m.grpc
+	for i := 1; i <= len(http2Preface); i++ {
+		head, err := br.Peek(i)
+		if err != nil {
+			conn.Close()
+			return
+		}
+		if !bytes.Equal(head, http2Preface[:i]) {
+			dst = m.http
+			break
+		}
+	}
+	_ = c.SetDeadline(time.Time{})
+	pc := &peekedConn{Conn: conn, r: br}
+	if !dst.deliver(pc) {
+		conn.Close()
+	}
+}
+
+// Close stops both sides and the underlying listener.
+func (m *portMux) Close() error {
+	var err error
+	m.closeErr.Do(func() {
+		err = m.lis.Close()
+		m.grpc.Close()
+		m.http.Close()
+	})
+	return err
+}
+
+// peekedConn replays the bytes read while classifying. For gRPC it still
+// exposes the TLS state (see handshakenCreds).
+type peekedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (p *peekedConn) Read(b []byte) (int, error) { return p.r.Read(b) }
+
+// ConnectionState is the TLS state of a TLS connection, for the REST
+// handler (http.Server fills Request.TLS from it) and gRPC's AuthInfo.
+func (p *peekedConn) ConnectionState() tls.ConnectionState {
+	if tc, ok := p.Conn.(*tls.Conn); ok {
+		return tc.ConnectionState()
+	}
+	return tls.ConnectionState{}
+}
+
+// chanListener is a net.Listener fed by portMux.
+type chanListener struct {
+	addr   net.Addr
+	ch     chan net.Conn
+	done   chan struct{}
+	closed sync.Once
+}
+
+func newChanListener(addr net.Addr) *chanListener {
+	return &chanListener{addr: addr, ch: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *chanListener) deliver(c net.Conn) bool {
+	select {
+	case l.ch <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+func (l *chanListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.ch:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *chanListener) Close() error {
+	l.closed.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *chanListener) Addr() net.Addr { return l.addr }
+
+// handshakenCreds are gRPC transport credentials for connections whose
+// TLS handshake portMux already did: they only report the TLS state, so
+// node authorization sees the client certificate as before.
+type handshakenCreds struct{}
+
+var _ credentials.TransportCredentials = handshakenCreds{}
+
+func (handshakenCreds) ServerHandshake(c net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	pc, ok := c.(*peekedConn)
+	if !ok {
+		return nil, nil, errors.New("xds: connection did not come through the port multiplexer")
+	}
+	if _, isTLS := pc.Conn.(*tls.Conn); !isTLS {
+		return nil, nil, errors.New("xds: plaintext connection on a TLS port")
+	}
+	return c, credentials.TLSInfo{State: pc.ConnectionState(), CommonAuthInfo: credentials.CommonAuthInfo{SecurityLevel: credentials.PrivacyAndIntegrity}}, nil
+}
+
+func (handshakenCreds) ClientHandshake(context.Context, string, net.Conn) (net.Conn, credentials.AuthInfo, error) {
+	return nil, nil, errors.New("xds: server-side credentials only")
+}
+
+func (handshakenCreds) Info() credentials.ProtocolInfo {
+	return credentials.ProtocolInfo{SecurityProtocol: "tls"}
+}
+
+func (handshakenCreds) Clone() credentials.TransportCredentials { return handshakenCreds{} }
+
+func (handshakenCreds) OverrideServerName(string) error { return nil }

@@ -21,6 +21,8 @@ type Listener struct {
 	UsesFault bool
 	// TLS, if set, terminates TLS on the listener (any protocol).
 	TLS *DownstreamTLS
+	// HTTP holds the listener's HTTP features (http.go).
+	HTTP ListenerHTTP `json:",omitzero"`
 }
 
 // VirtualHost groups routes by the Host header.
@@ -28,6 +30,8 @@ type VirtualHost struct {
 	Name    string
 	Domains []string
 	Routes  []Route
+	// HTTP is the virtual host's HTTP filter settings (http.go).
+	HTTP PerRoute `json:",omitzero"`
 }
 
 // NoTimeout, as a route's Timeout or IdleTimeout, disables the timeout;
@@ -62,6 +66,8 @@ type Route struct {
 	Fault           *Fault
 	// HashPolicies come from the target service's ring-hash settings.
 	HashPolicies []HashPolicy
+	// HTTP is the route's HTTP filter settings (http.go).
+	HTTP PerRoute `json:",omitzero"`
 }
 
 // RouteMatch selects requests. At most one path matcher is set; none

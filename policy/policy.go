@@ -97,7 +97,9 @@ type Listener struct {
 	TCP          []Target
 	VirtualHosts []*VirtualHost
 	// TLS, if set, terminates TLS on the listener.
-	TLS    *ListenerTLS
+	TLS *ListenerTLS
+	// HTTP is the listener's HTTP features (upgrades, compression, ...).
+	HTTP   ir.ListenerHTTP
 	Source string
 	Range  hcl.Range
 }
@@ -110,6 +112,8 @@ type VirtualHost struct {
 	// Certificate names the listener certificate that clients asking for
 	// Domains get (tls { certificate = "..." }); "" for the default.
 	Certificate string
+	// HTTP is the virtual host's HTTP filter settings (cors, ...).
+	HTTP ir.PerRoute
 }
 
 // Target names a service (and optionally one of its subsets) with a weight.
@@ -136,6 +140,9 @@ type Route struct {
 	ResponseHeaders ir.HeaderMutation
 	Mirror          *MirrorTarget
 	Fault           *ir.Fault
+	// HTTP is the route's HTTP filter settings (cors, upgrades, ...),
+	// with what it leaves out inherited from its virtual host.
+	HTTP ir.PerRoute
 }
 
 // MirrorTarget is a `mirror` block.

@@ -418,6 +418,7 @@ func (r *resolver) listener(group string, b *listenerBlock) *Listener {
 				}
 				vh.Routes = append(vh.Routes, r.route(rb, fmt.Sprintf("route of virtual_host %q", vb.Name)))
 			}
+			r.vhostHTTP(vb, vh)
 			if len(vb.Routes) == 0 {
 				r.add(vb.DefRange, "virtual_host without routes", "virtual_host %q of %s has no route block, so every request to it would get 404; add a route block.", vb.Name, where)
 			}

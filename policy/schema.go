@@ -153,6 +153,7 @@ type virtualHostBlock struct {
 	Domains  []string       `hcl:"domains,optional"`
 	Routes   []*routeBlock  `hcl:"route,block"`
 	TLS      *vhostTLSBlock `hcl:"tls,block"`
+	CORS     *corsBlock     `hcl:"cors,block"`
 	Body     hcl.Body       `hcl:",body"`
 	DefRange hcl.Range      `hcl:",def_range"`
 }
@@ -172,6 +173,7 @@ type routeBlock struct {
 	ResponseHeaders *headersBlock        `hcl:"response_headers,block"`
 	Mirror          *mirrorBlock         `hcl:"mirror,block"`
 	Fault           *faultBlock          `hcl:"fault,block"`
+	CORS            *corsBlock           `hcl:"cors,block"`
 	Body            hcl.Body             `hcl:",body"`
 	DefRange        hcl.Range            `hcl:",def_range"`
 }

@@ -1,0 +1,115 @@
+package policy
+
+import (
+	"regexp"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+)
+
+// Resolving the HTTP-feature blocks of listeners, virtual hosts and
+// routes (http_schema.go). Each block is checked here, at the position of
+// the value at fault, so `validate` catches what Envoy would NACK.
+
+// corsOrigin is an origin as browsers send it: scheme://host[:port], lower
+// case, no path. Envoy compares the Origin header with allow_origins
+// exactly, so "https://Shop.example.com/" would never match anything.
+var corsOrigin = regexp.MustCompile(`^[a-z][a-z0-9+.-]*://[a-z0-9.\-\[\]:_]+$`)
+
+// vhostHTTP resolves a virtual host's HTTP settings and its routes' (the
+// routes are resolved already, in vb's order), so that a route's block
+// inherits what it leaves out from its virtual host's.
+func (r *resolver) vhostHTTP(vb *virtualHostBlock, vh *VirtualHost) {
+	vh.HTTP.CORS = r.cors(vb.CORS, nil)
+	for i, rb := range vb.Routes {
+		if i >= len(vh.Routes) {
+			break
+		}
+		vh.Routes[i].HTTP.CORS = r.cors(rb.CORS, vh.HTTP.CORS)
+	}
+}
+
+// cors resolves b, taking what b leaves out from inherit (the virtual
+// host's policy); with no block the route keeps its virtual host's.
+func (r *resolver) cors(b *corsBlock, inherit *ir.CORS) *ir.CORS {
+	if b == nil {
+		return nil
+	}
+	c := &ir.CORS{}
+	if inherit != nil {
+		*c = *inherit
+	}
+	if b.AllowOrigins != nil {
+		c.AllowOrigins = b.AllowOrigins
+		for i, o := range b.AllowOrigins {
+			if o != "*" && !corsOrigin.MatchString(o) {
+				r.add(elemRange(b.Body, "allow_origins", i, b.DefRange), "Invalid CORS origin",
+					"%q is not an origin as browsers send it: \"*\" or scheme://host[:port], lower case, without a path or trailing slash (e.g. \"https://shop.example.com\"). Use allow_origin_regex for patterns.", o)
+			}
+		}
+	}
+	if b.AllowOriginRegex != nil {
+		c.AllowOriginRegex = b.AllowOriginRegex
+		for i, re := range b.AllowOriginRegex {
+			if _, err := regexp.Compile(re); err != nil {
+				r.add(elemRange(b.Body, "allow_origin_regex", i, b.DefRange), "Invalid regular expression", "allow_origin_regex %q does not compile as RE2: %v.", re, err)
+			}
+		}
+	}
+	if b.AllowMethods != nil {
+		c.AllowMethods = b.AllowMethods
+		for i, m := range b.AllowMethods {
+			if !methodName.MatchString(m) {
+				r.add(elemRange(b.Body, "allow_methods", i, b.DefRange), "Invalid method", "allow_methods: %q must be an upper-case HTTP method such as \"GET\".", m)
+			}
+		}
+	}
+	for _, hl := range []struct {
+		name string
+		in   []string
+		dst  *[]string
+	}{{"allow_headers", b.AllowHeaders, &c.AllowHeaders}, {"expose_headers", b.ExposeHeaders, &c.ExposeHeaders}} {
+		if hl.in == nil {
+			continue
+		}
+		*hl.dst = hl.in
+		for i, h := range hl.in {
+			if h != "*" && !headerName.MatchString(h) {
+				r.add(elemRange(b.Body, hl.name, i, b.DefRange), "Invalid header name", "%s: %q is not a valid HTTP header name (or \"*\").", hl.name, h)
+			}
+		}
+	}
+	if b.MaxAge != nil && !isNull(b.MaxAge) {
+		var d time.Duration
+		if ds := durationAttr(b.MaxAge, &d); ds.HasErrors() {
+			r.extend(ds)
+		} else if d%time.Second != 0 {
+			r.add(b.MaxAge.Range(), "Invalid max_age", "max_age %s: Access-Control-Max-Age counts whole seconds; use e.g. \"10m\" or \"30s\".", d)
+		} else {
+			c.MaxAge = d
+		}
+	}
+	set(&c.AllowCredentials, b.AllowCredentials)
+	if len(c.AllowOrigins) == 0 && len(c.AllowOriginRegex) == 0 {
+		r.add(b.DefRange, "CORS without origins", "cors allows no origin, so Envoy would answer no preflight; set allow_origins (e.g. [\"https://shop.example.com\"]) or allow_origin_regex.")
+	}
+	if c.AllowCredentials && slices.Contains(c.AllowOrigins, "*") {
+		// Envoy answers with the request's own Origin, not "*", so the
+		// browser would send cookies from any site.
+		r.add(valueRange(b.Body, "allow_credentials", b.DefRange), "Credentials for any origin",
+			"allow_credentials = true with allow_origins = [\"*\"] lets every web site make requests with the user's cookies (Envoy echoes the request's Origin); list the origins instead.")
+	}
+	return c
+}
+
+// grpcUnsupportedHTTP refuses, in a grpc_service route, the HTTP
+// features gRPC's xDS client does not implement: it would ignore them,
+// serving something other than the policy says.
+func (r *resolver) grpcUnsupportedHTTP(b *routeBlock, unsupported func(rng hcl.Range, what, why string)) {
+	if b.CORS != nil {
+		unsupported(b.CORS.DefRange, "cors", "gRPC's xDS client has no CORS filter; browsers reach gRPC services through an Envoy listener (grpc-web).")
+	}
+}

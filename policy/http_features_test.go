@@ -1,0 +1,154 @@
+package policy
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/hcl/v2"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+)
+
+// inVHost wraps virtual_host attributes and blocks so that body starts on
+// line 5 of the document; the virtual host has one route to "web" after
+// body.
+func inVHost(body string) string {
+	return `proxy "edge" {
+  listener "http" {
+    port = 8080
+    virtual_host "shop" {
+` + body + `
+      route {
+        service = "web"
+      }
+    }
+  }
+}
+`
+}
+
+// checkFirst asserts that docs fail with want ("file:line:col: Summary")
+// first, with detail in its Detail, and that every diagnostic has a
+// position.
+func checkFirst(t *testing.T, docs []string, want, detail string) {
+	t.Helper()
+	cfg, diags := loadDocs(false, docs...)
+	if !diags.HasErrors() {
+		t.Fatalf("no error; policy: %+v", cfg.Policy)
+	}
+	for _, d := range diags {
+		if d.Subject == nil || d.Subject.Filename == "" || d.Subject.Start.Line < 1 {
+			t.Errorf("diagnostic without a usable position: %s: %s", d.Summary, d.Detail)
+		}
+	}
+	if got := firstLine(diags[0]); got != want {
+		t.Errorf("first diagnostic = %q\n                 want %q\nall:\n  %s", got, want, strings.Join(FormatDiagnostics(diags), "\n  "))
+	}
+	if diags[0].Severity != hcl.DiagError {
+		t.Errorf("first diagnostic is not an error: %v", diags[0].Severity)
+	}
+	if !strings.Contains(diags[0].Detail, detail) {
+		t.Errorf("detail = %q\nwant it to contain %q", diags[0].Detail, detail)
+	}
+}
+
+func TestHTTPFeatureDiagnostics(t *testing.T) {
+	tests := map[string]struct {
+		docs         []string
+		want, detail string
+	}{
+		// --- cors ---
+		"cors origin with a path": {
+			docs:   []string{inVHost("      cors {\n        allow_origins = [\"https://a.example.com\", \"https://b.example.com/\"]\n      }")},
+			want:   "a.hcl:6:51: Invalid CORS origin",
+			detail: "without a path or trailing slash",
+		},
+		"cors origin in upper case": {
+			docs:   []string{inVHost("      cors {\n        allow_origins = [\"https://Shop.example.com\"]\n      }")},
+			want:   "a.hcl:6:26: Invalid CORS origin",
+			detail: "lower case",
+		},
+		"cors without origins": {
+			docs:   []string{inVHost("      cors {\n        allow_methods = [\"GET\"]\n      }")},
+			want:   "a.hcl:5:7: CORS without origins",
+			detail: "set allow_origins",
+		},
+		"cors bad origin regex": {
+			docs:   []string{inRoute("        service = \"web\"\n        cors {\n          allow_origin_regex = [\"^https://(\"]\n        }", "")},
+			want:   "a.hcl:8:33: Invalid regular expression",
+			detail: "does not compile as RE2",
+		},
+		"cors lower-case method": {
+			docs:   []string{inVHost("      cors {\n        allow_origins = [\"*\"]\n        allow_methods = [\"GET\", \"post\"]\n      }")},
+			want:   "a.hcl:7:33: Invalid method",
+			detail: "upper-case HTTP method",
+		},
+		"cors bad header": {
+			docs:   []string{inVHost("      cors {\n        allow_origins = [\"*\"]\n        expose_headers = [\"x request\"]\n      }")},
+			want:   "a.hcl:7:27: Invalid header name",
+			detail: "expose_headers",
+		},
+		"cors max_age not whole seconds": {
+			docs:   []string{inVHost("      cors {\n        allow_origins = [\"*\"]\n        max_age = \"1500ms\"\n      }")},
+			want:   "a.hcl:7:19: Invalid max_age",
+			detail: "whole seconds",
+		},
+		"cors credentials for any origin": {
+			docs:   []string{inVHost("      cors {\n        allow_origins = [\"*\"]\n        allow_credentials = true\n      }")},
+			want:   "a.hcl:7:29: Credentials for any origin",
+			detail: "list the origins instead",
+		},
+		"cors credentials inherited by a route that allows any origin": {
+			docs:   []string{inVHost("      cors {\n        allow_origins = [\"https://a.example.com\"]\n        allow_credentials = true\n      }\n      route {\n        match {\n          path_prefix = \"/x\"\n        }\n        service = \"web\"\n        cors {\n          allow_origins = [\"*\"]\n        }\n      }")},
+			want:   "a.hcl:14:9: Credentials for any origin",
+			detail: "Envoy echoes the request's Origin",
+		},
+		"cors in a grpc_service": {
+			docs:   []string{inGRPC("    service = \"echo\"\n    cors {\n      allow_origins = [\"*\"]\n    }", "")},
+			want:   "a.hcl:4:5: Unsupported in a grpc_service",
+			detail: "no CORS filter",
+		},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) { checkFirst(t, tc.docs, tc.want, tc.detail) })
+	}
+}
+
+// A route's cors block inherits what it leaves out from its virtual
+// host's; a route without one has none of its own (Envoy applies the
+// virtual host's).
+func TestCORSInheritance(t *testing.T) {
+	cfg, diags := loadDocs(false, inVHost(`      cors {
+        allow_origins     = ["https://shop.example.com"]
+        allow_methods     = ["GET"]
+        max_age           = "1h"
+        allow_credentials = true
+      }
+      route {
+        match {
+          path_prefix = "/api/"
+        }
+        service = "api"
+        cors {
+          allow_methods = ["GET", "PUT"]
+        }
+      }`))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	vh := cfg.Policy.Proxies[0].Listeners[0].VirtualHosts[0]
+	wantVH := &ir.CORS{AllowOrigins: []string{"https://shop.example.com"}, AllowMethods: []string{"GET"}, MaxAge: time.Hour, AllowCredentials: true}
+	if diff := cmp.Diff(wantVH, vh.HTTP.CORS); diff != "" {
+		t.Errorf("virtual host (-want +got):\n%s", diff)
+	}
+	wantRoute := *wantVH
+	wantRoute.AllowMethods = []string{"GET", "PUT"}
+	if diff := cmp.Diff(&wantRoute, vh.Routes[0].HTTP.CORS); diff != "" {
+		t.Errorf("route (-want +got):\n%s", diff)
+	}
+	if vh.Routes[1].HTTP.CORS != nil {
+		t.Errorf("route without cors got %+v", vh.Routes[1].HTTP.CORS)
+	}
+}

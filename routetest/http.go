@@ -205,4 +205,3 @@ func (c *check) corsWhy() string {
 	}
 	return "it is not a preflight"
 }
-

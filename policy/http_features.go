@@ -3,6 +3,7 @@ package policy
 import (
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -28,8 +29,46 @@ func (r *resolver) vhostHTTP(vb *virtualHostBlock, vh *VirtualHost) {
 		if i >= len(vh.Routes) {
 			break
 		}
-		vh.Routes[i].HTTP.CORS = r.cors(rb.CORS, vh.HTTP.CORS)
+		rt := vh.Routes[i]
+		rt.HTTP.CORS = r.cors(rb.CORS, vh.HTTP.CORS)
+		rt.HTTP.Upgrades = r.upgrades(rb.Body, rb.Upgrades, rb.DefRange)
+		if len(rb.Upgrades) > 0 && len(rt.Targets) == 0 {
+			r.add(valueRange(rb.Body, "upgrades", rb.DefRange), "upgrades without a service", "upgrades apply to routes that forward to a service, not to redirects or direct responses.")
+		}
 	}
+}
+
+// listenerHTTP resolves a listener's HTTP features; a tcp listener has
+// none.
+func (r *resolver) listenerHTTP(b *listenerBlock, l *Listener, where string) {
+	if l.Protocol == "tcp" {
+		if b.Upgrades != nil {
+			r.add(valueRange(b.Body, "upgrades", b.DefRange), "upgrades on a tcp listener", "%s is protocol \"tcp\": it forwards connections whatever they carry; upgrades apply to http listeners.", where)
+		}
+		return
+	}
+	l.HTTP.Upgrades = r.upgrades(b.Body, b.Upgrades, b.DefRange)
+}
+
+// upgrades checks a list of connection upgrades (the Upgrade header's
+// protocol names), lower-cased as Envoy compares them.
+func (r *resolver) upgrades(body hcl.Body, list []string, def hcl.Range) []string {
+	var out []string
+	for i, u := range list {
+		rng := elemRange(body, "upgrades", i, def)
+		name := strings.ToLower(u)
+		switch {
+		case name == "connect":
+			r.add(rng, "Unsupported upgrade", "CONNECT is a method, not an Upgrade; Envoy proxies it only on routes with a CONNECT matcher, which the policy does not offer.")
+		case !headerName.MatchString(name):
+			r.add(rng, "Invalid upgrade", "%q is not a protocol name for the Upgrade header, e.g. \"websocket\".", u)
+		case slices.Contains(out, name):
+			r.add(rng, "Duplicate upgrade", "%q is listed twice.", u)
+		default:
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // cors resolves b, taking what b leaves out from inherit (the virtual
@@ -111,5 +150,8 @@ func (r *resolver) cors(b *corsBlock, inherit *ir.CORS) *ir.CORS {
 func (r *resolver) grpcUnsupportedHTTP(b *routeBlock, unsupported func(rng hcl.Range, what, why string)) {
 	if b.CORS != nil {
 		unsupported(b.CORS.DefRange, "cors", "gRPC's xDS client has no CORS filter; browsers reach gRPC services through an Envoy listener (grpc-web).")
+	}
+	if b.Upgrades != nil {
+		unsupported(valueRange(b.Body, "upgrades", b.DefRange), "upgrades", "gRPC calls are HTTP/2 streams, never upgraded connections.")
 	}
 }

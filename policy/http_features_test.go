@@ -105,6 +105,32 @@ func TestHTTPFeatureDiagnostics(t *testing.T) {
 			want:   "a.hcl:14:9: Credentials for any origin",
 			detail: "Envoy echoes the request's Origin",
 		},
+		// --- upgrades ---
+		"upgrade CONNECT": {
+			docs:   []string{inRoute("        service = \"web\"\n        upgrades = [\"websocket\", \"CONNECT\"]", "")},
+			want:   "a.hcl:7:34: Unsupported upgrade",
+			detail: "CONNECT is a method",
+		},
+		"upgrade twice": {
+			docs:   []string{inRoute("        service = \"web\"\n        upgrades = [\"websocket\", \"WebSocket\"]", "")},
+			want:   "a.hcl:7:34: Duplicate upgrade",
+			detail: "listed twice",
+		},
+		"upgrade on a redirect": {
+			docs:   []string{inRoute("        redirect {\n          scheme = \"https\"\n        }\n        upgrades = [\"websocket\"]", "")},
+			want:   "a.hcl:9:20: upgrades without a service",
+			detail: "not to redirects",
+		},
+		"upgrades on a tcp listener": {
+			docs:   []string{inListener("    port = 5432\n    protocol = \"tcp\"\n    service = \"db\"\n    upgrades = [\"websocket\"]")},
+			want:   "a.hcl:6:16: upgrades on a tcp listener",
+			detail: "apply to http listeners",
+		},
+		"upgrades in a grpc_service": {
+			docs:   []string{inGRPC("    service = \"echo\"\n    upgrades = [\"websocket\"]", "")},
+			want:   "a.hcl:4:16: Unsupported in a grpc_service",
+			detail: "never upgraded",
+		},
 		"cors in a grpc_service": {
 			docs:   []string{inGRPC("    service = \"echo\"\n    cors {\n      allow_origins = [\"*\"]\n    }", "")},
 			want:   "a.hcl:4:5: Unsupported in a grpc_service",

@@ -114,6 +114,7 @@ type listenerBlock struct {
 	IdleTimeout  hcl.Expression      `hcl:"idle_timeout,optional"`
 	VirtualHosts []*virtualHostBlock `hcl:"virtual_host,block"`
 	TLS          *listenerTLSBlock   `hcl:"tls,block"`
+	Upgrades     []string            `hcl:"upgrades,optional"`
 	Body         hcl.Body            `hcl:",body"`
 	DefRange     hcl.Range           `hcl:",def_range"`
 }
@@ -174,6 +175,7 @@ type routeBlock struct {
 	Mirror          *mirrorBlock         `hcl:"mirror,block"`
 	Fault           *faultBlock          `hcl:"fault,block"`
 	CORS            *corsBlock           `hcl:"cors,block"`
+	Upgrades        []string             `hcl:"upgrades,optional"`
 	Body            hcl.Body             `hcl:",body"`
 	DefRange        hcl.Range            `hcl:",def_range"`
 }

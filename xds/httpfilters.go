@@ -53,6 +53,9 @@ func typedHTTPFilter(name string, cfg proto.Message) *hcmv3.HttpFilter {
 // listenerHTTPFeatures sets what a listener configures for all its routes
 // on its HTTP connection manager.
 func listenerHTTPFeatures(hcm *hcmv3.HttpConnectionManager, h *ir.ListenerHTTP) {
+	for _, u := range h.Upgrades {
+		hcm.UpgradeConfigs = append(hcm.UpgradeConfigs, &hcmv3.HttpConnectionManager_UpgradeConfig{UpgradeType: u})
+	}
 }
 
 // perFilterConfig adds the typed per-filter config of a virtual host's
@@ -72,6 +75,15 @@ func perFilterConfig(p *ir.PerRoute, m map[string]*anypb.Any) map[string]*anypb.
 
 // routeHTTPFeatures sets a route's own HTTP settings on its action.
 func routeHTTPFeatures(out *routev3.Route, p *ir.PerRoute) {
+	// A route may enable an upgrade its listener does not: Envoy's
+	// connection manager lets the route's upgrade_configs decide first
+	// (HttpConnectionManagerConfig::createUpgradeFilterChain), so this
+	// stays an RDS change.
+	if a := out.GetRoute(); a != nil {
+		for _, u := range p.Upgrades {
+			a.UpgradeConfigs = append(a.UpgradeConfigs, &routev3.RouteAction_UpgradeConfig{UpgradeType: u, Enabled: wrapperspb.Bool(true)})
+		}
+	}
 }
 
 func buildCORS(c *ir.CORS) *corsv3.CorsPolicy {

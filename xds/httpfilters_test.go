@@ -49,6 +49,7 @@ func TestPerRouteFeaturesChangeRoutesOnly(t *testing.T) {
 	tests := map[string]func(l *ir.Listener){
 		"route cors":        func(l *ir.Listener) { l.VirtualHosts[0].Routes[0].HTTP.CORS = testCORS },
 		"virtual host cors": func(l *ir.Listener) { l.VirtualHosts[0].HTTP.CORS = testCORS },
+		"route upgrades":    func(l *ir.Listener) { l.VirtualHosts[0].Routes[0].HTTP.Upgrades = []string{"websocket"} },
 	}
 	before := translate(t, featureModel(nil))
 	for name, mutate := range tests {
@@ -64,6 +65,23 @@ func TestPerRouteFeaturesChangeRoutesOnly(t *testing.T) {
 				t.Error("the route configuration did not change")
 			}
 		})
+	}
+}
+
+// Upgrades: a listener's allow them on every route (connection manager
+// upgrade_configs), a route's on that route only (route action).
+func TestUpgrades(t *testing.T) {
+	out := translate(t, featureModel(func(l *ir.Listener) {
+		l.HTTP.Upgrades = []string{"websocket"}
+		l.VirtualHosts[0].Routes[0].HTTP.Upgrades = []string{"spdy/3"}
+	}))
+	hcm := hcmOf(t, out.Groups["edge"].Listeners[0])
+	if got := hcm.GetUpgradeConfigs(); len(got) != 1 || got[0].GetUpgradeType() != "websocket" || got[0].GetEnabled() != nil {
+		t.Errorf("listener upgrade_configs = %v, want websocket", got)
+	}
+	ra := out.Groups["edge"].Routes[0].GetVirtualHosts()[0].GetRoutes()[0].GetRoute()
+	if got := ra.GetUpgradeConfigs(); len(got) != 1 || got[0].GetUpgradeType() != "spdy/3" || !got[0].GetEnabled().GetValue() {
+		t.Errorf("route upgrade_configs = %v, want spdy/3 enabled", got)
 	}
 }
 

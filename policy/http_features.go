@@ -25,6 +25,7 @@ var corsOrigin = regexp.MustCompile(`^[a-z][a-z0-9+.-]*://[a-z0-9.\-\[\]:_]+$`)
 // inherits what it leaves out from its virtual host's.
 func (r *resolver) vhostHTTP(vb *virtualHostBlock, vh *VirtualHost) {
 	vh.HTTP.CORS = r.cors(vb.CORS, nil)
+	vh.HTTP.RateLimit = r.rateLimit(vb.RateLimit)
 	for i, rb := range vb.Routes {
 		if i >= len(vh.Routes) {
 			break
@@ -32,6 +33,7 @@ func (r *resolver) vhostHTTP(vb *virtualHostBlock, vh *VirtualHost) {
 		rt := vh.Routes[i]
 		rt.HTTP.CORS = r.cors(rb.CORS, vh.HTTP.CORS)
 		rt.HTTP.Upgrades = r.upgrades(rb.Body, rb.Upgrades, rb.DefRange)
+		rt.HTTP.RateLimit = r.rateLimit(rb.RateLimit)
 		if len(rb.Upgrades) > 0 && len(rt.Targets) == 0 {
 			r.add(valueRange(rb.Body, "upgrades", rb.DefRange), "upgrades without a service", "upgrades apply to routes that forward to a service, not to redirects or direct responses.")
 		}
@@ -45,9 +47,13 @@ func (r *resolver) listenerHTTP(b *listenerBlock, l *Listener, where string) {
 		if b.Upgrades != nil {
 			r.add(valueRange(b.Body, "upgrades", b.DefRange), "upgrades on a tcp listener", "%s is protocol \"tcp\": it forwards connections whatever they carry; upgrades apply to http listeners.", where)
 		}
+		if b.RateLimit != nil {
+			r.add(b.RateLimit.DefRange, "rate_limit on a tcp listener", "%s is protocol \"tcp\": the local rate limit counts HTTP requests; use protocol = \"http\".", where)
+		}
 		return
 	}
 	l.HTTP.Upgrades = r.upgrades(b.Body, b.Upgrades, b.DefRange)
+	l.HTTP.RateLimit = r.rateLimit(b.RateLimit)
 }
 
 // upgrades checks a list of connection upgrades (the Upgrade header's
@@ -151,7 +157,84 @@ func (r *resolver) grpcUnsupportedHTTP(b *routeBlock, unsupported func(rng hcl.R
 	if b.CORS != nil {
 		unsupported(b.CORS.DefRange, "cors", "gRPC's xDS client has no CORS filter; browsers reach gRPC services through an Envoy listener (grpc-web).")
 	}
+	if b.RateLimit != nil {
+		unsupported(b.RateLimit.DefRange, "rate_limit", "gRPC's xDS client has no rate limit filter; limit calls on the server, or in an Envoy in front of it.")
+	}
 	if b.Upgrades != nil {
 		unsupported(valueRange(b.Body, "upgrades", b.DefRange), "upgrades", "gRPC calls are HTTP/2 streams, never upgraded connections.")
 	}
+}
+
+// minFillInterval is Envoy's shortest token bucket fill interval.
+const minFillInterval = 50 * time.Millisecond
+
+// rateLimit resolves a local rate limit block.
+func (r *resolver) rateLimit(b *rateLimitBlock) *ir.LocalRateLimit {
+	if b == nil {
+		return nil
+	}
+	rl := &ir.LocalRateLimit{Status: 429}
+	rl.Requests, rl.Interval, rl.Burst = r.bucket(b.Body, b.Requests, b.Interval, b.Burst, b.DefRange)
+	if b.Status != nil {
+		// Envoy answers 429 for anything below 400.
+		if *b.Status < 400 || *b.Status > 599 {
+			r.add(valueRange(b.Body, "status", b.DefRange), "Invalid status", "rate_limit status %d is not between 400 and 599 (Envoy would answer 429).", *b.Status)
+		}
+		rl.Status = *b.Status
+	}
+	for _, n := range keys(b.Headers) {
+		if !headerName.MatchString(n) || strings.HasPrefix(n, ":") {
+			r.add(keyRange(b.Body, "headers", n, b.DefRange), "Invalid header", "%q is not a valid HTTP header name.", n)
+		}
+	}
+	rl.ResponseHeaders = b.Headers
+	set(&rl.RateLimitHeaders, b.RateLimitHeaders)
+	seen := map[string]hcl.Range{}
+	for _, db := range b.Descriptors {
+		d := ir.RateLimitDescriptor{}
+		set(&d.Header, db.Header)
+		set(&d.ClientAddress, db.ClientAddress)
+		set(&d.Value, db.Value)
+		d.Header = strings.ToLower(d.Header)
+		switch {
+		case (db.Header != nil) == d.ClientAddress:
+			r.add(db.DefRange, "Invalid descriptor", "a descriptor selects requests by header = \"NAME\" or client_address = true, exactly one of them.")
+		case db.Header != nil && !headerName.MatchString(d.Header):
+			r.add(valueRange(db.Body, "header", db.DefRange), "Invalid header name", "%q is not a valid HTTP header name.", *db.Header)
+		}
+		d.Requests, d.Interval, d.Burst = r.bucket(db.Body, db.Requests, db.Interval, db.Burst, db.DefRange)
+		if rl.Interval > 0 && d.Interval%rl.Interval != 0 {
+			r.add(valueRange(db.Body, "interval", db.DefRange), "Invalid descriptor interval",
+				"interval %s is not a multiple of the rate_limit's own interval %s, which Envoy requires of descriptor buckets.", d.Interval, rl.Interval)
+		}
+		id := d.Key() + "\x00" + d.Value
+		if prev, ok := seen[id]; ok {
+			r.add(db.DefRange, "Duplicate descriptor", "a descriptor for %s with this value is already defined at %s.", d.Key(), pos(prev))
+		}
+		seen[id] = db.DefRange
+		rl.Descriptors = append(rl.Descriptors, d)
+	}
+	return rl
+}
+
+// bucket checks a token bucket: requests tokens every interval (default
+// 1s), holding at most burst (default requests).
+func (r *resolver) bucket(body hcl.Body, requests int, interval hcl.Expression, burst *int, def hcl.Range) (uint32, time.Duration, uint32) {
+	n := r.positive(body, "requests", requests, def)
+	d := time.Second
+	if interval != nil && !isNull(interval) {
+		if ds := durationAttr(interval, &d); ds.HasErrors() {
+			r.extend(ds)
+		} else if d < minFillInterval || d%time.Millisecond != 0 {
+			r.add(interval.Range(), "Invalid interval", "interval %s: Envoy refills a token bucket at most every 50ms, in whole milliseconds.", d)
+		}
+	}
+	max := n
+	if burst != nil {
+		max = r.positive(body, "burst", *burst, def)
+		if max < n {
+			r.add(valueRange(body, "burst", def), "Invalid burst", "burst %d is below requests %d: the bucket holds at most burst tokens, so a refill could never add requests.", max, n)
+		}
+	}
+	return n, d, max
 }

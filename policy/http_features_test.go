@@ -105,6 +105,52 @@ func TestHTTPFeatureDiagnostics(t *testing.T) {
 			want:   "a.hcl:14:9: Credentials for any origin",
 			detail: "Envoy echoes the request's Origin",
 		},
+		// --- rate_limit ---
+		"rate_limit of no requests": {
+			docs:   []string{inVHost("      rate_limit {\n        requests = 0\n      }")},
+			want:   "a.hcl:6:20: Invalid requests",
+			detail: "must be a positive integer",
+		},
+		"rate_limit interval below 50ms": {
+			docs:   []string{inVHost("      rate_limit {\n        requests = 1\n        interval = \"10ms\"\n      }")},
+			want:   "a.hcl:7:20: Invalid interval",
+			detail: "at most every 50ms",
+		},
+		"rate_limit burst below requests": {
+			docs:   []string{inVHost("      rate_limit {\n        requests = 10\n        burst = 5\n      }")},
+			want:   "a.hcl:7:17: Invalid burst",
+			detail: "burst 5 is below requests 10",
+		},
+		"rate_limit status not an error": {
+			docs:   []string{inVHost("      rate_limit {\n        requests = 10\n        status = 200\n      }")},
+			want:   "a.hcl:7:18: Invalid status",
+			detail: "between 400 and 599",
+		},
+		"rate_limit descriptor with header and client_address": {
+			docs:   []string{inVHost("      rate_limit {\n        requests = 10\n        descriptor {\n          header = \"x-key\"\n          client_address = true\n          requests = 1\n        }\n      }")},
+			want:   "a.hcl:7:9: Invalid descriptor",
+			detail: "exactly one of them",
+		},
+		"rate_limit descriptor interval not a multiple": {
+			docs:   []string{inVHost("      rate_limit {\n        requests = 10\n        interval = \"2s\"\n        descriptor {\n          header = \"x-key\"\n          requests = 1\n          interval = \"3s\"\n        }\n      }")},
+			want:   "a.hcl:11:22: Invalid descriptor interval",
+			detail: "not a multiple of the rate_limit's own interval 2s",
+		},
+		"rate_limit duplicate descriptor": {
+			docs:   []string{inVHost("      rate_limit {\n        requests = 10\n        descriptor {\n          header = \"x-key\"\n          requests = 1\n        }\n        descriptor {\n          header = \"X-Key\"\n          requests = 2\n        }\n      }")},
+			want:   "a.hcl:11:9: Duplicate descriptor",
+			detail: "already defined at a.hcl:7:9",
+		},
+		"rate_limit on a tcp listener": {
+			docs:   []string{inListener("    port = 5432\n    protocol = \"tcp\"\n    service = \"db\"\n    rate_limit {\n      requests = 1\n    }")},
+			want:   "a.hcl:6:5: rate_limit on a tcp listener",
+			detail: "counts HTTP requests",
+		},
+		"rate_limit in a grpc_service": {
+			docs:   []string{inGRPC("    service = \"echo\"\n    rate_limit {\n      requests = 1\n    }", "")},
+			want:   "a.hcl:4:5: Unsupported in a grpc_service",
+			detail: "no rate limit filter",
+		},
 		// --- upgrades ---
 		"upgrade CONNECT": {
 			docs:   []string{inRoute("        service = \"web\"\n        upgrades = [\"websocket\", \"CONNECT\"]", "")},

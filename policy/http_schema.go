@@ -18,3 +18,31 @@ type corsBlock struct {
 	Body             hcl.Body       `hcl:",body"`
 	DefRange         hcl.Range      `hcl:",def_range"`
 }
+
+// rateLimitBlock is `rate_limit` in a listener, virtual_host or route:
+// Envoy's local rate limit filter, a token bucket per Envoy process. The
+// most specific block applies, whole.
+type rateLimitBlock struct {
+	Requests         int                         `hcl:"requests"`
+	Interval         hcl.Expression              `hcl:"interval,optional"`
+	Burst            *int                        `hcl:"burst,optional"`
+	Status           *int                        `hcl:"status,optional"`
+	Headers          map[string]string           `hcl:"headers,optional"`
+	RateLimitHeaders *bool                       `hcl:"rate_limit_headers,optional"`
+	Descriptors      []*rateLimitDescriptorBlock `hcl:"descriptor,block"`
+	Body             hcl.Body                    `hcl:",body"`
+	DefRange         hcl.Range                   `hcl:",def_range"`
+}
+
+// rateLimitDescriptorBlock is a `descriptor` of a rate_limit: a bucket of
+// its own, by request header or client address.
+type rateLimitDescriptorBlock struct {
+	Header        *string        `hcl:"header,optional"`
+	ClientAddress *bool          `hcl:"client_address,optional"`
+	Value         *string        `hcl:"value,optional"`
+	Requests      int            `hcl:"requests"`
+	Interval      hcl.Expression `hcl:"interval,optional"`
+	Burst         *int           `hcl:"burst,optional"`
+	Body          hcl.Body       `hcl:",body"`
+	DefRange      hcl.Range      `hcl:",def_range"`
+}

@@ -115,6 +115,7 @@ type listenerBlock struct {
 	VirtualHosts []*virtualHostBlock `hcl:"virtual_host,block"`
 	TLS          *listenerTLSBlock   `hcl:"tls,block"`
 	Upgrades     []string            `hcl:"upgrades,optional"`
+	RateLimit    *rateLimitBlock     `hcl:"rate_limit,block"`
 	Body         hcl.Body            `hcl:",body"`
 	DefRange     hcl.Range           `hcl:",def_range"`
 }
@@ -154,7 +155,8 @@ type virtualHostBlock struct {
 	Domains  []string       `hcl:"domains,optional"`
 	Routes   []*routeBlock  `hcl:"route,block"`
 	TLS      *vhostTLSBlock `hcl:"tls,block"`
-	CORS     *corsBlock     `hcl:"cors,block"`
+	CORS      *corsBlock      `hcl:"cors,block"`
+	RateLimit *rateLimitBlock `hcl:"rate_limit,block"`
 	Body     hcl.Body       `hcl:",body"`
 	DefRange hcl.Range      `hcl:",def_range"`
 }
@@ -176,6 +178,7 @@ type routeBlock struct {
 	Fault           *faultBlock          `hcl:"fault,block"`
 	CORS            *corsBlock           `hcl:"cors,block"`
 	Upgrades        []string             `hcl:"upgrades,optional"`
+	RateLimit       *rateLimitBlock      `hcl:"rate_limit,block"`
 	Body            hcl.Body             `hcl:",body"`
 	DefRange        hcl.Range            `hcl:",def_range"`
 }

@@ -7,7 +7,11 @@ import (
 	"slices"
 	"strings"
 
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
+	localratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/hashicorp/hcl/v2"
 	"google.golang.org/protobuf/types/known/anypb"
@@ -18,7 +22,10 @@ import (
 // route and its virtual host.
 
 // corsFilter is the CORS filter's name, the key of its per-route config.
-const corsFilter = "envoy.filters.http.cors"
+const (
+	corsFilter           = "envoy.filters.http.cors"
+	localRateLimitFilter = "envoy.filters.http.local_ratelimit"
+)
 
 // httpExpect is what a test asserts about HTTP filters.
 type httpExpect struct {
@@ -28,6 +35,13 @@ type httpExpect struct {
 	// CORSHeaders are the CORS response headers Envoy adds, by lower-case
 	// name; "" asserts the header is absent.
 	CORSHeaders map[string]string
+	// RateLimit is where the local rate limit that applies is set:
+	// "route", "virtual_host", "listener" or "none".
+	RateLimit *string
+	// RateLimitDescriptors are the descriptor buckets the request takes a
+	// token from besides the block's: "HEADER" (a bucket per value),
+	// "HEADER=VALUE", "client_address"; in any order.
+	RateLimitDescriptors []string
 }
 
 func decodeHTTPExpect(t *Test, e *expectSchema, errorAt func(name, summary, detail string)) hcl.Diagnostics {
@@ -42,6 +56,10 @@ func decodeHTTPExpect(t *Test, e *expectSchema, errorAt func(name, summary, deta
 			}
 			x.CORSHeaders[name] = e.CORSHeaders[k]
 		}
+	}
+	x.RateLimit, x.RateLimitDescriptors = e.RateLimit, e.RateLimitDesc
+	if e.RateLimit != nil && !slices.Contains(rateLimitPlaces, *e.RateLimit) {
+		errorAt("rate_limit", "Invalid rate_limit", fmt.Sprintf("%q: rate_limit names where the applying rate_limit block is: %s.", *e.RateLimit, strings.Join(quoteAll(rateLimitPlaces), ", ")))
 	}
 	if e.NoRoute != nil && *e.NoRoute && e.CORSPreflight != nil && *e.CORSPreflight {
 		errorAt("cors_preflight", "Expectation contradicts no_route", "Envoy's CORS filter only acts on a request that matches a route.")
@@ -171,6 +189,7 @@ func (c *check) filterStatus() (int, bool) {
 
 func (c *check) evaluateHTTP() {
 	x := &c.t.Expect.HTTP
+	c.evaluateRateLimit()
 	if x.CORSPreflight == nil && x.CORSHeaders == nil {
 		return
 	}
@@ -204,4 +223,111 @@ func (c *check) corsWhy() string {
 		return "no cors policy of the route or its virtual host allows the origin"
 	}
 	return "it is not a preflight"
+}
+
+var rateLimitPlaces = []string{"route", "virtual_host", "listener", "none"}
+
+// localRateLimit is the local rate limit config that applies to the
+// request, as Envoy picks per-filter config: the route's, else the
+// virtual host's, else the listener filter's own (which limits nothing
+// without a token bucket).
+func (c *check) localRateLimit() (*localratelimitv3.LocalRateLimit, string) {
+	if c.m.Route == nil {
+		return nil, "none"
+	}
+	for i, m := range []map[string]*anypb.Any{c.m.Route.GetTypedPerFilterConfig(), c.m.VirtualHost.GetTypedPerFilterConfig()} {
+		if a, ok := m[localRateLimitFilter]; ok {
+			rl := &localratelimitv3.LocalRateLimit{}
+			if a.UnmarshalTo(rl) == nil {
+				return rl, rateLimitPlaces[i]
+			}
+		}
+	}
+	if p := c.e.pol.ProxyFor(c.t.Proxy); p != nil && c.e.out.Groups[p.Name] != nil {
+		for _, l := range c.e.out.Groups[p.Name].Listeners {
+			if l.GetName() != c.res.RouteConfig {
+				continue
+			}
+			for _, f := range listenerHTTPFilters(l) {
+				rl := &localratelimitv3.LocalRateLimit{}
+				if f.GetName() == localRateLimitFilter && f.GetTypedConfig().UnmarshalTo(rl) == nil && rl.GetTokenBucket() != nil {
+					return rl, "listener"
+				}
+			}
+		}
+	}
+	return nil, "none"
+}
+
+// rateLimitDescriptors are the descriptors of rl a request takes tokens
+// from: each of the filter's rate_limits actions yields one entry (a
+// header action none when the header is absent), matched by key and
+// value exactly, else by a wildcard (empty value) descriptor of the key.
+func (c *check) rateLimitDescriptors(rl *localratelimitv3.LocalRateLimit) []string {
+	var out []string
+	for _, limit := range rl.GetRateLimits() {
+		for _, a := range limit.GetActions() {
+			key, value, label := "", "", ""
+			switch {
+			case a.GetRemoteAddress() != nil:
+				key, label = "remote_address", "client_address"
+			case a.GetRequestHeaders() != nil:
+				h := a.GetRequestHeaders()
+				v, ok := c.t.Request.Headers[strings.ToLower(h.GetHeaderName())]
+				if !ok {
+					continue
+				}
+				key, value, label = h.GetDescriptorKey(), v, h.GetDescriptorKey()
+			default:
+				continue
+			}
+			wildcard := false
+			exact := slices.ContainsFunc(rl.GetDescriptors(), func(d *ratelimitv3.LocalRateLimitDescriptor) bool {
+				e := d.GetEntries()
+				if len(e) == 1 && e[0].GetKey() == key && e[0].GetValue() == "" {
+					wildcard = true
+				}
+				return len(e) == 1 && e[0].GetKey() == key && e[0].GetValue() == value && value != ""
+			})
+			switch {
+			case exact:
+				out = append(out, label+"="+value)
+			case wildcard:
+				out = append(out, label)
+			}
+		}
+	}
+	return out
+}
+
+func (c *check) evaluateRateLimit() {
+	x := &c.t.Expect.HTTP
+	if x.RateLimit == nil && x.RateLimitDescriptors == nil {
+		return
+	}
+	rl, where := c.localRateLimit()
+	if x.RateLimit != nil && where != *x.RateLimit {
+		c.fail("rate_limit", "expected the %s's rate_limit, got %s", *x.RateLimit, where)
+	}
+	if x.RateLimitDescriptors != nil {
+		got := c.rateLimitDescriptors(rl)
+		if !sameSet(got, x.RateLimitDescriptors) {
+			c.fail("rate_limit_descriptors", "expected %s, got %s", formatList(x.RateLimitDescriptors), formatList(got))
+		}
+	}
+}
+
+// listenerHTTPFilters are the HTTP filters of a listener's connection
+// managers.
+func listenerHTTPFilters(l *listenerv3.Listener) []*hcmv3.HttpFilter {
+	var out []*hcmv3.HttpFilter
+	for _, fc := range l.GetFilterChains() {
+		for _, f := range fc.GetFilters() {
+			h := &hcmv3.HttpConnectionManager{}
+			if f.GetTypedConfig().UnmarshalTo(h) == nil {
+				out = append(out, h.GetHttpFilters()...)
+			}
+		}
+	}
+	return out
 }

@@ -46,6 +46,53 @@ proxy "edge" {
 }
 `
 
+const rateLimitPolicy = `
+proxy "edge" {
+  listener "http" {
+    port = 8080
+    rate_limit {
+      requests = 1000
+    }
+    virtual_host "shop" {
+      domains = ["shop.example.com"]
+      rate_limit {
+        requests = 100
+      }
+      route {
+        match {
+          path_prefix = "/api/"
+        }
+        service = "api"
+        rate_limit {
+          requests = 50
+          descriptor {
+            header   = "x-api-key"
+            requests = 5
+          }
+          descriptor {
+            header   = "x-api-key"
+            value    = "partner"
+            requests = 40
+          }
+          descriptor {
+            client_address = true
+            requests       = 10
+          }
+        }
+      }
+      route {
+        service = "web"
+      }
+    }
+    virtual_host "other" {
+      route {
+        service = "web"
+      }
+    }
+  }
+}
+`
+
 // runWith decodes the route tests in src and runs them against pol.
 func runWith(t *testing.T, pol, src string) []*routetest.Result {
 	t.Helper()
@@ -67,10 +114,50 @@ func runWith(t *testing.T, pol, src string) []*routetest.Result {
 
 func TestHTTPExpectations(t *testing.T) {
 	tests := map[string]struct {
+		policy          string // default httpPolicy
 		request, expect string
 		wantGot         string
 		wantFails       []string
 	}{
+		"rate limit of the route, descriptors by header value and client": {
+			policy:  rateLimitPolicy,
+			request: "host = \"shop.example.com\"\npath = \"/api/x\"\nheaders = { \"X-Api-Key\" = \"partner\" }",
+			expect:  "rate_limit = \"route\"\nrate_limit_descriptors = [\"x-api-key=partner\", \"client_address\"]",
+			wantGot: `cluster "api"`,
+		},
+		"another key takes the wildcard bucket": {
+			policy:  rateLimitPolicy,
+			request: "host = \"shop.example.com\"\npath = \"/api/x\"\nheaders = { \"x-api-key\" = \"abc\" }",
+			expect:  "rate_limit_descriptors = [\"client_address\", \"x-api-key\"]",
+			wantGot: `cluster "api"`,
+		},
+		"no key: the client bucket only": {
+			policy:  rateLimitPolicy,
+			request: "host = \"shop.example.com\"\npath = \"/api/x\"",
+			expect:  "rate_limit_descriptors = [\"client_address\", \"x-api-key\"]",
+			wantGot: `cluster "api"`,
+			wantFails: []string{
+				`rate_limit_descriptors: expected ["client_address", "x-api-key"], got ["client_address"]`,
+			},
+		},
+		"the virtual host's rate limit": {
+			policy:  rateLimitPolicy,
+			request: "host = \"shop.example.com\"",
+			expect:  "rate_limit = \"virtual_host\"\nrate_limit_descriptors = []",
+			wantGot: `cluster "web"`,
+		},
+		"the listener's rate limit": {
+			policy:    rateLimitPolicy,
+			request:   "host = \"other.example.com\"",
+			expect:    "rate_limit = \"route\"",
+			wantGot:   `cluster "web"`,
+			wantFails: []string{`rate_limit: expected the route's rate_limit, got listener`},
+		},
+		"no rate limit": {
+			request: "host = \"plain.example.com\"",
+			expect:  "rate_limit = \"none\"",
+			wantGot: `cluster "web"`,
+		},
 		"preflight from an allowed origin, route policy over the virtual host's": {
 			request: `host = "shop.example.com"
 path = "/api/cart"
@@ -132,7 +219,11 @@ headers = { origin = "https://shop.example.com" }`,
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
 			src := "route_test \"t\" {\n  proxy = \"edge\"\n  request {\n" + tc.request + "\n  }\n  expect {\n" + tc.expect + "\n  }\n}\n"
-			res := runWith(t, httpPolicy, src)[0]
+			pol := httpPolicy
+			if tc.policy != "" {
+				pol = tc.policy
+			}
+			res := runWith(t, pol, src)[0]
 			if res.Got != tc.wantGot {
 				t.Errorf("got %q, want %q", res.Got, tc.wantGot)
 			}

@@ -60,6 +60,8 @@ type expectSchema struct {
 	// Expectations on HTTP filters (http.go).
 	CORSPreflight *bool             `hcl:"cors_preflight,optional"`
 	CORSHeaders   map[string]string `hcl:"cors_headers,optional"`
+	RateLimit     *string           `hcl:"rate_limit,optional"`
+	RateLimitDesc []string          `hcl:"rate_limit_descriptors,optional"`
 	Remain        hcl.Body          `hcl:",body"`
 	DefRange      hcl.Range         `hcl:",def_range"`
 }

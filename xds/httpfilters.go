@@ -1,8 +1,17 @@
 package xds
 
 import (
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	localratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
@@ -26,21 +35,30 @@ import (
 //
 // The order is fixed:
 //
-//	cors -> fault -> router
+//	cors -> local_ratelimit -> fault -> router
 //
 // CORS comes first so that a preflight (which browsers send without
 // credentials) is answered before authentication or a rate limit could
-// refuse it, as Envoy Gateway orders them.
+// refuse it, as Envoy Gateway orders them. The rate limit comes before
+// fault injection, so an injected abort still costs its token and a
+// limited request is not delayed first.
 
 // Filter names, the keys of typed_per_filter_config.
 const (
-	corsFilter = "envoy.filters.http.cors"
+	corsFilter           = "envoy.filters.http.cors"
+	localRateLimitFilter = "envoy.filters.http.local_ratelimit"
+	// localRateLimitStats prefixes the local rate limit's statistics
+	// (http_local_rate_limit.<prefix>.rate_limited, ...).
+	localRateLimitStats = "local_rate_limit"
 )
 
 // envoyHTTPFilters is the HTTP filter chain of an Envoy listener.
 func envoyHTTPFilters(l *ir.Listener) []*hcmv3.HttpFilter {
 	return []*hcmv3.HttpFilter{
 		typedHTTPFilter(corsFilter, &corsv3.Cors{}),
+		// Without a listener rate_limit the filter has no bucket and
+		// limits nothing until a route's or virtual host's config does.
+		typedHTTPFilter(localRateLimitFilter, buildLocalRateLimit(l.HTTP.RateLimit)),
 		faultHTTPFilter(),
 		routerHTTPFilter(),
 	}
@@ -69,6 +87,9 @@ func perFilterConfig(p *ir.PerRoute, m map[string]*anypb.Any) map[string]*anypb.
 	}
 	if c := p.CORS; c != nil {
 		add(corsFilter, mustAny(buildCORS(c)))
+	}
+	if rl := p.RateLimit; rl != nil {
+		add(localRateLimitFilter, mustAny(buildLocalRateLimit(rl)))
 	}
 	return m
 }
@@ -105,4 +126,56 @@ func buildCORS(c *ir.CORS) *corsv3.CorsPolicy {
 		out.AllowCredentials = wrapperspb.Bool(true)
 	}
 	return out
+}
+
+// buildLocalRateLimit is the local rate limit filter's config for rl, or
+// an inert one (no bucket, enabled for no request) for nil. The
+// descriptors' entries come from the filter's own rate_limits actions,
+// one per distinct key, so no route action has to name them.
+func buildLocalRateLimit(rl *ir.LocalRateLimit) *localratelimitv3.LocalRateLimit {
+	out := &localratelimitv3.LocalRateLimit{StatPrefix: localRateLimitStats}
+	if rl == nil {
+		return out
+	}
+	all := &corev3.RuntimeFractionalPercent{DefaultValue: &typev3.FractionalPercent{Numerator: 100, Denominator: typev3.FractionalPercent_HUNDRED}}
+	out.TokenBucket = tokenBucket(rl.Requests, rl.Interval, rl.Burst)
+	out.FilterEnabled, out.FilterEnforced = all, all
+	if rl.Status != 0 && rl.Status != 429 {
+		out.Status = &typev3.HttpStatus{Code: typev3.StatusCode(rl.Status)}
+	}
+	for _, k := range slices.Sorted(maps.Keys(rl.ResponseHeaders)) {
+		out.ResponseHeadersToAdd = append(out.ResponseHeadersToAdd, &corev3.HeaderValueOption{
+			Header:       &corev3.HeaderValue{Key: k, Value: rl.ResponseHeaders[k]},
+			AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		})
+	}
+	if rl.RateLimitHeaders {
+		out.EnableXRatelimitHeaders = ratelimitv3.XRateLimitHeadersRFCVersion_DRAFT_VERSION_03
+	}
+	var actions []string
+	for i := range rl.Descriptors {
+		d := &rl.Descriptors[i]
+		out.Descriptors = append(out.Descriptors, &ratelimitv3.LocalRateLimitDescriptor{
+			// An empty value is Envoy's wildcard: a bucket per distinct
+			// value of the header (or address).
+			Entries:     []*ratelimitv3.RateLimitDescriptor_Entry{{Key: d.Key(), Value: d.Value}},
+			TokenBucket: tokenBucket(d.Requests, d.Interval, d.Burst),
+		})
+		if slices.Contains(actions, d.Key()) {
+			continue
+		}
+		actions = append(actions, d.Key())
+		a := &routev3.RateLimit_Action{}
+		if d.ClientAddress {
+			a.ActionSpecifier = &routev3.RateLimit_Action_RemoteAddress_{RemoteAddress: &routev3.RateLimit_Action_RemoteAddress{}}
+		} else {
+			a.ActionSpecifier = &routev3.RateLimit_Action_RequestHeaders_{RequestHeaders: &routev3.RateLimit_Action_RequestHeaders{HeaderName: d.Header, DescriptorKey: d.Header}}
+		}
+		out.RateLimits = append(out.RateLimits, &routev3.RateLimit{Actions: []*routev3.RateLimit_Action{a}})
+	}
+	return out
+}
+
+func tokenBucket(requests uint32, interval time.Duration, burst uint32) *typev3.TokenBucket {
+	return &typev3.TokenBucket{MaxTokens: burst, TokensPerFill: wrapperspb.UInt32(requests), FillInterval: durationpb.New(interval)}
 }

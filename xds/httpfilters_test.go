@@ -4,13 +4,19 @@ import (
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
+	localratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
+	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
@@ -20,7 +26,20 @@ const corsFilter = "envoy.filters.http.cors"
 
 // envoyFilterOrder is the fixed HTTP filter chain of every Envoy
 // listener that configures no listener-wide feature.
-var envoyFilterOrder = []string{corsFilter, faultFilter, wellknown.Router}
+var envoyFilterOrder = []string{corsFilter, localRateLimitFilter, faultFilter, wellknown.Router}
+
+const localRateLimitFilter = "envoy.filters.http.local_ratelimit"
+
+var testRateLimit = &ir.LocalRateLimit{
+	Requests: 10, Interval: time.Second, Burst: 20, Status: 503,
+	ResponseHeaders:  map[string]string{"x-limited": "1"},
+	RateLimitHeaders: true,
+	Descriptors: []ir.RateLimitDescriptor{
+		{Header: "x-api-key", Requests: 5, Interval: 2 * time.Second, Burst: 5},
+		{Header: "x-api-key", Value: "gold", Requests: 100, Interval: time.Second, Burst: 100},
+		{ClientAddress: true, Requests: 1, Interval: time.Second, Burst: 1},
+	},
+}
 
 var testCORS = &ir.CORS{
 	AllowOrigins:     []string{"https://shop.example.com"},
@@ -49,6 +68,8 @@ func TestPerRouteFeaturesChangeRoutesOnly(t *testing.T) {
 	tests := map[string]func(l *ir.Listener){
 		"route cors":        func(l *ir.Listener) { l.VirtualHosts[0].Routes[0].HTTP.CORS = testCORS },
 		"virtual host cors": func(l *ir.Listener) { l.VirtualHosts[0].HTTP.CORS = testCORS },
+		"route rate_limit":  func(l *ir.Listener) { l.VirtualHosts[0].Routes[0].HTTP.RateLimit = testRateLimit },
+		"vhost rate_limit":  func(l *ir.Listener) { l.VirtualHosts[0].HTTP.RateLimit = testRateLimit },
 		"route upgrades":    func(l *ir.Listener) { l.VirtualHosts[0].Routes[0].HTTP.Upgrades = []string{"websocket"} },
 	}
 	before := translate(t, featureModel(nil))
@@ -82,6 +103,70 @@ func TestUpgrades(t *testing.T) {
 	ra := out.Groups["edge"].Routes[0].GetVirtualHosts()[0].GetRoutes()[0].GetRoute()
 	if got := ra.GetUpgradeConfigs(); len(got) != 1 || got[0].GetUpgradeType() != "spdy/3" || !got[0].GetEnabled().GetValue() {
 		t.Errorf("route upgrade_configs = %v, want spdy/3 enabled", got)
+	}
+}
+
+// A local rate limit: the bucket, enabled and enforced for every request,
+// the status and headers of limited responses, and one descriptor per
+// block with the filter's own actions producing its entries.
+func TestLocalRateLimit(t *testing.T) {
+	out := translate(t, featureModel(func(l *ir.Listener) { l.VirtualHosts[0].Routes[0].HTTP.RateLimit = testRateLimit }))
+	got := perFilter(t, out.Groups["edge"].Routes[0].GetVirtualHosts()[0].GetRoutes()[0].GetTypedPerFilterConfig(), localRateLimitFilter, &localratelimitv3.LocalRateLimit{})
+	all := &corev3.RuntimeFractionalPercent{DefaultValue: &typev3.FractionalPercent{Numerator: 100}}
+	bucket := func(n, burst uint32, d time.Duration) *typev3.TokenBucket {
+		return &typev3.TokenBucket{MaxTokens: burst, TokensPerFill: wrapperspb.UInt32(n), FillInterval: durationpb.New(d)}
+	}
+	entry := func(k, v string) []*ratelimitv3.RateLimitDescriptor_Entry {
+		return []*ratelimitv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}
+	}
+	want := &localratelimitv3.LocalRateLimit{
+		StatPrefix:     "local_rate_limit",
+		Status:         &typev3.HttpStatus{Code: typev3.StatusCode_ServiceUnavailable},
+		TokenBucket:    bucket(10, 20, time.Second),
+		FilterEnabled:  all,
+		FilterEnforced: all,
+		ResponseHeadersToAdd: []*corev3.HeaderValueOption{{
+			Header: &corev3.HeaderValue{Key: "x-limited", Value: "1"}, AppendAction: corev3.HeaderValueOption_OVERWRITE_IF_EXISTS_OR_ADD,
+		}},
+		EnableXRatelimitHeaders: ratelimitv3.XRateLimitHeadersRFCVersion_DRAFT_VERSION_03,
+		Descriptors: []*ratelimitv3.LocalRateLimitDescriptor{
+			{Entries: entry("x-api-key", ""), TokenBucket: bucket(5, 5, 2*time.Second)},
+			{Entries: entry("x-api-key", "gold"), TokenBucket: bucket(100, 100, time.Second)},
+			{Entries: entry("remote_address", ""), TokenBucket: bucket(1, 1, time.Second)},
+		},
+		RateLimits: []*routev3.RateLimit{
+			{Actions: []*routev3.RateLimit_Action{{ActionSpecifier: &routev3.RateLimit_Action_RequestHeaders_{RequestHeaders: &routev3.RateLimit_Action_RequestHeaders{HeaderName: "x-api-key", DescriptorKey: "x-api-key"}}}}},
+			{Actions: []*routev3.RateLimit_Action{{ActionSpecifier: &routev3.RateLimit_Action_RemoteAddress_{RemoteAddress: &routev3.RateLimit_Action_RemoteAddress{}}}}},
+		},
+	}
+	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+		t.Errorf("route local rate limit (-want +got):\n%s", diff)
+	}
+	// Without a listener rate_limit, the listener's filter limits nothing.
+	for _, f := range hcmOf(t, out.Groups["edge"].Listeners[0]).GetHttpFilters() {
+		if f.GetName() != localRateLimitFilter {
+			continue
+		}
+		inert := &localratelimitv3.LocalRateLimit{}
+		if err := f.GetTypedConfig().UnmarshalTo(inert); err != nil {
+			t.Fatal(err)
+		}
+		if inert.GetTokenBucket() != nil || inert.GetFilterEnabled() != nil {
+			t.Errorf("listener filter without rate_limit is not inert: %v", inert)
+		}
+	}
+	// A listener's rate_limit is the filter's own config.
+	out = translate(t, featureModel(func(l *ir.Listener) { l.HTTP.RateLimit = testRateLimit }))
+	for _, f := range hcmOf(t, out.Groups["edge"].Listeners[0]).GetHttpFilters() {
+		if f.GetName() == localRateLimitFilter {
+			got := &localratelimitv3.LocalRateLimit{}
+			if err := f.GetTypedConfig().UnmarshalTo(got); err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+				t.Errorf("listener local rate limit (-want +got):\n%s", diff)
+			}
+		}
 	}
 }
 

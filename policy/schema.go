@@ -151,14 +151,14 @@ type vhostTLSBlock struct {
 }
 
 type virtualHostBlock struct {
-	Name     string         `hcl:"name,label"`
-	Domains  []string       `hcl:"domains,optional"`
-	Routes   []*routeBlock  `hcl:"route,block"`
-	TLS      *vhostTLSBlock `hcl:"tls,block"`
+	Name      string          `hcl:"name,label"`
+	Domains   []string        `hcl:"domains,optional"`
+	Routes    []*routeBlock   `hcl:"route,block"`
+	TLS       *vhostTLSBlock  `hcl:"tls,block"`
 	CORS      *corsBlock      `hcl:"cors,block"`
 	RateLimit *rateLimitBlock `hcl:"rate_limit,block"`
-	Body     hcl.Body       `hcl:",body"`
-	DefRange hcl.Range      `hcl:",def_range"`
+	Body      hcl.Body        `hcl:",body"`
+	DefRange  hcl.Range       `hcl:",def_range"`
 }
 
 type routeBlock struct {

@@ -34,6 +34,7 @@ func (r *resolver) vhostHTTP(vb *virtualHostBlock, vh *VirtualHost) {
 		rt.HTTP.CORS = r.cors(rb.CORS, vh.HTTP.CORS)
 		rt.HTTP.Upgrades = r.upgrades(rb.Body, rb.Upgrades, rb.DefRange)
 		rt.HTTP.RateLimit = r.rateLimit(rb.RateLimit)
+		rt.HTTP.NoCompression = rb.Compression != nil && !*rb.Compression
 		if len(rb.Upgrades) > 0 && len(rt.Targets) == 0 {
 			r.add(valueRange(rb.Body, "upgrades", rb.DefRange), "upgrades without a service", "upgrades apply to routes that forward to a service, not to redirects or direct responses.")
 		}
@@ -47,6 +48,9 @@ func (r *resolver) listenerHTTP(b *listenerBlock, l *Listener, where string) {
 		if b.Upgrades != nil {
 			r.add(valueRange(b.Body, "upgrades", b.DefRange), "upgrades on a tcp listener", "%s is protocol \"tcp\": it forwards connections whatever they carry; upgrades apply to http listeners.", where)
 		}
+		if b.Compression != nil {
+			r.add(b.Compression.DefRange, "compression on a tcp listener", "%s is protocol \"tcp\": it cannot compress what it does not parse; use protocol = \"http\".", where)
+		}
 		if b.RateLimit != nil {
 			r.add(b.RateLimit.DefRange, "rate_limit on a tcp listener", "%s is protocol \"tcp\": the local rate limit counts HTTP requests; use protocol = \"http\".", where)
 		}
@@ -54,6 +58,16 @@ func (r *resolver) listenerHTTP(b *listenerBlock, l *Listener, where string) {
 	}
 	l.HTTP.Upgrades = r.upgrades(b.Body, b.Upgrades, b.DefRange)
 	l.HTTP.RateLimit = r.rateLimit(b.RateLimit)
+	l.HTTP.Compression = r.compression(b.Compression)
+	if l.HTTP.Compression == nil {
+		for _, vb := range b.VirtualHosts {
+			for _, rb := range vb.Routes {
+				if rb.Compression != nil && !*rb.Compression {
+					r.warn(valueRange(rb.Body, "compression", rb.DefRange), "compression = false does nothing", "%s has no compression block, so nothing is compressed anyway.", where)
+				}
+			}
+		}
+	}
 }
 
 // upgrades checks a list of connection upgrades (the Upgrade header's
@@ -157,6 +171,9 @@ func (r *resolver) grpcUnsupportedHTTP(b *routeBlock, unsupported func(rng hcl.R
 	if b.CORS != nil {
 		unsupported(b.CORS.DefRange, "cors", "gRPC's xDS client has no CORS filter; browsers reach gRPC services through an Envoy listener (grpc-web).")
 	}
+	if b.Compression != nil {
+		unsupported(valueRange(b.Body, "compression", b.DefRange), "compression", "gRPC compresses messages itself (grpc-encoding), configured in the client.")
+	}
 	if b.RateLimit != nil {
 		unsupported(b.RateLimit.DefRange, "rate_limit", "gRPC's xDS client has no rate limit filter; limit calls on the server, or in an Envoy in front of it.")
 	}
@@ -237,4 +254,44 @@ func (r *resolver) bucket(body hcl.Body, requests int, interval hcl.Expression, 
 		}
 	}
 	return n, d, max
+}
+
+var (
+	compressionAlgorithms = []string{"gzip", "brotli", "zstd"}
+	mediaType             = regexp.MustCompile(`^[a-z0-9!#$&^_.+-]+/[a-z0-9!#$&^_.+-]+$`)
+)
+
+// compression resolves a listener's compression block.
+func (r *resolver) compression(b *compressionBlock) *ir.Compression {
+	if b == nil {
+		return nil
+	}
+	c := &ir.Compression{Algorithms: []string{"gzip"}}
+	if b.Algorithms != nil {
+		c.Algorithms = nil
+		if len(b.Algorithms) == 0 {
+			r.add(valueRange(b.Body, "algorithms", b.DefRange), "No compression algorithm", "list at least one of %s, or remove the compression block.", quoteList(compressionAlgorithms))
+		}
+		for i, a := range b.Algorithms {
+			rng := elemRange(b.Body, "algorithms", i, b.DefRange)
+			switch {
+			case !oneOf(a, compressionAlgorithms):
+				r.add(rng, "Invalid compression algorithm", "%q is not one of %s.", a, quoteList(compressionAlgorithms))
+			case slices.Contains(c.Algorithms, a):
+				r.add(rng, "Duplicate compression algorithm", "%q is listed twice.", a)
+			default:
+				c.Algorithms = append(c.Algorithms, a)
+			}
+		}
+	}
+	for i, t := range b.ContentTypes {
+		if !mediaType.MatchString(t) {
+			r.add(elemRange(b.Body, "content_types", i, b.DefRange), "Invalid content type", "%q is not a media type such as \"application/json\" (lower case, no parameters).", t)
+		}
+	}
+	c.ContentTypes = b.ContentTypes
+	if b.MinLength != nil {
+		c.MinLength = r.nonNegative(b.Body, "min_length", b.MinLength, b.DefRange)
+	}
+	return c
 }

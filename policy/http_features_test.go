@@ -151,6 +151,37 @@ func TestHTTPFeatureDiagnostics(t *testing.T) {
 			want:   "a.hcl:4:5: Unsupported in a grpc_service",
 			detail: "no rate limit filter",
 		},
+		// --- compression ---
+		"compression algorithm unknown": {
+			docs:   []string{inListener("    port = 8080\n    compression {\n      algorithms = [\"gzip\", \"deflate\"]\n    }\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }")},
+			want:   "a.hcl:5:29: Invalid compression algorithm",
+			detail: `is not one of "gzip", "brotli", "zstd"`,
+		},
+		"compression algorithm twice": {
+			docs:   []string{inListener("    port = 8080\n    compression {\n      algorithms = [\"gzip\", \"gzip\"]\n    }\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }")},
+			want:   "a.hcl:5:29: Duplicate compression algorithm",
+			detail: "listed twice",
+		},
+		"compression content type with parameters": {
+			docs:   []string{inListener("    port = 8080\n    compression {\n      content_types = [\"text/html; charset=utf-8\"]\n    }\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }")},
+			want:   "a.hcl:5:24: Invalid content type",
+			detail: "no parameters",
+		},
+		"compression negative min_length": {
+			docs:   []string{inListener("    port = 8080\n    compression {\n      min_length = -1\n    }\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }")},
+			want:   "a.hcl:5:20: Invalid min_length",
+			detail: "must be between 0",
+		},
+		"compression on a tcp listener": {
+			docs:   []string{inListener("    port = 5432\n    protocol = \"tcp\"\n    service = \"db\"\n    compression {\n    }")},
+			want:   "a.hcl:6:5: compression on a tcp listener",
+			detail: "cannot compress",
+		},
+		"compression in a grpc_service": {
+			docs:   []string{inGRPC("    service = \"echo\"\n    compression = false", "")},
+			want:   "a.hcl:4:19: Unsupported in a grpc_service",
+			detail: "grpc-encoding",
+		},
 		// --- upgrades ---
 		"upgrade CONNECT": {
 			docs:   []string{inRoute("        service = \"web\"\n        upgrades = [\"websocket\", \"CONNECT\"]", "")},

@@ -46,3 +46,14 @@ type rateLimitDescriptorBlock struct {
 	Body          hcl.Body       `hcl:",body"`
 	DefRange      hcl.Range      `hcl:",def_range"`
 }
+
+// compressionBlock is `compression` in a listener: one Envoy compressor
+// filter per algorithm, for every route that does not set
+// compression = false.
+type compressionBlock struct {
+	Algorithms   []string  `hcl:"algorithms,optional"`
+	ContentTypes []string  `hcl:"content_types,optional"`
+	MinLength    *int      `hcl:"min_length,optional"`
+	Body         hcl.Body  `hcl:",body"`
+	DefRange     hcl.Range `hcl:",def_range"`
+}

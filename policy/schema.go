@@ -116,6 +116,7 @@ type listenerBlock struct {
 	TLS          *listenerTLSBlock   `hcl:"tls,block"`
 	Upgrades     []string            `hcl:"upgrades,optional"`
 	RateLimit    *rateLimitBlock     `hcl:"rate_limit,block"`
+	Compression  *compressionBlock   `hcl:"compression,block"`
 	Body         hcl.Body            `hcl:",body"`
 	DefRange     hcl.Range           `hcl:",def_range"`
 }
@@ -179,6 +180,7 @@ type routeBlock struct {
 	CORS            *corsBlock           `hcl:"cors,block"`
 	Upgrades        []string             `hcl:"upgrades,optional"`
 	RateLimit       *rateLimitBlock      `hcl:"rate_limit,block"`
+	Compression     *bool                `hcl:"compression,optional"`
 	Body            hcl.Body             `hcl:",body"`
 	DefRange        hcl.Range            `hcl:",def_range"`
 }

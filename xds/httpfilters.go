@@ -9,6 +9,10 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	brotliv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/compression/brotli/compressor/v3"
+	gzipv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/compression/gzip/compressor/v3"
+	zstdv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/compression/zstd/compressor/v3"
+	compressorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/compressor/v3"
 	localratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -35,13 +39,15 @@ import (
 //
 // The order is fixed:
 //
-//	cors -> local_ratelimit -> fault -> router
+//	cors -> local_ratelimit -> fault -> compressor.* -> router
 //
 // CORS comes first so that a preflight (which browsers send without
 // credentials) is answered before authentication or a rate limit could
 // refuse it, as Envoy Gateway orders them. The rate limit comes before
 // fault injection, so an injected abort still costs its token and a
-// limited request is not delayed first.
+// limited request is not delayed first. Compressors sit just before the
+// router: they compress the upstream's responses, not Envoy's own
+// answers to a preflight or a limited request (which are small).
 
 // Filter names, the keys of typed_per_filter_config.
 const (
@@ -54,14 +60,19 @@ const (
 
 // envoyHTTPFilters is the HTTP filter chain of an Envoy listener.
 func envoyHTTPFilters(l *ir.Listener) []*hcmv3.HttpFilter {
-	return []*hcmv3.HttpFilter{
+	filters := []*hcmv3.HttpFilter{
 		typedHTTPFilter(corsFilter, &corsv3.Cors{}),
 		// Without a listener rate_limit the filter has no bucket and
 		// limits nothing until a route's or virtual host's config does.
 		typedHTTPFilter(localRateLimitFilter, buildLocalRateLimit(l.HTTP.RateLimit)),
 		faultHTTPFilter(),
-		routerHTTPFilter(),
 	}
+	if c := l.HTTP.Compression; c != nil {
+		for i, a := range c.Algorithms {
+			filters = append(filters, typedHTTPFilter(compressorFilter(a), buildCompressor(c, a, i == 0)))
+		}
+	}
+	return append(filters, routerHTTPFilter())
 }
 
 func typedHTTPFilter(name string, cfg proto.Message) *hcmv3.HttpFilter {
@@ -90,6 +101,14 @@ func perFilterConfig(p *ir.PerRoute, m map[string]*anypb.Any) map[string]*anypb.
 	}
 	if rl := p.RateLimit; rl != nil {
 		add(localRateLimitFilter, mustAny(buildLocalRateLimit(rl)))
+	}
+	if p.NoCompression {
+		// Every algorithm's filter: the route does not know which ones
+		// its listener has, and Envoy ignores config for absent filters.
+		off := mustAny(&compressorv3.CompressorPerRoute{Override: &compressorv3.CompressorPerRoute_Disabled{Disabled: true}})
+		for _, a := range compressionAlgorithms {
+			add(compressorFilter(a), off)
+		}
 	}
 	return m
 }
@@ -178,4 +197,38 @@ func buildLocalRateLimit(rl *ir.LocalRateLimit) *localratelimitv3.LocalRateLimit
 
 func tokenBucket(requests uint32, interval time.Duration, burst uint32) *typev3.TokenBucket {
 	return &typev3.TokenBucket{MaxTokens: burst, TokensPerFill: wrapperspb.UInt32(requests), FillInterval: durationpb.New(interval)}
+}
+
+// compressionAlgorithms are the compressor libraries of Envoy's
+// compression extensions.
+var compressionAlgorithms = []string{"gzip", "brotli", "zstd"}
+
+// compressorFilter names the compressor filter of an algorithm; one
+// listener may run several, one per algorithm.
+func compressorFilter(algorithm string) string { return "envoy.filters.http.compressor." + algorithm }
+
+// buildCompressor is the compressor filter of one algorithm; the first
+// one listed is preferred when the client accepts several equally.
+func buildCompressor(c *ir.Compression, algorithm string, first bool) *compressorv3.Compressor {
+	var lib proto.Message
+	switch algorithm {
+	case "brotli":
+		lib = &brotliv3.Brotli{}
+	case "zstd":
+		lib = &zstdv3.Zstd{}
+	default:
+		lib = &gzipv3.Gzip{}
+	}
+	common := &compressorv3.Compressor_CommonDirectionConfig{ContentType: c.ContentTypes}
+	if c.MinLength > 0 {
+		common.MinContentLength = wrapperspb.UInt32(c.MinLength)
+	}
+	return &compressorv3.Compressor{
+		CompressorLibrary: &corev3.TypedExtensionConfig{
+			Name:        "envoy.compression." + algorithm + ".compressor",
+			TypedConfig: mustAny(lib),
+		},
+		ResponseDirectionConfig: &compressorv3.Compressor_ResponseDirectionConfig{CommonConfig: common},
+		ChooseFirst:             first,
+	}
 }

@@ -1,12 +1,14 @@
 package xds_test
 
 import (
+	"slices"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	compressorv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/compressor/v3"
 	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	localratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
@@ -70,12 +72,18 @@ func TestPerRouteFeaturesChangeRoutesOnly(t *testing.T) {
 		"virtual host cors": func(l *ir.Listener) { l.VirtualHosts[0].HTTP.CORS = testCORS },
 		"route rate_limit":  func(l *ir.Listener) { l.VirtualHosts[0].Routes[0].HTTP.RateLimit = testRateLimit },
 		"vhost rate_limit":  func(l *ir.Listener) { l.VirtualHosts[0].HTTP.RateLimit = testRateLimit },
-		"route upgrades":    func(l *ir.Listener) { l.VirtualHosts[0].Routes[0].HTTP.Upgrades = []string{"websocket"} },
+		"route compression off": func(l *ir.Listener) {
+			l.VirtualHosts[0].Routes[0].HTTP.NoCompression = true
+		},
+		"route upgrades": func(l *ir.Listener) { l.VirtualHosts[0].Routes[0].HTTP.Upgrades = []string{"websocket"} },
 	}
-	before := translate(t, featureModel(nil))
+	// With compression on the listener, so that turning it off for a
+	// route is meaningful.
+	withCompression := func(l *ir.Listener) { l.HTTP.Compression = &ir.Compression{Algorithms: []string{"gzip"}} }
+	before := translate(t, featureModel(withCompression))
 	for name, mutate := range tests {
 		t.Run(name, func(t *testing.T) {
-			after := translate(t, featureModel(mutate))
+			after := translate(t, featureModel(func(l *ir.Listener) { withCompression(l); mutate(l) }))
 			if len(after.Failed) > 0 {
 				t.Fatalf("failed: %v", after.Failed)
 			}
@@ -166,6 +174,37 @@ func TestLocalRateLimit(t *testing.T) {
 			if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
 				t.Errorf("listener local rate limit (-want +got):\n%s", diff)
 			}
+		}
+	}
+}
+
+// Compression: one compressor filter per algorithm, in the listed order
+// (the first preferred), between the fault filter and the router; a
+// route turns every one of them off.
+func TestCompression(t *testing.T) {
+	out := translate(t, featureModel(func(l *ir.Listener) {
+		l.HTTP.Compression = &ir.Compression{Algorithms: []string{"brotli", "gzip"}, ContentTypes: []string{"application/json"}, MinLength: 1024}
+		l.VirtualHosts[0].Routes[0].HTTP.NoCompression = true
+	}))
+	hcm := hcmOf(t, out.Groups["edge"].Listeners[0])
+	want := []string{corsFilter, localRateLimitFilter, faultFilter, "envoy.filters.http.compressor.brotli", "envoy.filters.http.compressor.gzip", wellknown.Router}
+	if diff := cmp.Diff(want, filterNames(hcm)); diff != "" {
+		t.Errorf("filters (-want +got):\n%s", diff)
+	}
+	br := &compressorv3.Compressor{}
+	if err := hcm.GetHttpFilters()[3].GetTypedConfig().UnmarshalTo(br); err != nil {
+		t.Fatal(err)
+	}
+	if !br.GetChooseFirst() || br.GetCompressorLibrary().GetName() != "envoy.compression.brotli.compressor" ||
+		br.GetResponseDirectionConfig().GetCommonConfig().GetMinContentLength().GetValue() != 1024 ||
+		!slices.Equal(br.GetResponseDirectionConfig().GetCommonConfig().GetContentType(), []string{"application/json"}) {
+		t.Errorf("brotli compressor = %v", br)
+	}
+	route := out.Groups["edge"].Routes[0].GetVirtualHosts()[0].GetRoutes()[0]
+	for _, a := range []string{"gzip", "brotli", "zstd"} {
+		off := perFilter(t, route.GetTypedPerFilterConfig(), "envoy.filters.http.compressor."+a, &compressorv3.CompressorPerRoute{})
+		if !off.GetDisabled() {
+			t.Errorf("%s not disabled for the route: %v", a, off)
 		}
 	}
 }

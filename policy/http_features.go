@@ -48,6 +48,9 @@ func (r *resolver) listenerHTTP(b *listenerBlock, l *Listener, where string) {
 		if b.Upgrades != nil {
 			r.add(valueRange(b.Body, "upgrades", b.DefRange), "upgrades on a tcp listener", "%s is protocol \"tcp\": it forwards connections whatever they carry; upgrades apply to http listeners.", where)
 		}
+		for _, al := range b.AccessLogs {
+			r.add(al.DefRange, "access_log on a tcp listener", "%s is protocol \"tcp\": access logs are written by the HTTP connection manager; use protocol = \"http\".", where)
+		}
 		if b.Compression != nil {
 			r.add(b.Compression.DefRange, "compression on a tcp listener", "%s is protocol \"tcp\": it cannot compress what it does not parse; use protocol = \"http\".", where)
 		}
@@ -59,6 +62,9 @@ func (r *resolver) listenerHTTP(b *listenerBlock, l *Listener, where string) {
 	l.HTTP.Upgrades = r.upgrades(b.Body, b.Upgrades, b.DefRange)
 	l.HTTP.RateLimit = r.rateLimit(b.RateLimit)
 	l.HTTP.Compression = r.compression(b.Compression)
+	for _, al := range b.AccessLogs {
+		l.HTTP.AccessLogs = append(l.HTTP.AccessLogs, r.accessLog(al))
+	}
 	if l.HTTP.Compression == nil {
 		for _, vb := range b.VirtualHosts {
 			for _, rb := range vb.Routes {
@@ -294,4 +300,57 @@ func (r *resolver) compression(b *compressionBlock) *ir.Compression {
 		c.MinLength = r.nonNegative(b.Body, "min_length", b.MinLength, b.DefRange)
 	}
 	return c
+}
+
+var statusClasses = []string{"1xx", "2xx", "3xx", "4xx", "5xx"}
+
+// accessLog resolves an access_log block.
+func (r *resolver) accessLog(b *accessLogBlock) ir.AccessLog {
+	al := ir.AccessLog{SamplePercent: 100}
+	set(&al.Path, b.Path)
+	set(&al.Collector, b.Collector)
+	set(&al.Format, b.Format)
+	al.JSON = b.JSON
+	switch {
+	case (b.Path == nil) == (b.Collector == nil):
+		r.add(b.DefRange, "Invalid access_log", "an access_log writes to path = \"/dev/stdout\" (or a file) or sends to collector = \"SERVICE\" (OpenTelemetry over gRPC), exactly one of them.")
+	case b.Path != nil && !strings.HasPrefix(al.Path, "/"):
+		r.add(valueRange(b.Body, "path", b.DefRange), "Invalid access_log path", "path %q must be absolute: it is a file on each Envoy's host (\"/dev/stdout\" for standard output).", al.Path)
+	case b.Collector != nil:
+		r.grpcCluster(al.Collector, "access_log collector", valueRange(b.Body, "collector", b.DefRange))
+	}
+	if b.Format != nil && b.JSON != nil {
+		r.add(valueRange(b.Body, "json", b.DefRange), "Conflicting access_log formats", "an access_log uses format (a line) or json (an object), not both.")
+	}
+	if b.Format != nil {
+		// %% is a literal percent; every other % opens or closes a
+		// command operator, which Envoy rejects unclosed.
+		if strings.Count(strings.ReplaceAll(al.Format, "%%", ""), "%")%2 != 0 {
+			r.add(valueRange(b.Body, "format", b.DefRange), "Invalid access_log format", "format has an unclosed command operator: each one is %%NAME%% or %%NAME(ARG)%%, a literal percent is %%%%.")
+		}
+		if b.Path != nil && !strings.HasSuffix(al.Format, "\n") {
+			// Envoy writes the format as it is: without a newline every
+			// request would continue the last line.
+			al.Format += "\n"
+		}
+	}
+	for _, k := range keys(b.JSON) {
+		if v := b.JSON[k]; strings.Count(strings.ReplaceAll(v, "%%", ""), "%")%2 != 0 {
+			r.add(keyRange(b.Body, "json", k, b.DefRange), "Invalid access_log format", "json %q: %q has an unclosed command operator (%%NAME%%).", k, v)
+		}
+	}
+	for i, c := range b.StatusClasses {
+		if !oneOf(c, statusClasses) {
+			r.add(elemRange(b.Body, "status_classes", i, b.DefRange), "Invalid status class", "%q is not one of %s.", c, quoteList(statusClasses))
+		}
+	}
+	al.StatusClasses = b.StatusClasses
+	if b.MinDuration != nil && !isNull(b.MinDuration) {
+		r.extend(durationAttr(b.MinDuration, &al.MinDuration))
+		if al.MinDuration%1000000 != 0 {
+			r.add(b.MinDuration.Range(), "Invalid min_duration", "min_duration %s: Envoy compares durations in whole milliseconds.", al.MinDuration)
+		}
+	}
+	al.SamplePercent = r.percent(b.Body, "sample_percent", b.SamplePercent, b.DefRange)
+	return al
 }

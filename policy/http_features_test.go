@@ -182,6 +182,52 @@ func TestHTTPFeatureDiagnostics(t *testing.T) {
 			want:   "a.hcl:4:19: Unsupported in a grpc_service",
 			detail: "grpc-encoding",
 		},
+		// --- access_log ---
+		"access_log with path and collector": {
+			docs:   []string{inListener("    port = 8080\n    access_log {\n      path = \"/dev/stdout\"\n      collector = \"otel\"\n    }\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }")},
+			want:   "a.hcl:4:5: Invalid access_log",
+			detail: "exactly one of them",
+		},
+		"access_log relative path": {
+			docs:   []string{inListener("    port = 8080\n    access_log {\n      path = \"envoy.log\"\n    }\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }")},
+			want:   "a.hcl:5:14: Invalid access_log path",
+			detail: "must be absolute",
+		},
+		"access_log format and json": {
+			docs:   []string{inListener("    port = 8080\n    access_log {\n      path = \"/dev/stdout\"\n      format = \"%START_TIME%\"\n      json = { a = \"%DURATION%\" }\n    }\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }")},
+			want:   "a.hcl:7:14: Conflicting access_log formats",
+			detail: "not both",
+		},
+		"access_log unclosed operator": {
+			docs:   []string{inListener("    port = 8080\n    access_log {\n      path = \"/dev/stdout\"\n      format = \"%START_TIME% %DURATION\"\n    }\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }")},
+			want:   "a.hcl:6:16: Invalid access_log format",
+			detail: "unclosed command operator",
+		},
+		"access_log status class": {
+			docs:   []string{inListener("    port = 8080\n    access_log {\n      path = \"/dev/stdout\"\n      status_classes = [\"5xx\", \"50x\"]\n    }\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }")},
+			want:   "a.hcl:6:32: Invalid status class",
+			detail: `is not one of "1xx"`,
+		},
+		"access_log sample above 100": {
+			docs:   []string{inListener("    port = 8080\n    access_log {\n      path = \"/dev/stdout\"\n      sample_percent = 120\n    }\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }")},
+			want:   "a.hcl:6:24: Invalid sample_percent",
+			detail: "not a percentage",
+		},
+		"access_log collector whose service is not http2": {
+			docs:   []string{inListener("    port = 8080\n    access_log {\n      collector = \"otel\"\n    }\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }") + "service \"otel\" {\n  connect_timeout = \"1s\"\n}\n"},
+			want:   "a.hcl:5:19: gRPC service without http2",
+			detail: "set http2 = true in service \"otel\"",
+		},
+		"access_log collector is a subset": {
+			docs:   []string{inListener("    port = 8080\n    access_log {\n      collector = \"otel.v2\"\n    }\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }")},
+			want:   "a.hcl:5:19: Invalid service name",
+			detail: "without a subset",
+		},
+		"access_log on a tcp listener": {
+			docs:   []string{inListener("    port = 5432\n    protocol = \"tcp\"\n    service = \"db\"\n    access_log {\n      path = \"/dev/stdout\"\n    }")},
+			want:   "a.hcl:6:5: access_log on a tcp listener",
+			detail: "HTTP connection manager",
+		},
 		// --- upgrades ---
 		"upgrade CONNECT": {
 			docs:   []string{inRoute("        service = \"web\"\n        upgrades = [\"websocket\", \"CONNECT\"]", "")},

@@ -57,3 +57,18 @@ type compressionBlock struct {
 	Body         hcl.Body  `hcl:",body"`
 	DefRange     hcl.Range `hcl:",def_range"`
 }
+
+// accessLogBlock is an `access_log` of a listener (several allowed): to
+// a file or stdout, or to an OpenTelemetry collector that is a Consul
+// service.
+type accessLogBlock struct {
+	Path          *string           `hcl:"path,optional"`
+	Collector     *string           `hcl:"collector,optional"`
+	Format        *string           `hcl:"format,optional"`
+	JSON          map[string]string `hcl:"json,optional"`
+	StatusClasses []string          `hcl:"status_classes,optional"`
+	MinDuration   hcl.Expression    `hcl:"min_duration,optional"`
+	SamplePercent *float64          `hcl:"sample_percent,optional"`
+	Body          hcl.Body          `hcl:",body"`
+	DefRange      hcl.Range         `hcl:",def_range"`
+}

@@ -41,6 +41,9 @@ type resolver struct {
 	targets []targetRef
 	// grpcTargets are the services grpc_service routes send calls to.
 	grpcTargets []grpcTargetRef
+	// grpcClusters are the services HTTP filters call over gRPC (access
+	// log collectors), checked once every service is known.
+	grpcClusters []grpcClusterRef
 	// kv names the documents read from Consul KV, where file paths must
 	// be absolute.
 	kv map[string]bool
@@ -106,6 +109,8 @@ func resolvePolicy(docs []*Document) (*Policy, hcl.Diagnostics) {
 	for _, n := range names {
 		r.pol.Services = append(r.pol.Services, r.service(r.services[n]))
 	}
+	// Services the listeners' filters call (collectors) become clusters.
+	r.filterServices()
 	// Targets are checked after every service is known, whatever the order
 	// of documents.
 	r.checkTargets()

@@ -117,6 +117,7 @@ type listenerBlock struct {
 	Upgrades     []string            `hcl:"upgrades,optional"`
 	RateLimit    *rateLimitBlock     `hcl:"rate_limit,block"`
 	Compression  *compressionBlock   `hcl:"compression,block"`
+	AccessLogs   []*accessLogBlock   `hcl:"access_log,block"`
 	Body         hcl.Body            `hcl:",body"`
 	DefRange     hcl.Range           `hcl:",def_range"`
 }

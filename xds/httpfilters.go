@@ -81,7 +81,8 @@ func typedHTTPFilter(name string, cfg proto.Message) *hcmv3.HttpFilter {
 
 // listenerHTTPFeatures sets what a listener configures for all its routes
 // on its HTTP connection manager.
-func listenerHTTPFeatures(hcm *hcmv3.HttpConnectionManager, h *ir.ListenerHTTP) {
+func listenerHTTPFeatures(hcm *hcmv3.HttpConnectionManager, name string, h *ir.ListenerHTTP) {
+	hcm.AccessLog = buildAccessLogs(name, h.AccessLogs)
 	for _, u := range h.Upgrades {
 		hcm.UpgradeConfigs = append(hcm.UpgradeConfigs, &hcmv3.HttpConnectionManager_UpgradeConfig{UpgradeType: u})
 	}

@@ -137,6 +137,6 @@ func buildHCM(l *ir.Listener) *hcmv3.HttpConnectionManager {
 		// "shop.example.com:8443" too. routematch mirrors this.
 		StripPortMode: &hcmv3.HttpConnectionManager_StripAnyHostPort{StripAnyHostPort: true},
 	}
-	listenerHTTPFeatures(hcm, &l.HTTP)
+	listenerHTTPFeatures(hcm, l.Name, &l.HTTP)
 	return hcm
 }

@@ -121,6 +121,10 @@ type Retry struct {
 	Attempts      uint32
 	PerTryTimeout time.Duration
 	On            []string
+	// BaseInterval and MaxInterval bound the jittered exponential back-off
+	// between attempts; zero keeps Envoy's (25ms, 10 times the base).
+	BaseInterval time.Duration `json:",omitzero"`
+	MaxInterval  time.Duration `json:",omitzero"`
 }
 
 // Rewrite changes the path or host before forwarding.
@@ -166,6 +170,12 @@ type CircuitBreaker struct {
 	MaxPendingRequests uint32
 	MaxRequests        uint32
 	MaxRetries         uint32
+	// RetryBudgetPercent, if not 0, replaces MaxRetries with Envoy's
+	// retry_budget: retries in flight may be this share of the requests
+	// in flight, but RetryBudgetMinConcurrency retries are always
+	// allowed. Plain values, so that the struct stays comparable.
+	RetryBudgetPercent        float64 `json:",omitzero"`
+	RetryBudgetMinConcurrency uint32  `json:",omitzero"`
 }
 
 // OutlierDetection ejects hosts that keep failing.

@@ -228,6 +228,27 @@ func TestHTTPFeatureDiagnostics(t *testing.T) {
 			want:   "a.hcl:6:5: access_log on a tcp listener",
 			detail: "HTTP connection manager",
 		},
+		// --- retry budget and back-off ---
+		"retry_budget percent 0": {
+			docs:   []string{"service \"api\" {\n  circuit_breaker {\n    retry_budget {\n      percent = 0\n    }\n  }\n}\n"},
+			want:   "a.hcl:4:17: Invalid percent",
+			detail: "must be above 0",
+		},
+		"retry_budget with max_retries": {
+			docs:   []string{"service \"api\" {\n  circuit_breaker {\n    max_retries = 3\n    retry_budget {\n    }\n  }\n}\n"},
+			want:   "a.hcl:3:19: max_retries with retry_budget",
+			detail: "keep one of them",
+		},
+		"retry max_interval below base": {
+			docs:   []string{inRoute("        service = \"web\"\n        retry {\n          base_interval = \"1s\"\n          max_interval = \"100ms\"\n        }", "")},
+			want:   "a.hcl:9:26: Invalid max_interval",
+			detail: "below base_interval 1s",
+		},
+		"retry max_interval alone": {
+			docs:   []string{inRoute("        service = \"web\"\n        retry {\n          max_interval = \"100ms\"\n        }", "")},
+			want:   "a.hcl:8:26: max_interval without base_interval",
+			detail: "set base_interval too",
+		},
 		// --- upgrades ---
 		"upgrade CONNECT": {
 			docs:   []string{inRoute("        service = \"web\"\n        upgrades = [\"websocket\", \"CONNECT\"]", "")},

@@ -72,3 +72,12 @@ type accessLogBlock struct {
 	Body          hcl.Body          `hcl:",body"`
 	DefRange      hcl.Range         `hcl:",def_range"`
 }
+
+// retryBudgetBlock is `retry_budget` in a service's circuit_breaker:
+// Envoy's retry budget, which replaces max_retries.
+type retryBudgetBlock struct {
+	Percent        *float64  `hcl:"percent,optional"`
+	MinConcurrency *int      `hcl:"min_concurrency,optional"`
+	Body           hcl.Body  `hcl:",body"`
+	DefRange       hcl.Range `hcl:",def_range"`
+}

@@ -209,6 +209,7 @@ func (r *resolver) service(b *serviceBlock) *Service {
 			MaxRequests:        r.nonNegative(cb.Body, "max_requests", cb.MaxRequests, cb.DefRange),
 			MaxRetries:         r.nonNegative(cb.Body, "max_retries", cb.MaxRetries, cb.DefRange),
 		}
+		r.retryBudget(cb, s.CircuitBreaker)
 	}
 	if od := b.OutlierDetection; od != nil {
 		o := &ir.OutlierDetection{

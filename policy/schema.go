@@ -44,12 +44,13 @@ type subsetBlock struct {
 }
 
 type circuitBreakerBlock struct {
-	MaxConnections     *int      `hcl:"max_connections,optional"`
-	MaxPendingRequests *int      `hcl:"max_pending_requests,optional"`
-	MaxRequests        *int      `hcl:"max_requests,optional"`
-	MaxRetries         *int      `hcl:"max_retries,optional"`
-	Body               hcl.Body  `hcl:",body"`
-	DefRange           hcl.Range `hcl:",def_range"`
+	MaxConnections     *int              `hcl:"max_connections,optional"`
+	MaxPendingRequests *int              `hcl:"max_pending_requests,optional"`
+	MaxRequests        *int              `hcl:"max_requests,optional"`
+	MaxRetries         *int              `hcl:"max_retries,optional"`
+	RetryBudget        *retryBudgetBlock `hcl:"retry_budget,block"`
+	Body               hcl.Body          `hcl:",body"`
+	DefRange           hcl.Range         `hcl:",def_range"`
 }
 
 type outlierBlock struct {
@@ -241,6 +242,8 @@ type retryBlock struct {
 	Attempts      *int           `hcl:"attempts,optional"`
 	PerTryTimeout hcl.Expression `hcl:"per_try_timeout,optional"`
 	On            []string       `hcl:"on,optional"`
+	BaseInterval  hcl.Expression `hcl:"base_interval,optional"`
+	MaxInterval   hcl.Expression `hcl:"max_interval,optional"`
 	Body          hcl.Body       `hcl:",body"`
 	DefRange      hcl.Range      `hcl:",def_range"`
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	brotliv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/compression/brotli/compressor/v3"
@@ -232,4 +233,27 @@ func buildCompressor(c *ir.Compression, algorithm string, first bool) *compresso
 		ResponseDirectionConfig: &compressorv3.Compressor_ResponseDirectionConfig{CommonConfig: common},
 		ChooseFirst:             first,
 	}
+}
+
+// retryBudget is a circuit breaker's retry budget, nil for none.
+func retryBudget(cb *ir.CircuitBreaker) *clusterv3.CircuitBreakers_Thresholds_RetryBudget {
+	if cb.RetryBudgetPercent == 0 {
+		return nil
+	}
+	return &clusterv3.CircuitBreakers_Thresholds_RetryBudget{
+		BudgetPercent:       &typev3.Percent{Value: cb.RetryBudgetPercent},
+		MinRetryConcurrency: wrapperspb.UInt32(cb.RetryBudgetMinConcurrency),
+	}
+}
+
+// retryBackOff is a retry policy's back-off, nil for Envoy's default.
+func retryBackOff(r *ir.Retry) *routev3.RetryPolicy_RetryBackOff {
+	if r.BaseInterval == 0 {
+		return nil
+	}
+	b := &routev3.RetryPolicy_RetryBackOff{BaseInterval: durationpb.New(r.BaseInterval)}
+	if r.MaxInterval > 0 {
+		b.MaxInterval = durationpb.New(r.MaxInterval)
+	}
+	return b
 }

@@ -189,6 +189,7 @@ func buildRouteAction(r *ir.Route, proxyless bool) *routev3.RouteAction {
 		if rp.PerTryTimeout > 0 {
 			a.RetryPolicy.PerTryTimeout = durationpb.New(rp.PerTryTimeout)
 		}
+		a.RetryPolicy.RetryBackOff = retryBackOff(rp)
 	}
 	if rw := r.Rewrite; rw != nil {
 		switch {

@@ -97,6 +97,7 @@ type ListenerHTTP struct {
 	RateLimit   *LocalRateLimit
 	Compression *Compression
 	AccessLogs  []AccessLog
+	Tracing     *Tracing
 }
 
 // Compression compresses responses with the first algorithm the client
@@ -128,4 +129,17 @@ type AccessLog struct {
 	StatusClasses []string
 	MinDuration   time.Duration
 	SamplePercent float64
+}
+
+// Tracing sends spans to an OpenTelemetry collector (OTLP over gRPC).
+type Tracing struct {
+	// Collector is the collector's cluster.
+	Collector string
+	// ServiceName names the proxies in their spans.
+	ServiceName string
+	// SamplePercent of requests without a sampling decision are traced.
+	SamplePercent float64
+	// PreserveRequestID keeps a request's own x-request-id (from a
+	// trusted edge in front) instead of Envoy's.
+	PreserveRequestID bool
 }

@@ -43,10 +43,13 @@ func (r *resolver) vhostHTTP(vb *virtualHostBlock, vh *VirtualHost) {
 
 // listenerHTTP resolves a listener's HTTP features; a tcp listener has
 // none.
-func (r *resolver) listenerHTTP(b *listenerBlock, l *Listener, where string) {
+func (r *resolver) listenerHTTP(group string, b *listenerBlock, l *Listener, where string) {
 	if l.Protocol == "tcp" {
 		if b.Upgrades != nil {
 			r.add(valueRange(b.Body, "upgrades", b.DefRange), "upgrades on a tcp listener", "%s is protocol \"tcp\": it forwards connections whatever they carry; upgrades apply to http listeners.", where)
+		}
+		if b.Tracing != nil {
+			r.add(b.Tracing.DefRange, "tracing on a tcp listener", "%s is protocol \"tcp\": spans are per HTTP request; use protocol = \"http\".", where)
 		}
 		for _, al := range b.AccessLogs {
 			r.add(al.DefRange, "access_log on a tcp listener", "%s is protocol \"tcp\": access logs are written by the HTTP connection manager; use protocol = \"http\".", where)
@@ -64,6 +67,13 @@ func (r *resolver) listenerHTTP(b *listenerBlock, l *Listener, where string) {
 	l.HTTP.Compression = r.compression(b.Compression)
 	for _, al := range b.AccessLogs {
 		l.HTTP.AccessLogs = append(l.HTTP.AccessLogs, r.accessLog(al))
+	}
+	if tb := b.Tracing; tb != nil {
+		tr := &ir.Tracing{Collector: tb.Collector, ServiceName: group, SamplePercent: r.percent(tb.Body, "sample_percent", tb.SamplePercent, tb.DefRange)}
+		set(&tr.ServiceName, tb.ServiceName)
+		set(&tr.PreserveRequestID, tb.PreserveRequestID)
+		r.grpcCluster(tr.Collector, "tracing collector", valueRange(tb.Body, "collector", tb.DefRange))
+		l.HTTP.Tracing = tr
 	}
 	if l.HTTP.Compression == nil {
 		for _, vb := range b.VirtualHosts {

@@ -249,6 +249,27 @@ func TestHTTPFeatureDiagnostics(t *testing.T) {
 			want:   "a.hcl:8:26: max_interval without base_interval",
 			detail: "set base_interval too",
 		},
+		// --- tracing ---
+		"tracing sample above 100": {
+			docs:   []string{inListener("    port = 8080\n    tracing {\n      collector = \"otel\"\n      sample_percent = 101\n    }\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }")},
+			want:   "a.hcl:6:24: Invalid sample_percent",
+			detail: "not a percentage",
+		},
+		"tracing collector without http2": {
+			docs:   []string{inListener("    port = 8080\n    tracing {\n      collector = \"otel\"\n    }\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }") + "service \"otel\" {\n  http2 = false\n}\n"},
+			want:   "a.hcl:5:19: gRPC service without http2",
+			detail: "tracing collector",
+		},
+		"tracing without collector": {
+			docs:   []string{inListener("    port = 8080\n    tracing {\n      sample_percent = 1\n    }\n    virtual_host \"v\" {\n      route {\n        service = \"web\"\n      }\n    }")},
+			want:   "a.hcl:4:13: Missing required argument",
+			detail: `"collector" is required`,
+		},
+		"tracing on a tcp listener": {
+			docs:   []string{inListener("    port = 5432\n    protocol = \"tcp\"\n    service = \"db\"\n    tracing {\n      collector = \"otel\"\n    }")},
+			want:   "a.hcl:6:5: tracing on a tcp listener",
+			detail: "per HTTP request",
+		},
 		// --- upgrades ---
 		"upgrade CONNECT": {
 			docs:   []string{inRoute("        service = \"web\"\n        upgrades = [\"websocket\", \"CONNECT\"]", "")},

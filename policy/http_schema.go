@@ -81,3 +81,14 @@ type retryBudgetBlock struct {
 	Body           hcl.Body  `hcl:",body"`
 	DefRange       hcl.Range `hcl:",def_range"`
 }
+
+// tracingBlock is `tracing` in a listener: OpenTelemetry spans to a
+// collector that is a Consul service.
+type tracingBlock struct {
+	Collector         string    `hcl:"collector"`
+	ServiceName       *string   `hcl:"service_name,optional"`
+	SamplePercent     *float64  `hcl:"sample_percent,optional"`
+	PreserveRequestID *bool     `hcl:"preserve_request_id,optional"`
+	Body              hcl.Body  `hcl:",body"`
+	DefRange          hcl.Range `hcl:",def_range"`
+}

@@ -75,6 +75,9 @@ func (l *Listener) FilterServices() []string {
 			out = append(out, al.Collector)
 		}
 	}
+	if t := l.HTTP.Tracing; t != nil {
+		out = append(out, t.Collector)
+	}
 	slices.Sort(out)
 	return slices.Compact(out)
 }

@@ -435,7 +435,7 @@ func (r *resolver) listener(group string, b *listenerBlock) *Listener {
 		}
 	}
 	l.TLS = r.listenerTLS(group, b, l, where)
-	r.listenerHTTP(b, l, where)
+	r.listenerHTTP(group, b, l, where)
 	return l
 }
 

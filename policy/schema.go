@@ -119,6 +119,7 @@ type listenerBlock struct {
 	RateLimit    *rateLimitBlock     `hcl:"rate_limit,block"`
 	Compression  *compressionBlock   `hcl:"compression,block"`
 	AccessLogs   []*accessLogBlock   `hcl:"access_log,block"`
+	Tracing      *tracingBlock       `hcl:"tracing,block"`
 	Body         hcl.Body            `hcl:",body"`
 	DefRange     hcl.Range           `hcl:",def_range"`
 }

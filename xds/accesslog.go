@@ -10,6 +10,7 @@ import (
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tracev3 "github.com/envoyproxy/go-control-plane/envoy/config/trace/v3"
 	filev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/file/v3"
 	otelv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/open_telemetry/v3"
 	streamv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
@@ -183,6 +184,12 @@ func collectorClusters(hcm *hcmv3.HttpConnectionManager) []string {
 		}
 		c := &otelv3.OpenTelemetryAccessLogConfig{}
 		if al.GetTypedConfig().UnmarshalTo(c) == nil {
+			out = append(out, c.GetGrpcService().GetEnvoyGrpc().GetClusterName())
+		}
+	}
+	if p := hcm.GetTracing().GetProvider(); p != nil {
+		c := &tracev3.OpenTelemetryConfig{}
+		if p.GetTypedConfig().UnmarshalTo(c) == nil {
 			out = append(out, c.GetGrpcService().GetEnvoyGrpc().GetClusterName())
 		}
 	}

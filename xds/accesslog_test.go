@@ -7,6 +7,7 @@ import (
 	"time"
 
 	accesslogv3 "github.com/envoyproxy/go-control-plane/envoy/config/accesslog/v3"
+	tracev3 "github.com/envoyproxy/go-control-plane/envoy/config/trace/v3"
 	otelv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/open_telemetry/v3"
 	streamv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/access_loggers/stream/v3"
 
@@ -79,6 +80,33 @@ func equalU32(a, b []uint32) bool {
 		}
 	}
 	return true
+}
+
+// Tracing: OpenTelemetry spans to the collector's cluster, the sampling
+// share and the request-id handling on the connection manager; the
+// collector must be served like an access log's.
+func TestTracing(t *testing.T) {
+	tracing := func(l *ir.Listener) {
+		l.HTTP.Tracing = &ir.Tracing{Collector: "otel", ServiceName: "edge", SamplePercent: 10, PreserveRequestID: true}
+	}
+	m := featureModel(tracing)
+	m.Clusters = []ir.Cluster{cluster("otel"), cluster("web")}
+	out := translate(t, m)
+	if len(out.Failed) > 0 {
+		t.Fatal(out.Failed)
+	}
+	hcm := hcmOf(t, out.Groups["edge"].Listeners[0])
+	cfg := &tracev3.OpenTelemetryConfig{}
+	if err := hcm.GetTracing().GetProvider().GetTypedConfig().UnmarshalTo(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.GetGrpcService().GetEnvoyGrpc().GetClusterName() != "otel" || cfg.GetServiceName() != "edge" ||
+		hcm.GetTracing().GetRandomSampling().GetValue() != 10 || !hcm.GetPreserveExternalRequestId() {
+		t.Errorf("tracing = %v, preserve request id %v", hcm.GetTracing(), hcm.GetPreserveExternalRequestId())
+	}
+	if err := translate(t, featureModel(tracing)).Failed["edge"]; !errors.Is(err, xds.ErrInconsistent) {
+		t.Errorf("tracing to an unserved cluster: group error %v, want inconsistent", err)
+	}
 }
 
 // A listener whose access log sends to a cluster that is not served

@@ -19,6 +19,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	tracev3 "github.com/envoyproxy/go-control-plane/envoy/config/trace/v3"
 	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
@@ -84,6 +85,19 @@ func typedHTTPFilter(name string, cfg proto.Message) *hcmv3.HttpFilter {
 // on its HTTP connection manager.
 func listenerHTTPFeatures(hcm *hcmv3.HttpConnectionManager, name string, h *ir.ListenerHTTP) {
 	hcm.AccessLog = buildAccessLogs(name, h.AccessLogs)
+	if t := h.Tracing; t != nil {
+		hcm.Tracing = &hcmv3.HttpConnectionManager_Tracing{
+			RandomSampling: &typev3.Percent{Value: t.SamplePercent},
+			Provider: &tracev3.Tracing_Http{
+				Name: "envoy.tracers.opentelemetry",
+				ConfigType: &tracev3.Tracing_Http_TypedConfig{TypedConfig: mustAny(&tracev3.OpenTelemetryConfig{
+					GrpcService: grpcCluster(t.Collector),
+					ServiceName: t.ServiceName,
+				})},
+			},
+		}
+		hcm.PreserveExternalRequestId = t.PreserveRequestID
+	}
 	for _, u := range h.Upgrades {
 		hcm.UpgradeConfigs = append(hcm.UpgradeConfigs, &hcmv3.HttpConnectionManager_UpgradeConfig{UpgradeType: u})
 	}

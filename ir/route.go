@@ -21,6 +21,8 @@ type Listener struct {
 	UsesFault bool
 	// TLS, if set, terminates TLS on the listener (any protocol).
 	TLS *DownstreamTLS
+	// HTTP holds the listener's HTTP features (http.go).
+	HTTP ListenerHTTP `json:",omitzero"`
 }
 
 // VirtualHost groups routes by the Host header.
@@ -28,6 +30,8 @@ type VirtualHost struct {
 	Name    string
 	Domains []string
 	Routes  []Route
+	// HTTP is the virtual host's HTTP filter settings (http.go).
+	HTTP PerRoute `json:",omitzero"`
 }
 
 // NoTimeout, as a route's Timeout or IdleTimeout, disables the timeout;
@@ -62,6 +66,8 @@ type Route struct {
 	Fault           *Fault
 	// HashPolicies come from the target service's ring-hash settings.
 	HashPolicies []HashPolicy
+	// HTTP is the route's HTTP filter settings (http.go).
+	HTTP PerRoute `json:",omitzero"`
 }
 
 // RouteMatch selects requests. At most one path matcher is set; none
@@ -115,6 +121,10 @@ type Retry struct {
 	Attempts      uint32
 	PerTryTimeout time.Duration
 	On            []string
+	// BaseInterval and MaxInterval bound the jittered exponential back-off
+	// between attempts; zero keeps Envoy's (25ms, 10 times the base).
+	BaseInterval time.Duration `json:",omitzero"`
+	MaxInterval  time.Duration `json:",omitzero"`
 }
 
 // Rewrite changes the path or host before forwarding.
@@ -160,6 +170,12 @@ type CircuitBreaker struct {
 	MaxPendingRequests uint32
 	MaxRequests        uint32
 	MaxRetries         uint32
+	// RetryBudgetPercent, if not 0, replaces MaxRetries with Envoy's
+	// retry_budget: retries in flight may be this share of the requests
+	// in flight, but RetryBudgetMinConcurrency retries are always
+	// allowed. Plain values, so that the struct stays comparable.
+	RetryBudgetPercent        float64 `json:",omitzero"`
+	RetryBudgetMinConcurrency uint32  `json:",omitzero"`
 }
 
 // OutlierDetection ejects hosts that keep failing.

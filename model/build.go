@@ -412,9 +412,10 @@ func (b *builder) group(p *policy.Proxy, tags map[string][]tagroute.Route) ir.Gr
 			IdleTimeout: l.IdleTimeout,
 			TCP:         weighted(l.TCP),
 			TLS:         downstreamTLS(name, l.TLS, secrets),
+			HTTP:        l.HTTP,
 		}
 		for _, vh := range l.VirtualHosts {
-			ivh := ir.VirtualHost{Name: vh.Name, Domains: vh.Domains}
+			ivh := ir.VirtualHost{Name: vh.Name, Domains: vh.Domains, HTTP: vh.HTTP}
 			for i, r := range vh.Routes {
 				ir := b.route(r)
 				ir.Name = routeName(vh.Name, i)
@@ -461,6 +462,7 @@ func (b *builder) route(r *policy.Route) ir.Route {
 		RequestHeaders:  r.RequestHeaders,
 		ResponseHeaders: r.ResponseHeaders,
 		Fault:           r.Fault,
+		HTTP:            r.HTTP,
 	}
 	if r.Mirror != nil {
 		out.Mirror = &ir.Mirror{Cluster: clusterName(r.Mirror.Target), Percent: r.Mirror.Percent}

@@ -78,6 +78,7 @@ func (r *resolver) grpcRoute(name string, b *routeBlock) *Route {
 			unsupported(h.DefRange, "request_headers/response_headers", "gRPC's xDS client does not change metadata; set it in the client (e.g. with an interceptor).")
 		}
 	}
+	r.grpcUnsupportedHTTP(b, unsupported)
 	if b.IdleTimeout != nil && !isNull(b.IdleTimeout) {
 		unsupported(b.IdleTimeout.Range(), "idle_timeout", "gRPC's xDS client has no per-route idle timeout; timeout (a deadline for the whole call) is supported.")
 	}

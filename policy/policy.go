@@ -101,8 +101,10 @@ type Listener struct {
 	// TagRoutes, if set ("fabio" or "traefik"), adds the routes catalog
 	// services declare in their tags after the listener's own.
 	TagRoutes string
-	Source    string
-	Range     hcl.Range
+	// HTTP is the listener's HTTP features (upgrades, compression, ...).
+	HTTP   ir.ListenerHTTP
+	Source string
+	Range  hcl.Range
 }
 
 // VirtualHost is a `virtual_host` block.
@@ -113,6 +115,8 @@ type VirtualHost struct {
 	// Certificate names the listener certificate that clients asking for
 	// Domains get (tls { certificate = "..." }); "" for the default.
 	Certificate string
+	// HTTP is the virtual host's HTTP filter settings (cors, ...).
+	HTTP ir.PerRoute
 }
 
 // Target names a service (and optionally one of its subsets) with a weight.
@@ -139,6 +143,9 @@ type Route struct {
 	ResponseHeaders ir.HeaderMutation
 	Mirror          *MirrorTarget
 	Fault           *ir.Fault
+	// HTTP is the route's HTTP filter settings (cors, upgrades, ...),
+	// with what it leaves out inherited from its virtual host.
+	HTTP ir.PerRoute
 }
 
 // MirrorTarget is a `mirror` block.

@@ -42,6 +42,9 @@ type resolver struct {
 	targets []targetRef
 	// grpcTargets are the services grpc_service routes send calls to.
 	grpcTargets []grpcTargetRef
+	// grpcClusters are the services HTTP filters call over gRPC (access
+	// log collectors), checked once every service is known.
+	grpcClusters []grpcClusterRef
 	// kv names the documents read from Consul KV, where file paths must
 	// be absolute.
 	kv map[string]bool
@@ -107,6 +110,8 @@ func resolvePolicy(docs []*Document) (*Policy, hcl.Diagnostics) {
 	for _, n := range names {
 		r.pol.Services = append(r.pol.Services, r.service(r.services[n]))
 	}
+	// Services the listeners' filters call (collectors) become clusters.
+	r.filterServices()
 	// Targets are checked after every service is known, whatever the order
 	// of documents.
 	r.checkTargets()
@@ -205,6 +210,7 @@ func (r *resolver) service(b *serviceBlock) *Service {
 			MaxRequests:        r.nonNegative(cb.Body, "max_requests", cb.MaxRequests, cb.DefRange),
 			MaxRetries:         r.nonNegative(cb.Body, "max_retries", cb.MaxRetries, cb.DefRange),
 		}
+		r.retryBudget(cb, s.CircuitBreaker)
 	}
 	if od := b.OutlierDetection; od != nil {
 		o := &ir.OutlierDetection{
@@ -428,6 +434,7 @@ func (r *resolver) listener(group string, b *listenerBlock) *Listener {
 				}
 				vh.Routes = append(vh.Routes, r.route(rb, fmt.Sprintf("route of virtual_host %q", vb.Name)))
 			}
+			r.vhostHTTP(vb, vh)
 			if len(vb.Routes) == 0 {
 				r.add(vb.DefRange, "virtual_host without routes", "virtual_host %q of %s has no route block, so every request to it would get 404; add a route block.", vb.Name, where)
 			}
@@ -438,6 +445,7 @@ func (r *resolver) listener(group string, b *listenerBlock) *Listener {
 		}
 	}
 	l.TLS = r.listenerTLS(group, b, l, where)
+	r.listenerHTTP(group, b, l, where)
 	return l
 }
 

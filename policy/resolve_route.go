@@ -42,6 +42,7 @@ func (r *resolver) route(b *routeBlock, where string) *Route {
 			rt.Retry.Attempts = r.positive(rb.Body, "attempts", *rb.Attempts, rb.DefRange)
 		}
 		r.extend(durationAttr(rb.PerTryTimeout, &rt.Retry.PerTryTimeout))
+		r.retryBackOff(rb, rt.Retry)
 		if len(rt.Retry.On) == 0 {
 			rt.Retry.On = []string{"5xx", "connect-failure", "reset"}
 		}

@@ -44,12 +44,13 @@ type subsetBlock struct {
 }
 
 type circuitBreakerBlock struct {
-	MaxConnections     *int      `hcl:"max_connections,optional"`
-	MaxPendingRequests *int      `hcl:"max_pending_requests,optional"`
-	MaxRequests        *int      `hcl:"max_requests,optional"`
-	MaxRetries         *int      `hcl:"max_retries,optional"`
-	Body               hcl.Body  `hcl:",body"`
-	DefRange           hcl.Range `hcl:",def_range"`
+	MaxConnections     *int              `hcl:"max_connections,optional"`
+	MaxPendingRequests *int              `hcl:"max_pending_requests,optional"`
+	MaxRequests        *int              `hcl:"max_requests,optional"`
+	MaxRetries         *int              `hcl:"max_retries,optional"`
+	RetryBudget        *retryBudgetBlock `hcl:"retry_budget,block"`
+	Body               hcl.Body          `hcl:",body"`
+	DefRange           hcl.Range         `hcl:",def_range"`
 }
 
 type outlierBlock struct {
@@ -115,6 +116,11 @@ type listenerBlock struct {
 	VirtualHosts []*virtualHostBlock `hcl:"virtual_host,block"`
 	TLS          *listenerTLSBlock   `hcl:"tls,block"`
 	TagRoutes    *tagRoutesBlock     `hcl:"tag_routes,block"`
+	Upgrades     []string            `hcl:"upgrades,optional"`
+	RateLimit    *rateLimitBlock     `hcl:"rate_limit,block"`
+	Compression  *compressionBlock   `hcl:"compression,block"`
+	AccessLogs   []*accessLogBlock   `hcl:"access_log,block"`
+	Tracing      *tracingBlock       `hcl:"tracing,block"`
 	Body         hcl.Body            `hcl:",body"`
 	DefRange     hcl.Range           `hcl:",def_range"`
 }
@@ -158,12 +164,14 @@ type vhostTLSBlock struct {
 }
 
 type virtualHostBlock struct {
-	Name     string         `hcl:"name,label"`
-	Domains  []string       `hcl:"domains,optional"`
-	Routes   []*routeBlock  `hcl:"route,block"`
-	TLS      *vhostTLSBlock `hcl:"tls,block"`
-	Body     hcl.Body       `hcl:",body"`
-	DefRange hcl.Range      `hcl:",def_range"`
+	Name      string          `hcl:"name,label"`
+	Domains   []string        `hcl:"domains,optional"`
+	Routes    []*routeBlock   `hcl:"route,block"`
+	TLS       *vhostTLSBlock  `hcl:"tls,block"`
+	CORS      *corsBlock      `hcl:"cors,block"`
+	RateLimit *rateLimitBlock `hcl:"rate_limit,block"`
+	Body      hcl.Body        `hcl:",body"`
+	DefRange  hcl.Range       `hcl:",def_range"`
 }
 
 type routeBlock struct {
@@ -181,6 +189,10 @@ type routeBlock struct {
 	ResponseHeaders *headersBlock        `hcl:"response_headers,block"`
 	Mirror          *mirrorBlock         `hcl:"mirror,block"`
 	Fault           *faultBlock          `hcl:"fault,block"`
+	CORS            *corsBlock           `hcl:"cors,block"`
+	Upgrades        []string             `hcl:"upgrades,optional"`
+	RateLimit       *rateLimitBlock      `hcl:"rate_limit,block"`
+	Compression     *bool                `hcl:"compression,optional"`
 	Body            hcl.Body             `hcl:",body"`
 	DefRange        hcl.Range            `hcl:",def_range"`
 }
@@ -240,6 +252,8 @@ type retryBlock struct {
 	Attempts      *int           `hcl:"attempts,optional"`
 	PerTryTimeout hcl.Expression `hcl:"per_try_timeout,optional"`
 	On            []string       `hcl:"on,optional"`
+	BaseInterval  hcl.Expression `hcl:"base_interval,optional"`
+	MaxInterval   hcl.Expression `hcl:"max_interval,optional"`
 	Body          hcl.Body       `hcl:",body"`
 	DefRange      hcl.Range      `hcl:",def_range"`
 }

@@ -57,8 +57,13 @@ type expectSchema struct {
 	RetryOn          []string       `hcl:"retry_on,optional"`
 	Endpoints        *int           `hcl:"endpoints,optional"`
 	HealthyEndpoints *int           `hcl:"healthy_endpoints,optional"`
-	Remain           hcl.Body       `hcl:",body"`
-	DefRange         hcl.Range      `hcl:",def_range"`
+	// Expectations on HTTP filters (http.go).
+	CORSPreflight *bool             `hcl:"cors_preflight,optional"`
+	CORSHeaders   map[string]string `hcl:"cors_headers,optional"`
+	RateLimit     *string           `hcl:"rate_limit,optional"`
+	RateLimitDesc []string          `hcl:"rate_limit_descriptors,optional"`
+	Remain        hcl.Body          `hcl:",body"`
+	DefRange      hcl.Range         `hcl:",def_range"`
 }
 
 // Test is one decoded route_test block.
@@ -117,6 +122,8 @@ type Expect struct {
 	// cluster routed to, in every priority; they need a catalog.
 	Endpoints        *int
 	HealthyEndpoints *int
+	// HTTP holds the expectations on HTTP filters (http.go).
+	HTTP httpExpect
 }
 
 // needsCatalog reports whether the test counts endpoints.
@@ -362,6 +369,7 @@ func decodeExpect(t *Test, e *expectSchema) hcl.Diagnostics {
 	if e.RetryOn != nil {
 		x.RetryOn = e.RetryOn
 	}
+	diags = append(diags, decodeHTTPExpect(t, e, errorAt)...)
 	if e.NoRoute != nil && *e.NoRoute {
 		for _, name := range actionExpectations {
 			if _, ok := attrs[name]; ok {

@@ -210,6 +210,8 @@ func (c *check) got() string {
 		return fmt.Sprintf("no virtual host for host %q (404)", c.t.Request.Host)
 	case c.m.Route == nil:
 		return "no route (404)"
+	case c.cors().preflight:
+		return "a CORS preflight Envoy answers (200)"
 	}
 	switch a := c.m.Route.GetAction().(type) {
 	case *routev3.Route_Route:
@@ -345,6 +347,7 @@ func (c *check) evaluate() {
 			c.fail("retry_on", "expected %s, got %s", formatList(x.RetryOn), formatList(on))
 		}
 	}
+	c.evaluateHTTP()
 	c.endpoints("endpoints", x.Endpoints, func(*endpointv3.LbEndpoint) bool { return true })
 	c.endpoints("healthy_endpoints", x.HealthyEndpoints, func(lb *endpointv3.LbEndpoint) bool {
 		// Envoy routes to UNKNOWN endpoints as to HEALTHY ones.
@@ -380,6 +383,9 @@ func (c *check) endpoints(attr string, want *int, count func(*endpointv3.LbEndpo
 func (c *check) status() (int, bool) {
 	if c.m.Route == nil {
 		return 404, true
+	}
+	if status, ok := c.filterStatus(); ok {
+		return status, true
 	}
 	switch a := c.m.Route.GetAction().(type) {
 	case *routev3.Route_Redirect:

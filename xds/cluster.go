@@ -53,6 +53,7 @@ func buildCluster(c *ir.Cluster) *clusterv3.Cluster {
 			MaxPendingRequests: optUInt32(cb.MaxPendingRequests),
 			MaxRequests:        optUInt32(cb.MaxRequests),
 			MaxRetries:         optUInt32(cb.MaxRetries),
+			RetryBudget:        retryBudget(cb),
 		}}}
 	}
 	if od := c.OutlierDetection; od != nil {

@@ -48,7 +48,9 @@ type references struct {
 	eds     string // "" for a cluster that is not EDS, and for listeners
 	rds     []string
 	secrets []string
-	err     error
+	// clusters a listener's filters call (access log collectors).
+	clusters []string
+	err      error
 }
 
 func refsOf(r types.Resource) references {
@@ -58,6 +60,7 @@ func refsOf(r types.Resource) references {
 		refs.eds, _ = edsName(r)
 	case *listenerv3.Listener:
 		refs.rds, refs.err = routeReferences(r)
+		refs.clusters = listenerClusters(r)
 	}
 	secrets, err := SecretReferences(r)
 	refs.secrets, refs.err = secrets, errors.Join(refs.err, err)
@@ -102,6 +105,7 @@ func groupConsistent(shared, group *Resources, ref func(types.Resource) referenc
 		rds = append(rds, r.rds...)
 	}
 	errs = append(errs, sameNames("listener", "route configuration", rds, names(group.Routes)))
+	errs = append(errs, clustersServed(shared, group.Listeners, ref))
 	errs = append(errs, secretsServed(shared.Secrets, group.Secrets, group.Listeners, ref))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInconsistent, err)

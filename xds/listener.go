@@ -98,18 +98,29 @@ func tlsFilterChains(t *ir.DownstreamTLS, filter *listenerv3.Filter) []*listener
 // when a route uses it: gRPC does not drain, and a client without fault
 // support then still accepts every listener that does not need it.
 func httpFilters(l *ir.Listener, apiListener bool) []*hcmv3.HttpFilter {
-	var filters []*hcmv3.HttpFilter
-	if l.UsesFault || !apiListener {
-		// An empty fault filter does nothing until a route's
-		// typed_per_filter_config turns it on.
-		filters = append(filters, &hcmv3.HttpFilter{Name: faultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&faultv3.HTTPFault{})}})
+	if !apiListener {
+		return envoyHTTPFilters(l)
 	}
-	return append(filters, &hcmv3.HttpFilter{Name: wellknown.Router, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})}})
+	var filters []*hcmv3.HttpFilter
+	if l.UsesFault {
+		filters = append(filters, faultHTTPFilter())
+	}
+	return append(filters, routerHTTPFilter())
+}
+
+// faultHTTPFilter is an empty fault filter, which does nothing until a
+// route's typed_per_filter_config turns it on.
+func faultHTTPFilter() *hcmv3.HttpFilter {
+	return &hcmv3.HttpFilter{Name: faultFilter, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&faultv3.HTTPFault{})}}
+}
+
+func routerHTTPFilter() *hcmv3.HttpFilter {
+	return &hcmv3.HttpFilter{Name: wellknown.Router, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&routerv3.Router{})}}
 }
 
 func buildHCM(l *ir.Listener) *hcmv3.HttpConnectionManager {
 	filters := httpFilters(l, false)
-	return &hcmv3.HttpConnectionManager{
+	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: l.Name,
 		CodecType:  hcmv3.HttpConnectionManager_AUTO,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_Rds{Rds: &hcmv3.Rds{
@@ -126,4 +137,6 @@ func buildHCM(l *ir.Listener) *hcmv3.HttpConnectionManager {
 		// "shop.example.com:8443" too. routematch mirrors this.
 		StripPortMode: &hcmv3.HttpConnectionManager_StripAnyHostPort{StripAnyHostPort: true},
 	}
+	listenerHTTPFeatures(hcm, l.Name, &l.HTTP)
+	return hcm
 }

@@ -88,6 +88,8 @@ func unsupportedProxyless(l *ir.Listener) error {
 				bad(r, "idle timeout")
 			case r.Retry != nil && r.Retry.PerTryTimeout > 0:
 				bad(r, "per-try timeout")
+			case !r.HTTP.IsZero() || !vh.HTTP.IsZero():
+				bad(r, "HTTP filter settings (cors, rate_limit, upgrades, compression)")
 			}
 		}
 	}

@@ -26,7 +26,7 @@ func buildRouteConfig(l *ir.Listener, proxyless bool) *routev3.RouteConfiguratio
 	rc := &routev3.RouteConfiguration{Name: l.Name}
 	for i := range l.VirtualHosts {
 		vh := &l.VirtualHosts[i]
-		v := &routev3.VirtualHost{Name: vh.Name, Domains: vh.Domains}
+		v := &routev3.VirtualHost{Name: vh.Name, Domains: vh.Domains, TypedPerFilterConfig: perFilterConfig(&vh.HTTP, nil)}
 		for j := range vh.Routes {
 			v.Routes = append(v.Routes, buildRoute(&vh.Routes[j], proxyless))
 		}
@@ -59,6 +59,8 @@ func buildRoute(r *ir.Route, proxyless bool) *routev3.Route {
 	if f := r.Fault; f != nil {
 		out.TypedPerFilterConfig = map[string]*anypb.Any{faultFilter: mustAny(buildFault(f))}
 	}
+	out.TypedPerFilterConfig = perFilterConfig(&r.HTTP, out.TypedPerFilterConfig)
+	routeHTTPFeatures(out, &r.HTTP)
 	return out
 }
 
@@ -187,6 +189,7 @@ func buildRouteAction(r *ir.Route, proxyless bool) *routev3.RouteAction {
 		if rp.PerTryTimeout > 0 {
 			a.RetryPolicy.PerTryTimeout = durationpb.New(rp.PerTryTimeout)
 		}
+		a.RetryPolicy.RetryBackOff = retryBackOff(rp)
 	}
 	if rw := r.Rewrite; rw != nil {
 		switch {

@@ -207,8 +207,8 @@ func TestTranslateFaultChangesRoutesOnly(t *testing.T) {
 	if proto.Equal(before.Groups["edge"].Routes[0], after.Groups["edge"].Routes[0]) {
 		t.Error("adding a fault did not change the route configuration")
 	}
-	if got := filterNames(hcmOf(t, before.Groups["edge"].Listeners[0])); !slices.Equal(got, []string{faultFilter, wellknown.Router}) {
-		t.Errorf("HTTP filters = %v, want the fault filter, then the router", got)
+	if got := filterNames(hcmOf(t, before.Groups["edge"].Listeners[0])); !slices.Equal(got, envoyFilterOrder) {
+		t.Errorf("HTTP filters = %v, want the fixed chain %v", got, envoyFilterOrder)
 	}
 
 	for name, out := range goldenOutputs(t) {

@@ -48,8 +48,39 @@ proxy "edge" {
   listener "http" {
     port = 8080
 
+    # Every request to Envoy's standard output; server errors also to a
+    # file, as JSON.
+    access_log {
+      path = "/dev/stdout"
+    }
+    access_log {
+      path           = "/var/log/envoy/edge-errors.json"
+      json           = { status = "%RESPONSE_CODE%", path = "%REQ(:PATH)%", upstream = "%UPSTREAM_HOST%" }
+      status_classes = ["5xx"]
+    }
+    compression {
+      algorithms    = ["brotli", "gzip"]
+      content_types = ["application/json", "text/html", "text/css", "application/javascript"]
+      min_length    = 1024
+    }
+    # A ceiling for each Envoy; virtual hosts and routes set their own.
+    rate_limit {
+      requests = 5000
+      burst    = 10000
+    }
+
     virtual_host "shop" {
       domains = ["shop.example.com", "www.shop.example.com"]
+
+      # The storefront's scripts call the API from the shop's origins.
+      cors {
+        allow_origins     = ["https://shop.example.com", "https://www.shop.example.com"]
+        allow_methods     = ["GET", "POST", "PUT", "DELETE"]
+        allow_headers     = ["content-type", "authorization", "x-canary"]
+        expose_headers    = ["x-request-id"]
+        max_age           = "10m"
+        allow_credentials = true
+      }
 
       # Testers opt into the canary with a header.
       route {
@@ -94,6 +125,15 @@ proxy "edge" {
         service = "carts"
         rewrite {
           prefix = "/"
+        }
+        # Carts are per session: each session its own small bucket.
+        rate_limit {
+          requests           = 200
+          rate_limit_headers = true
+          descriptor {
+            header   = "x-session-id"
+            requests = 5
+          }
         }
       }
 

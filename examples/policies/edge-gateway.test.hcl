@@ -118,3 +118,67 @@ route_test "unknown hosts get no route" {
     status   = 404
   }
 }
+
+route_test "the storefront's preflight is answered by Envoy" {
+  proxy    = "edge"
+  listener = "http"
+  request {
+    host    = "shop.example.com"
+    path    = "/api/users"
+    method  = "OPTIONS"
+    headers = { origin = "https://www.shop.example.com", "access-control-request-method" = "PUT" }
+  }
+  expect {
+    cors_preflight = true
+    status         = 200
+    cors_headers = {
+      "access-control-allow-origin"      = "https://www.shop.example.com"
+      "access-control-allow-methods"     = "GET,POST,PUT,DELETE"
+      "access-control-allow-credentials" = "true"
+      "access-control-max-age"           = "600"
+    }
+  }
+}
+
+route_test "another site's preflight goes upstream without CORS headers" {
+  proxy    = "edge"
+  listener = "http"
+  request {
+    host    = "shop.example.com"
+    path    = "/api/users"
+    method  = "OPTIONS"
+    headers = { origin = "https://evil.example.org", "access-control-request-method" = "DELETE" }
+  }
+  expect {
+    cors_preflight = false
+    cors_headers   = { "access-control-allow-origin" = "" }
+  }
+}
+
+route_test "each cart session has its own bucket" {
+  proxy    = "edge"
+  listener = "http"
+  request {
+    host    = "shop.example.com"
+    path    = "/cart/items"
+    headers = { "x-session-id" = "s-42" }
+  }
+  expect {
+    service                = "carts"
+    rate_limit             = "route"
+    rate_limit_descriptors = ["x-session-id"]
+  }
+}
+
+route_test "the rest of the shop is under the listener's ceiling" {
+  proxy    = "edge"
+  listener = "http"
+  request {
+    host = "shop.example.com"
+    path = "/index.html"
+  }
+  expect {
+    service    = "web"
+    rate_limit = "listener"
+  }
+}

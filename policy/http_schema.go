@@ -1,0 +1,94 @@
+package policy
+
+import "github.com/hashicorp/hcl/v2"
+
+// The raw HTTP-feature blocks (http_features.go resolves them): each maps
+// onto one Envoy HTTP filter or route setting.
+
+// corsBlock is `cors` in a virtual_host or route: Envoy's CorsPolicy. A
+// route's block inherits what it leaves out from its virtual host's.
+type corsBlock struct {
+	AllowOrigins     []string       `hcl:"allow_origins,optional"`
+	AllowOriginRegex []string       `hcl:"allow_origin_regex,optional"`
+	AllowMethods     []string       `hcl:"allow_methods,optional"`
+	AllowHeaders     []string       `hcl:"allow_headers,optional"`
+	ExposeHeaders    []string       `hcl:"expose_headers,optional"`
+	MaxAge           hcl.Expression `hcl:"max_age,optional"`
+	AllowCredentials *bool          `hcl:"allow_credentials,optional"`
+	Body             hcl.Body       `hcl:",body"`
+	DefRange         hcl.Range      `hcl:",def_range"`
+}
+
+// rateLimitBlock is `rate_limit` in a listener, virtual_host or route:
+// Envoy's local rate limit filter, a token bucket per Envoy process. The
+// most specific block applies, whole.
+type rateLimitBlock struct {
+	Requests         int                         `hcl:"requests"`
+	Interval         hcl.Expression              `hcl:"interval,optional"`
+	Burst            *int                        `hcl:"burst,optional"`
+	Status           *int                        `hcl:"status,optional"`
+	Headers          map[string]string           `hcl:"headers,optional"`
+	RateLimitHeaders *bool                       `hcl:"rate_limit_headers,optional"`
+	Descriptors      []*rateLimitDescriptorBlock `hcl:"descriptor,block"`
+	Body             hcl.Body                    `hcl:",body"`
+	DefRange         hcl.Range                   `hcl:",def_range"`
+}
+
+// rateLimitDescriptorBlock is a `descriptor` of a rate_limit: a bucket of
+// its own, by request header or client address.
+type rateLimitDescriptorBlock struct {
+	Header        *string        `hcl:"header,optional"`
+	ClientAddress *bool          `hcl:"client_address,optional"`
+	Value         *string        `hcl:"value,optional"`
+	Requests      int            `hcl:"requests"`
+	Interval      hcl.Expression `hcl:"interval,optional"`
+	Burst         *int           `hcl:"burst,optional"`
+	Body          hcl.Body       `hcl:",body"`
+	DefRange      hcl.Range      `hcl:",def_range"`
+}
+
+// compressionBlock is `compression` in a listener: one Envoy compressor
+// filter per algorithm, for every route that does not set
+// compression = false.
+type compressionBlock struct {
+	Algorithms   []string  `hcl:"algorithms,optional"`
+	ContentTypes []string  `hcl:"content_types,optional"`
+	MinLength    *int      `hcl:"min_length,optional"`
+	Body         hcl.Body  `hcl:",body"`
+	DefRange     hcl.Range `hcl:",def_range"`
+}
+
+// accessLogBlock is an `access_log` of a listener (several allowed): to
+// a file or stdout, or to an OpenTelemetry collector that is a Consul
+// service.
+type accessLogBlock struct {
+	Path          *string           `hcl:"path,optional"`
+	Collector     *string           `hcl:"collector,optional"`
+	Format        *string           `hcl:"format,optional"`
+	JSON          map[string]string `hcl:"json,optional"`
+	StatusClasses []string          `hcl:"status_classes,optional"`
+	MinDuration   hcl.Expression    `hcl:"min_duration,optional"`
+	SamplePercent *float64          `hcl:"sample_percent,optional"`
+	Body          hcl.Body          `hcl:",body"`
+	DefRange      hcl.Range         `hcl:",def_range"`
+}
+
+// retryBudgetBlock is `retry_budget` in a service's circuit_breaker:
+// Envoy's retry budget, which replaces max_retries.
+type retryBudgetBlock struct {
+	Percent        *float64  `hcl:"percent,optional"`
+	MinConcurrency *int      `hcl:"min_concurrency,optional"`
+	Body           hcl.Body  `hcl:",body"`
+	DefRange       hcl.Range `hcl:",def_range"`
+}
+
+// tracingBlock is `tracing` in a listener: OpenTelemetry spans to a
+// collector that is a Consul service.
+type tracingBlock struct {
+	Collector         string    `hcl:"collector"`
+	ServiceName       *string   `hcl:"service_name,optional"`
+	SamplePercent     *float64  `hcl:"sample_percent,optional"`
+	PreserveRequestID *bool     `hcl:"preserve_request_id,optional"`
+	Body              hcl.Body  `hcl:",body"`
+	DefRange          hcl.Range `hcl:",def_range"`
+}

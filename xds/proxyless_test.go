@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -239,5 +241,31 @@ func TestGRPCBootstrap(t *testing.T) {
 		if _, err := xds.GRPCBootstrap(c); err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+// A proxyless group narrowed to some targets gets only their API
+// listeners and routes, and only the clusters those reach; the proxyless
+// clients in general keep every target.
+func TestProxylessGroupNarrowed(t *testing.T) {
+	m := proxylessModel()
+	m.Clusters = append(m.Clusters, cluster("web"))
+	m.Proxyless = append(m.Proxyless, apiListener("web", routeTo("/", ir.WeightedCluster{Name: "web", Weight: 1})))
+	m.Groups = append(m.Groups, ir.Group{Name: "grpc-web", Proxyless: true, ProxylessTargets: []string{"web"}})
+	slices.SortFunc(m.Groups, func(a, b ir.Group) int { return strings.Compare(a.Name, b.Name) })
+	irtest.Reach(m)
+	out := translate(t, m)
+	g := out.Groups["grpc-web"]
+	if names := []string{xds.ResourceName(g.Listeners[0]), xds.ResourceName(g.Routes[0])}; len(g.Listeners) != 1 || len(g.Routes) != 1 || names[0] != "web" || names[1] != "web" {
+		t.Fatalf("narrowed group: %d listeners, %d routes (%v), want web's only", len(g.Listeners), len(g.Routes), names)
+	}
+	if r := out.Reach["grpc-web"]; len(r.Clusters) != 1 || r.Clusters[0].GetName() != "web" || len(r.Endpoints) != 1 {
+		t.Fatalf("narrowed group reaches %d clusters, want web only", len(r.Clusters))
+	}
+	if n := len(out.ProxylessReach.Clusters); n != 3 {
+		t.Fatalf("proxyless clients reach %d clusters, want all 3", n)
+	}
+	if !out.ProxylessGroups["grpc-web"] || !out.ProxylessGroups["grpc-*"] || out.ProxylessGroups["edge"] {
+		t.Fatalf("ProxylessGroups = %v", out.ProxylessGroups)
 	}
 }

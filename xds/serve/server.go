@@ -188,6 +188,9 @@ const proxylessGroup = "(proxyless gRPC)"
 // groupOfKeyLocked is the group shown for a snapshot key.
 func (s *Server) groupOfKeyLocked(key string) string {
 	if s.out == nil || s.resolve == nil {
+		if _, proxyless := parseKey(key); proxyless {
+			return proxylessGroup
+		}
 		return ""
 	}
 	switch role, _, _ := s.roleLocked(key); role {

@@ -154,3 +154,13 @@ func (r *run) s8(ctx context.Context, name string, svc int, uses func(k int) boo
 	}
 	return row
 }
+
+// FleetPolicy is the fleet phase's policy: every catalog service a
+// cluster; group "bench" (sidecar-like) routing to the first `routes`
+// services and getting only those, and group "bench-edge" with the same
+// routes and export_all_services = true (every cluster).
+func FleetPolicy(routes int) string {
+	p := Policy(true, routes)
+	edge := strings.Replace(p[strings.Index(p, "proxy \"bench\""):], "proxy \"bench\" {\n", "proxy \"bench-edge\" {\n  export_all_services = true\n", 1)
+	return p + "\n" + edge
+}

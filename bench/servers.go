@@ -105,16 +105,6 @@ func Policy(exportAll bool, routes int) string {
 	return b.String()
 }
 
-// FleetPolicy is the fleet phase's policy: every catalog service a
-// cluster; group "bench" (sidecar-like) routing to the first `routes`
-// services and getting only those, and group "bench-edge" with the same
-// routes and export_all_services = true (every cluster).
-func FleetPolicy(routes int) string {
-	p := Policy(true, routes)
-	edge := strings.Replace(p[strings.Index(p, "proxy \"bench\""):], "proxy \"bench\" {\n", "proxy \"bench-edge\" {\n  export_all_services = true\n", 1)
-	return p + "\n" + edge
-}
-
 // StartBridge runs the bridge binary as a subprocess pinned to cpus.
 func StartBridge(ctx context.Context, bin, dir, consulAddr, policy, cpus string, gomaxprocs int, logLevel string) (*Target, error) {
 	if logLevel == "" {

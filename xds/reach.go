@@ -106,7 +106,7 @@ func (t *Translator) translateReach(m *ir.Model, out *Output, clusters map[strin
 		out.Reach[g.Name] = x.reach(names(g.Name, g.Clusters, failed), !g.Proxyless)
 	}
 	out.ProxylessReach = x.reach(names(proxylessReachKey, m.ProxylessClusters, out.ProxylessFailed != nil), false)
-	out.Unmatched = &Resources{}
+	out.Unmatched, out.UnmatchedNone = &Resources{}, !m.UnmatchedAll
 	if m.UnmatchedAll {
 		all := make([]string, len(m.Clusters))
 		for i := range m.Clusters {

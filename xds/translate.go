@@ -97,6 +97,9 @@ type Output struct {
 	// Unmatched is what a node in no group gets of Shared: nothing, or
 	// every cluster and its endpoints (never a secret).
 	Unmatched *Resources
+	// UnmatchedNone says nodes in no group are served nothing by policy
+	// (unmatched_nodes = "none"), which serving shows as NO_GROUP.
+	UnmatchedNone bool
 	// Groups holds listeners and routes by proxy group name. A group
 	// declared proxyless maps to Proxyless itself (the same pointer), or
 	// to the part of it its upstreams narrow it to, so its nodes get API

@@ -71,7 +71,7 @@ func newScopeLog(reg prometheus.Registerer, log zerolog.Logger) *scopeLog {
 // unmatchedServedLocked reports whether nodes in no group are served
 // anything (unmatched_nodes = "all").
 func (s *Server) unmatchedServedLocked() bool {
-	return s.out == nil || s.out.Unmatched == nil || len(s.out.Unmatched.Clusters) > 0 || s.out.Reach == nil
+	return s.out == nil || !s.out.UnmatchedNone
 }
 
 // setScopeViewLocked records the translation just installed for the
@@ -80,7 +80,7 @@ func (s *Server) setScopeViewLocked() {
 	out, resolve := s.out, s.resolve
 	groups := out.Groups
 	failed := out.Failed
-	none := out.Reach != nil && (out.Unmatched == nil || len(out.Unmatched.Clusters) == 0)
+	none := out.UnmatchedNone
 	v := &scopeView{out: out, noGroup: func(key string) bool {
 		nodeCluster, proxyless := parseKey(key)
 		if !none || proxyless {

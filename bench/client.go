@@ -41,7 +41,7 @@ type Client struct {
 	idx    int
 	nodeID string
 	mode   Mode
-	narrow bool
+	narrow bool // in the sidecar group, not the edge group (FleetConfig.Narrow)
 	node   *corev3.Node
 	conn   *grpc.ClientConn
 	stream grpc.ClientStream
@@ -95,7 +95,7 @@ func (f *Fleet) dial(ctx context.Context, k int) (*Client, error) {
 		done:   make(chan struct{}),
 	}
 	c.node = &corev3.Node{
-		Id: c.nodeID, Cluster: f.cfg.Cluster, UserAgentName: "envoy",
+		Id: c.nodeID, Cluster: f.cfg.clusterOf(k), UserAgentName: "envoy",
 		// Consul checks the Envoy version; 1.25 is the newest 1.15 supports.
 		UserAgentVersionType: &corev3.Node_UserAgentBuildVersion{UserAgentBuildVersion: &corev3.BuildVersion{
 			Version: &typev3.SemanticVersion{MajorNumber: 1, MinorNumber: 25, Patch: 4},
@@ -354,7 +354,9 @@ func (c *Client) process(t Type, items []decoded, removed []string, now time.Tim
 		c.got[CDS] = true
 		var want []string
 		for _, d := range items {
-			if d.eds != "" && (!c.narrow || c.f.cfg.NarrowEDS[d.eds]) {
+			// Like Envoy: EDS for every EDS cluster it holds; a proxy
+			// cannot skip the endpoints of a cluster it was given.
+			if d.eds != "" {
 				want = append(want, d.eds)
 			}
 		}

@@ -67,7 +67,31 @@ type Probe struct {
 	lat       []atomic.Int64 // per client: ns from Start to its ACK; 0 = not yet
 	remaining atomic.Int64
 	done      chan struct{}
+	// expect, if set, says which clients must see the change (those whose
+	// group uses the service); a hit from any other is counted in stray.
+	expect []bool
+	stray  atomic.Int64
 }
+
+// ExpectOnly makes p wait for the clients expect picks only (of n) and
+// count hits from the others as stray. It returns p.
+func (p *Probe) ExpectOnly(n int, expect func(k int) bool) *Probe {
+	p.expect = make([]bool, n)
+	want := int64(0)
+	for k := range n {
+		if p.expect[k] = expect(k); p.expect[k] {
+			want++
+		}
+	}
+	p.remaining.Store(want)
+	if want == 0 {
+		close(p.done)
+	}
+	return p
+}
+
+// Stray is how many clients outside the expected ones saw the change.
+func (p *Probe) Stray() int64 { return p.stray.Load() }
 
 // NewProbe waits for n clients.
 func NewProbe(addr string, port int, h corev3.HealthStatus, n int) *Probe {
@@ -90,7 +114,7 @@ func (p *Probe) Done() <-chan struct{} { return p.done }
 func (p *Probe) Latencies() []time.Duration {
 	out := make([]time.Duration, 0, len(p.lat))
 	for i := range p.lat {
-		if v := p.lat[i].Load(); v > 0 {
+		if v := p.lat[i].Load(); v > 0 && (p.expect == nil || p.expect[i]) {
 			out = append(out, time.Duration(v))
 		}
 	}
@@ -102,6 +126,12 @@ func (p *Probe) Missing() int { return int(p.remaining.Load()) }
 
 func (p *Probe) hit(idx int, at time.Time) {
 	if idx >= len(p.lat) {
+		return
+	}
+	if p.expect != nil && !p.expect[idx] {
+		if p.lat[idx].CompareAndSwap(0, 1) {
+			p.stray.Add(1)
+		}
 		return
 	}
 	d := max(int64(at.Sub(p.Start)), 1)
@@ -127,15 +157,18 @@ func (p *Probe) matches(cla *endpointv3.ClusterLoadAssignment) bool {
 // FleetConfig describes the simulated Envoys.
 type FleetConfig struct {
 	Addr string
-	// NodeID names client k; Cluster is node.cluster for all.
-	NodeID  func(k int) string
-	Cluster string
+	// NodeID names client k; Cluster is node.cluster for all, unless
+	// ClusterOf says client k's.
+	NodeID    func(k int) string
+	Cluster   string
+	ClusterOf func(k int) string
 	// Mode picks client k's protocol.
 	Mode func(k int) Mode
-	// Narrow picks clients that subscribe to EDS only for NarrowEDS
-	// names (like a sidecar with a few upstreams), not every cluster.
-	Narrow    func(k int) bool
-	NarrowEDS map[string]bool
+	// Narrow marks the clients of the sidecar-like group (the routed
+	// services only), as opposed to the edge group (every cluster). It
+	// changes only what S7 expects: every client asks for the endpoints
+	// of every cluster it receives, as Envoy must.
+	Narrow func(k int) bool
 	// NoListeners makes every client an Envoy with static listeners and
 	// only cds_config over ADS: it never asks for LDS, and is in full state
 	// once it holds its clusters and their endpoints.
@@ -143,6 +176,13 @@ type FleetConfig struct {
 	// HoldOff is the debounce window: pushes to one client closer together
 	// than this are counted as FastPushes.
 	HoldOff time.Duration
+}
+
+func (c *FleetConfig) clusterOf(k int) string {
+	if c.ClusterOf != nil {
+		return c.ClusterOf(k)
+	}
+	return c.Cluster
 }
 
 // Fleet is N simulated Envoys in one process.

@@ -29,6 +29,8 @@ type Options struct {
 	Upstreams int // services routed by the policy / upstreams per peer sidecar
 
 	FleetSizes   []int    // N for the bridge fleet scenarios (S1–S7)
+	GroupSizes   []int    // N for the groups phase (S3, S8; groups.go)
+	GroupProxies int      // proxies per group in the groups phase
 	CompareSizes []int    // N for the bridge/baseline/peer comparison (S1, S2, S3, S6)
 	Compare      []string // "bridge/sotw", "bridge/delta", "bridge-fixed/delta", "baseline/sotw", "baseline/delta", "peer/delta"
 
@@ -62,7 +64,8 @@ type Options struct {
 func QuickOptions() Options {
 	return Options{
 		Services: 100, Instances: 10, Upstreams: 10,
-		FleetSizes:   []int{100, 1000},
+		FleetSizes: []int{100, 1000},
+		GroupSizes: []int{1000}, GroupProxies: 50,
 		CompareSizes: []int{1000},
 		Compare:      []string{"bridge/sotw", "bridge/delta", "baseline/sotw", "baseline/delta", "peer/delta"},
 		S1Flips:      10, S2Flips: 50, CompareS2Flips: 20, BridgeLogLevel: "warn",
@@ -78,6 +81,7 @@ func FullOptions() Options {
 	o := QuickOptions()
 	o.Services, o.Instances = 500, 10
 	o.FleetSizes = []int{100, 1000, 5000}
+	o.GroupSizes = []int{1000, 5000}
 	o.CompareSizes = []int{100, 1000}
 	o.IdleTime, o.StormTime = 30*time.Second, 60*time.Second
 	o.CompareS2Flips = 50
@@ -135,6 +139,11 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 			return rows, err
 		}
 	}
+	if len(o.GroupSizes) > 0 {
+		if err := groupsPhase(ctx, &o, c, emit); err != nil {
+			return rows, err
+		}
+	}
 	if len(o.CompareSizes) > 0 && len(o.Compare) > 0 {
 		if err := comparePhase(ctx, &o, c, emit); err != nil {
 			return rows, err
@@ -160,26 +169,29 @@ func cpuCount(list string) int {
 }
 
 // fleetPhase runs S1–S7 against the bridge serving every catalog service
-// to a mixed fleet: half SotW, half delta; half of each "narrow" (EDS only
-// for the routed services, like a sidecar), half subscribing to every
-// cluster like an edge proxy.
+// to a mixed fleet: half SotW, half delta; half of each in a sidecar-like
+// group (routes to the routed services, and gets only those clusters),
+// half in an edge group with export_all_services (every cluster). Every
+// client asks for the endpoints of every cluster it gets, as Envoy does.
 func fleetPhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) error {
 	dir := filepath.Join(o.Dir, "fleet")
 	os.MkdirAll(dir, 0o755)
-	t, err := StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, Policy(true, o.Upstreams), o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel)
+	t, err := StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, FleetPolicy(o.Upstreams), o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel)
 	if err != nil {
 		return fmt.Errorf("start bridge: %w", err)
 	}
 	defer t.Stop()
-	narrow := map[string]bool{}
-	for i := 0; i < o.Upstreams; i++ {
-		narrow[ServiceName(i)] = true
-	}
+	narrow := func(k int) bool { return (k/2)%2 == 1 }
 	cfg := FleetConfig{
-		Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
+		Addr: t.XDSAddr, NodeID: t.NodeID, HoldOff: o.HoldOff,
+		ClusterOf: func(k int) string {
+			if narrow(k) {
+				return t.Cluster
+			}
+			return t.Cluster + "-edge"
+		},
 		Mode:        func(k int) Mode { return Mode(k % 2) },
-		Narrow:      func(k int) bool { return (k/2)%2 == 1 },
-		NarrowEDS:   narrow,
+		Narrow:      narrow,
 		NoListeners: o.NoListeners,
 	}
 	extra := o.Services

@@ -384,8 +384,9 @@ func (r *run) s6(ctx context.Context, cfg FleetConfig) Row {
 	return row
 }
 
-// S7: a service is added, then removed. CDS push cost, and EDS for it
-// only to the proxies that subscribe (narrow proxies do not).
+// S7: a service is added, then removed. CDS push cost, and the new
+// cluster (and so its EDS) only to the edge group's proxies: the sidecar
+// group does not route to it, so it never gets it.
 func (r *run) s7(ctx context.Context, newSvc int) Row {
 	m := r.meter()
 	name := ServiceName(newSvc)
@@ -398,7 +399,8 @@ func (r *run) s7(ctx context.Context, newSvc int) Row {
 	r.f.WatchEDS(name)
 	defer r.f.WatchEDS("")
 	cdsBytes0 := r.f.Bytes[CDS].Load()
-	p := NewClusterProbe(name, false, r.f.Len())
+	edge := func(k int) bool { return !r.f.Clients()[k].narrow }
+	p := NewClusterProbe(name, false, r.f.Len()).ExpectOnly(r.f.Len(), edge)
 	p.Start = time.Now()
 	r.f.SetProbe(p)
 	if err := r.consul.RegisterServices(ctx, newSvc, newSvc+1, r.opts.Instances); err != nil {
@@ -420,7 +422,7 @@ func (r *run) s7(ctx context.Context, newSvc int) Row {
 	cpuAdd := ProcCPU(r.t.PID) - m.s0.CPU
 	hitsWide, hitsNarrow := r.f.WatchHitsWide.Load(), r.f.WatchHitsNarrow.Load()
 
-	rp := NewClusterProbe(name, true, r.f.Len())
+	rp := NewClusterProbe(name, true, r.f.Len()).ExpectOnly(r.f.Len(), edge)
 	rp.Start = time.Now()
 	r.f.SetProbe(rp)
 	if err := r.consul.DeregisterService(ctx, newSvc, r.opts.Instances); err != nil {
@@ -434,9 +436,9 @@ func (r *run) s7(ctx context.Context, newSvc int) Row {
 	}
 	r.f.SetProbe(nil)
 	row := m.row("S7 service add/remove", addLats, -1)
-	row.Notes = fmt.Sprintf("latency = add to CDS ACK; add cost %s CPU, CDS %s/proxy; EDS for new svc to %d of %d subscribers, %d non-subscribers (want 0); removal seen by all in %s",
-		ms(time.Duration(cpuAdd*float64(time.Second))), bytesStr(float64(cdsAdd)/float64(r.n)), hitsWide, wide, hitsNarrow, ms(rmMax))
-	if hitsNarrow > 0 {
+	row.Notes = fmt.Sprintf("latency = add to CDS ACK (edge group); add cost %s CPU, CDS %s/proxy; new cluster in CDS of %d sidecar proxies (want 0); its EDS to %d of %d edge proxies, %d sidecar proxies (want 0); removal seen by all edge proxies in %s",
+		ms(time.Duration(cpuAdd*float64(time.Second))), bytesStr(float64(cdsAdd)/float64(r.n)), p.Stray(), hitsWide, wide, hitsNarrow, ms(rmMax))
+	if hitsNarrow > 0 || p.Stray() > 0 {
 		row.Notes += " UNEXPECTED"
 	}
 	return row

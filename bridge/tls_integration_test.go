@@ -257,9 +257,14 @@ func TestEdgeTLSOverSDS(t *testing.T) {
 			return s.Listener("edge.https") != nil && slices.Equal(s.SecretNames(), secrets)
 		})
 	}
-	wait(other, "upstream secrets only", func(s adsclient.State) bool {
-		return slices.Equal(s.SecretNames(), []string{"api/ca", "api/cert"}) && s.Cluster("api") != nil
+	// A node in no group (unmatched_nodes defaults to "none" once the
+	// policy declares a proxy) gets nothing: no cluster, no secret.
+	wait(other, "an empty answer", func(s adsclient.State) bool {
+		return s.Version(adsclient.ClusterType) != "" && len(s.ClusterNames()) == 0
 	})
+	if names := other.Snapshot().SecretNames(); len(names) > 0 {
+		t.Fatalf("a node in no group got secrets %v", names)
+	}
 	st := edge.Snapshot()
 
 	// The handshake: what was served is the files' certificates, chosen

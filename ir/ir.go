@@ -16,7 +16,9 @@ import (
 // Model is everything the bridge serves at one moment. Slices are sorted by
 // name so equal worlds produce equal models.
 type Model struct {
-	// Clusters and their load assignments are shared by every proxy.
+	// Clusters are every cluster the bridge serves, with its load
+	// assignment. A proxy gets those its group reaches (Group.Clusters);
+	// the resources are built once and shared by every group that does.
 	Clusters []Cluster
 	// Groups holds per-proxy-group resources (listeners, routes), keyed by
 	// the node.cluster the proxies announce. Empty until policy declares any.
@@ -26,10 +28,16 @@ type Model struct {
 	// (xds:///NAME), each with a single virtual host matching every
 	// authority. Only Name, VirtualHosts and UsesFault apply to them.
 	Proxyless []Listener
+	// ProxylessClusters are the clusters Proxyless reaches, sorted: what
+	// a proxyless gRPC client in no proxyless group gets.
+	ProxylessClusters []string
 	// Secrets are the SDS secrets of upstream TLS (client certificates and
-	// CAs of clusters), shared by every proxy like the clusters; sorted by
-	// name.
+	// CAs of clusters), sorted by name. A proxy gets those of the clusters
+	// it gets, and no other.
 	Secrets []Secret
+	// UnmatchedAll gives nodes in no group every cluster and its
+	// endpoints (never a secret); otherwise they get nothing.
+	UnmatchedAll bool
 }
 
 // Group is what the proxies of one node.cluster get on top of the shared
@@ -44,6 +52,14 @@ type Group struct {
 	// Secrets are the SDS secrets of the group's TLS listeners, sorted by
 	// name.
 	Secrets []Secret
+	// Clusters are the names of the clusters the group's proxies get,
+	// sorted: those its listeners route, split, mirror or forward to and
+	// its upstreams (every cluster with export_all_services); for a
+	// proxyless group, those its API listeners reach.
+	Clusters []string
+	// ProxylessTargets narrows a proxyless group to these API listeners
+	// (xDS target names), sorted; nil means every one in Model.Proxyless.
+	ProxylessTargets []string
 }
 
 // LBPolicy is a cluster's load-balancing algorithm.
@@ -120,6 +136,7 @@ var (
 	ErrConnectTimeout = errors.New("connect timeout must be positive")
 	ErrEndpoint       = errors.New("invalid endpoint")
 	ErrListener       = errors.New("invalid listener")
+	ErrUnknownCluster = errors.New("unknown cluster")
 )
 
 // Validate checks the invariants the translator relies on.
@@ -178,6 +195,7 @@ func (m *Model) Validate() error {
 			}
 		}
 	}
+	errs = append(errs, m.validateReach()...)
 	for i, l := range m.Proxyless {
 		if l.Name == "" {
 			errs = append(errs, fmt.Errorf("proxyless listener %d: name is empty: %w", i, ErrListener))

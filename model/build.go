@@ -33,7 +33,7 @@ const maxWeight = 65535
 // A nil policy mirrors the catalog: one cluster per service.
 func Build(cat *consul.Catalog, pol *policy.Policy) (*ir.Model, []string) {
 	if pol == nil {
-		pol = &policy.Policy{ExportAllServices: true}
+		pol = &policy.Policy{ExportAllServices: true, UnmatchedNodes: policy.UnmatchedAll}
 	}
 	b := &builder{cat: cat, pol: pol, clusters: map[string]ir.Cluster{}, owners: map[string]string{}, referenced: map[string]bool{}, secrets: map[string]ir.Secret{}}
 	for _, name := range referencedServices(pol) {
@@ -58,6 +58,7 @@ func Build(cat *consul.Catalog, pol *policy.Policy) (*ir.Model, []string) {
 	}
 	slices.SortFunc(m.Groups, func(a, b ir.Group) int { return strings.Compare(a.Name, b.Name) })
 	m.Proxyless = b.proxyless(m.Clusters)
+	b.reach(m)
 	return m, b.warnings
 }
 
@@ -97,6 +98,13 @@ func referencedServices(pol *policy.Policy) []string {
 		set[s.Name] = true
 	}
 	for _, p := range pol.Proxies {
+		for _, u := range p.Upstreams {
+			// A proxyless group's upstream may name a grpc_service
+			// rather than a service.
+			if !p.Proxyless || pol.GRPCService(u) == nil {
+				set[u] = true
+			}
+		}
 		for _, l := range p.Listeners {
 			for _, t := range l.TCP {
 				set[t.Service] = true

@@ -51,7 +51,21 @@ func Dump(out *xds.Output, nodeCluster, group string) (*xds.ConfigDump, error) {
 			*dst = append(*dst, b)
 		}
 	}
-	shared := out.Shared.ByType()
+	// A node gets its group's reach of the clusters, endpoints and
+	// upstream secrets (nodes in no group: Unmatched). An Output assembled
+	// without reach (not by Translate) shares everything.
+	reach := out.Shared
+	switch {
+	case out.Reach == nil:
+	case out.Groups[group] != nil && group != "":
+		reach = out.Reach[group]
+	default:
+		reach = out.Unmatched
+	}
+	if reach == nil {
+		reach = &xds.Resources{}
+	}
+	shared := reach.ByType()
 	add(&d.Clusters, shared[resourcev3.ClusterType])
 	add(&d.Endpoints, shared[resourcev3.EndpointType])
 	add(&d.Secrets, shared[resourcev3.SecretType])

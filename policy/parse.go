@@ -34,6 +34,8 @@ type Document struct {
 	log            *logBlock
 	exportAll      *bool
 	exportAllRange hcl.Range
+	unmatched      *string
+	unmatchedRange hcl.Range
 	services       []*serviceBlock
 	proxies        []*proxyBlock
 	grpcServices   []*grpcServiceBlock
@@ -46,6 +48,7 @@ type documentSchema struct {
 	Admin             *adminBlock         `hcl:"admin,block"`
 	Log               *logBlock           `hcl:"log,block"`
 	ExportAllServices *bool               `hcl:"export_all_services,optional"`
+	UnmatchedNodes    *string             `hcl:"unmatched_nodes,optional"`
 	Services          []*serviceBlock     `hcl:"service,block"`
 	Proxies           []*proxyBlock       `hcl:"proxy,block"`
 	GRPCServices      []*grpcServiceBlock `hcl:"grpc_service,block"`
@@ -82,11 +85,14 @@ func Parse(name string, src []byte) (*Document, hcl.Diagnostics) {
 	}
 	d := &Document{
 		Name: name, consul: raw.Consul, xds: raw.XDS, admin: raw.Admin, log: raw.Log,
-		exportAll: raw.ExportAllServices, services: raw.Services, proxies: raw.Proxies,
+		exportAll: raw.ExportAllServices, unmatched: raw.UnmatchedNodes, services: raw.Services, proxies: raw.Proxies,
 		grpcServices: raw.GRPCServices, routeTests: raw.RouteTests,
 	}
 	if d.exportAll != nil {
 		d.exportAllRange = valueRange(raw.Body, "export_all_services", hcl.Range{Filename: name})
+	}
+	if d.unmatched != nil {
+		d.unmatchedRange = valueRange(raw.Body, "unmatched_nodes", hcl.Range{Filename: name})
 	}
 	return d, diags
 }

@@ -18,6 +18,11 @@ type Policy struct {
 	// proxy blocks that only set proxyless = true do not count) and to
 	// false otherwise.
 	ExportAllServices bool
+	// UnmatchedNodes is what nodes in no proxy group get: UnmatchedNone
+	// (nothing) or UnmatchedAll (every cluster and its endpoints, never a
+	// secret). It defaults to all for a policy without proxy blocks (pure
+	// discovery) and to none as soon as it declares one.
+	UnmatchedNodes string
 	// Services sorted by name.
 	Services []*Service
 	// Proxies in declaration order: for a node.cluster that no proxy names
@@ -28,6 +33,12 @@ type Policy struct {
 	// call to xds:///NAME goes to cluster NAME.
 	GRPCServices []*GRPCService
 }
+
+// What nodes in no proxy group get (Policy.UnmatchedNodes).
+const (
+	UnmatchedNone = "none"
+	UnmatchedAll  = "all"
+)
 
 // Defaults the routing policy falls back to.
 const (
@@ -74,7 +85,17 @@ type Proxy struct {
 	// user agent they announce: they get the API listeners of
 	// GRPCServices, and the group declares no listeners.
 	Proxyless bool
-	Source    string
+	// Upstreams are the services (cluster names) the group's proxies
+	// dial without a route, e.g. through a static listener of their own;
+	// they get these clusters beside those their routes reach. For a
+	// proxyless group they are the xDS target names its clients dial,
+	// narrowing what they get; empty means every target.
+	Upstreams []string
+	// ExportAllServices gives the group every cluster the bridge serves,
+	// not only those its listeners and upstreams reach (an edge that
+	// fronts everything).
+	ExportAllServices bool
+	Source            string
 }
 
 // GRPCService is the `grpc_service "NAME"` block: how proxyless gRPC

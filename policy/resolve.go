@@ -64,6 +64,8 @@ func resolvePolicy(docs []*Document) (*Policy, hcl.Diagnostics) {
 	}
 	var exportAll *bool
 	var exportAt hcl.Range
+	var unmatched *string
+	var unmatchedAt hcl.Range
 	seenProxy := map[string]hcl.Range{}
 	seenGRPC := map[string]hcl.Range{}
 	for _, d := range docs {
@@ -73,6 +75,17 @@ func resolvePolicy(docs []*Document) (*Policy, hcl.Diagnostics) {
 					"export_all_services is %v here but %v at %s; set it in one place.", *d.exportAll, *exportAll, pos(exportAt))
 			}
 			exportAll, exportAt = d.exportAll, d.exportAllRange
+		}
+		if d.unmatched != nil {
+			if !oneOf(*d.unmatched, []string{UnmatchedNone, UnmatchedAll}) {
+				r.add(d.unmatchedRange, "Invalid unmatched_nodes",
+					"unmatched_nodes is %q; it is \"none\" (nodes in no proxy group get nothing) or \"all\" (every cluster and its endpoints, no secrets).", *d.unmatched)
+			} else if unmatched != nil && *unmatched != *d.unmatched {
+				r.add(d.unmatchedRange, "Conflicting unmatched_nodes",
+					"unmatched_nodes is %q here but %q at %s; set it in one place.", *d.unmatched, *unmatched, pos(unmatchedAt))
+			} else {
+				unmatched, unmatchedAt = d.unmatched, d.unmatchedRange
+			}
 		}
 		for _, s := range d.services {
 			if prev, ok := r.services[s.Name]; ok {
@@ -125,6 +138,17 @@ func resolvePolicy(docs []*Document) (*Policy, hcl.Diagnostics) {
 		// mirror a mirror.
 		routing := slices.ContainsFunc(r.pol.Proxies, func(p *Proxy) bool { return !p.Proxyless })
 		r.pol.ExportAllServices = len(r.pol.Services) == 0 && !routing && len(r.pol.GRPCServices) == 0
+	}
+	switch {
+	case unmatched != nil:
+		r.pol.UnmatchedNodes = *unmatched
+	case len(r.pol.Proxies) > 0:
+		// Once groups are declared, a node that matches none is most
+		// likely misconfigured (or not ours): it gets nothing rather
+		// than every backend.
+		r.pol.UnmatchedNodes = UnmatchedNone
+	default:
+		r.pol.UnmatchedNodes = UnmatchedAll
 	}
 	return r.pol, r.list
 }
@@ -318,7 +342,10 @@ func (r *resolver) percent(body hcl.Body, name string, v *float64, def hcl.Range
 }
 
 func (r *resolver) proxy(b *proxyBlock) *Proxy {
-	p := &Proxy{Name: b.Name, Source: pos(b.DefRange)}
+	p := &Proxy{Name: b.Name, Source: pos(b.DefRange), Upstreams: r.upstreams(b)}
+	if b.ExportAllServices != nil {
+		p.ExportAllServices = *b.ExportAllServices
+	}
 	if len(b.Listeners) > MaxListenersPerGroup {
 		r.add(b.Listeners[MaxListenersPerGroup].DefRange, "Too many listeners",
 			"proxy %q declares %d listeners; the limit is %d per group. Split it into several groups.", b.Name, len(b.Listeners), MaxListenersPerGroup)
@@ -350,10 +377,31 @@ func (r *resolver) proxy(b *proxyBlock) *Proxy {
 		}
 		p.Listeners = append(p.Listeners, r.listener(b.Name, lb))
 	}
-	if len(b.Listeners) == 0 {
-		r.add(b.DefRange, "Proxy without listeners", "proxy %q declares no listener; add a listener block, or set proxyless = true for a group of proxyless gRPC clients.", b.Name)
+	if len(b.Listeners) == 0 && len(p.Upstreams) == 0 && !p.ExportAllServices {
+		r.add(b.DefRange, "Proxy without listeners", "proxy %q declares no listener and no upstreams; add a listener block or upstreams = [...], or set proxyless = true for a group of proxyless gRPC clients.", b.Name)
 	}
 	return p
+}
+
+// upstreams checks a proxy block's upstreams: sorted, without duplicates,
+// each a plausible service (or, for a proxyless group, xDS target) name.
+func (r *resolver) upstreams(b *proxyBlock) []string {
+	rng := valueRange(b.Body, "upstreams", b.DefRange)
+	seen := map[string]bool{}
+	var out []string
+	for _, u := range b.Upstreams {
+		switch {
+		case u == "" || strings.ContainsAny(u, "/ \t"):
+			r.add(rng, "Invalid upstream", "proxy %q: upstream %q is not a service name.", b.Name, u)
+		case seen[u]:
+			r.add(rng, "Duplicate upstream", "proxy %q lists upstream %q twice.", b.Name, u)
+		default:
+			seen[u] = true
+			out = append(out, u)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 func (r *resolver) listener(group string, b *listenerBlock) *Listener {

@@ -89,11 +89,15 @@ type failoverBlock struct {
 }
 
 type proxyBlock struct {
-	Name      string           `hcl:"name,label"`
-	Proxyless *bool            `hcl:"proxyless,optional"`
-	Listeners []*listenerBlock `hcl:"listener,block"`
-	Body      hcl.Body         `hcl:",body"`
-	DefRange  hcl.Range        `hcl:",def_range"`
+	Name      string `hcl:"name,label"`
+	Proxyless *bool  `hcl:"proxyless,optional"`
+	// Upstreams are services the group's proxies dial without a route
+	// (proxyless groups: the xDS target names they dial).
+	Upstreams         []string         `hcl:"upstreams,optional"`
+	ExportAllServices *bool            `hcl:"export_all_services,optional"`
+	Listeners         []*listenerBlock `hcl:"listener,block"`
+	Body              hcl.Body         `hcl:",body"`
+	DefRange          hcl.Range        `hcl:",def_range"`
 }
 
 // grpcServiceBlock is `grpc_service "NAME"`: the routes proxyless gRPC

@@ -1,7 +1,6 @@
 package xds_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -104,19 +103,23 @@ func TestTracing(t *testing.T) {
 		hcm.GetTracing().GetRandomSampling().GetValue() != 10 || !hcm.GetPreserveExternalRequestId() {
 		t.Errorf("tracing = %v, preserve request id %v", hcm.GetTracing(), hcm.GetPreserveExternalRequestId())
 	}
-	if err := translate(t, featureModel(tracing)).Failed["edge"]; !errors.Is(err, xds.ErrInconsistent) {
-		t.Errorf("tracing to an unserved cluster: group error %v, want inconsistent", err)
+	// A collector that is no cluster at all is refused before
+	// translation (the model names clusters a group does not get).
+	if _, err := xds.Translate(featureModel(tracing)); err == nil || !strings.Contains(err.Error(), `"otel"`) {
+		t.Errorf("tracing to an unserved cluster: %v, want the model refused naming it", err)
 	}
 }
 
-// A listener whose access log sends to a cluster that is not served
+// A listener whose access log sends to a cluster its group does not get
 // fails its group (the consistency check), rather than losing the logs.
 func TestAccessLogCollectorMustBeServed(t *testing.T) {
-	out := translate(t, featureModel(func(l *ir.Listener) {
+	m := featureModel(func(l *ir.Listener) {
 		l.HTTP.AccessLogs = []ir.AccessLog{{Collector: "otel", SamplePercent: 100}}
-	}))
-	err := out.Failed["edge"]
-	if !errors.Is(err, xds.ErrInconsistent) || !strings.Contains(err.Error(), `calls cluster "otel", which is not served`) {
-		t.Errorf("group error = %v, want the missing collector cluster", err)
+	})
+	m.Clusters = append(m.Clusters, cluster("otel"))
+	m.Groups[0].Clusters = []string{"web"} // not the collector
+	_, err := xds.Translate(m)
+	if err == nil || !strings.Contains(err.Error(), `"otel"`) {
+		t.Errorf("Translate = %v, want the missing collector cluster refused", err)
 	}
 }

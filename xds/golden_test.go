@@ -95,7 +95,7 @@ func TestGolden(t *testing.T) {
 			}
 			var groupListeners, groupRoutes, groupSecrets []types.Resource
 			for _, g := range slices.Sorted(maps.Keys(out.Groups)) {
-				if out.Groups[g] == out.Proxyless {
+				if out.ProxylessGroups[g] {
 					// A proxyless group: checked with Proxyless below.
 					continue
 				}
@@ -138,8 +138,39 @@ func TestGolden(t *testing.T) {
 			pl := out.Proxyless.ByType()
 			compareGolden(t, filepath.Join(dir, "proxyless.golden.json"),
 				marshalResources(t, append(pl[resourcev3.ListenerType], pl[resourcev3.RouteType]...)))
+			compareGolden(t, filepath.Join(dir, "reach.golden.json"), reachJSON(t, out))
 		})
 	}
+}
+
+// reachJSON renders what each kind of node gets of the clusters,
+// endpoints and upstream secrets, by name: each group, the proxyless
+// clients ("(proxyless)") and nodes in no group ("(unmatched)").
+func reachJSON(t *testing.T, out *xds.Output) []byte {
+	t.Helper()
+	type names struct{ Clusters, Endpoints, Secrets []string }
+	of := func(r *xds.Resources) names {
+		n := names{Clusters: []string{}, Endpoints: []string{}, Secrets: []string{}}
+		for _, c := range r.Clusters {
+			n.Clusters = append(n.Clusters, c.GetName())
+		}
+		for _, e := range r.Endpoints {
+			n.Endpoints = append(n.Endpoints, e.GetClusterName())
+		}
+		for _, s := range r.Secrets {
+			n.Secrets = append(n.Secrets, s.GetName())
+		}
+		return n
+	}
+	all := map[string]names{"(proxyless)": of(out.ProxylessReach), "(unmatched)": of(out.Unmatched)}
+	for g, r := range out.Reach {
+		all[g] = of(r)
+	}
+	b, err := json.MarshalIndent(all, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append(b, '\n')
 }
 
 // marshalResources renders resources as indented JSON. protojson output is

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/netip"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/irtest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
@@ -36,14 +39,14 @@ func proxylessModel() *ir.Model {
 	rest.Fault = &ir.Fault{AbortStatus: 503, AbortPercent: 1}
 	edge := routeTo("/", ir.WeightedCluster{Name: "echo", Weight: 1})
 	edge.Timeout = 2 * time.Second
-	return &ir.Model{
+	return irtest.Reach(&ir.Model{
 		Clusters: []ir.Cluster{cluster("echo"), cluster("echo.v2")},
 		Groups: []ir.Group{
 			{Name: "edge", Listeners: []ir.Listener{httpListener("edge.http", edge)}},
 			{Name: "grpc-*", Proxyless: true},
 		},
 		Proxyless: []ir.Listener{apiListener("echo", canary, rest)},
-	}
+	})
 }
 
 // A proxyless client's LDS resource is an API listener with RDS over ADS
@@ -145,7 +148,7 @@ func TestTranslateProxylessUnsupported(t *testing.T) {
 	query := routeTo("/", ir.WeightedCluster{Name: "echo", Weight: 1})
 	query.Match.Query = []ir.ValueMatch{{Name: "debug", Present: true}}
 	for name, r := range map[string]ir.Route{"redirect": redirect, "query": query} {
-		m := &ir.Model{Clusters: []ir.Cluster{cluster("echo")}, Proxyless: []ir.Listener{apiListener("echo", r)}}
+		m := irtest.Reach(&ir.Model{Clusters: []ir.Cluster{cluster("echo")}, Proxyless: []ir.Listener{apiListener("echo", r)}})
 		if out, err := xds.Translate(m); err != nil || !errors.Is(out.ProxylessFailed, xds.ErrUnsupportedGRPC) || out.Proxyless != nil {
 			t.Errorf("%s: Translate error = %v, want proxyless failed with ErrUnsupportedGRPC", name, err)
 		}
@@ -160,7 +163,7 @@ func TestLoadAssignmentIsAcceptableToGRPC(t *testing.T) {
 	dup := ep("10.0.0.2", 0, "dc1")
 	dup.Health = ir.Unhealthy
 	noLocality := ir.Endpoint{Address: netip.MustParseAddr("10.0.0.9"), Port: 8080, Weight: 1, Priority: 1}
-	out := translate(t, &ir.Model{Clusters: []ir.Cluster{cluster("web", ep("10.0.0.1", 0, "dc1"), dup, heavy, noLocality)}})
+	out := translate(t, irtest.Reach(&ir.Model{Clusters: []ir.Cluster{cluster("web", ep("10.0.0.1", 0, "dc1"), dup, heavy, noLocality)}}))
 	cla := out.Shared.Endpoints[0]
 	seen := map[string]bool{}
 	for _, lle := range cla.GetEndpoints() {
@@ -238,5 +241,31 @@ func TestGRPCBootstrap(t *testing.T) {
 		if _, err := xds.GRPCBootstrap(c); err == nil {
 			t.Errorf("%s: no error", name)
 		}
+	}
+}
+
+// A proxyless group narrowed to some targets gets only their API
+// listeners and routes, and only the clusters those reach; the proxyless
+// clients in general keep every target.
+func TestProxylessGroupNarrowed(t *testing.T) {
+	m := proxylessModel()
+	m.Clusters = append(m.Clusters, cluster("web"))
+	m.Proxyless = append(m.Proxyless, apiListener("web", routeTo("/", ir.WeightedCluster{Name: "web", Weight: 1})))
+	m.Groups = append(m.Groups, ir.Group{Name: "grpc-web", Proxyless: true, ProxylessTargets: []string{"web"}})
+	slices.SortFunc(m.Groups, func(a, b ir.Group) int { return strings.Compare(a.Name, b.Name) })
+	irtest.Reach(m)
+	out := translate(t, m)
+	g := out.Groups["grpc-web"]
+	if names := []string{xds.ResourceName(g.Listeners[0]), xds.ResourceName(g.Routes[0])}; len(g.Listeners) != 1 || len(g.Routes) != 1 || names[0] != "web" || names[1] != "web" {
+		t.Fatalf("narrowed group: %d listeners, %d routes (%v), want web's only", len(g.Listeners), len(g.Routes), names)
+	}
+	if r := out.Reach["grpc-web"]; len(r.Clusters) != 1 || r.Clusters[0].GetName() != "web" || len(r.Endpoints) != 1 {
+		t.Fatalf("narrowed group reaches %d clusters, want web only", len(r.Clusters))
+	}
+	if n := len(out.ProxylessReach.Clusters); n != 3 {
+		t.Fatalf("proxyless clients reach %d clusters, want all 3", n)
+	}
+	if !out.ProxylessGroups["grpc-web"] || !out.ProxylessGroups["grpc-*"] || out.ProxylessGroups["edge"] {
+		t.Fatalf("ProxylessGroups = %v", out.ProxylessGroups)
 	}
 }

@@ -78,13 +78,32 @@ func (r *Resources) ByType() map[string][]types.Resource {
 	return out
 }
 
-// Output is a translated model: clusters and endpoints every proxy gets,
-// and listeners and routes per proxy group.
+// Output is a translated model: every cluster, endpoint and upstream
+// secret (Shared), what each kind of node gets of them (Reach,
+// ProxylessReach, Unmatched), and listeners and routes per proxy group.
 type Output struct {
+	// Shared holds every cluster, load assignment and upstream secret the
+	// bridge serves; no node gets all of it (Unmatched may get all but
+	// the secrets).
 	Shared *Resources
+	// Reach holds, by proxy group, the clusters, endpoints and upstream
+	// secrets the group's proxies get: a selection of Shared's objects.
+	// Groups with the same clusters share one Resources.
+	Reach map[string]*Resources
+	// ProxylessReach is what a proxyless gRPC client in no proxyless
+	// group gets of Shared: the clusters its API listeners reach, no
+	// secrets.
+	ProxylessReach *Resources
+	// Unmatched is what a node in no group gets of Shared: nothing, or
+	// every cluster and its endpoints (never a secret).
+	Unmatched *Resources
+	// UnmatchedNone says nodes in no group are served nothing by policy
+	// (unmatched_nodes = "none"), which serving shows as NO_GROUP.
+	UnmatchedNone bool
 	// Groups holds listeners and routes by proxy group name. A group
-	// declared proxyless maps to Proxyless itself (the same pointer), so
-	// its nodes get API listeners whatever user agent they announce.
+	// declared proxyless maps to Proxyless itself (the same pointer), or
+	// to the part of it its upstreams narrow it to, so its nodes get API
+	// listeners whatever user agent they announce.
 	Groups map[string]*Resources
 	// Proxyless holds the API listeners and routes served to proxyless
 	// gRPC clients instead of a group's; nil when ProxylessFailed is set.
@@ -97,6 +116,8 @@ type Output struct {
 	Failed map[string]error
 	// ProxylessFailed is why the proxyless resources could not be served.
 	ProxylessFailed error
+	// ProxylessGroups names the groups declared proxyless, failed or not.
+	ProxylessGroups map[string]bool
 }
 
 // Translate builds the xDS resources for a model. It is pure. Every
@@ -132,6 +153,11 @@ type Translator struct {
 	// proxyless is the last proxyless model and its resources.
 	proxylessIn  []ir.Listener
 	proxylessOut *Resources
+	// reachMemo is the last translation's reach sets (reach.go);
+	// goodReach the cluster names each group (and the proxyless clients)
+	// had when it last translated cleanly.
+	reachMemo map[string]*Resources
+	goodReach map[string][]string
 }
 
 type memoCluster struct {
@@ -239,9 +265,16 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 	for i := range m.Groups {
 		g := &m.Groups[i]
 		if g.Proxyless {
-			if out.ProxylessFailed != nil {
+			if out.ProxylessGroups == nil {
+				out.ProxylessGroups = map[string]bool{}
+			}
+			out.ProxylessGroups[g.Name] = true
+			switch {
+			case out.ProxylessFailed != nil:
 				out.Failed[g.Name] = out.ProxylessFailed
-			} else {
+			case g.ProxylessTargets != nil:
+				out.Groups[g.Name] = narrowProxyless(out.Proxyless, g.ProxylessTargets)
+			default:
 				out.Groups[g.Name] = out.Proxyless
 			}
 			continue
@@ -288,6 +321,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 		maps.Copy(secrets, groupSecrets)
 		out.Groups[g.Name] = r
 	}
+	t.translateReach(m, out, clusters)
 	t.clusters, t.listeners, t.secrets, t.refs = clusters, listeners, secrets, refs
 	t.sharedChecked, t.sharedSecrets = true, len(m.Secrets)
 	if proxylessFresh {

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/irtest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
@@ -84,10 +85,10 @@ func TestTranslatorReusesUnchanged(t *testing.T) {
 	model := func(port uint16) *ir.Model {
 		b := ep("10.0.0.2", 0, "dc1")
 		b.Port = uint32(port)
-		return &ir.Model{
+		return irtest.Reach(&ir.Model{
 			Clusters: []ir.Cluster{cluster("a", ep("10.0.0.1", 0, "dc1")), cluster("b", b), cluster("c", ep("10.0.0.3", 0, "dc1"))},
 			Groups:   []ir.Group{{Name: "edge", Listeners: []ir.Listener{httpListener("edge.http", routeTo("/", ir.WeightedCluster{Name: "a", Weight: 1}))}}},
-		}
+		})
 	}
 	tr := xds.NewTranslator()
 	first, err := tr.Translate(model(8080))
@@ -198,7 +199,7 @@ func TestTranslateFaultChangesRoutesOnly(t *testing.T) {
 			l.VirtualHosts[0].Routes[0].Fault = &ir.Fault{Delay: time.Second, DelayPercent: 10}
 			l.UsesFault = true
 		}
-		return &ir.Model{Clusters: []ir.Cluster{cluster("web")}, Groups: []ir.Group{{Name: "edge", Listeners: []ir.Listener{l}}}}
+		return irtest.Reach(&ir.Model{Clusters: []ir.Cluster{cluster("web")}, Groups: []ir.Group{{Name: "edge", Listeners: []ir.Listener{l}}}})
 	}
 	before, after := translate(t, model(false)), translate(t, model(true))
 	if diff := cmp.Diff(before.Groups["edge"].Listeners, after.Groups["edge"].Listeners, protocmp.Transform()); diff != "" {
@@ -213,7 +214,7 @@ func TestTranslateFaultChangesRoutesOnly(t *testing.T) {
 
 	for name, out := range goldenOutputs(t) {
 		for group, r := range out.Groups {
-			api := r == out.Proxyless
+			api := out.ProxylessGroups[group]
 			for _, l := range r.Listeners {
 				hcm := hcmOf(t, l)
 				if hcm == nil {
@@ -271,7 +272,7 @@ func TestTranslateListenerRDSNames(t *testing.T) {
 			}
 		}
 	}
-	m := &ir.Model{
+	m := irtest.Reach(&ir.Model{
 		Clusters: []ir.Cluster{cluster("db"), cluster("web")},
 		Groups: []ir.Group{
 			{Name: "app-*", Listeners: []ir.Listener{
@@ -280,7 +281,7 @@ func TestTranslateListenerRDSNames(t *testing.T) {
 			}},
 			{Name: "edge", Listeners: []ir.Listener{httpListener("edge.http", routeTo("/", ir.WeightedCluster{Name: "web", Weight: 1}))}},
 		},
-	}
+	})
 	out := translate(t, m)
 	if got := len(out.Groups["app-*"].Routes); got != 1 {
 		t.Errorf("group app-*: %d route configurations, want 1 (the tcp listener has none)", got)
@@ -351,10 +352,18 @@ func TestTranslateRouteClustersExist(t *testing.T) {
 		}
 		for group, r := range out.Groups {
 			refs := routeClusters(t, r)
-			if len(refs) == 0 {
+			if len(refs) == 0 && len(r.Listeners) > 0 {
 				t.Errorf("%s: group %q routes to no cluster at all", name, group)
 			}
+			// A group's routes name only clusters its proxies get.
+			reach := map[string]bool{}
+			for _, c := range out.Reach[group].Clusters {
+				reach[c.GetName()] = true
+			}
 			for _, c := range refs {
+				if !reach[c] {
+					t.Errorf("%s: group %q routes to cluster %q, which its proxies do not get", name, group, c)
+				}
 				if !cds[c] {
 					t.Errorf("%s: group %q routes to cluster %q, which is not in CDS", name, group, c)
 				}
@@ -367,13 +376,13 @@ func TestTranslateRouteClustersExist(t *testing.T) {
 // routes and on tcp listeners; a single target is a plain cluster.
 func TestTranslateWeightedClusters(t *testing.T) {
 	split := []ir.WeightedCluster{{Name: "api.v1", Weight: 70}, {Name: "api.v2", Weight: 25}, {Name: "api-next", Weight: 5}}
-	m := &ir.Model{
+	m := irtest.Reach(&ir.Model{
 		Clusters: []ir.Cluster{cluster("api-next"), cluster("api.v1"), cluster("api.v2")},
 		Groups: []ir.Group{{Name: "edge", Listeners: []ir.Listener{
 			httpListener("edge.http", routeTo("/api/", split...), routeTo("/", ir.WeightedCluster{Name: "api.v1", Weight: 10})),
 			{Name: "edge.tcp", Address: "0.0.0.0", Port: 9000, Protocol: "tcp", TCP: split},
 		}}},
-	}
+	})
 	out := translate(t, m)
 	r := out.Groups["edge"]
 
@@ -433,11 +442,11 @@ func TestTranslateWeightedClusters(t *testing.T) {
 // multi-priority assignment fails over only when a tier has no healthy
 // host, as the policy documents.
 func TestTranslateFailoverPriorities(t *testing.T) {
-	m := &ir.Model{Clusters: []ir.Cluster{
+	m := irtest.Reach(&ir.Model{Clusters: []ir.Cluster{
 		// No local (priority 0) endpoint: the tiers are 1 and 2.
 		cluster("reports", ep("10.2.0.1", 1, "dc2"), ep("10.3.0.1", 2, "dc3")),
 		cluster("web", ep("10.0.0.1", 0, "dc1")),
-	}}
+	}})
 	out := translate(t, m)
 	lbe := func(addr string) *endpointv3.LbEndpoint {
 		return &endpointv3.LbEndpoint{
@@ -479,7 +488,7 @@ func TestTranslateUpstreamProtocol(t *testing.T) {
 	c.HTTP2 = true
 	c.HealthCheck = &ir.HealthCheck{Path: "/healthz", Interval: time.Second, Timeout: time.Second, HealthyThreshold: 1, UnhealthyThreshold: 1}
 	c.TLS = &ir.UpstreamTLS{SNI: "grpc.internal", CASecret: "grpc/ca"}
-	out := translate(t, &ir.Model{Clusters: []ir.Cluster{c}, Secrets: []ir.Secret{{Name: "grpc/ca", TrustedCA: []byte("CA PEM")}}})
+	out := translate(t, irtest.Reach(&ir.Model{Clusters: []ir.Cluster{c}, Secrets: []ir.Secret{{Name: "grpc/ca", TrustedCA: []byte("CA PEM")}}}))
 	got := out.Shared.Clusters[0]
 
 	if diff := cmp.Diff(&corev3.HealthCheck_HttpHealthCheck{Path: "/healthz", CodecClientType: typev3.CodecClientType_HTTP2},
@@ -521,10 +530,10 @@ func TestTranslateUpstreamProtocol(t *testing.T) {
 // route carries RE2's (?i) flag instead.
 func TestTranslateCaseInsensitiveRegex(t *testing.T) {
 	r := ir.Route{Source: "test.hcl:1", Match: ir.RouteMatch{PathRegex: "^/users/[0-9]+$"}, Clusters: []ir.WeightedCluster{{Name: "web", Weight: 1}}}
-	out := translate(t, &ir.Model{
+	out := translate(t, irtest.Reach(&ir.Model{
 		Clusters: []ir.Cluster{cluster("web")},
 		Groups:   []ir.Group{{Name: "edge", Listeners: []ir.Listener{httpListener("edge.http", r)}}},
-	})
+	}))
 	want := &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: "(?i)^/users/[0-9]+$"}}}
 	got := out.Groups["edge"].Routes[0].GetVirtualHosts()[0].GetRoutes()[0].GetMatch()
 	if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
@@ -537,10 +546,10 @@ func TestTranslateCaseInsensitiveRegex(t *testing.T) {
 func TestTranslateInvertedQueryIsAnError(t *testing.T) {
 	r := routeTo("/", ir.WeightedCluster{Name: "web", Weight: 1})
 	r.Match.Query = []ir.ValueMatch{{Name: "debug", Present: true, Invert: true}}
-	out, err := xds.Translate(&ir.Model{
+	out, err := xds.Translate(irtest.Reach(&ir.Model{
 		Clusters: []ir.Cluster{cluster("web")},
 		Groups:   []ir.Group{{Name: "edge", Listeners: []ir.Listener{httpListener("edge.http", r)}}, {Name: "other"}},
-	})
+	}))
 	if err != nil || !errors.Is(out.Failed["edge"], xds.ErrUnsupported) {
 		t.Fatalf("Translate error = %v, group edge failed with %v, want ErrUnsupported", err, out.Failed["edge"])
 	}

@@ -67,6 +67,11 @@ proxy "edge" {
     }
   }
 }
+# The application the gRPC bootstraps identify (an Envoy-like client
+# stands in for it): a group that dials web without routes.
+proxy "grpc-app" {
+  upstreams = ["web"]
+}
 `, agent.HTTPAddr(), write("srv.pem", srvCert), write("srv-key.pem", srvKey), caFile)))
 	d := runDaemon(t, file)
 	_, port, _ := net.SplitHostPort(d.XDSAddr().String())

@@ -82,6 +82,8 @@ func runCmd(ctx context.Context, args []string) int {
 	fs.IntVar(&o.Instances, "instances", o.Instances, "I: instances per service")
 	fs.IntVar(&o.Upstreams, "upstreams", o.Upstreams, "services routed by the policy; upstreams per peer sidecar; clusters per proxy in the comparison")
 	sizes := fs.String("n", join(o.FleetSizes), "fleet sizes for the bridge scenarios S1–S7 (empty: skip)")
+	gsizes := fs.String("groups-n", join(o.GroupSizes), "fleet sizes for the groups phase: sidecar-like groups of 10 routed services (S3, S8; empty: skip)")
+	fs.IntVar(&o.GroupProxies, "group-proxies", o.GroupProxies, "proxies per group in the groups phase")
 	csizes := fs.String("compare-n", join(o.CompareSizes), "fleet sizes for the bridge/baseline/peer comparison (empty: skip)")
 	compare := fs.String("compare", strings.Join(o.Compare, ","), "servers/modes to compare")
 	fs.IntVar(&o.S1Flips, "s1-flips", o.S1Flips, "S1 flips")
@@ -97,7 +99,7 @@ func runCmd(ctx context.Context, args []string) int {
 	fs.BoolVar(&o.NoListeners, "no-listeners", false, "bridge fleet proxies never ask for listeners (static listeners, cds_config over ADS only)")
 	out := fs.String("out", "", "also write the Markdown table to this file")
 	fs.Parse(args)
-	o.FleetSizes, o.CompareSizes = ints(*sizes), ints(*csizes)
+	o.FleetSizes, o.GroupSizes, o.CompareSizes = ints(*sizes), ints(*gsizes), ints(*csizes)
 	o.Compare = nil
 	for _, c := range strings.Split(*compare, ",") {
 		if c = strings.TrimSpace(c); c != "" {

@@ -4,6 +4,7 @@ package irtest
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -56,7 +57,7 @@ func TLSModel(v string) *ir.Model {
 		SNI:                []ir.SNICertificate{{Secret: "edge.https/cert/blog", ServerNames: []string{"blog.example.com"}}},
 		ALPN:               []string{"h2", "http/1.1"},
 	}
-	return &ir.Model{
+	return Reach(&ir.Model{
 		Clusters: []ir.Cluster{api},
 		Secrets:  []ir.Secret{{Name: "api/ca", TrustedCA: []byte("CA")}, CertSecret("api/cert", "client")},
 		Groups: []ir.Group{{
@@ -64,5 +65,35 @@ func TLSModel(v string) *ir.Model {
 			Listeners: []ir.Listener{l},
 			Secrets:   []ir.Secret{CertSecret("edge.https/cert/blog", "blog-"+v), CertSecret("edge.https/cert/shop", "shop-"+v)},
 		}},
+	})
+}
+
+// Reach fills in what each group may see the way model.Build does for a
+// model built by hand: a group gets the clusters its listeners (or, if
+// proxyless, the API listeners) use, the proxyless clients those of
+// m.Proxyless, and nodes in no group every cluster. It returns m.
+func Reach(m *ir.Model) *ir.Model {
+	used := func(ls []ir.Listener) []string {
+		out := []string{}
+		for i := range ls {
+			for _, n := range ls[i].ClusterRefs() {
+				if m.Cluster(n) != nil && !slices.Contains(out, n) {
+					out = append(out, n)
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
 	}
+	for i := range m.Groups {
+		g := &m.Groups[i]
+		if g.Proxyless {
+			g.Clusters = used(m.ProxylessFor(g))
+		} else {
+			g.Clusters = used(g.Listeners)
+		}
+	}
+	m.ProxylessClusters = used(m.Proxyless)
+	m.UnmatchedAll = true
+	return m
 }

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/irtest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
@@ -28,7 +29,7 @@ import (
 const benchClusters, benchEndpoints = 1000, 20
 
 func benchModel(flip int) *ir.Model {
-	m := &ir.Model{Clusters: make([]ir.Cluster, benchClusters)}
+	m := irtest.Reach(&ir.Model{Clusters: make([]ir.Cluster, benchClusters)})
 	for i := range m.Clusters {
 		c := &m.Clusters[i]
 		c.Name = fmt.Sprintf("svc-%04d", i)

@@ -183,6 +183,9 @@ type deltaWatch struct {
 type serveCache struct {
 	mu   sync.Mutex
 	keys map[string]*keyState
+	// watched, if set, is told of every watch before it opens, under no
+	// lock (Server.watched: logging what a node is not served).
+	watched func(node *corev3.Node, typeURL string, sub cachev3.Subscription)
 }
 
 var _ cachev3.Cache = (*serveCache)(nil)
@@ -308,6 +311,9 @@ func (c *serveCache) served(key string) map[string]*typeSet {
 }
 
 func (c *serveCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
+	if c.watched != nil {
+		c.watched(req.GetNode(), req.GetTypeUrl(), sub)
+	}
 	w := &sotwWatch{req: trimRequest(req), sub: sub, ch: ch}
 	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet) bool {
 		resp := sotwAnswer(req, sub, ts, nil)
@@ -322,6 +328,9 @@ func (c *serveCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription,
 }
 
 func (c *serveCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, ch chan cachev3.DeltaResponse) (func(), error) {
+	if c.watched != nil {
+		c.watched(req.GetNode(), req.GetTypeUrl(), sub)
+	}
 	w := &deltaWatch{req: trimDeltaRequest(req), sub: sub, ch: ch}
 	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet) bool {
 		resp := deltaAnswer(req, sub, ts, nil)

@@ -149,7 +149,7 @@ func withEndpointPort(out *xds.Output, i int, port uint32) *xds.Output {
 	cla := proto.Clone(shared.Endpoints[i]).(*endpointv3.ClusterLoadAssignment)
 	cla.Endpoints[0].LbEndpoints[0].GetEndpoint().Address = fixtureAddress("127.0.0.1", port)
 	shared.Endpoints[i] = cla
-	return &xds.Output{Shared: &shared, Groups: out.Groups, Proxyless: out.Proxyless}
+	return shareAll(&xds.Output{Shared: &shared, Groups: out.Groups, Proxyless: out.Proxyless})
 }
 
 func newCacheServer(t *testing.T, out *xds.Output) *Server {
@@ -319,7 +319,7 @@ func TestDeltaChangesAndRemovals(t *testing.T) {
 	}
 
 	empty := NewServer(ServerConfig{Logger: zerolog.Nop()})
-	if _, err := empty.Update(context.Background(), &xds.Output{Shared: &xds.Resources{}}, resolveEdge); err != nil {
+	if _, err := empty.Update(context.Background(), shareAll(&xds.Output{Shared: &xds.Resources{}}), resolveEdge); err != nil {
 		t.Fatal(err)
 	}
 	if g := newDeltaClient(t, empty.cache, "", resourcev3.ListenerType, nil).mustTake("empty wildcard"); len(g.names) != 0 {

@@ -96,6 +96,7 @@ type Server struct {
 	tracker *tracker
 	metrics *metrics
 	health  *healthService
+	scope   *scopeLog // scope.go
 
 	mu      sync.Mutex
 	out     *xds.Output
@@ -153,6 +154,8 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	s.tracker = newTracker()
 	s.metrics = newMetrics(cfg.Registerer, log)
+	s.scope = newScopeLog(cfg.Registerer, log)
+	s.cache.watched = s.watched
 	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode, s.forgetKey, newAdmission(cfg.MaxInitialSyncs, s.metrics))
 	s.history = newHistory()
 	s.cb.history = s.history
@@ -176,6 +179,9 @@ func (s *Server) Proxies() []ProxyStatus {
 	for i := range ps {
 		p := &ps[i]
 		p.Group = s.groupOfKeyLocked(p.key)
+		if p.Group == "" && s.out != nil && !s.unmatchedServedLocked() {
+			p.Status = StatusNoGroup
+		}
 		if err := s.groupErrorLocked(p.key); err != nil {
 			p.GroupError = err.Error()
 		}
@@ -195,50 +201,49 @@ const proxylessGroup = "(proxyless gRPC)"
 
 // groupOfKeyLocked is the group shown for a snapshot key.
 func (s *Server) groupOfKeyLocked(key string) string {
-	if nodeCluster, proxyless := parseKey(key); !proxyless {
-		return s.groupLocked(nodeCluster)
+	if s.out == nil || s.resolve == nil {
+		if _, proxyless := parseKey(key); proxyless {
+			return proxylessGroup
+		}
+		return ""
 	}
-	return proxylessGroup
+	switch role, _, _ := s.roleLocked(key); role {
+	case "proxyless":
+		return proxylessGroup
+	case "none":
+		return ""
+	default:
+		return strings.TrimPrefix(role, "group/")
+	}
 }
 
 // groupErrorLocked is why a key's group failed its last translation, nil
 // if it did not.
 func (s *Server) groupErrorLocked(key string) error {
-	if s.out == nil {
+	if s.out == nil || s.resolve == nil {
 		return nil
 	}
-	nodeCluster, proxyless := parseKey(key)
-	if proxyless {
+	switch role, _, _ := s.roleLocked(key); role {
+	case "proxyless":
 		return s.out.ProxylessFailed
-	}
-	if s.resolve == nil {
+	case "none":
 		return nil
+	default:
+		return s.out.Failed[strings.TrimPrefix(role, "group/")]
 	}
-	return s.out.Failed[s.resolve(nodeCluster)]
 }
 
 // groupResourcesLocked is the group part a key is served from (its last
 // good one if the group failed), nil for none.
 func (s *Server) groupResourcesLocked(key string) *xds.Resources {
-	if nodeCluster, proxyless := parseKey(key); proxyless {
-		return s.lastGood["proxyless"]
-	} else if s.resolve != nil {
-		return s.lastGood["group/"+s.resolve(nodeCluster)]
-	}
-	return nil
-}
-
-// groupLocked is the proxy group whose listeners a node.cluster gets, ""
-// if none.
-func (s *Server) groupLocked(nodeCluster string) string {
 	if s.out == nil || s.resolve == nil {
-		return ""
+		return nil
 	}
-	g := s.resolve(nodeCluster)
-	if _, ok := s.out.Groups[g]; !ok && s.out.Failed[g] == nil {
-		return ""
+	role, group, _ := s.roleLocked(key)
+	if role == "none" {
+		return nil
 	}
-	return g
+	return group
 }
 
 // Serve serves xDS on lis until ctx ends, then stops gracefully within the
@@ -342,6 +347,7 @@ func (s *Server) Update(ctx context.Context, out *xds.Output, resolve func(nodeC
 	s.metrics.setResources(out)
 	s.out, s.resolve = out, resolve
 	s.keepLastGoodLocked()
+	s.setScopeViewLocked()
 	s.built = map[*xds.Resources]map[string]*typeSet{}
 	s.usedChains = map[string]bool{}
 	changed := map[string]bool{}
@@ -441,47 +447,40 @@ var noResources = &xds.Resources{}
 var errNoGoodState = errors.New("group has no last good state")
 
 // setsLocked returns the sets a key is served from the current
-// translation: the shared clusters and endpoints, its group's listeners
-// and routes (the last good ones if the group failed), and the shared
-// and group secrets in one SDS type.
+// translation: the clusters and endpoints its role reaches, its group's
+// listeners and routes (the last good ones if the group failed), and the
+// secrets of both in one SDS type.
 func (s *Server) setsLocked(key string) (map[string]*typeSet, error) {
 	if s.cfg.Relay {
 		return s.relaySetsLocked(key)
 	}
-	group, role := noResources, "none"
-	if nodeCluster, proxyless := parseKey(key); proxyless {
-		role = "proxyless"
-	} else if g := s.resolve(nodeCluster); s.out.Groups[g] != nil || s.out.Failed[g] != nil {
-		role = "group/" + g
-	}
-	if role != "none" {
-		if group = s.lastGood[role]; group == nil {
-			return nil, errNoGoodState
-		}
+	role, group, reach := s.roleLocked(key)
+	if group == nil {
+		return nil, errNoGoodState
 	}
 	sets := make(map[string]*typeSet, len(typeOrder))
 	for _, part := range []struct {
-		role  string
+		chain string
 		res   *xds.Resources
 		types []string
 	}{
-		{"shared", s.out.Shared, []string{resourcev3.ClusterType, resourcev3.EndpointType}},
+		{"reach/" + role, reach, []string{resourcev3.ClusterType, resourcev3.EndpointType}},
 		{role, group, []string{resourcev3.ListenerType, resourcev3.RouteType}},
 	} {
 		for _, typ := range part.types {
-			ts, err := s.setLocked(part.role, part.res, typ, func() []types.Resource { return part.res.ByType()[typ] })
+			ts, err := s.setLocked(part.chain, part.res, typ, func() []types.Resource { return part.res.ByType()[typ] })
 			if err != nil {
 				return nil, err
 			}
 			sets[typ] = ts
 		}
 	}
-	// SDS: the shared secrets (upstream TLS) and the group's (listener
-	// TLS) in one type. Its version moves when a certificate does, and
-	// nothing else does: listeners and clusters name secrets, they do not
-	// hold them.
+	// SDS: the secrets of the reached clusters (upstream TLS) and the
+	// group's (listener TLS) in one type. Its version moves when a
+	// certificate does, and nothing else does: listeners and clusters name
+	// secrets, they do not hold them.
 	ts, err := s.setLocked("secrets/"+role, group, resourcev3.SecretType, func() []types.Resource {
-		secrets := append(s.out.Shared.ByType()[resourcev3.SecretType], group.ByType()[resourcev3.SecretType]...)
+		secrets := append(reach.ByType()[resourcev3.SecretType], group.ByType()[resourcev3.SecretType]...)
 		slices.SortFunc(secrets, func(a, b types.Resource) int {
 			return strings.Compare(xds.ResourceName(a), xds.ResourceName(b))
 		})
@@ -493,6 +492,36 @@ func (s *Server) setsLocked(key string) (map[string]*typeSet, error) {
 	sets[resourcev3.SecretType] = ts
 	return sets, nil
 }
+
+// roleLocked is what a key is served from: its role (a chain name:
+// "group/G", "proxyless" or "none"), its group part (nil if its group
+// failed and never translated cleanly) and the clusters, endpoints and
+// upstream secrets it reaches. A proxyless gRPC client whose node.cluster
+// names a proxyless group is served as that group (which may narrow it);
+// any other proxyless client as the proxyless clients in general.
+func (s *Server) roleLocked(key string) (role string, group, reach *xds.Resources) {
+	nodeCluster, proxyless := parseKey(key)
+	g := s.resolve(nodeCluster)
+	inGroup := s.out.Groups[g] != nil || s.out.Failed[g] != nil
+	switch {
+	case inGroup && (!proxyless || s.groupProxylessLocked(g)):
+		role, reach = "group/"+g, s.out.Reach[g]
+	case proxyless:
+		role, reach = "proxyless", s.out.ProxylessReach
+	default:
+		role, group, reach = "none", noResources, s.out.Unmatched
+	}
+	if group == nil {
+		group = s.lastGood[role]
+	}
+	if reach == nil {
+		reach = noResources // an Output made without reach
+	}
+	return role, group, reach
+}
+
+// groupProxylessLocked reports whether group g is declared proxyless.
+func (s *Server) groupProxylessLocked(g string) bool { return s.out.ProxylessGroups[g] }
 
 // setLocked returns the set of typ built from r's items, once per
 // translation, chained to the role's previous set of that type.

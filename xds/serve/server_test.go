@@ -106,7 +106,19 @@ func testOutput(t testing.TB, clusters []string, port uint32) *xds.Output {
 			}},
 		}},
 	}
-	return &xds.Output{Shared: shared, Groups: map[string]*xds.Resources{"edge": edge}}
+	return shareAll(&xds.Output{Shared: shared, Groups: map[string]*xds.Resources{"edge": edge}})
+}
+
+// shareAll gives every node of out every cluster and endpoint (and
+// upstream secret), as if every group reached everything: the tests of
+// serving mechanics that do not care about scoping.
+func shareAll(out *xds.Output) *xds.Output {
+	out.Reach = map[string]*xds.Resources{}
+	for g := range out.Groups {
+		out.Reach[g] = out.Shared
+	}
+	out.ProxylessReach, out.Unmatched = out.Shared, out.Shared
+	return out
 }
 
 func resolveEdge(nodeCluster string) string {

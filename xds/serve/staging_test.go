@@ -25,7 +25,8 @@ import (
 )
 
 // routeTo is the translation of group edge routing everything to target,
-// with clusters for services.
+// with clusters for services, all of which the group gets (as if its
+// upstreams listed them).
 func routedTo(t *testing.T, target string, services ...string) *xds.Output {
 	t.Helper()
 	route := irtest.RouteTo("/", ir.WeightedCluster{Name: target, Weight: 1})
@@ -34,6 +35,8 @@ func routedTo(t *testing.T, target string, services ...string) *xds.Output {
 	for i, svc := range services {
 		m.Clusters = append(m.Clusters, irtest.Cluster(svc, irtest.Endpoint(fmt.Sprintf("10.0.0.%d", i+1), 0, "dc1")))
 	}
+	irtest.Reach(m)
+	m.Groups[0].Clusters = slices.Sorted(slices.Values(services))
 	out, err := xds.Translate(m)
 	if err != nil {
 		t.Fatal(err)

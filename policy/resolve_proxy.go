@@ -7,8 +7,9 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/tagroute"
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/tagroute"
 )
 
 func (r *resolver) proxy(b *proxyBlock) *Proxy {

@@ -56,6 +56,9 @@ type agentMetrics struct {
 
 // New returns an agent for cfg.
 func New(cfg *Config, log zerolog.Logger) *Agent {
+	if cfg.RelayLinger <= 0 {
+		cfg.RelayLinger = DefaultRelayLinger
+	}
 	reg := prometheus.NewRegistry()
 	a := &Agent{
 		cfg: cfg, log: log.With().Str("component", "agent").Logger(), reg: reg, store: store{dir: cfg.DataDir},
@@ -72,7 +75,7 @@ func New(cfg *Config, log zerolog.Logger) *Agent {
 		a.connect = &connectCerts{a: a, services: cfg.ConnectServices, leaves: map[string]*tlsv3.Secret{}, changed: a.reserveAll}
 	}
 	a.server = serve.NewServer(serve.ServerConfig{
-		Logger: log, Registerer: reg, Relay: true, OnKey: a.onKey,
+		Logger: log, Registerer: reg, Relay: true, OnKey: a.onKey, OnKeyGone: a.onKeyGone,
 		AllowNode: a.allowNode,
 	})
 	return a
@@ -178,12 +181,56 @@ func (a *Agent) allowNode(n *corev3.Node) error {
 func (a *Agent) onKey(k serve.RelayKey) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.relays[k.Key] != nil || a.ctx == nil {
+	if r := a.relays[k.Key]; r != nil {
+		r.stopLinger() // a proxy is back before the relay was dropped
 		return
 	}
-	r := &relay{a: a, key: k}
-	a.relays[k.Key] = r
-	go r.run(a.ctx)
+	if a.ctx == nil {
+		return
+	}
+	a.startLocked(&relay{a: a, key: k})
+}
+
+// startLocked registers a relay and starts it with its own context, so
+// dropping it (dropIdle) ends its upstream stream.
+func (a *Agent) startLocked(r *relay) {
+	ctx, cancel := context.WithCancel(a.ctx)
+	r.cancel = cancel
+	a.relays[r.key.Key] = r
+	go r.run(ctx)
+}
+
+// onKeyGone: the last local stream of a key has gone. Its relay lingers
+// (a restarting Envoy gets its config at once and nothing is refetched),
+// then, if no proxy of the key came back, it is dropped: its upstream
+// stream ends and its saved config is removed.
+func (a *Agent) onKeyGone(key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r := a.relays[key]; r != nil {
+		r.linger(a.cfg.RelayLinger)
+	}
+}
+
+// dropIdle drops r if it is still the key's relay and still unused.
+func (a *Agent) dropIdle(r *relay) {
+	a.mu.Lock()
+	if a.relays[r.key.Key] != r || !r.idle() {
+		a.mu.Unlock()
+		return
+	}
+	delete(a.relays, r.key.Key)
+	delete(a.pending, r.key.Key)
+	a.mu.Unlock()
+	r.mu.Lock()
+	r.dropped = true // a late update of its stream must not serve or save it again
+	r.mu.Unlock()
+	r.cancel()
+	_, _ = a.server.SetRelay(r.key.Key, nil)
+	if err := a.store.remove(r.key.Key); err != nil {
+		a.log.Warn().Err(err).Str("node_cluster", r.key.NodeCluster).Msg("cannot remove the saved config of an unused node.cluster")
+	}
+	a.log.Info().Str("node_cluster", r.key.NodeCluster).Dur("unused_for", a.cfg.RelayLinger).Msg("no local proxy of this node.cluster for a while; stopped relaying it")
 }
 
 // reserveAll serves every key again with the current local secrets.
@@ -208,9 +255,9 @@ func (a *Agent) restore(key string, anys []*anypb.Any) {
 		return
 	}
 	a.mu.Lock()
-	a.relays[key] = r
+	a.startLocked(r)
+	r.linger(a.cfg.RelayLinger) // until a local proxy of it connects
 	a.mu.Unlock()
-	go r.run(a.ctx)
 }
 
 // persist queues key's resources for the data directory. Writes are
@@ -241,6 +288,11 @@ func (a *Agent) flush() {
 	a.mu.Lock()
 	pending := a.pending
 	a.pending = map[string]*xds.Resources{}
+	for key := range pending {
+		if a.relays[key] == nil {
+			delete(pending, key) // dropped meanwhile
+		}
+	}
 	a.mu.Unlock()
 	for key, res := range pending {
 		var anys []*anypb.Any

@@ -51,6 +51,9 @@ type Config struct {
 	LogLevel    string
 	// Backoff bounds the wait between reconnection attempts.
 	BackoffInitial, BackoffMax time.Duration
+	// RelayLinger is how long a node.cluster is still relayed after its
+	// last local proxy has gone (default 10m).
+	RelayLinger time.Duration
 }
 
 // UpstreamTLS is how the agent reaches the central bridge: verified with
@@ -107,6 +110,7 @@ const (
 	DefaultSocket      = "/run/consul-xds-bridge/agent.sock"
 	DefaultDataDir     = "/var/lib/consul-xds-bridge/agent"
 	DefaultAdminListen = "127.0.0.1:19101"
+	DefaultRelayLinger = 10 * time.Minute
 )
 
 // ParseConfig parses an agent configuration; diagnostics carry
@@ -125,7 +129,7 @@ func ParseConfig(name string, src []byte) (*Config, hcl.Diagnostics) {
 		NodeID: host, DataDir: DefaultDataDir, AllowGroups: raw.AllowGroups, AllowNodeIDs: []string{"*"},
 		Socket: DefaultSocket, SocketMode: unixsock.DefaultMode, AdminListen: DefaultAdminListen, LogLevel: "info",
 		Upstreams: raw.Upstream.Addresses, ConsulAddress: "127.0.0.1:8500",
-		BackoffInitial: 200 * time.Millisecond, BackoffMax: 5 * time.Second,
+		BackoffInitial: 200 * time.Millisecond, BackoffMax: 5 * time.Second, RelayLinger: DefaultRelayLinger,
 	}
 	set := func(dst *string, v *string) {
 		if v != nil {

@@ -68,6 +68,14 @@ func (s store) save(key string, resources []*anypb.Any) error {
 	return os.Rename(tmp.Name(), s.file(key))
 }
 
+// remove deletes key's saved config, if any.
+func (s store) remove(key string) error {
+	if err := os.Remove(s.file(key)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // loadAll reads every saved key. A damaged file is reported and skipped,
 // never fatal: the agent then waits for the central bridge for that key.
 func (s store) loadAll() (map[string][]*anypb.Any, []error) {

@@ -40,7 +40,11 @@ type relay struct {
 	a   *Agent
 	key serve.RelayKey
 
+	cancel context.CancelFunc // ends run (the relay was dropped)
+
 	mu        sync.Mutex
+	lingering *time.Timer                         // set while no local proxy uses the key
+	dropped   bool                                // dropIdle ran: late updates are ignored
 	held      map[string]map[string]proto.Message // type URL -> name -> resource
 	upstream  string                              // the replica streaming now, "" if none
 	lastGood  string                              // "upstream", "memory" or "disk"
@@ -134,6 +138,10 @@ func (r *relay) setUpstream(addr string) {
 // apply merges the stream's state into what the key holds and serves it.
 func (r *relay) apply(st adsclient.State) {
 	r.mu.Lock()
+	if r.dropped {
+		r.mu.Unlock()
+		return
+	}
 	if r.held == nil {
 		r.held = map[string]map[string]proto.Message{}
 	}
@@ -198,6 +206,31 @@ func (r *relay) restore(anys []*anypb.Any) error {
 	res := resources(held)
 	r.mu.Unlock()
 	return r.serve(res)
+}
+
+// linger schedules the relay's drop after d unless a proxy comes back.
+func (r *relay) linger(d time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lingering != nil {
+		r.lingering.Stop()
+	}
+	r.lingering = time.AfterFunc(d, func() { r.a.dropIdle(r) })
+}
+
+func (r *relay) stopLinger() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.lingering != nil {
+		r.lingering.Stop()
+		r.lingering = nil
+	}
+}
+
+func (r *relay) idle() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lingering != nil
 }
 
 // status is the key's line on /readyz.

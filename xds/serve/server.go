@@ -74,6 +74,8 @@ type ServerConfig struct {
 	// names its node, so the relay can start fetching it.
 	Relay bool
 	OnKey func(RelayKey)
+	// OnKeyGone, if set, is told a key when its last stream has gone.
+	OnKeyGone func(key string)
 	// AllowNode, if set, is asked about every stream's node when it is
 	// first known; an error refuses the stream with PermissionDenied.
 	AllowNode func(*corev3.Node) error
@@ -426,6 +428,9 @@ func (s *Server) forgetKey(key string) {
 		s.mu.Lock()
 		s.unstageLocked(key) // nobody left to wait for
 		s.mu.Unlock()
+		if s.cfg.OnKeyGone != nil {
+			s.cfg.OnKeyGone(key)
+		}
 	}
 }
 

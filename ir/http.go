@@ -23,11 +23,14 @@ type PerRoute struct {
 	Upgrades []string
 	// NoCompression turns the listener's compression off for the route.
 	NoCompression bool
+	// NoExtAuthz skips the listener's external authorization for the
+	// route.
+	NoExtAuthz bool
 }
 
 // IsZero reports whether p sets nothing.
 func (p PerRoute) IsZero() bool {
-	return p.CORS == nil && p.RateLimit == nil && len(p.Upgrades) == 0 && !p.NoCompression
+	return p.CORS == nil && p.RateLimit == nil && len(p.Upgrades) == 0 && !p.NoCompression && !p.NoExtAuthz
 }
 
 // CORS is Envoy's CorsPolicy: which origins may call, with what.
@@ -98,6 +101,24 @@ type ListenerHTTP struct {
 	Compression *Compression
 	AccessLogs  []AccessLog
 	Tracing     *Tracing
+	// ExtAuthz asks an authorization service about every request of the
+	// listener that a route does not exempt.
+	ExtAuthz *ExtAuthz
+}
+
+// ExtAuthz is Envoy's external authorization filter calling a gRPC
+// service (envoy.service.auth.v3.Authorization).
+type ExtAuthz struct {
+	// Service is the authorization service's cluster.
+	Service string
+	// Timeout bounds each check; 0 keeps Envoy's (200ms).
+	Timeout time.Duration
+	// FailureModeAllow lets requests through when the service cannot
+	// answer (errors, timeouts); otherwise Envoy answers 403.
+	FailureModeAllow bool
+	// Headers are the request headers sent to the service (lower case);
+	// empty sends all.
+	Headers []string
 }
 
 // Compression compresses responses with the first algorithm the client

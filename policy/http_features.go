@@ -35,6 +35,7 @@ func (r *resolver) vhostHTTP(vb *virtualHostBlock, vh *VirtualHost) {
 		rt.HTTP.Upgrades = r.upgrades(rb.Body, rb.Upgrades, rb.DefRange)
 		rt.HTTP.RateLimit = r.rateLimit(rb.RateLimit)
 		rt.HTTP.NoCompression = rb.Compression != nil && !*rb.Compression
+		rt.HTTP.NoExtAuthz = rb.ExtAuthz != nil && !*rb.ExtAuthz
 		if len(rb.Upgrades) > 0 && len(rt.Targets) == 0 {
 			r.add(valueRange(rb.Body, "upgrades", rb.DefRange), "upgrades without a service", "upgrades apply to routes that forward to a service, not to redirects or direct responses.")
 		}
@@ -57,6 +58,9 @@ func (r *resolver) listenerHTTP(group string, b *listenerBlock, l *Listener, whe
 		if b.Compression != nil {
 			r.add(b.Compression.DefRange, "compression on a tcp listener", "%s is protocol \"tcp\": it cannot compress what it does not parse; use protocol = \"http\".", where)
 		}
+		if b.ExtAuthz != nil {
+			r.add(b.ExtAuthz.DefRange, "ext_authz on a tcp listener", "%s is protocol \"tcp\": the authorization filter checks HTTP requests; use protocol = \"http\".", where)
+		}
 		if b.RateLimit != nil {
 			r.add(b.RateLimit.DefRange, "rate_limit on a tcp listener", "%s is protocol \"tcp\": the local rate limit counts HTTP requests; use protocol = \"http\".", where)
 		}
@@ -65,6 +69,7 @@ func (r *resolver) listenerHTTP(group string, b *listenerBlock, l *Listener, whe
 	l.HTTP.Upgrades = r.upgrades(b.Body, b.Upgrades, b.DefRange)
 	l.HTTP.RateLimit = r.rateLimit(b.RateLimit)
 	l.HTTP.Compression = r.compression(b.Compression)
+	l.HTTP.ExtAuthz = r.extAuthz(b.ExtAuthz)
 	for _, al := range b.AccessLogs {
 		l.HTTP.AccessLogs = append(l.HTTP.AccessLogs, r.accessLog(al))
 	}
@@ -74,6 +79,16 @@ func (r *resolver) listenerHTTP(group string, b *listenerBlock, l *Listener, whe
 		set(&tr.PreserveRequestID, tb.PreserveRequestID)
 		r.grpcCluster(tr.Collector, "tracing collector", valueRange(tb.Body, "collector", tb.DefRange))
 		l.HTTP.Tracing = tr
+	}
+	for _, vb := range b.VirtualHosts {
+		for _, rb := range vb.Routes {
+			if rb.ExtAuthz != nil && l.HTTP.ExtAuthz == nil {
+				r.warn(valueRange(rb.Body, "ext_authz", rb.DefRange), "ext_authz on a route of a listener without one", "%s has no ext_authz block: ext_authz = %v changes nothing; a route can only opt out of its listener's.", where, *rb.ExtAuthz)
+			}
+			if rb.ExtAuthz != nil && *rb.ExtAuthz && l.HTTP.ExtAuthz != nil {
+				r.warn(valueRange(rb.Body, "ext_authz", rb.DefRange), "ext_authz = true does nothing", "every route of %s is checked unless it sets ext_authz = false.", where)
+			}
+		}
 	}
 	if l.HTTP.Compression == nil {
 		for _, vb := range b.VirtualHosts {
@@ -192,6 +207,9 @@ func (r *resolver) grpcUnsupportedHTTP(b *routeBlock, unsupported func(rng hcl.R
 	}
 	if b.RateLimit != nil {
 		unsupported(b.RateLimit.DefRange, "rate_limit", "gRPC's xDS client has no rate limit filter; limit calls on the server, or in an Envoy in front of it.")
+	}
+	if b.ExtAuthz != nil {
+		unsupported(valueRange(b.Body, "ext_authz", b.DefRange), "ext_authz", "gRPC's xDS client has no external authorization filter; authorize calls in the server (an interceptor) or in an Envoy in front of it.")
 	}
 	if b.Upgrades != nil {
 		unsupported(valueRange(b.Body, "upgrades", b.DefRange), "upgrades", "gRPC calls are HTTP/2 streams, never upgraded connections.")

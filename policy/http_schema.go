@@ -92,3 +92,15 @@ type tracingBlock struct {
 	Body              hcl.Body  `hcl:",body"`
 	DefRange          hcl.Range `hcl:",def_range"`
 }
+
+// extAuthzBlock is `ext_authz` in a listener: every request of the
+// listener is checked by an authorization service (gRPC) that is a
+// Consul service; a route opts out with ext_authz = false.
+type extAuthzBlock struct {
+	Service     string         `hcl:"service"`
+	Timeout     hcl.Expression `hcl:"timeout,optional"`
+	FailureMode *string        `hcl:"failure_mode,optional"`
+	Headers     []string       `hcl:"headers,optional"`
+	Body        hcl.Body       `hcl:",body"`
+	DefRange    hcl.Range      `hcl:",def_range"`
+}

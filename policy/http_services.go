@@ -78,6 +78,9 @@ func (l *Listener) FilterServices() []string {
 	if t := l.HTTP.Tracing; t != nil {
 		out = append(out, t.Collector)
 	}
+	if a := l.HTTP.ExtAuthz; a != nil {
+		out = append(out, a.Service)
+	}
 	slices.Sort(out)
 	return slices.Compact(out)
 }

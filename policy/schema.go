@@ -121,6 +121,7 @@ type listenerBlock struct {
 	Compression  *compressionBlock   `hcl:"compression,block"`
 	AccessLogs   []*accessLogBlock   `hcl:"access_log,block"`
 	Tracing      *tracingBlock       `hcl:"tracing,block"`
+	ExtAuthz     *extAuthzBlock      `hcl:"ext_authz,block"`
 	Body         hcl.Body            `hcl:",body"`
 	DefRange     hcl.Range           `hcl:",def_range"`
 }
@@ -193,6 +194,7 @@ type routeBlock struct {
 	Upgrades        []string             `hcl:"upgrades,optional"`
 	RateLimit       *rateLimitBlock      `hcl:"rate_limit,block"`
 	Compression     *bool                `hcl:"compression,optional"`
+	ExtAuthz        *bool                `hcl:"ext_authz,optional"`
 	Body            hcl.Body             `hcl:",body"`
 	DefRange        hcl.Range            `hcl:",def_range"`
 }

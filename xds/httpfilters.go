@@ -41,15 +41,18 @@ import (
 //
 // The order is fixed:
 //
-//	cors -> local_ratelimit -> fault -> compressor.* -> router
+//	cors -> ext_authz -> local_ratelimit -> fault -> compressor.* -> router
 //
 // CORS comes first so that a preflight (which browsers send without
 // credentials) is answered before authentication or a rate limit could
-// refuse it, as Envoy Gateway orders them. The rate limit comes before
-// fault injection, so an injected abort still costs its token and a
-// limited request is not delayed first. Compressors sit just before the
-// router: they compress the upstream's responses, not Envoy's own
-// answers to a preflight or a limited request (which are small).
+// refuse it, as Envoy Gateway orders them. Authorization comes before
+// any rate limit: a request that will be refused anyway must not spend
+// a client's tokens (and an authorization service is what tells a
+// tenant apart). The rate limit comes before fault injection, so an
+// injected abort still costs its token and a limited request is not
+// delayed first. Compressors sit just before the router: they compress
+// the upstream's responses, not Envoy's own answers to a preflight or a
+// limited request (which are small).
 
 // Filter names, the keys of typed_per_filter_config.
 const (
@@ -62,13 +65,16 @@ const (
 
 // envoyHTTPFilters is the HTTP filter chain of an Envoy listener.
 func envoyHTTPFilters(l *ir.Listener) []*hcmv3.HttpFilter {
-	filters := []*hcmv3.HttpFilter{
-		typedHTTPFilter(corsFilter, &corsv3.Cors{}),
+	filters := []*hcmv3.HttpFilter{typedHTTPFilter(corsFilter, &corsv3.Cors{})}
+	if a := l.HTTP.ExtAuthz; a != nil {
+		filters = append(filters, typedHTTPFilter(extAuthzFilter, buildExtAuthz(a)))
+	}
+	filters = append(filters,
 		// Without a listener rate_limit the filter has no bucket and
 		// limits nothing until a route's or virtual host's config does.
 		typedHTTPFilter(localRateLimitFilter, buildLocalRateLimit(l.HTTP.RateLimit)),
 		faultHTTPFilter(),
-	}
+	)
 	if c := l.HTTP.Compression; c != nil {
 		for i, a := range c.Algorithms {
 			filters = append(filters, typedHTTPFilter(compressorFilter(a), buildCompressor(c, a, i == 0)))
@@ -117,6 +123,11 @@ func perFilterConfig(p *ir.PerRoute, m map[string]*anypb.Any) map[string]*anypb.
 	}
 	if rl := p.RateLimit; rl != nil {
 		add(localRateLimitFilter, mustAny(buildLocalRateLimit(rl)))
+	}
+	if p.NoExtAuthz {
+		// Harmless on a listener without ext_authz: Envoy ignores
+		// config for filters it does not run.
+		add(extAuthzFilter, mustAny(extAuthzOff()))
 	}
 	if p.NoCompression {
 		// Every algorithm's filter: the route does not know which ones

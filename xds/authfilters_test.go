@@ -1,0 +1,70 @@
+package xds_test
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/testing/protocmp"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+)
+
+const extAuthzFilter = "envoy.filters.http.ext_authz"
+
+var testExtAuthz = &ir.ExtAuthz{Service: "authz", Timeout: 250 * time.Millisecond, Headers: []string{"authorization"}}
+
+// authModel is featureModel with the clusters the auth filters call.
+func authModel(mutate func(l *ir.Listener)) *ir.Model {
+	m := featureModel(mutate)
+	m.Clusters = []ir.Cluster{cluster("authz"), cluster("web")}
+	return m
+}
+
+// ext_authz: after CORS (a preflight is answered unauthenticated),
+// before the rate limits; a route opts out in RDS alone; its service
+// must be served.
+func TestExtAuthz(t *testing.T) {
+	on := func(l *ir.Listener) { l.HTTP.ExtAuthz = testExtAuthz }
+	out := translate(t, authModel(on))
+	if len(out.Failed) > 0 {
+		t.Fatal(out.Failed)
+	}
+	hcm := hcmOf(t, out.Groups["edge"].Listeners[0])
+	want := []string{corsFilter, extAuthzFilter, localRateLimitFilter, faultFilter, wellknown.Router}
+	if got := filterNames(hcm); !slices.Equal(got, want) {
+		t.Errorf("filters = %v, want %v", got, want)
+	}
+	cfg := &extauthzv3.ExtAuthz{}
+	if err := hcm.GetHttpFilters()[1].GetTypedConfig().UnmarshalTo(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.GetGrpcService().GetEnvoyGrpc().GetClusterName() != "authz" || cfg.GetGrpcService().GetTimeout().AsDuration() != 250*time.Millisecond ||
+		cfg.GetFailureModeAllow() || len(cfg.GetAllowedHeaders().GetPatterns()) != 1 {
+		t.Errorf("ext_authz = %v", cfg)
+	}
+
+	off := translate(t, authModel(func(l *ir.Listener) { on(l); l.VirtualHosts[0].Routes[0].HTTP.NoExtAuthz = true }))
+	if diff := cmp.Diff(out.Groups["edge"].Listeners, off.Groups["edge"].Listeners, protocmp.Transform()); diff != "" {
+		t.Errorf("ext_authz = false changed the listener:\n%s", diff)
+	}
+	if proto.Equal(out.Groups["edge"].Routes[0], off.Groups["edge"].Routes[0]) {
+		t.Error("ext_authz = false did not change the route configuration")
+	}
+	per := &extauthzv3.ExtAuthzPerRoute{}
+	if err := off.Groups["edge"].Routes[0].GetVirtualHosts()[0].GetRoutes()[0].GetTypedPerFilterConfig()[extAuthzFilter].UnmarshalTo(per); err != nil || !per.GetDisabled() {
+		t.Errorf("route per-filter config = %v (%v), want disabled", per, err)
+	}
+
+	err := translate(t, featureModel(on)).Failed["edge"]
+	if !errors.Is(err, xds.ErrInconsistent) || !strings.Contains(err.Error(), `calls cluster "authz", which is not served`) {
+		t.Errorf("ext_authz to an unserved cluster: group error %v", err)
+	}
+}

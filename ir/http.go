@@ -26,11 +26,26 @@ type PerRoute struct {
 	// NoExtAuthz skips the listener's external authorization for the
 	// route.
 	NoExtAuthz bool
+	// JWT is what the route (or virtual host) requires of a request's
+	// JSON Web Token; nil requires nothing (or inherits).
+	JWT *JWTRule
+}
+
+// JWTRule requires a token from one of the listener's providers, or
+// bypasses a virtual host's requirement.
+type JWTRule struct {
+	// Provider names the listener's JWT provider whose token is required.
+	Provider string
+	// AllowMissing lets requests without a token through (a token that
+	// is present must still verify).
+	AllowMissing bool
+	// Bypass skips JWT authentication for the route.
+	Bypass bool
 }
 
 // IsZero reports whether p sets nothing.
 func (p PerRoute) IsZero() bool {
-	return p.CORS == nil && p.RateLimit == nil && len(p.Upgrades) == 0 && !p.NoCompression && !p.NoExtAuthz
+	return p.CORS == nil && p.RateLimit == nil && len(p.Upgrades) == 0 && !p.NoCompression && !p.NoExtAuthz && p.JWT == nil
 }
 
 // CORS is Envoy's CorsPolicy: which origins may call, with what.
@@ -101,6 +116,9 @@ type ListenerHTTP struct {
 	Compression *Compression
 	AccessLogs  []AccessLog
 	Tracing     *Tracing
+	// JWTProviders verify the JSON Web Tokens that routes require, in
+	// the order declared.
+	JWTProviders []JWTProvider
 	// ExtAuthz asks an authorization service about every request of the
 	// listener that a route does not exempt.
 	ExtAuthz *ExtAuthz
@@ -163,4 +181,26 @@ type Tracing struct {
 	// PreserveRequestID keeps a request's own x-request-id (from a
 	// trusted edge in front) instead of Envoy's.
 	PreserveRequestID bool
+}
+
+// JWTProvider verifies tokens of one issuer against its key set (JWKS).
+type JWTProvider struct {
+	Name   string
+	Issuer string
+	// Audiences, if any, must include the token's aud.
+	Audiences []string
+	// Exactly one key set: JWKSCluster (the cluster Envoy fetches JWKSURI
+	// from, caching it CacheDuration, 0 for Envoy's 5m) or LocalJWKS (the
+	// key set itself, read by the bridge from a file).
+	JWKSCluster   string
+	JWKSURI       string
+	CacheDuration time.Duration
+	LocalJWKS     string
+	// ForwardPayloadHeader, if set, receives the verified payload
+	// (base64url) for the upstream.
+	ForwardPayloadHeader string
+	// Forward keeps the token in the request to the upstream.
+	Forward bool
+	// ClaimHeaders copies claims (by name) into request headers.
+	ClaimHeaders map[string]string
 }

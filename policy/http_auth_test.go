@@ -1,8 +1,10 @@
 package policy
 
 import (
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // authListener is an http listener "l" on port 8080 with block (starting
@@ -48,6 +50,52 @@ func TestAuthFilterDiagnostics(t *testing.T) {
 			want:   "a.hcl:6:5: ext_authz on a tcp listener",
 			detail: "checks HTTP requests",
 		},
+		// --- jwt ---
+		"jwt_provider without a key set": {
+			docs:   []string{authListener("    jwt_provider \"corp\" {\n      issuer = \"https://auth.example.com\"\n    }", "")},
+			want:   "a.hcl:4:5: Invalid jwt_provider key set",
+			detail: "exactly one of them",
+		},
+		"jwt_provider jwks_url without a service": {
+			docs:   []string{authListener("    jwt_provider \"corp\" {\n      issuer = \"https://auth.example.com\"\n      jwks_file = \"/etc/jwks.json\"\n      jwks_url = \"https://auth.example.com/jwks\"\n    }", "")},
+			want:   "a.hcl:7:18: jwks_url without jwks_service",
+			detail: "register the identity provider as a Consul service",
+		},
+		"jwt_provider jwks_url not a URL": {
+			docs:   []string{authListener("    jwt_provider \"corp\" {\n      issuer = \"https://auth.example.com\"\n      jwks_service = \"auth\"\n      jwks_url = \"auth/jwks\"\n    }", "")},
+			want:   "a.hcl:7:18: Invalid jwks_url",
+			detail: "not an http or https URL",
+		},
+		"jwt_provider duplicate": {
+			docs:   []string{authListener("    jwt_provider \"corp\" {\n      issuer = \"a\"\n      jwks_service = \"auth\"\n    }\n    jwt_provider \"corp\" {\n      issuer = \"b\"\n      jwks_service = \"auth\"\n    }", "")},
+			want:   "a.hcl:8:5: Duplicate jwt_provider",
+			detail: "already defined at a.hcl:4",
+		},
+		"jwt_provider claim header invalid": {
+			docs:   []string{authListener("    jwt_provider \"corp\" {\n      issuer = \"a\"\n      jwks_service = \"auth\"\n      claim_headers = { sub = \"x user\" }\n    }", "")},
+			want:   "a.hcl:7:25: Invalid header name",
+			detail: `claim "sub"`,
+		},
+		"jwt unknown provider": {
+			docs:   []string{authListener("", "        jwt {\n          provider = \"corp\"\n        }")},
+			want:   "a.hcl:9:22: Unknown JWT provider",
+			detail: `no jwt_provider "corp"`,
+		},
+		"jwt provider and bypass": {
+			docs:   []string{authListener("", "        jwt {\n          bypass = true\n          allow_missing = true\n        }")},
+			want:   "a.hcl:10:27: Invalid jwt",
+			detail: "not to bypass",
+		},
+		"jwt on a tcp listener": {
+			docs:   []string{inListener("    port = 5432\n    protocol = \"tcp\"\n    service = \"db\"\n    jwt_provider \"corp\" {\n      issuer = \"a\"\n      jwks_service = \"auth\"\n    }")},
+			want:   "a.hcl:6:5: jwt_provider on a tcp listener",
+			detail: "tokens are verified in HTTP requests",
+		},
+		"jwt in a grpc_service": {
+			docs:   []string{inGRPC("    service = \"echo\"\n    jwt {\n      bypass = true\n    }", "")},
+			want:   "a.hcl:4:5: Unsupported in a grpc_service",
+			detail: "no JWT authentication filter",
+		},
 		"ext_authz in a grpc_service": {
 			docs:   []string{inGRPC("    service = \"echo\"\n    ext_authz = false", "")},
 			want:   "a.hcl:4:17: Unsupported in a grpc_service",
@@ -69,5 +117,36 @@ func TestAuthFilterWarnings(t *testing.T) {
 	}
 	if !cfg.Policy.Proxies[0].Listeners[0].VirtualHosts[0].Routes[0].HTTP.NoExtAuthz {
 		t.Error("route without NoExtAuthz")
+	}
+}
+
+// A local key set is read by ReadFiles, checked, and sent inline; a file
+// that is no JWKS is an error at the attribute that names it.
+func TestJWKSFile(t *testing.T) {
+	dir := t.TempDir()
+	good, bad := dir+"/good.json", dir+"/bad.json"
+	if err := os.WriteFile(good, []byte(`{"keys":[{"kty":"oct","k":"c2VjcmV0"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(bad, []byte(`{"keys":[]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	doc := func(path string) string {
+		return authListener("    jwt_provider \"p\" {\n      issuer = \"a\"\n      jwks_file = \""+path+"\"\n    }", "")
+	}
+	cfg, diags := loadDocs(false, doc(good))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if diags := cfg.Policy.ReadFiles(time.Now()); diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if got := cfg.Policy.Proxies[0].Listeners[0].HTTP.JWTProviders[0].LocalJWKS; !strings.Contains(got, `"kty":"oct"`) {
+		t.Errorf("LocalJWKS = %q", got)
+	}
+	cfg, _ = loadDocs(false, doc(bad))
+	diags = cfg.Policy.ReadFiles(time.Now())
+	if len(diags) != 1 || !strings.HasPrefix(FormatDiagnostics(diags)[0], "a.hcl:6:19: Invalid JWKS file") {
+		t.Errorf("diagnostics = %v", FormatDiagnostics(diags))
 	}
 }

@@ -26,6 +26,7 @@ var corsOrigin = regexp.MustCompile(`^[a-z][a-z0-9+.-]*://[a-z0-9.\-\[\]:_]+$`)
 func (r *resolver) vhostHTTP(vb *virtualHostBlock, vh *VirtualHost) {
 	vh.HTTP.CORS = r.cors(vb.CORS, nil)
 	vh.HTTP.RateLimit = r.rateLimit(vb.RateLimit)
+	vh.HTTP.JWT = r.jwtRule(vb.JWT)
 	for i, rb := range vb.Routes {
 		if i >= len(vh.Routes) {
 			break
@@ -36,6 +37,7 @@ func (r *resolver) vhostHTTP(vb *virtualHostBlock, vh *VirtualHost) {
 		rt.HTTP.RateLimit = r.rateLimit(rb.RateLimit)
 		rt.HTTP.NoCompression = rb.Compression != nil && !*rb.Compression
 		rt.HTTP.NoExtAuthz = rb.ExtAuthz != nil && !*rb.ExtAuthz
+		rt.HTTP.JWT = r.jwtRule(rb.JWT)
 		if len(rb.Upgrades) > 0 && len(rt.Targets) == 0 {
 			r.add(valueRange(rb.Body, "upgrades", rb.DefRange), "upgrades without a service", "upgrades apply to routes that forward to a service, not to redirects or direct responses.")
 		}
@@ -61,6 +63,9 @@ func (r *resolver) listenerHTTP(group string, b *listenerBlock, l *Listener, whe
 		if b.ExtAuthz != nil {
 			r.add(b.ExtAuthz.DefRange, "ext_authz on a tcp listener", "%s is protocol \"tcp\": the authorization filter checks HTTP requests; use protocol = \"http\".", where)
 		}
+		for _, p := range b.JWTProviders {
+			r.add(p.DefRange, "jwt_provider on a tcp listener", "%s is protocol \"tcp\": tokens are verified in HTTP requests; use protocol = \"http\".", where)
+		}
 		if b.RateLimit != nil {
 			r.add(b.RateLimit.DefRange, "rate_limit on a tcp listener", "%s is protocol \"tcp\": the local rate limit counts HTTP requests; use protocol = \"http\".", where)
 		}
@@ -70,6 +75,8 @@ func (r *resolver) listenerHTTP(group string, b *listenerBlock, l *Listener, whe
 	l.HTTP.RateLimit = r.rateLimit(b.RateLimit)
 	l.HTTP.Compression = r.compression(b.Compression)
 	l.HTTP.ExtAuthz = r.extAuthz(b.ExtAuthz)
+	r.jwtProviders(b, l)
+	r.checkJWTRules(b, l, where)
 	for _, al := range b.AccessLogs {
 		l.HTTP.AccessLogs = append(l.HTTP.AccessLogs, r.accessLog(al))
 	}
@@ -207,6 +214,9 @@ func (r *resolver) grpcUnsupportedHTTP(b *routeBlock, unsupported func(rng hcl.R
 	}
 	if b.RateLimit != nil {
 		unsupported(b.RateLimit.DefRange, "rate_limit", "gRPC's xDS client has no rate limit filter; limit calls on the server, or in an Envoy in front of it.")
+	}
+	if b.JWT != nil {
+		unsupported(b.JWT.DefRange, "jwt", "gRPC's xDS client has no JWT authentication filter; verify tokens in the server (an interceptor) or in an Envoy in front of it.")
 	}
 	if b.ExtAuthz != nil {
 		unsupported(valueRange(b.Body, "ext_authz", b.DefRange), "ext_authz", "gRPC's xDS client has no external authorization filter; authorize calls in the server (an interceptor) or in an Envoy in front of it.")

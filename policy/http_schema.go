@@ -104,3 +104,31 @@ type extAuthzBlock struct {
 	Body        hcl.Body       `hcl:",body"`
 	DefRange    hcl.Range      `hcl:",def_range"`
 }
+
+// jwtProviderBlock is `jwt_provider "NAME"` in a listener: how Envoy's
+// jwt_authn filter verifies one issuer's tokens. Routes and virtual hosts
+// require a provider with a jwt block.
+type jwtProviderBlock struct {
+	Name                 string            `hcl:"name,label"`
+	Issuer               string            `hcl:"issuer"`
+	Audiences            []string          `hcl:"audiences,optional"`
+	JWKSService          *string           `hcl:"jwks_service,optional"`
+	JWKSURL              *string           `hcl:"jwks_url,optional"`
+	JWKSFile             *string           `hcl:"jwks_file,optional"`
+	CacheDuration        hcl.Expression    `hcl:"cache_duration,optional"`
+	ForwardPayloadHeader *string           `hcl:"forward_payload_header,optional"`
+	Forward              *bool             `hcl:"forward,optional"`
+	ClaimHeaders         map[string]string `hcl:"claim_headers,optional"`
+	Body                 hcl.Body          `hcl:",body"`
+	DefRange             hcl.Range         `hcl:",def_range"`
+}
+
+// jwtBlock is `jwt` in a virtual_host or route: which provider's token
+// it requires, or bypass = true to require none.
+type jwtBlock struct {
+	Provider     *string   `hcl:"provider,optional"`
+	AllowMissing *bool     `hcl:"allow_missing,optional"`
+	Bypass       *bool     `hcl:"bypass,optional"`
+	Body         hcl.Body  `hcl:",body"`
+	DefRange     hcl.Range `hcl:",def_range"`
+}

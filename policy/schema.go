@@ -122,6 +122,7 @@ type listenerBlock struct {
 	AccessLogs   []*accessLogBlock   `hcl:"access_log,block"`
 	Tracing      *tracingBlock       `hcl:"tracing,block"`
 	ExtAuthz     *extAuthzBlock      `hcl:"ext_authz,block"`
+	JWTProviders []*jwtProviderBlock `hcl:"jwt_provider,block"`
 	Body         hcl.Body            `hcl:",body"`
 	DefRange     hcl.Range           `hcl:",def_range"`
 }
@@ -171,6 +172,7 @@ type virtualHostBlock struct {
 	TLS       *vhostTLSBlock  `hcl:"tls,block"`
 	CORS      *corsBlock      `hcl:"cors,block"`
 	RateLimit *rateLimitBlock `hcl:"rate_limit,block"`
+	JWT       *jwtBlock       `hcl:"jwt,block"`
 	Body      hcl.Body        `hcl:",body"`
 	DefRange  hcl.Range       `hcl:",def_range"`
 }
@@ -195,6 +197,7 @@ type routeBlock struct {
 	RateLimit       *rateLimitBlock      `hcl:"rate_limit,block"`
 	Compression     *bool                `hcl:"compression,optional"`
 	ExtAuthz        *bool                `hcl:"ext_authz,optional"`
+	JWT             *jwtBlock            `hcl:"jwt,block"`
 	Body            hcl.Body             `hcl:",body"`
 	DefRange        hcl.Range            `hcl:",def_range"`
 }

@@ -1,11 +1,17 @@
 package xds
 
 import (
+	"maps"
+	"slices"
+	"time"
+
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	jwtauthnv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/emptypb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
@@ -15,7 +21,12 @@ import (
 // global rate limit). Each calls a cluster, which the consistency check
 // requires to be served (filterClusters).
 
-const extAuthzFilter = "envoy.filters.http.ext_authz"
+const (
+	extAuthzFilter = "envoy.filters.http.ext_authz"
+	jwtAuthnFilter = "envoy.filters.http.jwt_authn"
+	// jwksFetchTimeout bounds one fetch of a remote key set.
+	jwksFetchTimeout = 5 * time.Second
+)
 
 // buildExtAuthz is the ext_authz filter calling a's service over gRPC
 // (the v3 Authorization API).
@@ -50,6 +61,15 @@ func filterClusters(hcm *hcmv3.HttpConnectionManager) []string {
 	var out []string
 	for _, f := range hcm.GetHttpFilters() {
 		switch f.GetName() {
+		case jwtAuthnFilter:
+			c := &jwtauthnv3.JwtAuthentication{}
+			if f.GetTypedConfig().UnmarshalTo(c) == nil {
+				for _, n := range slices.Sorted(maps.Keys(c.GetProviders())) {
+					if cl := c.GetProviders()[n].GetRemoteJwks().GetHttpUri().GetCluster(); cl != "" {
+						out = append(out, cl)
+					}
+				}
+			}
 		case extAuthzFilter:
 			c := &extauthzv3.ExtAuthz{}
 			if f.GetTypedConfig().UnmarshalTo(c) == nil {
@@ -58,4 +78,66 @@ func filterClusters(hcm *hcmv3.HttpConnectionManager) []string {
 		}
 	}
 	return out
+}
+
+// jwtRequirement names the requirement of the listener's jwt_authn
+// filter that a route picks: every provider has one that requires its
+// token and one that also lets requests without a token pass, so a
+// route choosing either is an RDS change.
+func jwtRequirement(provider string, allowMissing bool) string {
+	if allowMissing {
+		return provider + ".allow_missing"
+	}
+	return provider
+}
+
+// buildJWTAuthn is the jwt_authn filter of a listener's providers. It
+// has no rules: only the routes' per-filter config (a requirement name)
+// makes it verify anything.
+func buildJWTAuthn(providers []ir.JWTProvider) *jwtauthnv3.JwtAuthentication {
+	out := &jwtauthnv3.JwtAuthentication{
+		Providers:      map[string]*jwtauthnv3.JwtProvider{},
+		RequirementMap: map[string]*jwtauthnv3.JwtRequirement{},
+	}
+	for i := range providers {
+		p := &providers[i]
+		jp := &jwtauthnv3.JwtProvider{
+			Issuer:               p.Issuer,
+			Audiences:            p.Audiences,
+			Forward:              p.Forward,
+			ForwardPayloadHeader: p.ForwardPayloadHeader,
+		}
+		if p.JWKSCluster != "" {
+			rj := &jwtauthnv3.RemoteJwks{HttpUri: &corev3.HttpUri{
+				Uri:              p.JWKSURI,
+				HttpUpstreamType: &corev3.HttpUri_Cluster{Cluster: p.JWKSCluster},
+				Timeout:          durationpb.New(jwksFetchTimeout),
+			}}
+			if p.CacheDuration > 0 {
+				rj.CacheDuration = durationpb.New(p.CacheDuration)
+			}
+			jp.JwksSourceSpecifier = &jwtauthnv3.JwtProvider_RemoteJwks{RemoteJwks: rj}
+		} else {
+			jp.JwksSourceSpecifier = &jwtauthnv3.JwtProvider_LocalJwks{LocalJwks: &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: p.LocalJWKS}}}
+		}
+		for _, c := range slices.Sorted(maps.Keys(p.ClaimHeaders)) {
+			jp.ClaimToHeaders = append(jp.ClaimToHeaders, &jwtauthnv3.JwtClaimToHeader{ClaimName: c, HeaderName: p.ClaimHeaders[c]})
+		}
+		out.Providers[p.Name] = jp
+		required := &jwtauthnv3.JwtRequirement{RequiresType: &jwtauthnv3.JwtRequirement_ProviderName{ProviderName: p.Name}}
+		out.RequirementMap[jwtRequirement(p.Name, false)] = required
+		out.RequirementMap[jwtRequirement(p.Name, true)] = &jwtauthnv3.JwtRequirement{RequiresType: &jwtauthnv3.JwtRequirement_RequiresAny{RequiresAny: &jwtauthnv3.JwtRequirementOrList{
+			Requirements: []*jwtauthnv3.JwtRequirement{required, {RequiresType: &jwtauthnv3.JwtRequirement_AllowMissing{AllowMissing: &emptypb.Empty{}}}},
+		}}}
+	}
+	return out
+}
+
+// jwtPerRoute is a route's or virtual host's choice among its
+// listener's requirements, or none.
+func jwtPerRoute(j *ir.JWTRule) *jwtauthnv3.PerRouteConfig {
+	if j.Bypass {
+		return &jwtauthnv3.PerRouteConfig{RequirementSpecifier: &jwtauthnv3.PerRouteConfig_Disabled{Disabled: true}}
+	}
+	return &jwtauthnv3.PerRouteConfig{RequirementSpecifier: &jwtauthnv3.PerRouteConfig_RequirementName{RequirementName: jwtRequirement(j.Provider, j.AllowMissing)}}
 }

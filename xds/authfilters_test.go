@@ -8,6 +8,7 @@ import (
 	"time"
 
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
+	jwtauthnv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
@@ -17,7 +18,12 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
-const extAuthzFilter = "envoy.filters.http.ext_authz"
+const (
+	extAuthzFilter = "envoy.filters.http.ext_authz"
+	jwtAuthnFilter = "envoy.filters.http.jwt_authn"
+)
+
+var testJWTProviders = []ir.JWTProvider{{Name: "corp", Issuer: "https://auth.example.com", JWKSCluster: "authz", JWKSURI: "http://authz/.well-known/jwks.json"}}
 
 var testExtAuthz = &ir.ExtAuthz{Service: "authz", Timeout: 250 * time.Millisecond, Headers: []string{"authorization"}}
 
@@ -66,5 +72,50 @@ func TestExtAuthz(t *testing.T) {
 	err := translate(t, featureModel(on)).Failed["edge"]
 	if !errors.Is(err, xds.ErrInconsistent) || !strings.Contains(err.Error(), `calls cluster "authz", which is not served`) {
 		t.Errorf("ext_authz to an unserved cluster: group error %v", err)
+	}
+}
+
+// jwt_authn: after CORS, before ext_authz; requirements per provider in
+// the listener, so a route requiring a token, admitting none or
+// bypassing changes RDS only; the JWKS cluster must be served.
+func TestJWTAuthn(t *testing.T) {
+	on := func(l *ir.Listener) { l.HTTP.JWTProviders = testJWTProviders; l.HTTP.ExtAuthz = testExtAuthz }
+	out := translate(t, authModel(on))
+	if len(out.Failed) > 0 {
+		t.Fatal(out.Failed)
+	}
+	hcm := hcmOf(t, out.Groups["edge"].Listeners[0])
+	want := []string{corsFilter, jwtAuthnFilter, extAuthzFilter, localRateLimitFilter, faultFilter, wellknown.Router}
+	if got := filterNames(hcm); !slices.Equal(got, want) {
+		t.Errorf("filters = %v, want %v", got, want)
+	}
+	for name, rule := range map[string]*ir.JWTRule{
+		"corp":               {Provider: "corp"},
+		"corp.allow_missing": {Provider: "corp", AllowMissing: true},
+		"":                   {Bypass: true},
+	} {
+		got := translate(t, authModel(func(l *ir.Listener) { on(l); l.VirtualHosts[0].Routes[0].HTTP.JWT = rule }))
+		if diff := cmp.Diff(out.Groups["edge"].Listeners, got.Groups["edge"].Listeners, protocmp.Transform()); diff != "" {
+			t.Errorf("%+v changed the listener:\n%s", rule, diff)
+		}
+		per := &jwtauthnv3.PerRouteConfig{}
+		if err := got.Groups["edge"].Routes[0].GetVirtualHosts()[0].GetRoutes()[0].GetTypedPerFilterConfig()[jwtAuthnFilter].UnmarshalTo(per); err != nil {
+			t.Fatal(err)
+		}
+		if per.GetRequirementName() != name || per.GetDisabled() != rule.Bypass {
+			t.Errorf("%+v: per-route config %v", rule, per)
+		}
+		cfg := &jwtauthnv3.JwtAuthentication{}
+		if err := hcm.GetHttpFilters()[1].GetTypedConfig().UnmarshalTo(cfg); err != nil {
+			t.Fatal(err)
+		}
+		if name != "" && cfg.GetRequirementMap()[name] == nil {
+			t.Errorf("requirement %q is not in the listener's filter", name)
+		}
+	}
+	m := featureModel(func(l *ir.Listener) { l.HTTP.JWTProviders = testJWTProviders })
+	err := translate(t, m).Failed["edge"]
+	if !errors.Is(err, xds.ErrInconsistent) || !strings.Contains(err.Error(), `calls cluster "authz", which is not served`) {
+		t.Errorf("JWKS from an unserved cluster: group error %v", err)
 	}
 }

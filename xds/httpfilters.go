@@ -41,11 +41,13 @@ import (
 //
 // The order is fixed:
 //
-//	cors -> ext_authz -> local_ratelimit -> fault -> compressor.* -> router
+//	cors -> jwt_authn -> ext_authz -> local_ratelimit -> fault -> compressor.* -> router
 //
 // CORS comes first so that a preflight (which browsers send without
 // credentials) is answered before authentication or a rate limit could
-// refuse it, as Envoy Gateway orders them. Authorization comes before
+// refuse it, as Envoy Gateway orders them. Authentication (jwt_authn)
+// comes before authorization, so the authorization service sees the
+// verified claims it adds as headers. Authorization comes before
 // any rate limit: a request that will be refused anyway must not spend
 // a client's tokens (and an authorization service is what tells a
 // tenant apart). The rate limit comes before fault injection, so an
@@ -66,6 +68,9 @@ const (
 // envoyHTTPFilters is the HTTP filter chain of an Envoy listener.
 func envoyHTTPFilters(l *ir.Listener) []*hcmv3.HttpFilter {
 	filters := []*hcmv3.HttpFilter{typedHTTPFilter(corsFilter, &corsv3.Cors{})}
+	if len(l.HTTP.JWTProviders) > 0 {
+		filters = append(filters, typedHTTPFilter(jwtAuthnFilter, buildJWTAuthn(l.HTTP.JWTProviders)))
+	}
 	if a := l.HTTP.ExtAuthz; a != nil {
 		filters = append(filters, typedHTTPFilter(extAuthzFilter, buildExtAuthz(a)))
 	}
@@ -123,6 +128,9 @@ func perFilterConfig(p *ir.PerRoute, m map[string]*anypb.Any) map[string]*anypb.
 	}
 	if rl := p.RateLimit; rl != nil {
 		add(localRateLimitFilter, mustAny(buildLocalRateLimit(rl)))
+	}
+	if p.JWT != nil {
+		add(jwtAuthnFilter, mustAny(jwtPerRoute(p.JWT)))
 	}
 	if p.NoExtAuthz {
 		// Harmless on a listener without ext_authz: Envoy ignores

@@ -29,6 +29,27 @@ type PerRoute struct {
 	// JWT is what the route (or virtual host) requires of a request's
 	// JSON Web Token; nil requires nothing (or inherits).
 	JWT *JWTRule
+	// GlobalRateLimits are the descriptors sent to the listener's
+	// rate-limit service for each request (route action or virtual host
+	// rate_limits); a route's replace its virtual host's.
+	GlobalRateLimits []GlobalDescriptor
+}
+
+// GlobalDescriptor is one descriptor sent to the rate-limit service: its
+// entries in order. A request that lacks one entry's header sends no
+// such descriptor.
+type GlobalDescriptor struct {
+	Entries []GlobalEntry
+}
+
+// GlobalEntry is one entry of a descriptor, exactly one kind: a request
+// header's value under Key, the client's address ("remote_address"), or
+// a fixed GenericKey (under Key, "generic_key" by default).
+type GlobalEntry struct {
+	Header        string
+	ClientAddress bool
+	GenericKey    string
+	Key           string
 }
 
 // JWTRule requires a token from one of the listener's providers, or
@@ -45,7 +66,7 @@ type JWTRule struct {
 
 // IsZero reports whether p sets nothing.
 func (p PerRoute) IsZero() bool {
-	return p.CORS == nil && p.RateLimit == nil && len(p.Upgrades) == 0 && !p.NoCompression && !p.NoExtAuthz && p.JWT == nil
+	return p.CORS == nil && p.RateLimit == nil && len(p.Upgrades) == 0 && !p.NoCompression && !p.NoExtAuthz && p.JWT == nil && len(p.GlobalRateLimits) == 0
 }
 
 // CORS is Envoy's CorsPolicy: which origins may call, with what.
@@ -119,6 +140,9 @@ type ListenerHTTP struct {
 	// JWTProviders verify the JSON Web Tokens that routes require, in
 	// the order declared.
 	JWTProviders []JWTProvider
+	// RateLimitService is the global rate limit filter's service; routes
+	// choose the descriptors.
+	RateLimitService *RateLimitService
 	// ExtAuthz asks an authorization service about every request of the
 	// listener that a route does not exempt.
 	ExtAuthz *ExtAuthz
@@ -203,4 +227,17 @@ type JWTProvider struct {
 	Forward bool
 	// ClaimHeaders copies claims (by name) into request headers.
 	ClaimHeaders map[string]string
+}
+
+// RateLimitService is a rate-limit service (the envoyproxy/ratelimit gRPC
+// API, envoy.service.ratelimit.v3) shared by every Envoy of a group.
+type RateLimitService struct {
+	// Service is its cluster; Domain the configuration it applies.
+	Service string
+	Domain  string
+	// FailureModeDeny answers 500 when the service cannot answer;
+	// otherwise requests pass (Envoy's default).
+	FailureModeDeny bool
+	// Timeout bounds each call; 0 keeps Envoy's (20ms).
+	Timeout time.Duration
 }

@@ -149,3 +149,102 @@ func (r *resolver) checkJWTRules(b *listenerBlock, l *Listener, where string) {
 		}
 	}
 }
+
+// rateLimitService resolves a listener's rate_limit_service block.
+func (r *resolver) rateLimitService(b *rateLimitServiceBlock) *ir.RateLimitService {
+	if b == nil {
+		return nil
+	}
+	s := &ir.RateLimitService{Service: b.Service, Domain: b.Domain}
+	r.grpcCluster(b.Service, "rate_limit_service", valueRange(b.Body, "service", b.DefRange))
+	if b.Domain == "" {
+		r.add(valueRange(b.Body, "domain", b.DefRange), "Empty domain", "domain names the rate-limit service's configuration for these requests (its config's domain:), e.g. \"edge\".")
+	}
+	if b.FailureMode != nil {
+		if !oneOf(*b.FailureMode, failureModes) {
+			r.add(valueRange(b.Body, "failure_mode", b.DefRange), "Invalid failure_mode", "%q is not one of %s: what Envoy does with a request when the service cannot answer.", *b.FailureMode, quoteList(failureModes))
+		}
+		s.FailureModeDeny = *b.FailureMode == "deny"
+	}
+	if b.Timeout != nil && !isNull(b.Timeout) {
+		if ds := durationAttr(b.Timeout, &s.Timeout); ds.HasErrors() {
+			r.extend(ds)
+		} else if s.Timeout%time.Millisecond != 0 {
+			r.add(b.Timeout.Range(), "Invalid timeout", "rate_limit_service timeout %s: a whole number of milliseconds, e.g. \"20ms\"; every request waits for the answer.", s.Timeout)
+		}
+	}
+	return s
+}
+
+// globalRateLimits resolves a global_rate_limit block's descriptors.
+func (r *resolver) globalRateLimits(b *globalRateLimitBlock) []ir.GlobalDescriptor {
+	if b == nil {
+		return nil
+	}
+	if len(b.Descriptors) == 0 {
+		r.add(b.DefRange, "global_rate_limit without descriptors", "add a descriptor block with entry blocks: the rate-limit service counts requests by descriptor.")
+	}
+	var out []ir.GlobalDescriptor
+	for _, db := range b.Descriptors {
+		if len(db.Entries) == 0 {
+			r.add(db.DefRange, "Descriptor without entries", "a descriptor lists its entries in order: entry { generic_key = \"...\" }, entry { header = \"...\" }, entry { client_address = true }.")
+		}
+		var d ir.GlobalDescriptor
+		for _, eb := range db.Entries {
+			e := ir.GlobalEntry{}
+			set(&e.Header, eb.Header)
+			set(&e.ClientAddress, eb.ClientAddress)
+			set(&e.GenericKey, eb.GenericKey)
+			set(&e.Key, eb.Key)
+			e.Header = strings.ToLower(e.Header)
+			kinds := 0
+			for _, set := range []bool{eb.Header != nil, e.ClientAddress, eb.GenericKey != nil} {
+				if set {
+					kinds++
+				}
+			}
+			switch {
+			case kinds != 1:
+				r.add(eb.DefRange, "Invalid entry", "an entry is header = \"NAME\", client_address = true or generic_key = \"VALUE\", exactly one of them.")
+			case eb.Header != nil && (!headerName.MatchString(e.Header) || strings.HasPrefix(e.Header, ":")):
+				r.add(valueRange(eb.Body, "header", eb.DefRange), "Invalid header name", "%q is not a valid HTTP header name.", *eb.Header)
+			case eb.GenericKey != nil && e.GenericKey == "":
+				r.add(valueRange(eb.Body, "generic_key", eb.DefRange), "Empty generic_key", "generic_key is the entry's value; it cannot be empty.")
+			case eb.Key != nil && e.ClientAddress:
+				r.add(valueRange(eb.Body, "key", eb.DefRange), "Invalid entry", "the client address entry's key is always \"remote_address\" (Envoy's).")
+			case eb.Key != nil && e.Key == "":
+				r.add(valueRange(eb.Body, "key", eb.DefRange), "Empty key", "key names the entry in the rate-limit service's configuration; omit it for the default.")
+			}
+			switch {
+			case e.ClientAddress:
+				e.Key = "remote_address"
+			case e.Key == "" && e.Header != "":
+				e.Key = e.Header
+			case e.Key == "":
+				e.Key = "generic_key"
+			}
+			d.Entries = append(d.Entries, e)
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// checkGlobalRateLimits requires a rate_limit_service of the listener
+// whose virtual hosts or routes choose descriptors.
+func (r *resolver) checkGlobalRateLimits(b *listenerBlock, l *Listener, where string) {
+	if l.HTTP.RateLimitService != nil {
+		return
+	}
+	for _, vb := range b.VirtualHosts {
+		blocks := []*globalRateLimitBlock{vb.GlobalRL}
+		for _, rb := range vb.Routes {
+			blocks = append(blocks, rb.GlobalRL)
+		}
+		for _, gb := range blocks {
+			if gb != nil {
+				r.add(gb.DefRange, "global_rate_limit without a rate_limit_service", "%s has no rate_limit_service block, so no service would count these descriptors; add one to the listener.", where)
+			}
+		}
+	}
+}

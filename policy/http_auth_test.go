@@ -96,6 +96,52 @@ func TestAuthFilterDiagnostics(t *testing.T) {
 			want:   "a.hcl:4:5: Unsupported in a grpc_service",
 			detail: "no JWT authentication filter",
 		},
+		// --- global rate limit ---
+		"rate_limit_service failure_mode unknown": {
+			docs:   []string{authListener("    rate_limit_service {\n      service = \"rl\"\n      domain = \"edge\"\n      failure_mode = \"closed\"\n    }", "")},
+			want:   "a.hcl:7:22: Invalid failure_mode",
+			detail: `"deny", "allow"`,
+		},
+		"rate_limit_service empty domain": {
+			docs:   []string{authListener("    rate_limit_service {\n      service = \"rl\"\n      domain = \"\"\n    }", "")},
+			want:   "a.hcl:6:16: Empty domain",
+			detail: "configuration",
+		},
+		"rate_limit_service without http2": {
+			docs:   []string{authListener("    rate_limit_service {\n      service = \"rl\"\n      domain = \"edge\"\n    }", "") + "service \"rl\" {\n  http2 = false\n}\n"},
+			want:   "a.hcl:5:17: gRPC service without http2",
+			detail: "rate_limit_service",
+		},
+		"global_rate_limit without a service": {
+			docs:   []string{authListener("", "        global_rate_limit {\n          descriptor {\n            entry {\n              client_address = true\n            }\n          }\n        }")},
+			want:   "a.hcl:8:9: global_rate_limit without a rate_limit_service",
+			detail: "add one to the listener",
+		},
+		"global entry with two kinds": {
+			docs:   []string{authListener("    rate_limit_service {\n      service = \"rl\"\n      domain = \"edge\"\n    }", "        global_rate_limit {\n          descriptor {\n            entry {\n              header = \"x-user\"\n              generic_key = \"a\"\n            }\n          }\n        }")},
+			want:   "a.hcl:13:13: Invalid entry",
+			detail: "exactly one of them",
+		},
+		"global entry bad header": {
+			docs:   []string{authListener("    rate_limit_service {\n      service = \"rl\"\n      domain = \"edge\"\n    }", "        global_rate_limit {\n          descriptor {\n            entry {\n              header = \"x user\"\n            }\n          }\n        }")},
+			want:   "a.hcl:14:24: Invalid header name",
+			detail: `"x user"`,
+		},
+		"global descriptor without entries": {
+			docs:   []string{authListener("    rate_limit_service {\n      service = \"rl\"\n      domain = \"edge\"\n    }", "        global_rate_limit {\n          descriptor {\n          }\n        }")},
+			want:   "a.hcl:12:11: Descriptor without entries",
+			detail: "in order",
+		},
+		"rate_limit_service on a tcp listener": {
+			docs:   []string{inListener("    port = 5432\n    protocol = \"tcp\"\n    service = \"db\"\n    rate_limit_service {\n      service = \"rl\"\n      domain = \"d\"\n    }")},
+			want:   "a.hcl:6:5: rate_limit_service on a tcp listener",
+			detail: "counts HTTP requests",
+		},
+		"global_rate_limit in a grpc_service": {
+			docs:   []string{inGRPC("    service = \"echo\"\n    global_rate_limit {\n      descriptor {\n        entry {\n          client_address = true\n        }\n      }\n    }", "")},
+			want:   "a.hcl:4:5: Unsupported in a grpc_service",
+			detail: "no rate limit filter",
+		},
 		"ext_authz in a grpc_service": {
 			docs:   []string{inGRPC("    service = \"echo\"\n    ext_authz = false", "")},
 			want:   "a.hcl:4:17: Unsupported in a grpc_service",

@@ -27,6 +27,7 @@ func (r *resolver) vhostHTTP(vb *virtualHostBlock, vh *VirtualHost) {
 	vh.HTTP.CORS = r.cors(vb.CORS, nil)
 	vh.HTTP.RateLimit = r.rateLimit(vb.RateLimit)
 	vh.HTTP.JWT = r.jwtRule(vb.JWT)
+	vh.HTTP.GlobalRateLimits = r.globalRateLimits(vb.GlobalRL)
 	for i, rb := range vb.Routes {
 		if i >= len(vh.Routes) {
 			break
@@ -38,6 +39,10 @@ func (r *resolver) vhostHTTP(vb *virtualHostBlock, vh *VirtualHost) {
 		rt.HTTP.NoCompression = rb.Compression != nil && !*rb.Compression
 		rt.HTTP.NoExtAuthz = rb.ExtAuthz != nil && !*rb.ExtAuthz
 		rt.HTTP.JWT = r.jwtRule(rb.JWT)
+		rt.HTTP.GlobalRateLimits = r.globalRateLimits(rb.GlobalRL)
+		if rb.GlobalRL != nil && len(rt.Targets) == 0 {
+			r.add(rb.GlobalRL.DefRange, "global_rate_limit without a service", "Envoy takes a route's rate limits from its forwarding action: redirects and direct responses have none; set it on the virtual host instead.")
+		}
 		if len(rb.Upgrades) > 0 && len(rt.Targets) == 0 {
 			r.add(valueRange(rb.Body, "upgrades", rb.DefRange), "upgrades without a service", "upgrades apply to routes that forward to a service, not to redirects or direct responses.")
 		}
@@ -66,6 +71,9 @@ func (r *resolver) listenerHTTP(group string, b *listenerBlock, l *Listener, whe
 		for _, p := range b.JWTProviders {
 			r.add(p.DefRange, "jwt_provider on a tcp listener", "%s is protocol \"tcp\": tokens are verified in HTTP requests; use protocol = \"http\".", where)
 		}
+		if b.RateLimitSvc != nil {
+			r.add(b.RateLimitSvc.DefRange, "rate_limit_service on a tcp listener", "%s is protocol \"tcp\": the global rate limit filter counts HTTP requests; use protocol = \"http\".", where)
+		}
 		if b.RateLimit != nil {
 			r.add(b.RateLimit.DefRange, "rate_limit on a tcp listener", "%s is protocol \"tcp\": the local rate limit counts HTTP requests; use protocol = \"http\".", where)
 		}
@@ -77,6 +85,8 @@ func (r *resolver) listenerHTTP(group string, b *listenerBlock, l *Listener, whe
 	l.HTTP.ExtAuthz = r.extAuthz(b.ExtAuthz)
 	r.jwtProviders(b, l)
 	r.checkJWTRules(b, l, where)
+	l.HTTP.RateLimitService = r.rateLimitService(b.RateLimitSvc)
+	r.checkGlobalRateLimits(b, l, where)
 	for _, al := range b.AccessLogs {
 		l.HTTP.AccessLogs = append(l.HTTP.AccessLogs, r.accessLog(al))
 	}
@@ -214,6 +224,9 @@ func (r *resolver) grpcUnsupportedHTTP(b *routeBlock, unsupported func(rng hcl.R
 	}
 	if b.RateLimit != nil {
 		unsupported(b.RateLimit.DefRange, "rate_limit", "gRPC's xDS client has no rate limit filter; limit calls on the server, or in an Envoy in front of it.")
+	}
+	if b.GlobalRL != nil {
+		unsupported(b.GlobalRL.DefRange, "global_rate_limit", "gRPC's xDS client has no rate limit filter; limit calls on the server, or in an Envoy in front of it.")
 	}
 	if b.JWT != nil {
 		unsupported(b.JWT.DefRange, "jwt", "gRPC's xDS client has no JWT authentication filter; verify tokens in the server (an interceptor) or in an Envoy in front of it.")

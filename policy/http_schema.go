@@ -132,3 +132,40 @@ type jwtBlock struct {
 	Body         hcl.Body  `hcl:",body"`
 	DefRange     hcl.Range `hcl:",def_range"`
 }
+
+// rateLimitServiceBlock is `rate_limit_service` in a listener: Envoy's
+// global rate limit filter, asking a rate-limit service (a Consul
+// service) about the descriptors routes choose.
+type rateLimitServiceBlock struct {
+	Service     string         `hcl:"service"`
+	Domain      string         `hcl:"domain"`
+	FailureMode *string        `hcl:"failure_mode,optional"`
+	Timeout     hcl.Expression `hcl:"timeout,optional"`
+	Body        hcl.Body       `hcl:",body"`
+	DefRange    hcl.Range      `hcl:",def_range"`
+}
+
+// globalRateLimitBlock is `global_rate_limit` in a virtual_host or
+// route: the descriptors sent to the listener's rate_limit_service.
+type globalRateLimitBlock struct {
+	Descriptors []*globalDescriptorBlock `hcl:"descriptor,block"`
+	Body        hcl.Body                 `hcl:",body"`
+	DefRange    hcl.Range                `hcl:",def_range"`
+}
+
+// globalDescriptorBlock is one descriptor, its entries in order.
+type globalDescriptorBlock struct {
+	Entries  []*globalEntryBlock `hcl:"entry,block"`
+	Body     hcl.Body            `hcl:",body"`
+	DefRange hcl.Range           `hcl:",def_range"`
+}
+
+// globalEntryBlock is an entry: header, client_address or generic_key.
+type globalEntryBlock struct {
+	Header        *string   `hcl:"header,optional"`
+	ClientAddress *bool     `hcl:"client_address,optional"`
+	GenericKey    *string   `hcl:"generic_key,optional"`
+	Key           *string   `hcl:"key,optional"`
+	Body          hcl.Body  `hcl:",body"`
+	DefRange      hcl.Range `hcl:",def_range"`
+}

@@ -104,6 +104,9 @@ func (l *Listener) FilterServices() []string {
 	if a := l.HTTP.ExtAuthz; a != nil {
 		out = append(out, a.Service)
 	}
+	if s := l.HTTP.RateLimitService; s != nil {
+		out = append(out, s.Service)
+	}
 	for _, p := range l.HTTP.JWTProviders {
 		if p.JWKSCluster != "" {
 			out = append(out, p.JWKSCluster)

@@ -6,8 +6,11 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	ratelimitconfv3 "github.com/envoyproxy/go-control-plane/envoy/config/ratelimit/v3"
+	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	extauthzv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ext_authz/v3"
 	jwtauthnv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/jwt_authn/v3"
+	ratelimitfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/ratelimit/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -22,8 +25,9 @@ import (
 // requires to be served (filterClusters).
 
 const (
-	extAuthzFilter = "envoy.filters.http.ext_authz"
-	jwtAuthnFilter = "envoy.filters.http.jwt_authn"
+	extAuthzFilter  = "envoy.filters.http.ext_authz"
+	jwtAuthnFilter  = "envoy.filters.http.jwt_authn"
+	rateLimitFilter = "envoy.filters.http.ratelimit"
 	// jwksFetchTimeout bounds one fetch of a remote key set.
 	jwksFetchTimeout = 5 * time.Second
 )
@@ -69,6 +73,11 @@ func filterClusters(hcm *hcmv3.HttpConnectionManager) []string {
 						out = append(out, cl)
 					}
 				}
+			}
+		case rateLimitFilter:
+			c := &ratelimitfilterv3.RateLimit{}
+			if f.GetTypedConfig().UnmarshalTo(c) == nil {
+				out = append(out, c.GetRateLimitService().GetGrpcService().GetEnvoyGrpc().GetClusterName())
 			}
 		case extAuthzFilter:
 			c := &extauthzv3.ExtAuthz{}
@@ -140,4 +149,44 @@ func jwtPerRoute(j *ir.JWTRule) *jwtauthnv3.PerRouteConfig {
 		return &jwtauthnv3.PerRouteConfig{RequirementSpecifier: &jwtauthnv3.PerRouteConfig_Disabled{Disabled: true}}
 	}
 	return &jwtauthnv3.PerRouteConfig{RequirementSpecifier: &jwtauthnv3.PerRouteConfig_RequirementName{RequirementName: jwtRequirement(j.Provider, j.AllowMissing)}}
+}
+
+// buildRateLimit is the global rate limit filter asking s about the
+// descriptors of each request's route (or virtual host).
+func buildRateLimit(s *ir.RateLimitService) *ratelimitfilterv3.RateLimit {
+	out := &ratelimitfilterv3.RateLimit{
+		Domain:          s.Domain,
+		FailureModeDeny: s.FailureModeDeny,
+		RateLimitService: &ratelimitconfv3.RateLimitServiceConfig{
+			GrpcService:         grpcCluster(s.Service),
+			TransportApiVersion: corev3.ApiVersion_V3,
+		},
+	}
+	if s.Timeout > 0 {
+		out.Timeout = durationpb.New(s.Timeout)
+	}
+	return out
+}
+
+// globalRateLimits are a route's or virtual host's descriptors as Envoy
+// rate limit actions, nil for none.
+func globalRateLimits(ds []ir.GlobalDescriptor) []*routev3.RateLimit {
+	var out []*routev3.RateLimit
+	for _, d := range ds {
+		rl := &routev3.RateLimit{}
+		for _, e := range d.Entries {
+			a := &routev3.RateLimit_Action{}
+			switch {
+			case e.ClientAddress:
+				a.ActionSpecifier = &routev3.RateLimit_Action_RemoteAddress_{RemoteAddress: &routev3.RateLimit_Action_RemoteAddress{}}
+			case e.Header != "":
+				a.ActionSpecifier = &routev3.RateLimit_Action_RequestHeaders_{RequestHeaders: &routev3.RateLimit_Action_RequestHeaders{HeaderName: e.Header, DescriptorKey: e.Key}}
+			default:
+				a.ActionSpecifier = &routev3.RateLimit_Action_GenericKey_{GenericKey: &routev3.RateLimit_Action_GenericKey{DescriptorValue: e.GenericKey, DescriptorKey: e.Key}}
+			}
+			rl.Actions = append(rl.Actions, a)
+		}
+		out = append(out, rl)
+	}
+	return out
 }

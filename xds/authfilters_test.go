@@ -119,3 +119,42 @@ func TestJWTAuthn(t *testing.T) {
 		t.Errorf("JWKS from an unserved cluster: group error %v", err)
 	}
 }
+
+const rateLimitFilter = "envoy.filters.http.ratelimit"
+
+// Global rate limit: after the local one; descriptors are route and
+// virtual host rate_limits (RDS only); the service must be served.
+func TestGlobalRateLimit(t *testing.T) {
+	on := func(l *ir.Listener) {
+		l.HTTP.RateLimitService = &ir.RateLimitService{Service: "authz", Domain: "edge", FailureModeDeny: true, Timeout: 50 * time.Millisecond}
+	}
+	out := translate(t, authModel(on))
+	if len(out.Failed) > 0 {
+		t.Fatal(out.Failed)
+	}
+	want := []string{corsFilter, localRateLimitFilter, rateLimitFilter, faultFilter, wellknown.Router}
+	if got := filterNames(hcmOf(t, out.Groups["edge"].Listeners[0])); !slices.Equal(got, want) {
+		t.Errorf("filters = %v, want %v", got, want)
+	}
+	descriptors := []ir.GlobalDescriptor{{Entries: []ir.GlobalEntry{{GenericKey: "shop", Key: "generic_key"}, {Header: "x-user-id", Key: "user"}, {ClientAddress: true, Key: "remote_address"}}}}
+	got := translate(t, authModel(func(l *ir.Listener) {
+		on(l)
+		l.VirtualHosts[0].Routes[0].HTTP.GlobalRateLimits = descriptors
+		l.VirtualHosts[0].HTTP.GlobalRateLimits = descriptors[:1]
+	}))
+	if diff := cmp.Diff(out.Groups["edge"].Listeners, got.Groups["edge"].Listeners, protocmp.Transform()); diff != "" {
+		t.Errorf("descriptors changed the listener:\n%s", diff)
+	}
+	vh := got.Groups["edge"].Routes[0].GetVirtualHosts()[0]
+	actions := vh.GetRoutes()[0].GetRoute().GetRateLimits()
+	if len(actions) != 1 || len(actions[0].GetActions()) != 3 || len(vh.GetRateLimits()) != 1 ||
+		actions[0].GetActions()[0].GetGenericKey().GetDescriptorValue() != "shop" ||
+		actions[0].GetActions()[1].GetRequestHeaders().GetDescriptorKey() != "user" ||
+		actions[0].GetActions()[2].GetRemoteAddress() == nil {
+		t.Errorf("route rate limits = %v, virtual host's %v", actions, vh.GetRateLimits())
+	}
+	err := translate(t, featureModel(on)).Failed["edge"]
+	if !errors.Is(err, xds.ErrInconsistent) || !strings.Contains(err.Error(), `calls cluster "authz", which is not served`) {
+		t.Errorf("rate-limit service unserved: group error %v", err)
+	}
+}

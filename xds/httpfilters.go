@@ -37,11 +37,13 @@ import (
 // configures it (as the fault filter always was): turning CORS or a rate
 // limit on for one route changes the route configuration only, never the
 // listener, which Envoy would drain. Filters that only a listener
-// configures (compression, access logs) are there when it does.
+// configures (compression, access logs, and jwt_authn, ext_authz and
+// ratelimit, whose providers and services only a listener names) are
+// there when it does; routes then choose in RDS what they require.
 //
 // The order is fixed:
 //
-//	cors -> jwt_authn -> ext_authz -> local_ratelimit -> fault -> compressor.* -> router
+//	cors -> jwt_authn -> ext_authz -> local_ratelimit -> ratelimit -> fault -> compressor.* -> router
 //
 // CORS comes first so that a preflight (which browsers send without
 // credentials) is answered before authentication or a rate limit could
@@ -50,7 +52,9 @@ import (
 // verified claims it adds as headers. Authorization comes before
 // any rate limit: a request that will be refused anyway must not spend
 // a client's tokens (and an authorization service is what tells a
-// tenant apart). The rate limit comes before fault injection, so an
+// tenant apart). The local rate limit comes before the global one: it
+// costs nothing and sheds a flood before it reaches the shared
+// rate-limit service. The rate limits come before fault injection, so an
 // injected abort still costs its token and a limited request is not
 // delayed first. Compressors sit just before the router: they compress
 // the upstream's responses, not Envoy's own answers to a preflight or a
@@ -78,8 +82,11 @@ func envoyHTTPFilters(l *ir.Listener) []*hcmv3.HttpFilter {
 		// Without a listener rate_limit the filter has no bucket and
 		// limits nothing until a route's or virtual host's config does.
 		typedHTTPFilter(localRateLimitFilter, buildLocalRateLimit(l.HTTP.RateLimit)),
-		faultHTTPFilter(),
 	)
+	if s := l.HTTP.RateLimitService; s != nil {
+		filters = append(filters, typedHTTPFilter(rateLimitFilter, buildRateLimit(s)))
+	}
+	filters = append(filters, faultHTTPFilter())
 	if c := l.HTTP.Compression; c != nil {
 		for i, a := range c.Algorithms {
 			filters = append(filters, typedHTTPFilter(compressorFilter(a), buildCompressor(c, a, i == 0)))
@@ -155,6 +162,7 @@ func routeHTTPFeatures(out *routev3.Route, p *ir.PerRoute) {
 	// (HttpConnectionManagerConfig::createUpgradeFilterChain), so this
 	// stays an RDS change.
 	if a := out.GetRoute(); a != nil {
+		a.RateLimits = globalRateLimits(p.GlobalRateLimits)
 		for _, u := range p.Upgrades {
 			a.UpgradeConfigs = append(a.UpgradeConfigs, &routev3.RouteAction_UpgradeConfig{UpgradeType: u, Enabled: wrapperspb.Bool(true)})
 		}

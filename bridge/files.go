@@ -128,15 +128,29 @@ func dirsOf(files map[string]bool) map[string]bool {
 	return out
 }
 
-// policyFilePaths lists the files the policies name, each once.
+// policyFilePaths lists the files the policies name (TLS files and JWT
+// providers' key sets), each once.
 func policyFilePaths(pols ...*policy.Policy) []string {
 	seen := map[string]bool{}
 	var out []string
+	add := func(path string) {
+		if path != "" && !seen[path] {
+			seen[path] = true
+			out = append(out, path)
+		}
+	}
 	for _, p := range pols {
 		for _, f := range p.Files() {
-			if f.Path != "" && !seen[f.Path] {
-				seen[f.Path] = true
-				out = append(out, f.Path)
+			add(f.Path)
+		}
+		if p == nil {
+			continue
+		}
+		for _, pr := range p.Proxies {
+			for _, l := range pr.Listeners {
+				for _, f := range l.JWKSFiles {
+					add(f.Path)
+				}
 			}
 		}
 	}

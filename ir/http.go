@@ -23,11 +23,50 @@ type PerRoute struct {
 	Upgrades []string
 	// NoCompression turns the listener's compression off for the route.
 	NoCompression bool
+	// NoExtAuthz skips the listener's external authorization for the
+	// route.
+	NoExtAuthz bool
+	// JWT is what the route (or virtual host) requires of a request's
+	// JSON Web Token; nil requires nothing (or inherits).
+	JWT *JWTRule
+	// GlobalRateLimits are the descriptors sent to the listener's
+	// rate-limit service for each request (route action or virtual host
+	// rate_limits); a route's replace its virtual host's.
+	GlobalRateLimits []GlobalDescriptor
+}
+
+// GlobalDescriptor is one descriptor sent to the rate-limit service: its
+// entries in order. A request that lacks one entry's header sends no
+// such descriptor.
+type GlobalDescriptor struct {
+	Entries []GlobalEntry
+}
+
+// GlobalEntry is one entry of a descriptor, exactly one kind: a request
+// header's value under Key, the client's address ("remote_address"), or
+// a fixed GenericKey (under Key, "generic_key" by default).
+type GlobalEntry struct {
+	Header        string
+	ClientAddress bool
+	GenericKey    string
+	Key           string
+}
+
+// JWTRule requires a token from one of the listener's providers, or
+// bypasses a virtual host's requirement.
+type JWTRule struct {
+	// Provider names the listener's JWT provider whose token is required.
+	Provider string
+	// AllowMissing lets requests without a token through (a token that
+	// is present must still verify).
+	AllowMissing bool
+	// Bypass skips JWT authentication for the route.
+	Bypass bool
 }
 
 // IsZero reports whether p sets nothing.
 func (p PerRoute) IsZero() bool {
-	return p.CORS == nil && p.RateLimit == nil && len(p.Upgrades) == 0 && !p.NoCompression
+	return p.CORS == nil && p.RateLimit == nil && len(p.Upgrades) == 0 && !p.NoCompression && !p.NoExtAuthz && p.JWT == nil && len(p.GlobalRateLimits) == 0
 }
 
 // CORS is Envoy's CorsPolicy: which origins may call, with what.
@@ -98,6 +137,30 @@ type ListenerHTTP struct {
 	Compression *Compression
 	AccessLogs  []AccessLog
 	Tracing     *Tracing
+	// JWTProviders verify the JSON Web Tokens that routes require, in
+	// the order declared.
+	JWTProviders []JWTProvider
+	// RateLimitService is the global rate limit filter's service; routes
+	// choose the descriptors.
+	RateLimitService *RateLimitService
+	// ExtAuthz asks an authorization service about every request of the
+	// listener that a route does not exempt.
+	ExtAuthz *ExtAuthz
+}
+
+// ExtAuthz is Envoy's external authorization filter calling a gRPC
+// service (envoy.service.auth.v3.Authorization).
+type ExtAuthz struct {
+	// Service is the authorization service's cluster.
+	Service string
+	// Timeout bounds each check; 0 keeps Envoy's (200ms).
+	Timeout time.Duration
+	// FailureModeAllow lets requests through when the service cannot
+	// answer (errors, timeouts); otherwise Envoy answers 403.
+	FailureModeAllow bool
+	// Headers are the request headers sent to the service (lower case);
+	// empty sends all.
+	Headers []string
 }
 
 // Compression compresses responses with the first algorithm the client
@@ -142,4 +205,39 @@ type Tracing struct {
 	// PreserveRequestID keeps a request's own x-request-id (from a
 	// trusted edge in front) instead of Envoy's.
 	PreserveRequestID bool
+}
+
+// JWTProvider verifies tokens of one issuer against its key set (JWKS).
+type JWTProvider struct {
+	Name   string
+	Issuer string
+	// Audiences, if any, must include the token's aud.
+	Audiences []string
+	// Exactly one key set: JWKSCluster (the cluster Envoy fetches JWKSURI
+	// from, caching it CacheDuration, 0 for Envoy's 5m) or LocalJWKS (the
+	// key set itself, read by the bridge from a file).
+	JWKSCluster   string
+	JWKSURI       string
+	CacheDuration time.Duration
+	LocalJWKS     string
+	// ForwardPayloadHeader, if set, receives the verified payload
+	// (base64url) for the upstream.
+	ForwardPayloadHeader string
+	// Forward keeps the token in the request to the upstream.
+	Forward bool
+	// ClaimHeaders copies claims (by name) into request headers.
+	ClaimHeaders map[string]string
+}
+
+// RateLimitService is a rate-limit service (the envoyproxy/ratelimit gRPC
+// API, envoy.service.ratelimit.v3) shared by every Envoy of a group.
+type RateLimitService struct {
+	// Service is its cluster; Domain the configuration it applies.
+	Service string
+	Domain  string
+	// FailureModeDeny answers 500 when the service cannot answer;
+	// otherwise requests pass (Envoy's default).
+	FailureModeDeny bool
+	// Timeout bounds each call; 0 keeps Envoy's (20ms).
+	Timeout time.Duration
 }

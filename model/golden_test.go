@@ -137,5 +137,14 @@ func readFilesIn(t *testing.T, dir string, pol *policy.Policy) hcl.Diagnostics {
 			f.Path = filepath.Join(abs, f.Path)
 		}
 	}
+	for _, p := range pol.Proxies {
+		for _, l := range p.Listeners {
+			for _, f := range l.JWKSFiles {
+				if !filepath.IsAbs(f.Path) {
+					f.Path = filepath.Join(abs, f.Path)
+				}
+			}
+		}
+	}
 	return pol.ReadFiles(time.Now())
 }

@@ -26,6 +26,8 @@ var corsOrigin = regexp.MustCompile(`^[a-z][a-z0-9+.-]*://[a-z0-9.\-\[\]:_]+$`)
 func (r *resolver) vhostHTTP(vb *virtualHostBlock, vh *VirtualHost) {
 	vh.HTTP.CORS = r.cors(vb.CORS, nil)
 	vh.HTTP.RateLimit = r.rateLimit(vb.RateLimit)
+	vh.HTTP.JWT = r.jwtRule(vb.JWT)
+	vh.HTTP.GlobalRateLimits = r.globalRateLimits(vb.GlobalRL)
 	for i, rb := range vb.Routes {
 		if i >= len(vh.Routes) {
 			break
@@ -35,6 +37,12 @@ func (r *resolver) vhostHTTP(vb *virtualHostBlock, vh *VirtualHost) {
 		rt.HTTP.Upgrades = r.upgrades(rb.Body, rb.Upgrades, rb.DefRange)
 		rt.HTTP.RateLimit = r.rateLimit(rb.RateLimit)
 		rt.HTTP.NoCompression = rb.Compression != nil && !*rb.Compression
+		rt.HTTP.NoExtAuthz = rb.ExtAuthz != nil && !*rb.ExtAuthz
+		rt.HTTP.JWT = r.jwtRule(rb.JWT)
+		rt.HTTP.GlobalRateLimits = r.globalRateLimits(rb.GlobalRL)
+		if rb.GlobalRL != nil && len(rt.Targets) == 0 {
+			r.add(rb.GlobalRL.DefRange, "global_rate_limit without a service", "Envoy takes a route's rate limits from its forwarding action: redirects and direct responses have none; set it on the virtual host instead.")
+		}
 		if len(rb.Upgrades) > 0 && len(rt.Targets) == 0 {
 			r.add(valueRange(rb.Body, "upgrades", rb.DefRange), "upgrades without a service", "upgrades apply to routes that forward to a service, not to redirects or direct responses.")
 		}
@@ -57,6 +65,15 @@ func (r *resolver) listenerHTTP(group string, b *listenerBlock, l *Listener, whe
 		if b.Compression != nil {
 			r.add(b.Compression.DefRange, "compression on a tcp listener", "%s is protocol \"tcp\": it cannot compress what it does not parse; use protocol = \"http\".", where)
 		}
+		if b.ExtAuthz != nil {
+			r.add(b.ExtAuthz.DefRange, "ext_authz on a tcp listener", "%s is protocol \"tcp\": the authorization filter checks HTTP requests; use protocol = \"http\".", where)
+		}
+		for _, p := range b.JWTProviders {
+			r.add(p.DefRange, "jwt_provider on a tcp listener", "%s is protocol \"tcp\": tokens are verified in HTTP requests; use protocol = \"http\".", where)
+		}
+		if b.RateLimitSvc != nil {
+			r.add(b.RateLimitSvc.DefRange, "rate_limit_service on a tcp listener", "%s is protocol \"tcp\": the global rate limit filter counts HTTP requests; use protocol = \"http\".", where)
+		}
 		if b.RateLimit != nil {
 			r.add(b.RateLimit.DefRange, "rate_limit on a tcp listener", "%s is protocol \"tcp\": the local rate limit counts HTTP requests; use protocol = \"http\".", where)
 		}
@@ -65,6 +82,11 @@ func (r *resolver) listenerHTTP(group string, b *listenerBlock, l *Listener, whe
 	l.HTTP.Upgrades = r.upgrades(b.Body, b.Upgrades, b.DefRange)
 	l.HTTP.RateLimit = r.rateLimit(b.RateLimit)
 	l.HTTP.Compression = r.compression(b.Compression)
+	l.HTTP.ExtAuthz = r.extAuthz(b.ExtAuthz)
+	r.jwtProviders(b, l)
+	r.checkJWTRules(b, l, where)
+	l.HTTP.RateLimitService = r.rateLimitService(b.RateLimitSvc)
+	r.checkGlobalRateLimits(b, l, where)
 	for _, al := range b.AccessLogs {
 		l.HTTP.AccessLogs = append(l.HTTP.AccessLogs, r.accessLog(al))
 	}
@@ -74,6 +96,16 @@ func (r *resolver) listenerHTTP(group string, b *listenerBlock, l *Listener, whe
 		set(&tr.PreserveRequestID, tb.PreserveRequestID)
 		r.grpcCluster(tr.Collector, "tracing collector", valueRange(tb.Body, "collector", tb.DefRange))
 		l.HTTP.Tracing = tr
+	}
+	for _, vb := range b.VirtualHosts {
+		for _, rb := range vb.Routes {
+			if rb.ExtAuthz != nil && l.HTTP.ExtAuthz == nil {
+				r.warn(valueRange(rb.Body, "ext_authz", rb.DefRange), "ext_authz on a route of a listener without one", "%s has no ext_authz block: ext_authz = %v changes nothing; a route can only opt out of its listener's.", where, *rb.ExtAuthz)
+			}
+			if rb.ExtAuthz != nil && *rb.ExtAuthz && l.HTTP.ExtAuthz != nil {
+				r.warn(valueRange(rb.Body, "ext_authz", rb.DefRange), "ext_authz = true does nothing", "every route of %s is checked unless it sets ext_authz = false.", where)
+			}
+		}
 	}
 	if l.HTTP.Compression == nil {
 		for _, vb := range b.VirtualHosts {
@@ -192,6 +224,15 @@ func (r *resolver) grpcUnsupportedHTTP(b *routeBlock, unsupported func(rng hcl.R
 	}
 	if b.RateLimit != nil {
 		unsupported(b.RateLimit.DefRange, "rate_limit", "gRPC's xDS client has no rate limit filter; limit calls on the server, or in an Envoy in front of it.")
+	}
+	if b.GlobalRL != nil {
+		unsupported(b.GlobalRL.DefRange, "global_rate_limit", "gRPC's xDS client has no rate limit filter; limit calls on the server, or in an Envoy in front of it.")
+	}
+	if b.JWT != nil {
+		unsupported(b.JWT.DefRange, "jwt", "gRPC's xDS client has no JWT authentication filter; verify tokens in the server (an interceptor) or in an Envoy in front of it.")
+	}
+	if b.ExtAuthz != nil {
+		unsupported(valueRange(b.Body, "ext_authz", b.DefRange), "ext_authz", "gRPC's xDS client has no external authorization filter; authorize calls in the server (an interceptor) or in an Envoy in front of it.")
 	}
 	if b.Upgrades != nil {
 		unsupported(valueRange(b.Body, "upgrades", b.DefRange), "upgrades", "gRPC calls are HTTP/2 streams, never upgraded connections.")

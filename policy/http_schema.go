@@ -92,3 +92,80 @@ type tracingBlock struct {
 	Body              hcl.Body  `hcl:",body"`
 	DefRange          hcl.Range `hcl:",def_range"`
 }
+
+// extAuthzBlock is `ext_authz` in a listener: every request of the
+// listener is checked by an authorization service (gRPC) that is a
+// Consul service; a route opts out with ext_authz = false.
+type extAuthzBlock struct {
+	Service     string         `hcl:"service"`
+	Timeout     hcl.Expression `hcl:"timeout,optional"`
+	FailureMode *string        `hcl:"failure_mode,optional"`
+	Headers     []string       `hcl:"headers,optional"`
+	Body        hcl.Body       `hcl:",body"`
+	DefRange    hcl.Range      `hcl:",def_range"`
+}
+
+// jwtProviderBlock is `jwt_provider "NAME"` in a listener: how Envoy's
+// jwt_authn filter verifies one issuer's tokens. Routes and virtual hosts
+// require a provider with a jwt block.
+type jwtProviderBlock struct {
+	Name                 string            `hcl:"name,label"`
+	Issuer               string            `hcl:"issuer"`
+	Audiences            []string          `hcl:"audiences,optional"`
+	JWKSService          *string           `hcl:"jwks_service,optional"`
+	JWKSURL              *string           `hcl:"jwks_url,optional"`
+	JWKSFile             *string           `hcl:"jwks_file,optional"`
+	CacheDuration        hcl.Expression    `hcl:"cache_duration,optional"`
+	ForwardPayloadHeader *string           `hcl:"forward_payload_header,optional"`
+	Forward              *bool             `hcl:"forward,optional"`
+	ClaimHeaders         map[string]string `hcl:"claim_headers,optional"`
+	Body                 hcl.Body          `hcl:",body"`
+	DefRange             hcl.Range         `hcl:",def_range"`
+}
+
+// jwtBlock is `jwt` in a virtual_host or route: which provider's token
+// it requires, or bypass = true to require none.
+type jwtBlock struct {
+	Provider     *string   `hcl:"provider,optional"`
+	AllowMissing *bool     `hcl:"allow_missing,optional"`
+	Bypass       *bool     `hcl:"bypass,optional"`
+	Body         hcl.Body  `hcl:",body"`
+	DefRange     hcl.Range `hcl:",def_range"`
+}
+
+// rateLimitServiceBlock is `rate_limit_service` in a listener: Envoy's
+// global rate limit filter, asking a rate-limit service (a Consul
+// service) about the descriptors routes choose.
+type rateLimitServiceBlock struct {
+	Service     string         `hcl:"service"`
+	Domain      string         `hcl:"domain"`
+	FailureMode *string        `hcl:"failure_mode,optional"`
+	Timeout     hcl.Expression `hcl:"timeout,optional"`
+	Body        hcl.Body       `hcl:",body"`
+	DefRange    hcl.Range      `hcl:",def_range"`
+}
+
+// globalRateLimitBlock is `global_rate_limit` in a virtual_host or
+// route: the descriptors sent to the listener's rate_limit_service.
+type globalRateLimitBlock struct {
+	Descriptors []*globalDescriptorBlock `hcl:"descriptor,block"`
+	Body        hcl.Body                 `hcl:",body"`
+	DefRange    hcl.Range                `hcl:",def_range"`
+}
+
+// globalDescriptorBlock is one descriptor, its entries in order.
+type globalDescriptorBlock struct {
+	Entries  []*globalEntryBlock `hcl:"entry,block"`
+	Body     hcl.Body            `hcl:",body"`
+	DefRange hcl.Range           `hcl:",def_range"`
+}
+
+// globalEntryBlock is an entry: header, client_address or generic_key.
+type globalEntryBlock struct {
+	Header        *string   `hcl:"header,optional"`
+	ClientAddress *bool     `hcl:"client_address,optional"`
+	GenericKey    *string   `hcl:"generic_key,optional"`
+	Key           *string   `hcl:"key,optional"`
+	Body          hcl.Body  `hcl:",body"`
+	DefRange      hcl.Range `hcl:",def_range"`
+}

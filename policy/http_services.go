@@ -22,6 +22,9 @@ type grpcClusterRef struct {
 	service string
 	what    string
 	rng     hcl.Range
+	// plain marks a service called over HTTP/1.1 or HTTP/2 alike (a
+	// JWKS endpoint), which need not set http2.
+	plain bool
 }
 
 // grpcCluster records that what (e.g. "access_log collector") calls
@@ -35,13 +38,33 @@ func (r *resolver) grpcCluster(service, what string, rng hcl.Range) {
 		r.add(rng, "Invalid service name", unqueryable, service)
 		return
 	}
-	r.grpcClusters = append(r.grpcClusters, grpcClusterRef{service, what, rng})
+	r.grpcClusters = append(r.grpcClusters, grpcClusterRef{service, what, rng, false})
+}
+
+// httpCluster records that what (e.g. "jwt_provider jwks_service")
+// fetches from service over HTTP, written at rng.
+func (r *resolver) httpCluster(service, what string, rng hcl.Range) {
+	n := len(r.grpcClusters)
+	r.grpcCluster(service, what, rng)
+	if len(r.grpcClusters) > n {
+		r.grpcClusters[n].plain = true
+	}
 }
 
 // filterServices checks the services HTTP filters call, adding a service
 // (HTTP/2, defaults otherwise) for each that has no service block.
 func (r *resolver) filterServices() {
 	added := false
+	// gRPC callers first: a service both call gets an HTTP/2 cluster.
+	slices.SortStableFunc(r.grpcClusters, func(a, b grpcClusterRef) int {
+		switch {
+		case a.plain == b.plain:
+			return 0
+		case b.plain:
+			return -1
+		}
+		return 1
+	})
 	for _, ref := range r.grpcClusters {
 		s := r.pol.Service(ref.service)
 		if s == nil {
@@ -50,13 +73,13 @@ func (r *resolver) filterServices() {
 				ConsulName:     ref.service,
 				ConnectTimeout: DefaultConnectTimeout,
 				LBPolicy:       ir.LBRoundRobin,
-				HTTP2:          true,
+				HTTP2:          !ref.plain,
 				Source:         fmt.Sprintf("%s (%s)", pos(ref.rng), ref.what),
 			})
 			added = true
 			continue
 		}
-		if !s.HTTP2 {
+		if !s.HTTP2 && !ref.plain {
 			r.add(ref.rng, "gRPC service without http2", "%s %q is called over gRPC, so its cluster must speak HTTP/2: set http2 = true in service %q (at %s).", ref.what, ref.service, s.Name, s.Source)
 		}
 	}
@@ -77,6 +100,17 @@ func (l *Listener) FilterServices() []string {
 	}
 	if t := l.HTTP.Tracing; t != nil {
 		out = append(out, t.Collector)
+	}
+	if a := l.HTTP.ExtAuthz; a != nil {
+		out = append(out, a.Service)
+	}
+	if s := l.HTTP.RateLimitService; s != nil {
+		out = append(out, s.Service)
+	}
+	for _, p := range l.HTTP.JWTProviders {
+		if p.JWKSCluster != "" {
+			out = append(out, p.JWKSCluster)
+		}
 	}
 	slices.Sort(out)
 	return slices.Compact(out)

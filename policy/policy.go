@@ -123,9 +123,22 @@ type Listener struct {
 	// services declare in their tags after the listener's own.
 	TagRoutes string
 	// HTTP is the listener's HTTP features (upgrades, compression, ...).
-	HTTP   ir.ListenerHTTP
-	Source string
-	Range  hcl.Range
+	HTTP ir.ListenerHTTP
+	// JWKSFiles are the local key sets of HTTP.JWTProviders, which
+	// ReadFiles reads into them.
+	JWKSFiles []*JWKSFile
+	Source    string
+	Range     hcl.Range
+}
+
+// JWKSFile is a JWT provider's local key set, a file on the bridge's host
+// sent to Envoy inline.
+type JWKSFile struct {
+	// Provider is the index of the provider in the listener's
+	// HTTP.JWTProviders.
+	Provider int
+	Path     string
+	Range    hcl.Range
 }
 
 // VirtualHost is a `virtual_host` block.

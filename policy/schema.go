@@ -109,24 +109,27 @@ type grpcServiceBlock struct {
 }
 
 type listenerBlock struct {
-	Name         string              `hcl:"name,label"`
-	Address      *string             `hcl:"address,optional"`
-	Port         int                 `hcl:"port"`
-	Protocol     *string             `hcl:"protocol,optional"`
-	Service      *string             `hcl:"service,optional"`
-	Subset       *string             `hcl:"subset,optional"`
-	Splits       []*splitBlock       `hcl:"split,block"`
-	IdleTimeout  hcl.Expression      `hcl:"idle_timeout,optional"`
-	VirtualHosts []*virtualHostBlock `hcl:"virtual_host,block"`
-	TLS          *listenerTLSBlock   `hcl:"tls,block"`
-	TagRoutes    *tagRoutesBlock     `hcl:"tag_routes,block"`
-	Upgrades     []string            `hcl:"upgrades,optional"`
-	RateLimit    *rateLimitBlock     `hcl:"rate_limit,block"`
-	Compression  *compressionBlock   `hcl:"compression,block"`
-	AccessLogs   []*accessLogBlock   `hcl:"access_log,block"`
-	Tracing      *tracingBlock       `hcl:"tracing,block"`
-	Body         hcl.Body            `hcl:",body"`
-	DefRange     hcl.Range           `hcl:",def_range"`
+	Name         string                 `hcl:"name,label"`
+	Address      *string                `hcl:"address,optional"`
+	Port         int                    `hcl:"port"`
+	Protocol     *string                `hcl:"protocol,optional"`
+	Service      *string                `hcl:"service,optional"`
+	Subset       *string                `hcl:"subset,optional"`
+	Splits       []*splitBlock          `hcl:"split,block"`
+	IdleTimeout  hcl.Expression         `hcl:"idle_timeout,optional"`
+	VirtualHosts []*virtualHostBlock    `hcl:"virtual_host,block"`
+	TLS          *listenerTLSBlock      `hcl:"tls,block"`
+	TagRoutes    *tagRoutesBlock        `hcl:"tag_routes,block"`
+	Upgrades     []string               `hcl:"upgrades,optional"`
+	RateLimit    *rateLimitBlock        `hcl:"rate_limit,block"`
+	Compression  *compressionBlock      `hcl:"compression,block"`
+	AccessLogs   []*accessLogBlock      `hcl:"access_log,block"`
+	Tracing      *tracingBlock          `hcl:"tracing,block"`
+	ExtAuthz     *extAuthzBlock         `hcl:"ext_authz,block"`
+	JWTProviders []*jwtProviderBlock    `hcl:"jwt_provider,block"`
+	RateLimitSvc *rateLimitServiceBlock `hcl:"rate_limit_service,block"`
+	Body         hcl.Body               `hcl:",body"`
+	DefRange     hcl.Range              `hcl:",def_range"`
 }
 
 // tagRoutesBlock makes a listener also serve the routes services declare
@@ -168,37 +171,42 @@ type vhostTLSBlock struct {
 }
 
 type virtualHostBlock struct {
-	Name      string          `hcl:"name,label"`
-	Domains   []string        `hcl:"domains,optional"`
-	Routes    []*routeBlock   `hcl:"route,block"`
-	TLS       *vhostTLSBlock  `hcl:"tls,block"`
-	CORS      *corsBlock      `hcl:"cors,block"`
-	RateLimit *rateLimitBlock `hcl:"rate_limit,block"`
-	Body      hcl.Body        `hcl:",body"`
-	DefRange  hcl.Range       `hcl:",def_range"`
+	Name      string                `hcl:"name,label"`
+	Domains   []string              `hcl:"domains,optional"`
+	Routes    []*routeBlock         `hcl:"route,block"`
+	TLS       *vhostTLSBlock        `hcl:"tls,block"`
+	CORS      *corsBlock            `hcl:"cors,block"`
+	RateLimit *rateLimitBlock       `hcl:"rate_limit,block"`
+	JWT       *jwtBlock             `hcl:"jwt,block"`
+	GlobalRL  *globalRateLimitBlock `hcl:"global_rate_limit,block"`
+	Body      hcl.Body              `hcl:",body"`
+	DefRange  hcl.Range             `hcl:",def_range"`
 }
 
 type routeBlock struct {
-	Match           *matchBlock          `hcl:"match,block"`
-	Service         *string              `hcl:"service,optional"`
-	Subset          *string              `hcl:"subset,optional"`
-	Splits          []*splitBlock        `hcl:"split,block"`
-	Redirect        *redirectBlock       `hcl:"redirect,block"`
-	DirectResponse  *directResponseBlock `hcl:"direct_response,block"`
-	Timeout         hcl.Expression       `hcl:"timeout,optional"`
-	IdleTimeout     hcl.Expression       `hcl:"idle_timeout,optional"`
-	Retry           *retryBlock          `hcl:"retry,block"`
-	Rewrite         *rewriteBlock        `hcl:"rewrite,block"`
-	RequestHeaders  *headersBlock        `hcl:"request_headers,block"`
-	ResponseHeaders *headersBlock        `hcl:"response_headers,block"`
-	Mirror          *mirrorBlock         `hcl:"mirror,block"`
-	Fault           *faultBlock          `hcl:"fault,block"`
-	CORS            *corsBlock           `hcl:"cors,block"`
-	Upgrades        []string             `hcl:"upgrades,optional"`
-	RateLimit       *rateLimitBlock      `hcl:"rate_limit,block"`
-	Compression     *bool                `hcl:"compression,optional"`
-	Body            hcl.Body             `hcl:",body"`
-	DefRange        hcl.Range            `hcl:",def_range"`
+	Match           *matchBlock           `hcl:"match,block"`
+	Service         *string               `hcl:"service,optional"`
+	Subset          *string               `hcl:"subset,optional"`
+	Splits          []*splitBlock         `hcl:"split,block"`
+	Redirect        *redirectBlock        `hcl:"redirect,block"`
+	DirectResponse  *directResponseBlock  `hcl:"direct_response,block"`
+	Timeout         hcl.Expression        `hcl:"timeout,optional"`
+	IdleTimeout     hcl.Expression        `hcl:"idle_timeout,optional"`
+	Retry           *retryBlock           `hcl:"retry,block"`
+	Rewrite         *rewriteBlock         `hcl:"rewrite,block"`
+	RequestHeaders  *headersBlock         `hcl:"request_headers,block"`
+	ResponseHeaders *headersBlock         `hcl:"response_headers,block"`
+	Mirror          *mirrorBlock          `hcl:"mirror,block"`
+	Fault           *faultBlock           `hcl:"fault,block"`
+	CORS            *corsBlock            `hcl:"cors,block"`
+	Upgrades        []string              `hcl:"upgrades,optional"`
+	RateLimit       *rateLimitBlock       `hcl:"rate_limit,block"`
+	Compression     *bool                 `hcl:"compression,optional"`
+	ExtAuthz        *bool                 `hcl:"ext_authz,optional"`
+	JWT             *jwtBlock             `hcl:"jwt,block"`
+	GlobalRL        *globalRateLimitBlock `hcl:"global_rate_limit,block"`
+	Body            hcl.Body              `hcl:",body"`
+	DefRange        hcl.Range             `hcl:",def_range"`
 }
 
 type matchBlock struct {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -42,6 +43,11 @@ func (p *Policy) ReadFiles(now time.Time) hcl.Diagnostics {
 	}
 	for _, pr := range p.proxies() {
 		for _, l := range pr.Listeners {
+			for _, f := range l.JWKSFiles {
+				if jwks, ok := rd.jwks(f); ok {
+					l.HTTP.JWTProviders[f.Provider].LocalJWKS = jwks
+				}
+			}
 			t := l.TLS
 			if t == nil {
 				continue
@@ -270,4 +276,23 @@ func certSubject(c *x509.Certificate) string {
 		return fmt.Sprintf("%q", c.Subject.CommonName)
 	}
 	return fmt.Sprintf("serial %s", c.SerialNumber)
+}
+
+// jwks reads a JWT provider's local key set, which must be a JSON Web Key
+// Set with at least one key (RFC 7517): Envoy would otherwise reject the
+// listener, or verify no token.
+func (rd *fileReader) jwks(f *JWKSFile) (string, bool) {
+	data, err := os.ReadFile(f.Path)
+	if err != nil {
+		rd.add(f.Range, "Cannot read JWKS file", "%v.", unwrapPathError(err))
+		return "", false
+	}
+	var set struct {
+		Keys []json.RawMessage `json:"keys"`
+	}
+	if err := json.Unmarshal(data, &set); err != nil || len(set.Keys) == 0 {
+		rd.add(f.Range, "Invalid JWKS file", "%s is not a JSON Web Key Set: a JSON object whose \"keys\" array holds at least one key.", f.Path)
+		return "", false
+	}
+	return string(data), true
 }

@@ -42,6 +42,9 @@ type httpExpect struct {
 	// token from besides the block's: "HEADER" (a bucket per value),
 	// "HEADER=VALUE", "client_address"; in any order.
 	RateLimitDescriptors []string
+	// JWT is what Envoy's jwt_authn filter requires of the request's
+	// token: "required", "allow_missing" or "none" (jwt.go).
+	JWT *string
 }
 
 func decodeHTTPExpect(t *Test, e *expectSchema, errorAt func(name, summary, detail string)) hcl.Diagnostics {
@@ -58,6 +61,7 @@ func decodeHTTPExpect(t *Test, e *expectSchema, errorAt func(name, summary, deta
 		}
 	}
 	x.RateLimit, x.RateLimitDescriptors = e.RateLimit, e.RateLimitDesc
+	decodeJWTExpect(t, e, errorAt)
 	if e.RateLimit != nil && !slices.Contains(rateLimitPlaces, *e.RateLimit) {
 		errorAt("rate_limit", "Invalid rate_limit", fmt.Sprintf("%q: rate_limit names where the applying rate_limit block is: %s.", *e.RateLimit, strings.Join(quoteAll(rateLimitPlaces), ", ")))
 	}
@@ -190,6 +194,7 @@ func (c *check) filterStatus() (int, bool) {
 func (c *check) evaluateHTTP() {
 	x := &c.t.Expect.HTTP
 	c.evaluateRateLimit()
+	c.evaluateJWT()
 	if x.CORSPreflight == nil && x.CORSHeaders == nil {
 		return
 	}

@@ -62,6 +62,7 @@ type expectSchema struct {
 	CORSHeaders   map[string]string `hcl:"cors_headers,optional"`
 	RateLimit     *string           `hcl:"rate_limit,optional"`
 	RateLimitDesc []string          `hcl:"rate_limit_descriptors,optional"`
+	JWT           *string           `hcl:"jwt,optional"`
 	Remain        hcl.Body          `hcl:",body"`
 	DefRange      hcl.Range         `hcl:",def_range"`
 }

@@ -177,7 +177,7 @@ func accessLogFilter(listener string, i int, al *ir.AccessLog) *accesslogv3.Acce
 // collectorClusters are the clusters a connection manager's access logs
 // send to, for the consistency check.
 func collectorClusters(hcm *hcmv3.HttpConnectionManager) []string {
-	var out []string
+	out := filterClusters(hcm)
 	for _, al := range hcm.GetAccessLog() {
 		if al.GetName() != "envoy.access_loggers.open_telemetry" {
 			continue

@@ -37,19 +37,28 @@ import (
 // configures it (as the fault filter always was): turning CORS or a rate
 // limit on for one route changes the route configuration only, never the
 // listener, which Envoy would drain. Filters that only a listener
-// configures (compression, access logs) are there when it does.
+// configures (compression, access logs, and jwt_authn, ext_authz and
+// ratelimit, whose providers and services only a listener names) are
+// there when it does; routes then choose in RDS what they require.
 //
 // The order is fixed:
 //
-//	cors -> local_ratelimit -> fault -> compressor.* -> router
+//	cors -> jwt_authn -> ext_authz -> local_ratelimit -> ratelimit -> fault -> compressor.* -> router
 //
 // CORS comes first so that a preflight (which browsers send without
 // credentials) is answered before authentication or a rate limit could
-// refuse it, as Envoy Gateway orders them. The rate limit comes before
-// fault injection, so an injected abort still costs its token and a
-// limited request is not delayed first. Compressors sit just before the
-// router: they compress the upstream's responses, not Envoy's own
-// answers to a preflight or a limited request (which are small).
+// refuse it, as Envoy Gateway orders them. Authentication (jwt_authn)
+// comes before authorization, so the authorization service sees the
+// verified claims it adds as headers. Authorization comes before
+// any rate limit: a request that will be refused anyway must not spend
+// a client's tokens (and an authorization service is what tells a
+// tenant apart). The local rate limit comes before the global one: it
+// costs nothing and sheds a flood before it reaches the shared
+// rate-limit service. The rate limits come before fault injection, so an
+// injected abort still costs its token and a limited request is not
+// delayed first. Compressors sit just before the router: they compress
+// the upstream's responses, not Envoy's own answers to a preflight or a
+// limited request (which are small).
 
 // Filter names, the keys of typed_per_filter_config.
 const (
@@ -62,13 +71,22 @@ const (
 
 // envoyHTTPFilters is the HTTP filter chain of an Envoy listener.
 func envoyHTTPFilters(l *ir.Listener) []*hcmv3.HttpFilter {
-	filters := []*hcmv3.HttpFilter{
-		typedHTTPFilter(corsFilter, &corsv3.Cors{}),
+	filters := []*hcmv3.HttpFilter{typedHTTPFilter(corsFilter, &corsv3.Cors{})}
+	if len(l.HTTP.JWTProviders) > 0 {
+		filters = append(filters, typedHTTPFilter(jwtAuthnFilter, buildJWTAuthn(l.HTTP.JWTProviders)))
+	}
+	if a := l.HTTP.ExtAuthz; a != nil {
+		filters = append(filters, typedHTTPFilter(extAuthzFilter, buildExtAuthz(a)))
+	}
+	filters = append(filters,
 		// Without a listener rate_limit the filter has no bucket and
 		// limits nothing until a route's or virtual host's config does.
 		typedHTTPFilter(localRateLimitFilter, buildLocalRateLimit(l.HTTP.RateLimit)),
-		faultHTTPFilter(),
+	)
+	if s := l.HTTP.RateLimitService; s != nil {
+		filters = append(filters, typedHTTPFilter(rateLimitFilter, buildRateLimit(s)))
 	}
+	filters = append(filters, faultHTTPFilter())
 	if c := l.HTTP.Compression; c != nil {
 		for i, a := range c.Algorithms {
 			filters = append(filters, typedHTTPFilter(compressorFilter(a), buildCompressor(c, a, i == 0)))
@@ -118,6 +136,14 @@ func perFilterConfig(p *ir.PerRoute, m map[string]*anypb.Any) map[string]*anypb.
 	if rl := p.RateLimit; rl != nil {
 		add(localRateLimitFilter, mustAny(buildLocalRateLimit(rl)))
 	}
+	if p.JWT != nil {
+		add(jwtAuthnFilter, mustAny(jwtPerRoute(p.JWT)))
+	}
+	if p.NoExtAuthz {
+		// Harmless on a listener without ext_authz: Envoy ignores
+		// config for filters it does not run.
+		add(extAuthzFilter, mustAny(extAuthzOff()))
+	}
 	if p.NoCompression {
 		// Every algorithm's filter: the route does not know which ones
 		// its listener has, and Envoy ignores config for absent filters.
@@ -136,6 +162,7 @@ func routeHTTPFeatures(out *routev3.Route, p *ir.PerRoute) {
 	// (HttpConnectionManagerConfig::createUpgradeFilterChain), so this
 	// stays an RDS change.
 	if a := out.GetRoute(); a != nil {
+		a.RateLimits = globalRateLimits(p.GlobalRateLimits)
 		for _, u := range p.Upgrades {
 			a.UpgradeConfigs = append(a.UpgradeConfigs, &routev3.RouteAction_UpgradeConfig{UpgradeType: u, Enabled: wrapperspb.Bool(true)})
 		}

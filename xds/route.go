@@ -26,7 +26,7 @@ func buildRouteConfig(l *ir.Listener, proxyless bool) *routev3.RouteConfiguratio
 	rc := &routev3.RouteConfiguration{Name: l.Name}
 	for i := range l.VirtualHosts {
 		vh := &l.VirtualHosts[i]
-		v := &routev3.VirtualHost{Name: vh.Name, Domains: vh.Domains, TypedPerFilterConfig: perFilterConfig(&vh.HTTP, nil)}
+		v := &routev3.VirtualHost{Name: vh.Name, Domains: vh.Domains, TypedPerFilterConfig: perFilterConfig(&vh.HTTP, nil), RateLimits: globalRateLimits(vh.HTTP.GlobalRateLimits)}
 		for j := range vh.Routes {
 			v.Routes = append(v.Routes, buildRoute(&vh.Routes[j], proxyless))
 		}

@@ -69,6 +69,17 @@ proxy "edge" {
       burst    = 10000
     }
 
+    # Shop users' tokens, verified with the keys Envoy fetches from the
+    # identity service ("auth" in Consul); the user id goes upstream.
+    jwt_provider "shop" {
+      issuer         = "https://auth.shop.example.com"
+      audiences      = ["shop-api"]
+      jwks_service   = "auth"
+      jwks_url       = "https://auth.shop.example.com/.well-known/jwks.json"
+      cache_duration = "10m"
+      claim_headers  = { sub = "x-user-id" }
+    }
+
     virtual_host "shop" {
       domains = ["shop.example.com", "www.shop.example.com"]
 
@@ -93,6 +104,9 @@ proxy "edge" {
         service = "api"
         subset  = "v2"
         timeout = "3s"
+        jwt {
+          provider = "shop"
+        }
       }
 
       # Everyone else: 90/10 canary split, retried on failure.
@@ -111,6 +125,9 @@ proxy "edge" {
           weight  = 10
         }
         timeout = "3s"
+        jwt {
+          provider = "shop"
+        }
         retry {
           attempts        = 3
           per_try_timeout = "1s"
@@ -125,6 +142,11 @@ proxy "edge" {
         service = "carts"
         rewrite {
           prefix = "/"
+        }
+        # Anonymous carts too; a token, if sent, must verify.
+        jwt {
+          provider      = "shop"
+          allow_missing = true
         }
         # Carts are per session: each session its own small bucket.
         rate_limit {

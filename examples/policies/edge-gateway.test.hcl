@@ -182,3 +182,41 @@ route_test "the rest of the shop is under the listener's ceiling" {
     rate_limit = "listener"
   }
 }
+
+route_test "the API requires a shop token" {
+  proxy    = "edge"
+  listener = "http"
+  request {
+    host = "shop.example.com"
+    path = "/api/orders"
+  }
+  expect {
+    jwt = "required"
+  }
+}
+
+route_test "carts take anonymous users" {
+  proxy    = "edge"
+  listener = "http"
+  request {
+    host = "shop.example.com"
+    path = "/cart/items"
+  }
+  expect {
+    service = "carts"
+    jwt     = "allow_missing"
+  }
+}
+
+route_test "the storefront needs no token" {
+  proxy    = "edge"
+  listener = "http"
+  request {
+    host = "shop.example.com"
+    path = "/index.html"
+  }
+  expect {
+    service = "web"
+    jwt     = "none"
+  }
+}

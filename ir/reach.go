@@ -47,8 +47,8 @@ func (l *Listener) ClusterRefs() []string {
 	for _, t := range l.TCP {
 		out = append(out, t.Name)
 	}
-	// The collectors the listener's filters send to (access logs,
-	// tracing): clusters its proxies must hold like any route target.
+	// The clusters the listener's filters call (access log and tracing
+	// collectors): its proxies must hold them like any route target...
 	for _, al := range l.HTTP.AccessLogs {
 		if al.Collector != "" {
 			out = append(out, al.Collector)
@@ -56,6 +56,18 @@ func (l *Listener) ClusterRefs() []string {
 	}
 	if l.HTTP.Tracing != nil && l.HTTP.Tracing.Collector != "" {
 		out = append(out, l.HTTP.Tracing.Collector)
+	}
+	// ...and the services its auth and rate limit filters call.
+	if a := l.HTTP.ExtAuthz; a != nil && a.Service != "" {
+		out = append(out, a.Service)
+	}
+	if r := l.HTTP.RateLimitService; r != nil && r.Service != "" {
+		out = append(out, r.Service)
+	}
+	for _, p := range l.HTTP.JWTProviders {
+		if p.JWKSCluster != "" {
+			out = append(out, p.JWKSCluster)
+		}
 	}
 	for _, vh := range l.VirtualHosts {
 		for _, r := range vh.Routes {

@@ -1,7 +1,6 @@
 package xds_test
 
 import (
-	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -69,10 +68,7 @@ func TestExtAuthz(t *testing.T) {
 		t.Errorf("route per-filter config = %v (%v), want disabled", per, err)
 	}
 
-	err := translate(t, featureModel(on)).Failed["edge"]
-	if !errors.Is(err, xds.ErrInconsistent) || !strings.Contains(err.Error(), `calls cluster "authz", which is not served`) {
-		t.Errorf("ext_authz to an unserved cluster: group error %v", err)
-	}
+	checkUnserved(t, "ext_authz", featureModel(on))
 }
 
 // jwt_authn: after CORS, before ext_authz; requirements per provider in
@@ -113,10 +109,23 @@ func TestJWTAuthn(t *testing.T) {
 			t.Errorf("requirement %q is not in the listener's filter", name)
 		}
 	}
-	m := featureModel(func(l *ir.Listener) { l.HTTP.JWTProviders = testJWTProviders })
-	err := translate(t, m).Failed["edge"]
-	if !errors.Is(err, xds.ErrInconsistent) || !strings.Contains(err.Error(), `calls cluster "authz", which is not served`) {
-		t.Errorf("JWKS from an unserved cluster: group error %v", err)
+	checkUnserved(t, "JWKS", featureModel(func(l *ir.Listener) { l.HTTP.JWTProviders = testJWTProviders }))
+}
+
+// checkUnserved: a filter calling a cluster that does not exist is
+// refused: the model names it in the group's reach (ClusterRefs), which
+// validation rejects before anything is translated; and with the cluster
+// served but outside the group's reach, the consistency check fails the
+// group.
+func checkUnserved(t *testing.T, what string, m *ir.Model) {
+	t.Helper()
+	if _, err := xds.Translate(m); err == nil || !strings.Contains(err.Error(), `"authz"`) {
+		t.Errorf("%s calling a cluster that does not exist: %v, want the model refused naming it", what, err)
+	}
+	m.Clusters = append(m.Clusters, cluster("authz"))
+	m.Groups[0].Clusters = []string{"web"}
+	if _, err := xds.Translate(m); err == nil || !strings.Contains(err.Error(), `"authz"`) {
+		t.Errorf("%s calling a cluster outside the group's reach: %v, want it refused", what, err)
 	}
 }
 
@@ -153,8 +162,5 @@ func TestGlobalRateLimit(t *testing.T) {
 		actions[0].GetActions()[2].GetRemoteAddress() == nil {
 		t.Errorf("route rate limits = %v, virtual host's %v", actions, vh.GetRateLimits())
 	}
-	err := translate(t, featureModel(on)).Failed["edge"]
-	if !errors.Is(err, xds.ErrInconsistent) || !strings.Contains(err.Error(), `calls cluster "authz", which is not served`) {
-		t.Errorf("rate-limit service unserved: group error %v", err)
-	}
+	checkUnserved(t, "the rate-limit service", featureModel(on))
 }

@@ -86,7 +86,19 @@ type Cluster struct {
 	OutlierDetection *OutlierDetection
 	HealthCheck      *HealthCheck
 	TLS              *UpstreamTLS
-	Endpoints        []Endpoint
+	// ZoneAware, if set, makes proxies prefer endpoints in their own zone.
+	ZoneAware *ZoneAware `json:",omitempty"`
+	Endpoints []Endpoint
+}
+
+// ZoneAware is Envoy's zone aware routing for a cluster: a proxy sends
+// traffic to endpoints in its own zone in proportion to how its own
+// service (its bootstrap's local cluster) is spread over zones. Below
+// MinClusterSize endpoints it balances over all zones.
+type ZoneAware struct {
+	MinClusterSize uint64
+	// RoutingPercent of requests are routed zone-aware (100: all).
+	RoutingPercent float64
 }
 
 // Health is an endpoint's health as the proxy should treat it.
@@ -236,7 +248,7 @@ func (c *Cluster) SettingsEqual(o *Cluster) bool {
 	return c.Name == o.Name && c.Service == o.Service && c.Subset == o.Subset &&
 		c.ConnectTimeout == o.ConnectTimeout && c.LBPolicy == o.LBPolicy && c.HTTP2 == o.HTTP2 &&
 		ptrEqual(c.CircuitBreaker, o.CircuitBreaker) && ptrEqual(c.OutlierDetection, o.OutlierDetection) &&
-		ptrEqual(c.HealthCheck, o.HealthCheck) && ptrEqual(c.TLS, o.TLS)
+		ptrEqual(c.HealthCheck, o.HealthCheck) && ptrEqual(c.TLS, o.TLS) && ptrEqual(c.ZoneAware, o.ZoneAware)
 }
 
 func ptrEqual[T comparable](a, b *T) bool { return a == b || (a != nil && b != nil && *a == *b) }

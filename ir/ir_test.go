@@ -17,6 +17,7 @@ func sampleCluster() Cluster {
 		OutlierDetection: &OutlierDetection{Consecutive5xx: 5},
 		HealthCheck:      &HealthCheck{Path: "/h"},
 		TLS:              &UpstreamTLS{SNI: "api"},
+		ZoneAware:        &ZoneAware{MinClusterSize: 6, RoutingPercent: 100},
 		Endpoints:        []Endpoint{{Address: netip.MustParseAddr("10.0.0.1"), Port: 80, Weight: 1}},
 	}
 }

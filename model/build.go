@@ -197,6 +197,7 @@ func (b *builder) service(name string) {
 		HTTP2:            s.HTTP2,
 		CircuitBreaker:   s.CircuitBreaker,
 		OutlierDetection: s.OutlierDetection,
+		ZoneAware:        s.ZoneAware,
 		HealthCheck:      s.HealthCheck,
 		TLS:              b.upstreamTLS(s),
 	}

@@ -1,6 +1,16 @@
 package policy
 
 var routeDiagnosticCases = map[string]diagCase{
+	"zone aware percent out of range": {
+		docs:   []string{"service \"api\" {\n  zone_aware {\n    routing_percent = 150\n  }\n}\n"},
+		want:   "a.hcl:3:23: Invalid routing_percent",
+		detail: "not a percentage between 0 and 100",
+	},
+	"local service not queryable": {
+		docs:   []string{"proxy \"w\" {\n  local_service = \"a/b\"\n  upstreams = [\"x\"]\n}\n"},
+		want:   "a.hcl:2:19: Invalid service name",
+		detail: "cannot query this name",
+	},
 	// --- routes ---
 	"route with zero actions": {
 		docs:   []string{inRoute(`        timeout = "1s"`, "")},

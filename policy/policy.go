@@ -60,6 +60,7 @@ type Service struct {
 	Subsets          []Subset
 	CircuitBreaker   *ir.CircuitBreaker
 	OutlierDetection *ir.OutlierDetection
+	ZoneAware        *ir.ZoneAware
 	HealthCheck      *ir.HealthCheck
 	TLS              *UpstreamTLS
 	// FailoverDatacenters are tried in order when the service has no
@@ -96,6 +97,10 @@ type Proxy struct {
 	// fronts everything).
 	ExportAllServices bool
 	Source            string
+	// LocalService is the service the group's proxies belong to (zone
+	// aware routing: their bootstrap's local cluster); it is among
+	// Upstreams.
+	LocalService string
 }
 
 // GRPCService is the `grpc_service "NAME"` block: how proxyless gRPC

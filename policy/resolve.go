@@ -250,6 +250,17 @@ func (r *resolver) service(b *serviceBlock) *Service {
 		r.extend(durationAttr(od.BaseEjectionTime, &o.BaseEjectionTime))
 		s.OutlierDetection = o
 	}
+	if za := b.ZoneAware; za != nil {
+		// Envoy's defaults: 6 endpoints, every request.
+		z := &ir.ZoneAware{MinClusterSize: 6, RoutingPercent: 100}
+		if za.MinClusterSize != nil {
+			z.MinClusterSize = uint64(r.nonNegative(za.Body, "min_cluster_size", za.MinClusterSize, za.DefRange))
+		}
+		if za.RoutingPercent != nil {
+			z.RoutingPercent = r.percent(za.Body, "routing_percent", za.RoutingPercent, za.DefRange)
+		}
+		s.ZoneAware = z
+	}
 	if hc := b.HealthCheck; hc != nil {
 		h := &ir.HealthCheck{Path: "/", Interval: 10 * time.Second, Timeout: 2 * time.Second, HealthyThreshold: 2, UnhealthyThreshold: 3}
 		set(&h.Path, hc.Path)

@@ -9,11 +9,23 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/tagroute"
 )
 
 func (r *resolver) proxy(b *proxyBlock) *Proxy {
 	p := &Proxy{Name: b.Name, Source: pos(b.DefRange), Upstreams: r.upstreams(b)}
+	if ls := b.LocalService; ls != nil {
+		// The bootstrap's local cluster takes this service's endpoints
+		// over EDS (zone aware routing), so the group must reach them.
+		p.LocalService = *ls
+		if !ir.QueryableServiceName(*ls) {
+			r.add(valueRange(b.Body, "local_service", b.DefRange), "Invalid service name", unqueryable, *ls)
+		} else if !slices.Contains(p.Upstreams, *ls) {
+			p.Upstreams = append(p.Upstreams, *ls)
+			slices.Sort(p.Upstreams)
+		}
+	}
 	if b.ExportAllServices != nil {
 		p.ExportAllServices = *b.ExportAllServices
 	}

@@ -23,6 +23,7 @@ type serviceBlock struct {
 	HealthCheck      *healthCheckBlock    `hcl:"health_check,block"`
 	TLS              *tlsBlock            `hcl:"tls,block"`
 	Failover         *failoverBlock       `hcl:"failover,block"`
+	ZoneAware        *zoneAwareBlock      `hcl:"zone_aware,block"`
 	Body             hcl.Body             `hcl:",body"`
 	DefRange         hcl.Range            `hcl:",def_range"`
 }
@@ -51,6 +52,13 @@ type circuitBreakerBlock struct {
 	RetryBudget        *retryBudgetBlock `hcl:"retry_budget,block"`
 	Body               hcl.Body          `hcl:",body"`
 	DefRange           hcl.Range         `hcl:",def_range"`
+}
+
+type zoneAwareBlock struct {
+	MinClusterSize *int      `hcl:"min_cluster_size,optional"`
+	RoutingPercent *float64  `hcl:"routing_percent,optional"`
+	Body           hcl.Body  `hcl:",body"`
+	DefRange       hcl.Range `hcl:",def_range"`
 }
 
 type outlierBlock struct {
@@ -93,11 +101,14 @@ type proxyBlock struct {
 	Proxyless *bool  `hcl:"proxyless,optional"`
 	// Upstreams are services the group's proxies dial without a route
 	// (proxyless groups: the xDS target names they dial).
-	Upstreams         []string         `hcl:"upstreams,optional"`
-	ExportAllServices *bool            `hcl:"export_all_services,optional"`
-	Listeners         []*listenerBlock `hcl:"listener,block"`
-	Body              hcl.Body         `hcl:",body"`
-	DefRange          hcl.Range        `hcl:",def_range"`
+	Upstreams         []string `hcl:"upstreams,optional"`
+	ExportAllServices *bool    `hcl:"export_all_services,optional"`
+	// LocalService is the service the group's proxies belong to: its
+	// endpoints are what zone aware routing weighs zones by.
+	LocalService *string          `hcl:"local_service,optional"`
+	Listeners    []*listenerBlock `hcl:"listener,block"`
+	Body         hcl.Body         `hcl:",body"`
+	DefRange     hcl.Range        `hcl:",def_range"`
 }
 
 // grpcServiceBlock is `grpc_service "NAME"`: the routes proxyless gRPC

@@ -50,7 +50,20 @@ type BootstrapConfig struct {
 	// sources, so the ADS stream stays for those.
 	REST        bool
 	RESTRefresh time.Duration
+	// LocalService names the service this Envoy belongs to: it becomes
+	// the static cluster local_service (endpoints over ADS) named as
+	// cluster_manager.local_cluster_name, which Envoy's zone aware routing
+	// needs. Region and Zone are the proxy's locality (region: the Consul
+	// datacenter; zone: its node's "zone" meta), matched against the
+	// endpoints' localities.
+	LocalService string
+	Region, Zone string
 }
+
+// localClusterName is the bootstrap's static cluster of the proxy's own
+// service. It is not named like the service, so the service's cluster
+// over CDS, if the group routes to it too, is another cluster.
+const localClusterName = "local_service"
 
 // xdsRESTClusterName is the static cluster of REST polls: the same
 // bridge endpoints as xdsClusterName, over HTTP/1.1, which the bridge's
@@ -159,12 +172,27 @@ func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
 		}
 		cds, lds = restSource(refresh), restSource(refresh)
 	}
+	var cm *bootstrapv3.ClusterManager
+	if c.LocalService != "" {
+		clusters = append(clusters, &clusterv3.Cluster{
+			Name:                 localClusterName,
+			ConnectTimeout:       durationpb.New(time.Second),
+			ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},
+			EdsClusterConfig:     &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource(), ServiceName: c.LocalService},
+		})
+		cm = &bootstrapv3.ClusterManager{LocalClusterName: localClusterName}
+	}
+	var locality *corev3.Locality
+	if c.Region != "" || c.Zone != "" {
+		locality = &corev3.Locality{Region: c.Region, Zone: c.Zone}
+	}
 	adminPort := c.AdminPort
 	if adminPort == 0 {
 		adminPort = 19000
 	}
 	return &bootstrapv3.Bootstrap{
-		Node: &corev3.Node{Id: c.NodeID, Cluster: c.Cluster},
+		Node:           &corev3.Node{Id: c.NodeID, Cluster: c.Cluster, Locality: locality},
+		ClusterManager: cm,
 		Admin: &bootstrapv3.Admin{
 			Address: socketAddress("127.0.0.1", uint32(adminPort)),
 		},

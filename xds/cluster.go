@@ -64,6 +64,14 @@ func buildCluster(c *ir.Cluster) *clusterv3.Cluster {
 			MaxEjectionPercent: wrapperspb.UInt32(od.MaxEjectionPercent),
 		}
 	}
+	if za := c.ZoneAware; za != nil {
+		// Takes effect in proxies whose bootstrap names their local
+		// cluster (bootstrap -local-service); others ignore it.
+		out.CommonLbConfig.LocalityConfigSpecifier = &clusterv3.Cluster_CommonLbConfig_ZoneAwareLbConfig_{ZoneAwareLbConfig: &clusterv3.Cluster_CommonLbConfig_ZoneAwareLbConfig{
+			RoutingEnabled: &typev3.Percent{Value: za.RoutingPercent},
+			MinClusterSize: wrapperspb.UInt64(za.MinClusterSize),
+		}}
+	}
 	if hc := c.HealthCheck; hc != nil {
 		http := &corev3.HealthCheck_HttpHealthCheck{Path: hc.Path, Host: hc.Host}
 		if c.HTTP2 {

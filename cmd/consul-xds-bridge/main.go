@@ -42,6 +42,7 @@ Commands:
                                         run the route_test blocks of FILEs against the routes their policy makes
   bootstrap -node-id ID -cluster GROUP -xds HOST:PORT [-xds HOST:PORT ...] [-xds-unix PATH] [-admin-port N]
             [-tls-ca FILE [-tls-cert FILE -tls-key FILE] [-tls-server-name NAME]] [-rest [-rest-refresh D]]
+            [-local-service SERVICE -region DC -zone ZONE]
                                         print an Envoy bootstrap (YAML) using ADS against the bridge
   bootstrap -grpc -node-id ID [-cluster GROUP] -xds HOST:PORT [-tls-ca FILE [-tls-cert FILE -tls-key FILE]]
                                         print a proxyless gRPC client's xDS bootstrap (JSON)
@@ -183,6 +184,9 @@ func bootstrapCmd(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&servers, "xds", "bridge xDS address HOST:PORT; repeat for replicas")
 	fs.StringVar(&c.XDSUnix, "xds-unix", "", "bridge xDS Unix socket path (instead of -xds)")
 	fs.IntVar(&c.AdminPort, "admin-port", 19000, "Envoy admin port on 127.0.0.1")
+	fs.StringVar(&c.LocalService, "local-service", "", "the service this Envoy belongs to: its endpoints become the local cluster that zone aware routing needs (policy: proxy local_service, service zone_aware)")
+	fs.StringVar(&c.Region, "region", "", "this proxy's locality region: the Consul datacenter (for zone aware routing)")
+	fs.StringVar(&c.Zone, "zone", "", "this proxy's locality zone: its Consul node's zone meta (for zone aware routing)")
 	fs.StringVar(&c.TLSCAFile, "tls-ca", "", "CA file to verify the bridge's TLS certificate")
 	fs.StringVar(&c.TLSCertFile, "tls-cert", "", "client certificate file the proxy presents to the bridge (mTLS; with -tls-key and -tls-ca)")
 	fs.StringVar(&c.TLSKeyFile, "tls-key", "", "private key file of -tls-cert")

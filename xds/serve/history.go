@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"slices"
 	"sync"
 	"time"
 )
@@ -14,7 +13,16 @@ import (
 // does.
 type history struct {
 	mu    sync.Mutex
-	nodes map[string][]HistoryEvent
+	nodes map[string]*eventRing
+}
+
+// eventRing holds a node's last historyLen events in place: recording
+// one allocates nothing, which matters when a change is pushed to
+// thousands of proxies at once (each push and ACK is an event).
+type eventRing struct {
+	events [historyLen]HistoryEvent
+	next   int // where the next event goes
+	n      int // events held, up to historyLen
 }
 
 const (
@@ -36,7 +44,7 @@ type HistoryEvent struct {
 	Error string `json:"error,omitempty"`
 }
 
-func newHistory() *history { return &history{nodes: map[string][]HistoryEvent{}} }
+func newHistory() *history { return &history{nodes: map[string]*eventRing{}} }
 
 func (h *history) record(node string, ev HistoryEvent) {
 	if h == nil || node == "" {
@@ -45,11 +53,14 @@ func (h *history) record(node string, ev HistoryEvent) {
 	ev.Error = truncate(ev.Error, historyNACKText)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	evs := append(h.nodes[node], ev)
-	if len(evs) > historyLen {
-		evs = slices.Clone(evs[len(evs)-historyLen:])
+	r := h.nodes[node]
+	if r == nil {
+		r = &eventRing{}
+		h.nodes[node] = r
 	}
-	h.nodes[node] = evs
+	r.events[r.next] = ev
+	r.next = (r.next + 1) % historyLen
+	r.n = min(r.n+1, historyLen)
 }
 
 func (h *history) forget(node string) {
@@ -65,7 +76,13 @@ func (h *history) forget(node string) {
 func (s *Server) History(nodeID string) []HistoryEvent {
 	s.history.mu.Lock()
 	defer s.history.mu.Unlock()
-	evs := slices.Clone(s.history.nodes[nodeID])
-	slices.Reverse(evs)
+	r := s.history.nodes[nodeID]
+	if r == nil {
+		return nil
+	}
+	evs := make([]HistoryEvent, 0, r.n)
+	for i := 1; i <= r.n; i++ { // newest first
+		evs = append(evs, r.events[(r.next-i+historyLen)%historyLen])
+	}
 	return evs
 }

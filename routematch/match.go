@@ -180,7 +180,7 @@ func headerMatches(h *routev3.HeaderMatcher, req Request) bool {
 	case *routev3.HeaderMatcher_PresentMatch:
 		ok = present == spec.PresentMatch
 	case *routev3.HeaderMatcher_StringMatch:
-		ok = present && stringMatches(spec.StringMatch, v)
+		ok = present && StringMatches(spec.StringMatch, v)
 	case nil:
 		ok = present
 	default:
@@ -199,14 +199,18 @@ func queryMatches(qm *routev3.QueryParameterMatcher, q url.Values) bool {
 		return present == spec.PresentMatch
 	case *routev3.QueryParameterMatcher_StringMatch:
 		// Envoy checks the first value of a repeated parameter.
-		return present && stringMatches(spec.StringMatch, vals[0])
+		return present && StringMatches(spec.StringMatch, vals[0])
 	}
 	return present
 }
 
-func stringMatches(m *matcherv3.StringMatcher, v string) bool {
+// StringMatches is Envoy's StringMatcher on v: ignore_case applies to
+// exact, prefix, suffix and contains; a safe_regex must match the whole
+// value, case as written (Envoy ignores ignore_case for it).
+func StringMatches(m *matcherv3.StringMatcher, v string) bool {
+	in := v
 	if m.GetIgnoreCase() {
-		v = strings.ToLower(v)
+		in = strings.ToLower(v)
 	}
 	lower := func(s string) string {
 		if m.GetIgnoreCase() {
@@ -216,13 +220,13 @@ func stringMatches(m *matcherv3.StringMatcher, v string) bool {
 	}
 	switch p := m.GetMatchPattern().(type) {
 	case *matcherv3.StringMatcher_Exact:
-		return v == lower(p.Exact)
+		return in == lower(p.Exact)
 	case *matcherv3.StringMatcher_Prefix:
-		return strings.HasPrefix(v, lower(p.Prefix))
+		return strings.HasPrefix(in, lower(p.Prefix))
 	case *matcherv3.StringMatcher_Suffix:
-		return strings.HasSuffix(v, lower(p.Suffix))
+		return strings.HasSuffix(in, lower(p.Suffix))
 	case *matcherv3.StringMatcher_Contains:
-		return strings.Contains(v, lower(p.Contains))
+		return strings.Contains(in, lower(p.Contains))
 	case *matcherv3.StringMatcher_SafeRegex:
 		return fullMatch(p.SafeRegex.GetRegex(), v)
 	}

@@ -3,10 +3,10 @@ package routetest
 import (
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strings"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/routematch"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"
@@ -125,7 +125,7 @@ func (c *check) cors() corsResult {
 		}
 	}
 	allowed := slices.ContainsFunc(origins, func(m *matcherv3.StringMatcher) bool {
-		return matchString(m, "*") || matchString(m, origin)
+		return routematch.StringMatches(m, "*") || routematch.StringMatches(m, origin)
 	})
 	if !allowed {
 		return res
@@ -151,35 +151,6 @@ func (c *check) cors() corsResult {
 		res.headers["access-control-expose-headers"] = v
 	}
 	return res
-}
-
-// matchString is Envoy's StringMatcher for the patterns the translator
-// writes; a safe_regex must match the whole value.
-func matchString(m *matcherv3.StringMatcher, v string) bool {
-	in := v
-	if m.GetIgnoreCase() {
-		in = strings.ToLower(v)
-	}
-	lower := func(s string) string {
-		if m.GetIgnoreCase() {
-			return strings.ToLower(s)
-		}
-		return s
-	}
-	switch p := m.GetMatchPattern().(type) {
-	case *matcherv3.StringMatcher_Exact:
-		return in == lower(p.Exact)
-	case *matcherv3.StringMatcher_Prefix:
-		return strings.HasPrefix(in, lower(p.Prefix))
-	case *matcherv3.StringMatcher_Suffix:
-		return strings.HasSuffix(in, lower(p.Suffix))
-	case *matcherv3.StringMatcher_Contains:
-		return strings.Contains(in, lower(p.Contains))
-	case *matcherv3.StringMatcher_SafeRegex:
-		re, err := regexp.Compile(`^(?:` + p.SafeRegex.GetRegex() + `)$`)
-		return err == nil && re.MatchString(v)
-	}
-	return false
 }
 
 // filterStatus is a status an HTTP filter answers with before the

@@ -8,6 +8,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 	"net"
 	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -333,13 +335,7 @@ func (a *Agent) keys() []keyStatus {
 		out = append(out, keyStatus{NodeCluster: r.key.NodeCluster, Proxyless: r.key.Proxyless, Upstream: up, Serving: src})
 	}
 	slices.SortFunc(out, func(x, y keyStatus) int {
-		if x.NodeCluster != y.NodeCluster {
-			if x.NodeCluster < y.NodeCluster {
-				return -1
-			}
-			return 1
-		}
-		return 0
+		return cmp.Or(strings.Compare(x.NodeCluster, y.NodeCluster), cmp.Compare(boolInt(x.Proxyless), boolInt(y.Proxyless)))
 	})
 	return out
 }
@@ -370,4 +366,11 @@ func (a *Agent) adminMux() *http.ServeMux {
 	mux.HandleFunc("GET /v1/proxies", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, a.server.Proxies()) })
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	return mux
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

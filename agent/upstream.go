@@ -47,8 +47,7 @@ type relay struct {
 	dropped   bool                                // dropIdle ran: late updates are ignored
 	held      map[string]map[string]proto.Message // type URL -> name -> resource
 	upstream  string                              // the replica streaming now, "" if none
-	lastGood  string                              // "upstream", "memory" or "disk"
-	reconnect int
+	lastGood  string                              // "upstream" or "disk"
 }
 
 func (r *relay) run(ctx context.Context) {

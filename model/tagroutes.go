@@ -43,9 +43,10 @@ func (b *builder) tagRoutes() map[string][]tagroute.Route {
 	byFormat := map[string][]tagroute.Route{}
 	for _, p := range b.pol.Proxies {
 		for _, l := range p.Listeners {
-			if f := l.TagRoutes; f != "" && byFormat[f] == nil {
+			if _, done := byFormat[l.TagRoutes]; l.TagRoutes != "" && !done {
+				f := l.TagRoutes
 				routes, warnings := tagroute.Routes(f, services)
-				byFormat[f] = append(make([]tagroute.Route, 0, len(routes)), routes...) // non-nil: read once
+				byFormat[f] = routes // read once per format, even when empty
 				for _, w := range warnings {
 					b.warn("tag routes (%s): %s", f, w)
 				}

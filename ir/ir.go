@@ -38,6 +38,8 @@ type Model struct {
 	// UnmatchedAll gives nodes in no group every cluster and its
 	// endpoints (never a secret); otherwise they get nothing.
 	UnmatchedAll bool
+	// Mesh is the service mesh's settings (mesh.go); nil without one.
+	Mesh *Mesh `json:",omitempty"`
 }
 
 // Group is what the proxies of one node.cluster get on top of the shared
@@ -60,6 +62,10 @@ type Group struct {
 	// ProxylessTargets narrows a proxyless group to these API listeners
 	// (xDS target names), sorted; nil means every one in Model.Proxyless.
 	ProxylessTargets []string
+	// Sidecar, if set, makes this the group of one Connect sidecar (or of
+	// a policy group declared sidecar_for): its listeners are the
+	// sidecar's public and upstream listeners (mesh.go).
+	Sidecar *Sidecar `json:",omitempty"`
 }
 
 // LBPolicy is a cluster's load-balancing algorithm.

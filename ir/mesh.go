@@ -114,10 +114,10 @@ type IntentionPermission struct {
 // IntentionHTTPHeaderPermission: Present, or one of the value matches,
 // optionally inverted.
 type IntentionHeader struct {
-	Name                               string
-	Present                            bool
-	Exact, Prefix, Suffix, Regex       string
-	Invert                             bool
+	Name                         string
+	Present                      bool
+	Exact, Prefix, Suffix, Regex string
+	Invert                       bool
 }
 
 // SPIFFEID is the identity Consul's Connect CA puts in a service's leaf

@@ -42,6 +42,10 @@ type Sidecar struct {
 	// (local_service_address, default 127.0.0.1; local_service_port).
 	LocalAddress string
 	LocalPort    uint32
+	// LocalCluster names the cluster (in Model.Clusters and the group's
+	// Clusters) whose one endpoint is the local application; the public
+	// listener forwards to it.
+	LocalCluster string
 	// Protocol is the destination's protocol: "tcp", "http", "http2" or
 	// "grpc" (Consul's service-defaults, or the bridge's service block).
 	Protocol  string
@@ -64,8 +68,15 @@ type MeshUpstream struct {
 	Protocol string
 	// Cluster is the mesh cluster of the upstream's sidecars, named as
 	// Consul names it and as the SNI the client sends:
-	// SERVICE.default.DC.internal.TRUST-DOMAIN.
+	// SERVICE.default.DC.internal.TRUST-DOMAIN. It is an ordinary
+	// cluster of Model.Clusters (endpoints: the upstream's sidecars, TLS
+	// with the local leaf, the roots and the upstream's SPIFFE id as
+	// MatchURISAN) and in the group's Clusters.
 	Cluster string
+	// Routes, for an HTTP upstream, are the policy's routes for the
+	// service (splits, retries, timeouts) with mesh clusters as targets;
+	// nil means one route sending everything to Cluster.
+	Routes []Route `json:",omitempty"`
 }
 
 // IntentionAction is what an intention does with a matching caller.

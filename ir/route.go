@@ -205,4 +205,7 @@ type UpstreamTLS struct {
 	// CASecret holds the CA certificates the upstream's certificate must
 	// chain to, "" to skip verification.
 	CASecret string
+	// MatchURISAN, if set, is the URI SAN the upstream's certificate must
+	// carry (a mesh peer's SPIFFE id), checked besides the chain.
+	MatchURISAN string `json:",omitempty"`
 }

@@ -187,6 +187,11 @@ func (m *Model) Validate() error {
 	clusterRefs := map[string]string{}
 	for _, c := range m.Clusters {
 		for _, n := range c.TLS.secretNames() {
+			if IsMeshSecret(n) {
+				// Served per sidecar group (central mode) or by the
+				// per-VM agent, never shared.
+				continue
+			}
 			clusterRefs[n] = fmt.Sprintf("cluster %q", c.Name)
 		}
 	}

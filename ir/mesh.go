@@ -1,5 +1,7 @@
 package ir
 
+import "strings"
+
 // The service mesh (Consul Connect): sidecars known from Consul's own
 // connect-proxy registrations, their identities (SPIFFE, issued by the
 // Connect CA) and the intentions that say who may call whom.
@@ -165,3 +167,9 @@ func SidecarGroupName(node, proxyID string) string {
 
 // SidecarGroupPrefix starts every sidecar group's name.
 const SidecarGroupPrefix = "sidecar:"
+
+// IsMeshSecret reports whether name is a Connect secret (a leaf or the
+// roots), which no policy secret can be named.
+func IsMeshSecret(name string) bool {
+	return name == RootsSecretName || strings.HasPrefix(name, LeafSecretPrefix)
+}

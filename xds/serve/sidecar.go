@@ -250,6 +250,10 @@ func (st *sidecarStream) keyNode(node *corev3.Node) error {
 		}
 		sc.streams[st] = true
 	}
-	node.Cluster = st.key
+	// A node that announces another cluster later is left as it is, so
+	// the tracker refuses the change as for any proxy.
+	if node.GetCluster() == st.announced {
+		node.Cluster = st.key
+	}
 	return nil
 }

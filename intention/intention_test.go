@@ -267,3 +267,32 @@ func TestFromConfigEntry(t *testing.T) {
 		t.Errorf("an entry of another namespace applies to api: %+v, %v", r, err)
 	}
 }
+
+func TestDecide(t *testing.T) {
+	allow, deny := ir.IntentionAllow, ir.IntentionDeny
+	in := ir.Intentions{Default: deny, Rules: []ir.IntentionRule{
+		{Source: "ops", Action: deny},
+		{Source: "web", Permissions: []ir.IntentionPermission{
+			{Action: deny, PathPrefix: "/admin"},
+			{Action: allow, PathExact: "/items", Methods: []string{"GET"}},
+			{Action: allow, Headers: []ir.IntentionHeader{{Name: "X-Team", Exact: "BLUE", IgnoreCase: true}}},
+		}},
+		{Source: "*", Action: allow},
+	}}
+	cases := []struct {
+		req  Request
+		want ir.IntentionAction
+	}{
+		{Request{Source: "ops"}, deny},
+		{Request{Source: "api"}, allow},
+		{Request{Source: "web", Method: "GET", Path: "/items"}, allow},
+		{Request{Source: "web", Method: "POST", Path: "/items"}, deny}, // no permission matches: the default, not "*"
+		{Request{Source: "web", Method: "GET", Path: "/admin/x", Headers: map[string]string{"x-team": "blue"}}, deny}, // first permission wins
+		{Request{Source: "web", Method: "PUT", Path: "/x", Headers: map[string]string{"x-team": "Blue"}}, allow},
+	}
+	for _, c := range cases {
+		if got := Decide(in, c.req); got != c.want {
+			t.Errorf("Decide(%+v) = %s, want %s", c.req, got, c.want)
+		}
+	}
+}

@@ -187,12 +187,12 @@ func (m *Model) Validate() error {
 	clusterRefs := map[string]string{}
 	for _, c := range m.Clusters {
 		for _, n := range c.TLS.secretNames() {
-			if IsMeshSecret(n) {
-				// Served per sidecar group (central mode) or by the
-				// per-VM agent, never shared.
-				continue
+			// A mesh cluster's secrets (the caller's leaf, the roots) are
+			// never shared: the per-VM agent serves them, or in central
+			// mode the caller's group does (validateMesh checks that).
+			if !IsMeshSecret(n) {
+				clusterRefs[n] = fmt.Sprintf("cluster %q", c.Name)
 			}
-			clusterRefs[n] = fmt.Sprintf("cluster %q", c.Name)
 		}
 	}
 	errs = append(errs, validateSecrets("shared", m.Secrets, clusterRefs, nil)...)
@@ -218,6 +218,7 @@ func (m *Model) Validate() error {
 			}
 		}
 	}
+	errs = append(errs, m.validateMesh()...)
 	errs = append(errs, m.validateReach()...)
 	for i, l := range m.Proxyless {
 		if l.Name == "" {

@@ -79,6 +79,9 @@ type ServerConfig struct {
 	// AllowNode, if set, is asked about every stream's node when it is
 	// first known; an error refuses the stream with PermissionDenied.
 	AllowNode func(*corev3.Node) error
+	// WaitForSidecars keys no stream before the first SetSidecars
+	// (sidecar.go): set it when Connect sidecars are served.
+	WaitForSidecars bool
 }
 
 // Server serves the translation over ADS (and the per-type SotW and delta
@@ -159,7 +162,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.tracker = newTracker()
 	s.metrics = newMetrics(cfg.Registerer, log)
 	s.scope = newScopeLog(cfg.Registerer, log)
-	s.sidecars = newSidecars(log)
+	s.sidecars = newSidecars(log, cfg.WaitForSidecars)
 	s.cache.watched = s.watched
 	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode, s.forgetKey, newAdmission(cfg.MaxInitialSyncs, s.metrics))
 	s.history = newHistory()

@@ -52,14 +52,21 @@ type SidecarStatus struct {
 type sidecars struct {
 	log zerolog.Logger
 
+	// ready is closed by the first SetSidecars; with wait, streams are
+	// keyed only then (before it nothing is served anyway), so a sidecar
+	// connecting at start is not keyed, served and closed at once.
+	ready     chan struct{}
+	readyOnce sync.Once
+	wait      bool
+
 	mu      sync.Mutex
 	index   map[string][]SidecarInfo // by proxy id, sorted by node
 	streams map[*sidecarStream]bool
 	warned  map[string]bool
 }
 
-func newSidecars(log zerolog.Logger) *sidecars {
-	return &sidecars{log: log, index: map[string][]SidecarInfo{}, streams: map[*sidecarStream]bool{}, warned: map[string]bool{}}
+func newSidecars(log zerolog.Logger, wait bool) *sidecars {
+	return &sidecars{log: log, wait: wait, ready: make(chan struct{}), index: map[string][]SidecarInfo{}, streams: map[*sidecarStream]bool{}, warned: map[string]bool{}}
 }
 
 // SetSidecars replaces the registered sidecars by proxy id. Call it after
@@ -76,6 +83,7 @@ func (sc *sidecars) set(index map[string][]SidecarInfo) {
 		slices.SortFunc(infos, func(a, b SidecarInfo) int { return strings.Compare(a.Node, b.Node) })
 		idx[id] = infos
 	}
+	defer sc.readyOnce.Do(func() { close(sc.ready) })
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	sc.index = idx
@@ -218,6 +226,15 @@ func (st *sidecarStream) RecvMsg(m any) error {
 		node = r.GetNode()
 	}
 	if node != nil {
+		if st.sc.wait && !st.keyed {
+			select {
+			case <-st.sc.ready:
+			case <-st.kill:
+				return st.err
+			case <-st.Context().Done():
+				return st.Context().Err()
+			}
+		}
 		if err := st.keyNode(node); err != nil {
 			st.close(err)
 			return err

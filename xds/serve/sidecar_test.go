@@ -152,7 +152,7 @@ func TestSidecarAmbiguous(t *testing.T) {
 // TestSidecarConsulNode: node metadata consul_node picks among the
 // registrations of one proxy id.
 func TestSidecarConsulNode(t *testing.T) {
-	sc := newSidecars(zerolog.New(zerolog.NewTestWriter(t)))
+	sc := newSidecars(zerolog.New(zerolog.NewTestWriter(t)), false)
 	vmb := SidecarInfo{Node: "vm-b", Group: "sidecar:vm-b/web-sidecar-proxy"}
 	sc.set(map[string][]SidecarInfo{"web-sidecar-proxy": {vmb, webInfo}})
 	for consulNode, want := range map[string]string{"vm-a": webSidecar, "vm-b": vmb.Group, "vm-c": "web", "": ir.SidecarGroupPrefix + "?ambiguous/web-sidecar-proxy"} {

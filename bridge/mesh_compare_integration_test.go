@@ -1,0 +1,97 @@
+package bridge_test
+
+import (
+	"context"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+)
+
+// meshView is what a sidecar Envoy must agree on whichever server it
+// points at: the ports it listens on, the upstream clusters it dials
+// (Consul's names, which are also the SNI) and the SPIFFE ids it checks.
+type meshView struct {
+	ports    []uint32
+	clusters []string
+	sans     []string
+	snis     []string
+}
+
+var (
+	spiffeRE = regexp.MustCompile(`spiffe://[^"\\]+`)
+	sniRE    = regexp.MustCompile(`"sni":"([^"]+)"`)
+)
+
+func viewOf(st adsclient.State) meshView {
+	var v meshView
+	for _, n := range st.ListenerNames() {
+		v.ports = append(v.ports, st.Listener(n).GetAddress().GetSocketAddress().GetPortValue())
+	}
+	for _, n := range st.ClusterNames() {
+		if !strings.Contains(n, ".internal.") {
+			continue // the local app's cluster, named by each server its own way
+		}
+		v.clusters = append(v.clusters, n)
+		b, _ := protojson.Marshal(st.Cluster(n))
+		v.sans = append(v.sans, spiffeRE.FindAllString(string(b), -1)...)
+		for _, m := range sniRE.FindAllStringSubmatch(string(b), -1) {
+			v.snis = append(v.snis, m[1])
+		}
+	}
+	slices.Sort(v.ports)
+	slices.Sort(v.sans)
+	v.sans = slices.Compact(v.sans)
+	return v
+}
+
+// TestMeshMatchesConsulXDS: for the same registrations, Consul's own xDS
+// server (this Consul's gRPC port) and the bridge give web's sidecar the
+// same listener ports, upstream cluster names and SPIFFE SANs.
+func TestMeshMatchesConsulXDS(t *testing.T) {
+	agent := consultest.Start(t)
+	registerMesh(t, agent)
+	h := startMeshBridge(t, agent, "mesh {}\n")
+	get := func(addr string) meshView {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: "web-sidecar-proxy", Cluster: "web", Mode: adsclient.Delta,
+			// The bridge leaves the mesh's secrets to the per-VM agent:
+			// listeners need not wait for them here.
+			InitialFetchTimeout: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		st, err := c.Wait(ctx, func(s adsclient.State) bool {
+			v := viewOf(s)
+			return len(v.ports) >= 2 && len(v.clusters) > 0 && len(v.sans) > 0
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", addr, err)
+		}
+		return viewOf(st)
+	}
+	consul, ours := get(agent.GRPCAddr()), get(h.daemon.XDSAddr().String())
+	t.Logf("Consul: %+v", consul)
+	t.Logf("bridge: %+v", ours)
+	if !slices.Equal(consul.ports, ours.ports) {
+		t.Errorf("listener ports: Consul %v, bridge %v", consul.ports, ours.ports)
+	}
+	if !slices.Equal(consul.clusters, ours.clusters) {
+		t.Errorf("upstream clusters: Consul %v, bridge %v", consul.clusters, ours.clusters)
+	}
+	if !slices.Equal(consul.snis, ours.snis) || len(ours.snis) == 0 {
+		t.Errorf("upstream SNI: Consul %v, bridge %v", consul.snis, ours.snis)
+	}
+	if !slices.Equal(consul.sans, ours.sans) {
+		t.Errorf("SPIFFE SANs: Consul %v, bridge %v", consul.sans, ours.sans)
+	}
+}

@@ -126,6 +126,17 @@ func (mb *meshBuilder) group(name string, p consul.Proxy) (ir.Group, bool) {
 		b.warn("%s: local service address %q is not an IP address; skipped", who, localAddr)
 		return ir.Group{}, false
 	}
+	if mb.m.Mesh.Central {
+		leaf, ok := mb.mesh.Leaves[p.Service]
+		if !ok || leaf.CertPEM == "" || len(leaf.KeyPEM) == 0 {
+			// Leaves, once read, are kept through Consul errors, so this
+			// is a sidecar new since the last read (or a token that may
+			// not sign for it): the group is left out rather than served
+			// listeners that wait for a certificate that may never come.
+			b.warn("%s: no leaf certificate of %q read from Consul (central mode needs a token allowed to sign for it, service:write); not served until there is", who, p.Service)
+			return ir.Group{}, false
+		}
+	}
 	dc := p.Datacenter
 	sc := &ir.Sidecar{
 		ProxyID: p.ID, Node: p.Node, Service: p.Service, Datacenter: dc,
@@ -188,12 +199,8 @@ func (mb *meshBuilder) group(name string, p consul.Proxy) (ir.Group, bool) {
 	}
 	g := ir.Group{Name: name, Sidecar: sc, Listeners: nil, Clusters: []string{local.Name}}
 	if m := mb.m.Mesh; m.Central {
-		leaf, ok := mb.mesh.Leaves[p.Service]
-		if !ok || leaf.CertPEM == "" || len(leaf.KeyPEM) == 0 {
-			b.warn("%s: no leaf certificate of %q read from Consul yet (central mode needs a token allowed to sign for it); its listeners wait for the secret", who, p.Service)
-		} else {
-			g.Secrets = append(g.Secrets, ir.Secret{Name: ir.LeafSecretPrefix + p.Service, CertificateChain: []byte(leaf.CertPEM), PrivateKey: leaf.KeyPEM})
-		}
+		leaf := mb.mesh.Leaves[p.Service]
+		g.Secrets = append(g.Secrets, ir.Secret{Name: ir.LeafSecretPrefix + p.Service, CertificateChain: []byte(leaf.CertPEM), PrivateKey: leaf.KeyPEM})
 		g.Secrets = append(g.Secrets, ir.Secret{Name: ir.RootsSecretName, TrustedCA: []byte(mb.mesh.RootsPEM)})
 		slices.SortFunc(g.Secrets, func(a, b ir.Secret) int { return strings.Compare(a.Name, b.Name) })
 	}

@@ -157,3 +157,23 @@ func TestMeshClusterPerDialer(t *testing.T) {
 		}
 	}
 }
+
+// TestMeshCentralWithoutLeaf: in central mode a sidecar whose leaf was
+// not read is left out (with a warning), and the model stays valid for
+// everyone else.
+func TestMeshCentralWithoutLeaf(t *testing.T) {
+	cat := meshCatalog(consul.StatusPassing, consul.StatusPassing)
+	delete(cat.Mesh.Leaves, "web")
+	m, warnings := Build(cat, meshPolicy(t, "mesh {\n  mode = \"central\"\n}\n"))
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range m.Groups {
+		if g.Sidecar != nil && g.Sidecar.Service == "web" {
+			t.Errorf("group %q served without its leaf", g.Name)
+		}
+	}
+	if !strings.Contains(strings.Join(warnings, "\n"), `no leaf certificate of "web"`) {
+		t.Errorf("no warning: %q", warnings)
+	}
+}

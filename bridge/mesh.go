@@ -55,7 +55,7 @@ type meshState struct {
 	needed bool
 	// central is the mode the watchers started in.
 	central bool
-	mesh   *consul.Mesh // nil until the first read
+	mesh    *consul.Mesh // nil until the first read
 	// entries are the mesh's config entries; nil until the first read.
 	intentions []*api.ServiceIntentionsConfigEntry
 	protocols  map[string]string

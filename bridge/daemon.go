@@ -290,7 +290,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	var meshUpdates <-chan consul.MeshUpdate
 	if mesh.needed {
-		mw := consul.NewMeshWatcher(consul.MeshConfig{Client: client, Query: q, Central: mesh.central, Logger: consulLog, OnQuery: d.consulQuery})
+		mw := consul.NewMeshWatcher(consul.MeshConfig{Client: client, Query: q, Central: mesh.central, Budget: watcher, Logger: consulLog, OnQuery: d.consulQuery})
 		meshUpdates = mw.Updates()
 		wg.Go(func() { fail(mw.Run(ctx)) })
 	}

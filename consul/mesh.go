@@ -111,6 +111,11 @@ type MeshConfig struct {
 	// Central also follows every sidecar service's leaf certificate
 	// through the agent (blocking), with the client's token.
 	Central bool
+	// Budget, if set, is the catalog watcher whose query slots the mesh's
+	// blocking queries share (Config.MaxQueries), so the two together
+	// stay within the client's connections. A proxy's health change is
+	// then seen when its query's turn comes (no hints hurry it).
+	Budget  *Watcher
 	Logger  zerolog.Logger
 	OnQuery func(endpoint, datacenter string, err error, d time.Duration)
 }
@@ -181,6 +186,12 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 		return func(err error, d time.Duration) { w.cfg.OnQuery(endpoint, "", err, d) }
 	}
 	log := w.cfg.Logger
+	join := func(id string) *member {
+		if w.cfg.Budget == nil {
+			return nil
+		}
+		return w.cfg.Budget.slots.join(id, false)
+	}
 	list := view[[]string]{
 		id: "catalog_services(connect-proxy)",
 		fetch: func(q *api.QueryOptions) ([]string, *api.QueryMeta, error) {
@@ -200,6 +211,8 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 		},
 		equal: equalRoots, opts: w.cfg.Query, log: log, result: result("connect_ca_roots"),
 	}
+	roots.slots = join(roots.id)
+	defer roots.slots.leave()
 	wg.Go(func() {
 		roots.run(ctx, func(r *api.CARootList, _ uint64, at time.Time) { send(ctx, meshEvent{kind: "roots", roots: r, at: at}) })
 	})
@@ -236,6 +249,8 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 				},
 				equal: equalProxies, opts: w.cfg.Query, log: log, result: result("health_service"),
 			}
+			v.slots = join(v.id)
+			defer v.slots.leave()
 			v.run(ctx, func(p []Proxy, _ uint64, at time.Time) {
 				send(ctx, meshEvent{kind: "proxies", key: name, gen: g, proxies: p, at: at})
 			})
@@ -259,6 +274,8 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 				},
 				opts: w.cfg.Query, log: log, result: result("connect_ca_leaf"),
 			}
+			v.slots = join(v.id)
+			defer v.slots.leave()
 			v.run(ctx, func(l *Leaf, _ uint64, at time.Time) {
 				send(ctx, meshEvent{kind: "leaf", key: service, gen: g, leaf: l, at: at})
 			})

@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
@@ -274,3 +277,19 @@ func (st *sidecarStream) keyNode(node *corev3.Node) error {
 	}
 	return nil
 }
+
+// restKey is the snapshot key of a REST poll's node: as a stream's, but
+// looked up on every poll (no stream outlives a registration change).
+func (sc *sidecars) restKey(node *corev3.Node) (string, error) {
+	if strings.HasPrefix(node.GetCluster(), ir.SidecarGroupPrefix) {
+		return "", fmt.Errorf("node.cluster %q: names starting with %q are reserved for Connect sidecars, which are known by their node id: %w", node.GetCluster(), ir.SidecarGroupPrefix, errReservedCluster)
+	}
+	n := proto.Clone(node).(*corev3.Node)
+	sc.mu.Lock()
+	n.Cluster, _, _ = sc.keyLocked(n.GetId(), n.GetMetadata().GetFields()[ConsulNodeMetadata].GetStringValue(), n.GetCluster())
+	sc.mu.Unlock()
+	return snapshotKey(n), nil
+}
+
+// errReservedCluster: a client announced a sidecar group's name itself.
+var errReservedCluster = errors.New("reserved node.cluster")

@@ -2,10 +2,12 @@ package serve
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/rs/zerolog"
@@ -159,5 +161,37 @@ func TestSidecarConsulNode(t *testing.T) {
 		if got, _, _ := sc.keyLocked("web-sidecar-proxy", consulNode, "web"); got != want {
 			t.Errorf("consul_node %q: key %q, want %q", consulNode, got, want)
 		}
+	}
+}
+
+// TestSidecarREST: a REST poll is keyed like a stream, every poll afresh.
+func TestSidecarREST(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	if _, err := s.Update(context.Background(), sidecarOutput(t), resolveSidecars); err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	node := &corev3.Node{Id: "web-sidecar-proxy", Cluster: "edge"}
+	port := func() uint32 {
+		t.Helper()
+		r, err := adsclient.FetchREST(waitCtx(t), hc, "http://"+s.addr, adsclient.ListenerType, node, "")
+		if err != nil || r.Status != http.StatusOK || len(r.Resources) != 1 {
+			t.Fatalf("REST LDS = %+v %v", r, err)
+		}
+		for _, m := range r.Resources {
+			return m.(*listenerv3.Listener).GetAddress().GetSocketAddress().GetPortValue()
+		}
+		return 0
+	}
+	if got := port(); got != 8080 {
+		t.Fatalf("before registration: port %d, want edge's 8080", got)
+	}
+	s.SetSidecars(map[string][]SidecarInfo{"web-sidecar-proxy": {webInfo}})
+	if got := port(); got != 21000 {
+		t.Fatalf("after registration: port %d, want the sidecar's 21000", got)
+	}
+	r, err := adsclient.FetchREST(waitCtx(t), hc, "http://"+s.addr, adsclient.ListenerType, &corev3.Node{Id: "x", Cluster: webSidecar}, "")
+	if err != nil || r.Status != http.StatusForbidden {
+		t.Fatalf("REST claiming a sidecar group = %+v %v, want 403", r, err)
 	}
 }

@@ -5,10 +5,13 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/hashicorp/consul/api"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
@@ -58,7 +61,7 @@ func TestMeshMatchesConsulXDS(t *testing.T) {
 	agent := consultest.Start(t)
 	registerMesh(t, agent)
 	h := startMeshBridge(t, agent, "mesh {}\n")
-	get := func(addr string) meshView {
+	dial := func(addr string) (*adsclient.Client, meshView) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
@@ -69,7 +72,7 @@ func TestMeshMatchesConsulXDS(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer c.Close()
+		t.Cleanup(func() { _ = c.Close() })
 		st, err := c.Wait(ctx, func(s adsclient.State) bool {
 			v := viewOf(s)
 			return len(v.ports) >= 2 && len(v.clusters) > 0 && len(v.sans) > 0
@@ -77,9 +80,10 @@ func TestMeshMatchesConsulXDS(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", addr, err)
 		}
-		return viewOf(st)
+		return c, viewOf(st)
 	}
-	consul, ours := get(agent.GRPCAddr()), get(h.daemon.XDSAddr().String())
+	cc, consul := dial(agent.GRPCAddr())
+	bc, ours := dial(h.daemon.XDSAddr().String())
 	t.Logf("Consul: %+v", consul)
 	t.Logf("bridge: %+v", ours)
 	if !slices.Equal(consul.ports, ours.ports) {
@@ -94,4 +98,38 @@ func TestMeshMatchesConsulXDS(t *testing.T) {
 	if !slices.Equal(consul.sans, ours.sans) {
 		t.Errorf("SPIFFE SANs: Consul %v, bridge %v", consul.sans, ours.sans)
 	}
+
+	// The same intention, timed to each server's public listener.
+	hasAPI := func(s adsclient.State) bool {
+		for _, n := range s.ListenerNames() {
+			if b, _ := protojson.Marshal(s.Listener(n)); strings.Contains(string(b), "/svc/api") {
+				return true
+			}
+		}
+		return false
+	}
+	if hasAPI(cc.Snapshot()) || hasAPI(bc.Snapshot()) {
+		t.Fatal("a listener names api before any intention")
+	}
+	if _, _, err := agent.Client().ConfigEntries().Set(&api.ServiceIntentionsConfigEntry{Kind: api.ServiceIntentions, Name: "web",
+		Sources: []*api.SourceIntention{{Name: "api", Action: api.IntentionActionDeny}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	wrote := time.Now()
+	var wg sync.WaitGroup
+	for _, x := range []struct {
+		name string
+		c    *adsclient.Client
+	}{{"Consul", cc}, {"bridge", bc}} {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if _, err := x.c.Wait(ctx, hasAPI); err != nil {
+				t.Errorf("%s: intention not in a listener: %v", x.name, err)
+				return
+			}
+			t.Logf("%s: intention write to listener update in %s", x.name, time.Since(wrote))
+		})
+	}
+	wg.Wait()
 }

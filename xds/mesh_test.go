@@ -2,6 +2,7 @@ package xds_test
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -144,20 +145,53 @@ func TestSidecarL7OnTCP(t *testing.T) {
 }
 
 // TestMeshSecretsStrictWhenCentral: in central mode the bridge must serve
-// a sidecar its leaf and the roots; without them the model is invalid.
-// In agent mode the same references are the agent's to serve.
+// a sidecar its leaf and the roots; without them its group fails (and
+// keeps what it had) while the others update. In agent mode the same
+// references are the agent's to serve.
 func TestMeshSecretsStrictWhenCentral(t *testing.T) {
-	m := meshCentral(t)
-	m.Groups[0].Secrets = m.Groups[0].Secrets[1:] // drop the leaf
-	if err := m.Validate(); !errors.Is(err, ir.ErrSecret) || !strings.Contains(err.Error(), ir.LeafSecretPrefix+"web") {
-		t.Errorf("central mesh without the leaf: %v", err)
+	for _, drop := range []string{ir.LeafSecretPrefix + "web", ir.RootsSecretName} {
+		m := meshCentral(t)
+		other := meshSidecarTCP(t)
+		// Another sidecar, served its secrets: it must still update.
+		web := m.Groups[0].Secrets
+		other.Groups[0].Secrets = []ir.Secret{{Name: ir.LeafSecretPrefix + "db", CertificateChain: web[0].CertificateChain, PrivateKey: web[0].PrivateKey}, web[1]}
+		m.Clusters = append(m.Clusters, other.Clusters...)
+		m.Groups = append(m.Groups, other.Groups...)
+		sortModel(m)
+		g := ir.SidecarGroupName("node-5", "web-sidecar-proxy")
+		for i := range m.Groups {
+			if m.Groups[i].Name == g {
+				m.Groups[i].Secrets = slices.DeleteFunc(m.Groups[i].Secrets, func(s ir.Secret) bool { return s.Name == drop })
+			}
+		}
+		out, err := xds.Translate(m)
+		if err != nil {
+			t.Fatalf("without %q: %v", drop, err)
+		}
+		if err := out.Failed[g]; !errors.Is(err, xds.ErrInconsistent) || !strings.Contains(err.Error(), drop) {
+			t.Errorf("central mesh without %q: group error %v", drop, err)
+		}
+		if len(out.Failed) != 1 || out.MeshSecretsExternal {
+			t.Errorf("without %q: failed %v, external %v", drop, out.Failed, out.MeshSecretsExternal)
+		}
 	}
+	// A group that reaches a mesh cluster without being served the
+	// caller's leaf would warm that cluster forever.
+	m := meshCentral(t)
+	api := ir.MeshClusterName("api", meshDC, meshTD)
+	m.Groups = append(m.Groups, ir.Group{Name: "edge", Clusters: []string{api}})
+	sortModel(m)
+	out, err := xds.Translate(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Failed["edge"]; !errors.Is(err, xds.ErrInconsistent) || !strings.Contains(err.Error(), "mesh secret") || len(out.Failed) != 1 {
+		t.Errorf("group reaching a mesh cluster without its secrets: %v (failed: %v)", err, out.Failed)
+	}
+	m = meshCentral(t)
 	m.Groups[0].Secrets = nil
 	m.Mesh.Central = false
-	if err := m.Validate(); err != nil {
-		t.Errorf("agent mode: %v", err)
-	}
-	out, err := xds.Translate(m)
+	out, err = xds.Translate(m)
 	if err != nil {
 		t.Fatal(err)
 	}

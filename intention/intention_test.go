@@ -2,6 +2,7 @@ package intention
 
 import (
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -293,6 +294,82 @@ func TestDecide(t *testing.T) {
 	for _, c := range cases {
 		if got := Decide(in, c.req); got != c.want {
 			t.Errorf("Decide(%+v) = %s, want %s", c.req, got, c.want)
+		}
+	}
+}
+
+// TestResolveMatchesConsulsRule checks generated entries (fixed seed)
+// against Consul's rule stated directly: of every source that matches
+// the caller, in the destination's entry and the wildcard entry, the one
+// of highest precedence decides.
+func TestResolveMatchesConsulsRule(t *testing.T) {
+	rng := rand.New(rand.NewPCG(18, 2))
+	callers := []string{"web", "api", "ops"}
+	names := append([]string{"*"}, callers...)
+	namespaces := []string{"", "default", "*", "team-a"}
+	actions := []ir.IntentionAction{ir.IntentionAllow, ir.IntentionDeny}
+	perms := []Permission{
+		{Action: ir.IntentionAllow, HTTP: &HTTP{PathPrefix: "/a"}},
+		{Action: ir.IntentionDeny, HTTP: &HTTP{Methods: []string{"POST"}}},
+	}
+	for n := range 500 {
+		var entries []Entry
+		for _, dest := range []string{"api", "*", "billing"} {
+			if rng.IntN(3) == 0 {
+				continue
+			}
+			e := Entry{Destination: dest}
+			used := map[[2]string]bool{}
+			for range rng.IntN(5) {
+				s := Source{Name: names[rng.IntN(len(names))], Namespace: namespaces[rng.IntN(len(namespaces))]}
+				if s.Namespace == "*" {
+					s.Name = "*"
+				}
+				ns := s.Namespace
+				if ns == "default" {
+					ns = ""
+				}
+				if used[[2]string{ns, s.Name}] {
+					continue
+				}
+				used[[2]string{ns, s.Name}] = true
+				if rng.IntN(3) == 0 {
+					s.Permissions = []Permission{perms[rng.IntN(2)], perms[rng.IntN(2)]}
+				} else {
+					s.Action = actions[rng.IntN(2)]
+				}
+				e.Sources = append(e.Sources, s)
+			}
+			entries = append(entries, e)
+		}
+		def := actions[n%2]
+		in, err := Resolve(entries, "api", def)
+		if err != nil {
+			t.Fatalf("case %d: %v", n, err)
+		}
+		for _, caller := range callers {
+			for _, req := range []Request{{Source: caller, Method: "GET", Path: "/a"}, {Source: caller, Method: "POST", Path: "/b"}} {
+				want := def
+				best := -1
+				for _, e := range entries {
+					if e.Destination != "api" && e.Destination != "*" {
+						continue
+					}
+					for _, s := range e.Sources {
+						if s.Namespace == "team-a" || (s.Name != "*" && s.Name != caller) {
+							continue
+						}
+						if p := Precedence(s.Namespace, s.Name, e.Destination); p > best {
+							best = p
+							r, _ := toRule("", &s)
+							want = Decide(ir.Intentions{Default: def, Rules: []ir.IntentionRule{r}}, req)
+						}
+					}
+				}
+				if got := Decide(in, req); got != want {
+					t.Fatalf("case %d: %+v: got %s, Consul's rule says %s\nentries: %+v\nresolved: %+v", n, req, got, want, entries, in)
+				}
+			}
 		}
 	}
 }

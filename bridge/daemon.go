@@ -157,7 +157,7 @@ func New(cfg Config) *Daemon {
 			TLS:             cfg.Settings.XDS.TLS,
 			AuthorizeNodes:  cfg.Settings.XDS.AuthorizeNodes,
 			MaxInitialSyncs: cfg.Settings.XDS.MaxInitialSyncs,
-			WaitForSidecars: meshWanted(cfg.Policy),
+			Sidecars:        meshWanted(cfg.Policy),
 		}),
 		started:     make(chan struct{}),
 		reload:      make(chan struct{}, 1),

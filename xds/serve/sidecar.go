@@ -55,9 +55,10 @@ type SidecarStatus struct {
 type sidecars struct {
 	log zerolog.Logger
 
-	// ready is closed by the first SetSidecars; with wait, streams are
-	// keyed only then (before it nothing is served anyway), so a sidecar
-	// connecting at start is not keyed, served and closed at once.
+	// ready is closed by the first SetSidecars. wait (ServerConfig.
+	// Sidecars) turns keying on; streams are keyed only once ready
+	// (before it nothing is served anyway), so a sidecar connecting at
+	// start is not keyed, served and closed at once.
 	ready     chan struct{}
 	readyOnce sync.Once
 	wait      bool
@@ -281,6 +282,9 @@ func (st *sidecarStream) keyNode(node *corev3.Node) error {
 // restKey is the snapshot key of a REST poll's node: as a stream's, but
 // looked up on every poll (no stream outlives a registration change).
 func (sc *sidecars) restKey(node *corev3.Node) (string, error) {
+	if !sc.wait {
+		return snapshotKey(node), nil
+	}
 	if strings.HasPrefix(node.GetCluster(), ir.SidecarGroupPrefix) {
 		return "", fmt.Errorf("node.cluster %q: names starting with %q are reserved for Connect sidecars, which are known by their node id: %w", node.GetCluster(), ir.SidecarGroupPrefix, errReservedCluster)
 	}

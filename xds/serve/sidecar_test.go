@@ -52,7 +52,7 @@ var webInfo = SidecarInfo{Node: "vm-a", Group: webSidecar, Service: "web", Upstr
 // its sidecar group whatever node.cluster it announces; /v1/proxies shows
 // its destination and upstreams.
 func TestSidecarKeyedByNodeID(t *testing.T) {
-	s := startServer(t, ServerConfig{})
+	s := startServer(t, ServerConfig{Sidecars: true})
 	if _, err := s.Update(context.Background(), sidecarOutput(t), resolveSidecars); err != nil {
 		t.Fatal(err)
 	}
@@ -76,10 +76,11 @@ func TestSidecarKeyedByNodeID(t *testing.T) {
 // its reconnection gets the sidecar group; likewise when the
 // registration vanishes.
 func TestSidecarRekeyedOnRegistration(t *testing.T) {
-	s := startServer(t, ServerConfig{})
+	s := startServer(t, ServerConfig{Sidecars: true})
 	if _, err := s.Update(context.Background(), sidecarOutput(t), resolveSidecars); err != nil {
 		t.Fatal(err)
 	}
+	s.SetSidecars(nil) // as the daemon does after every Update
 	cfg := adsclient.Config{NodeID: "web-sidecar-proxy", Cluster: "edge", InitialFetchTimeout: -1}
 	c := dial(t, s, cfg)
 	st, err := c.Wait(waitCtx(t), func(st adsclient.State) bool { return len(listenerPorts(st)) > 0 })
@@ -126,7 +127,7 @@ func waitClosed(t *testing.T, c *adsclient.Client) {
 // neither unless the node says which (metadata consul_node); a client
 // may not claim a sidecar group by node.cluster.
 func TestSidecarAmbiguous(t *testing.T) {
-	s := startServer(t, ServerConfig{})
+	s := startServer(t, ServerConfig{Sidecars: true})
 	if _, err := s.Update(context.Background(), sidecarOutput(t), resolveSidecars); err != nil {
 		t.Fatal(err)
 	}
@@ -166,7 +167,7 @@ func TestSidecarConsulNode(t *testing.T) {
 
 // TestSidecarREST: a REST poll is keyed like a stream, every poll afresh.
 func TestSidecarREST(t *testing.T) {
-	s := startServer(t, ServerConfig{})
+	s := startServer(t, ServerConfig{Sidecars: true})
 	if _, err := s.Update(context.Background(), sidecarOutput(t), resolveSidecars); err != nil {
 		t.Fatal(err)
 	}
@@ -193,5 +194,28 @@ func TestSidecarREST(t *testing.T) {
 	r, err := adsclient.FetchREST(waitCtx(t), hc, "http://"+s.addr, adsclient.ListenerType, &corev3.Node{Id: "x", Cluster: webSidecar}, "")
 	if err != nil || r.Status != http.StatusForbidden {
 		t.Fatalf("REST claiming a sidecar group = %+v %v, want 403", r, err)
+	}
+}
+
+// TestSidecarWaitsForIndex: with sidecars on, a stream is keyed only once
+// the first index has come, so a sidecar connecting at start goes
+// straight to its group (no close and reconnect).
+func TestSidecarWaitsForIndex(t *testing.T) {
+	s := startServer(t, ServerConfig{Sidecars: true})
+	if _, err := s.Update(context.Background(), sidecarOutput(t), resolveSidecars); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, s, adsclient.Config{NodeID: "web-sidecar-proxy", Cluster: "edge", InitialFetchTimeout: -1})
+	time.Sleep(100 * time.Millisecond)
+	if st := c.Snapshot(); len(st.Types) > 0 {
+		t.Fatalf("served before the first sidecar index: %v", st)
+	}
+	s.SetSidecars(map[string][]SidecarInfo{"web-sidecar-proxy": {webInfo}})
+	st, err := c.Wait(waitCtx(t), func(st adsclient.State) bool { return len(listenerPorts(st)) > 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := listenerPorts(st); len(got) != 1 || got[0] != 21000 {
+		t.Fatalf("ports %v, want the sidecar's [21000]", got)
 	}
 }

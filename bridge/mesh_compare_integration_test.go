@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"context"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -22,6 +23,7 @@ import (
 // (Consul's names, which are also the SNI) and the SPIFFE ids it checks.
 type meshView struct {
 	ports    []uint32
+	binds    []string
 	clusters []string
 	sans     []string
 	snis     []string
@@ -35,7 +37,9 @@ var (
 func viewOf(st adsclient.State) meshView {
 	var v meshView
 	for _, n := range st.ListenerNames() {
-		v.ports = append(v.ports, st.Listener(n).GetAddress().GetSocketAddress().GetPortValue())
+		sa := st.Listener(n).GetAddress().GetSocketAddress()
+		v.ports = append(v.ports, sa.GetPortValue())
+		v.binds = append(v.binds, fmt.Sprintf("%s:%d", sa.GetAddress(), sa.GetPortValue()))
 	}
 	for _, n := range st.ClusterNames() {
 		if !strings.Contains(n, ".internal.") {
@@ -49,6 +53,7 @@ func viewOf(st adsclient.State) meshView {
 		}
 	}
 	slices.Sort(v.ports)
+	slices.Sort(v.binds)
 	slices.Sort(v.sans)
 	v.sans = slices.Compact(v.sans)
 	return v
@@ -56,7 +61,8 @@ func viewOf(st adsclient.State) meshView {
 
 // TestMeshMatchesConsulXDS: for the same registrations, Consul's own xDS
 // server (this Consul's gRPC port) and the bridge give web's sidecar the
-// same listener ports, upstream cluster names and SPIFFE SANs.
+// same listener addresses and ports, upstream cluster names and SNI, and
+// SPIFFE SANs; and an intention reaches both (timed, logged).
 func TestMeshMatchesConsulXDS(t *testing.T) {
 	agent := consultest.Start(t)
 	registerMesh(t, agent)
@@ -86,8 +92,8 @@ func TestMeshMatchesConsulXDS(t *testing.T) {
 	bc, ours := dial(h.daemon.XDSAddr().String())
 	t.Logf("Consul: %+v", consul)
 	t.Logf("bridge: %+v", ours)
-	if !slices.Equal(consul.ports, ours.ports) {
-		t.Errorf("listener ports: Consul %v, bridge %v", consul.ports, ours.ports)
+	if !slices.Equal(consul.ports, ours.ports) || !slices.Equal(consul.binds, ours.binds) {
+		t.Errorf("listener addresses: Consul %v, bridge %v", consul.binds, ours.binds)
 	}
 	if !slices.Equal(consul.clusters, ours.clusters) {
 		t.Errorf("upstream clusters: Consul %v, bridge %v", consul.clusters, ours.clusters)

@@ -31,6 +31,11 @@ type Mesh struct {
 	// RootsPEM holds every root the CA lists (sorted by id), so a peer
 	// whose leaf is signed by a root being rotated out still verifies.
 	RootsPEM string `json:"-"`
+	// Endpoints are, by upstream service, the instances that accept its
+	// mesh traffic (/v1/health/connect/SERVICE: its sidecars and its
+	// Connect-native instances), sorted by (Node, ID). A service no
+	// sidecar dials is not read.
+	Endpoints map[string][]Proxy `json:"endpoints,omitempty"`
 	// Leaves are the services' leaf certificates by service, in central
 	// mode only.
 	Leaves map[string]Leaf `json:"-"`
@@ -68,6 +73,9 @@ type Proxy struct {
 	Upstreams []Upstream `json:",omitempty"`
 	// Status aggregates the proxy's own and its node's checks.
 	Status Status
+	// Native marks a Connect-native instance (no sidecar: the service
+	// itself speaks mTLS); Service and ServiceID are then its own.
+	Native bool `json:",omitempty"`
 }
 
 // Upstream is one upstream of a proxy registration.
@@ -148,7 +156,7 @@ func (w *MeshWatcher) Updates() <-chan MeshUpdate { return w.updates }
 const proxyFilter = `ServiceKind == "connect-proxy"`
 
 type meshEvent struct {
-	kind    string // "list", "proxies", "roots", "leaf", "default"
+	kind    string // "list", "proxies", "connect", "roots", "leaf", "default"
 	key     string // proxy service name or leaf service
 	gen     uint64
 	names   []string
@@ -225,6 +233,8 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 		gen       uint64
 		proxyW    = map[string]*meshWatch{}
 		leafW     = map[string]*meshWatch{}
+		connectW  = map[string]*meshWatch{}
+		endpoints = map[string][]Proxy{}
 		proxies   = map[string][]Proxy{}
 		leaves    = map[string]Leaf{}
 		listRead  bool
@@ -253,6 +263,23 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 			defer v.slots.leave()
 			v.run(ctx, func(p []Proxy, _ uint64, at time.Time) {
 				send(ctx, meshEvent{kind: "proxies", key: name, gen: g, proxies: p, at: at})
+			})
+		}
+	}
+	runConnect := func(service string) func(context.Context, uint64) {
+		return func(ctx context.Context, g uint64) {
+			v := view[[]Proxy]{
+				id: "health_connect(" + service + ")",
+				fetch: func(q *api.QueryOptions) ([]Proxy, *api.QueryMeta, error) {
+					entries, meta, err := w.cfg.Client.Health().Connect(service, "", false, q)
+					return newConnectEndpoints(entries), meta, err
+				},
+				equal: equalProxies, opts: w.cfg.Query, log: log, result: result("health_connect"),
+			}
+			v.slots = join(v.id)
+			defer v.slots.leave()
+			v.run(ctx, func(p []Proxy, _ uint64, at time.Time) {
+				send(ctx, meshEvent{kind: "connect", key: service, gen: g, proxies: p, at: at})
 			})
 		}
 	}
@@ -299,14 +326,34 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 				start(proxyW, n, runProxies(n))
 			}
 		}
-		if !w.cfg.Central {
-			return
-		}
+		upstreams := map[string]bool{}
 		services := map[string]bool{}
 		for _, ps := range proxies {
 			for _, p := range ps {
 				services[p.Service] = true
+				for _, u := range p.Upstreams {
+					// Local upstreams only: the mesh's endpoints in other
+					// datacenters are reached through gateways.
+					if (u.Type == "" || u.Type == "service") && (u.Datacenter == "" || u.Datacenter == p.Datacenter) && u.Service != "" {
+						upstreams[u.Service] = true
+					}
+				}
 			}
+		}
+		for s, mw := range connectW {
+			if !upstreams[s] {
+				mw.cancel()
+				delete(connectW, s)
+				delete(endpoints, s)
+			}
+		}
+		for _, s := range slices.Sorted(maps.Keys(upstreams)) {
+			if connectW[s] == nil {
+				start(connectW, s, runConnect(s))
+			}
+		}
+		if !w.cfg.Central {
+			return
 		}
 		for s, mw := range leafW {
 			if !services[s] {
@@ -330,9 +377,11 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 				return false
 			}
 		}
-		for _, mw := range leafW {
-			if !mw.read {
-				return false
+		for _, set := range []map[string]*meshWatch{leafW, connectW} {
+			for _, mw := range set {
+				if !mw.read {
+					return false
+				}
 			}
 		}
 		return true
@@ -361,6 +410,13 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 			mw.read = true
 			proxies[ev.key] = ev.proxies
 			reconcile(names)
+		case "connect":
+			mw := connectW[ev.key]
+			if mw == nil || mw.gen != ev.gen {
+				continue
+			}
+			mw.read = true
+			endpoints[ev.key] = ev.proxies
 		case "leaf":
 			mw := leafW[ev.key]
 			if mw == nil || mw.gen != ev.gen {
@@ -376,12 +432,12 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 			continue
 		}
 		published = true
-		w.publish(proxies, rootList, leaves, def, ev.at)
+		w.publish(proxies, endpoints, rootList, leaves, def, ev.at)
 	}
 }
 
-func (w *MeshWatcher) publish(proxies map[string][]Proxy, roots *api.CARootList, leaves map[string]Leaf, def ir.IntentionAction, at time.Time) {
-	m := &Mesh{TrustDomain: roots.TrustDomain, DefaultIntention: def, Leaves: maps.Clone(leaves)}
+func (w *MeshWatcher) publish(proxies, endpoints map[string][]Proxy, roots *api.CARootList, leaves map[string]Leaf, def ir.IntentionAction, at time.Time) {
+	m := &Mesh{TrustDomain: roots.TrustDomain, DefaultIntention: def, Leaves: maps.Clone(leaves), Endpoints: maps.Clone(endpoints)}
 	for _, ps := range proxies {
 		m.Proxies = append(m.Proxies, ps...)
 	}
@@ -481,6 +537,25 @@ func NewProxies(entries []*api.ServiceEntry) []Proxy {
 	return out
 }
 
+// newConnectEndpoints normalises a /v1/health/connect response: the
+// service's sidecars (as NewProxies) and its Connect-native instances.
+func newConnectEndpoints(entries []*api.ServiceEntry) []Proxy {
+	out := NewProxies(entries)
+	for _, e := range entries {
+		if e == nil || e.Node == nil || e.Service == nil || e.Service.Kind != api.ServiceKindTypical || e.Service.Connect == nil || !e.Service.Connect.Native {
+			continue
+		}
+		s := e.Service
+		out = append(out, Proxy{
+			ID: s.ID, Name: s.Service, Node: e.Node.Node, Datacenter: e.Node.Datacenter, NodeMeta: mapCopy(e.Node.Meta),
+			Address: cmp.Or(s.Address, e.Node.Address), ServiceAddress: s.Address, Port: s.Port,
+			Service: s.Service, ServiceID: s.ID, Status: aggregate(e.Checks), Native: true,
+		})
+	}
+	slices.SortFunc(out, func(a, b Proxy) int { return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID)) })
+	return out
+}
+
 func configString(m map[string]any, k string) string {
 	s, _ := m[k].(string)
 	return s
@@ -491,7 +566,7 @@ func equalProxies(a, b []Proxy) bool {
 		return x.ID == y.ID && x.Name == y.Name && x.Node == y.Node && x.Datacenter == y.Datacenter &&
 			maps.Equal(x.NodeMeta, y.NodeMeta) && x.Address == y.Address && x.ServiceAddress == y.ServiceAddress && x.Port == y.Port &&
 			x.Service == y.Service && x.ServiceID == y.ServiceID && x.LocalAddress == y.LocalAddress &&
-			x.LocalPort == y.LocalPort && x.Protocol == y.Protocol && x.Status == y.Status &&
+			x.LocalPort == y.LocalPort && x.Protocol == y.Protocol && x.Status == y.Status && x.Native == y.Native &&
 			slices.Equal(x.Upstreams, y.Upstreams)
 	})
 }

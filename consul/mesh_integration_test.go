@@ -66,6 +66,12 @@ func TestMeshWatcherAgainstConsul(t *testing.T) {
 	if !strings.HasSuffix(m.TrustDomain, ".consul") || !strings.Contains(m.RootsPEM, "BEGIN CERTIFICATE") || m.DefaultIntention != ir.IntentionAllow {
 		t.Errorf("trust domain %q, roots %d bytes, default %q", m.TrustDomain, len(m.RootsPEM), m.DefaultIntention)
 	}
+	if eps := m.Endpoints["api"]; len(eps) != 1 || eps[0].ID != "api-sidecar-proxy" || eps[0].Port != m.Proxies[0].Port {
+		t.Errorf("api's connect endpoints = %+v", eps)
+	}
+	if _, ok := m.Endpoints["web"]; ok {
+		t.Error("web's connect health is read, but no sidecar dials web")
+	}
 	for _, svc := range []string{"web", "api"} {
 		l := m.Leaves[svc]
 		if l.ServiceURI != ir.SPIFFEID(m.TrustDomain, "dc1", svc) || !strings.Contains(l.CertPEM, "BEGIN CERTIFICATE") || len(l.KeyPEM) == 0 {

@@ -230,12 +230,18 @@ func (mb *meshBuilder) meshCluster(name, service, dc, protocol string) ir.Cluste
 		CircuitBreaker: s.CircuitBreaker, OutlierDetection: s.OutlierDetection, ZoneAware: s.ZoneAware,
 		TLS: &ir.UpstreamTLS{SNI: name, CASecret: ir.RootsSecretName, MatchURISAN: ir.SPIFFEID(mb.mesh.TrustDomain, dc, service)},
 	}
-	var sidecars []consul.Proxy
-	for _, p := range mb.mesh.Proxies {
-		if p.Service == service && p.Datacenter == dc {
-			sidecars = append(sidecars, p)
+	// What /v1/health/connect says accepts the service's mesh traffic
+	// (its sidecars and Connect-native instances); without it (a mesh
+	// read from a fixture), the registered sidecars of the service.
+	sidecars, read := mb.mesh.Endpoints[service]
+	if !read {
+		for _, p := range mb.mesh.Proxies {
+			if p.Service == service {
+				sidecars = append(sidecars, p)
+			}
 		}
 	}
+	sidecars = slices.DeleteFunc(slices.Clone(sidecars), func(p consul.Proxy) bool { return p.Datacenter != dc })
 	if len(sidecars) == 0 {
 		b.warn("mesh cluster %q: service %q has no Connect sidecar in datacenter %q (yet)", name, service, dc)
 	}
@@ -245,7 +251,9 @@ func (mb *meshBuilder) meshCluster(name, service, dc, protocol string) ir.Cluste
 		// A sidecar forwards to its destination instance: it is healthy
 		// only when both pass (Consul's sidecar_service adds an alias
 		// check for this; a hand-registered proxy may lack it).
-		in.Status = worse(in.Status, destinationStatus(dest, p))
+		if !p.Native {
+			in.Status = worse(in.Status, destinationStatus(dest, p))
+		}
 		ep, warn := endpoint(in, s.OnlyPassing)
 		if warn != "" {
 			b.warn("Connect sidecar %q of %q on node %q: %s", p.ID, service, p.Node, warn)

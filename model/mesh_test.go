@@ -177,3 +177,18 @@ func TestMeshCentralWithoutLeaf(t *testing.T) {
 		t.Errorf("no warning: %q", warnings)
 	}
 }
+
+// TestMeshNativeEndpoints: the upstream's endpoints are what its connect
+// health lists, Connect-native instances included (healthy on their own
+// checks: they are their own destination).
+func TestMeshNativeEndpoints(t *testing.T) {
+	cat := meshCatalog(consul.StatusPassing, consul.StatusPassing)
+	cat.Mesh.Endpoints = map[string][]consul.Proxy{"api": {
+		{ID: "api-native", Node: "vm-c", Datacenter: "dc1", Address: "10.0.0.3", Port: 8443, Service: "api", ServiceID: "api-native", Status: consul.StatusPassing, Native: true},
+	}}
+	m, _ := Build(cat, meshPolicy(t, "mesh {}\n"))
+	c := m.Cluster(ir.MeshClusterName("api", "dc1", td))
+	if c == nil || len(c.Endpoints) != 1 || c.Endpoints[0].Port != 8443 || c.Endpoints[0].Health != ir.Healthy {
+		t.Fatalf("mesh cluster = %+v", c)
+	}
+}

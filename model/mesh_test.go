@@ -91,7 +91,9 @@ func TestMeshEndpointHealth(t *testing.T) {
 // app and its upstreams only; leaves (central mode) only in their own
 // sidecar's group; reserved names rejected.
 func TestMeshGroups(t *testing.T) {
-	pol := meshPolicy(t, "mesh {\n  mode = \"central\"\n}\nproxy \"sidecar:x\" {\n  upstreams = [\"api\"]\n}\nproxy \"web-envoys\" {\n  sidecar_for = \"web\"\n}\n")
+	pol := meshPolicy(t, "mesh {\n  mode = \"central\"\n}\nproxy \"web-envoys\" {\n  sidecar_for = \"web\"\n}\n")
+	// The policy refuses the name; the model does not rely on it.
+	pol.Proxies = append(pol.Proxies, &policy.Proxy{Name: "sidecar:x", Upstreams: []string{"api"}})
 	m, warnings := Build(meshCatalog(consul.StatusPassing, consul.StatusPassing), pol)
 	if err := m.Validate(); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
@@ -190,4 +191,49 @@ func verifyLeaf(t *testing.T, st adsclient.State, roots *api.CARootList, uri str
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 		t.Errorf("leaf does not chain to Consul's root: %v", err)
 	}
+}
+
+// TestMeshSidecarRegisteredWhileConnected: an Envoy that connects before
+// its sidecar is registered is not left on the wrong world: once the
+// registration is served its stream is closed with Unavailable, and the
+// reconnection gets the sidecar's listeners.
+func TestMeshSidecarRegisteredWhileConnected(t *testing.T) {
+	agent := consultest.Start(t)
+	registerMesh(t, agent)
+	h := startMeshBridge(t, agent, "mesh {}\n")
+	cfg := adsclient.Config{Addr: h.daemon.XDSAddr().String(), NodeID: "db-sidecar-proxy", Cluster: "db", InitialFetchTimeout: -1}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := adsclient.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if _, err := c.Wait(ctx, func(s adsclient.State) bool { return len(s.ClusterNames()) > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.Client().Agent().ServiceRegister(&api.AgentServiceRegistration{Name: "db", Port: 5432,
+		Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}}); err != nil {
+		t.Fatal(err)
+	}
+	registered := time.Now()
+	select {
+	case <-c.Done():
+	case <-ctx.Done():
+		t.Fatal("the stream of a node that became a sidecar was not closed")
+	}
+	if !strings.Contains(fmt.Sprint(c.Err()), "code = "+codes.Unavailable.String()) {
+		t.Fatalf("stream ended with %v, want Unavailable", c.Err())
+	}
+	c, err = adsclient.Dial(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	db := proxyService(t, agent, "db-sidecar-proxy")
+	public := ir.PublicListenerName(ir.SidecarGroupName(db.Node, "db-sidecar-proxy"))
+	if _, err := c.Wait(ctx, func(s adsclient.State) bool { return s.Listener(public) != nil }); err != nil {
+		t.Fatalf("reconnected sidecar: %v", err)
+	}
+	t.Logf("registration to the sidecar's public listener (close, reconnect included): %s", time.Since(registered))
 }

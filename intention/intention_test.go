@@ -73,19 +73,21 @@ func TestResolve(t *testing.T) {
 		},
 		"wildcard namespace below the default namespace's wildcard": {
 			entries: []Entry{{Destination: "api", Sources: []Source{
-				{Name: "*", Namespace: "*", Action: deny},
-				{Name: "web", Namespace: "default", Action: allow},
+				{Name: "*", Namespace: "*", Action: allow},
+				{Name: "web", Namespace: "default", Action: deny},
 			}}},
-			def: allow,
+			def: deny,
 			want: []ir.IntentionRule{
-				{Source: "web", Action: allow, Precedence: 9},
-				{Source: "*", Action: deny, Precedence: 7},
+				{Source: "web", Action: deny, Precedence: 9},
+				{Source: "*", Action: allow, Precedence: 7},
 			},
 		},
-		"foreign and other-namespace sources never match": {
+		"peers, and allows elsewhere, never match": {
 			entries: []Entry{{Destination: "api", Sources: []Source{
-				{Name: "web", Namespace: "team-a", Action: deny},
-				{Name: "web", Foreign: true, Action: deny},
+				{Name: "web", Peer: "east", Action: deny},
+				{Name: "web", Namespace: "team-a", Action: allow},
+				{Name: "web", Partition: "eu", Action: allow},
+				{Name: "web", SamenessGroup: "all", Action: allow},
 				l4("batch", allow),
 			}}},
 			def:  deny,
@@ -160,6 +162,10 @@ func TestResolveErrors(t *testing.T) {
 		"action and permissions":    {entries: []Entry{{Destination: "api", Sources: []Source{{Name: "web", Action: ir.IntentionAllow, Permissions: []Permission{{Action: ir.IntentionAllow}}}}}}, want: "both an action and permissions"},
 		"duplicate source":          {entries: []Entry{{Destination: "api", Sources: []Source{l4("web", ir.IntentionAllow), l4("web", ir.IntentionDeny)}}}, want: "appears twice"},
 		"duplicate entry":           {entries: []Entry{{Destination: "api"}, {Destination: "api"}}, want: "two entries"},
+		"deny in another namespace": {entries: []Entry{{Destination: "api", Sources: []Source{{Name: "web", Namespace: "team-a", Action: ir.IntentionDeny}}}}, want: `namespace "team-a"`},
+		"deny in another partition": {entries: []Entry{{Destination: "api", Sources: []Source{{Name: "web", Partition: "eu", Action: ir.IntentionDeny}}}}, want: `partition "eu"`},
+		"L7 in a sameness group":    {entries: []Entry{{Destination: "api", Sources: []Source{{Name: "web", SamenessGroup: "g", Permissions: []Permission{{Action: ir.IntentionAllow}}}}}}, want: `sameness group "g"`},
+		"deny in every namespace":   {entries: []Entry{{Destination: "api", Sources: []Source{{Name: "*", Namespace: "*", Action: ir.IntentionDeny}}}}, want: "every namespace"},
 		"exact after wildcard ns":   {entries: []Entry{{Destination: "api", Sources: []Source{{Name: "web", Namespace: "*", Action: ir.IntentionAllow}}}}, want: "cannot follow the wildcard namespace"},
 		"unsupported on entry":      {entries: []Entry{{Destination: "*", Unsupported: []string{"JWT requirement on the entry"}}}, want: "JWT requirement on the entry is not supported"},
 		"unsupported on source":     {entries: []Entry{{Destination: "api", Sources: []Source{{Name: "web", Action: ir.IntentionAllow, Unsupported: []string{`source type "x"`}}}}}, want: `source type "x" is not supported`},
@@ -246,7 +252,7 @@ func TestFromConfigEntry(t *testing.T) {
 	}
 	want := Entry{Destination: "api", Sources: []Source{
 		{Name: "web", Action: ir.IntentionAllow},
-		{Name: "db", Foreign: true, Action: ir.IntentionDeny},
+		{Name: "db", Peer: "other", Action: ir.IntentionDeny},
 		{Name: "ops", Action: ir.IntentionAllow, Unsupported: []string{`source type "external-uri"`}},
 		{Name: "admin", Unsupported: []string{"JWT requirement on a permission"}, Permissions: []Permission{
 			{Action: ir.IntentionAllow, HTTP: &HTTP{PathPrefix: "/admin", Methods: []string{"POST"}, Header: []Header{{Name: "x-role", Contains: "root", IgnoreCase: true, Invert: true}}}},
@@ -333,9 +339,14 @@ func TestResolveMatchesConsulsRule(t *testing.T) {
 					continue
 				}
 				used[[2]string{ns, s.Name}] = true
-				if rng.IntN(3) == 0 {
+				switch {
+				case ns != "":
+					// Only allows can be enforced outside the default
+					// namespace (TestResolveErrors has the rest).
+					s.Action = ir.IntentionAllow
+				case rng.IntN(3) == 0:
 					s.Permissions = []Permission{perms[rng.IntN(2)], perms[rng.IntN(2)]}
-				} else {
+				default:
 					s.Action = actions[rng.IntN(2)]
 				}
 				e.Sources = append(e.Sources, s)

@@ -1,6 +1,7 @@
 package consul
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -84,5 +85,37 @@ func TestMeshWatcherAgainstConsul(t *testing.T) {
 	m = nextMesh(t, w, "api's sidecar gone", func(m *Mesh) bool { return proxyIDs(m) == "web-sidecar-proxy>web" })
 	if _, ok := m.Leaves["api"]; ok {
 		t.Error("api's leaf is still followed after its last sidecar left")
+	}
+}
+
+// TestMeshDefaultIntentionFromACLs: with ACLs on and default_policy
+// deny, Consul's default intention is deny; a token that may not read
+// the agent (403) also gets deny, and a management token reads it.
+func TestMeshDefaultIntentionFromACLs(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t, consultest.WithHCL(`acl {
+  enabled        = true
+  default_policy = "deny"
+  tokens {
+    initial_management = "root"
+    agent              = "root"
+  }
+}`), consultest.WithToken("root"))
+	log := zerolog.New(zerolog.NewTestWriter(t))
+	for name, token := range map[string]string{"management": "root", "anonymous": "anonymous"} {
+		t.Run(name, func(t *testing.T) {
+			cfg := api.DefaultConfig()
+			cfg.Address, cfg.Token = agent.HTTPAddr(), token
+			c, err := api.NewClient(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w := NewMeshWatcher(MeshConfig{Client: c, Query: testQuery(), Logger: log})
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			if got := w.defaultIntention(ctx); got != ir.IntentionDeny {
+				t.Fatalf("default intention %q, want deny", got)
+			}
+		})
 	}
 }

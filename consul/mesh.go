@@ -31,10 +31,12 @@ type Mesh struct {
 	// RootsPEM holds every root the CA lists (sorted by id), so a peer
 	// whose leaf is signed by a root being rotated out still verifies.
 	RootsPEM string `json:"-"`
-	// Endpoints are, by upstream service, the instances that accept its
-	// mesh traffic (/v1/health/connect/SERVICE: its sidecars and its
-	// Connect-native instances), sorted by (Node, ID). A service no
-	// sidecar dials is not read.
+	// Endpoints are, by upstream (ServiceKey.String(): "api", or
+	// "api@dc2" for an upstream in another datacenter), the instances
+	// that accept its mesh traffic (/v1/health/connect/SERVICE: its
+	// sidecars and its Connect-native instances), sorted by (Node, ID).
+	// A service no sidecar dials is not read; a remote one whose
+	// datacenter never answered is absent.
 	Endpoints map[string][]Proxy `json:"endpoints,omitempty"`
 	// Leaves are the services' leaf certificates by service, in central
 	// mode only.
@@ -108,8 +110,27 @@ func (m *Mesh) Services() []ServiceKey {
 	set := map[ServiceKey]bool{}
 	for _, p := range m.Proxies {
 		set[ServiceKey{Name: p.Service}] = true
+		for _, k := range p.upstreamKeys() {
+			set[k] = true
+		}
 	}
 	return slices.SortedFunc(maps.Keys(set), compareKeys)
+}
+
+// upstreamKeys are the service upstreams of p, Datacenter "" for p's own.
+func (p Proxy) upstreamKeys() []ServiceKey {
+	var out []ServiceKey
+	for _, u := range p.Upstreams {
+		if (u.Type != "" && u.Type != "service") || u.Service == "" {
+			continue
+		}
+		k := ServiceKey{Name: u.Service}
+		if u.Datacenter != p.Datacenter {
+			k.Datacenter = u.Datacenter
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 // MeshConfig configures a MeshWatcher.
@@ -171,6 +192,9 @@ type meshWatch struct {
 	gen    uint64
 	cancel context.CancelFunc
 	read   bool
+	// remote marks a query on another datacenter, which never holds
+	// back the first publication (that datacenter may never answer).
+	remote bool
 }
 
 // Run follows the mesh until ctx ends. Errors back off and keep the last
@@ -266,20 +290,24 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 			})
 		}
 	}
-	runConnect := func(service string) func(context.Context, uint64) {
+	runConnect := func(k ServiceKey) func(context.Context, uint64) {
 		return func(ctx context.Context, g uint64) {
+			opts := w.cfg.Query
+			if k.Datacenter != "" {
+				opts.Datacenter = k.Datacenter
+			}
 			v := view[[]Proxy]{
-				id: "health_connect(" + service + ")",
+				id: "health_connect(" + k.String() + ")",
 				fetch: func(q *api.QueryOptions) ([]Proxy, *api.QueryMeta, error) {
-					entries, meta, err := w.cfg.Client.Health().Connect(service, "", false, q)
+					entries, meta, err := w.cfg.Client.Health().Connect(k.Name, "", false, q)
 					return newConnectEndpoints(entries), meta, err
 				},
-				equal: equalProxies, opts: w.cfg.Query, log: log, result: result("health_connect"),
+				equal: equalProxies, opts: opts, log: log, result: result("health_connect"),
 			}
 			v.slots = join(v.id)
 			defer v.slots.leave()
 			v.run(ctx, func(p []Proxy, _ uint64, at time.Time) {
-				send(ctx, meshEvent{kind: "connect", key: service, gen: g, proxies: p, at: at})
+				send(ctx, meshEvent{kind: "connect", key: k.String(), gen: g, proxies: p, at: at})
 			})
 		}
 	}
@@ -326,22 +354,18 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 				start(proxyW, n, runProxies(n))
 			}
 		}
-		upstreams := map[string]bool{}
+		upstreams := map[string]ServiceKey{}
 		services := map[string]bool{}
 		for _, ps := range proxies {
 			for _, p := range ps {
 				services[p.Service] = true
-				for _, u := range p.Upstreams {
-					// Local upstreams only: the mesh's endpoints in other
-					// datacenters are reached through gateways.
-					if (u.Type == "" || u.Type == "service") && (u.Datacenter == "" || u.Datacenter == p.Datacenter) && u.Service != "" {
-						upstreams[u.Service] = true
-					}
+				for _, k := range p.upstreamKeys() {
+					upstreams[k.String()] = k
 				}
 			}
 		}
 		for s, mw := range connectW {
-			if !upstreams[s] {
+			if _, ok := upstreams[s]; !ok {
 				mw.cancel()
 				delete(connectW, s)
 				delete(endpoints, s)
@@ -349,7 +373,9 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 		}
 		for _, s := range slices.Sorted(maps.Keys(upstreams)) {
 			if connectW[s] == nil {
-				start(connectW, s, runConnect(s))
+				k := upstreams[s]
+				start(connectW, s, runConnect(k))
+				connectW[s].remote = k.Datacenter != ""
 			}
 		}
 		if !w.cfg.Central {
@@ -379,7 +405,7 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 		}
 		for _, set := range []map[string]*meshWatch{leafW, connectW} {
 			for _, mw := range set {
-				if !mw.read {
+				if !mw.read && !mw.remote {
 					return false
 				}
 			}

@@ -39,14 +39,17 @@ func nextMesh(t *testing.T, w *MeshWatcher, what string, pred func(*Mesh) bool) 
 // TestMeshWatcherAgainstConsul: the sidecars Consul has, with their
 // upstreams, the CA's trust domain and roots, Consul's default intention
 // and (central) each sidecar service's leaf; a deregistered sidecar and
-// its leaf go. The watcher shares a catalog watcher's two query slots.
+// its leaf go; an upstream in a datacenter that never answers holds
+// nothing back. The watcher shares a catalog watcher's two query slots.
 func TestMeshWatcherAgainstConsul(t *testing.T) {
 	t.Parallel()
 	agent := consultest.Start(t)
 	c := agent.Client()
 	for _, reg := range []*api.AgentServiceRegistration{
 		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
-			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "api", LocalBindPort: 9191}}}}}},
+			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "api", LocalBindPort: 9191},
+				// A datacenter that does not exist must hold nothing back.
+				{DestinationName: "api", Datacenter: "dc9", LocalBindPort: 9292}}}}}},
 		{Name: "api", Port: 9090, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}},
 	} {
 		if err := c.Agent().ServiceRegister(reg); err != nil {
@@ -61,7 +64,10 @@ func TestMeshWatcherAgainstConsul(t *testing.T) {
 
 	m := nextMesh(t, w, "both sidecars", func(m *Mesh) bool { return proxyIDs(m) == "api-sidecar-proxy>api,web-sidecar-proxy>web" })
 	web := m.Proxies[1]
-	if web.LocalPort != 8080 || len(web.Upstreams) != 1 || web.Upstreams[0].Service != "api" || web.Upstreams[0].BindPort != 9191 || web.Port == 0 {
+	if _, ok := m.Endpoints["api@dc9"]; ok {
+		t.Error("endpoints of a datacenter that never answered")
+	}
+	if web.LocalPort != 8080 || len(web.Upstreams) != 2 || web.Upstreams[0].Service != "api" || web.Upstreams[0].BindPort != 9191 || web.Port == 0 {
 		t.Errorf("web's sidecar = %+v", web)
 	}
 	if !strings.HasSuffix(m.TrustDomain, ".consul") || !strings.Contains(m.RootsPEM, "BEGIN CERTIFICATE") || m.DefaultIntention != ir.IntentionAllow {

@@ -188,7 +188,7 @@ func (mb *meshBuilder) group(name string, p consul.Proxy) (ir.Group, bool) {
 			// clusters, which have no mesh counterparts yet.
 		}
 		if _, ok := mb.clusters["mesh\x00"+base]; !ok {
-			mb.clusters["mesh\x00"+base] = mb.meshCluster(base, u.Service, udc, mu.Protocol)
+			mb.clusters["mesh\x00"+base] = mb.meshCluster(base, u.Service, udc, dc, mu.Protocol)
 		}
 		if mb.dialers[base] == nil {
 			mb.dialers[base] = map[string]bool{}
@@ -221,7 +221,7 @@ func (mb *meshBuilder) protocol(who, proxy, service string) string {
 // meshCluster is the cluster of service's sidecars in dc: TLS to the
 // sidecars with the roots and the service's SPIFFE id. The client
 // certificate is filled in finish, once its dialers are known.
-func (mb *meshBuilder) meshCluster(name, service, dc, protocol string) ir.Cluster {
+func (mb *meshBuilder) meshCluster(name, service, dc, localDC, protocol string) ir.Cluster {
 	b := mb.b
 	s := serviceSettings(b.pol, service)
 	c := ir.Cluster{
@@ -230,10 +230,17 @@ func (mb *meshBuilder) meshCluster(name, service, dc, protocol string) ir.Cluste
 		CircuitBreaker: s.CircuitBreaker, OutlierDetection: s.OutlierDetection, ZoneAware: s.ZoneAware,
 		TLS: &ir.UpstreamTLS{SNI: name, CASecret: ir.RootsSecretName, MatchURISAN: ir.SPIFFEID(mb.mesh.TrustDomain, dc, service)},
 	}
-	// What /v1/health/connect says accepts the service's mesh traffic
-	// (its sidecars and Connect-native instances); without it (a mesh
-	// read from a fixture), the registered sidecars of the service.
-	sidecars, read := mb.mesh.Endpoints[service]
+	// The endpoints are what /v1/health/connect says accepts the
+	// service's mesh traffic (its sidecars and Connect-native instances)
+	// in dc, keyed as the watcher and the catalog key it ("" is the local
+	// datacenter); without it (a mesh read from a fixture), the
+	// registered sidecars of the service.
+	keyDC := dc
+	if dc == localDC {
+		keyDC = ""
+	}
+	key := consul.ServiceKey{Datacenter: keyDC, Name: service}
+	sidecars, read := mb.mesh.Endpoints[key.String()]
 	if !read {
 		for _, p := range mb.mesh.Proxies {
 			if p.Service == service {
@@ -245,7 +252,7 @@ func (mb *meshBuilder) meshCluster(name, service, dc, protocol string) ir.Cluste
 	if len(sidecars) == 0 {
 		b.warn("mesh cluster %q: service %q has no Connect sidecar in datacenter %q (yet)", name, service, dc)
 	}
-	dest := b.cat.Service("", service)
+	dest := b.cat.Service(keyDC, service)
 	for _, p := range sidecars {
 		in := consul.Instance{ID: p.ID, Node: p.Node, Datacenter: p.Datacenter, Address: p.Address, Port: p.Port, NodeMeta: p.NodeMeta, Status: p.Status}
 		// A sidecar forwards to its destination instance: it is healthy

@@ -194,3 +194,29 @@ func TestMeshNativeEndpoints(t *testing.T) {
 		t.Fatalf("mesh cluster = %+v", c)
 	}
 }
+
+// TestMeshRemoteUpstream: an upstream in another datacenter is Consul's
+// cluster of that datacenter (name, SNI, SAN), with the endpoints its
+// connect health there lists, healthy as their destinations there are.
+func TestMeshRemoteUpstream(t *testing.T) {
+	local := meshCatalog(consul.StatusPassing, consul.StatusPassing)
+	cat := consul.NewCatalog(append(local.Services, &consul.Service{Name: "api", Datacenter: "dc2", Instances: []consul.Instance{
+		{ID: "api-9", Node: "far", Datacenter: "dc2", Address: "10.9.0.1", Port: 9090, Status: consul.StatusPassing}}}))
+	cat.Mesh = local.Mesh
+	cat.Mesh.Proxies[1].Upstreams = []consul.Upstream{{Service: "api", Datacenter: "dc2", BindPort: 9292}}
+	cat.Mesh.Endpoints = map[string][]consul.Proxy{"api@dc2": {
+		{ID: "api-sidecar-proxy", Node: "far", Datacenter: "dc2", Address: "10.9.0.1", Port: 21001, Service: "api", ServiceID: "api-9", Status: consul.StatusPassing},
+	}}
+	m, _ := Build(cat, meshPolicy(t, "mesh {}\n"))
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	name := ir.MeshClusterName("api", "dc2", td)
+	c := m.Cluster(name)
+	if c == nil || c.TLS.SNI != name || c.TLS.MatchURISAN != ir.SPIFFEID(td, "dc2", "api") {
+		t.Fatalf("remote mesh cluster = %+v", c)
+	}
+	if len(c.Endpoints) != 1 || c.Endpoints[0].Port != 21001 || c.Endpoints[0].Health != ir.Healthy {
+		t.Errorf("endpoints = %+v", c.Endpoints)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/plan"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
@@ -70,11 +71,24 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	cat, err := consul.FetchCatalog(ctx, client, model.WatchTargets(cfg.Policy), consul.QueryOptions{Datacenter: s.Datacenter, Stale: s.Stale})
+	q := consul.QueryOptions{Datacenter: s.Datacenter, Stale: s.Stale}
+	targets := model.WatchTargets(cfg.Policy)
+	var mesh *consul.Mesh
+	if cfg.Policy.UsesMesh() {
+		// The daemon joins the mesh's registrations, CA, intentions and
+		// protocols to the catalog; so does the plan, read once.
+		if mesh, err = consul.FetchMesh(ctx, client, cfg.Policy.CentralMesh(), q); err != nil {
+			fmt.Fprintf(stderr, "plan: reading Consul's mesh: %v\n", err)
+			return 1
+		}
+		targets.Services = append(targets.Services, mesh.Services()...)
+	}
+	cat, err := consul.FetchCatalog(ctx, client, targets, q)
 	if err != nil {
 		fmt.Fprintf(stderr, "plan: reading Consul: %v\n", err)
 		return 1
 	}
+	cat.Mesh = mesh
 	m, warnings := model.Build(cat, cfg.Policy)
 	for _, w := range warnings {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
@@ -85,19 +99,26 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 
-	targets := []string{""} // shared clusters and endpoints
+	keys := []string{""} // shared clusters and endpoints
 	if *cluster != "" {
-		targets = []string{*cluster}
+		keys = []string{*cluster}
 	} else {
 		for _, p := range cfg.Policy.Proxies {
-			targets = append(targets, p.Name)
+			keys = append(keys, p.Name)
+		}
+		for _, g := range m.Groups {
+			if strings.HasPrefix(g.Name, ir.SidecarGroupPrefix) {
+				keys = append(keys, g.Name) // registered sidecars are groups too
+			}
 		}
 	}
 	changed := false
-	for _, nc := range targets {
+	for _, nc := range keys {
 		group := ""
 		if p := cfg.Policy.ProxyFor(nc); p != nil {
 			group = p.Name
+		} else if strings.HasPrefix(nc, ir.SidecarGroupPrefix) {
+			group = nc // a sidecar's group is its own key
 		}
 		var running xds.ConfigDump
 		if err := admin.getJSON("/v1/config_dump?cluster="+url.QueryEscape(nc), &running); err != nil {

@@ -146,6 +146,9 @@ func peerCert(ctx context.Context) *x509.Certificate {
 }
 
 func certIdentity(c *x509.Certificate) string {
+	if c == nil {
+		return "no certificate"
+	}
 	var ids []string
 	for _, u := range c.URIs {
 		ids = append(ids, u.String())

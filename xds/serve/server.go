@@ -164,6 +164,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.metrics = newMetrics(cfg.Registerer, log)
 	s.scope = newScopeLog(cfg.Registerer, log)
 	s.sidecars = newSidecars(log, cfg.Sidecars)
+	s.sidecars.authorize = cfg.AuthorizeNodes
 	s.cache.watched = s.watched
 	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode, s.forgetKey, newAdmission(cfg.MaxInitialSyncs, s.metrics))
 	s.history = newHistory()

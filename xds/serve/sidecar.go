@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"slices"
@@ -62,6 +63,9 @@ type sidecars struct {
 	ready     chan struct{}
 	readyOnce sync.Once
 	wait      bool
+	// authorize is authorize_nodes: a sidecar's certificate must name
+	// its service (sidecarAuthorized).
+	authorize bool
 
 	mu      sync.Mutex
 	index   map[string][]SidecarInfo // by proxy id, sorted by node
@@ -261,7 +265,15 @@ func (st *sidecarStream) keyNode(node *corev3.Node) error {
 		st.nodeID, st.announced = node.GetId(), node.GetCluster()
 		st.consulNode = node.GetMetadata().GetFields()[ConsulNodeMetadata].GetStringValue()
 		var msg string
-		st.key, _, msg = sc.keyLocked(st.nodeID, st.consulNode, st.announced)
+		var info *SidecarInfo
+		st.key, info, msg = sc.keyLocked(st.nodeID, st.consulNode, st.announced)
+		if info != nil && sc.authorize {
+			if cert := peerCert(st.Context()); !sidecarAuthorized(cert, info) {
+				sc.log.Warn().Str("node", st.nodeID).Str("service", info.Service).Str("certificate", certIdentity(cert)).
+					Msg("refused Connect sidecar: certificate does not name its service")
+				return status.Errorf(codes.PermissionDenied, "node %q is the Connect sidecar of %q: the client certificate (%s) must name that service (URI SAN .../svc/%s, as its Connect leaf does, or /group/%s)", st.nodeID, info.Service, certIdentity(cert), info.Service, info.Service)
+			}
+		}
 		if msg != "" && !sc.warned[st.nodeID] {
 			if len(sc.warned) > maxRemembered {
 				clear(sc.warned)
@@ -297,3 +309,37 @@ func (sc *sidecars) restKey(node *corev3.Node) (string, error) {
 
 // errReservedCluster: a client announced a sidecar group's name itself.
 var errReservedCluster = errors.New("reserved node.cluster")
+
+// sidecarAuthorized: under authorize_nodes the node.cluster a sidecar
+// announces proves nothing, since it is served by node id and its group
+// carries its service's identity (in central mode, the leaf and key). So
+// its certificate must name that service: a URI SAN ending in
+// /svc/SERVICE (the service's Connect leaf, or any SPIFFE id of that
+// form) or one that authorizes node.cluster SERVICE (/group/SERVICE).
+func sidecarAuthorized(cert *x509.Certificate, info *SidecarInfo) bool {
+	if cert == nil {
+		return false
+	}
+	for _, u := range cert.URIs {
+		if strings.HasSuffix(strings.TrimRight(u.Path, "/"), "/svc/"+info.Service) ||
+			uriAuthorizes(u, &corev3.Node{Cluster: info.Service}) {
+			return true
+		}
+	}
+	return false
+}
+
+// authorizeSidecarREST is sidecarAuthorized for a REST poll's node: nil
+// unless the node is a sidecar its certificate does not name.
+func (sc *sidecars) authorizeREST(cert *x509.Certificate, node *corev3.Node) *SidecarInfo {
+	if !sc.authorize {
+		return nil
+	}
+	sc.mu.Lock()
+	_, info, _ := sc.keyLocked(node.GetId(), node.GetMetadata().GetFields()[ConsulNodeMetadata].GetStringValue(), node.GetCluster())
+	sc.mu.Unlock()
+	if info == nil || sidecarAuthorized(cert, info) {
+		return nil
+	}
+	return info
+}

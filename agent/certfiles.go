@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
 // Proxyless gRPC takes its mesh certificates from files: grpc-go's
@@ -30,9 +32,9 @@ import (
 // Names of the files in a service's certificate directory; the gRPC
 // bootstrap (xds.GRPCBootstrap) names the same files.
 const (
-	CertFileName  = "cert.pem"
-	KeyFileName   = "key.pem"
-	RootsFileName = "roots.pem"
+	CertFileName  = xds.MeshCertFile
+	KeyFileName   = xds.MeshKeyFile
+	RootsFileName = xds.MeshRootsFile
 )
 
 // writeLeafFiles writes svc's leaf and key under dir.

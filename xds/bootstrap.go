@@ -18,6 +18,8 @@ import (
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
 
 // BootstrapConfig describes the Envoy that `bootstrap` writes a file for.
@@ -76,7 +78,7 @@ const (
 	// MeshCertProvider is the certificate provider instance (gRFC A29)
 	// of a gRPC bootstrap with -mesh-cert-dir: the service's Connect leaf
 	// and key as identity, the Connect CA roots as trust bundle.
-	MeshCertProvider = "consul-connect"
+	MeshCertProvider = ir.MeshGRPCCertProvider
 	// MeshCertFile, MeshKeyFile and MeshRootsFile are the files in a
 	// service's certificate directory.
 	MeshCertFile  = "cert.pem"

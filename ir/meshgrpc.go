@@ -65,6 +65,11 @@ func MeshGRPCClusterName(service, datacenter, trustDomain string) string {
 	return MeshGRPCClusterPrefix + MeshClusterName(service, datacenter, trustDomain)
 }
 
+// GRPCOnly reports whether only proxyless gRPC clients can take c: its
+// TLS names a gRPC certificate provider instance, which an Envoy does not
+// have (it would reject the cluster, and with it the whole CDS update).
+func (c *Cluster) GRPCOnly() bool { return c.TLS != nil && c.TLS.CertificateProvider != "" }
+
 // validateMeshGRPC checks the mesh's gRPC servers: sorted by listener
 // name, unique, with a trust domain to name their callers by.
 func (m *Model) validateMeshGRPC() []error {
@@ -75,6 +80,16 @@ func (m *Model) validateMeshGRPC() []error {
 	for _, c := range m.Clusters {
 		if t := c.TLS; t != nil && t.CertificateProvider != "" && (t.CertificateSecret != "" || t.CASecret != "") {
 			errs = append(errs, fmt.Errorf("cluster %q: TLS from a certificate provider and from SDS secrets at once: %w", c.Name, ErrSecret))
+		}
+	}
+	for _, g := range m.Groups {
+		if g.Proxyless {
+			continue
+		}
+		for _, n := range g.Clusters {
+			if c := m.Cluster(n); c != nil && c.GRPCOnly() {
+				errs = append(errs, fmt.Errorf("group %q gets cluster %q, which only proxyless gRPC can take: %w", g.Name, n, ErrUnknownCluster))
+			}
 		}
 	}
 	for i := range m.MeshGRPCServers {

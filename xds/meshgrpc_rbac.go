@@ -146,7 +146,9 @@ func headerPermission(h *routev3.HeaderMatcher) *rbacv3.Permission {
 	return &rbacv3.Permission{Rule: &rbacv3.Permission_Header{Header: h}}
 }
 
-func anyPermission() *rbacv3.Permission { return &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}} }
+func anyPermission() *rbacv3.Permission {
+	return &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}}
+}
 
 func andRules(ps ...*rbacv3.Permission) *rbacv3.Permission {
 	return &rbacv3.Permission{Rule: &rbacv3.Permission_AndRules{AndRules: &rbacv3.Permission_Set{Rules: ps}}}

@@ -104,7 +104,9 @@ type IntentionRule struct {
 	// Action is set for an L4 intention; empty when Permissions are.
 	Action IntentionAction
 	// Permissions are L7 rules, evaluated in order: the first whose
-	// request match applies decides; a request none matches is denied.
+	// request match applies decides; a request none matches gets
+	// Intentions.Default (as in Consul: the source's rule still decides
+	// that no lower-precedence rule applies to it).
 	Permissions []IntentionPermission
 	// Precedence is Consul's precedence of the rule (higher wins), kept
 	// for operators and tests.
@@ -128,7 +130,12 @@ type IntentionHeader struct {
 	Name                         string
 	Present                      bool
 	Exact, Prefix, Suffix, Regex string
-	Invert                       bool
+	// Contains matches a value holding the text anywhere; IgnoreCase
+	// makes Exact, Prefix, Suffix and Contains case-insensitive (as
+	// Consul's header permissions have them).
+	Contains   string `json:",omitempty"`
+	IgnoreCase bool   `json:",omitempty"`
+	Invert     bool
 }
 
 // SPIFFEID is the identity Consul's Connect CA puts in a service's leaf

@@ -9,7 +9,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
-	rbacfilterv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/rbac/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
@@ -51,7 +50,7 @@ func translateMeshGRPCServers(m *ir.Model) ([]*listenerv3.Listener, error) {
 	var out []*listenerv3.Listener
 	var errs []error
 	for i := range m.MeshGRPCServers {
-		l, err := buildMeshGRPCServerListener(&m.MeshGRPCServers[i], m.Mesh.TrustDomain)
+		l, err := buildMeshGRPCServerListener(&m.MeshGRPCServers[i])
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -84,8 +83,10 @@ func addMeshGRPCServers(r *Resources, m *ir.Model) error {
 	return validateAll(&Resources{Listeners: ls})
 }
 
-func buildMeshGRPCServerListener(s *ir.MeshGRPCServer, trustDomain string) (*listenerv3.Listener, error) {
-	rbac, err := meshGRPCRBAC(s.Intentions, trustDomain)
+func buildMeshGRPCServerListener(s *ir.MeshGRPCServer) (*listenerv3.Listener, error) {
+	// The same RBAC as Envoy sidecars get (intentions.go): grpc-go
+	// enforces the HTTP RBAC filter of its inbound listener (gRFC A41).
+	rbac, err := HTTPRBACFilter(s.Intentions)
 	if err != nil {
 		return nil, fmt.Errorf("mesh gRPC server %q (%s): %w", s.Service, s.ListenerName(), err)
 	}
@@ -103,10 +104,7 @@ func buildMeshGRPCServerListener(s *ir.MeshGRPCServer, trustDomain string) (*lis
 				}},
 			}},
 		}},
-		HttpFilters: []*hcmv3.HttpFilter{
-			{Name: wellknown.HTTPRoleBasedAccessControl, ConfigType: &hcmv3.HttpFilter_TypedConfig{TypedConfig: mustAny(&rbacfilterv3.RBAC{Rules: rbac})}},
-			routerHTTPFilter(),
-		},
+		HttpFilters: []*hcmv3.HttpFilter{rbac, routerHTTPFilter()},
 	}
 	return &listenerv3.Listener{
 		Name:             name,

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/configentry"
@@ -17,6 +18,8 @@ type configEntries struct {
 	needed  bool
 	updates <-chan consul.ConfigEntriesUpdate
 	docs    *configDocs
+	// last are the policy kinds' entries docs was made from.
+	last []api.ConfigEntry
 }
 
 // configDocs is one translation of the entries; never changed once made

@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/configentry"
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/unixsock"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
@@ -280,13 +279,24 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Go(func() { fail(d.xds.Serve(ctx, xdsLis)) })
 	wg.Go(func() { fail(d.serveAdmin(ctx, adminLis)) })
 	var ce configEntries
-	if s.Consul.ConfigEntries {
-		cw := consul.NewConfigEntriesWatcher(consul.ConfigEntriesConfig{Client: client, Kinds: configentry.Kinds, Query: q, Logger: consulLog, OnQuery: d.consulQuery})
-		ce = configEntries{needed: true, updates: cw.Updates()}
+	mesh := meshState{needed: meshWanted(d.cfg.Policy)}
+	if kinds := configKinds(s.Consul.ConfigEntries, mesh.needed); len(kinds) > 0 {
+		// One watcher for the policy's kinds and the mesh's, so a kind
+		// both read (service-defaults) is one query.
+		cw := consul.NewConfigEntriesWatcher(consul.ConfigEntriesConfig{Client: client, Kinds: kinds, Query: q, Logger: consulLog, OnQuery: d.consulQuery})
+		ce = configEntries{needed: s.Consul.ConfigEntries, updates: cw.Updates()}
 		wg.Go(func() { fail(cw.Run(ctx)) })
 	}
+	var meshUpdates <-chan consul.MeshUpdate
+	if mesh.needed {
+		central := d.cfg.Policy.Mesh != nil && d.cfg.Policy.Mesh.Mode == policy.MeshCentral
+		mw := consul.NewMeshWatcher(consul.MeshConfig{Client: client, Query: q, Central: central, Logger: consulLog, OnQuery: d.consulQuery})
+		meshUpdates = mw.Updates()
+		wg.Go(func() { fail(mw.Run(ctx)) })
+	}
 	wg.Go(func() {
-		l := &loop{d: d, watcher: watcher, policy: d.cfg.Policy, kvNeeded: kv != nil, ce: ce}
+		l := &loop{d: d, watcher: watcher, policy: d.cfg.Policy, kvNeeded: kv != nil, ce: ce,
+			policyEntries: s.Consul.ConfigEntries, mesh: mesh, meshUpdates: meshUpdates}
 		l.run(ctx, watcher.Updates(), kvUpdates)
 	})
 	wg.Wait()

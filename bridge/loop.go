@@ -40,6 +40,12 @@ type loop struct {
 	kvDocs   *consul.KVUpdate
 	// ce is the policy made from Consul's config entries (configentries.go).
 	ce configEntries
+	// policyEntries says whether the config entries make policy
+	// (consul.config_entries); they may be read for the mesh only.
+	policyEntries bool
+	// mesh is Consul Connect's state (mesh.go); meshUpdates its watcher's.
+	mesh        meshState
+	meshUpdates <-chan consul.MeshUpdate
 	// kvAccepted is set once a policy with the KV documents was accepted:
 	// before, no proxy is answered (a policy lacking a document would
 	// serve its groups nothing).
@@ -126,8 +132,23 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 			l.kvDocs = &kvu
 			l.reloadPolicy("kv")
 		case u := <-l.ce.updates:
-			l.ce.set(u)
-			l.reloadPolicy("config-entries")
+			if l.mesh.needed && l.mesh.setEntries(u.Entries) {
+				l.noteChange(u.ChangedAt)
+				l.schedule()
+			}
+			if l.policyEntries {
+				pu := policyEntries(u)
+				if l.ce.docs == nil || !sameJSON(pu.Entries, l.ce.last) {
+					l.ce.last = pu.Entries
+					l.ce.set(pu)
+					l.reloadPolicy("config-entries")
+				}
+			}
+		case mu := <-l.meshUpdates:
+			l.mesh.mesh = mu.Mesh
+			l.watcher.SetTargets(l.mesh.watchTargets(l.policy))
+			l.noteChange(mu.ChangedAt)
+			l.schedule()
 		case <-l.d.reload:
 			l.reloadPolicy("files")
 		case r := <-l.readDone:
@@ -159,7 +180,7 @@ func (l *loop) build(ctx context.Context) {
 	} else {
 		l.lastCPU = cpu
 	}
-	if l.catalog == nil || l.kvNeeded && !l.kvAccepted || l.ce.waiting() {
+	if l.catalog == nil || l.kvNeeded && !l.kvAccepted || l.ce.waiting() || l.mesh.waiting() {
 		return
 	}
 	if len(l.catalog.Pending) > 0 && l.d.ready.Load() {
@@ -174,7 +195,7 @@ func (l *loop) build(ctx context.Context) {
 	}
 	l.pendingSince = time.Time{}
 	start = l.d.clock.Now()
-	cat := l.catalog.Catalog
+	cat := l.mesh.withMesh(l.catalog.Catalog)
 	if dcs, until := l.d.outages.holding(start); len(dcs) > 0 {
 		var held int
 		cat, held = model.HoldDowngrades(l.served, cat, func(dc string) bool { return dcs[l.d.localDC(dc)] })
@@ -217,14 +238,7 @@ func (l *loop) build(ctx context.Context) {
 			return
 		}
 	}
-	pol := l.policy
-	resolve := func(nodeCluster string) string {
-		if p := pol.ProxyFor(nodeCluster); p != nil {
-			return p.Name
-		}
-		return ""
-	}
-	changed, err := l.d.xds.Update(ctx, out, resolve)
+	changed, err := l.d.xds.Update(ctx, out, sidecarResolve(l.policy))
 	if ctx.Err() != nil {
 		return
 	}
@@ -237,6 +251,9 @@ func (l *loop) build(ctx context.Context) {
 		// last good state, every other key was served this build.
 		l.d.log.Error().Err(err).Msg("some node clusters could not be updated and keep their last good state")
 	}
+	// After the Update that serves the sidecars' groups: a stream whose
+	// key this changes reconnects to them.
+	l.d.xds.SetSidecars(sidecarIndex(m))
 	l.d.metrics.builds.Inc()
 	if !l.changedAt.IsZero() && len(changed) > 0 {
 		l.d.metrics.changeToPush.Observe(l.d.clock.Since(l.changedAt).Seconds())
@@ -434,7 +451,7 @@ func (l *loop) accept(trigger string, a attempt) {
 		}
 	}
 	l.d.watchPolicyFiles(cfg.Policy)
-	l.watcher.SetTargets(model.WatchTargets(cfg.Policy))
+	l.watcher.SetTargets(l.mesh.watchTargets(cfg.Policy))
 	l.recordPolicy(append(a.sources, tlsSources(cfg.Policy)...), a.diags)
 	l.d.metrics.reloads.WithLabelValues("ok").Inc()
 	l.d.log.Info().Str("trigger", trigger).Int("sources", len(a.sources)).Msg("policy loaded")
@@ -532,4 +549,11 @@ func (l *loop) setStatus(f func(*PolicyStatus)) {
 	st := *l.d.status.Load()
 	f(&st)
 	l.d.status.Store(&st)
+}
+
+// noteChange records when a change folded into the next build happened.
+func (l *loop) noteChange(at time.Time) {
+	if l.changedAt.IsZero() || at.Before(l.changedAt) {
+		l.changedAt = at
+	}
 }

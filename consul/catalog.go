@@ -29,6 +29,9 @@ const (
 type Catalog struct {
 	// Services sorted by (Datacenter, Name).
 	Services []*Service `json:"services"`
+	// Mesh is Consul Connect's state (mesh.go), nil when the bridge does
+	// not follow it. The daemon sets it beside the services it watches.
+	Mesh *Mesh `json:"mesh,omitempty"`
 }
 
 // Service is every instance of one Consul service in one datacenter.

@@ -6,6 +6,8 @@ import (
 	"io"
 
 	"github.com/hashicorp/consul/api"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
 
 // Fixture is a catalog written down as JSON, in the shape Consul's own API
@@ -24,6 +26,20 @@ type Fixture struct {
 	// Remote maps a datacenter to its services; they land in the catalog
 	// under that datacenter, as the watcher stores a remote target.
 	Remote map[string]map[string][]*api.ServiceEntry `json:"remote,omitempty"`
+	// Mesh, if present, is Consul Connect's state (Catalog.Mesh).
+	Mesh *MeshFixture `json:"mesh,omitempty"`
+}
+
+// MeshFixture is a mesh written down in Consul's API shapes: proxies as
+// `curl /v1/health/service/NAME-sidecar-proxy` returns them, intentions
+// as `curl /v1/config/service-intentions`. Leaves and roots are not part
+// of it (no keys in fixtures).
+type MeshFixture struct {
+	TrustDomain      string                              `json:"trust_domain"`
+	DefaultIntention string                              `json:"default_intention,omitempty"`
+	Proxies          []*api.ServiceEntry                 `json:"proxies"`
+	Intentions       []*api.ServiceIntentionsConfigEntry `json:"intentions,omitempty"`
+	Protocols        map[string]string                   `json:"protocols,omitempty"`
 }
 
 // ReadFixture decodes a catalog fixture. Unknown fields are ignored, as
@@ -52,5 +68,12 @@ func ReadFixture(r io.Reader) (*Catalog, error) {
 			services = append(services, NewService(name, dc, 0, entries))
 		}
 	}
-	return NewCatalog(services), nil
+	cat := NewCatalog(services)
+	if m := f.Mesh; m != nil {
+		cat.Mesh = &Mesh{
+			TrustDomain: m.TrustDomain, DefaultIntention: ir.IntentionAction(m.DefaultIntention),
+			Proxies: NewProxies(m.Proxies), Intentions: m.Intentions, Protocols: m.Protocols,
+		}
+	}
+	return cat, nil
 }

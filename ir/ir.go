@@ -191,7 +191,12 @@ func (m *Model) Validate() error {
 	clusterRefs := map[string]string{}
 	for _, c := range m.Clusters {
 		for _, n := range c.TLS.secretNames() {
-			clusterRefs[n] = fmt.Sprintf("cluster %q", c.Name)
+			// A mesh cluster's secrets (the caller's leaf, the roots) are
+			// never shared: the per-VM agent serves them, or in central
+			// mode the caller's group does (validateMesh checks that).
+			if !IsMeshSecret(n) {
+				clusterRefs[n] = fmt.Sprintf("cluster %q", c.Name)
+			}
 		}
 	}
 	errs = append(errs, validateSecrets("shared", m.Secrets, clusterRefs, nil)...)
@@ -217,6 +222,7 @@ func (m *Model) Validate() error {
 			}
 		}
 	}
+	errs = append(errs, m.validateMesh()...)
 	errs = append(errs, m.validateReach()...)
 	errs = append(errs, m.validateMeshGRPC()...)
 	for i, l := range m.Proxyless {

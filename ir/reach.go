@@ -31,6 +31,9 @@ func (m *Model) validateReach() []error {
 	}
 	for _, g := range m.Groups {
 		listeners := g.Listeners
+		if g.Sidecar != nil {
+			listeners = slices.Concat(listeners, g.Sidecar.Listeners(g.Name))
+		}
 		if g.Proxyless {
 			listeners = m.ProxylessFor(&g)
 		}

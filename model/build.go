@@ -54,11 +54,18 @@ func Build(cat *consul.Catalog, pol *policy.Policy) (*ir.Model, []string) {
 	}
 	m.Secrets = sortedSecrets(b.secrets)
 	for _, p := range pol.Proxies {
+		if strings.HasPrefix(p.Name, ir.SidecarGroupPrefix) {
+			// Sidecar groups are keyed by node id, not node.cluster; a
+			// policy group of that name would shadow one.
+			b.warn("proxy %q: names starting with %q are reserved for Connect sidecars; the group is not served", p.Name, ir.SidecarGroupPrefix)
+			continue
+		}
 		m.Groups = append(m.Groups, b.group(p, tags))
 	}
 	slices.SortFunc(m.Groups, func(a, b ir.Group) int { return strings.Compare(a.Name, b.Name) })
 	m.Proxyless = b.proxyless(m.Clusters)
 	b.reach(m)
+	b.mesh(m)
 	return m, b.warnings
 }
 

@@ -50,5 +50,5 @@ func HoldDowngrades(prev, cur *consul.Catalog, held func(datacenter string) bool
 		}
 	}
 	// Services keep cur's order, which is already sorted.
-	return &consul.Catalog{Services: services}, count
+	return &consul.Catalog{Services: services, Mesh: cur.Mesh}, count
 }

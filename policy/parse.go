@@ -40,6 +40,7 @@ type Document struct {
 	proxies        []*proxyBlock
 	grpcServices   []*grpcServiceBlock
 	routeTests     []*routeTestBlock
+	mesh           *meshBlock
 }
 
 type documentSchema struct {
@@ -53,6 +54,7 @@ type documentSchema struct {
 	Proxies           []*proxyBlock       `hcl:"proxy,block"`
 	GRPCServices      []*grpcServiceBlock `hcl:"grpc_service,block"`
 	RouteTests        []*routeTestBlock   `hcl:"route_test,block"`
+	Mesh              *meshBlock          `hcl:"mesh,block"`
 	Body              hcl.Body            `hcl:",body"`
 }
 
@@ -86,7 +88,7 @@ func Parse(name string, src []byte) (*Document, hcl.Diagnostics) {
 	d := &Document{
 		Name: name, consul: raw.Consul, xds: raw.XDS, admin: raw.Admin, log: raw.Log,
 		exportAll: raw.ExportAllServices, unmatched: raw.UnmatchedNodes, services: raw.Services, proxies: raw.Proxies,
-		grpcServices: raw.GRPCServices, routeTests: raw.RouteTests,
+		grpcServices: raw.GRPCServices, routeTests: raw.RouteTests, mesh: raw.Mesh,
 	}
 	if d.exportAll != nil {
 		d.exportAllRange = valueRange(raw.Body, "export_all_services", hcl.Range{Filename: name})

@@ -32,6 +32,8 @@ type Policy struct {
 	// name, sorted by name. A cluster without one gets a default: every
 	// call to xds:///NAME goes to cluster NAME.
 	GRPCServices []*GRPCService
+	// Mesh is the mesh block (mesh.go); nil without one.
+	Mesh *Mesh
 }
 
 // What nodes in no proxy group get (Policy.UnmatchedNodes).
@@ -101,6 +103,10 @@ type Proxy struct {
 	// aware routing: their bootstrap's local cluster); it is among
 	// Upstreams.
 	LocalService string
+	// SidecarFor, if set, makes the group's proxies this service's Connect
+	// sidecar: they get the listeners and upstreams of its first
+	// registered sidecar (by node and proxy id), and declare none.
+	SidecarFor string
 }
 
 // GRPCService is the `grpc_service "NAME"` block: how proxyless gRPC

@@ -112,6 +112,7 @@ func resolvePolicy(docs []*Document) (*Policy, hcl.Diagnostics) {
 		}
 	}
 	slices.SortFunc(r.pol.GRPCServices, func(a, b *GRPCService) int { return strings.Compare(a.Name, b.Name) })
+	r.mesh(docs)
 	names := make([]string, 0, len(r.services))
 	for n := range r.services {
 		names = append(names, n)

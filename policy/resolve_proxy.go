@@ -36,6 +36,10 @@ func (r *resolver) proxy(b *proxyBlock) *Proxy {
 	if _, err := path.Match(b.Name, ""); err != nil || b.Name == "" {
 		r.add(b.DefRange, "Invalid proxy group", "proxy %q is not a valid name or glob pattern (path.Match syntax: *, ?, [a-z]).", b.Name)
 	}
+	if b.SidecarFor != nil {
+		r.sidecarFor(b, p)
+		return p
+	}
 	if b.Proxyless != nil && *b.Proxyless {
 		p.Proxyless = true
 		for _, lb := range b.Listeners {

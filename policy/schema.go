@@ -105,10 +105,12 @@ type proxyBlock struct {
 	ExportAllServices *bool    `hcl:"export_all_services,optional"`
 	// LocalService is the service the group's proxies belong to: its
 	// endpoints are what zone aware routing weighs zones by.
-	LocalService *string          `hcl:"local_service,optional"`
-	Listeners    []*listenerBlock `hcl:"listener,block"`
-	Body         hcl.Body         `hcl:",body"`
-	DefRange     hcl.Range        `hcl:",def_range"`
+	LocalService *string `hcl:"local_service,optional"`
+	// SidecarFor makes the group's Envoys SERVICE's Connect sidecar.
+	SidecarFor *string          `hcl:"sidecar_for,optional"`
+	Listeners  []*listenerBlock `hcl:"listener,block"`
+	Body       hcl.Body         `hcl:",body"`
+	DefRange   hcl.Range        `hcl:",def_range"`
 }
 
 // grpcServiceBlock is `grpc_service "NAME"`: the routes proxyless gRPC

@@ -129,7 +129,17 @@ func upstreamTLS(t *ir.UpstreamTLS, http2 bool) *corev3.TransportSocket {
 	}
 	if t.CASecret != "" {
 		vc := &tlsv3.CertificateValidationContext{}
-		if t.SNI != "" {
+		switch {
+		case t.MatchURISAN != "":
+			// A mesh peer: its Connect leaf carries its SPIFFE id as URI
+			// SAN and no DNS name, whatever SNI (the mesh cluster's name)
+			// is sent. Checking the id is what keeps a certificate of
+			// another service in the mesh from answering for this one.
+			vc.MatchTypedSubjectAltNames = []*tlsv3.SubjectAltNameMatcher{{
+				SanType: tlsv3.SubjectAltNameMatcher_URI,
+				Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: t.MatchURISAN}},
+			}}
+		case t.SNI != "":
 			// With only a trusted CA, Envoy accepts any certificate that CA
 			// signed, whatever name it is for. The name Envoy asks for is
 			// the name the certificate must carry (wildcards as in RFC 6125).

@@ -13,6 +13,8 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
 
 // The consistency check: what one proxy is served must refer only to what
@@ -36,7 +38,15 @@ var ErrInconsistent = errors.New("inconsistent resources")
 // clusters and endpoints, group's listeners and routes, and the secrets
 // of both. group may be nil (a node in no group).
 func Consistent(shared, group *Resources) error {
-	return errors.Join(sharedConsistent(shared, refsOf), groupConsistent(shared, group, refsOf))
+	return ConsistentExcept(shared, group, nil)
+}
+
+// ConsistentExcept is Consistent for a proxy that gets the secrets
+// external names (Output.ExternalSecrets()) from someone else: the per-VM
+// agent serves the mesh's leaves and roots from its local Consul agent.
+// nil: every secret comes from the bridge.
+func ConsistentExcept(shared, group *Resources, external func(string) bool) error {
+	return errors.Join(sharedConsistent(shared, refsOf), groupConsistent(shared, group, refsOf, external))
 }
 
 // references are what a cluster or listener names: the assignment an EDS
@@ -82,7 +92,10 @@ func sharedConsistent(shared *Resources, ref func(types.Resource) references) er
 		}
 	}
 	errs = append(errs, sameNames("cluster", "endpoints", eds, names(shared.Endpoints)))
-	errs = append(errs, secretsServed(shared.Secrets, nil, shared.Clusters, ref))
+	// A mesh cluster's secrets are never shared ones: the caller's
+	// group has them (central mesh; Translate checks each group's) or
+	// the per-VM agent serves them.
+	errs = append(errs, secretsServed(shared.Secrets, nil, shared.Clusters, ref, ir.IsMeshSecret))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInconsistent, err)
 	}
@@ -91,7 +104,7 @@ func sharedConsistent(shared *Resources, ref func(types.Resource) references) er
 
 // groupConsistent checks a group's listeners against its routes and the
 // secrets served with them (shared's and the group's).
-func groupConsistent(shared, group *Resources, ref func(types.Resource) references) error {
+func groupConsistent(shared, group *Resources, ref func(types.Resource) references, external func(string) bool) error {
 	if group == nil {
 		return nil
 	}
@@ -106,7 +119,7 @@ func groupConsistent(shared, group *Resources, ref func(types.Resource) referenc
 	}
 	errs = append(errs, sameNames("listener", "route configuration", rds, names(group.Routes)))
 	errs = append(errs, clustersServed(shared, group.Listeners, ref))
-	errs = append(errs, secretsServed(shared.Secrets, group.Secrets, group.Listeners, ref))
+	errs = append(errs, secretsServed(shared.Secrets, group.Secrets, group.Listeners, ref, external))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInconsistent, err)
 	}
@@ -201,7 +214,8 @@ func routeReferences(l *listenerv3.Listener) ([]string, error) {
 
 // secretsServed checks that every SDS secret the resources name is among
 // the secrets served with them.
-func secretsServed[R types.Resource](shared, own []*tlsv3.Secret, resources []R, ref func(types.Resource) references) error {
+// Those external names are served by someone else (nil: none).
+func secretsServed[R types.Resource](shared, own []*tlsv3.Secret, resources []R, ref func(types.Resource) references, external func(string) bool) error {
 	have := map[string]bool{}
 	for _, s := range shared {
 		have[s.GetName()] = true
@@ -217,7 +231,7 @@ func secretsServed[R types.Resource](shared, own []*tlsv3.Secret, resources []R,
 		}
 		name := ResourceName(r)
 		for _, s := range refs.secrets {
-			if !have[s] {
+			if !have[s] && (external == nil || !external(s)) {
 				missing = append(missing, fmt.Sprintf("%q refers to secret %q", name, s))
 			}
 		}

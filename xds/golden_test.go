@@ -103,10 +103,14 @@ func TestGolden(t *testing.T) {
 				}
 				// Every group's snapshot must be consistent on its own,
 				// SDS references included.
-				if err := snapshot(out.Groups[g]).Consistent(); err != nil {
-					t.Errorf("group %q snapshot not consistent: %v", g, err)
+				// go-control-plane's check knows no secrets served by
+				// someone else (the per-VM agent serves the mesh's).
+				if models[name].Mesh == nil || models[name].Mesh.Central {
+					if err := snapshot(out.Groups[g]).Consistent(); err != nil {
+						t.Errorf("group %q snapshot not consistent: %v", g, err)
+					}
 				}
-				if err := xds.Consistent(out.Shared, out.Groups[g]); err != nil {
+				if err := xds.ConsistentExcept(out.Shared, out.Groups[g], out.ExternalSecrets()); err != nil {
 					t.Errorf("group %q snapshot not consistent: %v", g, err)
 				}
 				groupTypes := out.Groups[g].ByType()

@@ -251,7 +251,9 @@ func spiffePrincipal(source string) *rbacv3.Principal {
 	}}}
 }
 
-func anyPermission() *rbacv3.Permission { return &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}} }
+func anyPermission() *rbacv3.Permission {
+	return &rbacv3.Permission{Rule: &rbacv3.Permission_Any{Any: true}}
+}
 
 func andPermissions(ps []*rbacv3.Permission) *rbacv3.Permission {
 	switch len(ps) {

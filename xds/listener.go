@@ -35,20 +35,7 @@ func buildListener(l *ir.Listener) *listenerv3.Listener {
 	var filter *listenerv3.Filter
 	switch l.Protocol {
 	case "tcp":
-		tp := &tcpproxyv3.TcpProxy{StatPrefix: l.Name}
-		if len(l.TCP) == 1 {
-			tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_Cluster{Cluster: l.TCP[0].Name}
-		} else {
-			wc := &tcpproxyv3.TcpProxy_WeightedCluster{}
-			for _, c := range l.TCP {
-				wc.Clusters = append(wc.Clusters, &tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight{Name: c.Name, Weight: c.Weight})
-			}
-			tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_WeightedClusters{WeightedClusters: wc}
-		}
-		if l.IdleTimeout > 0 {
-			tp.IdleTimeout = durationpb.New(l.IdleTimeout)
-		}
-		filter = &listenerv3.Filter{Name: wellknown.TCPProxy, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(tp)}}
+		filter = tcpProxyFilter(l)
 	default:
 		filter = &listenerv3.Filter{Name: wellknown.HTTPConnectionManager, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(buildHCM(l))}}
 	}
@@ -67,6 +54,24 @@ func buildListener(l *ir.Listener) *listenerv3.Listener {
 		}}
 	}
 	return out
+}
+
+// tcpProxyFilter forwards a tcp listener's connections to its clusters.
+func tcpProxyFilter(l *ir.Listener) *listenerv3.Filter {
+	tp := &tcpproxyv3.TcpProxy{StatPrefix: l.Name}
+	if len(l.TCP) == 1 {
+		tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_Cluster{Cluster: l.TCP[0].Name}
+	} else {
+		wc := &tcpproxyv3.TcpProxy_WeightedCluster{}
+		for _, c := range l.TCP {
+			wc.Clusters = append(wc.Clusters, &tcpproxyv3.TcpProxy_WeightedCluster_ClusterWeight{Name: c.Name, Weight: c.Weight})
+		}
+		tp.ClusterSpecifier = &tcpproxyv3.TcpProxy_WeightedClusters{WeightedClusters: wc}
+	}
+	if l.IdleTimeout > 0 {
+		tp.IdleTimeout = durationpb.New(l.IdleTimeout)
+	}
+	return &listenerv3.Filter{Name: wellknown.TCPProxy, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(tp)}}
 }
 
 // tlsFilterChains is one filter chain per certificate selected by server

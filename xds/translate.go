@@ -118,6 +118,21 @@ type Output struct {
 	ProxylessFailed error
 	// ProxylessGroups names the groups declared proxyless, failed or not.
 	ProxylessGroups map[string]bool
+	// MeshSecretsExternal says listeners and clusters name the mesh's
+	// leaves and roots without the bridge serving them: the per-VM agent
+	// does, from its local Consul agent, unless the mesh is central
+	// (ir.Mesh.Central). See ExternalSecrets.
+	MeshSecretsExternal bool
+}
+
+// ExternalSecrets says which SDS secrets the output's listeners and
+// clusters may name without the bridge serving them, for serving and
+// ConsistentExcept; nil when the bridge serves every one.
+func (o *Output) ExternalSecrets() func(name string) bool {
+	if o.MeshSecretsExternal {
+		return ir.IsMeshSecret
+	}
+	return nil
 }
 
 // Translate builds the xDS resources for a model. It is pure. Every
@@ -188,6 +203,7 @@ func (t *Translator) secret(scope string, sec *ir.Secret, next map[string]memoSe
 
 type memoListener struct {
 	in       ir.Listener
+	role     meshRole
 	listener *listenerv3.Listener
 	route    *routev3.RouteConfiguration // nil for tcp
 }
@@ -249,6 +265,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 		return nil, sharedErr
 	}
 	out.Failed = map[string]error{}
+	out.MeshSecretsExternal = m.MeshSecretsExternal()
 	proxylessFresh := false
 	if t.proxylessOut != nil && reflect.DeepEqual(t.proxylessIn, m.Proxyless) && reflect.DeepEqual(t.meshGRPCIn, m.MeshGRPCServers) {
 		out.Proxyless = t.proxylessOut
@@ -258,7 +275,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 			err = addMeshGRPCServers(r, m)
 		}
 		if err == nil {
-			err = groupConsistent(out.Shared, r, ref)
+			err = groupConsistent(out.Shared, r, ref, nil)
 		}
 		if err != nil {
 			out.ProxylessFailed = fmt.Errorf("proxyless: %w", err)
@@ -288,15 +305,21 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 		r, fresh := &Resources{}, &Resources{}
 		groupListeners, groupSecrets := map[string]memoListener{}, map[string]memoSecret{}
 		var errs []error
-		for j := range g.Listeners {
-			l := &g.Listeners[j]
+		groupLs, roles := sidecarAware(g)
+		for j := range groupLs {
+			l, role := &groupLs[j], &roles[j]
 			if err := unsupported(l); err != nil {
 				errs = append(errs, err)
 			}
 			key := g.Name + "/" + l.Name
 			ml, ok := t.listeners[key]
-			if !ok || !reflect.DeepEqual(&ml.in, l) {
-				ml = memoListener{in: *l, listener: buildListener(l)}
+			if !ok || !reflect.DeepEqual(&ml.in, l) || !reflect.DeepEqual(&ml.role, role) {
+				lis, err := buildGroupListener(l, role)
+				if err != nil {
+					errs = append(errs, err)
+					continue
+				}
+				ml = memoListener{in: *l, role: *role, listener: lis}
 				if l.Protocol != "tcp" {
 					ml.route = buildRouteConfig(l, false)
 				}
@@ -316,7 +339,10 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 			r.Secrets = append(r.Secrets, t.secret(g.Name, &g.Secrets[j], groupSecrets, fresh))
 		}
 		errs = append(errs, validateAll(fresh))
-		errs = append(errs, groupConsistent(out.Shared, r, ref))
+		errs = append(errs, groupConsistent(out.Shared, r, ref, out.ExternalSecrets()))
+		if !out.MeshSecretsExternal {
+			errs = append(errs, meshSecretsServed(g, r, clusters, ref))
+		}
 		if err := errors.Join(errs...); err != nil {
 			out.Failed[g.Name] = fmt.Errorf("proxy group %q: %w", g.Name, err)
 			continue

@@ -99,6 +99,8 @@ type Server struct {
 	metrics *metrics
 	health  *healthService
 	scope   *scopeLog // scope.go
+	// sidecars keys Connect sidecars by node id (sidecar.go).
+	sidecars *sidecars
 
 	mu      sync.Mutex
 	out     *xds.Output
@@ -157,6 +159,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.tracker = newTracker()
 	s.metrics = newMetrics(cfg.Registerer, log)
 	s.scope = newScopeLog(cfg.Registerer, log)
+	s.sidecars = newSidecars(log)
 	s.cache.watched = s.watched
 	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode, s.forgetKey, newAdmission(cfg.MaxInitialSyncs, s.metrics))
 	s.history = newHistory()
@@ -187,6 +190,7 @@ func (s *Server) Proxies() []ProxyStatus {
 		if err := s.groupErrorLocked(p.key); err != nil {
 			p.GroupError = err.Error()
 		}
+		p.Sidecar = s.sidecars.status(p.NodeID, p.key)
 		sets := s.cache.served(p.key)
 		for _, ts := range p.Types {
 			if set := sets[ts.TypeURL]; set != nil {
@@ -285,6 +289,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		}
 		interceptors = append(interceptors, authzInterceptor(s.log))
 	}
+	// Inside authorization, which judges the node.cluster the proxy
+	// announced; sidecars are re-keyed after it (sidecar.go).
+	interceptors = append(interceptors, s.sidecars.interceptor())
 	opts = append(opts, grpc.ChainStreamInterceptor(interceptors...))
 	g := grpc.NewServer(opts...)
 	srv := serverv3.NewServer(ctx, s.cache, s.cb, sotwv3.WithOrderedADS())

@@ -57,6 +57,9 @@ type ProxyStatus struct {
 	Status string `json:"status"`
 	// Types is keyed by the short type name (CDS, EDS, LDS, RDS).
 	Types map[string]*TypeStatus `json:"types"`
+	// Sidecar is set for a Connect sidecar (sidecar.go): its destination
+	// and upstreams, or why its node id is not served as one.
+	Sidecar *SidecarStatus `json:"sidecar,omitempty"`
 
 	key string // snapshot key the proxy is served from
 }

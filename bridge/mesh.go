@@ -1,0 +1,156 @@
+package bridge
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/configentry"
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/model"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
+)
+
+// The service mesh in the daemon: a consul.MeshWatcher follows the
+// sidecar registrations, CA roots and (central mode) leaves; the
+// config-entry watcher, shared with consul.config_entries, also follows
+// service-intentions and service-defaults for the mesh. Both join the
+// catalog as Catalog.Mesh for model.Build, and the destinations of the
+// sidecars join the catalog watcher's targets (a mesh endpoint is healthy
+// only when its destination instance passes too).
+
+// meshKinds are the config entry kinds the mesh reads.
+var meshKinds = []string{api.ServiceDefaults, api.ServiceIntentions}
+
+// meshWanted reports whether a policy uses the mesh, which the daemon
+// decides at start (the watchers run for its life).
+func meshWanted(p *policy.Policy) bool {
+	return p != nil && (p.Mesh != nil || slices.ContainsFunc(p.Proxies, func(pr *policy.Proxy) bool { return pr.SidecarFor != "" }))
+}
+
+// configKinds are the kinds the config-entry watcher follows.
+func configKinds(policyEntries, mesh bool) []string {
+	var kinds []string
+	if policyEntries {
+		kinds = append(kinds, configentry.Kinds...)
+	}
+	if mesh {
+		for _, k := range meshKinds {
+			if !slices.Contains(kinds, k) {
+				kinds = append(kinds, k)
+			}
+		}
+	}
+	return kinds
+}
+
+// meshState is the loop's view of the mesh.
+type meshState struct {
+	needed bool
+	mesh   *consul.Mesh // nil until the first read
+	// entries are the mesh's config entries; nil until the first read.
+	intentions []*api.ServiceIntentionsConfigEntry
+	protocols  map[string]string
+	entriesSet bool
+}
+
+func (s *meshState) waiting() bool { return s.needed && (s.mesh == nil || !s.entriesSet) }
+
+// setEntries takes the mesh's part of a config-entry update, reporting
+// whether it changed.
+func (s *meshState) setEntries(entries []api.ConfigEntry) bool {
+	var in []*api.ServiceIntentionsConfigEntry
+	protocols := map[string]string{}
+	for _, e := range entries {
+		switch c := e.(type) {
+		case *api.ServiceIntentionsConfigEntry:
+			in = append(in, c)
+		case *api.ServiceConfigEntry:
+			if c.Protocol != "" {
+				protocols[c.Name] = c.Protocol
+			}
+		}
+	}
+	slices.SortFunc(in, func(a, b *api.ServiceIntentionsConfigEntry) int { return strings.Compare(a.Name, b.Name) })
+	changed := !s.entriesSet || !maps.Equal(protocols, s.protocols) || !sameJSON(in, s.intentions)
+	s.intentions, s.protocols, s.entriesSet = in, protocols, true
+	return changed
+}
+
+func sameJSON(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// policyEntries drops the mesh-only kinds from a config-entry update, for
+// the policy made from entries.
+func policyEntries(u consul.ConfigEntriesUpdate) consul.ConfigEntriesUpdate {
+	out := consul.ConfigEntriesUpdate{ChangedAt: u.ChangedAt}
+	for _, e := range u.Entries {
+		if slices.Contains(configentry.Kinds, e.GetKind()) {
+			out.Entries = append(out.Entries, e)
+		}
+	}
+	return out
+}
+
+// withMesh is cat with the mesh joined, for Build; cat itself is shared
+// and never changed.
+func (s *meshState) withMesh(cat *consul.Catalog) *consul.Catalog {
+	if !s.needed || s.mesh == nil || cat == nil {
+		return cat
+	}
+	m := *s.mesh
+	m.Intentions, m.Protocols = s.intentions, s.protocols
+	c := *cat
+	c.Mesh = &m
+	return &c
+}
+
+// watchTargets is the policy's targets plus the mesh's destinations.
+func (s *meshState) watchTargets(p *policy.Policy) consul.Targets {
+	t := model.WatchTargets(p)
+	if s.mesh != nil {
+		t.Services = append(t.Services, s.mesh.Services()...)
+	}
+	return t
+}
+
+// sidecarIndex lists the registered sidecars of a model by proxy id, for
+// serve's keying and /v1/proxies.
+func sidecarIndex(m *ir.Model) map[string][]serve.SidecarInfo {
+	idx := map[string][]serve.SidecarInfo{}
+	for _, g := range m.Groups {
+		sc := g.Sidecar
+		if sc == nil || g.Name != ir.SidecarGroupName(sc.Node, sc.ProxyID) {
+			continue // a policy group declared sidecar_for
+		}
+		info := serve.SidecarInfo{Node: sc.Node, Group: g.Name, Service: sc.Service}
+		for _, u := range sc.Upstreams {
+			info.Upstreams = append(info.Upstreams, fmt.Sprintf("%s@%s:%d", u.Service, u.BindAddress, u.BindPort))
+		}
+		idx[sc.ProxyID] = append(idx[sc.ProxyID], info)
+	}
+	return idx
+}
+
+// sidecarResolve maps a node.cluster to its group: a sidecar group's key
+// (serve rewrites a sidecar's node.cluster to it) is the group itself.
+func sidecarResolve(pol *policy.Policy) func(string) string {
+	return func(nodeCluster string) string {
+		if strings.HasPrefix(nodeCluster, ir.SidecarGroupPrefix) {
+			return nodeCluster
+		}
+		if p := pol.ProxyFor(nodeCluster); p != nil {
+			return p.Name
+		}
+		return ""
+	}
+}

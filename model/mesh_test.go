@@ -1,0 +1,159 @@
+package model
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+)
+
+const td = "11111111-2222-3333-4444-555555555555.consul"
+
+func meshPolicy(t *testing.T, src string) *policy.Policy {
+	t.Helper()
+	doc, diags := policy.Parse("p.hcl", []byte(src))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	cfg, diags := policy.Merge(doc)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	return cfg.Policy
+}
+
+// meshCatalog: web (vm-a) dials api; api has a sidecar on vm-a and vm-b.
+func meshCatalog(apiStatus, apiProxyStatus consul.Status) *consul.Catalog {
+	inst := func(id, node string, st consul.Status) consul.Instance {
+		return consul.Instance{ID: id, Node: node, Datacenter: "dc1", Address: "10.0.0.1", Port: 80, Status: st}
+	}
+	cat := consul.NewCatalog([]*consul.Service{
+		{Name: "web", Instances: []consul.Instance{inst("web-1", "vm-a", consul.StatusPassing)}},
+		{Name: "api", Instances: []consul.Instance{inst("api-1", "vm-a", apiStatus), inst("api-2", "vm-b", consul.StatusPassing)}},
+	})
+	proxy := func(node, id, svc, svcID string, port int, st consul.Status, up ...consul.Upstream) consul.Proxy {
+		return consul.Proxy{ID: id, Name: id, Node: node, Datacenter: "dc1", Address: map[string]string{"vm-a": "10.0.0.1", "vm-b": "10.0.0.2"}[node], Port: port,
+			Service: svc, ServiceID: svcID, LocalPort: 80, Status: st, Upstreams: up}
+	}
+	cat.Mesh = &consul.Mesh{
+		TrustDomain: td, DefaultIntention: ir.IntentionAllow, RootsPEM: "ROOTS",
+		Proxies: []consul.Proxy{
+			proxy("vm-a", "api-sidecar-proxy", "api", "api-1", 21001, apiProxyStatus),
+			proxy("vm-a", "web-sidecar-proxy", "web", "web-1", 21000, consul.StatusPassing, consul.Upstream{Service: "api", BindPort: 9191}),
+			proxy("vm-b", "api-sidecar-proxy", "api", "api-2", 21001, consul.StatusPassing),
+		},
+		Leaves: map[string]consul.Leaf{"web": {CertPEM: "WEBCERT", KeyPEM: ir.Redacted("WEBKEY")}, "api": {CertPEM: "APICERT", KeyPEM: ir.Redacted("APIKEY")}},
+	}
+	return cat
+}
+
+// TestMeshEndpointHealth: a mesh endpoint (an upstream's sidecar) is
+// healthy only when the proxy and the instance it fronts both pass.
+func TestMeshEndpointHealth(t *testing.T) {
+	for name, tc := range map[string]struct {
+		app, proxy consul.Status
+		want       ir.Health
+	}{
+		"both pass":          {consul.StatusPassing, consul.StatusPassing, ir.Healthy},
+		"only the proxy":     {consul.StatusCritical, consul.StatusPassing, ir.Unhealthy},
+		"only the app":       {consul.StatusPassing, consul.StatusCritical, ir.Unhealthy},
+		"app in maintenance": {consul.StatusMaintenance, consul.StatusPassing, ir.Draining},
+	} {
+		t.Run(name, func(t *testing.T) {
+			m, _ := Build(meshCatalog(tc.app, tc.proxy), meshPolicy(t, "mesh {}\n"))
+			if err := m.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			c := m.Cluster(ir.MeshClusterName("api", "dc1", td))
+			if c == nil {
+				t.Fatalf("no mesh cluster; clusters: %s", clusterNames(m))
+			}
+			if len(c.Endpoints) != 2 || c.Endpoints[0].Port != 21001 {
+				t.Fatalf("endpoints = %+v", c.Endpoints)
+			}
+			if got := c.Endpoints[0].Health; got != tc.want {
+				t.Errorf("vm-a sidecar health = %v, want %v", got, tc.want)
+			}
+			if got := c.Endpoints[1].Health; got != ir.Healthy {
+				t.Errorf("vm-b sidecar health = %v, want healthy", got)
+			}
+			if c.TLS == nil || c.TLS.SNI != c.Name || c.TLS.MatchURISAN != "spiffe://"+td+"/ns/default/dc/dc1/svc/api" ||
+				c.TLS.CertificateSecret != ir.LeafSecretPrefix+"web" || c.TLS.CASecret != ir.RootsSecretName {
+				t.Errorf("TLS = %+v", c.TLS)
+			}
+		})
+	}
+}
+
+// TestMeshGroups: one group per registered sidecar, reaching its local
+// app and its upstreams only; leaves (central mode) only in their own
+// sidecar's group; reserved names rejected.
+func TestMeshGroups(t *testing.T) {
+	pol := meshPolicy(t, "mesh {\n  mode = \"central\"\n}\nproxy \"sidecar:x\" {\n  upstreams = [\"api\"]\n}\nproxy \"web-envoys\" {\n  sidecar_for = \"web\"\n}\n")
+	m, warnings := Build(meshCatalog(consul.StatusPassing, consul.StatusPassing), pol)
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(warnings, "\n"), `"sidecar:x"`) {
+		t.Errorf("no warning about the reserved group name: %q", warnings)
+	}
+	var names []string
+	for _, g := range m.Groups {
+		names = append(names, g.Name)
+	}
+	want := "sidecar:vm-a/api-sidecar-proxy sidecar:vm-a/web-sidecar-proxy sidecar:vm-b/api-sidecar-proxy web-envoys"
+	if got := strings.Join(names, " "); got != want {
+		t.Fatalf("groups = %s, want %s", got, want)
+	}
+	mc := ir.MeshClusterName("api", "dc1", td)
+	for _, g := range m.Groups {
+		sc := g.Sidecar
+		if sc == nil {
+			t.Fatalf("group %q has no sidecar", g.Name)
+		}
+		var secrets []string
+		for _, s := range g.Secrets {
+			secrets = append(secrets, s.Name)
+		}
+		if got, want := strings.Join(secrets, " "), ir.LeafSecretPrefix+sc.Service+" "+ir.RootsSecretName; got != want {
+			t.Errorf("group %q secrets = %s, want %s", g.Name, got, want)
+		}
+		wantClusters := sc.LocalCluster
+		if sc.Service == "web" {
+			wantClusters = mc + " " + sc.LocalCluster
+			if len(sc.Upstreams) != 1 || sc.Upstreams[0].Cluster != mc || sc.Upstreams[0].BindPort != 9191 || sc.Upstreams[0].BindAddress != "127.0.0.1" {
+				t.Errorf("group %q upstreams = %+v", g.Name, sc.Upstreams)
+			}
+		}
+		if got := strings.Join(g.Clusters, " "); got != wantClusters {
+			t.Errorf("group %q clusters = %s, want %s", g.Name, got, wantClusters)
+		}
+		if lc := m.Cluster(sc.LocalCluster); lc == nil || len(lc.Endpoints) != 1 || lc.Endpoints[0].Port != 80 {
+			t.Errorf("group %q local cluster = %+v", g.Name, lc)
+		}
+	}
+	if m.Mesh == nil || !m.Mesh.Central || m.Mesh.TrustDomain != td {
+		t.Errorf("mesh = %+v", m.Mesh)
+	}
+}
+
+// TestMeshClusterPerDialer: sidecars of two services dialing one upstream
+// present different leaves, so each gets a cluster of its own.
+func TestMeshClusterPerDialer(t *testing.T) {
+	cat := meshCatalog(consul.StatusPassing, consul.StatusPassing)
+	cat.Mesh.Proxies = append(cat.Mesh.Proxies, consul.Proxy{ID: "admin-sidecar-proxy", Node: "vm-c", Datacenter: "dc1", Address: "10.0.0.3",
+		Port: 21002, Service: "admin", LocalPort: 80, Status: consul.StatusPassing, Upstreams: []consul.Upstream{{Service: "api", BindPort: 9191}}})
+	m, _ := Build(cat, meshPolicy(t, "mesh {}\n"))
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	mc := ir.MeshClusterName("api", "dc1", td)
+	for _, svc := range []string{"web", "admin"} {
+		c := m.Cluster(mc + "/" + svc)
+		if c == nil || c.TLS.CertificateSecret != ir.LeafSecretPrefix+svc || c.TLS.SNI != mc {
+			t.Errorf("cluster for %s = %+v", svc, c)
+		}
+	}
+}

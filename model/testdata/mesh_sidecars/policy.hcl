@@ -1,0 +1,13 @@
+mesh {}
+
+service "api" {
+  connect_timeout = "2s"
+}
+
+proxy "web-envoys" {
+  sidecar_for = "web"
+}
+
+proxy "sidecar:evil" {
+  upstreams = ["api"]
+}

@@ -1,0 +1,137 @@
+package xds
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+)
+
+// Sidecar groups (Consul Connect): the group's listeners are its policy
+// listeners (if any) and the sidecar's, which ir derives from the
+// registration (ir.Sidecar.Listeners). Upstream listeners are ordinary
+// listeners; the public one terminates mutual TLS and enforces the
+// intentions, like the public listener of Consul's own sidecars.
+
+// meshRole is what a sidecar adds to one of its listeners; the zero value
+// is a policy listener's.
+type meshRole struct {
+	direction corev3.TrafficDirection
+	// intentions and protocol are the public listener's: its RBAC, and
+	// the destination's protocol (gRPC gets no client-certificate header,
+	// as in Consul).
+	intentions *ir.Intentions
+	protocol   string
+}
+
+// sidecarAware lists what a group's listeners are translated from:
+// its own, then its sidecar's (public first), each with its role.
+func sidecarAware(g *ir.Group) ([]ir.Listener, []meshRole) {
+	roles := make([]meshRole, len(g.Listeners))
+	if g.Sidecar == nil {
+		return g.Listeners, roles
+	}
+	s := g.Sidecar
+	mesh := s.Listeners(g.Name)
+	roles = append(roles, meshRole{direction: corev3.TrafficDirection_INBOUND, intentions: &s.Intentions, protocol: s.Protocol})
+	for range s.Upstreams {
+		roles = append(roles, meshRole{direction: corev3.TrafficDirection_OUTBOUND})
+	}
+	return slices.Concat(g.Listeners, mesh), roles
+}
+
+// buildGroupListener builds a listener of a group in its role.
+func buildGroupListener(l *ir.Listener, role *meshRole) (*listenerv3.Listener, error) {
+	if role.intentions != nil {
+		return buildPublicListener(l, role)
+	}
+	out := buildListener(l)
+	out.TrafficDirection = role.direction
+	return out, nil
+}
+
+// buildPublicListener is a sidecar's public listener: one filter chain
+// that requires a client certificate chaining to the Connect roots,
+// then RBAC (network RBAC before tcp_proxy, or HTTP RBAC first in the
+// HTTP filters: one or the other, as Consul does), then the local
+// application.
+func buildPublicListener(l *ir.Listener, role *meshRole) (*listenerv3.Listener, error) {
+	var filters []*listenerv3.Filter
+	if l.Protocol == "tcp" {
+		rbac, err := NetworkRBAC(*role.intentions)
+		if err != nil {
+			return nil, fmt.Errorf("listener %q: %w", l.Name, err)
+		}
+		filters = []*listenerv3.Filter{
+			{Name: wellknown.RoleBasedAccessControl, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(rbac)}},
+			tcpProxyFilter(l),
+		}
+	} else {
+		rbac, err := HTTPRBACFilter(*role.intentions)
+		if err != nil {
+			return nil, fmt.Errorf("listener %q: %w", l.Name, err)
+		}
+		hcm := buildHCM(l)
+		hcm.HttpFilters = append([]*hcmv3.HttpFilter{rbac}, hcm.HttpFilters...)
+		if role.protocol != "grpc" {
+			// Tell the application who called (x-forwarded-client-cert),
+			// as Consul's sidecars do; gRPC metadata has no use for it.
+			hcm.ForwardClientCertDetails = hcmv3.HttpConnectionManager_APPEND_FORWARD
+			hcm.SetCurrentClientCertDetails = &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{
+				Subject: wrapperspb.Bool(true), Cert: true, Chain: true, Dns: true, Uri: true,
+			}
+		}
+		filters = []*listenerv3.Filter{{Name: wellknown.HTTPConnectionManager, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(hcm)}}}
+	}
+	if l.TLS == nil || l.TLS.ClientCASecret == "" {
+		// ir.Sidecar.Listeners always sets both; without a client CA the
+		// RBAC would see no principal and the listener would be open.
+		return nil, fmt.Errorf("listener %q: public listener without client certificate verification: %w", l.Name, ErrUnsupported)
+	}
+	return &listenerv3.Listener{
+		Name:             l.Name,
+		Address:          socketAddress(l.Address, l.Port),
+		TrafficDirection: role.direction,
+		FilterChains: []*listenerv3.FilterChain{{
+			Name:            "public",
+			Filters:         filters,
+			TransportSocket: downstreamTLS(l.TLS, l.TLS.DefaultCertificate),
+		}},
+	}, nil
+}
+
+// meshSecretsServed checks, for a central mesh, that the mesh secrets
+// the group's clusters name (the caller's leaf, the roots) are among the
+// group's secrets: shared secrets never hold them (a leaf's key belongs
+// to its service's sidecars only), and without them Envoy waits for the
+// cluster forever.
+func meshSecretsServed(g *ir.Group, r *Resources, clusters map[string]memoCluster, ref func(types.Resource) references) error {
+	have := map[string]bool{}
+	for _, s := range r.Secrets {
+		have[s.GetName()] = true
+	}
+	var errs []error
+	for _, n := range g.Clusters {
+		mc, ok := clusters[n]
+		if !ok {
+			continue
+		}
+		for _, s := range ref(mc.cluster).secrets {
+			if ir.IsMeshSecret(s) && !have[s] {
+				errs = append(errs, fmt.Errorf("cluster %q refers to mesh secret %q, which the group is not served", n, s))
+			}
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", ErrInconsistent, err)
+	}
+	return nil
+}

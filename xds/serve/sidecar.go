@@ -1,0 +1,259 @@
+package serve
+
+import (
+	"slices"
+	"strings"
+	"sync"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+)
+
+// Connect sidecars are known by node id, as with Consul's own xDS server:
+// an Envoy whose node.id is a registered connect-proxy's service id is
+// served that sidecar's group (ir.SidecarGroupName), whatever node.cluster
+// it announces. The rest of the server keys proxies by node.cluster, so
+// this file rewrites the node.cluster of a sidecar's requests to its
+// group's name as they arrive (one key per stream, fixed when its node is
+// first seen), and refuses clients that announce a sidecar group's name
+// themselves. A stream keyed before its registration appeared, or whose
+// registration changed or vanished, is closed with Unavailable once the
+// new translation is served (SetSidecars after Update): Envoy reconnects
+// at once and is keyed afresh, instead of staying on a wrong world.
+
+// ConsulNodeMetadata is the node metadata key (a string) that picks the
+// Consul node of a proxy id registered on several nodes.
+const ConsulNodeMetadata = "consul_node"
+
+// SidecarInfo is one registered sidecar, for keying and /v1/proxies.
+type SidecarInfo struct {
+	// Node is the Consul node, Group the sidecar's group name.
+	Node  string `json:"consul_node"`
+	Group string `json:"-"`
+	// Service is the destination service; Upstreams "SERVICE@ADDR:PORT".
+	Service   string   `json:"destination"`
+	Upstreams []string `json:"upstreams,omitempty"`
+}
+
+// SidecarStatus is what /v1/proxies shows of a sidecar proxy.
+type SidecarStatus struct {
+	SidecarInfo
+	// Error says why a node id that is a registered proxy id is not
+	// served as a sidecar (registered on several nodes, none chosen).
+	Error string `json:"error,omitempty"`
+}
+
+type sidecars struct {
+	log zerolog.Logger
+
+	mu      sync.Mutex
+	index   map[string][]SidecarInfo // by proxy id, sorted by node
+	streams map[*sidecarStream]bool
+	warned  map[string]bool
+}
+
+func newSidecars(log zerolog.Logger) *sidecars {
+	return &sidecars{log: log, index: map[string][]SidecarInfo{}, streams: map[*sidecarStream]bool{}, warned: map[string]bool{}}
+}
+
+// SetSidecars replaces the registered sidecars by proxy id. Call it after
+// the Update that serves their groups: streams whose key it changes are
+// closed, and reconnect to what that Update serves.
+func (s *Server) SetSidecars(index map[string][]SidecarInfo) {
+	s.sidecars.set(index)
+}
+
+func (sc *sidecars) set(index map[string][]SidecarInfo) {
+	idx := make(map[string][]SidecarInfo, len(index))
+	for id, infos := range index {
+		infos = slices.Clone(infos)
+		slices.SortFunc(infos, func(a, b SidecarInfo) int { return strings.Compare(a.Node, b.Node) })
+		idx[id] = infos
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	sc.index = idx
+	for st := range sc.streams {
+		if !st.keyed {
+			continue
+		}
+		key, _, _ := sc.keyLocked(st.nodeID, st.consulNode, st.announced)
+		if key != st.key {
+			sc.log.Info().Str("node", st.nodeID).Str("was", st.key).Str("now", key).
+				Msg("Connect sidecar registration changed; closing the stream so the proxy reconnects to its new group")
+			st.close(status.Errorf(codes.Unavailable, "the Connect sidecar registration of node %q changed (now served as %q); reconnect", st.nodeID, key))
+		}
+	}
+}
+
+// keyLocked is the node.cluster a node is served under: its sidecar
+// group, or what it announced.
+func (sc *sidecars) keyLocked(nodeID, consulNode, announced string) (string, *SidecarInfo, string) {
+	infos := sc.index[nodeID]
+	if consulNode != "" {
+		infos = slices.DeleteFunc(slices.Clone(infos), func(i SidecarInfo) bool { return i.Node != consulNode })
+	}
+	switch len(infos) {
+	case 0:
+		return announced, nil, ""
+	case 1:
+		return infos[0].Group, &infos[0], ""
+	}
+	nodes := make([]string, len(infos))
+	for i, in := range infos {
+		nodes[i] = in.Node
+	}
+	msg := "proxy id " + nodeID + " is registered on Consul nodes " + strings.Join(nodes, ", ") +
+		"; set node metadata " + ConsulNodeMetadata + " to the proxy's Consul node"
+	// An unknown group: the proxy gets what nodes in no group get,
+	// never one of the sidecars' identities.
+	return ir.SidecarGroupPrefix + "?ambiguous/" + nodeID, nil, msg
+}
+
+// status is the sidecar part of a /v1/proxies entry, nil for other nodes.
+func (sc *sidecars) status(nodeID, key string) *SidecarStatus {
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	for _, in := range sc.index[nodeID] {
+		if in.Group == key {
+			return &SidecarStatus{SidecarInfo: in}
+		}
+	}
+	if strings.HasPrefix(key, ir.SidecarGroupPrefix+"?ambiguous/") {
+		_, _, msg := sc.keyLocked(nodeID, "", "")
+		return &SidecarStatus{Error: msg}
+	}
+	return nil
+}
+
+// sidecarStream is one xDS stream's keying state.
+type sidecarStream struct {
+	grpc.ServerStream
+	sc *sidecars
+
+	// Set once, under sc.mu, when the first node arrives.
+	keyed                         bool
+	nodeID, consulNode, announced string
+	key                           string
+
+	once sync.Once
+	kill chan struct{}
+	err  error // why the stream was closed, read after kill
+
+	want chan any
+	got  chan error
+}
+
+func (st *sidecarStream) close(err error) {
+	st.once.Do(func() {
+		st.err = err
+		close(st.kill)
+	})
+}
+
+// sidecarInterceptor keys every xDS stream's node (see above). It must
+// run inside firstRequestInterceptor, so it sees the replayed first
+// request like any other.
+func (sc *sidecars) interceptor() grpc.StreamServerInterceptor {
+	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		if !strings.HasPrefix(info.FullMethod, "/envoy.service.") {
+			return handler(srv, ss)
+		}
+		st := &sidecarStream{ServerStream: ss, sc: sc, kill: make(chan struct{}), want: make(chan any), got: make(chan error, 1)}
+		// One reader per stream: RecvMsg must be able to return when the
+		// stream is closed from here, while the real read still blocks
+		// (go-control-plane's handlers end only when a read fails).
+		go func() {
+			for {
+				select {
+				case m := <-st.want:
+					st.got <- ss.RecvMsg(m)
+				case <-ss.Context().Done():
+					return
+				}
+			}
+		}()
+		defer func() {
+			sc.mu.Lock()
+			delete(sc.streams, st)
+			sc.mu.Unlock()
+		}()
+		err := handler(srv, st)
+		select {
+		case <-st.kill:
+			return st.err
+		default:
+			return err
+		}
+	}
+}
+
+func (st *sidecarStream) RecvMsg(m any) error {
+	select {
+	case st.want <- m:
+	case <-st.kill:
+		return st.err
+	case <-st.Context().Done():
+		return st.Context().Err()
+	}
+	select {
+	case err := <-st.got:
+		if err != nil {
+			return err
+		}
+	case <-st.kill:
+		return st.err
+	}
+	var node *corev3.Node
+	switch r := m.(type) {
+	case *discoveryv3.DiscoveryRequest:
+		node = r.GetNode()
+	case *discoveryv3.DeltaDiscoveryRequest:
+		node = r.GetNode()
+	}
+	if node != nil {
+		if err := st.keyNode(node); err != nil {
+			st.close(err)
+			return err
+		}
+	}
+	return nil
+}
+
+// keyNode sets node.cluster to the stream's key, fixing the key at the
+// first node the stream sends.
+func (st *sidecarStream) keyNode(node *corev3.Node) error {
+	sc := st.sc
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if !st.keyed {
+		if strings.HasPrefix(node.GetCluster(), ir.SidecarGroupPrefix) {
+			return status.Errorf(codes.PermissionDenied, "node.cluster %q: names starting with %q are reserved for Connect sidecars, which are known by their node id (the proxy's service id)", node.GetCluster(), ir.SidecarGroupPrefix)
+		}
+		st.keyed = true
+		st.nodeID, st.announced = node.GetId(), node.GetCluster()
+		st.consulNode = node.GetMetadata().GetFields()[ConsulNodeMetadata].GetStringValue()
+		var msg string
+		st.key, _, msg = sc.keyLocked(st.nodeID, st.consulNode, st.announced)
+		if msg != "" && !sc.warned[st.nodeID] {
+			if len(sc.warned) > maxRemembered {
+				clear(sc.warned)
+			}
+			sc.warned[st.nodeID] = true
+			sc.log.Warn().Str("node", st.nodeID).Str("problem", msg).Msg("ambiguous Connect sidecar: not served as a sidecar")
+		}
+		sc.streams[st] = true
+	}
+	// A node that announces another cluster later is left as it is, so
+	// the tracker refuses the change as for any proxy.
+	if node.GetCluster() == st.announced {
+		node.Cluster = st.key
+	}
+	return nil
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"sync"
@@ -24,10 +23,11 @@ import (
 	grpcxds "google.golang.org/grpc/xds"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/agent"
-	"github.com/consul-xds-bridge/consul-xds-bridge/intention"
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
@@ -40,8 +40,9 @@ import (
 //
 // The xDS side is the bridge's serving runtime (xds/serve) fed by
 // meshFeed below: Consul's intentions (blocking query) and echo's
-// Connect-native instances, resolved with package intention, built with
-// model.AddMeshGRPC and translated. The daemon's own loop does not follow
+// instances joined as the daemon's watches join them (consul.Catalog with
+// its Mesh), built with model.Build, model.MeshGRPCFromCatalog and
+// model.AddMeshGRPC, and translated. The daemon's own loop does not follow
 // native services and intentions yet (the integrator wires meshFeed's
 // reads into consul/ and bridge/loop.go).
 
@@ -294,41 +295,30 @@ func (f *meshFeed) run(ctx context.Context) {
 }
 
 func (f *meshFeed) serve(ctx context.Context, entries []api.ConfigEntry) error {
-	var in []intention.Entry
+	var its []*api.ServiceIntentionsConfigEntry
 	for _, e := range entries {
 		if si, ok := e.(*api.ServiceIntentionsConfigEntry); ok {
-			in = append(in, intention.FromConfigEntry(si))
+			its = append(its, si)
 		}
-	}
-	// Default deny: the test's Consul has ACLs off, where Consul itself
-	// would allow; a mesh that enforces anything is configured deny.
-	its, err := intention.Resolve(in, f.service, ir.IntentionDeny)
-	if err != nil {
-		return err
 	}
 	roots, _, err := f.cl.Agent().ConnectCARoots(nil)
 	if err != nil {
 		return err
 	}
-	health, _, err := f.cl.Health().Connect(f.service, "", false, nil)
+	health, meta, err := f.cl.Health().Service(f.service, "", false, nil)
 	if err != nil {
 		return err
 	}
-	svc := model.MeshGRPCService{Name: f.service, Intentions: its}
-	for _, h := range health {
-		addr, err := netip.ParseAddr(h.Service.Address)
-		if err != nil {
-			return err
-		}
-		hs := ir.Healthy
-		if h.Checks.AggregatedStatus() == api.HealthCritical {
-			hs = ir.Unhealthy
-		}
-		svc.Instances = append(svc.Instances, model.MeshGRPCEndpoint(addr, uint32(h.Service.Port), hs, "dc1"))
-	}
-	m := &ir.Model{}
-	if w := model.AddMeshGRPC(m, model.MeshGRPC{TrustDomain: roots.TrustDomain, Datacenter: "dc1", Services: []model.MeshGRPCService{svc}}); len(w) > 0 {
-		f.t.Logf("mesh warnings: %v", w)
+	// What the daemon's watches hold: the catalog, with the mesh joined.
+	cat := consul.NewCatalog([]*consul.Service{consul.NewService(f.service, "", meta.LastIndex, health)})
+	cat.Mesh = &consul.Mesh{TrustDomain: roots.TrustDomain, Intentions: its}
+	m, _ := model.Build(cat, &policy.Policy{ExportAllServices: true})
+	// Default deny: the test's Consul has ACLs off, where Consul itself
+	// would allow; a mesh that enforces anything is configured deny.
+	in, warnings := model.MeshGRPCFromCatalog(cat, "dc1", []string{f.service}, ir.IntentionDeny)
+	warnings = append(warnings, model.AddMeshGRPC(m, in)...)
+	if len(warnings) > 0 {
+		f.t.Logf("mesh warnings: %v", warnings)
 	}
 	out, err := xds.Translate(m)
 	if err != nil {

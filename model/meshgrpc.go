@@ -1,11 +1,12 @@
 package model
 
 import (
-	"net/netip"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
 
@@ -124,7 +125,46 @@ func AddMeshGRPC(m *ir.Model, in MeshGRPC) []string {
 	return warnings
 }
 
-// MeshGRPCEndpoint is an ir.Endpoint of a native instance at addr:port.
-func MeshGRPCEndpoint(addr netip.Addr, port uint32, health ir.Health, dc string) ir.Endpoint {
-	return ir.Endpoint{Address: addr, Port: port, Health: health, Weight: 1, Locality: ir.Locality{Region: dc}}
+// MeshGRPCFromCatalog is the mesh input for the Connect-native gRPC
+// services natives, from what the daemon already reads: their instances
+// (the catalog's watched services, local datacenter) and the mesh's
+// trust domain and service-intentions (cat.Mesh), resolved with def for
+// callers no intention names (the mesh's default_intention, or Consul's
+// ACL default as consul.Mesh.DefaultIntention has it). A native service
+// the catalog does not hold yet is skipped with a warning. Which services
+// are native is the caller's to say (Consul's registrations say it:
+// connect { native = true }).
+func MeshGRPCFromCatalog(cat *consul.Catalog, datacenter string, natives []string, def ir.IntentionAction) (MeshGRPC, []string) {
+	var warnings []string
+	if cat == nil || cat.Mesh == nil || cat.Mesh.TrustDomain == "" {
+		if len(natives) > 0 {
+			warnings = append(warnings, "no Connect CA roots read from Consul yet; the proxyless gRPC mesh is not served")
+		}
+		return MeshGRPC{}, warnings
+	}
+	out := MeshGRPC{TrustDomain: cat.Mesh.TrustDomain, Datacenter: datacenter}
+	for _, name := range slices.Sorted(slices.Values(natives)) {
+		svc := cat.Service("", name)
+		if svc == nil {
+			warnings = append(warnings, fmt.Sprintf("Connect-native service %q is not in the catalog (not watched?); its gRPC servers get no listener", name))
+			continue
+		}
+		its, err := resolveIntentions(cat.Mesh.Intentions, name, def)
+		if err != nil {
+			// Serving nothing new for it beats enforcing less than asked.
+			warnings = append(warnings, fmt.Sprintf("intentions of %q: %v; its gRPC servers get no listener", name, err))
+			continue
+		}
+		ms := MeshGRPCService{Name: name, Intentions: its}
+		for _, in := range svc.Instances {
+			e, warn := endpoint(in, false)
+			if warn != "" {
+				warnings = append(warnings, fmt.Sprintf("Connect-native service %q instance %s: %s", name, in.ID, warn))
+				continue
+			}
+			ms.Instances = append(ms.Instances, e)
+		}
+		out.Services = append(out.Services, ms)
+	}
+	return out, warnings
 }

@@ -2,7 +2,12 @@ package bridge_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"net"
 	"os"
 	"path/filepath"
@@ -19,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	xdscreds "google.golang.org/grpc/credentials/xds"
 	testgrpc "google.golang.org/grpc/interop/grpc_testing"
+	"google.golang.org/grpc/peer"
 	"google.golang.org/grpc/status"
 	grpcxds "google.golang.org/grpc/xds"
 
@@ -52,8 +58,16 @@ type meshEcho struct {
 	testgrpc.UnimplementedTestServiceServer
 }
 
-func (meshEcho) UnaryCall(context.Context, *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-	return &testgrpc.SimpleResponse{ServerId: "echo-1"}, nil
+// UnaryCall answers with the serial of the caller's certificate (as
+// Hostname), to see which leaf a client presents.
+func (meshEcho) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	resp := &testgrpc.SimpleResponse{ServerId: "echo-1"}
+	if p, ok := peer.FromContext(ctx); ok {
+		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
+			resp.Hostname = ti.State.PeerCertificates[0].SerialNumber.String()
+		}
+	}
+	return resp, nil
 }
 
 func (meshEcho) EmptyCall(context.Context, *testgrpc.Empty) (*testgrpc.Empty, error) {
@@ -158,7 +172,7 @@ func TestMeshGRPCEnforcement(t *testing.T) {
 	}
 
 	// The clients: xds:///echo with xDS credentials, as api and as web.
-	dial := func(svc string) testgrpc.TestServiceClient {
+	dialOnce := func(svc string) (testgrpc.TestServiceClient, func()) {
 		res, err := grpcxds.NewXDSResolverWithConfigForTesting(boot(svc+"-1", svc))
 		if err != nil {
 			t.Fatal(err)
@@ -171,8 +185,12 @@ func TestMeshGRPCEnforcement(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { _ = cc.Close() })
-		return testgrpc.NewTestServiceClient(cc)
+		return testgrpc.NewTestServiceClient(cc), func() { _ = cc.Close() }
+	}
+	dial := func(svc string) testgrpc.TestServiceClient {
+		c, closeC := dialOnce(svc)
+		t.Cleanup(closeC)
+		return c
 	}
 	apiC, webC := dial("api"), dial("web")
 
@@ -214,6 +232,55 @@ func TestMeshGRPCEnforcement(t *testing.T) {
 	expect(t, 10*time.Second, "api EmptyCall (L7 denied)", apiC, emptyPath, codes.PermissionDenied)
 	expect(t, 10*time.Second, "api UnaryCall (L7 allowed), again", apiC, unaryPath, codes.OK)
 	expect(t, 10*time.Second, "web UnaryCall (L4 denied)", webC, unaryPath, codes.PermissionDenied)
+
+	// A CA rotation: the agent rewrites the files, grpc-go's file_watcher
+	// reloads them, and a new connection presents the new leaf, which
+	// the server (whose roots now hold both CAs) accepts.
+	serial := func(svc string) string {
+		b, err := os.ReadFile(filepath.Join(certDir, svc, xds.MeshCertFile))
+		if err != nil {
+			return ""
+		}
+		blk, _ := pem.Decode(b)
+		if blk == nil {
+			return ""
+		}
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			return ""
+		}
+		return c.SerialNumber.String()
+	}
+	oldSerial := serial("api")
+	k, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	der, _ := x509.MarshalECPrivateKey(k)
+	if _, err := cl.Connect().CASetConfig(&api.CAConfig{Provider: "consul", Config: map[string]any{
+		"PrivateKey": string(pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: der})),
+	}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	rotated := time.Now()
+	waitUntil(t, 30*time.Second, "api's rotated leaf on disk", func() bool { s := serial("api"); return s != "" && s != oldSerial })
+	newSerial := serial("api")
+	t.Logf("the agent wrote api's rotated leaf %v after the CA rotation", time.Since(rotated).Round(time.Millisecond))
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		// A new channel each time: a connection keeps the leaf of its
+		// handshake, which may predate file_watcher's next refresh.
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		fresh, closeFresh := dialOnce("api")
+		resp, err := fresh.UnaryCall(cctx, &testgrpc.SimpleRequest{})
+		closeFresh()
+		ccancel()
+		if err == nil && resp.GetHostname() == newSerial {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the CA rotation a new api connection presents serial %q (err %v), want the rotated leaf %s (was %s)", resp.GetHostname(), err, newSerial, oldSerial)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("a new connection presents the rotated leaf %v after the CA rotation", time.Since(rotated).Round(time.Millisecond))
 
 	for _, p := range srv.Proxies() {
 		if p.Status == serve.StatusNACKed {

@@ -29,11 +29,8 @@ import (
 	grpcxds "google.golang.org/grpc/xds"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/agent"
-	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
-	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
-	"github.com/consul-xds-bridge/consul-xds-bridge/model"
-	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
@@ -44,13 +41,10 @@ import (
 // them with the bootstrap `bootstrap -grpc -mesh-cert-dir` prints and the
 // certificate files the per-VM agent writes from Consul's Connect CA.
 //
-// The xDS side is the bridge's serving runtime (xds/serve) fed by
-// meshFeed below: Consul's intentions (blocking query) and echo's
-// instances joined as the daemon's watches join them (consul.Catalog with
-// its Mesh), built with model.Build, model.MeshGRPCFromCatalog and
-// model.AddMeshGRPC, and translated. The daemon's own loop does not follow
-// native services and intentions yet (the integrator wires meshFeed's
-// reads into consul/ and bridge/loop.go).
+// The xDS side is the bridge daemon with the mesh on: it follows the
+// Connect-native services (bridge/meshgrpc.go), their health, the CA
+// roots and the intentions, and serves echo's server listener and the
+// mesh gRPC cluster xds:///echo goes to.
 
 // meshEcho answers UnaryCall and EmptyCall; an L7 intention allows one
 // method and denies the other.
@@ -125,18 +119,20 @@ func TestMeshGRPCEnforcement(t *testing.T) {
 		}
 	}
 
-	// The bridge's xDS serving, fed from Consul.
-	srv := serve.NewServer(serve.ServerConfig{Logger: log})
-	xl, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
+	// The bridge, with the mesh on (default deny: the test's Consul has
+	// ACLs off, where Consul itself would allow).
+	pfile := filepath.Join(dir, "policy.hcl")
+	if err := os.WriteFile(pfile, []byte("mesh {\n  default_intention = \"deny\"\n}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = srv.Serve(ctx, xl) }()
-	feed := &meshFeed{t: t, cl: cl, srv: srv, service: "echo"}
-	go feed.run(ctx)
+	h := startBridgeWith(t, ca, consultest.NewForwarder(t, ca.HTTPAddr()), func(c *bridge.Config) {
+		c.ConfigFiles = []string{pfile}
+		c.Policy = loadPolicy(t, pfile)
+	})
+	xdsAddr := h.daemon.XDSAddr().String()
 
 	boot := func(node, svc string) []byte {
-		b, err := xds.GRPCBootstrap(xds.BootstrapConfig{NodeID: node, XDS: []string{xl.Addr().String()},
+		b, err := xds.GRPCBootstrap(xds.BootstrapConfig{NodeID: node, XDS: []string{xdsAddr},
 			MeshCertDir: filepath.Join(certDir, svc), MeshCertRefresh: time.Second})
 		if err != nil {
 			t.Fatal(err)
@@ -282,7 +278,7 @@ func TestMeshGRPCEnforcement(t *testing.T) {
 	}
 	t.Logf("a new connection presents the rotated leaf %v after the CA rotation", time.Since(rotated).Round(time.Millisecond))
 
-	for _, p := range srv.Proxies() {
+	for _, p := range proxies(t, h) {
 		if p.Status == serve.StatusNACKed {
 			t.Errorf("%s NACKed: %+v", p.NodeID, p.Types)
 		}
@@ -334,63 +330,4 @@ func waitUntil(t *testing.T, d time.Duration, what string, ok func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// meshFeed follows Consul for one Connect-native gRPC service: its
-// intentions (a blocking query on service-intentions entries) and its
-// instances, and serves the proxyless mesh built from them.
-type meshFeed struct {
-	t       *testing.T
-	cl      *api.Client
-	srv     *serve.Server
-	service string
-}
-
-func (f *meshFeed) run(ctx context.Context) {
-	var index uint64
-	for ctx.Err() == nil {
-		entries, meta, err := f.cl.ConfigEntries().List(api.ServiceIntentions, (&api.QueryOptions{WaitIndex: index, WaitTime: 10 * time.Second}).WithContext(ctx))
-		if err != nil {
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		index = meta.LastIndex
-		if err := f.serve(ctx, entries); err != nil && ctx.Err() == nil {
-			f.t.Errorf("mesh feed: %v", err)
-		}
-	}
-}
-
-func (f *meshFeed) serve(ctx context.Context, entries []api.ConfigEntry) error {
-	var its []*api.ServiceIntentionsConfigEntry
-	for _, e := range entries {
-		if si, ok := e.(*api.ServiceIntentionsConfigEntry); ok {
-			its = append(its, si)
-		}
-	}
-	roots, _, err := f.cl.Agent().ConnectCARoots(nil)
-	if err != nil {
-		return err
-	}
-	health, meta, err := f.cl.Health().Service(f.service, "", false, nil)
-	if err != nil {
-		return err
-	}
-	// What the daemon's watches hold: the catalog, with the mesh joined.
-	cat := consul.NewCatalog([]*consul.Service{consul.NewService(f.service, "", meta.LastIndex, health)})
-	cat.Mesh = &consul.Mesh{TrustDomain: roots.TrustDomain, Intentions: its}
-	m, _ := model.Build(cat, &policy.Policy{ExportAllServices: true})
-	// Default deny: the test's Consul has ACLs off, where Consul itself
-	// would allow; a mesh that enforces anything is configured deny.
-	in, warnings := model.MeshGRPCFromCatalog(cat, "dc1", []string{f.service}, ir.IntentionDeny)
-	warnings = append(warnings, model.AddMeshGRPC(m, in)...)
-	if len(warnings) > 0 {
-		f.t.Logf("mesh warnings: %v", warnings)
-	}
-	out, err := xds.Translate(m)
-	if err != nil {
-		return err
-	}
-	_, err = f.srv.Update(ctx, out, func(string) string { return "" })
-	return err
 }

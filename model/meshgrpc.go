@@ -133,7 +133,9 @@ func AddMeshGRPC(m *ir.Model, in MeshGRPC) []string {
 // ACL default as consul.Mesh.DefaultIntention has it). A native service
 // the catalog does not hold yet is skipped with a warning. Which services
 // are native is the caller's to say (Consul's registrations say it:
-// connect { native = true }).
+// connect { native = true }). datacenter "" is the one the instances'
+// health entries name (the local one: the catalog holds the local
+// datacenter's services under "").
 func MeshGRPCFromCatalog(cat *consul.Catalog, datacenter string, natives []string, def ir.IntentionAction) (MeshGRPC, []string) {
 	var warnings []string
 	if cat == nil || cat.Mesh == nil || cat.Mesh.TrustDomain == "" {
@@ -157,6 +159,9 @@ func MeshGRPCFromCatalog(cat *consul.Catalog, datacenter string, natives []strin
 		}
 		ms := MeshGRPCService{Name: name, Intentions: its}
 		for _, in := range svc.Instances {
+			if out.Datacenter == "" {
+				out.Datacenter = in.Datacenter
+			}
 			e, warn := endpoint(in, false)
 			if warn != "" {
 				warnings = append(warnings, fmt.Sprintf("Connect-native service %q instance %s: %s", name, in.ID, warn))
@@ -165,6 +170,10 @@ func MeshGRPCFromCatalog(cat *consul.Catalog, datacenter string, natives []strin
 			ms.Instances = append(ms.Instances, e)
 		}
 		out.Services = append(out.Services, ms)
+	}
+	if out.Datacenter == "" {
+		// No instance to name it: nothing to serve either.
+		return MeshGRPC{}, warnings
 	}
 	return out, warnings
 }

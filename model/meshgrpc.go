@@ -153,9 +153,11 @@ func MeshGRPCFromCatalog(cat *consul.Catalog, datacenter string, natives []strin
 		}
 		its, err := resolveIntentions(cat.Mesh.Intentions, name, def)
 		if err != nil {
-			// Serving nothing new for it beats enforcing less than asked.
-			warnings = append(warnings, fmt.Sprintf("intentions of %q: %v; its gRPC servers get no listener", name, err))
-			continue
+			// Fail closed: denying every caller enforces no less than
+			// asked, and keeps the servers' listeners (without one a
+			// grpc-go xDS server stops serving altogether).
+			warnings = append(warnings, fmt.Sprintf("intentions of %q: %v; its gRPC servers deny every caller until they are fixed", name, err))
+			its = ir.Intentions{Default: ir.IntentionDeny}
 		}
 		ms := MeshGRPCService{Name: name, Intentions: its}
 		for _, in := range svc.Instances {

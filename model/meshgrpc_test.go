@@ -69,3 +69,27 @@ func TestAddMeshGRPCFromCatalog(t *testing.T) {
 		t.Errorf("without a trust domain: %+v, %q", in, w)
 	}
 }
+
+// TestMeshGRPCBadIntentionsFailClosed: intentions the bridge cannot
+// enforce as written deny every caller, and the servers keep a listener.
+func TestMeshGRPCBadIntentionsFailClosed(t *testing.T) {
+	cat := &consul.Catalog{
+		Services: []*consul.Service{{Name: "echo", Instances: []consul.Instance{{ID: "echo-1", Datacenter: "dc1", Address: "10.0.0.2", Port: 50051, Status: consul.StatusPassing}}}},
+		Mesh: &consul.Mesh{TrustDomain: "td.consul", Intentions: []*api.ServiceIntentionsConfigEntry{{
+			Kind: api.ServiceIntentions, Name: "echo",
+			Sources: []*api.SourceIntention{{Name: "api", Permissions: []*api.IntentionPermission{
+				{Action: api.IntentionActionAllow, HTTP: &api.IntentionHTTPPermission{PathRegex: "("}},
+			}}},
+		}}},
+	}
+	in, warnings := MeshGRPCFromCatalog(cat, "", []string{"echo"}, ir.IntentionAllow)
+	if len(warnings) != 1 || !strings.Contains(warnings[0], "deny every caller") {
+		t.Errorf("warnings %q", warnings)
+	}
+	if in.Datacenter != "dc1" || len(in.Services) != 1 || len(in.Services[0].Instances) != 1 {
+		t.Fatalf("input %+v", in)
+	}
+	if got := in.Services[0].Intentions; got.Default != ir.IntentionDeny || len(got.Rules) != 0 {
+		t.Errorf("intentions %+v, want deny all", got)
+	}
+}

@@ -157,6 +157,7 @@ func New(cfg Config) *Daemon {
 			TLS:             cfg.Settings.XDS.TLS,
 			AuthorizeNodes:  cfg.Settings.XDS.AuthorizeNodes,
 			MaxInitialSyncs: cfg.Settings.XDS.MaxInitialSyncs,
+			Sidecars:        meshWanted(cfg.Policy),
 		}),
 		started:     make(chan struct{}),
 		reload:      make(chan struct{}, 1),
@@ -279,7 +280,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Go(func() { fail(d.xds.Serve(ctx, xdsLis)) })
 	wg.Go(func() { fail(d.serveAdmin(ctx, adminLis)) })
 	var ce configEntries
-	mesh := meshState{needed: meshWanted(d.cfg.Policy)}
+	mesh := meshState{needed: meshWanted(d.cfg.Policy), central: centralMesh(d.cfg.Policy)}
 	if kinds := configKinds(s.Consul.ConfigEntries, mesh.needed); len(kinds) > 0 {
 		// One watcher for the policy's kinds and the mesh's, so a kind
 		// both read (service-defaults) is one query.
@@ -289,8 +290,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	var meshUpdates <-chan consul.MeshUpdate
 	if mesh.needed {
-		central := d.cfg.Policy.Mesh != nil && d.cfg.Policy.Mesh.Mode == policy.MeshCentral
-		mw := consul.NewMeshWatcher(consul.MeshConfig{Client: client, Query: q, Central: central, Logger: consulLog, OnQuery: d.consulQuery})
+		mw := consul.NewMeshWatcher(consul.MeshConfig{Client: client, Query: q, Central: mesh.central, Budget: watcher, Logger: consulLog, OnQuery: d.consulQuery})
 		meshUpdates = mw.Updates()
 		wg.Go(func() { fail(mw.Run(ctx)) })
 	}

@@ -460,6 +460,9 @@ func (l *loop) accept(trigger string, a attempt) {
 			}
 		}
 	}
+	if why := l.mesh.restartNeeded(cfg.Policy); why != "" {
+		l.d.log.Warn().Str("reason", why).Msg("mesh settings changed; restart to apply them")
+	}
 	l.d.watchPolicyFiles(cfg.Policy)
 	l.watcher.SetTargets(l.meshTargets(cfg.Policy))
 	l.recordPolicy(append(a.sources, tlsSources(cfg.Policy)...), a.diags)

@@ -53,7 +53,9 @@ func configKinds(policyEntries, mesh bool) []string {
 // meshState is the loop's view of the mesh.
 type meshState struct {
 	needed bool
-	mesh   *consul.Mesh // nil until the first read
+	// central is the mode the watchers started in.
+	central bool
+	mesh    *consul.Mesh // nil until the first read
 	// entries are the mesh's config entries; nil until the first read.
 	intentions []*api.ServiceIntentionsConfigEntry
 	protocols  map[string]string
@@ -153,4 +155,20 @@ func sidecarResolve(pol *policy.Policy) func(string) string {
 		}
 		return ""
 	}
+}
+
+func centralMesh(p *policy.Policy) bool {
+	return p != nil && p.Mesh != nil && p.Mesh.Mode == policy.MeshCentral
+}
+
+// restartNeeded says why a policy's mesh settings cannot apply until a
+// restart ("" if they can): the watchers are started with the daemon.
+func (s *meshState) restartNeeded(p *policy.Policy) string {
+	switch {
+	case meshWanted(p) != s.needed:
+		return "the policy adds or removes the mesh block (or sidecar_for); restart to start or stop following Consul Connect"
+	case s.needed && centralMesh(p) != s.central:
+		return "the mesh mode changed; restart to apply it (leaves are fetched only in central mode)"
+	}
+	return ""
 }

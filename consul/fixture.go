@@ -35,11 +35,14 @@ type Fixture struct {
 // as `curl /v1/config/service-intentions`. Leaves and roots are not part
 // of it (no keys in fixtures).
 type MeshFixture struct {
-	TrustDomain      string                              `json:"trust_domain"`
-	DefaultIntention string                              `json:"default_intention,omitempty"`
-	Proxies          []*api.ServiceEntry                 `json:"proxies"`
-	Intentions       []*api.ServiceIntentionsConfigEntry `json:"intentions,omitempty"`
-	Protocols        map[string]string                   `json:"protocols,omitempty"`
+	TrustDomain      string              `json:"trust_domain"`
+	DefaultIntention string              `json:"default_intention,omitempty"`
+	Proxies          []*api.ServiceEntry `json:"proxies"`
+	// Connect holds `curl /v1/health/connect/NAME` by NAME, for the
+	// upstreams; without it the registered sidecars stand in.
+	Connect    map[string][]*api.ServiceEntry      `json:"connect,omitempty"`
+	Intentions []*api.ServiceIntentionsConfigEntry `json:"intentions,omitempty"`
+	Protocols  map[string]string                   `json:"protocols,omitempty"`
 }
 
 // ReadFixture decodes a catalog fixture. Unknown fields are ignored, as
@@ -73,6 +76,12 @@ func ReadFixture(r io.Reader) (*Catalog, error) {
 		cat.Mesh = &Mesh{
 			TrustDomain: m.TrustDomain, DefaultIntention: ir.IntentionAction(m.DefaultIntention),
 			Proxies: NewProxies(m.Proxies), Intentions: m.Intentions, Protocols: m.Protocols,
+		}
+		for name, entries := range m.Connect {
+			if cat.Mesh.Endpoints == nil {
+				cat.Mesh.Endpoints = map[string][]Proxy{}
+			}
+			cat.Mesh.Endpoints[name] = newConnectEndpoints(entries)
 		}
 	}
 	return cat, nil

@@ -31,6 +31,13 @@ type Mesh struct {
 	// RootsPEM holds every root the CA lists (sorted by id), so a peer
 	// whose leaf is signed by a root being rotated out still verifies.
 	RootsPEM string `json:"-"`
+	// Endpoints are, by upstream (ServiceKey.String(): "api", or
+	// "api@dc2" for an upstream in another datacenter), the instances
+	// that accept its mesh traffic (/v1/health/connect/SERVICE: its
+	// sidecars and its Connect-native instances), sorted by (Node, ID).
+	// A service no sidecar dials is not read; a remote one whose
+	// datacenter never answered is absent.
+	Endpoints map[string][]Proxy `json:"endpoints,omitempty"`
 	// Leaves are the services' leaf certificates by service, in central
 	// mode only.
 	Leaves map[string]Leaf `json:"-"`
@@ -68,6 +75,9 @@ type Proxy struct {
 	Upstreams []Upstream `json:",omitempty"`
 	// Status aggregates the proxy's own and its node's checks.
 	Status Status
+	// Native marks a Connect-native instance (no sidecar: the service
+	// itself speaks mTLS); Service and ServiceID are then its own.
+	Native bool `json:",omitempty"`
 }
 
 // Upstream is one upstream of a proxy registration.
@@ -100,8 +110,27 @@ func (m *Mesh) Services() []ServiceKey {
 	set := map[ServiceKey]bool{}
 	for _, p := range m.Proxies {
 		set[ServiceKey{Name: p.Service}] = true
+		for _, k := range p.upstreamKeys() {
+			set[k] = true
+		}
 	}
 	return slices.SortedFunc(maps.Keys(set), compareKeys)
+}
+
+// upstreamKeys are the service upstreams of p, Datacenter "" for p's own.
+func (p Proxy) upstreamKeys() []ServiceKey {
+	var out []ServiceKey
+	for _, u := range p.Upstreams {
+		if (u.Type != "" && u.Type != "service") || u.Service == "" {
+			continue
+		}
+		k := ServiceKey{Name: u.Service}
+		if u.Datacenter != p.Datacenter {
+			k.Datacenter = u.Datacenter
+		}
+		out = append(out, k)
+	}
+	return out
 }
 
 // MeshConfig configures a MeshWatcher.
@@ -111,6 +140,11 @@ type MeshConfig struct {
 	// Central also follows every sidecar service's leaf certificate
 	// through the agent (blocking), with the client's token.
 	Central bool
+	// Budget, if set, is the catalog watcher whose query slots the mesh's
+	// blocking queries share (Config.MaxQueries), so the two together
+	// stay within the client's connections. A proxy's health change is
+	// then seen when its query's turn comes (no hints hurry it).
+	Budget  *Watcher
 	Logger  zerolog.Logger
 	OnQuery func(endpoint, datacenter string, err error, d time.Duration)
 }
@@ -143,7 +177,7 @@ func (w *MeshWatcher) Updates() <-chan MeshUpdate { return w.updates }
 const proxyFilter = `ServiceKind == "connect-proxy"`
 
 type meshEvent struct {
-	kind    string // "list", "proxies", "roots", "leaf", "default"
+	kind    string // "list", "proxies", "connect", "roots", "leaf", "default"
 	key     string // proxy service name or leaf service
 	gen     uint64
 	names   []string
@@ -158,6 +192,9 @@ type meshWatch struct {
 	gen    uint64
 	cancel context.CancelFunc
 	read   bool
+	// remote marks a query on another datacenter, which never holds
+	// back the first publication (that datacenter may never answer).
+	remote bool
 }
 
 // Run follows the mesh until ctx ends. Errors back off and keep the last
@@ -181,6 +218,12 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 		return func(err error, d time.Duration) { w.cfg.OnQuery(endpoint, "", err, d) }
 	}
 	log := w.cfg.Logger
+	join := func(id string) *member {
+		if w.cfg.Budget == nil {
+			return nil
+		}
+		return w.cfg.Budget.slots.join(id, false)
+	}
 	list := view[[]string]{
 		id: "catalog_services(connect-proxy)",
 		fetch: func(q *api.QueryOptions) ([]string, *api.QueryMeta, error) {
@@ -200,6 +243,8 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 		},
 		equal: equalRoots, opts: w.cfg.Query, log: log, result: result("connect_ca_roots"),
 	}
+	roots.slots = join(roots.id)
+	defer roots.slots.leave()
 	wg.Go(func() {
 		roots.run(ctx, func(r *api.CARootList, _ uint64, at time.Time) { send(ctx, meshEvent{kind: "roots", roots: r, at: at}) })
 	})
@@ -212,6 +257,8 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 		gen       uint64
 		proxyW    = map[string]*meshWatch{}
 		leafW     = map[string]*meshWatch{}
+		connectW  = map[string]*meshWatch{}
+		endpoints = map[string][]Proxy{}
 		proxies   = map[string][]Proxy{}
 		leaves    = map[string]Leaf{}
 		listRead  bool
@@ -236,8 +283,31 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 				},
 				equal: equalProxies, opts: w.cfg.Query, log: log, result: result("health_service"),
 			}
+			v.slots = join(v.id)
+			defer v.slots.leave()
 			v.run(ctx, func(p []Proxy, _ uint64, at time.Time) {
 				send(ctx, meshEvent{kind: "proxies", key: name, gen: g, proxies: p, at: at})
+			})
+		}
+	}
+	runConnect := func(k ServiceKey) func(context.Context, uint64) {
+		return func(ctx context.Context, g uint64) {
+			opts := w.cfg.Query
+			if k.Datacenter != "" {
+				opts.Datacenter = k.Datacenter
+			}
+			v := view[[]Proxy]{
+				id: "health_connect(" + k.String() + ")",
+				fetch: func(q *api.QueryOptions) ([]Proxy, *api.QueryMeta, error) {
+					entries, meta, err := w.cfg.Client.Health().Connect(k.Name, "", false, q)
+					return newConnectEndpoints(entries), meta, err
+				},
+				equal: equalProxies, opts: opts, log: log, result: result("health_connect"),
+			}
+			v.slots = join(v.id)
+			defer v.slots.leave()
+			v.run(ctx, func(p []Proxy, _ uint64, at time.Time) {
+				send(ctx, meshEvent{kind: "connect", key: k.String(), gen: g, proxies: p, at: at})
 			})
 		}
 	}
@@ -259,6 +329,8 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 				},
 				opts: w.cfg.Query, log: log, result: result("connect_ca_leaf"),
 			}
+			v.slots = join(v.id)
+			defer v.slots.leave()
 			v.run(ctx, func(l *Leaf, _ uint64, at time.Time) {
 				send(ctx, meshEvent{kind: "leaf", key: service, gen: g, leaf: l, at: at})
 			})
@@ -282,14 +354,32 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 				start(proxyW, n, runProxies(n))
 			}
 		}
-		if !w.cfg.Central {
-			return
-		}
+		upstreams := map[string]ServiceKey{}
 		services := map[string]bool{}
 		for _, ps := range proxies {
 			for _, p := range ps {
 				services[p.Service] = true
+				for _, k := range p.upstreamKeys() {
+					upstreams[k.String()] = k
+				}
 			}
+		}
+		for s, mw := range connectW {
+			if _, ok := upstreams[s]; !ok {
+				mw.cancel()
+				delete(connectW, s)
+				delete(endpoints, s)
+			}
+		}
+		for _, s := range slices.Sorted(maps.Keys(upstreams)) {
+			if connectW[s] == nil {
+				k := upstreams[s]
+				start(connectW, s, runConnect(k))
+				connectW[s].remote = k.Datacenter != ""
+			}
+		}
+		if !w.cfg.Central {
+			return
 		}
 		for s, mw := range leafW {
 			if !services[s] {
@@ -313,9 +403,11 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 				return false
 			}
 		}
-		for _, mw := range leafW {
-			if !mw.read {
-				return false
+		for _, set := range []map[string]*meshWatch{leafW, connectW} {
+			for _, mw := range set {
+				if !mw.read && !mw.remote {
+					return false
+				}
 			}
 		}
 		return true
@@ -344,6 +436,13 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 			mw.read = true
 			proxies[ev.key] = ev.proxies
 			reconcile(names)
+		case "connect":
+			mw := connectW[ev.key]
+			if mw == nil || mw.gen != ev.gen {
+				continue
+			}
+			mw.read = true
+			endpoints[ev.key] = ev.proxies
 		case "leaf":
 			mw := leafW[ev.key]
 			if mw == nil || mw.gen != ev.gen {
@@ -359,12 +458,12 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 			continue
 		}
 		published = true
-		w.publish(proxies, rootList, leaves, def, ev.at)
+		w.publish(proxies, endpoints, rootList, leaves, def, ev.at)
 	}
 }
 
-func (w *MeshWatcher) publish(proxies map[string][]Proxy, roots *api.CARootList, leaves map[string]Leaf, def ir.IntentionAction, at time.Time) {
-	m := &Mesh{TrustDomain: roots.TrustDomain, DefaultIntention: def, Leaves: maps.Clone(leaves)}
+func (w *MeshWatcher) publish(proxies, endpoints map[string][]Proxy, roots *api.CARootList, leaves map[string]Leaf, def ir.IntentionAction, at time.Time) {
+	m := &Mesh{TrustDomain: roots.TrustDomain, DefaultIntention: def, Leaves: maps.Clone(leaves), Endpoints: maps.Clone(endpoints)}
 	for _, ps := range proxies {
 		m.Proxies = append(m.Proxies, ps...)
 	}
@@ -409,80 +508,4 @@ func (w *MeshWatcher) defaultIntention(ctx context.Context) ir.IntentionAction {
 		}
 		delay = min(delay*2, w.cfg.Query.withDefaults().BackoffMax)
 	}
-}
-
-// aclDefault reads /v1/agent/self's DebugConfig: Consul's default
-// intention is allow with ACLs disabled, else the ACL default_policy.
-func aclDefault(self map[string]map[string]any) ir.IntentionAction {
-	dc := self["DebugConfig"]
-	enabled, _ := dc["ACLsEnabled"].(bool)
-	policy := "deny"
-	if rs, ok := dc["ACLResolverSettings"].(map[string]any); ok {
-		if e, ok := rs["ACLsEnabled"].(bool); ok {
-			enabled = enabled || e
-		}
-		if p, ok := rs["ACLDefaultPolicy"].(string); ok {
-			policy = p
-		}
-	}
-	if !enabled || policy == "allow" {
-		return ir.IntentionAllow
-	}
-	return ir.IntentionDeny
-}
-
-// NewProxies normalises a proxy service's /v1/health/service response:
-// connect-proxy instances only, node address as fallback, status
-// aggregated as for any instance, sorted.
-func NewProxies(entries []*api.ServiceEntry) []Proxy {
-	var out []Proxy
-	for _, e := range entries {
-		if e == nil || e.Node == nil || e.Service == nil || e.Service.Kind != api.ServiceKindConnectProxy || e.Service.Proxy == nil {
-			continue
-		}
-		s, px := e.Service, e.Service.Proxy
-		p := Proxy{
-			ID: s.ID, Name: s.Service, Node: e.Node.Node, Datacenter: e.Node.Datacenter, NodeMeta: mapCopy(e.Node.Meta),
-			Address: cmp.Or(s.Address, e.Node.Address), ServiceAddress: s.Address, Port: s.Port,
-			Service: px.DestinationServiceName, ServiceID: cmp.Or(px.DestinationServiceID, px.DestinationServiceName),
-			LocalAddress: px.LocalServiceAddress, LocalPort: px.LocalServicePort,
-			Protocol: configString(px.Config, "protocol"),
-			Status:   aggregate(e.Checks),
-		}
-		for _, u := range px.Upstreams {
-			p.Upstreams = append(p.Upstreams, Upstream{
-				Type: string(u.DestinationType), Service: u.DestinationName, Datacenter: u.Datacenter,
-				BindAddress: u.LocalBindAddress, BindPort: u.LocalBindPort, Protocol: configString(u.Config, "protocol"),
-			})
-		}
-		slices.SortFunc(p.Upstreams, func(a, b Upstream) int {
-			return cmp.Or(cmp.Compare(a.BindPort, b.BindPort), cmp.Compare(a.BindAddress, b.BindAddress))
-		})
-		out = append(out, p)
-	}
-	slices.SortFunc(out, func(a, b Proxy) int { return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID)) })
-	return out
-}
-
-func configString(m map[string]any, k string) string {
-	s, _ := m[k].(string)
-	return s
-}
-
-func equalProxies(a, b []Proxy) bool {
-	return slices.EqualFunc(a, b, func(x, y Proxy) bool {
-		return x.ID == y.ID && x.Name == y.Name && x.Node == y.Node && x.Datacenter == y.Datacenter &&
-			maps.Equal(x.NodeMeta, y.NodeMeta) && x.Address == y.Address && x.ServiceAddress == y.ServiceAddress && x.Port == y.Port &&
-			x.Service == y.Service && x.ServiceID == y.ServiceID && x.LocalAddress == y.LocalAddress &&
-			x.LocalPort == y.LocalPort && x.Protocol == y.Protocol && x.Status == y.Status &&
-			slices.Equal(x.Upstreams, y.Upstreams)
-	})
-}
-
-func equalRoots(a, b *api.CARootList) bool {
-	if a == nil || b == nil {
-		return a == b
-	}
-	return a.TrustDomain == b.TrustDomain && a.ActiveRootID == b.ActiveRootID &&
-		slices.EqualFunc(a.Roots, b.Roots, func(x, y *api.CARoot) bool { return x.ID == y.ID && x.RootCertPEM == y.RootCertPEM })
 }

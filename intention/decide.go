@@ -1,6 +1,7 @@
 package intention
 
 import (
+	"fmt"
 	"regexp"
 	"strings"
 
@@ -25,23 +26,55 @@ type Request struct {
 // the default if none does; with no rule matching, the default. It is
 // the reference the bridge's RBAC translation is tested against, and
 // what route tests use to say whether a caller gets in.
-func Decide(in ir.Intentions, req Request) ir.IntentionAction {
+func Decide(in ir.Intentions, req Request) ir.IntentionAction { return Explain(in, req).Action }
+
+// Decision is what Decide decided, and why.
+type Decision struct {
+	Action ir.IntentionAction
+	// Rule is the index of the deciding rule in Intentions.Rules, -1
+	// when none matched (the default decided).
+	Rule int
+	// Permission is the index of the deciding permission of an L7 rule,
+	// -1 when the rule is L4 or none of its permissions matched.
+	Permission int
+}
+
+// Explain is Decide with the rule and permission that decided.
+func Explain(in ir.Intentions, req Request) Decision {
 	for i := range in.Rules {
 		r := &in.Rules[i]
 		if r.Source != Wildcard && r.Source != req.Source {
 			continue
 		}
 		if len(r.Permissions) == 0 {
-			return r.Action
+			return Decision{Action: r.Action, Rule: i, Permission: -1}
 		}
 		for j := range r.Permissions {
 			if permissionMatches(&r.Permissions[j], &req) {
-				return r.Permissions[j].Action
+				return Decision{Action: r.Permissions[j].Action, Rule: i, Permission: j}
 			}
 		}
-		return in.Default
+		return Decision{Action: in.Default, Rule: i, Permission: -1}
 	}
-	return in.Default
+	return Decision{Action: in.Default, Rule: -1, Permission: -1}
+}
+
+// Describe says in words what decided d, for reports: "allow by the
+// intention of source \"web\" (precedence 9), permission 2".
+func (d Decision) Describe(in ir.Intentions) string {
+	if d.Rule < 0 || d.Rule >= len(in.Rules) {
+		return fmt.Sprintf("%s by default (no intention matches the source)", d.Action)
+	}
+	r := in.Rules[d.Rule]
+	s := fmt.Sprintf("%s by the intention of source %q (precedence %d)", d.Action, r.Source, r.Precedence)
+	switch {
+	case len(r.Permissions) == 0:
+	case d.Permission >= 0:
+		s += fmt.Sprintf(", permission %d", d.Permission)
+	default:
+		s += ", no permission matches: the default"
+	}
+	return s
 }
 
 func permissionMatches(p *ir.IntentionPermission, req *Request) bool {

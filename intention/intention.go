@@ -3,14 +3,16 @@
 // Consul's precedence. It is pure: entries come in as values (FromConfigEntry
 // converts what Consul's API returns), resolved rules go out.
 //
-// Only what the bridge can enforce is accepted: sources in the default
-// namespace and partition of the local cluster. Sources the bridge's
-// principals can never match (other namespaces, partitions, peers,
-// sameness groups) are dropped: none of their callers holds a certificate
-// for the default namespace, so neither an allow nor a deny of them
-// changes who gets in. What would change it but cannot be enforced (JWT
-// requirements, non-Consul source types) is an error, never silently
-// dropped: an allow that required a JWT would otherwise allow without one.
+// The bridge's RBAC names callers by SPIFFE ids of the default namespace
+// and partition, and its listeners trust the local Connect CA only. So:
+// sources of a cluster peer (another CA: they cannot connect at all) are
+// dropped; an allow of a source in another namespace, partition or
+// sameness group is dropped too (it can only keep out a caller Consul
+// would let in, never the reverse); a deny of one is an error, since
+// dropping it would let in a caller Consul keeps out. What else would
+// change who gets in but cannot be enforced (JWT requirements,
+// non-Consul source types) is an error as well, never silently dropped:
+// an allow that required a JWT would otherwise allow without one.
 package intention
 
 import (
@@ -45,15 +47,17 @@ type Source struct {
 	// Name is a service name or Wildcard.
 	Name string
 	// Namespace is "" or "default" for the default namespace, Wildcard
-	// for every namespace (it then covers the default one too, below
-	// its own wildcard); any other value never matches a caller.
+	// for every namespace (only an allow of it can be enforced: it
+	// covers the default namespace, below that namespace's own "*").
 	Namespace string `json:",omitempty"`
-	// Foreign marks a source the bridge's callers can never be (another
-	// partition, a peer, a sameness group): Resolve skips it.
-	Foreign     bool `json:",omitempty"`
-	Action      ir.IntentionAction
-	Permissions []Permission `json:",omitempty"`
-	Unsupported []string     `json:",omitempty"`
+	// Partition ("" or "default"), Peer and SamenessGroup say where else
+	// the source may be; see the package comment.
+	Partition     string `json:",omitempty"`
+	Peer          string `json:",omitempty"`
+	SamenessGroup string `json:",omitempty"`
+	Action        ir.IntentionAction
+	Permissions   []Permission `json:",omitempty"`
+	Unsupported   []string     `json:",omitempty"`
 }
 
 // Permission is one L7 permission: Action for requests HTTP matches
@@ -103,10 +107,12 @@ func FromConfigEntry(e *api.ServiceIntentionsConfigEntry) Entry {
 			continue
 		}
 		src := Source{
-			Name:      s.Name,
-			Namespace: s.Namespace,
-			Foreign:   s.Peer != "" || s.SamenessGroup != "" || !defaultTenancy(s.Partition),
-			Action:    ir.IntentionAction(strings.ToLower(string(s.Action))),
+			Name:          s.Name,
+			Namespace:     s.Namespace,
+			Partition:     s.Partition,
+			Peer:          s.Peer,
+			SamenessGroup: s.SamenessGroup,
+			Action:        ir.IntentionAction(strings.ToLower(string(s.Action))),
 		}
 		if s.Type != "" && s.Type != api.IntentionSourceConsul {
 			src.Unsupported = append(src.Unsupported, fmt.Sprintf("source type %q", s.Type))
@@ -198,23 +204,30 @@ func Resolve(entries []Entry, destination string, def ir.IntentionAction) (ir.In
 		seenSource := map[[2]string]bool{}
 		for i, s := range e.Sources {
 			at := fmt.Sprintf("%s source %d (%q)", where, i, s.Name)
-			if s.Foreign {
-				continue
+			if s.Peer != "" {
+				continue // another CA's callers: see the package comment
 			}
 			ns := s.Namespace
 			if ns == "default" {
 				ns = ""
-			}
-			if ns != "" && ns != Wildcard {
-				continue // another namespace: see the package comment
 			}
 			rule, err := toRule(at, &s)
 			if err != nil {
 				errs = append(errs, err)
 				continue
 			}
-			if ns == Wildcard && rule.Source != Wildcard {
+			allowOnly := rule.Action == ir.IntentionAllow
+			switch elsewhere := !defaultTenancy(s.Partition) || s.SamenessGroup != "" || (ns != "" && ns != Wildcard); {
+			case elsewhere && allowOnly:
+				continue
+			case elsewhere:
+				errs = append(errs, fmt.Errorf("%s: a deny or L7 rule for callers in partition %q, namespace %q, sameness group %q cannot be enforced (the bridge matches callers of the default namespace and partition); remove it or make it an allow: %w", at, s.Partition, s.Namespace, s.SamenessGroup, ErrInvalid))
+				continue
+			case ns == Wildcard && rule.Source != Wildcard:
 				errs = append(errs, fmt.Errorf("%s: an exact name cannot follow the wildcard namespace: %w", at, ErrInvalid))
+				continue
+			case ns == Wildcard && !allowOnly:
+				errs = append(errs, fmt.Errorf("%s: a deny or L7 rule for every namespace cannot be enforced (the bridge matches callers of the default namespace); use namespace \"default\": %w", at, ErrInvalid))
 				continue
 			}
 			key := [2]string{ns, rule.Source}

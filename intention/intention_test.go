@@ -2,6 +2,7 @@ package intention
 
 import (
 	"errors"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
@@ -72,19 +73,21 @@ func TestResolve(t *testing.T) {
 		},
 		"wildcard namespace below the default namespace's wildcard": {
 			entries: []Entry{{Destination: "api", Sources: []Source{
-				{Name: "*", Namespace: "*", Action: deny},
-				{Name: "web", Namespace: "default", Action: allow},
+				{Name: "*", Namespace: "*", Action: allow},
+				{Name: "web", Namespace: "default", Action: deny},
 			}}},
-			def: allow,
+			def: deny,
 			want: []ir.IntentionRule{
-				{Source: "web", Action: allow, Precedence: 9},
-				{Source: "*", Action: deny, Precedence: 7},
+				{Source: "web", Action: deny, Precedence: 9},
+				{Source: "*", Action: allow, Precedence: 7},
 			},
 		},
-		"foreign and other-namespace sources never match": {
+		"peers, and allows elsewhere, never match": {
 			entries: []Entry{{Destination: "api", Sources: []Source{
-				{Name: "web", Namespace: "team-a", Action: deny},
-				{Name: "web", Foreign: true, Action: deny},
+				{Name: "web", Peer: "east", Action: deny},
+				{Name: "web", Namespace: "team-a", Action: allow},
+				{Name: "web", Partition: "eu", Action: allow},
+				{Name: "web", SamenessGroup: "all", Action: allow},
 				l4("batch", allow),
 			}}},
 			def:  deny,
@@ -159,6 +162,10 @@ func TestResolveErrors(t *testing.T) {
 		"action and permissions":    {entries: []Entry{{Destination: "api", Sources: []Source{{Name: "web", Action: ir.IntentionAllow, Permissions: []Permission{{Action: ir.IntentionAllow}}}}}}, want: "both an action and permissions"},
 		"duplicate source":          {entries: []Entry{{Destination: "api", Sources: []Source{l4("web", ir.IntentionAllow), l4("web", ir.IntentionDeny)}}}, want: "appears twice"},
 		"duplicate entry":           {entries: []Entry{{Destination: "api"}, {Destination: "api"}}, want: "two entries"},
+		"deny in another namespace": {entries: []Entry{{Destination: "api", Sources: []Source{{Name: "web", Namespace: "team-a", Action: ir.IntentionDeny}}}}, want: `namespace "team-a"`},
+		"deny in another partition": {entries: []Entry{{Destination: "api", Sources: []Source{{Name: "web", Partition: "eu", Action: ir.IntentionDeny}}}}, want: `partition "eu"`},
+		"L7 in a sameness group":    {entries: []Entry{{Destination: "api", Sources: []Source{{Name: "web", SamenessGroup: "g", Permissions: []Permission{{Action: ir.IntentionAllow}}}}}}, want: `sameness group "g"`},
+		"deny in every namespace":   {entries: []Entry{{Destination: "api", Sources: []Source{{Name: "*", Namespace: "*", Action: ir.IntentionDeny}}}}, want: "every namespace"},
 		"exact after wildcard ns":   {entries: []Entry{{Destination: "api", Sources: []Source{{Name: "web", Namespace: "*", Action: ir.IntentionAllow}}}}, want: "cannot follow the wildcard namespace"},
 		"unsupported on entry":      {entries: []Entry{{Destination: "*", Unsupported: []string{"JWT requirement on the entry"}}}, want: "JWT requirement on the entry is not supported"},
 		"unsupported on source":     {entries: []Entry{{Destination: "api", Sources: []Source{{Name: "web", Action: ir.IntentionAllow, Unsupported: []string{`source type "x"`}}}}}, want: `source type "x" is not supported`},
@@ -245,7 +252,7 @@ func TestFromConfigEntry(t *testing.T) {
 	}
 	want := Entry{Destination: "api", Sources: []Source{
 		{Name: "web", Action: ir.IntentionAllow},
-		{Name: "db", Foreign: true, Action: ir.IntentionDeny},
+		{Name: "db", Peer: "other", Action: ir.IntentionDeny},
 		{Name: "ops", Action: ir.IntentionAllow, Unsupported: []string{`source type "external-uri"`}},
 		{Name: "admin", Unsupported: []string{"JWT requirement on a permission"}, Permissions: []Permission{
 			{Action: ir.IntentionAllow, HTTP: &HTTP{PathPrefix: "/admin", Methods: []string{"POST"}, Header: []Header{{Name: "x-role", Contains: "root", IgnoreCase: true, Invert: true}}}},
@@ -293,6 +300,87 @@ func TestDecide(t *testing.T) {
 	for _, c := range cases {
 		if got := Decide(in, c.req); got != c.want {
 			t.Errorf("Decide(%+v) = %s, want %s", c.req, got, c.want)
+		}
+	}
+}
+
+// TestResolveMatchesConsulsRule checks generated entries (fixed seed)
+// against Consul's rule stated directly: of every source that matches
+// the caller, in the destination's entry and the wildcard entry, the one
+// of highest precedence decides.
+func TestResolveMatchesConsulsRule(t *testing.T) {
+	rng := rand.New(rand.NewPCG(18, 2))
+	callers := []string{"web", "api", "ops"}
+	names := append([]string{"*"}, callers...)
+	namespaces := []string{"", "default", "*", "team-a"}
+	actions := []ir.IntentionAction{ir.IntentionAllow, ir.IntentionDeny}
+	perms := []Permission{
+		{Action: ir.IntentionAllow, HTTP: &HTTP{PathPrefix: "/a"}},
+		{Action: ir.IntentionDeny, HTTP: &HTTP{Methods: []string{"POST"}}},
+	}
+	for n := range 500 {
+		var entries []Entry
+		for _, dest := range []string{"api", "*", "billing"} {
+			if rng.IntN(3) == 0 {
+				continue
+			}
+			e := Entry{Destination: dest}
+			used := map[[2]string]bool{}
+			for range rng.IntN(5) {
+				s := Source{Name: names[rng.IntN(len(names))], Namespace: namespaces[rng.IntN(len(namespaces))]}
+				if s.Namespace == "*" {
+					s.Name = "*"
+				}
+				ns := s.Namespace
+				if ns == "default" {
+					ns = ""
+				}
+				if used[[2]string{ns, s.Name}] {
+					continue
+				}
+				used[[2]string{ns, s.Name}] = true
+				switch {
+				case ns != "":
+					// Only allows can be enforced outside the default
+					// namespace (TestResolveErrors has the rest).
+					s.Action = ir.IntentionAllow
+				case rng.IntN(3) == 0:
+					s.Permissions = []Permission{perms[rng.IntN(2)], perms[rng.IntN(2)]}
+				default:
+					s.Action = actions[rng.IntN(2)]
+				}
+				e.Sources = append(e.Sources, s)
+			}
+			entries = append(entries, e)
+		}
+		def := actions[n%2]
+		in, err := Resolve(entries, "api", def)
+		if err != nil {
+			t.Fatalf("case %d: %v", n, err)
+		}
+		for _, caller := range callers {
+			for _, req := range []Request{{Source: caller, Method: "GET", Path: "/a"}, {Source: caller, Method: "POST", Path: "/b"}} {
+				want := def
+				best := -1
+				for _, e := range entries {
+					if e.Destination != "api" && e.Destination != "*" {
+						continue
+					}
+					for _, s := range e.Sources {
+						if s.Namespace == "team-a" || (s.Name != "*" && s.Name != caller) {
+							continue
+						}
+						if p := Precedence(s.Namespace, s.Name, e.Destination); p > best {
+							best = p
+							r, _ := toRule("", &s)
+							want = Decide(ir.Intentions{Default: def, Rules: []ir.IntentionRule{r}}, req)
+						}
+					}
+				}
+				if got := Decide(in, req); got != want {
+					t.Fatalf("case %d: %+v: got %s, Consul's rule says %s\nentries: %+v\nresolved: %+v", n, req, got, want, entries, in)
+				}
+			}
 		}
 	}
 }

@@ -119,9 +119,10 @@ func (u *MeshUpstream) listener(group string) Listener {
 var ErrSidecar = errors.New("invalid sidecar")
 
 // validateMesh checks the sidecar groups: what the translator needs of
-// each registration, unique listener names, and, in central mode, that a
-// group gets the mesh secrets its listeners and clusters name (without
-// them its proxies would wait for them forever).
+// each registration and unique listener names. That a central mesh's
+// group gets the mesh secrets its listeners and clusters name is checked
+// by the translator, per group: a leaf not yet signed fails its sidecar's
+// group only, which keeps what it had, not the whole model.
 func (m *Model) validateMesh() []error {
 	var errs []error
 	for _, s := range m.Secrets {
@@ -194,27 +195,6 @@ func (m *Model) validateMesh() []error {
 				errs = append(errs, fmt.Errorf("%s: listeners %q and %q both bind %s:%d: %w", at, prev, l.Name, l.Address, l.Port, ErrSidecar))
 			}
 			binds[b] = l.Name
-		}
-	}
-	if m.MeshSecretsExternal() {
-		return errs
-	}
-	for gi := range m.Groups {
-		g := &m.Groups[gi]
-		var need []string
-		if g.Sidecar != nil {
-			need = append(need, LeafSecretPrefix+g.Sidecar.Service, RootsSecretName)
-		}
-		for _, n := range m.SecretsOf(g.Clusters) {
-			if IsMeshSecret(n) {
-				need = append(need, n)
-			}
-		}
-		slices.Sort(need)
-		for _, n := range slices.Compact(need) {
-			if _, ok := slices.BinarySearchFunc(g.Secrets, n, func(s Secret, n string) int { return strings.Compare(s.Name, n) }); !ok {
-				errs = append(errs, fmt.Errorf("group %q needs mesh secret %q (central mesh: the bridge serves it with the group): %w", g.Name, n, ErrSecret))
-			}
 		}
 	}
 	return errs

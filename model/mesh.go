@@ -126,6 +126,17 @@ func (mb *meshBuilder) group(name string, p consul.Proxy) (ir.Group, bool) {
 		b.warn("%s: local service address %q is not an IP address; skipped", who, localAddr)
 		return ir.Group{}, false
 	}
+	if mb.m.Mesh.Central {
+		leaf, ok := mb.mesh.Leaves[p.Service]
+		if !ok || leaf.CertPEM == "" || len(leaf.KeyPEM) == 0 {
+			// Leaves, once read, are kept through Consul errors, so this
+			// is a sidecar new since the last read (or a token that may
+			// not sign for it): the group is left out rather than served
+			// listeners that wait for a certificate that may never come.
+			b.warn("%s: no leaf certificate of %q read from Consul (central mode needs a token allowed to sign for it, service:write); not served until there is", who, p.Service)
+			return ir.Group{}, false
+		}
+	}
 	dc := p.Datacenter
 	sc := &ir.Sidecar{
 		ProxyID: p.ID, Node: p.Node, Service: p.Service, Datacenter: dc,
@@ -177,7 +188,7 @@ func (mb *meshBuilder) group(name string, p consul.Proxy) (ir.Group, bool) {
 			// clusters, which have no mesh counterparts yet.
 		}
 		if _, ok := mb.clusters["mesh\x00"+base]; !ok {
-			mb.clusters["mesh\x00"+base] = mb.meshCluster(base, u.Service, udc, mu.Protocol)
+			mb.clusters["mesh\x00"+base] = mb.meshCluster(base, u.Service, udc, dc, mu.Protocol)
 		}
 		if mb.dialers[base] == nil {
 			mb.dialers[base] = map[string]bool{}
@@ -188,12 +199,8 @@ func (mb *meshBuilder) group(name string, p consul.Proxy) (ir.Group, bool) {
 	}
 	g := ir.Group{Name: name, Sidecar: sc, Listeners: nil, Clusters: []string{local.Name}}
 	if m := mb.m.Mesh; m.Central {
-		leaf, ok := mb.mesh.Leaves[p.Service]
-		if !ok || leaf.CertPEM == "" || len(leaf.KeyPEM) == 0 {
-			b.warn("%s: no leaf certificate of %q read from Consul yet (central mode needs a token allowed to sign for it); its listeners wait for the secret", who, p.Service)
-		} else {
-			g.Secrets = append(g.Secrets, ir.Secret{Name: ir.LeafSecretPrefix + p.Service, CertificateChain: []byte(leaf.CertPEM), PrivateKey: leaf.KeyPEM})
-		}
+		leaf := mb.mesh.Leaves[p.Service]
+		g.Secrets = append(g.Secrets, ir.Secret{Name: ir.LeafSecretPrefix + p.Service, CertificateChain: []byte(leaf.CertPEM), PrivateKey: leaf.KeyPEM})
 		g.Secrets = append(g.Secrets, ir.Secret{Name: ir.RootsSecretName, TrustedCA: []byte(mb.mesh.RootsPEM)})
 		slices.SortFunc(g.Secrets, func(a, b ir.Secret) int { return strings.Compare(a.Name, b.Name) })
 	}
@@ -214,7 +221,7 @@ func (mb *meshBuilder) protocol(who, proxy, service string) string {
 // meshCluster is the cluster of service's sidecars in dc: TLS to the
 // sidecars with the roots and the service's SPIFFE id. The client
 // certificate is filled in finish, once its dialers are known.
-func (mb *meshBuilder) meshCluster(name, service, dc, protocol string) ir.Cluster {
+func (mb *meshBuilder) meshCluster(name, service, dc, localDC, protocol string) ir.Cluster {
 	b := mb.b
 	s := serviceSettings(b.pol, service)
 	c := ir.Cluster{
@@ -223,22 +230,37 @@ func (mb *meshBuilder) meshCluster(name, service, dc, protocol string) ir.Cluste
 		CircuitBreaker: s.CircuitBreaker, OutlierDetection: s.OutlierDetection, ZoneAware: s.ZoneAware,
 		TLS: &ir.UpstreamTLS{SNI: name, CASecret: ir.RootsSecretName, MatchURISAN: ir.SPIFFEID(mb.mesh.TrustDomain, dc, service)},
 	}
-	var sidecars []consul.Proxy
-	for _, p := range mb.mesh.Proxies {
-		if p.Service == service && p.Datacenter == dc {
-			sidecars = append(sidecars, p)
+	// The endpoints are what /v1/health/connect says accepts the
+	// service's mesh traffic (its sidecars and Connect-native instances)
+	// in dc, keyed as the watcher and the catalog key it ("" is the local
+	// datacenter); without it (a mesh read from a fixture), the
+	// registered sidecars of the service.
+	keyDC := dc
+	if dc == localDC {
+		keyDC = ""
+	}
+	key := consul.ServiceKey{Datacenter: keyDC, Name: service}
+	sidecars, read := mb.mesh.Endpoints[key.String()]
+	if !read {
+		for _, p := range mb.mesh.Proxies {
+			if p.Service == service {
+				sidecars = append(sidecars, p)
+			}
 		}
 	}
+	sidecars = slices.DeleteFunc(slices.Clone(sidecars), func(p consul.Proxy) bool { return p.Datacenter != dc })
 	if len(sidecars) == 0 {
 		b.warn("mesh cluster %q: service %q has no Connect sidecar in datacenter %q (yet)", name, service, dc)
 	}
-	dest := b.cat.Service("", service)
+	dest := b.cat.Service(keyDC, service)
 	for _, p := range sidecars {
 		in := consul.Instance{ID: p.ID, Node: p.Node, Datacenter: p.Datacenter, Address: p.Address, Port: p.Port, NodeMeta: p.NodeMeta, Status: p.Status}
 		// A sidecar forwards to its destination instance: it is healthy
 		// only when both pass (Consul's sidecar_service adds an alias
 		// check for this; a hand-registered proxy may lack it).
-		in.Status = worse(in.Status, destinationStatus(dest, p))
+		if !p.Native {
+			in.Status = worse(in.Status, destinationStatus(dest, p))
+		}
 		ep, warn := endpoint(in, s.OnlyPassing)
 		if warn != "" {
 			b.warn("Connect sidecar %q of %q on node %q: %s", p.ID, service, p.Node, warn)

@@ -91,7 +91,9 @@ func TestMeshEndpointHealth(t *testing.T) {
 // app and its upstreams only; leaves (central mode) only in their own
 // sidecar's group; reserved names rejected.
 func TestMeshGroups(t *testing.T) {
-	pol := meshPolicy(t, "mesh {\n  mode = \"central\"\n}\nproxy \"sidecar:x\" {\n  upstreams = [\"api\"]\n}\nproxy \"web-envoys\" {\n  sidecar_for = \"web\"\n}\n")
+	pol := meshPolicy(t, "mesh {\n  mode = \"central\"\n}\nproxy \"web-envoys\" {\n  sidecar_for = \"web\"\n}\n")
+	// The policy refuses the name; the model does not rely on it.
+	pol.Proxies = append(pol.Proxies, &policy.Proxy{Name: "sidecar:x", Upstreams: []string{"api"}})
 	m, warnings := Build(meshCatalog(consul.StatusPassing, consul.StatusPassing), pol)
 	if err := m.Validate(); err != nil {
 		t.Fatal(err)
@@ -155,5 +157,66 @@ func TestMeshClusterPerDialer(t *testing.T) {
 		if c == nil || c.TLS.CertificateSecret != ir.LeafSecretPrefix+svc || c.TLS.SNI != mc {
 			t.Errorf("cluster for %s = %+v", svc, c)
 		}
+	}
+}
+
+// TestMeshCentralWithoutLeaf: in central mode a sidecar whose leaf was
+// not read is left out (with a warning), and the model stays valid for
+// everyone else.
+func TestMeshCentralWithoutLeaf(t *testing.T) {
+	cat := meshCatalog(consul.StatusPassing, consul.StatusPassing)
+	delete(cat.Mesh.Leaves, "web")
+	m, warnings := Build(cat, meshPolicy(t, "mesh {\n  mode = \"central\"\n}\n"))
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range m.Groups {
+		if g.Sidecar != nil && g.Sidecar.Service == "web" {
+			t.Errorf("group %q served without its leaf", g.Name)
+		}
+	}
+	if !strings.Contains(strings.Join(warnings, "\n"), `no leaf certificate of "web"`) {
+		t.Errorf("no warning: %q", warnings)
+	}
+}
+
+// TestMeshNativeEndpoints: the upstream's endpoints are what its connect
+// health lists, Connect-native instances included (healthy on their own
+// checks: they are their own destination).
+func TestMeshNativeEndpoints(t *testing.T) {
+	cat := meshCatalog(consul.StatusPassing, consul.StatusPassing)
+	cat.Mesh.Endpoints = map[string][]consul.Proxy{"api": {
+		{ID: "api-native", Node: "vm-c", Datacenter: "dc1", Address: "10.0.0.3", Port: 8443, Service: "api", ServiceID: "api-native", Status: consul.StatusPassing, Native: true},
+	}}
+	m, _ := Build(cat, meshPolicy(t, "mesh {}\n"))
+	c := m.Cluster(ir.MeshClusterName("api", "dc1", td))
+	if c == nil || len(c.Endpoints) != 1 || c.Endpoints[0].Port != 8443 || c.Endpoints[0].Health != ir.Healthy {
+		t.Fatalf("mesh cluster = %+v", c)
+	}
+}
+
+// TestMeshRemoteUpstream: an upstream in another datacenter is Consul's
+// cluster of that datacenter (name, SNI, SAN), with the endpoints its
+// connect health there lists, healthy as their destinations there are.
+func TestMeshRemoteUpstream(t *testing.T) {
+	local := meshCatalog(consul.StatusPassing, consul.StatusPassing)
+	cat := consul.NewCatalog(append(local.Services, &consul.Service{Name: "api", Datacenter: "dc2", Instances: []consul.Instance{
+		{ID: "api-9", Node: "far", Datacenter: "dc2", Address: "10.9.0.1", Port: 9090, Status: consul.StatusPassing}}}))
+	cat.Mesh = local.Mesh
+	cat.Mesh.Proxies[1].Upstreams = []consul.Upstream{{Service: "api", Datacenter: "dc2", BindPort: 9292}}
+	cat.Mesh.Endpoints = map[string][]consul.Proxy{"api@dc2": {
+		{ID: "api-sidecar-proxy", Node: "far", Datacenter: "dc2", Address: "10.9.0.1", Port: 21001, Service: "api", ServiceID: "api-9", Status: consul.StatusPassing},
+	}}
+	m, _ := Build(cat, meshPolicy(t, "mesh {}\n"))
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	name := ir.MeshClusterName("api", "dc2", td)
+	c := m.Cluster(name)
+	if c == nil || c.TLS.SNI != name || c.TLS.MatchURISAN != ir.SPIFFEID(td, "dc2", "api") {
+		t.Fatalf("remote mesh cluster = %+v", c)
+	}
+	if len(c.Endpoints) != 1 || c.Endpoints[0].Port != 21001 || c.Endpoints[0].Health != ir.Healthy {
+		t.Errorf("endpoints = %+v", c.Endpoints)
 	}
 }

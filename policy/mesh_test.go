@@ -60,6 +60,7 @@ func TestSidecarFor(t *testing.T) {
 		"listener":  {"proxy \"p\" {\n  sidecar_for = \"web\"\n  listener \"l\" {\n    port = 1\n  }\n}\n", "a.hcl:2:17: sidecar_for with listener blocks"},
 		"upstreams": {"proxy \"p\" {\n  sidecar_for = \"web\"\n  upstreams = [\"api\"]\n}\n", "a.hcl:2:17: sidecar_for with upstreams"},
 		"bad name":  {"proxy \"p\" {\n  sidecar_for = \"a b\"\n}\n", "a.hcl:2:17: Invalid service name"},
+		"reserved":  {"\nproxy \"sidecar:x\" {\n  upstreams = [\"api\"]\n}\n", "a.hcl:2:1: Reserved proxy group name"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, diags := loadDocs(false, tc.src)

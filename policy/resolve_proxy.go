@@ -33,6 +33,9 @@ func (r *resolver) proxy(b *proxyBlock) *Proxy {
 		r.add(b.Listeners[MaxListenersPerGroup].DefRange, "Too many listeners",
 			"proxy %q declares %d listeners; the limit is %d per group. Split it into several groups.", b.Name, len(b.Listeners), MaxListenersPerGroup)
 	}
+	if strings.HasPrefix(b.Name, ir.SidecarGroupPrefix) {
+		r.add(b.DefRange, "Reserved proxy group name", "proxy %q: names starting with %q are the groups of registered Connect sidecars, which are known by node id; rename the group (or use sidecar_for).", b.Name, ir.SidecarGroupPrefix)
+	}
 	if _, err := path.Match(b.Name, ""); err != nil || b.Name == "" {
 		r.add(b.DefRange, "Invalid proxy group", "proxy %q is not a valid name or glob pattern (path.Match syntax: *, ?, [a-z]).", b.Name)
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/hcl/v2/gohcl"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/routematch"
 )
@@ -37,6 +38,7 @@ type requestSchema struct {
 	Method   *string           `hcl:"method,optional"`
 	Scheme   *string           `hcl:"scheme,optional"`
 	Headers  map[string]string `hcl:"headers,optional"`
+	Source   *string           `hcl:"source,optional"`
 	Body     hcl.Body          `hcl:",body"`
 	DefRange hcl.Range         `hcl:",def_range"`
 }
@@ -63,6 +65,7 @@ type expectSchema struct {
 	RateLimit     *string           `hcl:"rate_limit,optional"`
 	RateLimitDesc []string          `hcl:"rate_limit_descriptors,optional"`
 	JWT           *string           `hcl:"jwt,optional"`
+	Intention     *string           `hcl:"intention,optional"`
 	Remain        hcl.Body          `hcl:",body"`
 	DefRange      hcl.Range         `hcl:",def_range"`
 }
@@ -82,6 +85,8 @@ type Test struct {
 	// Scheme is the request's scheme ("http" or "https"), for the
 	// Location of redirects that keep it.
 	Scheme string
+	// Source is the calling mesh service, for intention expectations.
+	Source string
 	Expect Expect
 
 	// ranges of the test's and its expect block's attributes, by name,
@@ -125,6 +130,9 @@ type Expect struct {
 	HealthyEndpoints *int
 	// HTTP holds the expectations on HTTP filters (http.go).
 	HTTP httpExpect
+	// Intention is what the sidecar's intentions do with the request
+	// from Source (intention.go).
+	Intention *ir.IntentionAction
 }
 
 // needsCatalog reports whether the test counts endpoints.
@@ -277,6 +285,12 @@ func decodeRequest(t *Test, r *requestSchema) hcl.Diagnostics {
 			errorAt("scheme", "Invalid scheme", fmt.Sprintf("The scheme is \"http\" or \"https\", not %q.", *r.Scheme))
 		}
 	}
+	if r.Source != nil {
+		t.Source = *r.Source
+		if *r.Source == "" || strings.Contains(*r.Source, "*") {
+			errorAt("source", "Invalid source", fmt.Sprintf("The source is the calling service's name, like \"web\"; got %q.", *r.Source))
+		}
+	}
 	if len(r.Headers) > 0 {
 		t.Request.Headers = make(map[string]string, len(r.Headers))
 		for _, k := range slices.Sorted(maps.Keys(r.Headers)) {
@@ -371,6 +385,7 @@ func decodeExpect(t *Test, e *expectSchema) hcl.Diagnostics {
 		x.RetryOn = e.RetryOn
 	}
 	diags = append(diags, decodeHTTPExpect(t, e, errorAt)...)
+	diags = append(diags, decodeIntentionExpect(t, e, errorAt)...)
 	if e.NoRoute != nil && *e.NoRoute {
 		for _, name := range actionExpectations {
 			if _, ok := attrs[name]; ok {

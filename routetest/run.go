@@ -88,10 +88,7 @@ func Run(pol *policy.Policy, cat *consul.Catalog, tests []*Test) ([]*Result, hcl
 			Detail:   err.Error(),
 		}}
 	}
-	e := &env{pol: pol, out: out, eds: map[string]*endpointv3.ClusterLoadAssignment{}, sources: routeSources(m)}
-	for _, cla := range out.Shared.Endpoints {
-		e.eds[cla.GetClusterName()] = cla
-	}
+	e := newEnv(pol, m, out)
 	results := make([]*Result, 0, len(tests))
 	for _, t := range tests {
 		results = append(results, e.run(t))
@@ -99,10 +96,19 @@ func Run(pol *policy.Policy, cat *consul.Catalog, tests []*Test) ([]*Result, hcl
 	return results, diags
 }
 
+func newEnv(pol *policy.Policy, m *ir.Model, out *xds.Output) *env {
+	e := &env{pol: pol, model: m, out: out, eds: map[string]*endpointv3.ClusterLoadAssignment{}, sources: routeSources(m)}
+	for _, cla := range out.Shared.Endpoints {
+		e.eds[cla.GetClusterName()] = cla
+	}
+	return e
+}
+
 type env struct {
-	pol *policy.Policy
-	out *xds.Output
-	eds map[string]*endpointv3.ClusterLoadAssignment
+	pol   *policy.Policy
+	model *ir.Model
+	out   *xds.Output
+	eds   map[string]*endpointv3.ClusterLoadAssignment
 	// sources maps route configuration + "\x00" + route name to where the
 	// policy declares the route (names carry no source location).
 	sources map[string]string
@@ -122,6 +128,9 @@ func routeSources(m *ir.Model) map[string]string {
 	}
 	for _, g := range m.Groups {
 		add(g.Listeners)
+		if g.Sidecar != nil {
+			add(g.Sidecar.Listeners(g.Name))
+		}
 	}
 	add(m.Proxyless)
 	return out
@@ -129,6 +138,10 @@ func routeSources(m *ir.Model) map[string]string {
 
 func (e *env) run(t *Test) *Result {
 	res := &Result{Test: t}
+	if t.intentionOnly() {
+		res.Got = e.checkIntention(t, res)
+		return res
+	}
 	rc, fail := e.routeConfig(t)
 	if fail != nil {
 		res.Got = "not evaluated"
@@ -144,6 +157,9 @@ func (e *env) run(t *Test) *Result {
 	c := &check{t: t, res: res, m: m, e: e}
 	res.Got = c.got()
 	c.evaluate()
+	if t.Expect.Intention != nil {
+		res.Got += "; " + e.checkIntention(t, res)
+	}
 	slices.SortStableFunc(res.Failures, func(a, b Failure) int {
 		return cmp.Or(cmp.Compare(a.Subject.Start.Line, b.Subject.Start.Line), cmp.Compare(a.Subject.Start.Column, b.Subject.Start.Column))
 	})

@@ -68,85 +68,87 @@ func TestGolden(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, p := range goldens {
-		// The proxyless mesh's cases have their own inputs (meshgrpc_test.go).
-		if name := filepath.Base(filepath.Dir(p)); models[name] == nil && !strings.HasPrefix(name, meshGRPCCasePrefix) {
+		// The mesh cases (mesh_golden_test.go) build their models by
+		// hand; the proxyless mesh's have their own inputs (meshgrpc_test.go).
+		if name := filepath.Base(filepath.Dir(p)); models[name] == nil && meshCases[name] == nil && !strings.HasPrefix(name, meshGRPCCasePrefix) {
 			t.Errorf("%s: no model for case %q in %s", p, name, modelCases)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(models)) {
-		dir := filepath.Join("testdata", name)
-		t.Run(name, func(t *testing.T) {
-			out, err := xds.Translate(models[name])
-			if err != nil {
-				t.Fatalf("Translate: %v", err)
-			}
-			byType := out.Shared.ByType()
-			snapshot := func(r *xds.Resources) *cachev3.Snapshot {
-				snap := &cachev3.Snapshot{}
-				for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType} {
-					snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources("v", byType[typ])
-				}
-				for typ, items := range r.ByType() {
-					if typ == resourcev3.ListenerType || typ == resourcev3.RouteType {
-						snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources("v", items)
-					}
-				}
-				secrets := append(slices.Clone(byType[resourcev3.SecretType]), r.ByType()[resourcev3.SecretType]...)
-				snap.Resources[cachev3.GetResponseType(resourcev3.SecretType)] = cachev3.NewResources("v", secrets)
-				return snap
-			}
-			var groupListeners, groupRoutes, groupSecrets []types.Resource
-			for _, g := range slices.Sorted(maps.Keys(out.Groups)) {
-				if out.ProxylessGroups[g] {
-					// A proxyless group: checked with Proxyless below.
-					continue
-				}
-				// Every group's snapshot must be consistent on its own,
-				// SDS references included.
-				// go-control-plane's check knows no secrets served by
-				// someone else (the per-VM agent serves the mesh's).
-				if models[name].Mesh == nil || models[name].Mesh.Central {
-					if err := snapshot(out.Groups[g]).Consistent(); err != nil {
-						t.Errorf("group %q snapshot not consistent: %v", g, err)
-					}
-				}
-				if err := xds.ConsistentExcept(out.Shared, out.Groups[g], out.ExternalSecrets()); err != nil {
-					t.Errorf("group %q snapshot not consistent: %v", g, err)
-				}
-				groupTypes := out.Groups[g].ByType()
-				groupListeners = append(groupListeners, groupTypes[resourcev3.ListenerType]...)
-				groupRoutes = append(groupRoutes, groupTypes[resourcev3.RouteType]...)
-				groupSecrets = append(groupSecrets, groupTypes[resourcev3.SecretType]...)
-			}
-			byType[resourcev3.ListenerType] = append(byType[resourcev3.ListenerType], groupListeners...)
-			byType[resourcev3.RouteType] = append(byType[resourcev3.RouteType], groupRoutes...)
-			byType[resourcev3.SecretType] = append(byType[resourcev3.SecretType], groupSecrets...)
-			for typ, short := range goldenTypes {
-				compareGolden(t, filepath.Join(dir, short+".golden.json"), marshalResources(t, byType[typ]))
-			}
-			// SDS secrets (shared, then each group's), for the cases that
-			// have any.
-			sdsPath := filepath.Join(dir, "sds.golden.json")
-			if _, err := os.Stat(sdsPath); err == nil || len(byType[resourcev3.SecretType]) > 0 {
-				compareGolden(t, sdsPath, marshalResources(t, byType[resourcev3.SecretType]))
-			}
-			// What proxyless gRPC clients get instead of a group's
-			// listeners: API listeners, then their route configurations.
-			if out.Proxyless == nil {
-				t.Fatal("Translate left Proxyless nil")
-			}
-			if len(out.Failed) > 0 || out.ProxylessFailed != nil {
-				t.Errorf("groups failed: %v, proxyless: %v", out.Failed, out.ProxylessFailed)
-			}
-			if err := xds.Consistent(out.Shared, out.Proxyless); err != nil {
-				t.Errorf("proxyless snapshot not consistent: %v", err)
-			}
-			pl := out.Proxyless.ByType()
-			compareGolden(t, filepath.Join(dir, "proxyless.golden.json"),
-				marshalResources(t, append(pl[resourcev3.ListenerType], pl[resourcev3.RouteType]...)))
-			compareGolden(t, filepath.Join(dir, "reach.golden.json"), reachJSON(t, out))
-		})
+		t.Run(name, func(t *testing.T) { checkGoldenCase(t, filepath.Join("testdata", name), models[name]) })
 	}
+}
+
+// checkGoldenCase translates m and compares what every kind of node gets
+// with the golden files under dir, checking each group's snapshot is
+// consistent on its own.
+func checkGoldenCase(t *testing.T, dir string, m *ir.Model) {
+	t.Helper()
+	out, err := xds.Translate(m)
+	if err != nil {
+		t.Fatalf("Translate: %v", err)
+	}
+	byType := out.Shared.ByType()
+	snapshot := func(r *xds.Resources) *cachev3.Snapshot {
+		snap := &cachev3.Snapshot{}
+		for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType} {
+			snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources("v", byType[typ])
+		}
+		for typ, items := range r.ByType() {
+			if typ == resourcev3.ListenerType || typ == resourcev3.RouteType {
+				snap.Resources[cachev3.GetResponseType(typ)] = cachev3.NewResources("v", items)
+			}
+		}
+		secrets := append(slices.Clone(byType[resourcev3.SecretType]), r.ByType()[resourcev3.SecretType]...)
+		snap.Resources[cachev3.GetResponseType(resourcev3.SecretType)] = cachev3.NewResources("v", secrets)
+		return snap
+	}
+	var groupListeners, groupRoutes, groupSecrets []types.Resource
+	for _, g := range slices.Sorted(maps.Keys(out.Groups)) {
+		if out.ProxylessGroups[g] {
+			// A proxyless group: checked with Proxyless below.
+			continue
+		}
+		// Every group's snapshot must be consistent on its own,
+		// SDS references included.
+		if err := snapshot(out.Groups[g]).Consistent(); err != nil {
+			t.Errorf("group %q snapshot not consistent: %v", g, err)
+		}
+		if err := xds.ConsistentExcept(out.Shared, out.Groups[g], out.ExternalSecrets()); err != nil {
+			t.Errorf("group %q snapshot not consistent: %v", g, err)
+		}
+		groupTypes := out.Groups[g].ByType()
+		groupListeners = append(groupListeners, groupTypes[resourcev3.ListenerType]...)
+		groupRoutes = append(groupRoutes, groupTypes[resourcev3.RouteType]...)
+		groupSecrets = append(groupSecrets, groupTypes[resourcev3.SecretType]...)
+	}
+	byType[resourcev3.ListenerType] = append(byType[resourcev3.ListenerType], groupListeners...)
+	byType[resourcev3.RouteType] = append(byType[resourcev3.RouteType], groupRoutes...)
+	byType[resourcev3.SecretType] = append(byType[resourcev3.SecretType], groupSecrets...)
+	for typ, short := range goldenTypes {
+		compareGolden(t, filepath.Join(dir, short+".golden.json"), marshalResources(t, byType[typ]))
+	}
+	// SDS secrets (shared, then each group's), for the cases that
+	// have any.
+	sdsPath := filepath.Join(dir, "sds.golden.json")
+	if _, err := os.Stat(sdsPath); err == nil || len(byType[resourcev3.SecretType]) > 0 {
+		compareGolden(t, sdsPath, marshalResources(t, byType[resourcev3.SecretType]))
+	}
+	// What proxyless gRPC clients get instead of a group's
+	// listeners: API listeners, then their route configurations.
+	if out.Proxyless == nil {
+		t.Fatal("Translate left Proxyless nil")
+	}
+	if len(out.Failed) > 0 || out.ProxylessFailed != nil {
+		t.Errorf("groups failed: %v, proxyless: %v", out.Failed, out.ProxylessFailed)
+	}
+	if err := xds.Consistent(out.Shared, out.Proxyless); err != nil {
+		t.Errorf("proxyless snapshot not consistent: %v", err)
+	}
+	pl := out.Proxyless.ByType()
+	compareGolden(t, filepath.Join(dir, "proxyless.golden.json"),
+		marshalResources(t, append(pl[resourcev3.ListenerType], pl[resourcev3.RouteType]...)))
+	compareGolden(t, filepath.Join(dir, "reach.golden.json"), reachJSON(t, out))
 }
 
 // reachJSON renders what each kind of node gets of the clusters,

@@ -107,8 +107,17 @@ func headerMatches(t *testing.T, h *routev3.HeaderMatcher, req intention.Request
 	}
 	m := ok
 	if ok {
+		// The deprecated forms are what Consul's own xDS server writes.
 		switch s := h.GetHeaderMatchSpecifier().(type) {
 		case *routev3.HeaderMatcher_PresentMatch:
+		case *routev3.HeaderMatcher_ExactMatch:
+			m = v == s.ExactMatch
+		case *routev3.HeaderMatcher_PrefixMatch:
+			m = strings.HasPrefix(v, s.PrefixMatch)
+		case *routev3.HeaderMatcher_SuffixMatch:
+			m = strings.HasSuffix(v, s.SuffixMatch)
+		case *routev3.HeaderMatcher_SafeRegexMatch:
+			m = regexp.MustCompile(`^(?:` + s.SafeRegexMatch.GetRegex() + `)$`).MatchString(v)
 		case *routev3.HeaderMatcher_StringMatch:
 			m = stringMatches(t, s.StringMatch, v, true)
 		default:

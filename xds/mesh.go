@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -33,19 +34,29 @@ type meshRole struct {
 }
 
 // sidecarAware lists what a group's listeners are translated from:
-// its own, then its sidecar's (public first), each with its role.
+// its own and its sidecar's, each with its role, sorted by name like
+// every slice of Resources.
 func sidecarAware(g *ir.Group) ([]ir.Listener, []meshRole) {
 	roles := make([]meshRole, len(g.Listeners))
 	if g.Sidecar == nil {
 		return g.Listeners, roles
 	}
 	s := g.Sidecar
-	mesh := s.Listeners(g.Name)
+	ls := slices.Concat(g.Listeners, s.Listeners(g.Name))
 	roles = append(roles, meshRole{direction: corev3.TrafficDirection_INBOUND, intentions: &s.Intentions, protocol: s.Protocol})
 	for range s.Upstreams {
 		roles = append(roles, meshRole{direction: corev3.TrafficDirection_OUTBOUND})
 	}
-	return slices.Concat(g.Listeners, mesh), roles
+	order := make([]int, len(ls))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return strings.Compare(ls[a].Name, ls[b].Name) })
+	sortedLs, sortedRoles := make([]ir.Listener, len(ls)), make([]meshRole, len(ls))
+	for i, j := range order {
+		sortedLs[i], sortedRoles[i] = ls[j], roles[j]
+	}
+	return sortedLs, sortedRoles
 }
 
 // buildGroupListener builds a listener of a group in its role.

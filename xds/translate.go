@@ -313,20 +313,25 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 			}
 			key := g.Name + "/" + l.Name
 			ml, ok := t.listeners[key]
-			if !ok || !reflect.DeepEqual(&ml.in, l) || !reflect.DeepEqual(&ml.role, role) {
+			sameIn := ok && reflect.DeepEqual(&ml.in, l)
+			if !sameIn || !reflect.DeepEqual(&ml.role, role) {
 				lis, err := buildGroupListener(l, role)
 				if err != nil {
 					errs = append(errs, err)
 					continue
 				}
-				ml = memoListener{in: *l, role: *role, listener: lis}
-				if l.Protocol != "tcp" {
-					ml.route = buildRouteConfig(l, false)
+				fresh.Listeners = append(fresh.Listeners, lis)
+				// A sidecar's intentions are in its listener, not its
+				// routes: a changed intention keeps the route object.
+				route := ml.route
+				if !sameIn {
+					route = nil
+					if l.Protocol != "tcp" {
+						route = buildRouteConfig(l, false)
+						fresh.Routes = append(fresh.Routes, route)
+					}
 				}
-				fresh.Listeners = append(fresh.Listeners, ml.listener)
-				if ml.route != nil {
-					fresh.Routes = append(fresh.Routes, ml.route)
-				}
+				ml = memoListener{in: *l, role: *role, listener: lis, route: route}
 			}
 			groupListeners[key] = ml
 			r.addRouteSources(l)

@@ -71,6 +71,7 @@ type Agent struct {
 	node   string
 	token  string
 	http   string
+	grpc   string
 	client *api.Client
 	out    syncbuffer.Buffer
 
@@ -143,6 +144,7 @@ func Start(t testing.TB, opts ...Option) *Agent {
 			a.args = append(a.args, "-"+pf.flag, strconv.Itoa(ports[pf.flag]))
 		}
 		a.http = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports["http-port"]))
+		a.grpc = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports["grpc-port"]))
 		a.client = a.newClient(nil)
 
 		lostPort, err := a.run()
@@ -156,6 +158,10 @@ func Start(t testing.TB, opts ...Option) *Agent {
 		t.Fatalf("consultest: start consul agent %s: %v", a.node, err)
 	}
 }
+
+// GRPCAddr is the agent's plaintext gRPC port, where Consul serves its
+// own xDS to Connect proxies.
+func (a *Agent) GRPCAddr() string { return a.grpc }
 
 // HTTPAddr returns the agent's HTTP API address as "127.0.0.1:port".
 func (a *Agent) HTTPAddr() string { return a.http }

@@ -108,6 +108,9 @@ func (s *Server) serveFetch(w http.ResponseWriter, r *http.Request, typeURL stri
 		// Never a partial world: the poller retries after its delay.
 		restError(w, http.StatusServiceUnavailable, err.Error())
 		return
+	case errors.Is(err, errReservedCluster):
+		restError(w, http.StatusForbidden, err.Error())
+		return
 	case err != nil:
 		restError(w, http.StatusInternalServerError, err.Error())
 		return
@@ -152,7 +155,11 @@ func (s *Server) authorizeREST(ctx context.Context, node *corev3.Node) (int, str
 // gRPC streams are served (make-before-break included) while it has any,
 // else the current translation, as /v1/config_dump computes it.
 func (s *Server) restSet(node *corev3.Node, typeURL string) (*typeSet, error) {
-	key := snapshotKey(node)
+	// Each poll stands alone, so a sidecar is keyed afresh every time.
+	key, err := s.sidecars.restKey(node)
+	if err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.out == nil {

@@ -79,6 +79,10 @@ type ServerConfig struct {
 	// AllowNode, if set, is asked about every stream's node when it is
 	// first known; an error refuses the stream with PermissionDenied.
 	AllowNode func(*corev3.Node) error
+	// Sidecars serves Connect sidecars by node id (sidecar.go): streams
+	// are keyed once the first SetSidecars has come. Off, no stream pays
+	// for the keying.
+	Sidecars bool
 }
 
 // Server serves the translation over ADS (and the per-type SotW and delta
@@ -159,7 +163,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.tracker = newTracker()
 	s.metrics = newMetrics(cfg.Registerer, log)
 	s.scope = newScopeLog(cfg.Registerer, log)
-	s.sidecars = newSidecars(log)
+	s.sidecars = newSidecars(log, cfg.Sidecars)
 	s.cache.watched = s.watched
 	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode, s.forgetKey, newAdmission(cfg.MaxInitialSyncs, s.metrics))
 	s.history = newHistory()
@@ -291,7 +295,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}
 	// Inside authorization, which judges the node.cluster the proxy
 	// announced; sidecars are re-keyed after it (sidecar.go).
-	interceptors = append(interceptors, s.sidecars.interceptor())
+	if s.cfg.Sidecars {
+		interceptors = append(interceptors, s.sidecars.interceptor())
+	}
 	opts = append(opts, grpc.ChainStreamInterceptor(interceptors...))
 	g := grpc.NewServer(opts...)
 	srv := serverv3.NewServer(ctx, s.cache, s.cb, sotwv3.WithOrderedADS())

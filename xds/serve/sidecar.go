@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -11,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
@@ -52,14 +55,22 @@ type SidecarStatus struct {
 type sidecars struct {
 	log zerolog.Logger
 
+	// ready is closed by the first SetSidecars. wait (ServerConfig.
+	// Sidecars) turns keying on; streams are keyed only once ready
+	// (before it nothing is served anyway), so a sidecar connecting at
+	// start is not keyed, served and closed at once.
+	ready     chan struct{}
+	readyOnce sync.Once
+	wait      bool
+
 	mu      sync.Mutex
 	index   map[string][]SidecarInfo // by proxy id, sorted by node
 	streams map[*sidecarStream]bool
 	warned  map[string]bool
 }
 
-func newSidecars(log zerolog.Logger) *sidecars {
-	return &sidecars{log: log, index: map[string][]SidecarInfo{}, streams: map[*sidecarStream]bool{}, warned: map[string]bool{}}
+func newSidecars(log zerolog.Logger, wait bool) *sidecars {
+	return &sidecars{log: log, wait: wait, ready: make(chan struct{}), index: map[string][]SidecarInfo{}, streams: map[*sidecarStream]bool{}, warned: map[string]bool{}}
 }
 
 // SetSidecars replaces the registered sidecars by proxy id. Call it after
@@ -76,6 +87,7 @@ func (sc *sidecars) set(index map[string][]SidecarInfo) {
 		slices.SortFunc(infos, func(a, b SidecarInfo) int { return strings.Compare(a.Node, b.Node) })
 		idx[id] = infos
 	}
+	defer sc.readyOnce.Do(func() { close(sc.ready) })
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	sc.index = idx
@@ -218,6 +230,15 @@ func (st *sidecarStream) RecvMsg(m any) error {
 		node = r.GetNode()
 	}
 	if node != nil {
+		if st.sc.wait && !st.keyed {
+			select {
+			case <-st.sc.ready:
+			case <-st.kill:
+				return st.err
+			case <-st.Context().Done():
+				return st.Context().Err()
+			}
+		}
 		if err := st.keyNode(node); err != nil {
 			st.close(err)
 			return err
@@ -257,3 +278,22 @@ func (st *sidecarStream) keyNode(node *corev3.Node) error {
 	}
 	return nil
 }
+
+// restKey is the snapshot key of a REST poll's node: as a stream's, but
+// looked up on every poll (no stream outlives a registration change).
+func (sc *sidecars) restKey(node *corev3.Node) (string, error) {
+	if !sc.wait {
+		return snapshotKey(node), nil
+	}
+	if strings.HasPrefix(node.GetCluster(), ir.SidecarGroupPrefix) {
+		return "", fmt.Errorf("node.cluster %q: names starting with %q are reserved for Connect sidecars, which are known by their node id: %w", node.GetCluster(), ir.SidecarGroupPrefix, errReservedCluster)
+	}
+	n := proto.Clone(node).(*corev3.Node)
+	sc.mu.Lock()
+	n.Cluster, _, _ = sc.keyLocked(n.GetId(), n.GetMetadata().GetFields()[ConsulNodeMetadata].GetStringValue(), n.GetCluster())
+	sc.mu.Unlock()
+	return snapshotKey(n), nil
+}
+
+// errReservedCluster: a client announced a sidecar group's name itself.
+var errReservedCluster = errors.New("reserved node.cluster")

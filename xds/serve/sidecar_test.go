@@ -2,10 +2,12 @@ package serve
 
 import (
 	"context"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/rs/zerolog"
@@ -50,7 +52,7 @@ var webInfo = SidecarInfo{Node: "vm-a", Group: webSidecar, Service: "web", Upstr
 // its sidecar group whatever node.cluster it announces; /v1/proxies shows
 // its destination and upstreams.
 func TestSidecarKeyedByNodeID(t *testing.T) {
-	s := startServer(t, ServerConfig{})
+	s := startServer(t, ServerConfig{Sidecars: true})
 	if _, err := s.Update(context.Background(), sidecarOutput(t), resolveSidecars); err != nil {
 		t.Fatal(err)
 	}
@@ -74,10 +76,11 @@ func TestSidecarKeyedByNodeID(t *testing.T) {
 // its reconnection gets the sidecar group; likewise when the
 // registration vanishes.
 func TestSidecarRekeyedOnRegistration(t *testing.T) {
-	s := startServer(t, ServerConfig{})
+	s := startServer(t, ServerConfig{Sidecars: true})
 	if _, err := s.Update(context.Background(), sidecarOutput(t), resolveSidecars); err != nil {
 		t.Fatal(err)
 	}
+	s.SetSidecars(nil) // as the daemon does after every Update
 	cfg := adsclient.Config{NodeID: "web-sidecar-proxy", Cluster: "edge", InitialFetchTimeout: -1}
 	c := dial(t, s, cfg)
 	st, err := c.Wait(waitCtx(t), func(st adsclient.State) bool { return len(listenerPorts(st)) > 0 })
@@ -124,7 +127,7 @@ func waitClosed(t *testing.T, c *adsclient.Client) {
 // neither unless the node says which (metadata consul_node); a client
 // may not claim a sidecar group by node.cluster.
 func TestSidecarAmbiguous(t *testing.T) {
-	s := startServer(t, ServerConfig{})
+	s := startServer(t, ServerConfig{Sidecars: true})
 	if _, err := s.Update(context.Background(), sidecarOutput(t), resolveSidecars); err != nil {
 		t.Fatal(err)
 	}
@@ -152,12 +155,67 @@ func TestSidecarAmbiguous(t *testing.T) {
 // TestSidecarConsulNode: node metadata consul_node picks among the
 // registrations of one proxy id.
 func TestSidecarConsulNode(t *testing.T) {
-	sc := newSidecars(zerolog.New(zerolog.NewTestWriter(t)))
+	sc := newSidecars(zerolog.New(zerolog.NewTestWriter(t)), false)
 	vmb := SidecarInfo{Node: "vm-b", Group: "sidecar:vm-b/web-sidecar-proxy"}
 	sc.set(map[string][]SidecarInfo{"web-sidecar-proxy": {vmb, webInfo}})
 	for consulNode, want := range map[string]string{"vm-a": webSidecar, "vm-b": vmb.Group, "vm-c": "web", "": ir.SidecarGroupPrefix + "?ambiguous/web-sidecar-proxy"} {
 		if got, _, _ := sc.keyLocked("web-sidecar-proxy", consulNode, "web"); got != want {
 			t.Errorf("consul_node %q: key %q, want %q", consulNode, got, want)
 		}
+	}
+}
+
+// TestSidecarREST: a REST poll is keyed like a stream, every poll afresh.
+func TestSidecarREST(t *testing.T) {
+	s := startServer(t, ServerConfig{Sidecars: true})
+	if _, err := s.Update(context.Background(), sidecarOutput(t), resolveSidecars); err != nil {
+		t.Fatal(err)
+	}
+	hc := &http.Client{Timeout: 5 * time.Second}
+	node := &corev3.Node{Id: "web-sidecar-proxy", Cluster: "edge"}
+	port := func() uint32 {
+		t.Helper()
+		r, err := adsclient.FetchREST(waitCtx(t), hc, "http://"+s.addr, adsclient.ListenerType, node, "")
+		if err != nil || r.Status != http.StatusOK || len(r.Resources) != 1 {
+			t.Fatalf("REST LDS = %+v %v", r, err)
+		}
+		for _, m := range r.Resources {
+			return m.(*listenerv3.Listener).GetAddress().GetSocketAddress().GetPortValue()
+		}
+		return 0
+	}
+	if got := port(); got != 8080 {
+		t.Fatalf("before registration: port %d, want edge's 8080", got)
+	}
+	s.SetSidecars(map[string][]SidecarInfo{"web-sidecar-proxy": {webInfo}})
+	if got := port(); got != 21000 {
+		t.Fatalf("after registration: port %d, want the sidecar's 21000", got)
+	}
+	r, err := adsclient.FetchREST(waitCtx(t), hc, "http://"+s.addr, adsclient.ListenerType, &corev3.Node{Id: "x", Cluster: webSidecar}, "")
+	if err != nil || r.Status != http.StatusForbidden {
+		t.Fatalf("REST claiming a sidecar group = %+v %v, want 403", r, err)
+	}
+}
+
+// TestSidecarWaitsForIndex: with sidecars on, a stream is keyed only once
+// the first index has come, so a sidecar connecting at start goes
+// straight to its group (no close and reconnect).
+func TestSidecarWaitsForIndex(t *testing.T) {
+	s := startServer(t, ServerConfig{Sidecars: true})
+	if _, err := s.Update(context.Background(), sidecarOutput(t), resolveSidecars); err != nil {
+		t.Fatal(err)
+	}
+	c := dial(t, s, adsclient.Config{NodeID: "web-sidecar-proxy", Cluster: "edge", InitialFetchTimeout: -1})
+	time.Sleep(100 * time.Millisecond)
+	if st := c.Snapshot(); len(st.Types) > 0 {
+		t.Fatalf("served before the first sidecar index: %v", st)
+	}
+	s.SetSidecars(map[string][]SidecarInfo{"web-sidecar-proxy": {webInfo}})
+	st, err := c.Wait(waitCtx(t), func(st adsclient.State) bool { return len(listenerPorts(st)) > 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := listenerPorts(st); len(got) != 1 || got[0] != 21000 {
+		t.Fatalf("ports %v, want the sidecar's [21000]", got)
 	}
 }

@@ -7,7 +7,3 @@ service "api" {
 proxy "web-envoys" {
   sidecar_for = "web"
 }
-
-proxy "sidecar:evil" {
-  upstreams = ["api"]
-}

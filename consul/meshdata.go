@@ -1,0 +1,109 @@
+package consul
+
+import (
+	"cmp"
+	"maps"
+	"slices"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+)
+
+// Normalising what Consul says of the mesh: sorted, copied, compared by
+// content, as for the catalog (catalog.go).
+
+// aclDefault reads /v1/agent/self's DebugConfig: Consul's default
+// intention is allow with ACLs disabled, else the ACL default_policy.
+func aclDefault(self map[string]map[string]any) ir.IntentionAction {
+	dc := self["DebugConfig"]
+	enabled, _ := dc["ACLsEnabled"].(bool)
+	policy := "deny"
+	if rs, ok := dc["ACLResolverSettings"].(map[string]any); ok {
+		if e, ok := rs["ACLsEnabled"].(bool); ok {
+			enabled = enabled || e
+		}
+		if p, ok := rs["ACLDefaultPolicy"].(string); ok {
+			policy = p
+		}
+	}
+	if !enabled || policy == "allow" {
+		return ir.IntentionAllow
+	}
+	return ir.IntentionDeny
+}
+
+// NewProxies normalises a proxy service's /v1/health/service response:
+// connect-proxy instances only, node address as fallback, status
+// aggregated as for any instance, sorted.
+func NewProxies(entries []*api.ServiceEntry) []Proxy {
+	var out []Proxy
+	for _, e := range entries {
+		if e == nil || e.Node == nil || e.Service == nil || e.Service.Kind != api.ServiceKindConnectProxy || e.Service.Proxy == nil {
+			continue
+		}
+		s, px := e.Service, e.Service.Proxy
+		p := Proxy{
+			ID: s.ID, Name: s.Service, Node: e.Node.Node, Datacenter: e.Node.Datacenter, NodeMeta: mapCopy(e.Node.Meta),
+			Address: cmp.Or(s.Address, e.Node.Address), ServiceAddress: s.Address, Port: s.Port,
+			Service: px.DestinationServiceName, ServiceID: cmp.Or(px.DestinationServiceID, px.DestinationServiceName),
+			LocalAddress: px.LocalServiceAddress, LocalPort: px.LocalServicePort,
+			Protocol: configString(px.Config, "protocol"),
+			Status:   aggregate(e.Checks),
+		}
+		for _, u := range px.Upstreams {
+			p.Upstreams = append(p.Upstreams, Upstream{
+				Type: string(u.DestinationType), Service: u.DestinationName, Datacenter: u.Datacenter,
+				BindAddress: u.LocalBindAddress, BindPort: u.LocalBindPort, Protocol: configString(u.Config, "protocol"),
+			})
+		}
+		slices.SortFunc(p.Upstreams, func(a, b Upstream) int {
+			return cmp.Or(cmp.Compare(a.BindPort, b.BindPort), cmp.Compare(a.BindAddress, b.BindAddress))
+		})
+		out = append(out, p)
+	}
+	slices.SortFunc(out, func(a, b Proxy) int { return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID)) })
+	return out
+}
+
+// newConnectEndpoints normalises a /v1/health/connect response: the
+// service's sidecars (as NewProxies) and its Connect-native instances.
+func newConnectEndpoints(entries []*api.ServiceEntry) []Proxy {
+	out := NewProxies(entries)
+	for _, e := range entries {
+		if e == nil || e.Node == nil || e.Service == nil || e.Service.Kind != api.ServiceKindTypical || e.Service.Connect == nil || !e.Service.Connect.Native {
+			continue
+		}
+		s := e.Service
+		out = append(out, Proxy{
+			ID: s.ID, Name: s.Service, Node: e.Node.Node, Datacenter: e.Node.Datacenter, NodeMeta: mapCopy(e.Node.Meta),
+			Address: cmp.Or(s.Address, e.Node.Address), ServiceAddress: s.Address, Port: s.Port,
+			Service: s.Service, ServiceID: s.ID, Status: aggregate(e.Checks), Native: true,
+		})
+	}
+	slices.SortFunc(out, func(a, b Proxy) int { return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID)) })
+	return out
+}
+
+func configString(m map[string]any, k string) string {
+	s, _ := m[k].(string)
+	return s
+}
+
+func equalProxies(a, b []Proxy) bool {
+	return slices.EqualFunc(a, b, func(x, y Proxy) bool {
+		return x.ID == y.ID && x.Name == y.Name && x.Node == y.Node && x.Datacenter == y.Datacenter &&
+			maps.Equal(x.NodeMeta, y.NodeMeta) && x.Address == y.Address && x.ServiceAddress == y.ServiceAddress && x.Port == y.Port &&
+			x.Service == y.Service && x.ServiceID == y.ServiceID && x.LocalAddress == y.LocalAddress &&
+			x.LocalPort == y.LocalPort && x.Protocol == y.Protocol && x.Status == y.Status && x.Native == y.Native &&
+			slices.Equal(x.Upstreams, y.Upstreams)
+	})
+}
+
+func equalRoots(a, b *api.CARootList) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	return a.TrustDomain == b.TrustDomain && a.ActiveRootID == b.ActiveRootID &&
+		slices.EqualFunc(a.Roots, b.Roots, func(x, y *api.CARoot) bool { return x.ID == y.ID && x.RootCertPEM == y.RootCertPEM })
+}

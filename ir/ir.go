@@ -67,8 +67,9 @@ type Group struct {
 	// (xDS target names), sorted; nil means every one in Model.Proxyless.
 	ProxylessTargets []string
 	// Sidecar, if set, makes this the group of one Connect sidecar (or of
-	// a policy group declared sidecar_for): its listeners are the
-	// sidecar's public and upstream listeners (mesh.go).
+	// a policy group declared sidecar_for): besides Listeners, its
+	// proxies get the sidecar's public and upstream listeners
+	// (Sidecar.Listeners, meshlisteners.go).
 	Sidecar *Sidecar `json:",omitempty"`
 }
 

@@ -278,8 +278,38 @@ func TestMeshGRPCEnforcement(t *testing.T) {
 	}
 	t.Logf("a new connection presents the rotated leaf %v after the CA rotation", time.Since(rotated).Round(time.Millisecond))
 
+	// A gRPC client outside the mesh (no certificate provider in its
+	// bootstrap) NACKs the mesh cluster rather than calling in plaintext.
+	plainBoot, err := xds.GRPCBootstrap(xds.BootstrapConfig{NodeID: "plain-1", XDS: []string{xdsAddr}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := grpcxds.NewXDSResolverWithConfigForTesting(plainBoot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcreds, err := xdscreds.NewClientCredentials(xdscreds.ClientOptions{FallbackCreds: insecure.NewCredentials()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcc, err := grpc.NewClient("xds:///echo", grpc.WithTransportCredentials(pcreds), grpc.WithResolvers(res))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pcc.Close()
+	pctx, pcancel := context.WithTimeout(ctx, 3*time.Second)
+	_, err = testgrpc.NewTestServiceClient(pcc).UnaryCall(pctx, &testgrpc.SimpleRequest{})
+	pcancel()
+	if err == nil {
+		t.Error("a gRPC client outside the mesh called echo")
+	}
+	waitUntil(t, 10*time.Second, "the client outside the mesh NACKing the mesh cluster", func() bool {
+		p := proxyByNode(proxies(t, h), "plain-1")
+		return p != nil && p.Types["CDS"] != nil && p.Types["CDS"].Status == serve.StatusNACKed
+	})
+
 	for _, p := range proxies(t, h) {
-		if p.Status == serve.StatusNACKed {
+		if p.Status == serve.StatusNACKed && p.NodeID != "plain-1" {
 			t.Errorf("%s NACKed: %+v", p.NodeID, p.Types)
 		}
 	}

@@ -8,9 +8,11 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -50,12 +52,13 @@ import (
 // method and denies the other.
 type meshEcho struct {
 	testgrpc.UnimplementedTestServiceServer
+	id string
 }
 
 // UnaryCall answers with the serial of the caller's certificate (as
 // Hostname), to see which leaf a client presents.
-func (meshEcho) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
-	resp := &testgrpc.SimpleResponse{ServerId: "echo-1"}
+func (e meshEcho) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
+	resp := &testgrpc.SimpleResponse{ServerId: e.id}
 	if p, ok := peer.FromContext(ctx); ok {
 		if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && len(ti.State.PeerCertificates) > 0 {
 			resp.Hostname = ti.State.PeerCertificates[0].SerialNumber.String()
@@ -80,14 +83,21 @@ func TestMeshGRPCEnforcement(t *testing.T) {
 	defer cancel()
 	log := zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
 
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	// Two echo instances: echo-1 binds its registered address, echo-2
+	// every address (":0", which Go reports as [::]:PORT), as servers
+	// often do; both are registered at 127.0.0.1.
+	lis1, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	echoPort := lis.Addr().(*net.TCPAddr).Port
-	for svc, port := range map[string]int{"echo": echoPort, "api": 1, "web": 2} {
+	lis2, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	regs := map[string]int{"echo-1": lis1.Addr().(*net.TCPAddr).Port, "echo-2": lis2.Addr().(*net.TCPAddr).Port, "api-1": 1, "web-1": 2}
+	for id, port := range regs {
 		if err := cl.Agent().ServiceRegister(&api.AgentServiceRegistration{
-			Name: svc, ID: svc + "-1", Address: "127.0.0.1", Port: port, Connect: &api.AgentServiceConnect{Native: true},
+			Name: strings.TrimSuffix(strings.TrimSuffix(id, "-1"), "-2"), ID: id, Address: "127.0.0.1", Port: port, Connect: &api.AgentServiceConnect{Native: true},
 		}); err != nil {
 			t.Fatal(err)
 		}
@@ -145,27 +155,31 @@ func TestMeshGRPCEnforcement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	serving := make(chan struct{})
-	var once sync.Once
-	gs, err := grpcxds.NewGRPCServer(grpc.Creds(screds), grpcxds.BootstrapContentsForTesting(boot("echo-1", "echo")),
-		grpcxds.ServingModeCallback(func(_ net.Addr, a grpcxds.ServingModeChangeArgs) {
-			if a.Mode == connectivity.ServingModeServing {
-				once.Do(func() { close(serving) })
-			} else if a.Err != nil {
-				t.Logf("echo server not serving: %v", a.Err)
-			}
-		}))
-	if err != nil {
-		t.Fatal(err)
+	startEcho := func(id string, lis net.Listener) {
+		serving := make(chan struct{})
+		var once sync.Once
+		gs, err := grpcxds.NewGRPCServer(grpc.Creds(screds), grpcxds.BootstrapContentsForTesting(boot(id, "echo")),
+			grpcxds.ServingModeCallback(func(_ net.Addr, a grpcxds.ServingModeChangeArgs) {
+				if a.Mode == connectivity.ServingModeServing {
+					once.Do(func() { close(serving) })
+				} else if a.Err != nil {
+					t.Logf("%s not serving: %v", id, a.Err)
+				}
+			}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		testgrpc.RegisterTestServiceServer(gs, meshEcho{id: id})
+		go func() { _ = gs.Serve(lis) }()
+		t.Cleanup(gs.Stop)
+		select {
+		case <-serving:
+		case <-time.After(30 * time.Second):
+			t.Fatalf("%s (listening on %s) never got its listener from the bridge", id, lis.Addr())
+		}
 	}
-	testgrpc.RegisterTestServiceServer(gs, meshEcho{})
-	go func() { _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
-	select {
-	case <-serving:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the echo server never got its listener from the bridge (grpc/server?xds.resource.listening_address=...)")
-	}
+	startEcho("echo-1", lis1)
+	startEcho("echo-2", lis2)
 
 	// The clients: xds:///echo with xDS credentials, as api and as web.
 	dialOnce := func(svc string) (testgrpc.TestServiceClient, func()) {
@@ -192,21 +206,36 @@ func TestMeshGRPCEnforcement(t *testing.T) {
 
 	// A client without a certificate (TLS, trusting anything) cannot
 	// even connect: the handshake fails, RBAC is never asked.
-	cc, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}))) //nolint:gosec // only the missing client certificate is under test
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer cc.Close()
-	cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
-	_, err = testgrpc.NewTestServiceClient(cc).UnaryCall(cctx, &testgrpc.SimpleRequest{})
-	ccancel()
-	if code := status.Code(err); code != codes.Unavailable {
-		t.Errorf("a client without a certificate: %v (code %v), want the connection refused (Unavailable)", err, code)
+	for id := range map[string]bool{"echo-1": true, "echo-2": true} {
+		cc, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", regs[id]), grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{InsecureSkipVerify: true}))) //nolint:gosec // only the missing client certificate is under test
+		if err != nil {
+			t.Fatal(err)
+		}
+		cctx, ccancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err = testgrpc.NewTestServiceClient(cc).UnaryCall(cctx, &testgrpc.SimpleRequest{})
+		ccancel()
+		_ = cc.Close()
+		if code := status.Code(err); code != codes.Unavailable {
+			t.Errorf("a client without a certificate to %s: %v (code %v), want the connection refused (Unavailable)", id, err, code)
+		}
 	}
 
 	// api -> echo allowed, web -> echo denied.
 	expect(t, 30*time.Second, "api UnaryCall", apiC, unaryPath, codes.OK)
 	expect(t, 10*time.Second, "web UnaryCall", webC, unaryPath, codes.PermissionDenied)
+	answered := map[string]int{}
+	for range 20 {
+		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
+		resp, err := apiC.UnaryCall(cctx, &testgrpc.SimpleRequest{})
+		ccancel()
+		if err != nil {
+			t.Fatalf("api UnaryCall: %v", err)
+		}
+		answered[resp.GetServerId()]++
+	}
+	if answered["echo-1"] == 0 || answered["echo-2"] == 0 {
+		t.Errorf("api's calls were answered by %v, want both instances (the exact and the wildcard listener)", answered)
+	}
 
 	// Flip: web allowed, api denied.
 	start := time.Now()
@@ -343,6 +372,19 @@ func expect(t *testing.T, within time.Duration, what string, c testgrpc.TestServ
 		}
 		cancel()
 		if status.Code(err) == want {
+			// Settled: the next calls (over both instances) agree.
+			for range 6 {
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				if method == emptyPath {
+					_, err = c.EmptyCall(ctx, &testgrpc.Empty{})
+				} else {
+					_, err = c.UnaryCall(ctx, &testgrpc.SimpleRequest{})
+				}
+				cancel()
+				if status.Code(err) != want {
+					t.Fatalf("%s: %v, then a call over the other instance: %v (code %v)", what, want, err, status.Code(err))
+				}
+			}
 			return
 		}
 		last = err

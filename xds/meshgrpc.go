@@ -3,6 +3,7 @@ package xds
 import (
 	"errors"
 	"fmt"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -13,6 +14,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/wellknown"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
@@ -45,18 +47,67 @@ import (
 //     match_typed_subject_alt_names) and matches it against every SAN.
 
 // translateMeshGRPCServers builds the inbound listeners of the mesh's
-// proxyless gRPC servers, sorted by name.
+// proxyless gRPC servers, sorted by name: one per instance, named by its
+// registered address, and, for servers that bind every address
+// (0.0.0.0:PORT, or [::]:PORT, which is what Go's ":PORT" reports),
+// wildcard listeners per port with one filter chain per instance on that
+// port, chosen by the address the connection came in on (destination
+// prefix ranges, which grpc-go matches). A connection to an address no
+// instance is registered with matches no chain and is closed.
 func translateMeshGRPCServers(m *ir.Model) ([]*listenerv3.Listener, error) {
 	var out []*listenerv3.Listener
 	var errs []error
+	type wildcard struct {
+		addr   netip.Addr
+		port   uint32
+		chains []*listenerv3.FilterChain
+	}
+	wild := map[string]*wildcard{} // listener name -> chains
 	for i := range m.MeshGRPCServers {
-		l, err := buildMeshGRPCServerListener(&m.MeshGRPCServers[i])
+		s := &m.MeshGRPCServers[i]
+		fc, err := meshGRPCFilterChain(s)
 		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
-		out = append(out, l)
+		out = append(out, &listenerv3.Listener{
+			Name:             s.ListenerName(),
+			Address:          socketAddress(s.Address.String(), s.Port),
+			TrafficDirection: corev3.TrafficDirection_INBOUND,
+			FilterChains:     []*listenerv3.FilterChain{fc},
+		})
+		bits := 32
+		wildAddrs := []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()}
+		if s.Address.Is6() {
+			bits, wildAddrs = 128, wildAddrs[1:] // an IPv4 bind takes no IPv6 connection
+		}
+		for _, wa := range wildAddrs {
+			name := (&ir.MeshGRPCServer{Address: wa, Port: s.Port}).ListenerName()
+			w := wild[name]
+			if w == nil {
+				w = &wildcard{addr: wa, port: s.Port}
+				wild[name] = w
+			}
+			chain := proto.Clone(fc).(*listenerv3.FilterChain)
+			chain.Name = s.Service + "@" + s.Address.String()
+			chain.FilterChainMatch = &listenerv3.FilterChainMatch{PrefixRanges: []*corev3.CidrRange{{
+				AddressPrefix: s.Address.String(), PrefixLen: wrapperspb.UInt32(uint32(bits)),
+			}}}
+			w.chains = append(w.chains, chain)
+		}
 	}
+	for name, w := range wild {
+		if slices.ContainsFunc(m.MeshGRPCServers, func(s ir.MeshGRPCServer) bool { return s.ListenerName() == name }) {
+			continue // an instance registered with the wildcard address itself: its own listener
+		}
+		out = append(out, &listenerv3.Listener{
+			Name:             name,
+			Address:          socketAddress(w.addr.String(), w.port),
+			TrafficDirection: corev3.TrafficDirection_INBOUND,
+			FilterChains:     w.chains,
+		})
+	}
+	slices.SortFunc(out, func(a, b *listenerv3.Listener) int { return strings.Compare(a.GetName(), b.GetName()) })
 	return out, errors.Join(errs...)
 }
 
@@ -83,18 +134,19 @@ func addMeshGRPCServers(r *Resources, m *ir.Model) error {
 	return validateAll(&Resources{Listeners: ls})
 }
 
-func buildMeshGRPCServerListener(s *ir.MeshGRPCServer) (*listenerv3.Listener, error) {
+// meshGRPCFilterChain is the filter chain of one server instance: mutual
+// TLS and its intentions as HTTP RBAC.
+func meshGRPCFilterChain(s *ir.MeshGRPCServer) (*listenerv3.FilterChain, error) {
 	// The same RBAC as Envoy sidecars get (intentions.go): grpc-go
 	// enforces the HTTP RBAC filter of its inbound listener (gRFC A41).
 	rbac, err := HTTPRBACFilter(s.Intentions)
 	if err != nil {
 		return nil, fmt.Errorf("mesh gRPC server %q (%s): %w", s.Service, s.ListenerName(), err)
 	}
-	name := s.ListenerName()
 	hcm := &hcmv3.HttpConnectionManager{
 		StatPrefix: s.Service,
 		RouteSpecifier: &hcmv3.HttpConnectionManager_RouteConfig{RouteConfig: &routev3.RouteConfiguration{
-			Name: name,
+			Name: s.ListenerName(),
 			VirtualHosts: []*routev3.VirtualHost{{
 				Name:    s.Service,
 				Domains: []string{"*"},
@@ -106,23 +158,18 @@ func buildMeshGRPCServerListener(s *ir.MeshGRPCServer) (*listenerv3.Listener, er
 		}},
 		HttpFilters: []*hcmv3.HttpFilter{rbac, routerHTTPFilter()},
 	}
-	return &listenerv3.Listener{
-		Name:             name,
-		Address:          socketAddress(s.Address.String(), s.Port),
-		TrafficDirection: corev3.TrafficDirection_INBOUND,
-		FilterChains: []*listenerv3.FilterChain{{
-			Name: "mesh",
-			Filters: []*listenerv3.Filter{{
-				Name:       wellknown.HTTPConnectionManager,
-				ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(hcm)},
-			}},
-			TransportSocket: tlsSocket(&tlsv3.DownstreamTlsContext{
-				// A client without a certificate is refused in the
-				// handshake: RBAC's principals are certificate identities.
-				RequireClientCertificate: wrapperspb.Bool(true),
-				CommonTlsContext:         meshGRPCTLS(MeshCertProvider, nil),
-			}),
+	return &listenerv3.FilterChain{
+		Name: "mesh",
+		Filters: []*listenerv3.Filter{{
+			Name:       wellknown.HTTPConnectionManager,
+			ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(hcm)},
 		}},
+		TransportSocket: tlsSocket(&tlsv3.DownstreamTlsContext{
+			// A client without a certificate is refused in the
+			// handshake: RBAC's principals are certificate identities.
+			RequireClientCertificate: wrapperspb.Bool(true),
+			CommonTlsContext:         meshGRPCTLS(MeshCertProvider, nil),
+		}),
 	}, nil
 }
 

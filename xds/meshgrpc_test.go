@@ -2,12 +2,12 @@ package xds_test
 
 import (
 	"encoding/json"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/golden"
@@ -85,14 +85,22 @@ func TestMeshGRPCGolden(t *testing.T) {
 			compareGolden(t, filepath.Join(dir, "cds.golden.json"), marshalResources(t, reach[resourcev3.ClusterType]))
 			compareGolden(t, filepath.Join(dir, "eds.golden.json"), marshalResources(t, reach[resourcev3.EndpointType]))
 			compareGolden(t, filepath.Join(dir, "warnings.golden.txt"), []byte(strings.Join(append(warnings, ""), "\n")))
-			var servers []types.Resource
+			// Each instance's listener, and the wildcard ones of its port.
+			served := map[string]bool{}
 			for _, l := range pl[resourcev3.ListenerType] {
-				if strings.HasPrefix(xds.ResourceName(l), ir.GRPCServerListenerNamePrefix) {
-					servers = append(servers, l)
-				}
+				served[xds.ResourceName(l)] = true
 			}
-			if len(servers) != len(m.MeshGRPCServers) {
-				t.Errorf("%d server listeners served, want one per instance (%d)", len(servers), len(m.MeshGRPCServers))
+			for i := range m.MeshGRPCServers {
+				s := m.MeshGRPCServers[i]
+				names := []string{s.ListenerName()}
+				for _, wa := range []string{"0.0.0.0", "::"} {
+					names = append(names, (&ir.MeshGRPCServer{Address: netip.MustParseAddr(wa), Port: s.Port}).ListenerName())
+				}
+				for _, n := range names {
+					if !served[n] {
+						t.Errorf("server listener %q is not served", n)
+					}
+				}
 			}
 		})
 	}

@@ -98,6 +98,9 @@ func AddMeshGRPC(m *ir.Model, in MeshGRPC) []string {
 	// Calls to a native service go through the mesh whichever xDS
 	// target names it; its subsets have no mesh cluster yet.
 	for i := range m.Proxyless {
+		// Copies all the way down: what Build returned may share its
+		// slices with whatever else holds them.
+		m.Proxyless[i].VirtualHosts = slices.Clone(m.Proxyless[i].VirtualHosts)
 		for j := range m.Proxyless[i].VirtualHosts {
 			vh := &m.Proxyless[i].VirtualHosts[j]
 			vh.Routes = slices.Clone(vh.Routes)

@@ -30,9 +30,7 @@ var meshKinds = []string{api.ServiceDefaults, api.ServiceIntentions}
 
 // meshWanted reports whether a policy uses the mesh, which the daemon
 // decides at start (the watchers run for its life).
-func meshWanted(p *policy.Policy) bool {
-	return p != nil && (p.Mesh != nil || slices.ContainsFunc(p.Proxies, func(pr *policy.Proxy) bool { return pr.SidecarFor != "" }))
-}
+func meshWanted(p *policy.Policy) bool { return p.UsesMesh() }
 
 // configKinds are the kinds the config-entry watcher follows.
 func configKinds(policyEntries, mesh bool) []string {
@@ -157,9 +155,7 @@ func sidecarResolve(pol *policy.Policy) func(string) string {
 	}
 }
 
-func centralMesh(p *policy.Policy) bool {
-	return p != nil && p.Mesh != nil && p.Mesh.Mode == policy.MeshCentral
-}
+func centralMesh(p *policy.Policy) bool { return p.CentralMesh() }
 
 // restartNeeded says why a policy's mesh settings cannot apply until a
 // restart ("" if they can): the watchers are started with the daemon.

@@ -1,11 +1,15 @@
 package consul
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"slices"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/hashicorp/consul/api"
 )
 
@@ -57,4 +61,90 @@ func FetchKV(ctx context.Context, client *api.Client, prefix string, q QueryOpti
 	}
 	s := w.normalise(pairs)
 	return &KVUpdate{Documents: s.docs, Rejected: s.rejected, Index: meta.LastIndex}, nil
+}
+
+// FetchMesh reads Consul Connect once, without blocking, as the mesh
+// watcher's first publication has it (leaves in central mode) with the
+// intentions and protocols the daemon joins from config entries, for
+// one-shot commands such as `plan`. Other datacenters' connect health is
+// left out, as the watcher does until they answer. Any failed local read
+// is an error.
+func FetchMesh(ctx context.Context, client *api.Client, central bool, q QueryOptions) (*Mesh, error) {
+	opts := func(dc string) *api.QueryOptions {
+		return (&api.QueryOptions{Datacenter: cmp.Or(dc, q.Datacenter), AllowStale: q.Stale, Filter: ""}).WithContext(ctx)
+	}
+	lq := opts("")
+	lq.Filter = proxyFilter
+	names, _, err := client.Catalog().Services(lq)
+	if err != nil {
+		return nil, fmt.Errorf("list connect proxies: %w", err)
+	}
+	m := &Mesh{Endpoints: map[string][]Proxy{}}
+	for _, n := range slices.Sorted(maps.Keys(names)) {
+		entries, _, err := client.Health().Service(n, "", false, opts(""))
+		if err != nil {
+			return nil, fmt.Errorf("health of %s: %w", n, err)
+		}
+		m.Proxies = append(m.Proxies, NewProxies(entries)...)
+	}
+	slices.SortFunc(m.Proxies, func(a, b Proxy) int { return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID)) })
+	for _, k := range m.upstreams() {
+		entries, _, err := client.Health().Connect(k.Name, "", false, opts(k.Datacenter))
+		if err != nil {
+			if k.Datacenter != "" {
+				continue
+			}
+			return nil, fmt.Errorf("connect health of %s: %w", k, err)
+		}
+		m.Endpoints[k.String()] = newConnectEndpoints(entries)
+	}
+	roots, _, err := client.Connect().CARoots(opts(""))
+	if err != nil {
+		return nil, fmt.Errorf("connect CA roots: %w", err)
+	}
+	m.TrustDomain, m.RootsPEM = roots.TrustDomain, rootsPEM(roots)
+	self, err := client.Agent().Self()
+	var se api.StatusError
+	switch {
+	case err == nil:
+		m.DefaultIntention = aclDefault(self)
+	case errors.As(err, &se) && se.Code == http.StatusForbidden:
+		m.DefaultIntention = ir.IntentionDeny
+	default:
+		return nil, fmt.Errorf("agent ACL settings: %w", err)
+	}
+	for _, kind := range []string{api.ServiceIntentions, api.ServiceDefaults} {
+		entries, _, err := client.ConfigEntries().List(kind, opts(""))
+		if err != nil {
+			return nil, fmt.Errorf("config entries %s: %w", kind, err)
+		}
+		for _, e := range entries {
+			switch c := e.(type) {
+			case *api.ServiceIntentionsConfigEntry:
+				m.Intentions = append(m.Intentions, c)
+			case *api.ServiceConfigEntry:
+				if c.Protocol != "" {
+					if m.Protocols == nil {
+						m.Protocols = map[string]string{}
+					}
+					m.Protocols[c.Name] = c.Protocol
+				}
+			}
+		}
+	}
+	slices.SortFunc(m.Intentions, func(a, b *api.ServiceIntentionsConfigEntry) int { return cmp.Compare(a.Name, b.Name) })
+	if central {
+		m.Leaves = map[string]Leaf{}
+		for _, p := range m.Proxies {
+			if _, ok := m.Leaves[p.Service]; ok {
+				continue
+			}
+			l, _, err := client.Agent().ConnectCALeaf(p.Service, (&api.QueryOptions{}).WithContext(ctx))
+			if err != nil {
+				return nil, fmt.Errorf("leaf of %s: %w", p.Service, err)
+			}
+			m.Leaves[p.Service] = Leaf{CertPEM: l.CertPEM, KeyPEM: ir.Redacted(l.PrivateKeyPEM), ServiceURI: l.ServiceURI, ValidBefore: l.ValidBefore}
+		}
+	}
+	return m, nil
 }

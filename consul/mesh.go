@@ -468,14 +468,7 @@ func (w *MeshWatcher) publish(proxies, endpoints map[string][]Proxy, roots *api.
 		m.Proxies = append(m.Proxies, ps...)
 	}
 	slices.SortFunc(m.Proxies, func(a, b Proxy) int { return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID)) })
-	rs := slices.Clone(roots.Roots)
-	slices.SortFunc(rs, func(a, b *api.CARoot) int { return cmp.Compare(a.ID, b.ID) })
-	var pem strings.Builder
-	for _, r := range rs {
-		pem.WriteString(strings.TrimSpace(r.RootCertPEM))
-		pem.WriteString("\n")
-	}
-	m.RootsPEM = pem.String()
+	m.RootsPEM = rootsPEM(roots)
 	select {
 	case old := <-w.updates:
 		if old.ChangedAt.Before(at) {
@@ -508,4 +501,27 @@ func (w *MeshWatcher) defaultIntention(ctx context.Context) ir.IntentionAction {
 		}
 		delay = min(delay*2, w.cfg.Query.withDefaults().BackoffMax)
 	}
+}
+
+// rootsPEM is every root of the list, sorted by id.
+func rootsPEM(roots *api.CARootList) string {
+	rs := slices.Clone(roots.Roots)
+	slices.SortFunc(rs, func(a, b *api.CARoot) int { return cmp.Compare(a.ID, b.ID) })
+	var pem strings.Builder
+	for _, r := range rs {
+		pem.WriteString(strings.TrimSpace(r.RootCertPEM))
+		pem.WriteString("\n")
+	}
+	return pem.String()
+}
+
+// upstreams are the service upstreams of every proxy, sorted.
+func (m *Mesh) upstreams() []ServiceKey {
+	set := map[ServiceKey]bool{}
+	for _, p := range m.Proxies {
+		for _, k := range p.upstreamKeys() {
+			set[k] = true
+		}
+	}
+	return slices.SortedFunc(maps.Keys(set), compareKeys)
 }

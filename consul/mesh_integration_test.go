@@ -125,3 +125,31 @@ func TestMeshDefaultIntentionFromACLs(t *testing.T) {
 		})
 	}
 }
+
+// TestFetchMeshMatchesWatcher: the one-shot read (for `plan`) is what
+// the watcher publishes first.
+func TestFetchMeshMatchesWatcher(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	c := agent.Client()
+	for _, reg := range []*api.AgentServiceRegistration{
+		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
+			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "api", LocalBindPort: 9191}}}}}},
+		{Name: "api", Port: 9090, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}},
+	} {
+		if err := c.Agent().ServiceRegister(reg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w := NewMeshWatcher(MeshConfig{Client: c, Query: testQuery(), Logger: zerolog.New(zerolog.NewTestWriter(t))})
+	runInBackground(t, w.Run)
+	watched := nextMesh(t, w, "both sidecars", func(m *Mesh) bool { return len(m.Proxies) == 2 && len(m.Endpoints["api"]) == 1 })
+	fetched, err := FetchMesh(context.Background(), c, false, QueryOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !equalProxies(watched.Proxies, fetched.Proxies) || !equalProxies(watched.Endpoints["api"], fetched.Endpoints["api"]) ||
+		watched.TrustDomain != fetched.TrustDomain || watched.RootsPEM != fetched.RootsPEM || watched.DefaultIntention != fetched.DefaultIntention {
+		t.Fatalf("fetched %+v\nwatched %+v", fetched, watched)
+	}
+}

@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"slices"
+
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
@@ -93,4 +95,15 @@ func (r *resolver) sidecarFor(b *proxyBlock, p *Proxy) {
 	if what != "" {
 		r.add(rng, "sidecar_for with "+what, "proxy %q is sidecar_for = %q: its listeners and upstreams come from %s's Connect sidecar registration. Remove the %s, or sidecar_for.", b.Name, svc, svc, what)
 	}
+}
+
+// UsesMesh reports whether the policy serves Connect sidecars: a mesh
+// block, or a proxy group declared sidecar_for.
+func (p *Policy) UsesMesh() bool {
+	return p != nil && (p.Mesh != nil || slices.ContainsFunc(p.Proxies, func(pr *Proxy) bool { return pr.SidecarFor != "" }))
+}
+
+// CentralMesh reports whether the bridge serves the sidecars' leaves.
+func (p *Policy) CentralMesh() bool {
+	return p != nil && p.Mesh != nil && p.Mesh.Mode == MeshCentral
 }

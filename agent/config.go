@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -11,6 +12,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclparse"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/unixsock"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
 
 // Config is the agent's configuration (agent.hcl).
@@ -46,6 +48,12 @@ type Config struct {
 	// certificates (and the CA roots) the agent serves over SDS, from the
 	// local Consul agent (ConsulAddress).
 	ConnectServices []string
+	// CertDir, if set, is where the agent also writes each connect
+	// service's leaf, key and the roots as PEM files (CertDir/SERVICE/
+	// cert.pem, key.pem, roots.pem; mode 0600, replaced atomically on
+	// every rotation), for proxyless gRPC's file_watcher certificate
+	// provider, which reads files and cannot take SDS (certfiles.go).
+	CertDir string
 
 	AdminListen string
 	LogLevel    string
@@ -99,6 +107,7 @@ type tlsBlock struct {
 
 type connectBlock struct {
 	Services []string `hcl:"services"`
+	CertDir  *string  `hcl:"cert_dir,optional"`
 }
 
 type adminBlock struct {
@@ -186,6 +195,15 @@ func ParseConfig(name string, src []byte) (*Config, hcl.Diagnostics) {
 	}
 	if raw.Connect != nil {
 		c.ConnectServices = raw.Connect.Services
+		set(&c.CertDir, raw.Connect.CertDir)
+		for _, svc := range c.ConnectServices {
+			if !ir.QueryableServiceName(svc) {
+				bad(whole, "Invalid connect service", "%q is not a Consul service name (letters, digits, '-', '_', '.')", svc)
+			}
+		}
+		if c.CertDir != "" && !filepath.IsAbs(c.CertDir) {
+			bad(whole, "Relative cert_dir", "connect cert_dir %q must be an absolute path: gRPC bootstraps name files in it.", c.CertDir)
+		}
 	}
 	if c.NodeID == "" {
 		bad(whole, "No node_id", "the host name is unknown; set node_id.")

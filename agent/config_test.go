@@ -56,3 +56,20 @@ func diagText(diags hcl.Diagnostics) string {
 	}
 	return strings.Join(out, "\n")
 }
+
+func TestConnectCertDir(t *testing.T) {
+	base := "allow_groups = [\"*\"]\nupstream {\n  addresses = [\"a:1\"]\n}\n"
+	c, diags := ParseConfig("agent.hcl", []byte(base+"connect {\n  services = [\"echo\"]\n  cert_dir = \"/run/certs\"\n}\n"))
+	if diags.HasErrors() || c.CertDir != "/run/certs" || len(c.ConnectServices) != 1 {
+		t.Fatalf("parsed %+v, %v", c, diags)
+	}
+	for src, want := range map[string]string{
+		"connect {\n  services = [\"echo\"]\n  cert_dir = \"certs\"\n}\n":  "Relative cert_dir",
+		"connect {\n  services = [\"../x\"]\n  cert_dir = \"/certs\"\n}\n": "Invalid connect service",
+	} {
+		_, diags := ParseConfig("agent.hcl", []byte(base+src))
+		if got := diagText(diags); !strings.Contains(got, want) {
+			t.Errorf("%q: diagnostics %q, want %q", src, got, want)
+		}
+	}
+}

@@ -36,6 +36,36 @@ type connectCerts struct {
 	leaves  map[string]*tlsv3.Secret
 	roots   *tlsv3.Secret
 	changed func()
+	// stale names what the certificate files (certfiles.go) do not hold
+	// yet: a service's leaf, or "" for the roots; a failed write is
+	// retried on the next fetch, which a blocking query makes at least
+	// every WaitTime.
+	stale map[string]bool
+}
+
+// writeFiles writes what changed (or failed to be written last time) to
+// the certificate directory, if one is configured. It logs no PEM.
+func (c *connectCerts) writeFiles(what string, changed bool, write func(dir string) error) {
+	dir := c.a.cfg.CertDir
+	if dir == "" {
+		return
+	}
+	c.mu.Lock()
+	if c.stale == nil {
+		c.stale = map[string]bool{}
+	}
+	if !changed && !c.stale[what] {
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	err := write(dir)
+	c.mu.Lock()
+	c.stale[what] = err != nil
+	c.mu.Unlock()
+	if err != nil {
+		c.a.log.Error().Err(err).Str("cert_dir", dir).Msg("cannot write the Connect certificate files; proxyless gRPC keeps the ones it has")
+	}
 }
 
 func (c *connectCerts) client() (*api.Client, error) {
@@ -98,7 +128,9 @@ func (c *connectCerts) leaf(cl *api.Client, svc string, q *api.QueryOptions) (ui
 	old := c.leaves[svc]
 	c.leaves[svc] = s
 	c.mu.Unlock()
-	if old == nil || old.GetTlsCertificate().GetCertificateChain().GetInlineString() != leaf.CertPEM {
+	changed := old == nil || old.GetTlsCertificate().GetCertificateChain().GetInlineString() != leaf.CertPEM
+	c.writeFiles(svc, changed, func(dir string) error { return writeLeafFiles(dir, svc, leaf.CertPEM, leaf.PrivateKeyPEM) })
+	if changed {
 		c.a.log.Info().Str("service", svc).Str("serial", leaf.SerialNumber).Time("valid_before", leaf.ValidBefore).Msg("local Connect leaf certificate")
 		c.changed()
 	}
@@ -123,7 +155,9 @@ func (c *connectCerts) fetchRoots(cl *api.Client, q *api.QueryOptions) (uint64, 
 	old := c.roots
 	c.roots = s
 	c.mu.Unlock()
-	if old == nil || old.GetValidationContext().GetTrustedCa().GetInlineString() != bundle {
+	changed := old == nil || old.GetValidationContext().GetTrustedCa().GetInlineString() != bundle
+	c.writeFiles("", changed, func(dir string) error { return writeRootsFiles(dir, c.services, bundle) })
+	if changed {
 		c.a.log.Info().Int("roots", len(pems)).Str("active_root", list.ActiveRootID).Str("trust_domain", list.TrustDomain).Msg("local Connect CA roots")
 		c.changed()
 	}

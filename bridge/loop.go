@@ -46,6 +46,10 @@ type loop struct {
 	// mesh is Consul Connect's state (mesh.go); meshUpdates its watcher's.
 	mesh        meshState
 	meshUpdates <-chan consul.MeshUpdate
+	// natives are the Connect-native services (meshgrpc.go), sorted;
+	// nativeUpdates their watcher's.
+	natives       []string
+	nativeUpdates <-chan []string
 	// kvAccepted is set once a policy with the KV documents was accepted:
 	// before, no proxy is answered (a policy lacking a document would
 	// serve its groups nothing).
@@ -146,8 +150,13 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 			}
 		case mu := <-l.meshUpdates:
 			l.mesh.mesh = mu.Mesh
-			l.watcher.SetTargets(l.mesh.watchTargets(l.policy))
+			l.watcher.SetTargets(l.meshTargets(l.policy))
 			l.noteChange(mu.ChangedAt)
+			l.schedule()
+		case n := <-l.nativeUpdates:
+			l.natives = n
+			l.watcher.SetTargets(l.meshTargets(l.policy))
+			l.noteChange(l.d.clock.Now())
 			l.schedule()
 		case <-l.d.reload:
 			l.reloadPolicy("files")
@@ -206,6 +215,7 @@ func (l *loop) build(ctx context.Context) {
 		}
 	}
 	m, warnings := model.Build(cat, l.policy)
+	warnings = append(warnings, l.addMeshGRPC(cat, m)...)
 	for _, n := range l.catalog.Skipped {
 		warnings = append(warnings, fmt.Sprintf("Consul service %q is skipped: Consul's HTTP API cannot query its name, nor can it be a cluster name (use letters, digits, '-', '_' and '.')", n))
 	}
@@ -454,7 +464,7 @@ func (l *loop) accept(trigger string, a attempt) {
 		l.d.log.Warn().Str("reason", why).Msg("mesh settings changed; restart to apply them")
 	}
 	l.d.watchPolicyFiles(cfg.Policy)
-	l.watcher.SetTargets(l.mesh.watchTargets(cfg.Policy))
+	l.watcher.SetTargets(l.meshTargets(cfg.Policy))
 	l.recordPolicy(append(a.sources, tlsSources(cfg.Policy)...), a.diags)
 	l.d.metrics.reloads.WithLabelValues("ok").Inc()
 	l.d.log.Info().Str("trigger", trigger).Int("sources", len(a.sources)).Msg("policy loaded")

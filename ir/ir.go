@@ -40,6 +40,10 @@ type Model struct {
 	UnmatchedAll bool
 	// Mesh is the service mesh's settings (mesh.go); nil without one.
 	Mesh *Mesh `json:",omitempty"`
+	// MeshGRPCServers are the instances of proxyless gRPC servers in the
+	// mesh (meshgrpc.go), sorted by listener name; proxyless gRPC nodes
+	// get their inbound listeners by name.
+	MeshGRPCServers []MeshGRPCServer `json:",omitempty"`
 }
 
 // Group is what the proxies of one node.cluster get on top of the shared
@@ -221,6 +225,7 @@ func (m *Model) Validate() error {
 	}
 	errs = append(errs, m.validateMesh()...)
 	errs = append(errs, m.validateReach()...)
+	errs = append(errs, m.validateMeshGRPC()...)
 	for i, l := range m.Proxyless {
 		if l.Name == "" {
 			errs = append(errs, fmt.Errorf("proxyless listener %d: name is empty: %w", i, ErrListener))

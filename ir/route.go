@@ -208,4 +208,9 @@ type UpstreamTLS struct {
 	// MatchURISAN, if set, is the URI SAN the upstream's certificate must
 	// carry (a mesh peer's SPIFFE id), checked besides the chain.
 	MatchURISAN string `json:",omitempty"`
+	// CertificateProvider, if set, is the gRPC certificate provider
+	// instance (the gRPC bootstrap's certificate_providers) holding the
+	// client certificate and the CA, instead of CertificateSecret and
+	// CASecret: proxyless gRPC has no SDS (meshgrpc.go).
+	CertificateProvider string `json:",omitempty"`
 }

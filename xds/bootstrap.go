@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"path/filepath"
 	"strconv"
 	"time"
 
@@ -17,6 +18,8 @@ import (
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
 
 // BootstrapConfig describes the Envoy that `bootstrap` writes a file for.
@@ -58,7 +61,38 @@ type BootstrapConfig struct {
 	// endpoints' localities.
 	LocalService string
 	Region, Zone string
+	// MeshCertDir, in a proxyless gRPC bootstrap, is the directory of one
+	// service's Connect certificate files as the per-VM agent writes them
+	// (its connect.cert_dir/SERVICE): the bootstrap gets a file_watcher
+	// certificate provider instance MeshCertProvider reading them, which
+	// the mesh's gRPC listeners and clusters name (meshgrpc.go), and the
+	// server listener template grpc-go's xDS server needs. Refreshed every
+	// MeshCertRefresh (default DefaultMeshCertRefresh).
+	MeshCertDir     string
+	MeshCertRefresh time.Duration
 }
+
+// The proxyless mesh's certificate files and the gRPC bootstrap's
+// provider instance that reads them.
+const (
+	// MeshCertProvider is the certificate provider instance (gRFC A29)
+	// of a gRPC bootstrap with -mesh-cert-dir: the service's Connect leaf
+	// and key as identity, the Connect CA roots as trust bundle.
+	MeshCertProvider = ir.MeshGRPCCertProvider
+	// MeshCertFile, MeshKeyFile and MeshRootsFile are the files in a
+	// service's certificate directory.
+	MeshCertFile  = "cert.pem"
+	MeshKeyFile   = "key.pem"
+	MeshRootsFile = "roots.pem"
+	// DefaultMeshCertRefresh is how often gRPC re-reads them: a rotated
+	// leaf or a new root is in use within this.
+	DefaultMeshCertRefresh = 5 * time.Second
+	// GRPCServerListenerTemplate is the bootstrap's
+	// server_listener_resource_name_template: grpc-go's xDS server asks
+	// LDS for the listener named by it with its listening address
+	// ("grpc/server?xds.resource.listening_address=10.0.0.5:8443").
+	GRPCServerListenerTemplate = "grpc/server?xds.resource.listening_address=%s"
+)
 
 // localClusterName is the bootstrap's static cluster of the proxy's own
 // service. It is not named like the service, so the service's cluster
@@ -335,10 +369,34 @@ func GRPCBootstrap(c BootstrapConfig) ([]byte, error) {
 	for _, u := range uris {
 		servers = append(servers, server{ServerURI: u, ChannelCreds: []creds{cr}, ServerFeatures: []string{"xds_v3"}})
 	}
+	type provider struct {
+		PluginName string         `json:"plugin_name"`
+		Config     map[string]any `json:"config"`
+	}
+	var providers map[string]provider
+	var template string
+	if c.MeshCertDir != "" {
+		if !filepath.IsAbs(c.MeshCertDir) {
+			return nil, fmt.Errorf("-mesh-cert-dir %q must be an absolute path (gRPC reads the files from wherever it runs)", c.MeshCertDir)
+		}
+		refresh := c.MeshCertRefresh
+		if refresh <= 0 {
+			refresh = DefaultMeshCertRefresh
+		}
+		providers = map[string]provider{MeshCertProvider: {PluginName: "file_watcher", Config: map[string]any{
+			"certificate_file":    filepath.Join(c.MeshCertDir, MeshCertFile),
+			"private_key_file":    filepath.Join(c.MeshCertDir, MeshKeyFile),
+			"ca_certificate_file": filepath.Join(c.MeshCertDir, MeshRootsFile),
+			"refresh_interval":    strconv.FormatFloat(refresh.Seconds(), 'f', -1, 64) + "s", // protojson's Duration
+		}}}
+		template = GRPCServerListenerTemplate
+	}
 	b, err := json.MarshalIndent(struct {
-		XDSServers []server `json:"xds_servers"`
-		Node       node     `json:"node"`
-	}{servers, node{ID: c.NodeID, Cluster: c.Cluster}}, "", "  ")
+		XDSServers []server            `json:"xds_servers"`
+		Node       node                `json:"node"`
+		Providers  map[string]provider `json:"certificate_providers,omitempty"`
+		Template   string              `json:"server_listener_resource_name_template,omitempty"`
+	}{servers, node{ID: c.NodeID, Cluster: c.Cluster}, providers, template}, "", "  ")
 	if err != nil {
 		return nil, err
 	}

@@ -117,6 +117,9 @@ func optUInt32(v uint32) *wrapperspb.UInt32Value {
 // protocol by ALPN and fall back to HTTP/1.1 (gRPC servers refuse the
 // connection) without it.
 func upstreamTLS(t *ir.UpstreamTLS, http2 bool) *corev3.TransportSocket {
+	if t.CertificateProvider != "" {
+		return meshGRPCUpstreamTLS(t) // proxyless gRPC: no SDS
+	}
 	ctx := &tlsv3.UpstreamTlsContext{Sni: t.SNI, CommonTlsContext: &tlsv3.CommonTlsContext{}}
 	if http2 {
 		ctx.CommonTlsContext.AlpnProtocols = []string{"h2"}

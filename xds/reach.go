@@ -108,9 +108,11 @@ func (t *Translator) translateReach(m *ir.Model, out *Output, clusters map[strin
 	out.ProxylessReach = x.reach(names(proxylessReachKey, m.ProxylessClusters, out.ProxylessFailed != nil), false)
 	out.Unmatched, out.UnmatchedNone = &Resources{}, !m.UnmatchedAll
 	if m.UnmatchedAll {
-		all := make([]string, len(m.Clusters))
+		all := make([]string, 0, len(m.Clusters))
 		for i := range m.Clusters {
-			all[i] = m.Clusters[i].Name
+			if !m.Clusters[i].GRPCOnly() { // an Envoy would reject it
+				all = append(all, m.Clusters[i].Name)
+			}
 		}
 		// Never a secret: a node in no group has proven nothing that
 		// entitles it to a client key.

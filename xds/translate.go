@@ -168,6 +168,7 @@ type Translator struct {
 	// proxyless is the last proxyless model and its resources.
 	proxylessIn  []ir.Listener
 	proxylessOut *Resources
+	meshGRPCIn   []ir.MeshGRPCServer // with proxylessIn: what proxylessOut was built from
 	// reachMemo is the last translation's reach sets (reach.go);
 	// goodReach the cluster names each group (and the proxyless clients)
 	// had when it last translated cleanly.
@@ -266,10 +267,13 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 	out.Failed = map[string]error{}
 	out.MeshSecretsExternal = m.MeshSecretsExternal()
 	proxylessFresh := false
-	if t.proxylessOut != nil && reflect.DeepEqual(t.proxylessIn, m.Proxyless) {
+	if t.proxylessOut != nil && reflect.DeepEqual(t.proxylessIn, m.Proxyless) && reflect.DeepEqual(t.meshGRPCIn, m.MeshGRPCServers) {
 		out.Proxyless = t.proxylessOut
 	} else {
 		r, err := translateProxyless(m.Proxyless)
+		if err == nil {
+			err = addMeshGRPCServers(r, m)
+		}
 		if err == nil {
 			err = groupConsistent(out.Shared, r, ref, nil)
 		}
@@ -356,9 +360,9 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 	t.clusters, t.listeners, t.secrets, t.refs = clusters, listeners, secrets, refs
 	t.sharedChecked, t.sharedSecrets = true, len(m.Secrets)
 	if proxylessFresh {
-		t.proxylessIn, t.proxylessOut = m.Proxyless, out.Proxyless
+		t.proxylessIn, t.proxylessOut, t.meshGRPCIn = m.Proxyless, out.Proxyless, m.MeshGRPCServers
 	} else if out.ProxylessFailed != nil {
-		t.proxylessIn, t.proxylessOut = nil, nil
+		t.proxylessIn, t.proxylessOut, t.meshGRPCIn = nil, nil, nil
 	}
 	return out, nil
 }

@@ -45,6 +45,7 @@ Commands:
             [-local-service SERVICE -region DC -zone ZONE]
                                         print an Envoy bootstrap (YAML) using ADS against the bridge
   bootstrap -grpc -node-id ID [-cluster GROUP] -xds HOST:PORT [-tls-ca FILE [-tls-cert FILE -tls-key FILE]]
+            [-mesh-cert-dir DIR [-mesh-cert-refresh D]]
                                         print a proxyless gRPC client's xDS bootstrap (JSON)
   plan -config FILE [-cluster GROUP] [-admin ADDR] [-admin-token-file FILE]
                                         show what a policy would change against the running bridge (exit 0 none, 2 changes, 1 error)
@@ -193,11 +194,17 @@ func bootstrapCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.TLSServerName, "tls-server-name", "", "the bridge's name in its certificate, sent as SNI and required as SAN (default: the host of the first -xds; gRPC: must be that host)")
 	fs.BoolVar(&c.REST, "rest", false, "poll CDS and LDS with REST-JSON (HTTP/1.1, same bridge port) instead of ADS; endpoints, routes and secrets stay on ADS")
 	fs.DurationVar(&c.RESTRefresh, "rest-refresh", time.Second, "with -rest: how often Envoy polls")
+	fs.StringVar(&c.MeshCertDir, "mesh-cert-dir", "", "with -grpc: the service's Connect certificate directory the agent writes (agent connect.cert_dir/SERVICE); adds the file_watcher certificate provider \""+xds.MeshCertProvider+"\" and the xDS server listener template (proxyless mesh)")
+	fs.DurationVar(&c.MeshCertRefresh, "mesh-cert-refresh", xds.DefaultMeshCertRefresh, "with -mesh-cert-dir: how often gRPC re-reads the certificate files")
 	grpcClient := fs.Bool("grpc", false, "print the xDS bootstrap JSON of a proxyless gRPC client (GRPC_XDS_BOOTSTRAP) instead; -cluster is optional")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
 	c.XDS = servers
+	if c.MeshCertDir != "" && !*grpcClient {
+		fmt.Fprintln(stderr, "bootstrap: -mesh-cert-dir is for gRPC (-grpc); Envoy takes its mesh certificates over SDS")
+		return 2
+	}
 	if *grpcClient {
 		if c.REST {
 			fmt.Fprintln(stderr, "bootstrap: -rest is for Envoy; gRPC clients use ADS")

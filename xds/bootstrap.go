@@ -18,6 +18,7 @@ import (
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
@@ -70,7 +71,17 @@ type BootstrapConfig struct {
 	// MeshCertRefresh (default DefaultMeshCertRefresh).
 	MeshCertDir     string
 	MeshCertRefresh time.Duration
+	// ConsulNode, for a Connect sidecar known by its proxy id (NodeID),
+	// is the Consul node it is registered on: node metadata
+	// ConsulNodeMetadata, which picks the right registration when the
+	// same proxy id is registered on several nodes (as web-sidecar-proxy
+	// is on every VM running web).
+	ConsulNode string
 }
+
+// ConsulNodeMetadata is the node metadata key (a string) naming the
+// Consul node of a sidecar (BootstrapConfig.ConsulNode).
+const ConsulNodeMetadata = "consul_node"
 
 // The proxyless mesh's certificate files and the gRPC bootstrap's
 // provider instance that reads them.
@@ -225,7 +236,7 @@ func Bootstrap(c BootstrapConfig) (*bootstrapv3.Bootstrap, error) {
 		adminPort = 19000
 	}
 	return &bootstrapv3.Bootstrap{
-		Node:           &corev3.Node{Id: c.NodeID, Cluster: c.Cluster, Locality: locality},
+		Node:           &corev3.Node{Id: c.NodeID, Cluster: c.Cluster, Locality: locality, Metadata: c.nodeMetadata()},
 		ClusterManager: cm,
 		Admin: &bootstrapv3.Admin{
 			Address: socketAddress("127.0.0.1", uint32(adminPort)),
@@ -401,4 +412,11 @@ func GRPCBootstrap(c BootstrapConfig) ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+func (c BootstrapConfig) nodeMetadata() *structpb.Struct {
+	if c.ConsulNode == "" {
+		return nil
+	}
+	return &structpb.Struct{Fields: map[string]*structpb.Value{ConsulNodeMetadata: structpb.NewStringValue(c.ConsulNode)}}
 }

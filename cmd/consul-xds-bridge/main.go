@@ -187,6 +187,7 @@ func bootstrapCmd(args []string, stdout, stderr io.Writer) int {
 	fs.IntVar(&c.AdminPort, "admin-port", 19000, "Envoy admin port on 127.0.0.1")
 	fs.StringVar(&c.LocalService, "local-service", "", "the service this Envoy belongs to: its endpoints become the local cluster that zone aware routing needs (policy: proxy local_service, service zone_aware)")
 	fs.StringVar(&c.Region, "region", "", "this proxy's locality region: the Consul datacenter (for zone aware routing)")
+	fs.StringVar(&c.ConsulNode, "consul-node", "", "for a Connect sidecar (-node-id PROXY-ID): the Consul node its registration is on, sent as node metadata consul_node")
 	fs.StringVar(&c.Zone, "zone", "", "this proxy's locality zone: its Consul node's zone meta (for zone aware routing)")
 	fs.StringVar(&c.TLSCAFile, "tls-ca", "", "CA file to verify the bridge's TLS certificate")
 	fs.StringVar(&c.TLSCertFile, "tls-cert", "", "client certificate file the proxy presents to the bridge (mTLS; with -tls-key and -tls-ca)")

@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
 // Connect sidecars are known by node id, as with Consul's own xDS server:
@@ -33,7 +34,7 @@ import (
 
 // ConsulNodeMetadata is the node metadata key (a string) that picks the
 // Consul node of a proxy id registered on several nodes.
-const ConsulNodeMetadata = "consul_node"
+const ConsulNodeMetadata = xds.ConsulNodeMetadata
 
 // SidecarInfo is one registered sidecar, for keying and /v1/proxies.
 type SidecarInfo struct {

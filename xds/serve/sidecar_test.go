@@ -219,3 +219,23 @@ func TestSidecarWaitsForIndex(t *testing.T) {
 		t.Fatalf("ports %v, want the sidecar's [21000]", got)
 	}
 }
+
+// TestSidecarBootstrapConsulNode: `bootstrap -consul-node` writes the
+// metadata that picks the registration, as the server reads it.
+func TestSidecarBootstrapConsulNode(t *testing.T) {
+	sc := newSidecars(zerolog.New(zerolog.NewTestWriter(t)), true)
+	vmb := SidecarInfo{Node: "vm-b", Group: "sidecar:vm-b/web-sidecar-proxy"}
+	sc.set(map[string][]SidecarInfo{"web-sidecar-proxy": {vmb, webInfo}})
+	for consulNode, want := range map[string]string{"vm-a": webSidecar, "vm-b": vmb.Group} {
+		b, err := xds.Bootstrap(xds.BootstrapConfig{NodeID: "web-sidecar-proxy", Cluster: "web", XDS: []string{"127.0.0.1:18000"}, ConsulNode: consulNode})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := b.ValidateAll(); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := sc.restKey(b.GetNode()); err != nil || got != want {
+			t.Errorf("bootstrap -consul-node %s: key %q (%v), want %q", consulNode, got, err, want)
+		}
+	}
+}

@@ -28,6 +28,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/unixsock"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
@@ -49,6 +50,9 @@ type Agent struct {
 	saves   chan struct{}
 	pending map[string]*xds.Resources // to be written to the data directory
 	connect *connectCerts             // nil without connect services
+	// sidecars follows the local Connect sidecar registrations (with
+	// connect services; sidecars.go).
+	sidecars *localSidecars
 }
 
 type agentMetrics struct {
@@ -76,9 +80,12 @@ func New(cfg *Config, log zerolog.Logger) *Agent {
 	if len(cfg.ConnectServices) > 0 {
 		a.connect = &connectCerts{a: a, services: cfg.ConnectServices, leaves: map[string]*tlsv3.Secret{}, changed: a.reserveAll}
 	}
+	if len(cfg.ConnectServices) > 0 {
+		a.sidecars = &localSidecars{a: a}
+	}
 	a.server = serve.NewServer(serve.ServerConfig{
 		Logger: log, Registerer: reg, Relay: true, OnKey: a.onKey, OnKeyGone: a.onKeyGone,
-		AllowNode: a.allowNode,
+		AllowNode: a.allowNode, Sidecars: a.sidecars != nil,
 	})
 	return a
 }
@@ -141,6 +148,10 @@ func (a *Agent) Run(ctx context.Context) error {
 		wg.Add(1)
 		go func() { defer wg.Done(); a.connect.run(ctx) }()
 	}
+	if a.sidecars != nil {
+		wg.Add(1)
+		go func() { defer wg.Done(); a.sidecars.run(ctx) }()
+	}
 	a.log.Info().Str("socket", a.cfg.Socket).Str("tcp", a.cfg.TCP).Str("admin", a.addrs.admin.String()).
 		Int("restored_node_clusters", len(saved)).Msg("agent serving")
 	close(a.started)
@@ -167,7 +178,13 @@ const maxKeys = 64
 
 // allowNode vets a local proxy's node when its stream first names it.
 func (a *Agent) allowNode(n *corev3.Node) error {
-	if err := a.cfg.allowed(n.GetId(), n.GetCluster()); err != nil {
+	if strings.HasPrefix(n.GetCluster(), ir.SidecarGroupPrefix) {
+		// Keyed from a connect-proxy registered on this host (clients
+		// cannot announce the prefix themselves): its node id is checked.
+		if err := a.cfg.allowedID(n.GetId()); err != nil {
+			return err
+		}
+	} else if err := a.cfg.allowed(n.GetId(), n.GetCluster()); err != nil {
 		return err
 	}
 	k := serve.KeyOf(n)

@@ -41,7 +41,7 @@ const (
 func writeLeafFiles(dir, svc, certPEM, keyPEM string) error {
 	d := filepath.Join(dir, svc)
 	if err := os.MkdirAll(d, 0o700); err != nil {
-		return fmt.Errorf("connect cert_dir: %w", err)
+		return err
 	}
 	// The key first: a reader between the renames pairs the new key
 	// with the old certificate, which fails to load and is retried, rather
@@ -65,11 +65,12 @@ func writeRootsFiles(dir string, services []string, bundle string) error {
 }
 
 // writeFileAtomic replaces name with data (mode 0600) by a rename, after
-// syncing the data, so a crash leaves the old file or the new one.
+// syncing the data, so a crash leaves the old file or the new one. The
+// state files and the Connect certificate files are written with it.
 func writeFileAtomic(name string, data []byte) error {
 	f, err := os.CreateTemp(filepath.Dir(name), "."+filepath.Base(name)+".*") // created 0600
 	if err != nil {
-		return fmt.Errorf("connect cert_dir: %w", err)
+		return err
 	}
 	tmp := f.Name()
 	_, err = f.Write(data)
@@ -87,7 +88,7 @@ func writeFileAtomic(name string, data []byte) error {
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
-		return fmt.Errorf("connect cert_dir: writing %s: %w", name, err)
+		return fmt.Errorf("writing %s: %w", name, err)
 	}
 	return nil
 }

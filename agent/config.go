@@ -213,19 +213,26 @@ func ParseConfig(name string, src []byte) (*Config, hcl.Diagnostics) {
 
 // allowed reports whether a local node may connect, or why not.
 func (c *Config) allowed(id, cluster string) error {
-	match := func(patterns []string, s string) bool {
-		for _, p := range patterns {
-			if ok, _ := path.Match(p, s); ok {
-				return true
-			}
-		}
-		return false
-	}
-	switch {
-	case !match(c.AllowGroups, cluster):
+	if !matchAny(c.AllowGroups, cluster) {
 		return fmt.Errorf("node.cluster %q is not allowed on this host (agent allow_groups: %q)", cluster, c.AllowGroups)
-	case !match(c.AllowNodeIDs, id):
+	}
+	return c.allowedID(id)
+}
+
+// allowedID checks a node id alone: for a Connect sidecar, keyed by a
+// registration on this host rather than by the node.cluster it announces.
+func (c *Config) allowedID(id string) error {
+	if !matchAny(c.AllowNodeIDs, id) {
 		return fmt.Errorf("node.id %q is not allowed on this host (agent allow_node_ids: %q)", id, c.AllowNodeIDs)
 	}
 	return nil
+}
+
+func matchAny(patterns []string, s string) bool {
+	for _, p := range patterns {
+		if ok, _ := path.Match(p, s); ok {
+			return true
+		}
+	}
+	return false
 }

@@ -93,8 +93,9 @@ func (r *relay) stream(ctx context.Context, addr string) bool {
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var got bool
+	nodeID, cluster, meta := r.a.upstreamNode(r.key)
 	c, err := adsclient.Dial(dctx, adsclient.Config{
-		Addr: addr, NodeID: r.a.cfg.NodeID, Cluster: r.key.NodeCluster, UserAgent: ua, Mode: adsclient.Delta,
+		Addr: addr, NodeID: nodeID, Cluster: cluster, Metadata: meta, UserAgent: ua, Mode: adsclient.Delta,
 		InitialFetchTimeout: -1, // local proxies warm for themselves
 		TLS:                 tlsCfg,
 		OnUpdate: func(u adsclient.Update) {

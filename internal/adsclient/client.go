@@ -43,6 +43,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+	"google.golang.org/protobuf/types/known/structpb"
 )
 
 // Type URLs of the resources the client subscribes to.
@@ -90,6 +91,8 @@ type Config struct {
 	NodeID string
 	// Cluster is node.cluster.
 	Cluster string
+	// Metadata is node.metadata (string values), e.g. consul_node.
+	Metadata map[string]string
 	// UserAgent is node.user_agent_name; empty means "envoy".
 	UserAgent string
 	// Mode selects SotW or Delta.
@@ -262,6 +265,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		node: &corev3.Node{
 			Id:            cfg.NodeID,
 			Cluster:       cfg.Cluster,
+			Metadata:      nodeMetadata(cfg.Metadata),
 			UserAgentName: cfg.UserAgent,
 			// Client features every current Envoy advertises; some control
 			// planes look at them.
@@ -524,4 +528,15 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	slices.Sort(out)
 	return out
+}
+
+func nodeMetadata(m map[string]string) *structpb.Struct {
+	if len(m) == 0 {
+		return nil
+	}
+	st := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for k, v := range m {
+		st.Fields[k] = structpb.NewStringValue(v)
+	}
+	return st
 }

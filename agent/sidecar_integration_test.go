@@ -1,0 +1,150 @@
+package agent_test
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+	"github.com/rs/zerolog"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/agent"
+	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
+)
+
+// TestAgentRelaysConnectSidecars is the recommended mesh set-up: the
+// central bridge in agent mode serves no key, and a sidecar Envoy on the
+// agent's socket, known only by its proxy id as with Consul, gets its
+// registration's public and upstream listeners and mesh cluster through
+// the relay (the agent announces the proxy id and its Consul node), and
+// its service's leaf, chaining to Consul's root, from the agent. The
+// central bridge lists it as that registration's sidecar.
+func TestAgentRelaysConnectSidecars(t *testing.T) {
+	ca := consultest.Start(t)
+	for _, reg := range []*api.AgentServiceRegistration{
+		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
+			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "api", LocalBindPort: 9191}}}}}},
+		{Name: "api", Port: 9090, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}},
+	} {
+		if err := ca.Client().Agent().ServiceRegister(reg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "central.hcl")
+	if err := os.WriteFile(file, []byte("mesh {\n  default_intention = \"allow\"\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg, _, diags := policy.LoadFiles(file)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	s := policy.DefaultSettings()
+	s.Consul.Address, s.XDS.Listen, s.Admin.Listen = ca.HTTPAddr(), freeAddr(t), "127.0.0.1:0"
+	d := bridge.New(bridge.Config{Settings: s, Policy: cfg.Policy, ConfigFiles: []string{file}, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
+		Query: consul.QueryOptions{BackoffInitial: 100 * time.Millisecond, BackoffMax: time.Second}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- d.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	<-d.Started()
+
+	ag := startAgentWith(t, t.TempDir(), func(c *agent.Config) {
+		c.Upstreams = []string{s.XDS.Listen}
+		c.ConsulAddress = ca.HTTPAddr()
+		c.ConnectServices = []string{"web"}
+	})
+	node, err := ca.Client().Agent().NodeName()
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots, _, err := ca.Client().Connect().CARoots(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	group := ir.SidecarGroupName(node, "web-sidecar-proxy")
+	public, upstream := ir.PublicListenerName(group), group+".upstream.api"
+	mc := ir.MeshClusterName("api", "dc1", roots.TrustDomain)
+
+	wctx, wcancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer wcancel()
+	c, err := adsclient.Dial(wctx, adsclient.Config{Addr: "unix://" + ag.SocketAddr().String(), NodeID: "web-sidecar-proxy", Cluster: "web", Mode: adsclient.Delta})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	st, err := c.Wait(wctx, func(s adsclient.State) bool {
+		return s.Listener(public) != nil && s.Listener(upstream) != nil && len(s.Endpoints(mc)) > 0 &&
+			s.Secret(ir.LeafSecretPrefix+"web") != nil && s.Secret(ir.RootsSecretName) != nil
+	})
+	if err != nil {
+		t.Fatalf("waiting for web's sidecar config through the agent: %v; have %v", err, c.Snapshot())
+	}
+	if got := st.Listener(upstream).GetAddress().GetSocketAddress().GetPortValue(); got != 9191 {
+		t.Errorf("upstream listener port %d, want 9191", got)
+	}
+	chain := []byte(st.Secret(ir.LeafSecretPrefix + "web").GetTlsCertificate().GetCertificateChain().GetInlineString())
+	block, _ := pem.Decode(chain)
+	if block == nil {
+		t.Fatal("leaf is not PEM")
+	}
+	leaf, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	for _, r := range roots.Roots {
+		pool.AppendCertsFromPEM([]byte(r.RootCertPEM))
+	}
+	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != ir.SPIFFEID(roots.TrustDomain, "dc1", "web") {
+		t.Errorf("leaf URIs %v, want web's SPIFFE id", leaf.URIs)
+	}
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		t.Errorf("leaf does not chain to Consul's root: %v", err)
+	}
+
+	// The central bridge sees the relayed stream as web's sidecar on this
+	// Consul node (not as the agent's node id in group "web").
+	resp, err := http.Get("http://" + d.AdminAddr().String() + "/v1/proxies")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var proxies []serve.ProxyStatus
+	err = json.NewDecoder(resp.Body).Decode(&proxies)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := slices.IndexFunc(proxies, func(p serve.ProxyStatus) bool { return p.NodeID == "web-sidecar-proxy" })
+	if i < 0 || proxies[i].Group != group || proxies[i].Sidecar == nil || proxies[i].Sidecar.Service != "web" {
+		t.Fatalf("central /v1/proxies: %+v", proxies)
+	}
+	// Agent mode: the central bridge serves the sidecar no secret (the
+	// leaf came from the agent), but its listeners.
+	resp, err = http.Get("http://" + d.AdminAddr().String() + "/v1/config_dump?node=web-sidecar-proxy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dump xds.ConfigDump
+	err = json.NewDecoder(resp.Body).Decode(&dump)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dump.Group != group || len(dump.Listeners) != 2 || len(dump.Secrets) != 0 {
+		t.Errorf("central config dump of the sidecar: group %q, %d listeners, %d secrets; want %q, 2, 0", dump.Group, len(dump.Listeners), len(dump.Secrets), group)
+	}
+}

@@ -1,0 +1,206 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
+)
+
+// Connect sidecars through the agent. A sidecar Envoy is known by its node
+// id (the connect-proxy's service id, as Consul's own xDS server knows
+// it), and the same id (web-sidecar-proxy) is registered on every VM
+// running web, so the central bridge needs the Consul node too. The agent
+// knows both: it follows the local Consul agent's connect-proxy
+// registrations, keys local sidecars to their group
+// (sidecar:NODE/PROXY-ID) as the central bridge does, and relays each
+// with the proxy's own id and node metadata consul_node, so the central
+// bridge serves it that registration's listeners and clusters while the
+// leaf and its key stay on the VM (served here over SDS).
+
+// SidecarPoll is how often the local agent's registrations are read: a
+// local call, cheap, and /v1/agent/services has no blocking form.
+const SidecarPoll = 2 * time.Second
+
+// sidecarsFile, in the data directory, keeps the last registrations read,
+// so an agent restarting while its Consul agent is down keys its sidecars
+// at once and serves them their last good config.
+const sidecarsFile = "sidecars.json"
+
+// sidecarStartWait bounds how long local streams wait for the first read
+// when nothing is saved: after it they are served by node.cluster (and
+// re-keyed once the registrations are read).
+const sidecarStartWait = 10 * time.Second
+
+type localSidecars struct {
+	a *Agent
+
+	mu    sync.Mutex
+	node  string                         // the local Consul node's name
+	index map[string][]serve.SidecarInfo // by proxy id
+	set   bool
+}
+
+// sidecarFile is where the registrations are kept.
+func (s *localSidecars) file() string { return filepath.Join(s.a.cfg.DataDir, sidecarsFile) }
+
+type savedSidecars struct {
+	Node  string                         `json:"node"`
+	Index map[string][]serve.SidecarInfo `json:"index"`
+}
+
+// restore applies the saved registrations, if any.
+func (s *localSidecars) restore() bool {
+	b, err := os.ReadFile(s.file())
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			s.a.log.Warn().Err(err).Msg("cannot read the saved sidecar registrations; waiting for the local Consul agent")
+		}
+		return false
+	}
+	var saved savedSidecars
+	if err := json.Unmarshal(b, &saved); err != nil || saved.Index == nil {
+		s.a.log.Warn().Str("file", s.file()).Msg("ignoring a damaged sidecar registrations file")
+		return false
+	}
+	s.apply(saved.Node, saved.Index, false)
+	return true
+}
+
+func (s *localSidecars) run(ctx context.Context) {
+	if !s.restore() {
+		go func() {
+			select {
+			case <-ctx.Done():
+			case <-time.After(sidecarStartWait):
+				s.mu.Lock()
+				set := s.set
+				s.mu.Unlock()
+				if !set {
+					s.a.log.Warn().Msg("no Connect sidecar registrations read from the local Consul agent yet; local proxies are served by node.cluster until they are")
+					s.apply("", map[string][]serve.SidecarInfo{}, false)
+				}
+			}
+		}()
+	}
+	backoff := s.a.cfg.BackoffInitial
+	for ctx.Err() == nil {
+		wait := SidecarPoll
+		if err := s.read(); err != nil {
+			s.a.log.Warn().Err(err).Msg("cannot read the local Consul agent's sidecar registrations; local sidecars keep their group")
+			wait, backoff = backoff, min(2*backoff, s.a.cfg.BackoffMax)
+		} else {
+			backoff = s.a.cfg.BackoffInitial
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+	}
+}
+
+// read takes the local agent's connect-proxy registrations.
+func (s *localSidecars) read() error {
+	cl, err := api.NewClient(&api.Config{Address: s.a.cfg.ConsulAddress, Token: os.Getenv("CONSUL_HTTP_TOKEN")})
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	node := s.node
+	s.mu.Unlock()
+	if node == "" {
+		if node, err = cl.Agent().NodeName(); err != nil {
+			return fmt.Errorf("local Consul node name: %w", err)
+		}
+	}
+	services, err := cl.Agent().ServicesWithFilter(`Kind == "connect-proxy"`)
+	if err != nil {
+		return fmt.Errorf("local connect-proxy registrations: %w", err)
+	}
+	index := map[string][]serve.SidecarInfo{}
+	for _, id := range slices.Sorted(maps.Keys(services)) {
+		svc := services[id]
+		if svc.Proxy == nil || svc.Proxy.DestinationServiceName == "" {
+			continue
+		}
+		info := serve.SidecarInfo{Node: node, Group: ir.SidecarGroupName(node, id), Service: svc.Proxy.DestinationServiceName}
+		for _, u := range svc.Proxy.Upstreams {
+			info.Upstreams = append(info.Upstreams, fmt.Sprintf("%s@%s:%d", u.DestinationName, u.LocalBindAddress, u.LocalBindPort))
+		}
+		if !slices.Contains(s.a.cfg.ConnectServices, info.Service) {
+			s.a.log.Warn().Str("proxy_id", id).Str("service", info.Service).
+				Msg("a local Connect sidecar's service is not in connect.services, so the agent serves it no leaf certificate; add it")
+		}
+		index[id] = []serve.SidecarInfo{info}
+	}
+	s.apply(node, index, true)
+	return nil
+}
+
+// apply installs an index (closing local streams it re-keys) and, when
+// it came from Consul and changed, saves it.
+func (s *localSidecars) apply(node string, index map[string][]serve.SidecarInfo, save bool) {
+	s.mu.Lock()
+	same := s.set && s.node == node && equalIndex(s.index, index)
+	s.node, s.index, s.set = node, index, true
+	s.mu.Unlock()
+	if same {
+		return
+	}
+	s.a.server.SetSidecars(index)
+	if !save {
+		return
+	}
+	b, err := json.Marshal(savedSidecars{Node: node, Index: index})
+	if err == nil {
+		if err = os.MkdirAll(s.a.cfg.DataDir, 0o700); err == nil {
+			err = writeFileAtomic(s.file(), b)
+		}
+	}
+	if err != nil {
+		s.a.log.Warn().Err(err).Msg("cannot save the sidecar registrations; a restart without the local Consul agent waits for it")
+	}
+}
+
+func equalIndex(a, b map[string][]serve.SidecarInfo) bool {
+	return maps.EqualFunc(a, b, func(x, y []serve.SidecarInfo) bool {
+		return slices.EqualFunc(x, y, func(p, q serve.SidecarInfo) bool {
+			return p.Node == q.Node && p.Group == q.Group && p.Service == q.Service && slices.Equal(p.Upstreams, q.Upstreams)
+		})
+	})
+}
+
+// upstreamNode is who a relay of key announces itself as to the central
+// bridge: for a sidecar group, the proxy's own id, its service as
+// node.cluster (what Consul's bootstrap announces, and what
+// authorize_nodes checks) and its Consul node; otherwise the agent's
+// node id and the key's node.cluster.
+func (a *Agent) upstreamNode(k serve.RelayKey) (id, cluster string, meta map[string]string) {
+	rest, ok := strings.CutPrefix(k.NodeCluster, ir.SidecarGroupPrefix)
+	if !ok || a.sidecars == nil {
+		return a.cfg.NodeID, k.NodeCluster, nil
+	}
+	node, proxyID, _ := strings.Cut(rest, "/")
+	s := a.sidecars
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, info := range s.index[proxyID] {
+		if info.Node == node {
+			cluster = info.Service
+		}
+	}
+	return proxyID, cluster, map[string]string{xds.ConsulNodeMetadata: node}
+}

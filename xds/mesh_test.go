@@ -272,3 +272,56 @@ func TestSidecarValidation(t *testing.T) {
 		})
 	}
 }
+
+// TestLeafRotationTouchesOnlySecrets: a renewed leaf (central mode)
+// changes the group's SDS secret and nothing else: listeners, routes and
+// clusters are the same resources, so Envoy swaps the certificate
+// without draining a listener or re-warming a cluster.
+func TestLeafRotationTouchesOnlySecrets(t *testing.T) {
+	tr := xds.NewTranslator()
+	m := meshCentral(t)
+	before, err := tr.Translate(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m2 := meshCentral(t)
+	g := m2.Groups[0].Name
+	leaf := ir.LeafSecretPrefix + "web"
+	for i := range m2.Groups[0].Secrets {
+		if s := &m2.Groups[0].Secrets[i]; s.Name == leaf {
+			s.CertificateChain = append(slices.Clone(s.CertificateChain), '\n') // a new certificate
+		}
+	}
+	after, err := tr.Translate(m2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, a := before.Groups[g], after.Groups[g]
+	if a == nil || b == nil || len(a.Listeners) != len(b.Listeners) || len(a.Listeners) == 0 {
+		t.Fatalf("group %q: before %v, after %v (%v)", g, b, a, after.Failed[g])
+	}
+	for i := range b.Listeners {
+		if !proto.Equal(a.Listeners[i], b.Listeners[i]) {
+			t.Errorf("listener %q changed with the leaf", b.Listeners[i].GetName())
+		}
+	}
+	for i := range b.Routes {
+		if !proto.Equal(a.Routes[i], b.Routes[i]) {
+			t.Errorf("route configuration %q changed with the leaf", b.Routes[i].GetName())
+		}
+	}
+	for i := range before.Shared.Clusters {
+		if !proto.Equal(after.Shared.Clusters[i], before.Shared.Clusters[i]) {
+			t.Errorf("cluster %q changed with the leaf", before.Shared.Clusters[i].GetName())
+		}
+	}
+	changed := false
+	for i := range b.Secrets {
+		if b.Secrets[i].GetName() == leaf {
+			changed = !proto.Equal(a.Secrets[i], b.Secrets[i])
+		}
+	}
+	if !changed {
+		t.Error("the leaf secret did not change")
+	}
+}

@@ -46,6 +46,9 @@ type loop struct {
 	// mesh is Consul Connect's state (mesh.go); meshUpdates its watcher's.
 	mesh        meshState
 	meshUpdates <-chan consul.MeshUpdate
+	// meshWatcher, when the mesh is followed, takes the policy's
+	// mesh_routes targets on reload.
+	meshWatcher *consul.MeshWatcher
 	// kvAccepted is set once a policy with the KV documents was accepted:
 	// before, no proxy is answered (a policy lacking a document would
 	// serve its groups nothing).
@@ -455,6 +458,10 @@ func (l *loop) accept(trigger string, a attempt) {
 	}
 	l.d.watchPolicyFiles(cfg.Policy)
 	l.watcher.SetTargets(l.mesh.watchTargets(cfg.Policy))
+	if l.meshWatcher != nil {
+		// mesh_routes may name services no sidecar dials: follow them.
+		l.meshWatcher.SetTargets(model.MeshWatchTargets(cfg.Policy))
+	}
 	l.recordPolicy(append(a.sources, tlsSources(cfg.Policy)...), a.diags)
 	l.d.metrics.reloads.WithLabelValues("ok").Inc()
 	l.d.log.Info().Str("trigger", trigger).Int("sources", len(a.sources)).Msg("policy loaded")

@@ -1,7 +1,9 @@
 package model
 
 import (
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
 
 // mesh_routes: an HTTP upstream of a sidecar takes the policy's routes
@@ -67,4 +69,16 @@ func (mb *meshBuilder) targetProtocol(who, service string, u *ir.MeshUpstream) s
 		mb.b.warn("%s: mesh_routes %q send HTTP requests to %q, whose protocol is %q (Consul refuses such a split); its sidecars get them anyway", who, u.Service, service, p)
 	}
 	return p
+}
+
+// MeshWatchTargets are the services whose connect health the mesh
+// watcher (and plan) must read for the policy besides the registrations'
+// upstreams: the mesh_routes targets, in the local datacenter (where
+// mesh_routes apply).
+func MeshWatchTargets(pol *policy.Policy) []consul.ServiceKey {
+	var out []consul.ServiceKey
+	for _, s := range pol.MeshRouteTargets() {
+		out = append(out, consul.ServiceKey{Name: s})
+	}
+	return out
 }

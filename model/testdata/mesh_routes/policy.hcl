@@ -26,8 +26,21 @@ mesh_routes "api" {
       on       = ["5xx"]
     }
   }
+  # Answered by web's own sidecar: no target, no cluster.
+  route {
+    match {
+      path = "/ping"
+    }
+    direct_response {
+      status = 200
+      body   = "pong"
+    }
+  }
   route {
     service = "api"
+    request_headers {
+      set = { "x-via" = "mesh" }
+    }
   }
 }
 

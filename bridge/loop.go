@@ -186,7 +186,8 @@ func (l *loop) build(ctx context.Context) {
 	if l.catalog == nil || l.kvNeeded && !l.kvAccepted || l.ce.waiting() || l.mesh.waiting() {
 		return
 	}
-	if len(l.catalog.Pending) > 0 && l.d.ready.Load() {
+	meshPending := l.mesh.pendingTargets(l.policy)
+	if (len(l.catalog.Pending) > 0 || len(meshPending) > 0) && l.d.ready.Load() {
 		if l.pendingSince.IsZero() {
 			l.pendingSince = l.d.clock.Now()
 		}
@@ -194,7 +195,7 @@ func (l *loop) build(ctx context.Context) {
 			l.timer.Reset(l.d.cfg.Settings.XDS.DebounceHoldOff)
 			return
 		}
-		l.d.log.Warn().Strs("services", keys(l.catalog.Pending)).Msg("services still loading after grace period; serving without them")
+		l.d.log.Warn().Strs("services", append(keys(l.catalog.Pending), meshPending...)).Msg("services still loading after grace period; serving without them")
 	}
 	l.pendingSince = time.Time{}
 	start = l.d.clock.Now()

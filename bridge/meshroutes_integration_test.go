@@ -17,7 +17,11 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
 
-const meshRoutesHCL = `mesh {}
+// Central mode: the bridge serves the leaves the mesh clusters name, so
+// they warm without a per-VM agent.
+const meshRoutesHCL = `mesh {
+  mode = "central"
+}
 mesh_routes "api" {
   route {
     split {
@@ -59,7 +63,8 @@ func sidecarAddr(t *testing.T, agent *consultest.Agent, id string) string {
 // Envoy-like client of web's sidecar gets the upstream route with the two
 // weighted mesh clusters, each with its service's sidecar as endpoint
 // (the canary's read from its connect health). A reload splitting to
-// another service (api-v2) is followed the same way.
+// another service (api-v2) is followed the same way, served once its
+// connect health is read.
 func TestMeshRoutesSplit(t *testing.T) {
 	agent := consultest.Start(t)
 	sidecar := &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}
@@ -121,16 +126,24 @@ func TestMeshRoutesSplit(t *testing.T) {
 		t.Fatal(err)
 	}
 	want = []string{mcAPI + "=80", mcV2 + "=20"}
+	servedEmpty := false
 	st, err = c.Wait(ctx, func(s adsclient.State) bool {
-		return slices.Equal(weightedRoute(s, upstream), want) && len(s.Endpoints(mcV2)) > 0
+		routed := slices.Equal(weightedRoute(s, upstream), want)
+		// The build waits for v2's connect health: its share never goes
+		// to a cluster without endpoints.
+		servedEmpty = servedEmpty || routed && len(s.Endpoints(mcV2)) == 0
+		return routed && len(s.Endpoints(mcV2)) > 0
 	})
 	if err != nil {
 		t.Fatalf("waiting for the reloaded split: %v; route %v", err, weightedRoute(c.Snapshot(), upstream))
 	}
+	if servedEmpty {
+		t.Error("the reloaded split was served before api-v2's endpoints were read")
+	}
 	if eps, want := st.Endpoints(mcV2), sidecarAddr(t, agent, "api-v2-sidecar-proxy"); len(eps) != 1 || eps[0].Address != want {
 		t.Errorf("%s endpoints %v, want %s", mcV2, eps, want)
 	}
-	if st.Cluster(mcCanary) != nil {
-		t.Errorf("the canary's cluster is still served after the reload")
+	if _, err := c.Wait(ctx, func(s adsclient.State) bool { return s.Cluster(mcCanary) == nil }); err != nil {
+		t.Errorf("the canary's cluster is still served after the reload: %v", err)
 	}
 }

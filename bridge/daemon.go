@@ -289,8 +289,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		wg.Go(func() { fail(cw.Run(ctx)) })
 	}
 	var meshUpdates <-chan consul.MeshUpdate
+	var mw *consul.MeshWatcher
 	if mesh.needed {
-		mw := consul.NewMeshWatcher(consul.MeshConfig{Client: client, Query: q, Central: mesh.central, Budget: watcher, Logger: consulLog, OnQuery: d.consulQuery})
+		mw = consul.NewMeshWatcher(consul.MeshConfig{Client: client, Query: q, Central: mesh.central, Budget: watcher, Targets: model.MeshWatchTargets(d.cfg.Policy), Logger: consulLog, OnQuery: d.consulQuery})
 		meshUpdates = mw.Updates()
 		wg.Go(func() { fail(mw.Run(ctx)) })
 	}
@@ -301,7 +302,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	wg.Go(func() {
 		l := &loop{d: d, watcher: watcher, policy: d.cfg.Policy, kvNeeded: kv != nil, ce: ce,
-			policyEntries: s.Consul.ConfigEntries, mesh: mesh, meshUpdates: meshUpdates, nativeUpdates: nativeUpdates}
+			policyEntries: s.Consul.ConfigEntries, mesh: mesh, meshUpdates: meshUpdates, nativeUpdates: nativeUpdates, meshWatcher: mw}
 		l.run(ctx, watcher.Updates(), kvUpdates)
 	})
 	wg.Wait()

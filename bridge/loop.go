@@ -50,6 +50,9 @@ type loop struct {
 	// nativeUpdates their watcher's.
 	natives       []string
 	nativeUpdates <-chan []string
+	// meshWatcher, when the mesh is followed, takes the policy's
+	// mesh_routes targets on reload.
+	meshWatcher *consul.MeshWatcher
 	// kvAccepted is set once a policy with the KV documents was accepted:
 	// before, no proxy is answered (a policy lacking a document would
 	// serve its groups nothing).
@@ -192,7 +195,8 @@ func (l *loop) build(ctx context.Context) {
 	if l.catalog == nil || l.kvNeeded && !l.kvAccepted || l.ce.waiting() || l.mesh.waiting() {
 		return
 	}
-	if len(l.catalog.Pending) > 0 && l.d.ready.Load() {
+	meshPending := l.mesh.pendingTargets(l.policy)
+	if (len(l.catalog.Pending) > 0 || len(meshPending) > 0) && l.d.ready.Load() {
 		if l.pendingSince.IsZero() {
 			l.pendingSince = l.d.clock.Now()
 		}
@@ -200,7 +204,7 @@ func (l *loop) build(ctx context.Context) {
 			l.timer.Reset(l.d.cfg.Settings.XDS.DebounceHoldOff)
 			return
 		}
-		l.d.log.Warn().Strs("services", keys(l.catalog.Pending)).Msg("services still loading after grace period; serving without them")
+		l.d.log.Warn().Strs("services", append(keys(l.catalog.Pending), meshPending...)).Msg("services still loading after grace period; serving without them")
 	}
 	l.pendingSince = time.Time{}
 	start = l.d.clock.Now()
@@ -465,6 +469,10 @@ func (l *loop) accept(trigger string, a attempt) {
 	}
 	l.d.watchPolicyFiles(cfg.Policy)
 	l.watcher.SetTargets(l.meshTargets(cfg.Policy))
+	if l.meshWatcher != nil {
+		// mesh_routes may name services no sidecar dials: follow them.
+		l.meshWatcher.SetTargets(model.MeshWatchTargets(cfg.Policy))
+	}
 	l.recordPolicy(append(a.sources, tlsSources(cfg.Policy)...), a.diags)
 	l.d.metrics.reloads.WithLabelValues("ok").Inc()
 	l.d.log.Info().Str("trigger", trigger).Int("sources", len(a.sources)).Msg("policy loaded")

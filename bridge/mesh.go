@@ -123,6 +123,23 @@ func (s *meshState) watchTargets(p *policy.Policy) consul.Targets {
 	return t
 }
 
+// pendingTargets are the policy's mesh_routes targets whose connect
+// health the mesh watcher has not read yet (a reload just added them):
+// the build waits for them as for pending catalog services, so a new
+// split target is not served without endpoints in the meantime.
+func (s *meshState) pendingTargets(p *policy.Policy) []string {
+	if !s.needed || s.mesh == nil || s.mesh.Endpoints == nil {
+		return nil
+	}
+	var out []string
+	for _, k := range model.MeshWatchTargets(p) {
+		if _, ok := s.mesh.Endpoints[k.String()]; !ok {
+			out = append(out, k.String())
+		}
+	}
+	return out
+}
+
 // sidecarIndex lists the registered sidecars of a model by proxy id, for
 // serve's keying and /v1/proxies.
 func sidecarIndex(m *ir.Model) map[string][]serve.SidecarInfo {

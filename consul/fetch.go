@@ -68,8 +68,9 @@ func FetchKV(ctx context.Context, client *api.Client, prefix string, q QueryOpti
 // intentions and protocols the daemon joins from config entries, for
 // one-shot commands such as `plan`. Other datacenters' connect health is
 // left out, as the watcher does until they answer. Any failed local read
-// is an error.
-func FetchMesh(ctx context.Context, client *api.Client, central bool, q QueryOptions) (*Mesh, error) {
+// is an error. targets are the services whose connect health is read
+// besides the registrations' upstreams, as MeshConfig.Targets.
+func FetchMesh(ctx context.Context, client *api.Client, central bool, q QueryOptions, targets []ServiceKey) (*Mesh, error) {
 	opts := func(dc string) *api.QueryOptions {
 		return (&api.QueryOptions{Datacenter: cmp.Or(dc, q.Datacenter), AllowStale: q.Stale, Filter: ""}).WithContext(ctx)
 	}
@@ -88,7 +89,7 @@ func FetchMesh(ctx context.Context, client *api.Client, central bool, q QueryOpt
 		m.Proxies = append(m.Proxies, NewProxies(entries)...)
 	}
 	slices.SortFunc(m.Proxies, func(a, b Proxy) int { return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID)) })
-	for _, k := range m.upstreams() {
+	for _, k := range m.upstreams(targets...) {
 		entries, _, err := client.Health().Connect(k.Name, "", false, opts(k.Datacenter))
 		if err != nil {
 			if k.Datacenter != "" {

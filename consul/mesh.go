@@ -144,7 +144,12 @@ type MeshConfig struct {
 	// blocking queries share (Config.MaxQueries), so the two together
 	// stay within the client's connections. A proxy's health change is
 	// then seen when its query's turn comes (no hints hurry it).
-	Budget  *Watcher
+	Budget *Watcher
+	// Targets are services whose connect health is followed besides the
+	// registrations' upstreams (the policy's mesh_routes targets, which
+	// no sidecar may dial directly); [MeshWatcher.SetTargets] changes
+	// them at run time.
+	Targets []ServiceKey
 	Logger  zerolog.Logger
 	OnQuery func(endpoint, datacenter string, err error, d time.Duration)
 }
@@ -163,11 +168,34 @@ type MeshUpdate struct {
 type MeshWatcher struct {
 	cfg     MeshConfig
 	updates chan MeshUpdate
+	// retarget wakes Run after SetTargets; targets is guarded by mu.
+	retarget chan struct{}
+	mu       sync.Mutex
+	targets  []ServiceKey
 }
 
 // NewMeshWatcher returns a watcher; Run starts it.
 func NewMeshWatcher(cfg MeshConfig) *MeshWatcher {
-	return &MeshWatcher{cfg: cfg, updates: make(chan MeshUpdate, 1)}
+	return &MeshWatcher{cfg: cfg, updates: make(chan MeshUpdate, 1), retarget: make(chan struct{}, 1), targets: slices.Clone(cfg.Targets)}
+}
+
+// SetTargets replaces the services followed besides the registrations'
+// upstreams (MeshConfig.Targets). It is safe from any goroutine and never
+// blocks; the watcher starts and stops their queries and publishes.
+func (w *MeshWatcher) SetTargets(keys []ServiceKey) {
+	w.mu.Lock()
+	w.targets = slices.Clone(keys)
+	w.mu.Unlock()
+	select {
+	case w.retarget <- struct{}{}:
+	default:
+	}
+}
+
+func (w *MeshWatcher) currentTargets() []ServiceKey {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return slices.Clone(w.targets)
 }
 
 // Updates delivers the newest mesh; an unread one is replaced.
@@ -355,6 +383,9 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 			}
 		}
 		upstreams := map[string]ServiceKey{}
+		for _, k := range w.currentTargets() {
+			upstreams[k.String()] = k
+		}
 		services := map[string]bool{}
 		for _, ps := range proxies {
 			for _, p := range ps {
@@ -419,10 +450,17 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case ev = <-events:
+		case <-w.retarget:
+			ev = meshEvent{kind: "targets", at: time.Now()}
 		}
 		switch ev.kind {
 		case "list":
 			listRead, names = true, ev.names
+			reconcile(names)
+		case "targets":
+			if !listRead {
+				continue // the first list's reconcile takes them
+			}
 			reconcile(names)
 		case "roots":
 			rootList = ev.roots
@@ -515,9 +553,13 @@ func rootsPEM(roots *api.CARootList) string {
 	return pem.String()
 }
 
-// upstreams are the service upstreams of every proxy, sorted.
-func (m *Mesh) upstreams() []ServiceKey {
+// upstreams are the service upstreams of every proxy and the extra
+// targets, sorted.
+func (m *Mesh) upstreams(extra ...ServiceKey) []ServiceKey {
 	set := map[ServiceKey]bool{}
+	for _, k := range extra {
+		set[k] = true
+	}
 	for _, p := range m.Proxies {
 		for _, k := range p.upstreamKeys() {
 			set[k] = true

@@ -144,7 +144,7 @@ func TestFetchMeshMatchesWatcher(t *testing.T) {
 	w := NewMeshWatcher(MeshConfig{Client: c, Query: testQuery(), Logger: zerolog.New(zerolog.NewTestWriter(t))})
 	runInBackground(t, w.Run)
 	watched := nextMesh(t, w, "both sidecars", func(m *Mesh) bool { return len(m.Proxies) == 2 && len(m.Endpoints["api"]) == 1 })
-	fetched, err := FetchMesh(context.Background(), c, false, QueryOptions{})
+	fetched, err := FetchMesh(context.Background(), c, false, QueryOptions{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -74,8 +74,9 @@ type MeshUpstream struct {
 	// MatchURISAN) and in the group's Clusters.
 	Cluster string
 	// Routes, for an HTTP upstream, are the policy's routes for the
-	// service (splits, retries, timeouts) with mesh clusters as targets;
-	// nil means one route sending everything to Cluster.
+	// service (its mesh_routes block: splits, retries, timeouts) with
+	// mesh clusters as targets, each in the group's Clusters; nil means
+	// one route sending everything to Cluster.
 	Routes []Route `json:",omitempty"`
 }
 

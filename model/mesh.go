@@ -101,12 +101,17 @@ type meshBuilder struct {
 	refs []meshRef
 }
 
-// meshRef is an upstream whose cluster name waits for finish.
+// meshRef is an upstream, or a route target of one, whose cluster name
+// waits for finish.
 type meshRef struct {
 	group    string
 	upstream int
-	base     string // Consul's name of the cluster
-	local    string // the dialing sidecar's service
+	// route and target, when route >= 0, place the reference in the
+	// upstream's Routes[route].Clusters[target]; route -1 is the
+	// upstream's own Cluster.
+	route, target int
+	base          string // Consul's name of the cluster
+	local         string // the dialing sidecar's service
 }
 
 func (mb *meshBuilder) group(name string, p consul.Proxy) (ir.Group, bool) {
@@ -184,17 +189,10 @@ func (mb *meshBuilder) group(name string, p consul.Proxy) (ir.Group, bool) {
 			Service: u.Service, Datacenter: u.Datacenter,
 			BindAddress: cmp.Or(u.BindAddress, "127.0.0.1"), BindPort: uint32(u.BindPort),
 			Protocol: mb.protocol(who, u.Protocol, u.Service),
-			// Routes stay nil: the policy's routes name service and subset
-			// clusters, which have no mesh counterparts yet.
 		}
-		if _, ok := mb.clusters["mesh\x00"+base]; !ok {
-			mb.clusters["mesh\x00"+base] = mb.meshCluster(base, u.Service, udc, dc, mu.Protocol)
-		}
-		if mb.dialers[base] == nil {
-			mb.dialers[base] = map[string]bool{}
-		}
-		mb.dialers[base][p.Service] = true
-		mb.refs = append(mb.refs, meshRef{group: name, upstream: len(sc.Upstreams), base: base, local: p.Service})
+		mb.dial(base, u.Service, udc, dc, mu.Protocol, p.Service)
+		mb.refs = append(mb.refs, meshRef{group: name, upstream: len(sc.Upstreams), route: -1, base: base, local: p.Service})
+		mu.Routes = mb.upstreamRoutes(who, name, len(sc.Upstreams), &mu, udc, dc, p.Service)
 		sc.Upstreams = append(sc.Upstreams, mu)
 	}
 	g := ir.Group{Name: name, Sidecar: sc, Listeners: nil, Clusters: []string{local.Name}}
@@ -233,15 +231,16 @@ func (mb *meshBuilder) meshCluster(name, service, dc, localDC, protocol string) 
 	// The endpoints are what /v1/health/connect says accepts the
 	// service's mesh traffic (its sidecars and Connect-native instances)
 	// in dc, keyed as the watcher and the catalog key it ("" is the local
-	// datacenter); without it (a mesh read from a fixture), the
-	// registered sidecars of the service.
+	// datacenter): a service absent from a mesh read from Consul has not
+	// been read (yet) and gets none. Without any (a mesh read from a
+	// fixture), the registered sidecars of the service.
 	keyDC := dc
 	if dc == localDC {
 		keyDC = ""
 	}
 	key := consul.ServiceKey{Datacenter: keyDC, Name: service}
 	sidecars, read := mb.mesh.Endpoints[key.String()]
-	if !read {
+	if !read && mb.mesh.Endpoints == nil {
 		for _, p := range mb.mesh.Proxies {
 			if p.Service == service {
 				sidecars = append(sidecars, p)
@@ -333,7 +332,12 @@ func (mb *meshBuilder) finish(groups []ir.Group) {
 		if len(mb.dialers[r.base]) > 1 {
 			name = r.base + "/" + r.local
 		}
-		g.Sidecar.Upstreams[r.upstream].Cluster = name
+		u := &g.Sidecar.Upstreams[r.upstream]
+		if r.route >= 0 {
+			u.Routes[r.route].Clusters[r.target].Name = name
+		} else {
+			u.Cluster = name
+		}
 		g.Clusters = append(g.Clusters, name)
 	}
 	for _, g := range byName {

@@ -41,6 +41,7 @@ type Document struct {
 	grpcServices   []*grpcServiceBlock
 	routeTests     []*routeTestBlock
 	mesh           *meshBlock
+	meshRoutes     []*meshRoutesBlock
 }
 
 type documentSchema struct {
@@ -55,6 +56,7 @@ type documentSchema struct {
 	GRPCServices      []*grpcServiceBlock `hcl:"grpc_service,block"`
 	RouteTests        []*routeTestBlock   `hcl:"route_test,block"`
 	Mesh              *meshBlock          `hcl:"mesh,block"`
+	MeshRoutes        []*meshRoutesBlock  `hcl:"mesh_routes,block"`
 	Body              hcl.Body            `hcl:",body"`
 }
 
@@ -88,7 +90,7 @@ func Parse(name string, src []byte) (*Document, hcl.Diagnostics) {
 	d := &Document{
 		Name: name, consul: raw.Consul, xds: raw.XDS, admin: raw.Admin, log: raw.Log,
 		exportAll: raw.ExportAllServices, unmatched: raw.UnmatchedNodes, services: raw.Services, proxies: raw.Proxies,
-		grpcServices: raw.GRPCServices, routeTests: raw.RouteTests, mesh: raw.Mesh,
+		grpcServices: raw.GRPCServices, routeTests: raw.RouteTests, mesh: raw.Mesh, meshRoutes: raw.MeshRoutes,
 	}
 	if d.exportAll != nil {
 		d.exportAllRange = valueRange(raw.Body, "export_all_services", hcl.Range{Filename: name})

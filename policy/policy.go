@@ -34,6 +34,9 @@ type Policy struct {
 	GRPCServices []*GRPCService
 	// Mesh is the mesh block (mesh.go); nil without one.
 	Mesh *Mesh
+	// MeshRoutes are the routes mesh callers of a service take, by
+	// service, sorted by service (meshroutes.go).
+	MeshRoutes []*MeshRoutes
 }
 
 // What nodes in no proxy group get (Policy.UnmatchedNodes).

@@ -113,6 +113,7 @@ func resolvePolicy(docs []*Document) (*Policy, hcl.Diagnostics) {
 	}
 	slices.SortFunc(r.pol.GRPCServices, func(a, b *GRPCService) int { return strings.Compare(a.Name, b.Name) })
 	r.mesh(docs)
+	r.meshRoutes(docs)
 	names := make([]string, 0, len(r.services))
 	for n := range r.services {
 		names = append(names, n)

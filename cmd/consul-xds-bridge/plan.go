@@ -77,7 +77,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	if cfg.Policy.UsesMesh() {
 		// The daemon joins the mesh's registrations, CA, intentions and
 		// protocols to the catalog; so does the plan, read once.
-		if mesh, err = consul.FetchMesh(ctx, client, cfg.Policy.CentralMesh(), q); err != nil {
+		if mesh, err = consul.FetchMesh(ctx, client, cfg.Policy.CentralMesh(), q, model.MeshWatchTargets(cfg.Policy)); err != nil {
 			fmt.Fprintf(stderr, "plan: reading Consul's mesh: %v\n", err)
 			return 1
 		}

@@ -1,0 +1,84 @@
+package model
+
+import (
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+)
+
+// mesh_routes: an HTTP upstream of a sidecar takes the policy's routes
+// for its service (as Consul's service-router and service-splitter would
+// for its own sidecars), each target being the mesh cluster of a service
+// as this sidecar dials it (its leaf, the target's SPIFFE id).
+
+// dial records that local's sidecars dial the mesh cluster base (the
+// sidecars of service in dc), making the cluster on first use.
+func (mb *meshBuilder) dial(base, service, dc, localDC, protocol, local string) {
+	if _, ok := mb.clusters["mesh\x00"+base]; !ok {
+		mb.clusters["mesh\x00"+base] = mb.meshCluster(base, service, dc, localDC, protocol)
+	}
+	if mb.dialers[base] == nil {
+		mb.dialers[base] = map[string]bool{}
+	}
+	mb.dialers[base][local] = true
+}
+
+// upstreamRoutes are the routes of upstream u (the upstream-th of group's
+// sidecar, whose service is local, in datacenter dc): nil without a
+// mesh_routes block for its service, or when it cannot take one. Target
+// cluster names are set in finish, once every dialer is known.
+func (mb *meshBuilder) upstreamRoutes(who, group string, upstream int, u *ir.MeshUpstream, udc, dc, local string) []ir.Route {
+	b := mb.b
+	mr := b.pol.MeshRoutesFor(u.Service)
+	if mr == nil {
+		return nil
+	}
+	switch {
+	case !ir.HTTPProtocol(u.Protocol):
+		b.warn("%s: upstream %q is protocol %q, so mesh_routes %q (at %s) do not apply (routes need protocol http, http2 or grpc: set it in the service's service-defaults or the upstream's config); everything goes to %s's sidecars",
+			who, u.Service, u.Protocol, mr.Service, mr.Source, u.Service)
+		return nil
+	case udc != dc:
+		b.warn("%s: upstream %q is in datacenter %q; mesh_routes %q (at %s) apply to upstreams in the local datacenter only, so everything goes to %s's sidecars there",
+			who, u.Service, udc, mr.Service, mr.Source, u.Service)
+		return nil
+	}
+	routes := make([]ir.Route, 0, len(mr.Routes))
+	for i, r := range mr.Routes {
+		rt := b.route(r)
+		rt.Name = routeName(u.Service, i)
+		for j, t := range r.Targets {
+			base := ir.MeshClusterName(t.Service, dc, mb.mesh.TrustDomain)
+			mb.dial(base, t.Service, dc, dc, mb.targetProtocol(who, t.Service, u), local)
+			rt.Clusters[j].Name = base
+			mb.refs = append(mb.refs, meshRef{group: group, upstream: upstream, route: i, target: j, base: base, local: local})
+		}
+		routes = append(routes, rt)
+	}
+	return routes
+}
+
+// targetProtocol is a route target's protocol: its service-defaults', else
+// the upstream's (the target is reached with the upstream's requests).
+func (mb *meshBuilder) targetProtocol(who, service string, u *ir.MeshUpstream) string {
+	if mb.mesh.Protocols[service] == "" {
+		return u.Protocol
+	}
+	p := mb.protocol(who, "", service)
+	if !ir.HTTPProtocol(p) {
+		mb.b.warn("%s: mesh_routes %q send HTTP requests to %q, whose protocol is %q (Consul refuses such a split); its sidecars get them anyway", who, u.Service, service, p)
+	}
+	return p
+}
+
+// MeshWatchTargets are the services whose connect health the mesh
+// watcher (and plan) must read for the policy besides the registrations'
+// upstreams: the mesh_routes targets, in the local datacenter (where
+// mesh_routes apply).
+func MeshWatchTargets(pol *policy.Policy) []consul.ServiceKey {
+	var out []consul.ServiceKey
+	for _, s := range pol.MeshRouteTargets() {
+		out = append(out, consul.ServiceKey{Name: s})
+	}
+	return out
+}

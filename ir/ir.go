@@ -266,7 +266,16 @@ func (c *Cluster) SettingsEqual(o *Cluster) bool {
 	return c.Name == o.Name && c.Service == o.Service && c.Subset == o.Subset &&
 		c.ConnectTimeout == o.ConnectTimeout && c.LBPolicy == o.LBPolicy && c.HTTP2 == o.HTTP2 &&
 		ptrEqual(c.CircuitBreaker, o.CircuitBreaker) && ptrEqual(c.OutlierDetection, o.OutlierDetection) &&
-		ptrEqual(c.HealthCheck, o.HealthCheck) && ptrEqual(c.TLS, o.TLS) && ptrEqual(c.ZoneAware, o.ZoneAware)
+		ptrEqual(c.HealthCheck, o.HealthCheck) && c.TLS.Equal(o.TLS) && ptrEqual(c.ZoneAware, o.ZoneAware)
 }
 
 func ptrEqual[T comparable](a, b *T) bool { return a == b || (a != nil && b != nil && *a == *b) }
+
+// Equal reports whether t and o originate the same TLS (nil equals nil).
+func (t *UpstreamTLS) Equal(o *UpstreamTLS) bool {
+	if t == nil || o == nil {
+		return t == o
+	}
+	return t.SNI == o.SNI && t.CertificateSecret == o.CertificateSecret && t.CASecret == o.CASecret &&
+		t.CertificateProvider == o.CertificateProvider && slices.Equal(t.MatchURISANs, o.MatchURISANs)
+}

@@ -71,7 +71,7 @@ type MeshUpstream struct {
 	// SERVICE.default.DC.internal.TRUST-DOMAIN. It is an ordinary
 	// cluster of Model.Clusters (endpoints: the upstream's sidecars, TLS
 	// with the local leaf, the roots and the upstream's SPIFFE id as
-	// MatchURISAN) and in the group's Clusters.
+	// MatchURISANs) and in the group's Clusters.
 	Cluster string
 	// Routes, for an HTTP upstream, are the policy's routes for the
 	// service (its mesh_routes block: splits, retries, timeouts) with

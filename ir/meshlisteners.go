@@ -135,10 +135,10 @@ func (m *Model) validateMesh() []error {
 	}
 	for _, c := range m.Clusters {
 		// (A gRPC certificate provider brings its CA: meshgrpc.go.)
-		if c.TLS != nil && c.TLS.MatchURISAN != "" && c.TLS.CASecret == "" && c.TLS.CertificateProvider == "" {
+		if c.TLS != nil && len(c.TLS.MatchURISANs) > 0 && c.TLS.CASecret == "" && c.TLS.CertificateProvider == "" {
 			// The SAN is checked on a chain the CA verified; without a CA
 			// anyone can present any SAN.
-			errs = append(errs, fmt.Errorf("cluster %q checks URI SAN %q but trusts no CA: %w", c.Name, c.TLS.MatchURISAN, ErrSecret))
+			errs = append(errs, fmt.Errorf("cluster %q checks URI SANs %q but trusts no CA: %w", c.Name, c.TLS.MatchURISANs, ErrSecret))
 		}
 	}
 	for gi := range m.Groups {

@@ -205,9 +205,10 @@ type UpstreamTLS struct {
 	// CASecret holds the CA certificates the upstream's certificate must
 	// chain to, "" to skip verification.
 	CASecret string
-	// MatchURISAN, if set, is the URI SAN the upstream's certificate must
-	// carry (a mesh peer's SPIFFE id), checked besides the chain.
-	MatchURISAN string `json:",omitempty"`
+	// MatchURISANs, if set, are the URI SANs of which the upstream's
+	// certificate must carry one (a mesh peer's SPIFFE id: one per
+	// datacenter the cluster fails over to), checked besides the chain.
+	MatchURISANs []string `json:",omitempty"`
 	// CertificateProvider, if set, is the gRPC certificate provider
 	// instance (the gRPC bootstrap's certificate_providers) holding the
 	// client certificate and the CA, instead of CertificateSecret and

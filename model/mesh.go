@@ -222,18 +222,44 @@ func (mb *meshBuilder) protocol(who, proxy, service string) string {
 func (mb *meshBuilder) meshCluster(name, service, dc, localDC, protocol string) ir.Cluster {
 	b := mb.b
 	s := serviceSettings(b.pol, service)
+	// A local target fails over as the service's policy says (failover
+	// datacenters, one priority each); each datacenter's sidecars carry
+	// that datacenter's SPIFFE id.
+	dcs := []string{dc}
+	if dc == localDC {
+		for _, f := range s.FailoverDatacenters {
+			if f != dc && !slices.Contains(dcs, f) {
+				dcs = append(dcs, f)
+			}
+		}
+	}
+	sans := make([]string, len(dcs))
+	for i, d := range dcs {
+		sans[i] = ir.SPIFFEID(mb.mesh.TrustDomain, d, service)
+	}
 	c := ir.Cluster{
 		Name: name, Service: service, ConnectTimeout: s.ConnectTimeout, LBPolicy: s.LBPolicy,
 		HTTP2:          protocol == "http2" || protocol == "grpc",
 		CircuitBreaker: s.CircuitBreaker, OutlierDetection: s.OutlierDetection, ZoneAware: s.ZoneAware,
-		TLS: &ir.UpstreamTLS{SNI: name, CASecret: ir.RootsSecretName, MatchURISAN: ir.SPIFFEID(mb.mesh.TrustDomain, dc, service)},
+		TLS: &ir.UpstreamTLS{SNI: name, CASecret: ir.RootsSecretName, MatchURISANs: sans},
 	}
-	// The endpoints are what /v1/health/connect says accepts the
-	// service's mesh traffic (its sidecars and Connect-native instances)
-	// in dc, keyed as the watcher and the catalog key it ("" is the local
-	// datacenter): a service absent from a mesh read from Consul has not
-	// been read (yet) and gets none. Without any (a mesh read from a
-	// fixture), the registered sidecars of the service.
+	for prio, d := range dcs {
+		for _, ep := range mb.meshEndpoints(name, service, s, d, localDC) {
+			ep.Priority = uint32(prio)
+			c.Endpoints = append(c.Endpoints, ep)
+		}
+	}
+	return c
+}
+
+// meshEndpoints are service's mesh endpoints in dc: what
+// /v1/health/connect says accepts its mesh traffic (its sidecars and
+// Connect-native instances), keyed as the watcher and the catalog key it
+// ("" is the local datacenter). A service absent from a mesh read from
+// Consul has not been read (yet) and gets none. Without any (a mesh read
+// from a fixture), the registered sidecars of the service.
+func (mb *meshBuilder) meshEndpoints(name, service string, s *policy.Service, dc, localDC string) []ir.Endpoint {
+	b := mb.b
 	keyDC := dc
 	if dc == localDC {
 		keyDC = ""
@@ -252,6 +278,7 @@ func (mb *meshBuilder) meshCluster(name, service, dc, localDC, protocol string) 
 		b.warn("mesh cluster %q: service %q has no Connect sidecar in datacenter %q (yet)", name, service, dc)
 	}
 	dest := b.cat.Service(keyDC, service)
+	var out []ir.Endpoint
 	for _, p := range sidecars {
 		in := consul.Instance{ID: p.ID, Node: p.Node, Datacenter: p.Datacenter, Address: p.Address, Port: p.Port, NodeMeta: p.NodeMeta, Status: p.Status}
 		// A sidecar forwards to its destination instance: it is healthy
@@ -265,9 +292,9 @@ func (mb *meshBuilder) meshCluster(name, service, dc, localDC, protocol string) 
 			b.warn("Connect sidecar %q of %q on node %q: %s", p.ID, service, p.Node, warn)
 			continue
 		}
-		c.Endpoints = append(c.Endpoints, ep)
+		out = append(out, ep)
 	}
-	return c
+	return out
 }
 
 // destinationStatus is the health of the instance a sidecar fronts;

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,7 +80,7 @@ func TestMeshEndpointHealth(t *testing.T) {
 			if got := c.Endpoints[1].Health; got != ir.Healthy {
 				t.Errorf("vm-b sidecar health = %v, want healthy", got)
 			}
-			if c.TLS == nil || c.TLS.SNI != c.Name || c.TLS.MatchURISAN != "spiffe://"+td+"/ns/default/dc/dc1/svc/api" ||
+			if c.TLS == nil || c.TLS.SNI != c.Name || !slices.Equal(c.TLS.MatchURISANs, []string{"spiffe://" + td + "/ns/default/dc/dc1/svc/api"}) ||
 				c.TLS.CertificateSecret != ir.LeafSecretPrefix+"web" || c.TLS.CASecret != ir.RootsSecretName {
 				t.Errorf("TLS = %+v", c.TLS)
 			}
@@ -213,10 +214,45 @@ func TestMeshRemoteUpstream(t *testing.T) {
 	}
 	name := ir.MeshClusterName("api", "dc2", td)
 	c := m.Cluster(name)
-	if c == nil || c.TLS.SNI != name || c.TLS.MatchURISAN != ir.SPIFFEID(td, "dc2", "api") {
+	if c == nil || c.TLS.SNI != name || !slices.Equal(c.TLS.MatchURISANs, []string{ir.SPIFFEID(td, "dc2", "api")}) {
 		t.Fatalf("remote mesh cluster = %+v", c)
 	}
 	if len(c.Endpoints) != 1 || c.Endpoints[0].Port != 21001 || c.Endpoints[0].Health != ir.Healthy {
 		t.Errorf("endpoints = %+v", c.Endpoints)
+	}
+}
+
+// TestMeshFailover: a mesh cluster of a service whose policy fails over
+// to other datacenters gets their sidecars as lower priorities, and
+// accepts each datacenter's SPIFFE id (a remote sidecar presents its own
+// datacenter's); the watch targets include those reads.
+func TestMeshFailover(t *testing.T) {
+	local := meshCatalog(consul.StatusPassing, consul.StatusPassing)
+	cat := consul.NewCatalog(append(local.Services, &consul.Service{Name: "api", Datacenter: "dc2", Instances: []consul.Instance{
+		{ID: "api-9", Node: "far", Datacenter: "dc2", Address: "10.9.0.1", Port: 9090, Status: consul.StatusPassing}}}))
+	cat.Mesh = local.Mesh
+	far := consul.Proxy{ID: "api-sidecar-proxy", Node: "far", Datacenter: "dc2", Address: "10.9.0.1", Port: 21001, Service: "api", ServiceID: "api-9", Status: consul.StatusPassing}
+	cat.Mesh.Endpoints = map[string][]consul.Proxy{"api": {cat.Mesh.Proxies[0], cat.Mesh.Proxies[2]}, "api@dc2": {far}}
+	pol := meshPolicy(t, "mesh {}\nservice \"api\" {\n  failover {\n    datacenters = [\"dc2\"]\n  }\n}\n")
+	m, _ := Build(cat, pol)
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c := m.Cluster(ir.MeshClusterName("api", "dc1", td))
+	if c == nil {
+		t.Fatal("no api mesh cluster")
+	}
+	if want := []string{ir.SPIFFEID(td, "dc1", "api"), ir.SPIFFEID(td, "dc2", "api")}; !slices.Equal(c.TLS.MatchURISANs, want) {
+		t.Errorf("SANs %v, want %v", c.TLS.MatchURISANs, want)
+	}
+	prio := map[uint32][]uint32{}
+	for _, e := range c.Endpoints {
+		prio[e.Priority] = append(prio[e.Priority], e.Port)
+	}
+	if len(prio[0]) != 2 || len(prio[1]) != 1 || prio[1][0] != 21001 || c.Endpoints[len(c.Endpoints)-1].Address.String() != "10.9.0.1" {
+		t.Errorf("endpoints by priority %v (%+v), want the two local sidecars first and dc2's at priority 1", prio, c.Endpoints)
+	}
+	if !slices.Contains(MeshWatchTargets(pol), consul.ServiceKey{Datacenter: "dc2", Name: "api"}) {
+		t.Errorf("watch targets %v lack api in dc2", MeshWatchTargets(pol))
 	}
 }

@@ -66,7 +66,7 @@ func AddMeshGRPC(m *ir.Model, in MeshGRPC) []string {
 			TLS: &ir.UpstreamTLS{
 				SNI:                 ir.MeshClusterName(svc.Name, in.Datacenter, td),
 				CertificateProvider: ir.MeshGRPCCertProvider,
-				MatchURISAN:         ir.SPIFFEID(td, in.Datacenter, svc.Name),
+				MatchURISANs:        []string{ir.SPIFFEID(td, in.Datacenter, svc.Name)},
 			},
 		}
 		for _, e := range svc.Instances {

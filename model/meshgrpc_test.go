@@ -50,7 +50,7 @@ func TestAddMeshGRPCFromCatalog(t *testing.T) {
 	}
 	mesh := ir.MeshGRPCClusterName("echo", "dc1", "td.consul")
 	c := m.Cluster(mesh)
-	if c == nil || !c.GRPCOnly() || c.TLS.MatchURISAN != "spiffe://td.consul/ns/default/dc/dc1/svc/echo" || len(c.Endpoints) != 2 || !c.HTTP2 {
+	if c == nil || !c.GRPCOnly() || !slices.Equal(c.TLS.MatchURISANs, []string{"spiffe://td.consul/ns/default/dc/dc1/svc/echo"}) || len(c.Endpoints) != 2 || !c.HTTP2 {
 		t.Fatalf("mesh gRPC cluster %+v", c)
 	}
 	i := slices.IndexFunc(m.Proxyless, func(l ir.Listener) bool { return l.Name == "echo" })

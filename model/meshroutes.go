@@ -74,11 +74,20 @@ func (mb *meshBuilder) targetProtocol(who, service string, u *ir.MeshUpstream) s
 // MeshWatchTargets are the services whose connect health the mesh
 // watcher (and plan) must read for the policy besides the registrations'
 // upstreams: the mesh_routes targets, in the local datacenter (where
-// mesh_routes apply).
+// mesh_routes apply), and the failover datacenters of the services the
+// policy declares (a mesh cluster of such a service fails over to their
+// sidecars there; remote reads never hold back the local mesh).
 func MeshWatchTargets(pol *policy.Policy) []consul.ServiceKey {
 	var out []consul.ServiceKey
 	for _, s := range pol.MeshRouteTargets() {
 		out = append(out, consul.ServiceKey{Name: s})
+	}
+	if pol.UsesMesh() {
+		for _, s := range pol.Services {
+			for _, dc := range s.FailoverDatacenters {
+				out = append(out, consul.ServiceKey{Datacenter: dc, Name: s.ConsulName})
+			}
+		}
 	}
 	return out
 }

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,7 +75,7 @@ func TestMeshRoutes(t *testing.T) {
 		t.Errorf("clusters = %s, want %s", got, want)
 	}
 	c := m.Cluster(canary)
-	if c == nil || c.TLS == nil || c.TLS.SNI != canary || c.TLS.MatchURISAN != ir.SPIFFEID(td, "dc1", "api-canary") || c.TLS.CertificateSecret != ir.LeafSecretPrefix+"web" {
+	if c == nil || c.TLS == nil || c.TLS.SNI != canary || !slices.Equal(c.TLS.MatchURISANs, []string{ir.SPIFFEID(td, "dc1", "api-canary")}) || c.TLS.CertificateSecret != ir.LeafSecretPrefix+"web" {
 		t.Fatalf("canary cluster = %+v", c)
 	}
 	if len(c.Endpoints) != 1 || c.Endpoints[0].Port != 21003 || c.Endpoints[0].Health != ir.Healthy {

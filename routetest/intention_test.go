@@ -35,7 +35,7 @@ func meshModel() *ir.Model {
 	return &ir.Model{
 		Mesh: &ir.Mesh{TrustDomain: td},
 		Clusters: []ir.Cluster{
-			{Name: billing, ConnectTimeout: time.Second, Endpoints: ep, TLS: &ir.UpstreamTLS{SNI: billing, CertificateSecret: ir.LeafSecretPrefix + "api", CASecret: ir.RootsSecretName, MatchURISAN: ir.SPIFFEID(td, "dc1", "billing")}},
+			{Name: billing, ConnectTimeout: time.Second, Endpoints: ep, TLS: &ir.UpstreamTLS{SNI: billing, CertificateSecret: ir.LeafSecretPrefix + "api", CASecret: ir.RootsSecretName, MatchURISANs: []string{ir.SPIFFEID(td, "dc1", "billing")}}},
 			{Name: "local_app:api", ConnectTimeout: time.Second, Endpoints: ep},
 		},
 		Groups: []ir.Group{

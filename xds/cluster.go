@@ -130,15 +130,19 @@ func upstreamTLS(t *ir.UpstreamTLS, http2 bool) *corev3.TransportSocket {
 	if t.CASecret != "" {
 		vc := &tlsv3.CertificateValidationContext{}
 		switch {
-		case t.MatchURISAN != "":
+		case len(t.MatchURISANs) > 0:
 			// A mesh peer: its Connect leaf carries its SPIFFE id as URI
 			// SAN and no DNS name, whatever SNI (the mesh cluster's name)
 			// is sent. Checking the id is what keeps a certificate of
 			// another service in the mesh from answering for this one.
-			vc.MatchTypedSubjectAltNames = []*tlsv3.SubjectAltNameMatcher{{
-				SanType: tlsv3.SubjectAltNameMatcher_URI,
-				Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: t.MatchURISAN}},
-			}}
+			// Several when the cluster fails over to other datacenters,
+			// whose sidecars carry their own datacenter's id.
+			for _, san := range t.MatchURISANs {
+				vc.MatchTypedSubjectAltNames = append(vc.MatchTypedSubjectAltNames, &tlsv3.SubjectAltNameMatcher{
+					SanType: tlsv3.SubjectAltNameMatcher_URI,
+					Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: san}},
+				})
+			}
 		case t.SNI != "":
 			// With only a trusted CA, Envoy accepts any certificate that CA
 			// signed, whatever name it is for. The name Envoy asks for is

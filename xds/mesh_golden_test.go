@@ -63,7 +63,7 @@ func meshCluster(service, caller string, http2 bool, eps ...ir.Endpoint) ir.Clus
 			SNI:               name,
 			CertificateSecret: ir.LeafSecretPrefix + caller,
 			CASecret:          ir.RootsSecretName,
-			MatchURISAN:       ir.SPIFFEID(meshTD, meshDC, service),
+			MatchURISANs:      []string{ir.SPIFFEID(meshTD, meshDC, service)},
 		},
 		Endpoints: eps,
 	}

@@ -218,6 +218,14 @@ func TestMeshSecretsStrictWhenCentral(t *testing.T) {
 // upstream's SPIFFE id, not the DNS name of its SNI.
 func TestMeshClusterChecksURISAN(t *testing.T) {
 	m := meshUpstreams(t)
+	// One cluster fails over to dc2: its sidecars there present dc2's id.
+	failover := -1
+	for i := range m.Clusters {
+		if tls := m.Clusters[i].TLS; tls != nil && len(tls.MatchURISANs) == 1 && failover < 0 {
+			failover = i
+			tls.MatchURISANs = append(tls.MatchURISANs, strings.Replace(tls.MatchURISANs[0], "/dc/"+meshDC+"/", "/dc/dc2/", 1))
+		}
+	}
 	out, err := xds.Translate(m)
 	if err != nil {
 		t.Fatal(err)
@@ -232,8 +240,15 @@ func TestMeshClusterChecksURISAN(t *testing.T) {
 			t.Fatal(err)
 		}
 		sans := u.GetCommonTlsContext().GetCombinedValidationContext().GetDefaultValidationContext().GetMatchTypedSubjectAltNames()
-		if len(sans) != 1 || sans[0].GetSanType() != tlsv3.SubjectAltNameMatcher_URI || sans[0].GetMatcher().GetExact() != ic.TLS.MatchURISAN {
-			t.Errorf("cluster %q checks %v, want URI %q only", c.GetName(), sans, ic.TLS.MatchURISAN)
+		var got []string
+		for _, san := range sans {
+			if san.GetSanType() != tlsv3.SubjectAltNameMatcher_URI {
+				t.Errorf("cluster %q checks a non-URI SAN %v", c.GetName(), san)
+			}
+			got = append(got, san.GetMatcher().GetExact())
+		}
+		if !slices.Equal(got, ic.TLS.MatchURISANs) {
+			t.Errorf("cluster %q checks %v, want URIs %q only", c.GetName(), got, ic.TLS.MatchURISANs)
 		}
 		if u.GetSni() != c.GetName() {
 			t.Errorf("cluster %q sends SNI %q", c.GetName(), u.GetSni())

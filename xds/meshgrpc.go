@@ -176,11 +176,11 @@ func meshGRPCFilterChain(s *ir.MeshGRPCServer) (*listenerv3.FilterChain, error) 
 // meshGRPCTLS is the common TLS context of the mesh's gRPC peers: the
 // bootstrap's certificate provider instance for the identity and the
 // roots; san, if set, is the peer identity a client requires.
-func meshGRPCTLS(instance string, san *matcherv3.StringMatcher) *tlsv3.CommonTlsContext {
+func meshGRPCTLS(instance string, sans []*matcherv3.StringMatcher) *tlsv3.CommonTlsContext {
 	provider := &tlsv3.CertificateProviderPluginInstance{InstanceName: instance}
 	vc := &tlsv3.CertificateValidationContext{CaCertificateProviderInstance: provider}
-	if san != nil {
-		vc.MatchSubjectAltNames = []*matcherv3.StringMatcher{san} //nolint:staticcheck // the field grpc-go reads (see above)
+	if len(sans) > 0 {
+		vc.MatchSubjectAltNames = sans //nolint:staticcheck // the field grpc-go reads (see above)
 	}
 	return &tlsv3.CommonTlsContext{
 		TlsCertificateProviderInstance: provider,
@@ -191,9 +191,9 @@ func meshGRPCTLS(instance string, san *matcherv3.StringMatcher) *tlsv3.CommonTls
 // meshGRPCUpstreamTLS is the transport socket of a mesh gRPC cluster
 // (ir.UpstreamTLS.CertificateProvider set).
 func meshGRPCUpstreamTLS(t *ir.UpstreamTLS) *corev3.TransportSocket {
-	var san *matcherv3.StringMatcher
-	if t.MatchURISAN != "" {
-		san = &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: t.MatchURISAN}}
+	var sans []*matcherv3.StringMatcher
+	for _, s := range t.MatchURISANs {
+		sans = append(sans, &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: s}})
 	}
-	return tlsSocket(&tlsv3.UpstreamTlsContext{Sni: t.SNI, CommonTlsContext: meshGRPCTLS(t.CertificateProvider, san)})
+	return tlsSocket(&tlsv3.UpstreamTlsContext{Sni: t.SNI, CommonTlsContext: meshGRPCTLS(t.CertificateProvider, sans)})
 }

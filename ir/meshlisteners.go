@@ -36,6 +36,16 @@ func IsMeshSecret(name string) bool {
 	return strings.HasPrefix(name, LeafSecretPrefix) || name == RootsSecretName
 }
 
+// SidecarOnly reports whether c serves Connect sidecars alone: a mesh
+// cluster (its TLS presents a Connect leaf) or a sidecar's local
+// application. A node in no group never gets one: it holds no leaf, so
+// the cluster would only warm until timing out, and a local application
+// is one VM's business.
+func (c *Cluster) SidecarOnly() bool {
+	return strings.HasPrefix(c.Name, SidecarGroupPrefix) ||
+		(c.TLS != nil && strings.HasPrefix(c.TLS.CertificateSecret, LeafSecretPrefix))
+}
+
 // MeshSecretsExternal reports whether the mesh's secrets are served by
 // someone other than the bridge (the per-VM agent, from its local Consul
 // agent: keys stay on the VM), so listeners and clusters may name them

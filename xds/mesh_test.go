@@ -340,3 +340,32 @@ func TestLeafRotationTouchesOnlySecrets(t *testing.T) {
 		t.Error("the leaf secret did not change")
 	}
 }
+
+// TestUnmatchedNodesGetNoSidecarClusters: with unmatched_nodes = "all" a
+// node in no group gets every service cluster but no mesh or local-app
+// cluster of a sidecar (it holds no leaf; they would only warm).
+func TestUnmatchedNodesGetNoSidecarClusters(t *testing.T) {
+	m := meshUpstreams(t)
+	m.UnmatchedAll = true
+	out, err := xds.Translate(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sidecarOnly := 0
+	for i := range m.Clusters {
+		if m.Clusters[i].SidecarOnly() {
+			sidecarOnly++
+		}
+	}
+	if sidecarOnly == 0 {
+		t.Fatal("the model has no sidecar cluster to leave out")
+	}
+	if got, want := len(out.Unmatched.Clusters), len(m.Clusters)-sidecarOnly; got != want {
+		t.Errorf("unmatched nodes get %d clusters, want %d", got, want)
+	}
+	for _, c := range out.Unmatched.Clusters {
+		if m.Cluster(c.GetName()).SidecarOnly() {
+			t.Errorf("unmatched nodes get sidecar cluster %q", c.GetName())
+		}
+	}
+}

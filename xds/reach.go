@@ -110,7 +110,9 @@ func (t *Translator) translateReach(m *ir.Model, out *Output, clusters map[strin
 	if m.UnmatchedAll {
 		all := make([]string, 0, len(m.Clusters))
 		for i := range m.Clusters {
-			if !m.Clusters[i].GRPCOnly() { // an Envoy would reject it
+			// A gRPC-only cluster an Envoy would reject; a sidecar's
+			// cluster would never warm without its leaf.
+			if c := &m.Clusters[i]; !c.GRPCOnly() && !c.SidecarOnly() {
 				all = append(all, m.Clusters[i].Name)
 			}
 		}

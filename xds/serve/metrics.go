@@ -2,8 +2,10 @@ package serve
 
 import (
 	"errors"
+	"strings"
 	"sync"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -126,10 +128,19 @@ func register[C prometheus.Collector](reg prometheus.Registerer, log zerolog.Log
 	return c
 }
 
+// SidecarsMetricGroup is the group label under which connected_proxies
+// counts every Connect sidecar (each is a group of its own).
+const SidecarsMetricGroup = ir.SidecarGroupPrefix + "*"
+
 // streamCounted adds (+1) or removes (-1) a stream from
 // connected_proxies. A group's series is deleted with its last stream, so
 // the label set stays bounded by the groups connected right now.
 func (m *metrics) streamCounted(group, kind string, delta int) {
+	if strings.HasPrefix(group, ir.SidecarGroupPrefix) {
+		// One group per registered sidecar would be one series per
+		// proxy: Connect sidecars are counted together.
+		group = SidecarsMetricGroup
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := [2]string{group, kind}

@@ -10,6 +10,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -68,6 +69,13 @@ func TestSidecarKeyedByNodeID(t *testing.T) {
 	p := s.proxy("web-sidecar-proxy")
 	if p == nil || p.Group != webSidecar || p.Sidecar == nil || p.Sidecar.Service != "web" || len(p.Sidecar.Upstreams) != 1 {
 		t.Fatalf("/v1/proxies entry = %+v", p)
+	}
+	// Sidecars are counted together, not one series per proxy.
+	if n := testutil.ToFloat64(s.metrics.connected.WithLabelValues(SidecarsMetricGroup, "ADS")); n != 1 {
+		t.Errorf("connected_proxies{group=%q} = %v, want 1", SidecarsMetricGroup, n)
+	}
+	if n := testutil.CollectAndCount(s.metrics.connected); n != 1 {
+		t.Errorf("connected_proxies has %d series, want the one of sidecars", n)
 	}
 }
 

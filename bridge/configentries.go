@@ -15,7 +15,10 @@ import (
 // a file both define is an error naming the entry.
 type configEntries struct {
 	// needed: nothing is served before the first read, as with KV.
-	needed  bool
+	needed bool
+	// mesh: the policy serves Connect sidecars, so routers and splitters
+	// of HTTP services also become mesh_routes.
+	mesh    bool
 	updates <-chan consul.ConfigEntriesUpdate
 	docs    *configDocs
 	// last are the policy kinds' entries docs was made from.
@@ -39,6 +42,7 @@ func (c *configEntries) set(u consul.ConfigEntriesUpdate) {
 			notes = append(notes, configentry.Note{Entry: entry.GetKind() + "/" + entry.GetName(), Text: err.Error()})
 		}
 	}
+	e.Mesh = c.mesh
 	docs, more := configentry.ToHCL(e)
 	c.docs = &configDocs{docs: docs, notes: append(notes, more...)}
 }

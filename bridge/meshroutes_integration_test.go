@@ -147,3 +147,60 @@ func TestMeshRoutesSplit(t *testing.T) {
 		t.Errorf("the canary's cluster is still served after the reload: %v", err)
 	}
 }
+
+// TestMeshRoutesFromConsulEntries: with the mesh and consul.config_entries,
+// Consul's own service-splitter for an HTTP service applies between
+// sidecars as it does in Consul's mesh: web's sidecar gets its upstream
+// api split 80/20 between api's and api-canary's mesh clusters.
+func TestMeshRoutesFromConsulEntries(t *testing.T) {
+	agent := consultest.Start(t)
+	sidecar := &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}
+	for _, reg := range []*api.AgentServiceRegistration{
+		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
+			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "api", LocalBindPort: 9191}}}}}},
+		{Name: "api", Port: 9090, Connect: sidecar},
+		{Name: "api-canary", Port: 9091, Connect: sidecar},
+	} {
+		if err := agent.Client().Agent().ServiceRegister(reg); err != nil {
+			t.Fatalf("register %s: %v", reg.Name, err)
+		}
+	}
+	for _, e := range []api.ConfigEntry{
+		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "api", Protocol: "http"},
+		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "api-canary", Protocol: "http"},
+		&api.ServiceSplitterConfigEntry{Kind: api.ServiceSplitter, Name: "api", Splits: []api.ServiceSplit{{Weight: 80}, {Weight: 20, Service: "api-canary"}}},
+	} {
+		if _, _, err := agent.Client().ConfigEntries().Set(e, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "policy.hcl")
+	if err := os.WriteFile(file, []byte("mesh {\n  mode = \"central\"\n}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
+		c.ConfigFiles = []string{file}
+		c.Policy = loadPolicy(t, file)
+		c.Settings.Consul.ConfigEntries = true
+	})
+	roots, _, err := agent.Client().Connect().CARoots(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	web := proxyService(t, agent, "web-sidecar-proxy")
+	upstream := ir.SidecarGroupName(web.Node, "web-sidecar-proxy") + ".upstream.api"
+	mcAPI, mcCanary := ir.MeshClusterName("api", "dc1", roots.TrustDomain), ir.MeshClusterName("api-canary", "dc1", roots.TrustDomain)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	c, err := adsclient.Dial(ctx, adsclient.Config{Addr: h.daemon.XDSAddr().String(), NodeID: "web-sidecar-proxy", Cluster: "web"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	want := []string{mcAPI + "=80", mcCanary + "=20"}
+	if _, err := c.Wait(ctx, func(s adsclient.State) bool {
+		return slices.Equal(weightedRoute(s, upstream), want) && len(s.Endpoints(mcCanary)) > 0
+	}); err != nil {
+		t.Fatalf("waiting for the splitter's split: %v; route %v", err, weightedRoute(c.Snapshot(), upstream))
+	}
+}

@@ -28,6 +28,10 @@ type Entries struct {
 	APIGateways map[string]*api.APIGatewayConfigEntry
 	HTTPRoutes  map[string]*api.HTTPRouteConfigEntry
 	TCPRoutes   map[string]*api.TCPRouteConfigEntry
+	// Mesh says the bridge serves Connect sidecars: routers and splitters
+	// of HTTP services then also become mesh_routes, the routes sidecars'
+	// upstreams take, as in Consul's own mesh.
+	Mesh bool
 }
 
 // Add files an entry under its kind; other kinds are reported.
@@ -103,10 +107,10 @@ func ToHCL(e Entries) ([]Document, []Note) {
 	for _, name := range sortedKeys(e.APIGateways) {
 		docs = append(docs, t.apiGatewayDoc(e.APIGateways[name]))
 	}
-	docs = append(docs, t.grpcDocs()...)
+	docs = append(docs, t.routeDocs()...)
 	for _, name := range sortedKeys(e.Routers) {
 		if !t.usedRouters[name] {
-			t.note(api.ServiceRouter, name, "not applied: no ingress-gateway entry exposes the service and its service-defaults protocol is not grpc (routing between sidecars needs the service mesh)")
+			t.note(api.ServiceRouter, name, "not applied: no ingress-gateway entry exposes the service, its service-defaults protocol is not grpc, and the policy has no mesh (routing between sidecars needs a mesh block) or the protocol is not http, http2 or grpc")
 		}
 	}
 	for _, name := range sortedKeys(e.Splitters) {
@@ -119,8 +123,11 @@ func ToHCL(e Entries) ([]Document, []Note) {
 }
 
 type translator struct {
-	e             Entries
-	notes         []Note
+	e     Entries
+	notes []Note
+	// mesh is set while mesh_routes are written: mesh clusters are per
+	// service, so subsets are dropped (with a note).
+	mesh          bool
 	usedRouters   map[string]bool
 	usedSplitters map[string]bool
 }

@@ -130,3 +130,71 @@ func FuzzToHCL(f *testing.F) {
 		}
 	})
 }
+
+// TestToHCLMesh: with the mesh, a router and splitter of an HTTP (or
+// gRPC) service also become its mesh_routes, without subsets (mesh
+// clusters are per service; each dropped subset is a note), in the same
+// document as its grpc_service; the policy accepts them next to a mesh
+// block. Without the mesh there are none.
+func TestToHCLMesh(t *testing.T) {
+	e := readEntries(t, filepath.Join("testdata", "shop", "entries.json"))
+	plain, _ := configentry.ToHCL(e)
+	e.Mesh = true
+	docs, notes := configentry.ToHCL(e)
+	meshDoc := func(docs []configentry.Document, svc string) string {
+		for _, d := range docs {
+			if strings.Contains(string(d.Source), `mesh_routes "`+svc+`"`) {
+				return string(d.Source)
+			}
+		}
+		return ""
+	}
+	for _, svc := range []string{"api", "echo"} {
+		if meshDoc(plain, svc) != "" {
+			t.Errorf("mesh_routes %q without the mesh", svc)
+		}
+		src := meshDoc(docs, svc)
+		if src == "" {
+			t.Fatalf("no mesh_routes %q with the mesh", svc)
+		}
+		if i := strings.Index(src, `mesh_routes "`+svc+`"`); strings.Contains(src[i:], "subset") {
+			t.Errorf("mesh_routes %q names a subset:\n%s", svc, src)
+		}
+	}
+	// echo (grpc) keeps one document, named after its entries, holding
+	// both blocks; api (http) gets one of its own.
+	if src := meshDoc(docs, "echo"); !strings.Contains(src, `grpc_service "echo"`) {
+		t.Errorf("echo's mesh_routes is not in its grpc_service document:\n%s", src)
+	}
+	if len(docs) != len(plain)+1 {
+		t.Errorf("%d documents with the mesh, %d without; want one more (api's)", len(docs), len(plain))
+	}
+	var subsetNotes int
+	for _, n := range notes {
+		if strings.Contains(n.Text, "not applied between sidecars") {
+			subsetNotes++
+		}
+	}
+	if subsetNotes == 0 {
+		t.Error("no note about the subsets the mesh drops")
+	}
+	parsed := []*policy.Document{}
+	for _, d := range docs {
+		doc, diags := policy.ParseKV(d.Name, d.Source)
+		if diags.HasErrors() {
+			t.Fatalf("%s does not parse: %v\n%s", d.Name, diags, d.Source)
+		}
+		parsed = append(parsed, doc)
+	}
+	meshBlock, diags := policy.ParseKV("mesh", []byte("mesh {}\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	cfg, diags := policy.Merge(append(parsed, meshBlock)...)
+	if diags.HasErrors() {
+		t.Fatalf("the translated policy is rejected:\n%s", strings.Join(policy.FormatDiagnostics(diags), "\n"))
+	}
+	if got := cfg.Policy.MeshRouteTargets(); len(got) == 0 {
+		t.Errorf("no mesh route targets in the merged policy")
+	}
+}

@@ -2,8 +2,10 @@ package configentry
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/hashicorp/consul/api"
@@ -59,7 +61,26 @@ func (t *translator) leaf(svc, subset string) target {
 			subset = r.DefaultSubset
 		}
 	}
+	if t.mesh && subset != "" {
+		t.note(api.ServiceResolver, svc, "subset %q is not applied between sidecars (mesh clusters are per service): mesh traffic goes to every instance of %s", subset, svc)
+		subset = ""
+	}
 	return target{service: label(svc), subset: subset, weight: 1}
+}
+
+// merge joins targets of the same service and subset (a split over two
+// subsets of one service, once the mesh dropped the subsets).
+func merge(ts []target) []target {
+	var out []target
+	for _, x := range ts {
+		i := slices.IndexFunc(out, func(o target) bool { return o.service == x.service && o.subset == x.subset })
+		if i < 0 {
+			out = append(out, x)
+			continue
+		}
+		out[i].weight += x.weight
+	}
+	return out
 }
 
 // reduce gives whole percentages back as they were written (90 and 10
@@ -93,6 +114,7 @@ func (t *translator) used(m *map[string]bool, name string) {
 
 // setAction writes targets as service (+ subset) or split blocks.
 func setAction(b *hclwrite.Body, ts []target) {
+	ts = merge(ts)
 	if len(ts) == 1 {
 		b.SetAttributeValue("service", cty.StringVal(ts[0].service))
 		if ts[0].subset != "" {
@@ -334,15 +356,36 @@ func (t *translator) ingressDoc(g *api.IngressGatewayConfigEntry) Document {
 // grpcDocs are grpc_service blocks for gRPC services (service-defaults
 // protocol grpc) with a router or splitter: what proxyless clients
 // dialing xds:///SERVICE get.
-func (t *translator) grpcDocs() []Document {
+// routeDocs are the documents of the services with a router or
+// splitter that the bridge serves besides gateways: a gRPC service's
+// grpc_service block (proxyless clients), and with the mesh an HTTP
+// service's mesh_routes (Connect sidecars' upstreams), in one document per
+// service named after its entries.
+func (t *translator) routeDocs() []Document {
 	var out []Document
-	for _, svc := range sortedKeys(t.e.Defaults) {
-		if t.protocol(svc) != "grpc" || (t.e.Routers[svc] == nil && t.e.Splitters[svc] == nil) {
+	names := map[string]bool{}
+	for _, n := range sortedKeys(t.e.Routers) {
+		names[n] = true
+	}
+	for _, n := range sortedKeys(t.e.Splitters) {
+		names[n] = true
+	}
+	for _, svc := range slices.Sorted(maps.Keys(names)) {
+		proto := t.protocol(svc)
+		grpc := proto == "grpc" && t.e.Defaults[svc] != nil
+		mesh := t.e.Mesh && (proto == "http" || proto == "http2" || proto == "grpc")
+		if !grpc && !mesh {
 			continue
 		}
 		f := hclwrite.NewEmptyFile()
-		g := f.Body().AppendNewBlock("grpc_service", []string{svc}).Body()
-		t.routes(g, svc, true)
+		if grpc {
+			t.routes(f.Body().AppendNewBlock("grpc_service", []string{svc}).Body(), svc, true)
+		}
+		if mesh {
+			t.mesh = true
+			t.routes(f.Body().AppendNewBlock("mesh_routes", []string{svc}).Body(), svc, false)
+			t.mesh = false
+		}
 		var from []string
 		if t.e.Routers[svc] != nil {
 			from = append(from, api.ServiceRouter+"/"+svc)

@@ -20,6 +20,7 @@ func importCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("import", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	addr := fs.String("consul", "", "Consul HTTP address to read the entries from (default CONSUL_HTTP_ADDR or 127.0.0.1:8500; token from CONSUL_HTTP_TOKEN(_FILE))")
+	mesh := fs.Bool("mesh", false, "also translate routers and splitters of http, http2 and grpc services into mesh_routes (the routes Connect sidecars' upstreams take), as the bridge does with a mesh block")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -50,6 +51,7 @@ func importCmd(args []string, stdout, stderr io.Writer) int {
 			}
 		}
 	}
+	e.Mesh = *mesh
 	docs, notes := configentry.ToHCL(e)
 	fmt.Fprintf(stdout, "# Policy translated from Consul config entries by consul-xds-bridge %s.\n", version)
 	fmt.Fprintln(stdout, "# A policy that names services exports only those: add export_all_services = true to keep every other catalog service too.")

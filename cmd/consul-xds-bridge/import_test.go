@@ -29,6 +29,18 @@ func TestImportThenValidate(t *testing.T) {
 	if code := realMain([]string{"validate", file}, &bytes.Buffer{}, &errOut); code != 0 {
 		t.Fatalf("validate rejects the imported policy (%d): %s", code, errOut.String())
 	}
+	// -mesh adds the routers' and splitters' mesh_routes, which validate
+	// accepts next to a mesh block.
+	var meshOut bytes.Buffer
+	if code := realMain([]string{"import", "-mesh", "../../configentry/testdata/shop/entries.json"}, &meshOut, &errOut); code != 0 || !strings.Contains(meshOut.String(), `mesh_routes "api" {`) || strings.Contains(out.String(), "mesh_routes") {
+		t.Fatalf("import -mesh exited %d, mesh_routes with -mesh %v, without %v", code, strings.Contains(meshOut.String(), "mesh_routes"), strings.Contains(out.String(), "mesh_routes"))
+	}
+	if err := os.WriteFile(file, append(meshOut.Bytes(), "\nmesh {}\n"...), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if code := realMain([]string{"validate", file}, &bytes.Buffer{}, &errOut); code != 0 {
+		t.Fatalf("validate rejects the imported mesh policy (%d): %s", code, errOut.String())
+	}
 	if code := realMain([]string{"import", filepath.Join(t.TempDir(), "missing.json")}, &bytes.Buffer{}, &errOut); code != 1 || !strings.Contains(errOut.String(), "missing.json") {
 		t.Fatalf("a missing file: exit %d, %s", code, errOut.String())
 	}

@@ -84,6 +84,60 @@ type typeSet struct {
 	id   uint64
 	prev uint64
 	diff []string
+	// shared memoises, per distinct response, the resources every stream
+	// sending it shares, so it is encoded once (codec.go). The one
+	// mutable part of a set: guarded by serveCache.mu, under which every
+	// answer is built.
+	shared map[shareKey]any
+}
+
+// shareKey names a response of a set: SotW or delta, and the names it
+// carries (and, for delta, removes).
+type shareKey struct {
+	delta bool
+	names string
+}
+
+// maxSharedResponses bounds the responses a set remembers: streams with
+// unusual views (a SotW client subscribed to its own subset) beyond that
+// are encoded on their own, as before.
+const maxSharedResponses = 64
+
+// sharedFor returns the memo under key, calling build to make it if
+// there is room; nil if there is none.
+func (ts *typeSet) sharedFor(key shareKey, build func() any) any {
+	if v, ok := ts.shared[key]; ok {
+		return v
+	}
+	if len(ts.shared) >= maxSharedResponses {
+		return nil
+	}
+	if ts.shared == nil {
+		ts.shared = map[shareKey]any{}
+	}
+	v := build()
+	ts.shared[key] = v
+	return v
+}
+
+// namesKey is the names of a response: the one name of a single change
+// (no allocation: the common fan-out), else every name, removed ones
+// marked, each ended by a NUL, which no resource name holds.
+func namesKey(entries []*entry, removed []string) string {
+	if len(entries) == 1 && len(removed) == 0 {
+		return entries[0].name
+	}
+	var b strings.Builder
+	for _, e := range entries {
+		b.WriteString(e.name)
+		b.WriteByte(0)
+	}
+	for _, name := range removed {
+		b.WriteByte(1)
+		b.WriteString(name)
+		b.WriteByte(0)
+	}
+	return b.String()
 }
 
 var typeSetIDs atomic.Uint64
@@ -473,15 +527,27 @@ func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts, seen *typeSe
 		for _, e := range send {
 			returned[e.name] = e.version
 		}
-		return &sotwResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: send, returned: returned}
+		key := shareKey{names: "\x00all"}
+		if !sub.IsWildcard() {
+			key.names = namesKey(send, nil)
+		}
+		return newSotwResponse(req, ts, key, send, returned)
 	case !full && (first || len(changed) > 0):
 		// Only what changed: absent names keep what the client has. A
 		// removed name cannot be said in SotW; a client drops it when it
 		// stops referring to it.
 		returned := nextReturned(sub, changed, removed)
-		return &sotwResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, returned: returned}
+		return newSotwResponse(req, ts, shareKey{names: namesKey(changed, nil)}, changed, returned)
 	}
 	return nil
+}
+
+func newSotwResponse(req *cachev3.Request, ts *typeSet, key shareKey, entries []*entry, returned map[string]string) *sotwResponse {
+	r := &sotwResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: entries, returned: returned}
+	if sh, ok := ts.sharedFor(key, func() any { return newSharedSotw(ts.version, ts.typeURL, entries) }).(*sharedSotw); ok {
+		r.shared = sh
+	}
+	return r
 }
 
 // deltaAnswer is the response a delta watch gets from ts, nil if none.
@@ -498,7 +564,12 @@ func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts, seen *
 	}
 	returned := nextReturned(sub, changed, removed)
 	slices.Sort(removed)
-	return &deltaResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, removed: removed, returned: returned}
+	r := &deltaResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, removed: removed, returned: returned}
+	build := func() any { return newSharedDelta(ts.version, ts.typeURL, changed) }
+	if sh, ok := ts.sharedFor(shareKey{delta: true, names: namesKey(changed, removed)}, build).(*sharedDelta); ok {
+		r.shared = sh
+	}
+	return r
 }
 
 // nextReturned is what a stream holds once it gets changed (sorted here,
@@ -529,11 +600,15 @@ type sotwResponse struct {
 	typeURL  string
 	entries  []*entry
 	returned map[string]string
+	shared   *sharedSotw // nil: encoded on its own
 }
 
 var _ cachev3.Response = (*sotwResponse)(nil)
 
 func (r *sotwResponse) GetDiscoveryResponse() (*discoveryv3.DiscoveryResponse, error) {
+	if r.shared != nil {
+		return r.shared.response(r.version, r.typeURL), nil
+	}
 	anys := make([]*anypb.Any, len(r.entries))
 	for i, e := range r.entries {
 		anys[i] = e.any
@@ -554,11 +629,15 @@ type deltaResponse struct {
 	entries  []*entry
 	removed  []string
 	returned map[string]string
+	shared   *sharedDelta // nil: encoded on its own
 }
 
 var _ cachev3.DeltaResponse = (*deltaResponse)(nil)
 
 func (r *deltaResponse) GetDeltaDiscoveryResponse() (*discoveryv3.DeltaDiscoveryResponse, error) {
+	if r.shared != nil {
+		return r.shared.response(r.version, r.typeURL, r.removed), nil
+	}
 	res := make([]*discoveryv3.Resource, len(r.entries))
 	for i, e := range r.entries {
 		res[i] = e.delta

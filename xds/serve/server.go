@@ -274,6 +274,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		// ~150 MiB just for ~750-byte responses (issue 16's peak RSS).
 		// Larger writes only flush more often.
 		grpc.WriteBufferSize(writeBufferSize),
+		// Responses that many streams share are encoded once (codec.go).
+		grpc.ForceServerCodecV2(newSharedCodec()),
 		grpc.MaxSendMsgSize(64 << 20),
 		// Dead peers are found within ~40s; clients may ping every 15s.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),

@@ -274,6 +274,14 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		// ~150 MiB just for ~750-byte responses (issue 16's peak RSS).
 		// Larger writes only flush more often.
 		grpc.WriteBufferSize(writeBufferSize),
+		// Fixed receive windows turn off gRPC's BDP estimation, which
+		// pings a connection whenever data arrives: here every ACK, so
+		// each push cost the proxy's connection a ping and its ack on top
+		// of the response (two more syscalls each way). Requests are
+		// small; 1 MiB lets even an edge proxy's subscription through in
+		// one window.
+		grpc.InitialWindowSize(1 << 20),
+		grpc.InitialConnWindowSize(1 << 20),
 		// Responses that many streams share are encoded once (codec.go).
 		grpc.ForceServerCodecV2(newSharedCodec()),
 		grpc.MaxSendMsgSize(64 << 20),

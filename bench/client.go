@@ -103,11 +103,7 @@ func (f *Fleet) dial(ctx context.Context, k int) (*Client, error) {
 		Metadata:       &structpb.Struct{Fields: map[string]*structpb.Value{}},
 		ClientFeatures: []string{"envoy.lb.does_not_support_overprovisioning", "envoy.lrs.supports_send_all_clusters"},
 	}
-	conn, err := grpc.NewClient(f.cfg.Addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithReadBufferSize(16<<10), grpc.WithWriteBufferSize(16<<10),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20),
-			grpc.ForceCodecV2(countingCodec{CodecV2: encoding.GetCodecV2("proto"), c: c})))
+	conn, err := f.connFor(k)
 	if err != nil {
 		return nil, err
 	}
@@ -118,16 +114,19 @@ func (f *Fleet) dial(ctx context.Context, k int) (*Client, error) {
 	c.dialedAt = time.Now()
 	octx, ocancel := context.WithTimeout(ctx, 60*time.Second)
 	stop := context.AfterFunc(octx, cancel)
+	// The codec is per stream: it counts this client's bytes, and
+	// clients may share a connection.
+	codec := grpc.ForceCodecV2(countingCodec{CodecV2: encoding.GetCodecV2("proto"), c: c})
 	if mode == Delta {
-		c.stream, err = ads.DeltaAggregatedResources(sctx)
+		c.stream, err = ads.DeltaAggregatedResources(sctx, codec)
 	} else {
-		c.stream, err = ads.StreamAggregatedResources(sctx)
+		c.stream, err = ads.StreamAggregatedResources(sctx, codec)
 	}
 	stop()
 	ocancel()
 	if err != nil {
 		cancel()
-		conn.Close()
+		c.closeConn()
 		return nil, fmt.Errorf("client %s: open stream: %w", c.nodeID, err)
 	}
 	c.subscribe(CDS, nil, nil, nil)
@@ -137,11 +136,53 @@ func (f *Fleet) dial(ctx context.Context, k int) (*Client, error) {
 	return c, nil
 }
 
-// Close ends the stream and the connection.
+// Close ends the stream and the connection (a shared one stays for the
+// fleet to close).
 func (c *Client) Close() {
 	c.cancel()
-	c.conn.Close()
+	c.closeConn()
 	c.wg.Wait()
+}
+
+func (c *Client) closeConn() {
+	if c.f.cfg.StreamsPerConn <= 1 {
+		c.conn.Close()
+	}
+}
+
+// connFor is client k's connection: its own, or the one it shares with
+// the StreamsPerConn clients around it.
+func (f *Fleet) connFor(k int) (*grpc.ClientConn, error) {
+	if f.cfg.StreamsPerConn <= 1 {
+		return f.newConn()
+	}
+	f.connMu.Lock()
+	defer f.connMu.Unlock()
+	i := k / f.cfg.StreamsPerConn
+	if conn := f.conns[i]; conn != nil {
+		return conn, nil
+	}
+	conn, err := f.newConn()
+	if err != nil {
+		return nil, err
+	}
+	if f.conns == nil {
+		f.conns = map[int]*grpc.ClientConn{}
+	}
+	f.conns[i] = conn
+	return conn, nil
+}
+
+// newConn dials the server as Envoy's HTTP/2 client does: fixed large
+// flow-control windows (Envoy's defaults are 256 MiB per stream and per
+// connection), so no BDP pings — grpc-go's default client pings the
+// server whenever data arrives, which Envoy never does.
+func (f *Fleet) newConn() (*grpc.ClientConn, error) {
+	return grpc.NewClient(f.cfg.Addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithReadBufferSize(16<<10), grpc.WithWriteBufferSize(16<<10),
+		grpc.WithInitialWindowSize(256<<20), grpc.WithInitialConnWindowSize(256<<20),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
 }
 
 // Err is why the stream ended, nil while it runs or after Close.

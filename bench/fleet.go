@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"fmt"
+	"google.golang.org/grpc"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -176,6 +177,9 @@ type FleetConfig struct {
 	// HoldOff is the debounce window: pushes to one client closer together
 	// than this are counted as FastPushes.
 	HoldOff time.Duration
+	// StreamsPerConn is how many clients share one gRPC connection (0 or
+	// 1: each its own, as Envoy).
+	StreamsPerConn int
 }
 
 func (c *FleetConfig) clusterOf(k int) string {
@@ -205,6 +209,9 @@ type Fleet struct {
 
 	internMu sync.Mutex
 	intern   map[string][]string
+
+	connMu sync.Mutex
+	conns  map[int]*grpc.ClientConn // shared connections (StreamsPerConn > 1)
 }
 
 // NewFleet makes an empty fleet.
@@ -331,6 +338,12 @@ func (f *Fleet) Close() {
 	}
 	wg.Wait()
 	f.clients = nil
+	f.connMu.Lock()
+	for _, conn := range f.conns {
+		conn.Close()
+	}
+	f.conns = nil
+	f.connMu.Unlock()
 }
 
 // ResetPushCounts zeroes every client's per-type response counts.

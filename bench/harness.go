@@ -50,6 +50,11 @@ type Options struct {
 	HoldOff         time.Duration
 	MaxDelay        time.Duration
 	ConnectParallel int
+	// StreamsPerConn puts this many simulated proxies' ADS streams on one
+	// gRPC connection (1: a connection each, as Envoy). Beyond ~19,000
+	// connections the process runs out of file descriptors (the hard
+	// limit here is 20,000), so 20,000 proxies need 2 or more.
+	StreamsPerConn int
 
 	ServerCPUs string // taskset list for the server under test, "" = no pinning
 	ClientCPUs string // for this process and the backing Consul
@@ -183,7 +188,8 @@ func fleetPhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) erro
 	defer t.Stop()
 	narrow := func(k int) bool { return (k/2)%2 == 1 }
 	cfg := FleetConfig{
-		Addr: t.XDSAddr, NodeID: t.NodeID, HoldOff: o.HoldOff,
+		StreamsPerConn: o.StreamsPerConn,
+		Addr:           t.XDSAddr, NodeID: t.NodeID, HoldOff: o.HoldOff,
 		ClusterOf: func(k int) string {
 			if narrow(k) {
 				return t.Cluster
@@ -290,7 +296,7 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 			}
 			o.logf("compare %s N=%d: connecting", which, n)
 			r := &run{opts: o, consul: c, t: t, mode: modeName, n: n, health: map[[2]int]string{}}
-			cfg := FleetConfig{Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
+			cfg := FleetConfig{StreamsPerConn: o.StreamsPerConn, Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
 				Mode: func(int) Mode { return mode }}
 			row, err := r.s3(ctx, cfg, o.ConnectParallel)
 			emit(row)

@@ -96,6 +96,7 @@ func runCmd(ctx context.Context, args []string) int {
 	fs.StringVar(&o.ServerCPUs, "server-cpus", o.ServerCPUs, "CPUs for the server under test (taskset list; empty: no pinning)")
 	fs.StringVar(&o.ClientCPUs, "client-cpus", o.ClientCPUs, "CPUs for the load generator and the backing Consul")
 	fs.IntVar(&o.PeerXDSRate, "peer-xds-rate", o.PeerXDSRate, "Consul xds.update_max_per_second (0: Consul's default 250)")
+	fs.IntVar(&o.StreamsPerConn, "streams-per-conn", 1, "simulated proxies sharing one gRPC connection (1: one each, as Envoy; 20,000 proxies need ≥ 2 here: 20,000 file descriptors per process)")
 	fs.BoolVar(&o.NoListeners, "no-listeners", false, "bridge fleet proxies never ask for listeners (static listeners, cds_config over ADS only)")
 	out := fs.String("out", "", "also write the Markdown table to this file")
 	fs.Parse(args)

@@ -58,6 +58,10 @@ type Client struct {
 	fastPushes atomic.Int64
 	lastSize   int
 
+	// held is the version of each type last received, for other
+	// goroutines (the replica check: replicas serve identical versions).
+	held [numTypes]atomic.Pointer[string]
+
 	// reader-goroutine state
 	version    [numTypes]string
 	nonce      [numTypes]string
@@ -103,7 +107,7 @@ func (f *Fleet) dial(ctx context.Context, k int) (*Client, error) {
 		Metadata:       &structpb.Struct{Fields: map[string]*structpb.Value{}},
 		ClientFeatures: []string{"envoy.lb.does_not_support_overprovisioning", "envoy.lrs.supports_send_all_clusters"},
 	}
-	conn, err := f.connFor(k)
+	conn, err := f.connFor(k, f.cfg.addrOf(k))
 	if err != nil {
 		return nil, err
 	}
@@ -152,9 +156,9 @@ func (c *Client) closeConn() {
 
 // connFor is client k's connection: its own, or the one it shares with
 // the StreamsPerConn clients around it.
-func (f *Fleet) connFor(k int) (*grpc.ClientConn, error) {
+func (f *Fleet) connFor(k int, addr string) (*grpc.ClientConn, error) {
 	if f.cfg.StreamsPerConn <= 1 {
-		return f.newConn()
+		return f.newConn(addr)
 	}
 	f.connMu.Lock()
 	defer f.connMu.Unlock()
@@ -162,7 +166,7 @@ func (f *Fleet) connFor(k int) (*grpc.ClientConn, error) {
 	if conn := f.conns[i]; conn != nil {
 		return conn, nil
 	}
-	conn, err := f.newConn()
+	conn, err := f.newConn(addr)
 	if err != nil {
 		return nil, err
 	}
@@ -177,8 +181,8 @@ func (f *Fleet) connFor(k int) (*grpc.ClientConn, error) {
 // flow-control windows (Envoy's defaults are 256 MiB per stream and per
 // connection), so no BDP pings — grpc-go's default client pings the
 // server whenever data arrives, which Envoy never does.
-func (f *Fleet) newConn() (*grpc.ClientConn, error) {
-	return grpc.NewClient(f.cfg.Addr,
+func (f *Fleet) newConn(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr,
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithReadBufferSize(16<<10), grpc.WithWriteBufferSize(16<<10),
 		grpc.WithInitialWindowSize(256<<20), grpc.WithInitialConnWindowSize(256<<20),
@@ -575,6 +579,8 @@ func (c *Client) handleSotW(resp *discoveryv3.DiscoveryResponse) error {
 		items = append(items, d)
 	}
 	c.version[t] = resp.GetVersionInfo()
+	v := c.version[t]
+	c.held[t].Store(&v)
 	c.process(t, items, nil, now)
 	return nil
 }
@@ -601,6 +607,8 @@ func (c *Client) handleDelta(resp *discoveryv3.DeltaDiscoveryResponse) error {
 		items = append(items, d)
 	}
 	c.version[t] = resp.GetSystemVersionInfo()
+	v := c.version[t]
+	c.held[t].Store(&v)
 	c.process(t, items, resp.GetRemovedResources(), now)
 	return nil
 }

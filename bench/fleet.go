@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"google.golang.org/grpc"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -158,6 +159,9 @@ func (p *Probe) matches(cla *endpointv3.ClusterLoadAssignment) bool {
 // FleetConfig describes the simulated Envoys.
 type FleetConfig struct {
 	Addr string
+	// Addrs, if set, are replicas: each connection goes to one of them in
+	// turn, as Envoys whose bootstrap lists both pick one.
+	Addrs []string
 	// NodeID names client k; Cluster is node.cluster for all, unless
 	// ClusterOf says client k's.
 	NodeID    func(k int) string
@@ -391,4 +395,48 @@ func (f *Fleet) Errors() error {
 		}
 	}
 	return nil
+}
+
+// ReplicaOf is the index in Addrs of the replica client k is connected to.
+func (c *FleetConfig) ReplicaOf(k int) int {
+	if len(c.Addrs) == 0 {
+		return 0
+	}
+	return k / max(c.StreamsPerConn, 1) % len(c.Addrs)
+}
+
+func (c *FleetConfig) addrOf(k int) string {
+	if len(c.Addrs) == 0 {
+		return c.Addr
+	}
+	return c.Addrs[c.ReplicaOf(k)]
+}
+
+// VersionsByReplica lists, per replica and type, the distinct versions the
+// clients connected to it hold.
+func (f *Fleet) VersionsByReplica() []map[string][]string {
+	out := make([]map[string][]string, max(len(f.cfg.Addrs), 1))
+	for k, c := range f.clients {
+		if c == nil {
+			continue
+		}
+		r := f.cfg.ReplicaOf(k)
+		if out[r] == nil {
+			out[r] = map[string][]string{}
+		}
+		for t := range c.held {
+			if v := c.held[t].Load(); v != nil {
+				name := Type(t).String()
+				if !slices.Contains(out[r][name], *v) {
+					out[r][name] = append(out[r][name], *v)
+				}
+			}
+		}
+	}
+	for _, m := range out {
+		for _, vs := range m {
+			slices.Sort(vs)
+		}
+	}
+	return out
 }

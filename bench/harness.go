@@ -262,12 +262,15 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 			os.MkdirAll(dir, 0o755)
 			pol := Policy(false, o.Upstreams)
 			var (
-				t   *Target
-				err error
+				t        *Target
+				replicas []*Target
+				err      error
 			)
 			switch server {
 			case "bridge":
 				t, err = StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel)
+			case "bridge-2": // two replicas, the fleet split between them (replicas.go)
+				t, replicas, err = startReplicas(ctx, o, dir, c.HTTPAddr, pol)
 			case "bridge-fixed": // the bridge with a fixed 100ms debounce window: the adaptive window's baseline
 				t, err = StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel, "debounce_adaptive = false")
 			case "baseline":
@@ -295,15 +298,30 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 				continue
 			}
 			o.logf("compare %s N=%d: connecting", which, n)
-			r := &run{opts: o, consul: c, t: t, mode: modeName, n: n, health: map[[2]int]string{}}
+			r := &run{opts: o, consul: c, t: t, replicas: replicas, mode: modeName, n: n, health: map[[2]int]string{}}
 			cfg := FleetConfig{StreamsPerConn: o.StreamsPerConn, Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
 				Mode: func(int) Mode { return mode }}
+			emitR := emit
+			if len(replicas) > 0 {
+				for _, rt := range r.targets() {
+					cfg.Addrs = append(cfg.Addrs, rt.XDSAddr)
+				}
+				emitR = func(row Row) {
+					if row.perReplica != "" {
+						row.Notes += "; " + row.perReplica
+					}
+					emit(row)
+				}
+			}
 			row, err := r.s3(ctx, cfg, o.ConnectParallel)
-			emit(row)
+			if err == nil && len(replicas) > 0 {
+				row.Notes += "; " + sameVersions(r.f)
+			}
+			emitR(row)
 			if err == nil {
-				emit(r.s1(ctx))
-				emit(r.s2(ctx))
-				emit(r.s6(ctx, cfg))
+				emitR(r.s1(ctx))
+				emitR(r.s2(ctx))
+				emitR(r.s6(ctx, cfg))
 			}
 			if r.f != nil {
 				r.f.Close()
@@ -313,6 +331,9 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 				_ = Repin(c.PID(), o.ClientCPUs)
 			} else {
 				t.Stop()
+			}
+			for _, rt := range replicas {
+				rt.Stop()
 			}
 			time.Sleep(time.Second)
 		}

@@ -55,6 +55,9 @@ type Options struct {
 	// connections the process runs out of file descriptors (the hard
 	// limit here is 20,000), so 20,000 proxies need 2 or more.
 	StreamsPerConn int
+	// BridgeXDS are extra lines for every bridge's xds block (settings
+	// other than the defaults, e.g. "max_initial_syncs = 500").
+	BridgeXDS []string
 
 	ServerCPUs string // taskset list for the server under test, "" = no pinning
 	ClientCPUs string // for this process and the backing Consul
@@ -181,7 +184,7 @@ func cpuCount(list string) int {
 func fleetPhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) error {
 	dir := filepath.Join(o.Dir, "fleet")
 	os.MkdirAll(dir, 0o755)
-	t, err := StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, FleetPolicy(o.Upstreams), o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel)
+	t, err := StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, FleetPolicy(o.Upstreams), o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel, o.BridgeXDS...)
 	if err != nil {
 		return fmt.Errorf("start bridge: %w", err)
 	}
@@ -268,11 +271,11 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 			)
 			switch server {
 			case "bridge":
-				t, err = StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel)
+				t, err = StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel, o.BridgeXDS...)
 			case "bridge-2": // two replicas, the fleet split between them (replicas.go)
 				t, replicas, err = startReplicas(ctx, o, dir, c.HTTPAddr, pol)
 			case "bridge-fixed": // the bridge with a fixed 100ms debounce window: the adaptive window's baseline
-				t, err = StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel, "debounce_adaptive = false")
+				t, err = StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel, append([]string{"debounce_adaptive = false"}, o.BridgeXDS...)...)
 			case "baseline":
 				t, err = StartBaseline(ctx, o.Self, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs))
 			case "peer":

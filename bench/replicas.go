@@ -27,7 +27,7 @@ func startReplicas(ctx context.Context, o *Options, dir, consulAddr, policy stri
 		if err := os.MkdirAll(d, 0o755); err != nil {
 			return nil, nil, err
 		}
-		t, err := StartBridge(ctx, o.BridgeBin, d, consulAddr, policy, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel)
+		t, err := StartBridge(ctx, o.BridgeBin, d, consulAddr, policy, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel, o.BridgeXDS...)
 		if err != nil {
 			for _, t := range ts {
 				t.Stop()

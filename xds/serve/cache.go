@@ -89,6 +89,9 @@ type typeSet struct {
 	// mutable part of a set: guarded by serveCache.mu, under which every
 	// answer is built.
 	shared map[shareKey]any
+	// bytes is the encoded size of all entries; sharedBytes what the
+	// memoised responses hold (bounded by maxSharedBytes).
+	bytes, sharedBytes int
 }
 
 // shareKey names a response of a set: SotW or delta, and the names it
@@ -98,18 +101,26 @@ type shareKey struct {
 	names string
 }
 
-// maxSharedResponses bounds the responses a set remembers: streams with
-// unusual views (a SotW client subscribed to its own subset) beyond that
-// are encoded on their own, as before.
+// maxSharedResponses bounds the responses a set remembers, and
+// maxSharedBytes the bytes their encodings hold: streams with unusual
+// views (SotW clients subscribed to subsets of a large set, each its own)
+// beyond that are encoded on their own, as before, rather than the memo
+// growing to many copies of the set.
 const maxSharedResponses = 64
 
-// sharedFor returns the memo under key, calling build to make it if
-// there is room; nil if there is none.
-func (ts *typeSet) sharedFor(key shareKey, build func() any) any {
+func (ts *typeSet) maxSharedBytes() int { return 4*ts.bytes + 64<<10 }
+
+// sharedFor returns the memo under key for entries, calling build to make
+// it if there is room; nil if there is none.
+func (ts *typeSet) sharedFor(key shareKey, entries []*entry, build func() any) any {
 	if v, ok := ts.shared[key]; ok {
 		return v
 	}
-	if len(ts.shared) >= maxSharedResponses {
+	size := 0
+	for _, e := range entries {
+		size += len(e.any.GetValue())
+	}
+	if len(ts.shared) >= maxSharedResponses || ts.sharedBytes+size > ts.maxSharedBytes() {
 		return nil
 	}
 	if ts.shared == nil {
@@ -117,6 +128,7 @@ func (ts *typeSet) sharedFor(key shareKey, build func() any) any {
 	}
 	v := build()
 	ts.shared[key] = v
+	ts.sharedBytes += size
 	return v
 }
 
@@ -202,6 +214,9 @@ func newTypeSet(typeURL string, items []types.Resource, prev *typeSet) (*typeSet
 		}
 	}
 	ts.order = slices.SortedFunc(maps.Values(ts.entries), byName)
+	for _, e := range ts.order {
+		ts.bytes += len(e.any.GetValue())
+	}
 	ts.version = setVersion(ts.order)
 	return ts, nil
 }
@@ -544,7 +559,7 @@ func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts, seen *typeSe
 
 func newSotwResponse(req *cachev3.Request, ts *typeSet, key shareKey, entries []*entry, returned map[string]string) *sotwResponse {
 	r := &sotwResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: entries, returned: returned}
-	if sh, ok := ts.sharedFor(key, func() any { return newSharedSotw(ts.version, ts.typeURL, entries) }).(*sharedSotw); ok {
+	if sh, ok := ts.sharedFor(key, entries, func() any { return newSharedSotw(ts.version, ts.typeURL, entries) }).(*sharedSotw); ok {
 		r.shared = sh
 	}
 	return r
@@ -566,7 +581,7 @@ func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts, seen *
 	slices.Sort(removed)
 	r := &deltaResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, removed: removed, returned: returned}
 	build := func() any { return newSharedDelta(ts.version, ts.typeURL, changed) }
-	if sh, ok := ts.sharedFor(shareKey{delta: true, names: namesKey(changed, removed)}, build).(*sharedDelta); ok {
+	if sh, ok := ts.sharedFor(shareKey{delta: true, names: namesKey(changed, removed)}, changed, build).(*sharedDelta); ok {
 		r.shared = sh
 	}
 	return r

@@ -3,11 +3,13 @@ package serve
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"testing"
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
@@ -153,5 +155,36 @@ func TestFanOutSharesOneEncodingPerView(t *testing.T) {
 		if got := st.ClusterNames(); !slices.Equal(got, []string{"b"}) {
 			t.Errorf("group b proxy holds clusters %v", got)
 		}
+	}
+}
+
+// TestSharedEncodingsAreBounded: a set remembers at most a few copies of
+// its encoding; further distinct views (SotW subscriptions to subsets of
+// a large set) are encoded on their own.
+func TestSharedEncodingsAreBounded(t *testing.T) {
+	out := testOutput(t, []string{"api", "web", "db"}, 8080)
+	ts, err := newTypeSet(resourcev3.EndpointType, out.Shared.ByType()[resourcev3.EndpointType], nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ts.bytes = 1 << 20 // as if the set were 1 MiB: room for 4 copies and a bit
+	big := &entry{name: "big", any: &anypb.Any{Value: make([]byte, 1<<20)}}
+	shared := 0
+	for i := range 10 {
+		if ts.sharedFor(shareKey{names: fmt.Sprint(i)}, []*entry{big}, func() any { return &sharedSotw{} }) != nil {
+			shared++
+		}
+	}
+	if shared != 4 {
+		t.Fatalf("%d of 10 full-size views shared, want 4", shared)
+	}
+	if ts.sharedFor(shareKey{names: "0"}, []*entry{big}, nil) == nil {
+		t.Fatal("a remembered view is no longer shared")
+	}
+	for i := range 100 {
+		ts.sharedFor(shareKey{names: fmt.Sprint("small", i)}, ts.order[:1], func() any { return &sharedSotw{} })
+	}
+	if len(ts.shared) > maxSharedResponses {
+		t.Fatalf("%d responses remembered, want at most %d", len(ts.shared), maxSharedResponses)
 	}
 }

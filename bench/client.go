@@ -21,7 +21,6 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
@@ -152,41 +151,6 @@ func (c *Client) closeConn() {
 	if c.f.cfg.StreamsPerConn <= 1 {
 		c.conn.Close()
 	}
-}
-
-// connFor is client k's connection: its own, or the one it shares with
-// the StreamsPerConn clients around it.
-func (f *Fleet) connFor(k int, addr string) (*grpc.ClientConn, error) {
-	if f.cfg.StreamsPerConn <= 1 {
-		return f.newConn(addr)
-	}
-	f.connMu.Lock()
-	defer f.connMu.Unlock()
-	i := k / f.cfg.StreamsPerConn
-	if conn := f.conns[i]; conn != nil {
-		return conn, nil
-	}
-	conn, err := f.newConn(addr)
-	if err != nil {
-		return nil, err
-	}
-	if f.conns == nil {
-		f.conns = map[int]*grpc.ClientConn{}
-	}
-	f.conns[i] = conn
-	return conn, nil
-}
-
-// newConn dials the server as Envoy's HTTP/2 client does: fixed large
-// flow-control windows (Envoy's defaults are 256 MiB per stream and per
-// connection), so no BDP pings — grpc-go's default client pings the
-// server whenever data arrives, which Envoy never does.
-func (f *Fleet) newConn(addr string) (*grpc.ClientConn, error) {
-	return grpc.NewClient(addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithReadBufferSize(16<<10), grpc.WithWriteBufferSize(16<<10),
-		grpc.WithInitialWindowSize(256<<20), grpc.WithInitialConnWindowSize(256<<20),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
 }
 
 // Err is why the stream ended, nil while it runs or after Close.

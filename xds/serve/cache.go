@@ -94,64 +94,6 @@ type typeSet struct {
 	bytes, sharedBytes int
 }
 
-// shareKey names a response of a set: SotW or delta, and the names it
-// carries (and, for delta, removes).
-type shareKey struct {
-	delta bool
-	names string
-}
-
-// maxSharedResponses bounds the responses a set remembers, and
-// maxSharedBytes the bytes their encodings hold: streams with unusual
-// views (SotW clients subscribed to subsets of a large set, each its own)
-// beyond that are encoded on their own, as before, rather than the memo
-// growing to many copies of the set.
-const maxSharedResponses = 64
-
-func (ts *typeSet) maxSharedBytes() int { return 4*ts.bytes + 64<<10 }
-
-// sharedFor returns the memo under key for entries, calling build to make
-// it if there is room; nil if there is none.
-func (ts *typeSet) sharedFor(key shareKey, entries []*entry, build func() any) any {
-	if v, ok := ts.shared[key]; ok {
-		return v
-	}
-	size := 0
-	for _, e := range entries {
-		size += len(e.any.GetValue())
-	}
-	if len(ts.shared) >= maxSharedResponses || ts.sharedBytes+size > ts.maxSharedBytes() {
-		return nil
-	}
-	if ts.shared == nil {
-		ts.shared = map[shareKey]any{}
-	}
-	v := build()
-	ts.shared[key] = v
-	ts.sharedBytes += size
-	return v
-}
-
-// namesKey is the names of a response: the one name of a single change
-// (no allocation: the common fan-out), else every name, removed ones
-// marked, each ended by a NUL, which no resource name holds.
-func namesKey(entries []*entry, removed []string) string {
-	if len(entries) == 1 && len(removed) == 0 {
-		return entries[0].name
-	}
-	var b strings.Builder
-	for _, e := range entries {
-		b.WriteString(e.name)
-		b.WriteByte(0)
-	}
-	for _, name := range removed {
-		b.WriteByte(1)
-		b.WriteString(name)
-		b.WriteByte(0)
-	}
-	return b.String()
-}
-
 var typeSetIDs atomic.Uint64
 
 // setVersion is the SotW version of a set: a hash of its names and
@@ -555,14 +497,6 @@ func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts, seen *typeSe
 		return newSotwResponse(req, ts, shareKey{names: namesKey(changed, nil)}, changed, returned)
 	}
 	return nil
-}
-
-func newSotwResponse(req *cachev3.Request, ts *typeSet, key shareKey, entries []*entry, returned map[string]string) *sotwResponse {
-	r := &sotwResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: entries, returned: returned}
-	if sh, ok := ts.sharedFor(key, entries, func() any { return newSharedSotw(ts.version, ts.typeURL, entries) }).(*sharedSotw); ok {
-		r.shared = sh
-	}
-	return r
 }
 
 // deltaAnswer is the response a delta watch gets from ts, nil if none.

@@ -47,7 +47,8 @@ import (
 //     from being sent the version it rejected again and again;
 //   - marshals each resource once per content and shares the marshalled
 //     Any (and the delta Resource around it) between every stream and key
-//     that serves it; only the response envelope is per stream;
+//     that serves it, and encodes a response that many streams receive at
+//     one version once, only its nonce being each stream's (codec.go);
 //   - compares, on an update, only the resources that changed: each type
 //     set remembers its predecessor and the names that differ, and a watch
 //     remembers the set it was last checked against, so a health flip costs

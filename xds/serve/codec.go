@@ -98,6 +98,8 @@ func namesKey(entries []*entry, removed []string) string {
 	return b.String()
 }
 
+// newSotwResponse is a SotW response of entries from ts, sharing its
+// encoding with every other stream answered the same under key.
 func newSotwResponse(req *cachev3.Request, ts *typeSet, key shareKey, entries []*entry, returned map[string]string) *sotwResponse {
 	r := &sotwResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: entries, returned: returned}
 	if sh, ok := ts.sharedFor(key, entries, func() any { return newSharedSotw(ts.version, ts.typeURL, entries) }).(*sharedSotw); ok {

@@ -21,7 +21,6 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
@@ -57,6 +56,10 @@ type Client struct {
 	pushes     [numTypes]atomic.Int64
 	fastPushes atomic.Int64
 	lastSize   int
+
+	// held is the version of each type last received, for other
+	// goroutines (the replica check: replicas serve identical versions).
+	held [numTypes]atomic.Pointer[string]
 
 	// reader-goroutine state
 	version    [numTypes]string
@@ -103,11 +106,7 @@ func (f *Fleet) dial(ctx context.Context, k int) (*Client, error) {
 		Metadata:       &structpb.Struct{Fields: map[string]*structpb.Value{}},
 		ClientFeatures: []string{"envoy.lb.does_not_support_overprovisioning", "envoy.lrs.supports_send_all_clusters"},
 	}
-	conn, err := grpc.NewClient(f.cfg.Addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithReadBufferSize(16<<10), grpc.WithWriteBufferSize(16<<10),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20),
-			grpc.ForceCodecV2(countingCodec{CodecV2: encoding.GetCodecV2("proto"), c: c})))
+	conn, err := f.connFor(k, f.cfg.addrOf(k))
 	if err != nil {
 		return nil, err
 	}
@@ -118,16 +117,19 @@ func (f *Fleet) dial(ctx context.Context, k int) (*Client, error) {
 	c.dialedAt = time.Now()
 	octx, ocancel := context.WithTimeout(ctx, 60*time.Second)
 	stop := context.AfterFunc(octx, cancel)
+	// The codec is per stream: it counts this client's bytes, and
+	// clients may share a connection.
+	codec := grpc.ForceCodecV2(countingCodec{CodecV2: encoding.GetCodecV2("proto"), c: c})
 	if mode == Delta {
-		c.stream, err = ads.DeltaAggregatedResources(sctx)
+		c.stream, err = ads.DeltaAggregatedResources(sctx, codec)
 	} else {
-		c.stream, err = ads.StreamAggregatedResources(sctx)
+		c.stream, err = ads.StreamAggregatedResources(sctx, codec)
 	}
 	stop()
 	ocancel()
 	if err != nil {
 		cancel()
-		conn.Close()
+		c.closeConn()
 		return nil, fmt.Errorf("client %s: open stream: %w", c.nodeID, err)
 	}
 	c.subscribe(CDS, nil, nil, nil)
@@ -137,11 +139,18 @@ func (f *Fleet) dial(ctx context.Context, k int) (*Client, error) {
 	return c, nil
 }
 
-// Close ends the stream and the connection.
+// Close ends the stream and the connection (a shared one stays for the
+// fleet to close).
 func (c *Client) Close() {
 	c.cancel()
-	c.conn.Close()
+	c.closeConn()
 	c.wg.Wait()
+}
+
+func (c *Client) closeConn() {
+	if c.f.cfg.StreamsPerConn <= 1 {
+		c.conn.Close()
+	}
 }
 
 // Err is why the stream ended, nil while it runs or after Close.
@@ -534,6 +543,8 @@ func (c *Client) handleSotW(resp *discoveryv3.DiscoveryResponse) error {
 		items = append(items, d)
 	}
 	c.version[t] = resp.GetVersionInfo()
+	v := c.version[t]
+	c.held[t].Store(&v)
 	c.process(t, items, nil, now)
 	return nil
 }
@@ -560,6 +571,8 @@ func (c *Client) handleDelta(resp *discoveryv3.DeltaDiscoveryResponse) error {
 		items = append(items, d)
 	}
 	c.version[t] = resp.GetSystemVersionInfo()
+	v := c.version[t]
+	c.held[t].Store(&v)
 	c.process(t, items, resp.GetRemovedResources(), now)
 	return nil
 }

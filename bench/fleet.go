@@ -3,10 +3,14 @@ package bench
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
@@ -157,6 +161,9 @@ func (p *Probe) matches(cla *endpointv3.ClusterLoadAssignment) bool {
 // FleetConfig describes the simulated Envoys.
 type FleetConfig struct {
 	Addr string
+	// Addrs, if set, are replicas: each connection goes to one of them in
+	// turn, as Envoys whose bootstrap lists both pick one.
+	Addrs []string
 	// NodeID names client k; Cluster is node.cluster for all, unless
 	// ClusterOf says client k's.
 	NodeID    func(k int) string
@@ -176,6 +183,9 @@ type FleetConfig struct {
 	// HoldOff is the debounce window: pushes to one client closer together
 	// than this are counted as FastPushes.
 	HoldOff time.Duration
+	// StreamsPerConn is how many clients share one gRPC connection (0 or
+	// 1: each its own, as Envoy).
+	StreamsPerConn int
 }
 
 func (c *FleetConfig) clusterOf(k int) string {
@@ -205,6 +215,9 @@ type Fleet struct {
 
 	internMu sync.Mutex
 	intern   map[string][]string
+
+	connMu sync.Mutex
+	conns  map[int]*grpc.ClientConn // shared connections (StreamsPerConn > 1)
 }
 
 // NewFleet makes an empty fleet.
@@ -331,6 +344,12 @@ func (f *Fleet) Close() {
 	}
 	wg.Wait()
 	f.clients = nil
+	f.connMu.Lock()
+	for _, conn := range f.conns {
+		conn.Close()
+	}
+	f.conns = nil
+	f.connMu.Unlock()
 }
 
 // ResetPushCounts zeroes every client's per-type response counts.
@@ -378,4 +397,83 @@ func (f *Fleet) Errors() error {
 		}
 	}
 	return nil
+}
+
+// ReplicaOf is the index in Addrs of the replica client k is connected to.
+func (c *FleetConfig) ReplicaOf(k int) int {
+	if len(c.Addrs) == 0 {
+		return 0
+	}
+	return k / max(c.StreamsPerConn, 1) % len(c.Addrs)
+}
+
+func (c *FleetConfig) addrOf(k int) string {
+	if len(c.Addrs) == 0 {
+		return c.Addr
+	}
+	return c.Addrs[c.ReplicaOf(k)]
+}
+
+// VersionsByReplica lists, per replica and type, the distinct versions the
+// clients connected to it hold.
+func (f *Fleet) VersionsByReplica() []map[string][]string {
+	out := make([]map[string][]string, max(len(f.cfg.Addrs), 1))
+	for k, c := range f.clients {
+		if c == nil {
+			continue
+		}
+		r := f.cfg.ReplicaOf(k)
+		if out[r] == nil {
+			out[r] = map[string][]string{}
+		}
+		for t := range c.held {
+			if v := c.held[t].Load(); v != nil {
+				name := Type(t).String()
+				if !slices.Contains(out[r][name], *v) {
+					out[r][name] = append(out[r][name], *v)
+				}
+			}
+		}
+	}
+	for _, m := range out {
+		for _, vs := range m {
+			slices.Sort(vs)
+		}
+	}
+	return out
+}
+
+// connFor is client k's connection: its own, or the one it shares with
+// the StreamsPerConn clients around it.
+func (f *Fleet) connFor(k int, addr string) (*grpc.ClientConn, error) {
+	if f.cfg.StreamsPerConn <= 1 {
+		return f.newConn(addr)
+	}
+	f.connMu.Lock()
+	defer f.connMu.Unlock()
+	i := k / f.cfg.StreamsPerConn
+	if conn := f.conns[i]; conn != nil {
+		return conn, nil
+	}
+	conn, err := f.newConn(addr)
+	if err != nil {
+		return nil, err
+	}
+	if f.conns == nil {
+		f.conns = map[int]*grpc.ClientConn{}
+	}
+	f.conns[i] = conn
+	return conn, nil
+}
+
+// newConn dials the server as Envoy's HTTP/2 client does: fixed large
+// flow-control windows (Envoy's defaults are 256 MiB per stream and per
+// connection), so no BDP pings — grpc-go's default client pings the
+// server whenever data arrives, which Envoy never does.
+func (f *Fleet) newConn(addr string) (*grpc.ClientConn, error) {
+	return grpc.NewClient(addr,
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithReadBufferSize(16<<10), grpc.WithWriteBufferSize(16<<10),
+		grpc.WithInitialWindowSize(256<<20), grpc.WithInitialConnWindowSize(256<<20),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(256<<20)))
 }

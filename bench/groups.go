@@ -55,13 +55,14 @@ func groupsPhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) err
 		groups := max(n/per, 1)
 		dir := filepath.Join(o.Dir, fmt.Sprintf("groups-%d", n))
 		os.MkdirAll(dir, 0o755)
-		t, err := StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, GroupsPolicy(groups, o.Services), o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel)
+		t, err := StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, GroupsPolicy(groups, o.Services), o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel, o.BridgeXDS...)
 		if err != nil {
 			return fmt.Errorf("start bridge: %w", err)
 		}
 		groupOf := func(k int) int { return k % groups }
 		cfg := FleetConfig{
-			Addr: t.XDSAddr, NodeID: t.NodeID, HoldOff: o.HoldOff,
+			StreamsPerConn: o.StreamsPerConn,
+			Addr:           t.XDSAddr, NodeID: t.NodeID, HoldOff: o.HoldOff,
 			ClusterOf:   func(k int) string { return groupName(groupOf(k)) },
 			Mode:        func(k int) Mode { return Mode(k % 2) },
 			NoListeners: o.NoListeners,

@@ -50,6 +50,14 @@ type Options struct {
 	HoldOff         time.Duration
 	MaxDelay        time.Duration
 	ConnectParallel int
+	// StreamsPerConn puts this many simulated proxies' ADS streams on one
+	// gRPC connection (1: a connection each, as Envoy). Beyond ~19,000
+	// connections the process runs out of file descriptors (the hard
+	// limit here is 20,000), so 20,000 proxies need 2 or more.
+	StreamsPerConn int
+	// BridgeXDS are extra lines for every bridge's xds block (settings
+	// other than the defaults, e.g. "max_initial_syncs = 500").
+	BridgeXDS []string
 
 	ServerCPUs string // taskset list for the server under test, "" = no pinning
 	ClientCPUs string // for this process and the backing Consul
@@ -176,14 +184,15 @@ func cpuCount(list string) int {
 func fleetPhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) error {
 	dir := filepath.Join(o.Dir, "fleet")
 	os.MkdirAll(dir, 0o755)
-	t, err := StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, FleetPolicy(o.Upstreams), o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel)
+	t, err := StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, FleetPolicy(o.Upstreams), o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel, o.BridgeXDS...)
 	if err != nil {
 		return fmt.Errorf("start bridge: %w", err)
 	}
 	defer t.Stop()
 	narrow := func(k int) bool { return (k/2)%2 == 1 }
 	cfg := FleetConfig{
-		Addr: t.XDSAddr, NodeID: t.NodeID, HoldOff: o.HoldOff,
+		StreamsPerConn: o.StreamsPerConn,
+		Addr:           t.XDSAddr, NodeID: t.NodeID, HoldOff: o.HoldOff,
 		ClusterOf: func(k int) string {
 			if narrow(k) {
 				return t.Cluster
@@ -256,14 +265,17 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 			os.MkdirAll(dir, 0o755)
 			pol := Policy(false, o.Upstreams)
 			var (
-				t   *Target
-				err error
+				t        *Target
+				replicas []*Target
+				err      error
 			)
 			switch server {
 			case "bridge":
-				t, err = StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel)
+				t, err = StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel, o.BridgeXDS...)
+			case "bridge-2": // two replicas, the fleet split between them (replicas.go)
+				t, replicas, err = startReplicas(ctx, o, dir, c.HTTPAddr, pol)
 			case "bridge-fixed": // the bridge with a fixed 100ms debounce window: the adaptive window's baseline
-				t, err = StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel, "debounce_adaptive = false")
+				t, err = StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel, append([]string{"debounce_adaptive = false"}, o.BridgeXDS...)...)
 			case "baseline":
 				t, err = StartBaseline(ctx, o.Self, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs))
 			case "peer":
@@ -289,15 +301,30 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 				continue
 			}
 			o.logf("compare %s N=%d: connecting", which, n)
-			r := &run{opts: o, consul: c, t: t, mode: modeName, n: n, health: map[[2]int]string{}}
-			cfg := FleetConfig{Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
+			r := &run{opts: o, consul: c, t: t, replicas: replicas, mode: modeName, n: n, health: map[[2]int]string{}}
+			cfg := FleetConfig{StreamsPerConn: o.StreamsPerConn, Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
 				Mode: func(int) Mode { return mode }}
+			emitR := emit
+			if len(replicas) > 0 {
+				for _, rt := range r.targets() {
+					cfg.Addrs = append(cfg.Addrs, rt.XDSAddr)
+				}
+				emitR = func(row Row) {
+					if row.perReplica != "" {
+						row.Notes += "; " + row.perReplica
+					}
+					emit(row)
+				}
+			}
 			row, err := r.s3(ctx, cfg, o.ConnectParallel)
-			emit(row)
+			if err == nil && len(replicas) > 0 {
+				row.Notes += "; " + sameVersions(r.f)
+			}
+			emitR(row)
 			if err == nil {
-				emit(r.s1(ctx))
-				emit(r.s2(ctx))
-				emit(r.s6(ctx, cfg))
+				emitR(r.s1(ctx))
+				emitR(r.s2(ctx))
+				emitR(r.s6(ctx, cfg))
 			}
 			if r.f != nil {
 				r.f.Close()
@@ -307,6 +334,9 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 				_ = Repin(c.PID(), o.ClientCPUs)
 			} else {
 				t.Stop()
+			}
+			for _, rt := range replicas {
+				rt.Stop()
 			}
 			time.Sleep(time.Second)
 		}

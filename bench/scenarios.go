@@ -3,7 +3,9 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -30,6 +32,8 @@ type Row struct {
 	RSSPerProxy  float64
 	HeapPerProxy float64
 	Failed       bool
+	// perReplica says what each replica took, when there are several.
+	perReplica string
 }
 
 // run is the state one fleet's scenarios share.
@@ -37,24 +41,36 @@ type run struct {
 	opts   *Options
 	consul *Consul
 	t      *Target
-	f      *Fleet
-	mode   string
-	n      int
-	health map[[2]int]string // current status of flipped instances
+	// replicas are further servers (bridge replicas) the fleet is split
+	// across; rows then sum CPU, RSS and Consul requests over all of them
+	// and say what each one took.
+	replicas []*Target
+	f        *Fleet
+	mode     string
+	n        int
+	health   map[[2]int]string // current status of flipped instances
 }
+
+func (r *run) targets() []*Target { return append([]*Target{r.t}, r.replicas...) }
 
 // meter measures the server and the fleet over one scenario.
 type meter struct {
 	r     *run
-	s0    Sample
+	s0    Sample // of r.t
+	all0  []Sample
 	b0    int64
-	req0  float64
+	req0  []float64
 	cons0 float64
 }
 
 func (r *run) meter() *meter {
-	ResetPeak(r.t.PID)
-	m := &meter{r: r, s0: SampleProc(r.t.PID), req0: r.t.ConsulRequests()}
+	m := &meter{r: r}
+	for _, t := range r.targets() {
+		ResetPeak(t.PID)
+		m.all0 = append(m.all0, SampleProc(t.PID))
+		m.req0 = append(m.req0, t.ConsulRequests())
+	}
+	m.s0 = m.all0[0]
 	if r.f != nil {
 		m.b0 = r.f.TotalBytes()
 	}
@@ -65,11 +81,27 @@ func (r *run) meter() *meter {
 }
 
 func (m *meter) row(scenario string, lats []time.Duration, max time.Duration) Row {
-	s1 := SampleProc(m.r.t.PID)
 	row := Row{
 		Scenario: scenario, Server: m.r.t.Name, Mode: m.r.mode, N: m.r.n,
-		P50: -1, P99: -1, Max: max,
-		CPU: s1.CPU - m.s0.CPU, PeakRSS: s1.Peak, ConsulReqs: -1,
+		P50: -1, P99: -1, Max: max, ConsulReqs: -1,
+	}
+	var each []string
+	for i, t := range m.r.targets() {
+		s1 := SampleProc(t.PID)
+		cpu := s1.CPU - m.all0[i].CPU
+		row.CPU += cpu
+		row.PeakRSS += s1.Peak
+		reqs := -1.0
+		if m.req0[i] >= 0 {
+			if v := t.ConsulRequests(); v >= 0 {
+				reqs = v - m.req0[i]
+				row.ConsulReqs = max0(row.ConsulReqs) + reqs
+			}
+		}
+		each = append(each, fmt.Sprintf("replica %c: CPU %.2fs, peak RSS %s, Consul reqs %s", 'A'+i, cpu, bytesStr(float64(s1.Peak)), reqs2(reqs)))
+	}
+	if len(each) > 1 {
+		row.perReplica = strings.Join(each, "; ")
 	}
 	if m.r.f != nil {
 		row.Bytes = m.r.f.TotalBytes() - m.b0
@@ -81,12 +113,16 @@ func (m *meter) row(scenario string, lats []time.Duration, max time.Duration) Ro
 			row.Max = slices.Max(lats)
 		}
 	}
-	if m.req0 >= 0 {
-		if v := m.r.t.ConsulRequests(); v >= 0 {
-			row.ConsulReqs = v - m.req0
-		}
-	}
 	return row
+}
+
+func max0(v float64) float64 { return math.Max(v, 0) }
+
+func reqs2(v float64) string {
+	if v < 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.0f", v)
 }
 
 func percentile(d []time.Duration, p float64) time.Duration {
@@ -212,9 +248,12 @@ func per(total int64, changes, n int) float64 {
 // server's with no proxies connected.
 func (r *run) s3(ctx context.Context, cfg FleetConfig, parallel int) (Row, error) {
 	time.Sleep(500 * time.Millisecond)
-	heap0 := r.t.Heap(r.consul)
+	heap0 := r.heap()
 	m := r.meter()
-	rss0 := m.s0.RSS
+	var rss0 int64
+	for _, s := range m.all0 {
+		rss0 += s.RSS
+	}
 	r.f = NewFleet(cfg)
 	res, err := r.f.Connect(ctx, r.n, parallel, r.opts.SyncTimeout)
 	m.b0 = 0
@@ -223,18 +262,30 @@ func (r *run) s3(ctx context.Context, cfg FleetConfig, parallel int) (Row, error
 	}
 	time.Sleep(r.opts.Settle)
 	runtimeGC(r.t)
-	s := SampleProc(r.t.PID)
-	heap := r.t.Heap(r.consul)
+	var rss int64
+	for _, t := range r.targets() {
+		rss += SampleProc(t.PID).RSS
+	}
+	heap := r.heap()
 	row := m.row("S3 memory", res.SyncTimes, res.AllSynced)
-	row.RSSPerProxy = float64(s.RSS-rss0) / float64(r.n)
+	row.RSSPerProxy = float64(rss-rss0) / float64(r.n)
 	row.HeapPerProxy = float64(heap-heap0) / float64(r.n)
 	heapNote := "heap n/a"
 	if heap > 0 {
 		heapNote = fmt.Sprintf("heap %s (%s/proxy)", bytesStr(float64(heap)), bytesStr(row.HeapPerProxy))
 	}
 	row.Notes = fmt.Sprintf("latency = connect to full state; RSS %s→%s (%s/proxy), %s",
-		bytesStr(float64(rss0)), bytesStr(float64(s.RSS)), bytesStr(row.RSSPerProxy), heapNote)
+		bytesStr(float64(rss0)), bytesStr(float64(rss)), bytesStr(row.RSSPerProxy), heapNote)
 	return row, nil
+}
+
+// heap is the Go heap in use over every server of the run.
+func (r *run) heap() int64 {
+	var h int64
+	for _, t := range r.targets() {
+		h += t.Heap(r.consul)
+	}
+	return h
 }
 
 // runtimeGC lets the server's heap settle before a reading; we cannot

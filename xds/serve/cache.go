@@ -47,7 +47,8 @@ import (
 //     from being sent the version it rejected again and again;
 //   - marshals each resource once per content and shares the marshalled
 //     Any (and the delta Resource around it) between every stream and key
-//     that serves it; only the response envelope is per stream;
+//     that serves it, and encodes a response that many streams receive at
+//     one version once, only its nonce being each stream's (codec.go);
 //   - compares, on an update, only the resources that changed: each type
 //     set remembers its predecessor and the names that differ, and a watch
 //     remembers the set it was last checked against, so a health flip costs
@@ -84,6 +85,14 @@ type typeSet struct {
 	id   uint64
 	prev uint64
 	diff []string
+	// shared memoises, per distinct response, the resources every stream
+	// sending it shares, so it is encoded once (codec.go). The one
+	// mutable part of a set: guarded by serveCache.mu, under which every
+	// answer is built.
+	shared map[shareKey]any
+	// bytes is the encoded size of all entries; sharedBytes what the
+	// memoised responses hold (bounded by maxSharedBytes).
+	bytes, sharedBytes int
 }
 
 var typeSetIDs atomic.Uint64
@@ -148,6 +157,9 @@ func newTypeSet(typeURL string, items []types.Resource, prev *typeSet) (*typeSet
 		}
 	}
 	ts.order = slices.SortedFunc(maps.Values(ts.entries), byName)
+	for _, e := range ts.order {
+		ts.bytes += len(e.any.GetValue())
+	}
 	ts.version = setVersion(ts.order)
 	return ts, nil
 }
@@ -473,13 +485,17 @@ func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts, seen *typeSe
 		for _, e := range send {
 			returned[e.name] = e.version
 		}
-		return &sotwResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: send, returned: returned}
+		key := shareKey{names: "\x00all"}
+		if !sub.IsWildcard() {
+			key.names = namesKey(send, nil)
+		}
+		return newSotwResponse(req, ts, key, send, returned)
 	case !full && (first || len(changed) > 0):
 		// Only what changed: absent names keep what the client has. A
 		// removed name cannot be said in SotW; a client drops it when it
 		// stops referring to it.
 		returned := nextReturned(sub, changed, removed)
-		return &sotwResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, returned: returned}
+		return newSotwResponse(req, ts, shareKey{names: namesKey(changed, nil)}, changed, returned)
 	}
 	return nil
 }
@@ -498,7 +514,12 @@ func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts, seen *
 	}
 	returned := nextReturned(sub, changed, removed)
 	slices.Sort(removed)
-	return &deltaResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, removed: removed, returned: returned}
+	r := &deltaResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, removed: removed, returned: returned}
+	build := func() any { return newSharedDelta(ts.version, ts.typeURL, changed) }
+	if sh, ok := ts.sharedFor(shareKey{delta: true, names: namesKey(changed, removed)}, changed, build).(*sharedDelta); ok {
+		r.shared = sh
+	}
+	return r
 }
 
 // nextReturned is what a stream holds once it gets changed (sorted here,
@@ -529,11 +550,15 @@ type sotwResponse struct {
 	typeURL  string
 	entries  []*entry
 	returned map[string]string
+	shared   *sharedSotw // nil: encoded on its own
 }
 
 var _ cachev3.Response = (*sotwResponse)(nil)
 
 func (r *sotwResponse) GetDiscoveryResponse() (*discoveryv3.DiscoveryResponse, error) {
+	if r.shared != nil {
+		return r.shared.response(r.version, r.typeURL), nil
+	}
 	anys := make([]*anypb.Any, len(r.entries))
 	for i, e := range r.entries {
 		anys[i] = e.any
@@ -554,11 +579,15 @@ type deltaResponse struct {
 	entries  []*entry
 	removed  []string
 	returned map[string]string
+	shared   *sharedDelta // nil: encoded on its own
 }
 
 var _ cachev3.DeltaResponse = (*deltaResponse)(nil)
 
 func (r *deltaResponse) GetDeltaDiscoveryResponse() (*discoveryv3.DeltaDiscoveryResponse, error) {
+	if r.shared != nil {
+		return r.shared.response(r.version, r.typeURL, r.removed), nil
+	}
 	res := make([]*discoveryv3.Resource, len(r.entries))
 	for i, e := range r.entries {
 		res[i] = e.delta

@@ -6,12 +6,15 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/mem"
 )
 
 // portMux serves gRPC and HTTP/1.1 (REST-JSON xDS) on the one xDS port, so
@@ -84,7 +87,7 @@ func (m *portMux) classify(c net.Conn) {
 		}
 	}
 	_ = c.SetDeadline(time.Time{})
-	pc := &peekedConn{Conn: conn, r: br}
+	pc := newPeekedConn(conn, br)
 	if !dst.deliver(pc) {
 		conn.Close()
 	}
@@ -101,14 +104,111 @@ func (m *portMux) Close() error {
 	return err
 }
 
-// peekedConn replays the bytes read while classifying. For gRPC it still
-// exposes the TLS state (see handshakenCreds).
+// peekedConn replays the bytes read while classifying, then reads the
+// connection itself. For gRPC it still exposes the TLS state (see
+// handshakenCreds).
+//
+// It also implements gRPC's ReadOnReady (grpc/internal/transport/
+// readyreader): on a plaintext socket gRPC then takes a read buffer from
+// its pool only once bytes have arrived and returns it when they are
+// parsed, as it does for a bare *net.TCPConn. Without it gRPC wraps any
+// other net.Conn in a 32 KiB bufio.Reader held for the connection's life,
+// which with the 4 KiB classification buffer was ~36 of every idle
+// proxy's ~71 KiB of heap (issue 16, bench/README).
 type peekedConn struct {
 	net.Conn
-	r *bufio.Reader
+	head []byte          // classified bytes not yet read
+	raw  syscall.RawConn // the socket, for plaintext connections
+	// doRead is the raw read callback and rs its state, kept here so a
+	// read allocates nothing.
+	doRead func(fd uintptr) bool
+	rs     rawRead
 }
 
-func (p *peekedConn) Read(b []byte) (int, error) { return p.r.Read(b) }
+type rawRead struct {
+	pool mem.BufferPool
+	size int
+	buf  *[]byte
+	n    int
+	err  error
+}
+
+func newPeekedConn(conn net.Conn, br *bufio.Reader) *peekedConn {
+	head, _ := br.Peek(br.Buffered())
+	pc := &peekedConn{Conn: conn, head: bytes.Clone(head)}
+	if _, isTLS := conn.(*tls.Conn); !isTLS {
+		if sc, ok := conn.(syscall.Conn); ok {
+			if raw, err := sc.SyscallConn(); err == nil {
+				pc.raw = raw
+				pc.doRead = pc.readFD
+			}
+		}
+	}
+	return pc
+}
+
+func (p *peekedConn) Read(b []byte) (int, error) {
+	if len(p.head) > 0 {
+		n := copy(b, p.head)
+		p.head = p.head[n:]
+		if len(p.head) == 0 {
+			p.head = nil
+		}
+		return n, nil
+	}
+	return p.Conn.Read(b)
+}
+
+// ReadOnReady waits for data, then reads up to bufSize bytes into a buffer
+// from pool, which the caller returns to it. Only a TLS connection (whose
+// records tls.Conn buffers itself) blocks holding the buffer.
+func (p *peekedConn) ReadOnReady(bufSize int, pool mem.BufferPool) (*[]byte, int, error) {
+	if len(p.head) > 0 || p.raw == nil {
+		buf := pool.Get(bufSize)
+		n, err := p.Read(*buf)
+		if n == 0 {
+			pool.Put(buf)
+			return nil, 0, err
+		}
+		return buf, n, err // the caller uses the n bytes before the error
+	}
+	p.rs = rawRead{pool: pool, size: bufSize}
+	err := p.raw.Read(p.doRead)
+	r := p.rs
+	p.rs = rawRead{}
+	switch {
+	case err != nil:
+		if r.buf != nil {
+			pool.Put(r.buf)
+		}
+		return nil, 0, err
+	case r.err != nil:
+		return nil, 0, r.err // its buffer went back in readFD
+	case r.n == 0:
+		pool.Put(r.buf)
+		return nil, 0, io.EOF // a read of 0 is the peer closing
+	}
+	return r.buf, r.n, nil
+}
+
+// readFD is the raw read callback: false (wait for the socket to become
+// readable) while the read would block.
+func (p *peekedConn) readFD(fd uintptr) bool {
+	s := &p.rs
+	s.buf = s.pool.Get(s.size)
+	n, err := syscall.Read(int(fd), *s.buf)
+	if err == syscall.EAGAIN || err == syscall.EWOULDBLOCK {
+		s.pool.Put(s.buf)
+		s.buf = nil
+		return false
+	}
+	s.n, s.err = max(n, 0), err
+	if err != nil {
+		s.pool.Put(s.buf)
+		s.buf = nil
+	}
+	return true
+}
 
 // ConnectionState is the TLS state of a TLS connection, for the REST
 // handler (http.Server fills Request.TLS from it) and gRPC's AuthInfo.

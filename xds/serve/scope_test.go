@@ -25,6 +25,14 @@ import (
 // routes to; nodes in no group get nothing.
 func twoGroups(t *testing.T, aRoutes ...string) *xds.Output {
 	t.Helper()
+	out, err := xds.Translate(twoGroupsModel(aRoutes...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func twoGroupsModel(aRoutes ...string) *ir.Model {
 	m := &ir.Model{}
 	for _, n := range []string{"a", "b", "c"} {
 		m.Clusters = append(m.Clusters, irtest.Cluster(n, irtest.Endpoint("10.0.0.1", 0, "dc1")))
@@ -45,11 +53,7 @@ func twoGroups(t *testing.T, aRoutes ...string) *xds.Output {
 	}
 	irtest.Reach(m)
 	m.UnmatchedAll = false
-	out, err := xds.Translate(m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+	return m
 }
 
 func resolveAB(nodeCluster string) string {

@@ -257,6 +257,9 @@ func (s *Server) groupResourcesLocked(key string) *xds.Resources {
 	return group
 }
 
+// writeBufferSize is the per-connection write batch (see Serve).
+const writeBufferSize = 8 << 10
+
 // Serve serves xDS on lis until ctx ends, then stops gracefully within the
 // configured grace period.
 func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
@@ -272,6 +275,24 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		// made explicit. Responses may be large (all clusters), so sends
 		// may be up to 64 MiB, which Envoy's own default accepts.
 		grpc.MaxRecvMsgSize(4 << 20),
+		// Each connection's writer takes a buffer of this size from a pool
+		// when it has frames to send and, if they are fewer than ~1 KiB,
+		// yields once to batch more before flushing. A health flip fans
+		// out to every proxy at once, so every connection holds a buffer
+		// through that yield: with gRPC's 32 KiB, 5,000 proxies held
+		// ~150 MiB just for ~750-byte responses (issue 16's peak RSS).
+		// Larger writes only flush more often.
+		grpc.WriteBufferSize(writeBufferSize),
+		// Fixed receive windows turn off gRPC's BDP estimation, which
+		// pings a connection whenever data arrives: here every ACK, so
+		// each push cost the proxy's connection a ping and its ack on top
+		// of the response (two more syscalls each way). Requests are
+		// small; 1 MiB lets even an edge proxy's subscription through in
+		// one window.
+		grpc.InitialWindowSize(1 << 20),
+		grpc.InitialConnWindowSize(1 << 20),
+		// Responses that many streams share are encoded once (codec.go).
+		grpc.ForceServerCodecV2(newSharedCodec()),
 		grpc.MaxSendMsgSize(64 << 20),
 		// Dead peers are found within ~40s; clients may ping every 15s.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),

@@ -1,0 +1,235 @@
+package serve
+
+import (
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/grpc/encoding"
+	_ "google.golang.org/grpc/encoding/proto" // registers the "proto" codec wrapped here
+	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// Encode once per version (issue 19).
+//
+// A health flip sends the same ClusterLoadAssignment, at the same version,
+// to every proxy whose group reaches the cluster: thousands of responses
+// that differ only in their nonce (go-control-plane numbers responses per
+// stream). The cache hands every stream whose response has the same
+// resources at the same version one shared resource slice (sharedSotw,
+// sharedDelta, memoised per type set under the cache lock); the response's
+// fields before the nonce are encoded once, the first time a stream sends
+// it, and the codec sends those bytes followed by the stream's own nonce.
+// Protobuf encodes fields in number order and the shared part is fields
+// 1 (version), 2 (resources) and 4 (type URL), everything after is the
+// stream's (nonce, removed names, ...), so the bytes are exactly what
+// proto.Marshal gives (TestSharedEncodingIsProtoEncoding).
+//
+// The encoded prefix rides in a hidden element just past the end of the
+// shared slice (its capacity is one more than its length): only a message
+// whose Resources is that very slice can reach it, so a stream whose view
+// differs (another group, other names) has its own slice and is encoded on
+// its own, and a response the cache did not build is encoded as usual.
+// The hidden element also names the version and type URL it was encoded
+// with, and the codec checks them against the message.
+
+// sharedMarker starts the hidden element's type URL (sotw) or name (delta).
+const sharedMarker = "\x00consul-xds-bridge/encoded\x00"
+
+// shareKey names a response of a set: SotW or delta, and the names it
+// carries (and, for delta, removes).
+type shareKey struct {
+	delta bool
+	names string
+}
+
+// maxSharedResponses bounds the responses a set remembers, and
+// maxSharedBytes the bytes their encodings hold: streams with unusual
+// views (SotW clients subscribed to subsets of a large set, each its own)
+// beyond that are encoded on their own, as before, rather than the memo
+// growing to many copies of the set.
+const maxSharedResponses = 64
+
+func (ts *typeSet) maxSharedBytes() int { return 4*ts.bytes + 64<<10 }
+
+// sharedFor returns the memo under key for entries, calling build to make
+// it if there is room; nil if there is none.
+func (ts *typeSet) sharedFor(key shareKey, entries []*entry, build func() any) any {
+	if v, ok := ts.shared[key]; ok {
+		return v
+	}
+	size := 0
+	for _, e := range entries {
+		size += len(e.any.GetValue())
+	}
+	if len(ts.shared) >= maxSharedResponses || ts.sharedBytes+size > ts.maxSharedBytes() {
+		return nil
+	}
+	if ts.shared == nil {
+		ts.shared = map[shareKey]any{}
+	}
+	v := build()
+	ts.shared[key] = v
+	ts.sharedBytes += size
+	return v
+}
+
+// namesKey is the names of a response: the one name of a single change
+// (no allocation: the common fan-out), else every name, removed ones
+// marked, each ended by a NUL, which no resource name holds.
+func namesKey(entries []*entry, removed []string) string {
+	if len(entries) == 1 && len(removed) == 0 {
+		return entries[0].name
+	}
+	var b strings.Builder
+	for _, e := range entries {
+		b.WriteString(e.name)
+		b.WriteByte(0)
+	}
+	for _, name := range removed {
+		b.WriteByte(1)
+		b.WriteString(name)
+		b.WriteByte(0)
+	}
+	return b.String()
+}
+
+// newSotwResponse is a SotW response of entries from ts, sharing its
+// encoding with every other stream answered the same under key.
+func newSotwResponse(req *cachev3.Request, ts *typeSet, key shareKey, entries []*entry, returned map[string]string) *sotwResponse {
+	r := &sotwResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: entries, returned: returned}
+	if sh, ok := ts.sharedFor(key, entries, func() any { return newSharedSotw(ts.version, ts.typeURL, entries) }).(*sharedSotw); ok {
+		r.shared = sh
+	}
+	return r
+}
+
+// sharedSotw is the resources of a SotW response shared by every stream
+// that receives them at one version.
+type sharedSotw struct {
+	once sync.Once
+	anys []*anypb.Any // len(entries), cap +1: the hidden element
+}
+
+func newSharedSotw(version, typeURL string, entries []*entry) *sharedSotw {
+	anys := make([]*anypb.Any, len(entries), len(entries)+1)
+	for i, e := range entries {
+		anys[i] = e.any
+	}
+	anys = append(anys, &anypb.Any{TypeUrl: sharedMarker + version + "\x00" + typeURL})
+	return &sharedSotw{anys: anys[:len(entries)]}
+}
+
+// response is the stream's DiscoveryResponse, its prefix encoded once.
+func (s *sharedSotw) response(version, typeURL string) *discoveryv3.DiscoveryResponse {
+	out := &discoveryv3.DiscoveryResponse{VersionInfo: version, Resources: s.anys, TypeUrl: typeURL}
+	s.once.Do(func() {
+		hidden := s.anys[:len(s.anys)+1][len(s.anys)]
+		// Resources are encoded Anys: this cannot fail, and if it did
+		// the empty prefix would make the codec encode as usual.
+		hidden.Value, _ = proto.MarshalOptions{Deterministic: true}.Marshal(out)
+	})
+	return out
+}
+
+// sharedDelta is the resources of a delta response shared by every
+// stream that receives them (with the same removed names) at one version.
+type sharedDelta struct {
+	once sync.Once
+	res  []*discoveryv3.Resource
+}
+
+func newSharedDelta(version, typeURL string, entries []*entry) *sharedDelta {
+	res := make([]*discoveryv3.Resource, len(entries), len(entries)+1)
+	for i, e := range entries {
+		res[i] = e.delta
+	}
+	res = append(res, &discoveryv3.Resource{Name: sharedMarker + version + "\x00" + typeURL, Resource: &anypb.Any{}})
+	return &sharedDelta{res: res[:len(entries)]}
+}
+
+func (s *sharedDelta) response(version, typeURL string, removed []string) *discoveryv3.DeltaDiscoveryResponse {
+	s.once.Do(func() {
+		hidden := s.res[:len(s.res)+1][len(s.res)]
+		prefix := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: version, Resources: s.res, TypeUrl: typeURL}
+		hidden.Resource.Value, _ = proto.MarshalOptions{Deterministic: true}.Marshal(prefix)
+	})
+	return &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: version, Resources: s.res, TypeUrl: typeURL, RemovedResources: removed}
+}
+
+// hiddenMatches reports whether the hidden element's tag names version
+// and typeURL (without building the string).
+func hiddenMatches(tag, version, typeURL string) bool {
+	n := len(sharedMarker)
+	return len(tag) == n+len(version)+1+len(typeURL) &&
+		tag[:n] == sharedMarker &&
+		tag[n:n+len(version)] == version &&
+		tag[n+len(version)] == 0 &&
+		tag[n+len(version)+1:] == typeURL
+}
+
+// sotwPrefix is the shared encoding of m's fields 1, 2 and 4, nil if m
+// does not carry one (or carries a field in between: canary).
+func sotwPrefix(m *discoveryv3.DiscoveryResponse) []byte {
+	r := m.GetResources()
+	if cap(r) <= len(r) || m.GetCanary() {
+		return nil
+	}
+	hidden := r[:len(r)+1][len(r)]
+	if hidden == nil || !hiddenMatches(hidden.GetTypeUrl(), m.GetVersionInfo(), m.GetTypeUrl()) {
+		return nil
+	}
+	return hidden.GetValue()
+}
+
+func deltaPrefix(m *discoveryv3.DeltaDiscoveryResponse) []byte {
+	r := m.GetResources()
+	if cap(r) <= len(r) {
+		return nil
+	}
+	hidden := r[:len(r)+1][len(r)]
+	if hidden == nil || !hiddenMatches(hidden.GetName(), m.GetSystemVersionInfo(), m.GetTypeUrl()) {
+		return nil
+	}
+	return hidden.GetResource().GetValue()
+}
+
+// sharedSends counts responses sent from a shared encoding (tests).
+var sharedSends atomic.Int64
+
+// sharedCodec is gRPC's proto codec, except that a response carrying a
+// shared prefix is sent as that prefix plus its own remaining fields.
+type sharedCodec struct{ encoding.CodecV2 }
+
+func newSharedCodec() sharedCodec { return sharedCodec{encoding.GetCodecV2("proto")} }
+
+func (c sharedCodec) Marshal(v any) (mem.BufferSlice, error) {
+	var prefix []byte
+	var rest proto.Message
+	switch m := v.(type) {
+	case *discoveryv3.DiscoveryResponse:
+		if prefix = sotwPrefix(m); prefix != nil {
+			rest = &discoveryv3.DiscoveryResponse{Nonce: m.GetNonce(), ControlPlane: m.GetControlPlane(), ResourceErrors: m.GetResourceErrors()}
+		}
+	case *discoveryv3.DeltaDiscoveryResponse:
+		if prefix = deltaPrefix(m); prefix != nil {
+			rest = &discoveryv3.DeltaDiscoveryResponse{Nonce: m.GetNonce(), RemovedResources: m.GetRemovedResources(),
+				RemovedResourceNames: m.GetRemovedResourceNames(), ControlPlane: m.GetControlPlane(), ResourceErrors: m.GetResourceErrors()}
+		}
+	}
+	if len(prefix) == 0 || len(v.(proto.Message).ProtoReflect().GetUnknown()) > 0 {
+		return c.CodecV2.Marshal(v)
+	}
+	tail, err := proto.MarshalOptions{Deterministic: true}.Marshal(rest)
+	if err != nil {
+		return nil, err
+	}
+	sharedSends.Add(1)
+	// SliceBuffers are not pooled: gRPC's Free after the write leaves the
+	// shared prefix alone.
+	return mem.BufferSlice{mem.SliceBuffer(prefix), mem.SliceBuffer(tail)}, nil
+}

@@ -589,26 +589,3 @@ func (s *Server) setLocked(role string, r *xds.Resources, typ string, items func
 	s.built[r][typ] = ts
 	return ts, nil
 }
-
-// proxylessKey prefixes the snapshot key of proxyless gRPC clients, so a
-// gRPC client and an Envoy announcing the same node.cluster get different
-// listeners (API listeners vs. real ones). The separator cannot appear in
-// a sensible node.cluster.
-const proxylessKey = "grpc\x1f"
-
-// snapshotKey is the cache key of a node: its node.cluster, marked for
-// proxyless gRPC clients (user agent "gRPC ..." / "grpc-go").
-func snapshotKey(node *corev3.Node) string {
-	if isProxyless(node) {
-		return proxylessKey + node.GetCluster()
-	}
-	return node.GetCluster()
-}
-
-func isProxyless(node *corev3.Node) bool {
-	return strings.HasPrefix(strings.ToLower(node.GetUserAgentName()), "grpc")
-}
-
-func parseKey(key string) (nodeCluster string, proxyless bool) {
-	return strings.CutPrefix(key, proxylessKey)
-}

@@ -1,0 +1,34 @@
+package serve
+
+import (
+	"strings"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+)
+
+// Snapshot keys: what a node is served is decided by its key, its
+// node.cluster (rewritten to its group for a Connect sidecar, sidecar.go),
+// marked for proxyless gRPC clients.
+
+// proxylessKey prefixes the snapshot key of proxyless gRPC clients, so a
+// gRPC client and an Envoy announcing the same node.cluster get different
+// listeners (API listeners vs. real ones). The separator cannot appear in
+// a sensible node.cluster.
+const proxylessKey = "grpc\x1f"
+
+// snapshotKey is the cache key of a node: its node.cluster, marked for
+// proxyless gRPC clients (user agent "gRPC ..." / "grpc-go").
+func snapshotKey(node *corev3.Node) string {
+	if isProxyless(node) {
+		return proxylessKey + node.GetCluster()
+	}
+	return node.GetCluster()
+}
+
+func isProxyless(node *corev3.Node) bool {
+	return strings.HasPrefix(strings.ToLower(node.GetUserAgentName()), "grpc")
+}
+
+func parseKey(key string) (nodeCluster string, proxyless bool) {
+	return strings.CutPrefix(key, proxylessKey)
+}

@@ -105,13 +105,7 @@ func (s *authzStream) RecvMsg(m any) error {
 }
 
 func (s *authzStream) check(m any) error {
-	var node *corev3.Node
-	switch r := m.(type) {
-	case *discoveryv3.DiscoveryRequest:
-		node = r.GetNode()
-	case *discoveryv3.DeltaDiscoveryRequest:
-		node = r.GetNode()
-	}
+	node := requestNode(m)
 	// Envoy may send the node only on a stream's first request; requests
 	// without one keep the identity checked then.
 	if node == nil {
@@ -158,4 +152,15 @@ func certIdentity(c *x509.Certificate) string {
 		return "CN=" + c.Subject.CommonName
 	}
 	return strings.Join(ids, ",")
+}
+
+// requestNode is the node of a SotW or delta request (nil if it has none).
+func requestNode(m any) *corev3.Node {
+	switch r := m.(type) {
+	case *discoveryv3.DiscoveryRequest:
+		return r.GetNode()
+	case *discoveryv3.DeltaDiscoveryRequest:
+		return r.GetNode()
+	}
+	return nil
 }

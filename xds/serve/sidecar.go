@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -227,13 +226,7 @@ func (st *sidecarStream) RecvMsg(m any) error {
 	case <-st.kill:
 		return st.err
 	}
-	var node *corev3.Node
-	switch r := m.(type) {
-	case *discoveryv3.DiscoveryRequest:
-		node = r.GetNode()
-	case *discoveryv3.DeltaDiscoveryRequest:
-		node = r.GetNode()
-	}
+	node := requestNode(m)
 	if node != nil {
 		if st.sc.wait && !st.keyed {
 			select {

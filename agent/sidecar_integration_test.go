@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,7 +63,8 @@ func TestAgentRelaysConnectSidecars(t *testing.T) {
 	t.Cleanup(func() { cancel(); <-done })
 	<-d.Started()
 
-	ag := startAgentWith(t, t.TempDir(), func(c *agent.Config) {
+	agentDir := t.TempDir()
+	ag := startAgentWith(t, agentDir, func(c *agent.Config) {
 		c.Upstreams = []string{s.XDS.Listen}
 		c.ConsulAddress = ca.HTTPAddr()
 		c.ConnectServices = []string{"web"}
@@ -116,6 +118,24 @@ func TestAgentRelaysConnectSidecars(t *testing.T) {
 		t.Errorf("leaf does not chain to Consul's root: %v", err)
 	}
 
+	// The registrations are saved (0600) in the form a restart reads
+	// (TestAgentKeysSidecarsFromSavedRegistrations).
+	var saved []byte
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if saved, err = os.ReadFile(filepath.Join(agentDir, "data", "sidecars.json")); err == nil || time.Now().After(deadline) {
+			break
+		}
+	}
+	if err != nil {
+		t.Fatalf("registrations not saved: %v", err)
+	}
+	if fi, _ := os.Stat(filepath.Join(agentDir, "data", "sidecars.json")); fi.Mode().Perm() != 0o600 {
+		t.Errorf("sidecars.json mode %v, want 0600", fi.Mode().Perm())
+	}
+	if !strings.Contains(string(saved), `"proxy_id":"web-sidecar-proxy","group":"`+group+`"`) {
+		t.Errorf("saved registrations lack web's sidecar group: %s", saved)
+	}
+
 	// The central bridge sees the relayed stream as web's sidecar on this
 	// Consul node (not as the agent's node id in group "web").
 	resp, err := http.Get("http://" + d.AdminAddr().String() + "/v1/proxies")
@@ -146,5 +166,47 @@ func TestAgentRelaysConnectSidecars(t *testing.T) {
 	}
 	if dump.Group != group || len(dump.Listeners) != 2 || len(dump.Secrets) != 0 {
 		t.Errorf("central config dump of the sidecar: group %q, %d listeners, %d secrets; want %q, 2, 0", dump.Group, len(dump.Listeners), len(dump.Secrets), group)
+	}
+}
+
+// TestAgentKeysSidecarsFromSavedRegistrations: an agent restarting while
+// its Consul agent is down keys a local sidecar by the registrations it
+// saved, at once (not by the node.cluster it announces, and without
+// waiting for Consul).
+func TestAgentKeysSidecarsFromSavedRegistrations(t *testing.T) {
+	dir := t.TempDir()
+	data := filepath.Join(dir, "data")
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	group := ir.SidecarGroupName("vm-a", "web-sidecar-proxy")
+	saved := `{"node":"vm-a","proxies":[{"proxy_id":"web-sidecar-proxy","group":"` + group + `","service":"web"}]}`
+	if err := os.WriteFile(filepath.Join(data, "sidecars.json"), []byte(saved), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ag := startAgentWith(t, dir, func(c *agent.Config) {
+		c.ConsulAddress = freeAddr(t) // nothing listens: Consul is down
+		c.ConnectServices = []string{"web"}
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := adsclient.Dial(ctx, adsclient.Config{Addr: "unix://" + ag.SocketAddr().String(), NodeID: "web-sidecar-proxy", Cluster: "web", Mode: adsclient.Delta})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	for {
+		ps := ag.Server().Proxies()
+		if i := slices.IndexFunc(ps, func(p serve.ProxyStatus) bool { return p.NodeID == "web-sidecar-proxy" }); i >= 0 {
+			if ps[i].Group != group && ps[i].NodeCluster != group {
+				t.Fatalf("local sidecar keyed as %+v, want group %q", ps[i], group)
+			}
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the local sidecar's stream never showed on /v1/proxies: %+v", ag.Server().Proxies())
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }

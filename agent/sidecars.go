@@ -57,9 +57,36 @@ type localSidecars struct {
 // sidecarFile is where the registrations are kept.
 func (s *localSidecars) file() string { return filepath.Join(s.a.cfg.DataDir, sidecarsFile) }
 
+// savedSidecars is the file's form: its own, since serve.SidecarInfo's
+// JSON is /v1/proxies' (which leaves the group out).
 type savedSidecars struct {
-	Node  string                         `json:"node"`
-	Index map[string][]serve.SidecarInfo `json:"index"`
+	Node    string         `json:"node"`
+	Proxies []savedSidecar `json:"proxies"`
+}
+
+type savedSidecar struct {
+	ProxyID   string   `json:"proxy_id"`
+	Group     string   `json:"group"`
+	Service   string   `json:"service"`
+	Upstreams []string `json:"upstreams,omitempty"`
+}
+
+func toSaved(node string, index map[string][]serve.SidecarInfo) savedSidecars {
+	out := savedSidecars{Node: node, Proxies: []savedSidecar{}}
+	for _, id := range slices.Sorted(maps.Keys(index)) {
+		for _, in := range index[id] {
+			out.Proxies = append(out.Proxies, savedSidecar{ProxyID: id, Group: in.Group, Service: in.Service, Upstreams: in.Upstreams})
+		}
+	}
+	return out
+}
+
+func (s savedSidecars) index() map[string][]serve.SidecarInfo {
+	index := map[string][]serve.SidecarInfo{}
+	for _, p := range s.Proxies {
+		index[p.ProxyID] = append(index[p.ProxyID], serve.SidecarInfo{Node: s.Node, Group: p.Group, Service: p.Service, Upstreams: p.Upstreams})
+	}
+	return index
 }
 
 // restore applies the saved registrations, if any.
@@ -72,11 +99,13 @@ func (s *localSidecars) restore() bool {
 		return false
 	}
 	var saved savedSidecars
-	if err := json.Unmarshal(b, &saved); err != nil || saved.Index == nil {
+	if err := json.Unmarshal(b, &saved); err != nil || saved.Proxies == nil || slices.ContainsFunc(saved.Proxies, func(p savedSidecar) bool {
+		return p.ProxyID == "" || p.Group != ir.SidecarGroupName(saved.Node, p.ProxyID)
+	}) {
 		s.a.log.Warn().Str("file", s.file()).Msg("ignoring a damaged sidecar registrations file")
 		return false
 	}
-	s.apply(saved.Node, saved.Index, false)
+	s.apply(saved.Node, saved.index(), false)
 	return true
 }
 
@@ -164,7 +193,7 @@ func (s *localSidecars) apply(node string, index map[string][]serve.SidecarInfo,
 	if !save {
 		return
 	}
-	b, err := json.Marshal(savedSidecars{Node: node, Index: index})
+	b, err := json.Marshal(toSaved(node, index))
 	if err == nil {
 		if err = os.MkdirAll(s.a.cfg.DataDir, 0o700); err == nil {
 			err = writeFileAtomic(s.file(), b)

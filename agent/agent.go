@@ -81,7 +81,7 @@ func New(cfg *Config, log zerolog.Logger) *Agent {
 		a.connect = &connectCerts{a: a, services: cfg.ConnectServices, leaves: map[string]*tlsv3.Secret{}, changed: a.reserveAll}
 	}
 	if len(cfg.ConnectServices) > 0 {
-		a.sidecars = &localSidecars{a: a}
+		a.sidecars = &localSidecars{a: a, warned: map[string]bool{}}
 	}
 	a.server = serve.NewServer(serve.ServerConfig{
 		Logger: log, Registerer: reg, Relay: true, OnKey: a.onKey, OnKeyGone: a.onKeyGone,

@@ -21,6 +21,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
@@ -64,11 +65,12 @@ func TestAgentRelaysConnectSidecars(t *testing.T) {
 	<-d.Started()
 
 	agentDir := t.TempDir()
+	var logs syncbuffer.Buffer
 	ag := startAgentWith(t, agentDir, func(c *agent.Config) {
 		c.Upstreams = []string{s.XDS.Listen}
 		c.ConsulAddress = ca.HTTPAddr()
 		c.ConnectServices = []string{"web"}
-	})
+	}, &logs)
 	node, err := ca.Client().Agent().NodeName()
 	if err != nil {
 		t.Fatal(err)
@@ -116,6 +118,12 @@ func TestAgentRelaysConnectSidecars(t *testing.T) {
 	}
 	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
 		t.Errorf("leaf does not chain to Consul's root: %v", err)
+	}
+
+	// api's sidecar is registered here too, but api is not among the
+	// connect services: it would get no leaf, which the log says.
+	if !strings.Contains(logs.String(), `"proxy_id":"api-sidecar-proxy","service":"api"`) || !strings.Contains(logs.String(), "not in connect.services") {
+		t.Errorf("no warning about api's sidecar without a leaf:\n%s", logs.String())
 	}
 
 	// The registrations are saved (0600) in the form a restart reads

@@ -52,6 +52,9 @@ type localSidecars struct {
 	node  string                         // the local Consul node's name
 	index map[string][]serve.SidecarInfo // by proxy id
 	set   bool
+	// warned: proxy ids whose service is not a connect service, logged
+	// (read's goroutine only).
+	warned map[string]bool
 }
 
 // sidecarFile is where the registrations are kept.
@@ -169,7 +172,8 @@ func (s *localSidecars) read() error {
 		for _, u := range svc.Proxy.Upstreams {
 			info.Upstreams = append(info.Upstreams, fmt.Sprintf("%s@%s:%d", u.DestinationName, u.LocalBindAddress, u.LocalBindPort))
 		}
-		if !slices.Contains(s.a.cfg.ConnectServices, info.Service) {
+		if !slices.Contains(s.a.cfg.ConnectServices, info.Service) && !s.warned[id] {
+			s.warned[id] = true // once per proxy id, not every poll
 			s.a.log.Warn().Str("proxy_id", id).Str("service", info.Service).
 				Msg("a local Connect sidecar's service is not in connect.services, so the agent serves it no leaf certificate; add it")
 		}

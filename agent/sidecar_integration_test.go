@@ -2,9 +2,7 @@ package agent_test
 
 import (
 	"context"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -13,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/hashicorp/consul/api"
 	"github.com/rs/zerolog"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/agent"
@@ -37,15 +34,7 @@ import (
 // central bridge lists it as that registration's sidecar.
 func TestAgentRelaysConnectSidecars(t *testing.T) {
 	ca := consultest.Start(t)
-	for _, reg := range []*api.AgentServiceRegistration{
-		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
-			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "api", LocalBindPort: 9191}}}}}},
-		{Name: "api", Port: 9090, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}},
-	} {
-		if err := ca.Client().Agent().ServiceRegister(reg); err != nil {
-			t.Fatal(err)
-		}
-	}
+	ca.RegisterWebAPIMesh(t)
 	file := filepath.Join(t.TempDir(), "central.hcl")
 	if err := os.WriteFile(file, []byte("mesh {\n  default_intention = \"allow\"\n}\n"), 0o644); err != nil {
 		t.Fatal(err)
@@ -100,25 +89,7 @@ func TestAgentRelaysConnectSidecars(t *testing.T) {
 	if got := st.Listener(upstream).GetAddress().GetSocketAddress().GetPortValue(); got != 9191 {
 		t.Errorf("upstream listener port %d, want 9191", got)
 	}
-	chain := []byte(st.Secret(ir.LeafSecretPrefix + "web").GetTlsCertificate().GetCertificateChain().GetInlineString())
-	block, _ := pem.Decode(chain)
-	if block == nil {
-		t.Fatal("leaf is not PEM")
-	}
-	leaf, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	for _, r := range roots.Roots {
-		pool.AppendCertsFromPEM([]byte(r.RootCertPEM))
-	}
-	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != ir.SPIFFEID(roots.TrustDomain, "dc1", "web") {
-		t.Errorf("leaf URIs %v, want web's SPIFFE id", leaf.URIs)
-	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
-		t.Errorf("leaf does not chain to Consul's root: %v", err)
-	}
+	consultest.VerifyConnectLeaf(t, []byte(st.Secret(ir.LeafSecretPrefix+"web").GetTlsCertificate().GetCertificateChain().GetInlineString()), roots, ir.SPIFFEID(roots.TrustDomain, "dc1", "web"))
 
 	// api's sidecar is registered here too, but api is not among the
 	// connect services: it would get no leaf, which the log says.

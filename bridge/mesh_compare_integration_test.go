@@ -65,7 +65,7 @@ func viewOf(st adsclient.State) meshView {
 // SPIFFE SANs; and an intention reaches both (timed, logged).
 func TestMeshMatchesConsulXDS(t *testing.T) {
 	agent := consultest.Start(t)
-	registerMesh(t, agent)
+	agent.RegisterWebAPIMesh(t)
 	h := startMeshBridge(t, agent, "mesh {}\n")
 	dial := func(addr string) (*adsclient.Client, meshView) {
 		t.Helper()

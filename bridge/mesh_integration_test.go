@@ -2,9 +2,7 @@ package bridge_test
 
 import (
 	"context"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"net/http"
 	"os"
@@ -24,21 +22,6 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
-
-// registerMesh registers web (upstream api on 9191) and api, each with a
-// Connect sidecar, through the agent as an operator would.
-func registerMesh(t *testing.T, agent *consultest.Agent) {
-	t.Helper()
-	for _, reg := range []*api.AgentServiceRegistration{
-		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
-			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "api", LocalBindPort: 9191}}}}}},
-		{Name: "api", Port: 9090, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}},
-	} {
-		if err := agent.Client().Agent().ServiceRegister(reg); err != nil {
-			t.Fatalf("register %s: %v", reg.Name, err)
-		}
-	}
-}
 
 func startMeshBridge(t *testing.T, agent *consultest.Agent, policyHCL string) *harness {
 	t.Helper()
@@ -71,7 +54,7 @@ func proxyService(t *testing.T, agent *consultest.Agent, id string) *api.Catalog
 // intention changes the public listener's RBAC within a second.
 func TestMeshSidecarFromRegistration(t *testing.T) {
 	agent := consultest.Start(t)
-	registerMesh(t, agent)
+	agent.RegisterWebAPIMesh(t)
 	h := startMeshBridge(t, agent, "mesh {\n  mode = \"central\"\n}\n")
 	roots, _, err := agent.Client().Connect().CARoots(nil)
 	if err != nil {
@@ -168,29 +151,10 @@ func TestMeshSidecarFromRegistration(t *testing.T) {
 func verifyLeaf(t *testing.T, st adsclient.State, roots *api.CARootList, uri string) {
 	t.Helper()
 	sec := st.Secret(ir.LeafSecretPrefix + "web")
-	chain := []byte(sec.GetTlsCertificate().GetCertificateChain().GetInlineString())
-	if len(chain) == 0 || sec.GetTlsCertificate().GetPrivateKey().GetInlineString() == "" {
+	if sec.GetTlsCertificate().GetCertificateChain().GetInlineString() == "" || sec.GetTlsCertificate().GetPrivateKey().GetInlineString() == "" {
 		t.Fatalf("leaf secret without certificate or key")
 	}
-	block, rest := pem.Decode(chain)
-	if block == nil {
-		t.Fatal("leaf is not PEM")
-	}
-	leaf, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != uri {
-		t.Errorf("leaf URIs %v, want %s", leaf.URIs, uri)
-	}
-	pool, inter := x509.NewCertPool(), x509.NewCertPool()
-	for _, r := range roots.Roots {
-		pool.AppendCertsFromPEM([]byte(r.RootCertPEM))
-	}
-	inter.AppendCertsFromPEM(rest)
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: pool, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
-		t.Errorf("leaf does not chain to Consul's root: %v", err)
-	}
+	consultest.VerifyConnectLeaf(t, []byte(sec.GetTlsCertificate().GetCertificateChain().GetInlineString()), roots, uri)
 }
 
 // TestMeshSidecarRegisteredWhileConnected: an Envoy that connects before
@@ -199,7 +163,7 @@ func verifyLeaf(t *testing.T, st adsclient.State, roots *api.CARootList, uri str
 // reconnection gets the sidecar's listeners.
 func TestMeshSidecarRegisteredWhileConnected(t *testing.T) {
 	agent := consultest.Start(t)
-	registerMesh(t, agent)
+	agent.RegisterWebAPIMesh(t)
 	h := startMeshBridge(t, agent, "mesh {}\n")
 	cfg := adsclient.Config{Addr: h.daemon.XDSAddr().String(), NodeID: "db-sidecar-proxy", Cluster: "db", InitialFetchTimeout: -1}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -18,15 +18,7 @@ import (
 // sidecars' public listeners and nothing else.
 func TestPlanWithTheMesh(t *testing.T) {
 	agent := consultest.Start(t)
-	for _, reg := range []*api.AgentServiceRegistration{
-		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
-			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "api", LocalBindPort: 9191}}}}}},
-		{Name: "api", Port: 9090, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}},
-	} {
-		if err := agent.Client().Agent().ServiceRegister(reg); err != nil {
-			t.Fatalf("register %s: %v", reg.Name, err)
-		}
-	}
+	agent.RegisterWebAPIMesh(t)
 	if _, _, err := agent.Client().ConfigEntries().Set(&api.ServiceIntentionsConfigEntry{Kind: api.ServiceIntentions, Name: "api",
 		Sources: []*api.SourceIntention{{Name: "web", Action: api.IntentionActionAllow}}}, nil); err != nil {
 		t.Fatal(err)

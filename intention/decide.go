@@ -103,12 +103,16 @@ func permissionMatches(p *ir.IntentionPermission, req *Request) bool {
 	return true
 }
 
-// headerMatches: a missing header matches nothing, which Invert turns
-// into a match (as Envoy's header matchers do).
+// headerMatches matches as Envoy's header matchers do: a missing header
+// matches only an inverted presence match ("absent"); an inverted value
+// match needs the header (Envoy's treat_missing_header_as_empty off).
 func headerMatches(h *ir.IntentionHeader, headers map[string]string) bool {
 	v, ok := headers[strings.ToLower(h.Name)]
-	m := ok
-	if ok {
+	if !ok {
+		return h.Invert && h.Present
+	}
+	m := true
+	{
 		fold := func(s string) string {
 			if h.IgnoreCase {
 				return strings.ToLower(s)

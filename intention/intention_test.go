@@ -284,6 +284,9 @@ func TestDecide(t *testing.T) {
 			{Action: allow, PathExact: "/items", Methods: []string{"GET"}},
 			{Action: allow, Headers: []ir.IntentionHeader{{Name: "X-Team", Exact: "BLUE", IgnoreCase: true}}},
 		}},
+		{Source: "batch", Permissions: []ir.IntentionPermission{
+			{Action: allow, Headers: []ir.IntentionHeader{{Name: "x-team", Exact: "red", Invert: true}}},
+		}},
 		{Source: "*", Action: allow},
 	}}
 	cases := []struct {
@@ -296,6 +299,11 @@ func TestDecide(t *testing.T) {
 		{Request{Source: "web", Method: "POST", Path: "/items"}, deny}, // no permission matches: the default, not "*"
 		{Request{Source: "web", Method: "GET", Path: "/admin/x", Headers: map[string]string{"x-team": "blue"}}, deny}, // first permission wins
 		{Request{Source: "web", Method: "PUT", Path: "/x", Headers: map[string]string{"x-team": "Blue"}}, allow},
+		// An inverted value match needs the header, as in Envoy: without
+		// it no permission matches and the default applies.
+		{Request{Source: "batch", Path: "/"}, deny},
+		{Request{Source: "batch", Path: "/", Headers: map[string]string{"x-team": "blue"}}, allow},
+		{Request{Source: "batch", Path: "/", Headers: map[string]string{"x-team": "red"}}, deny},
 	}
 	for _, c := range cases {
 		if got := Decide(in, c.req); got != c.want {

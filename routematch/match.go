@@ -175,6 +175,11 @@ func headerValue(req Request, name string) (string, bool) {
 
 func headerMatches(h *routev3.HeaderMatcher, req Request) bool {
 	v, present := headerValue(req, h.GetName())
+	if _, presence := h.GetHeaderMatchSpecifier().(*routev3.HeaderMatcher_PresentMatch); !present && !presence && h.GetHeaderMatchSpecifier() != nil {
+		// Envoy: a missing header fails a value match, inverted or not
+		// (treat_missing_header_as_empty is off).
+		return false
+	}
 	var ok bool
 	switch spec := h.GetHeaderMatchSpecifier().(type) {
 	case *routev3.HeaderMatcher_PresentMatch:

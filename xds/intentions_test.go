@@ -101,9 +101,14 @@ func permissionMatches(t *testing.T, p *rbacv3.Permission, req intention.Request
 
 func headerMatches(t *testing.T, h *routev3.HeaderMatcher, req intention.Request) bool {
 	t.Helper()
-	v, ok := req.Headers[h.GetName()]
+	v, ok := req.Headers[strings.ToLower(h.GetName())]
 	if h.GetName() == ":method" {
 		v, ok = req.Method, req.Method != ""
+	}
+	if !ok {
+		// Envoy: only an inverted presence match matches a missing header.
+		_, presence := h.GetHeaderMatchSpecifier().(*routev3.HeaderMatcher_PresentMatch)
+		return presence && h.GetInvertMatch()
 	}
 	m := ok
 	if ok {
@@ -361,6 +366,8 @@ func TestRBACRandom(t *testing.T) {
 		{PathRegex: "/v1/items/[0-9]+"},
 		{Headers: []ir.IntentionHeader{{Name: "x-team", Prefix: "bl"}}},
 		{Headers: []ir.IntentionHeader{{Name: "x-team", Present: true, Invert: true}}},
+		{Headers: []ir.IntentionHeader{{Name: "x-team", Exact: "red", Invert: true}}},
+		{Headers: []ir.IntentionHeader{{Name: "X-Team", Contains: "LU", IgnoreCase: true}}},
 		{Methods: []string{"DELETE"}},
 		{},
 	}

@@ -178,7 +178,7 @@ const maxKeys = 64
 
 // allowNode vets a local proxy's node when its stream first names it.
 func (a *Agent) allowNode(n *corev3.Node) error {
-	if strings.HasPrefix(n.GetCluster(), ir.SidecarGroupPrefix) {
+	if a.sidecars != nil && strings.HasPrefix(n.GetCluster(), ir.SidecarGroupPrefix) {
 		// Keyed from a connect-proxy registered on this host (clients
 		// cannot announce the prefix themselves): its node id is checked.
 		if err := a.cfg.allowedID(n.GetId()); err != nil {

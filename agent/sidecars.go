@@ -52,9 +52,11 @@ type localSidecars struct {
 	node  string                         // the local Consul node's name
 	index map[string][]serve.SidecarInfo // by proxy id
 	set   bool
-	// warned: proxy ids whose service is not a connect service, logged
-	// (read's goroutine only).
-	warned map[string]bool
+	// Read's goroutine only: proxy ids whose service is not a connect
+	// service, logged; the client; the node name Consul gave this process.
+	warned   map[string]bool
+	client   *api.Client
+	liveNode string
 }
 
 // sidecarFile is where the registrations are kept.
@@ -108,7 +110,7 @@ func (s *localSidecars) restore() bool {
 		s.a.log.Warn().Str("file", s.file()).Msg("ignoring a damaged sidecar registrations file")
 		return false
 	}
-	s.apply(saved.Node, saved.index(), false)
+	s.apply(saved.Node, saved.index(), false, false)
 	return true
 }
 
@@ -118,12 +120,8 @@ func (s *localSidecars) run(ctx context.Context) {
 			select {
 			case <-ctx.Done():
 			case <-time.After(sidecarStartWait):
-				s.mu.Lock()
-				set := s.set
-				s.mu.Unlock()
-				if !set {
+				if s.apply("", map[string][]serve.SidecarInfo{}, false, true) {
 					s.a.log.Warn().Msg("no Connect sidecar registrations read from the local Consul agent yet; local proxies are served by node.cluster until they are")
-					s.apply("", map[string][]serve.SidecarInfo{}, false)
 				}
 			}
 		}()
@@ -131,7 +129,7 @@ func (s *localSidecars) run(ctx context.Context) {
 	backoff := s.a.cfg.BackoffInitial
 	for ctx.Err() == nil {
 		wait := SidecarPoll
-		if err := s.read(); err != nil {
+		if err := s.read(ctx); err != nil {
 			s.a.log.Warn().Err(err).Msg("cannot read the local Consul agent's sidecar registrations; local sidecars keep their group")
 			wait, backoff = backoff, min(2*backoff, s.a.cfg.BackoffMax)
 		} else {
@@ -144,21 +142,33 @@ func (s *localSidecars) run(ctx context.Context) {
 	}
 }
 
-// read takes the local agent's connect-proxy registrations.
-func (s *localSidecars) read() error {
-	cl, err := api.NewClient(&api.Config{Address: s.a.cfg.ConsulAddress, Token: os.Getenv("CONSUL_HTTP_TOKEN")})
-	if err != nil {
-		return err
+// read takes the local agent's connect-proxy registrations. The node
+// name is asked once per process (never taken from the saved file, so a
+// renamed node is picked up), through one client kept for the polls.
+func (s *localSidecars) read(ctx context.Context) error {
+	if s.client == nil {
+		cl, err := api.NewClient(&api.Config{Address: s.a.cfg.ConsulAddress, Token: os.Getenv("CONSUL_HTTP_TOKEN")})
+		if err != nil {
+			return err
+		}
+		s.client = cl
 	}
-	s.mu.Lock()
-	node := s.node
-	s.mu.Unlock()
-	if node == "" {
-		if node, err = cl.Agent().NodeName(); err != nil {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second) // a local call: a hung agent must not hold the poll
+	defer cancel()
+	q := (&api.QueryOptions{}).WithContext(ctx)
+	if s.liveNode == "" {
+		self, err := s.client.Agent().Self()
+		if err != nil {
 			return fmt.Errorf("local Consul node name: %w", err)
 		}
+		name, _ := self["Config"]["NodeName"].(string)
+		if name == "" {
+			return fmt.Errorf("local Consul node name: the agent's /v1/agent/self has no Config.NodeName")
+		}
+		s.liveNode = name
 	}
-	services, err := cl.Agent().ServicesWithFilter(`Kind == "connect-proxy"`)
+	node := s.liveNode
+	services, err := s.client.Agent().ServicesWithFilterOpts(`Kind == "connect-proxy"`, q)
 	if err != nil {
 		return fmt.Errorf("local connect-proxy registrations: %w", err)
 	}
@@ -179,23 +189,29 @@ func (s *localSidecars) read() error {
 		}
 		index[id] = []serve.SidecarInfo{info}
 	}
-	s.apply(node, index, true)
+	s.apply(node, index, true, false)
 	return nil
 }
 
 // apply installs an index (closing local streams it re-keys) and, when
-// it came from Consul and changed, saves it.
-func (s *localSidecars) apply(node string, index map[string][]serve.SidecarInfo, save bool) {
+// it came from Consul and changed, saves it; onlyIfUnset (the start-up
+// fallback) applies it only if nothing has been. It reports whether it
+// installed the index. The server is told under s.mu, so two applies
+// reach it in the order they hold the index here.
+func (s *localSidecars) apply(node string, index map[string][]serve.SidecarInfo, save, onlyIfUnset bool) bool {
 	s.mu.Lock()
+	if onlyIfUnset && s.set {
+		s.mu.Unlock()
+		return false
+	}
 	same := s.set && s.node == node && equalIndex(s.index, index)
 	s.node, s.index, s.set = node, index, true
-	s.mu.Unlock()
-	if same {
-		return
+	if !same {
+		s.a.server.SetSidecars(index)
 	}
-	s.a.server.SetSidecars(index)
-	if !save {
-		return
+	s.mu.Unlock()
+	if same || !save {
+		return !same
 	}
 	b, err := json.Marshal(toSaved(node, index))
 	if err == nil {
@@ -206,6 +222,7 @@ func (s *localSidecars) apply(node string, index map[string][]serve.SidecarInfo,
 	if err != nil {
 		s.a.log.Warn().Err(err).Msg("cannot save the sidecar registrations; a restart without the local Consul agent waits for it")
 	}
+	return true
 }
 
 func equalIndex(a, b map[string][]serve.SidecarInfo) bool {
@@ -220,20 +237,21 @@ func equalIndex(a, b map[string][]serve.SidecarInfo) bool {
 // bridge: for a sidecar group, the proxy's own id, its service as
 // node.cluster (what Consul's bootstrap announces, and what
 // authorize_nodes checks) and its Consul node; otherwise the agent's
-// node id and the key's node.cluster.
-func (a *Agent) upstreamNode(k serve.RelayKey) (id, cluster string, meta map[string]string) {
-	rest, ok := strings.CutPrefix(k.NodeCluster, ir.SidecarGroupPrefix)
-	if !ok || a.sidecars == nil {
-		return a.cfg.NodeID, k.NodeCluster, nil
+// node id and the key's node.cluster. ok is false for a sidecar group
+// no local registration has (any more): nothing to relay it as.
+func (a *Agent) upstreamNode(k serve.RelayKey) (id, cluster string, meta map[string]string, ok bool) {
+	if !strings.HasPrefix(k.NodeCluster, ir.SidecarGroupPrefix) || a.sidecars == nil {
+		return a.cfg.NodeID, k.NodeCluster, nil, true
 	}
-	node, proxyID, _ := strings.Cut(rest, "/")
 	s := a.sidecars
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, info := range s.index[proxyID] {
-		if info.Node == node {
-			cluster = info.Service
+	for proxyID, infos := range s.index {
+		for _, info := range infos {
+			if info.Group == k.NodeCluster {
+				return proxyID, info.Service, map[string]string{xds.ConsulNodeMetadata: info.Node}, true
+			}
 		}
 	}
-	return proxyID, cluster, map[string]string{xds.ConsulNodeMetadata: node}
+	return "", "", nil, false
 }

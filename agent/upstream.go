@@ -93,7 +93,11 @@ func (r *relay) stream(ctx context.Context, addr string) bool {
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	var got bool
-	nodeID, cluster, meta := r.a.upstreamNode(r.key)
+	nodeID, cluster, meta, ok := r.a.upstreamNode(r.key)
+	if !ok {
+		r.a.log.Warn().Str("node_cluster", r.key.NodeCluster).Msg("no local registration of this Connect sidecar (any more); not relaying it")
+		return false
+	}
 	c, err := adsclient.Dial(dctx, adsclient.Config{
 		Addr: addr, NodeID: nodeID, Cluster: cluster, Metadata: meta, UserAgent: ua, Mode: adsclient.Delta,
 		InitialFetchTimeout: -1, // local proxies warm for themselves

@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"crypto/x509"
+	"fmt"
 	"net/url"
 	"slices"
 	"strings"
@@ -57,7 +58,7 @@ func uriAuthorizes(u *url.URL, node *corev3.Node) bool {
 // request itself and refuses the stream with PermissionDenied (which the
 // client sees as the stream's status) or hands it on, replaying that
 // request. Later requests that switch to another node end the stream.
-func authzInterceptor(log zerolog.Logger) grpc.StreamServerInterceptor {
+func authzInterceptor(log zerolog.Logger, authorize func(*x509.Certificate, *corev3.Node) (bool, string)) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if !strings.HasPrefix(info.FullMethod, "/envoy.service.") {
 			return handler(srv, ss) // e.g. gRPC health
@@ -73,7 +74,7 @@ func authzInterceptor(log zerolog.Logger) grpc.StreamServerInterceptor {
 		if err := ss.RecvMsg(first); err != nil {
 			return err
 		}
-		as := &authzStream{replayStream: replayStream{ServerStream: ss, first: first}, cert: cert, log: log}
+		as := &authzStream{replayStream: replayStream{ServerStream: ss, first: first}, cert: cert, log: log, authorize: authorize}
 		if err := as.check(first); err != nil {
 			return err
 		}
@@ -91,6 +92,7 @@ type authzStream struct {
 	replayStream // replays the first request, read to check it
 	cert         *x509.Certificate
 	log          zerolog.Logger
+	authorize    func(*x509.Certificate, *corev3.Node) (bool, string) // Server.authorizeNode
 	// node is the identity the first request claimed and the certificate
 	// authorized; a later request may omit it, not change it.
 	node *corev3.Node
@@ -116,7 +118,8 @@ func (s *authzStream) check(m any) error {
 			Str("certificate", certIdentity(s.cert)).Msg("refused xDS client: node changed within a stream")
 		return status.Errorf(codes.PermissionDenied, "node %q in group %q cannot become node %q in group %q within a stream", s.node.GetId(), s.node.GetCluster(), node.GetId(), node.GetCluster())
 	}
-	if authorized(s.cert, node) {
+	ok, why := s.authorize(s.cert, node)
+	if ok {
 		if s.node == nil {
 			s.node = node
 		}
@@ -124,7 +127,7 @@ func (s *authzStream) check(m any) error {
 	}
 	s.log.Warn().Str("node", node.GetId()).Str("node_cluster", node.GetCluster()).
 		Str("certificate", certIdentity(s.cert)).Msg("refused xDS client: certificate does not authorize this node")
-	return status.Errorf(codes.PermissionDenied, "certificate %s does not authorize node %q in group %q", certIdentity(s.cert), node.GetId(), node.GetCluster())
+	return status.Errorf(codes.PermissionDenied, "certificate %s does not authorize node %q in group %q%s", certIdentity(s.cert), node.GetId(), node.GetCluster(), why)
 }
 
 func peerCert(ctx context.Context) *x509.Certificate {
@@ -163,4 +166,22 @@ func requestNode(m any) *corev3.Node {
 		return r.GetNode()
 	}
 	return nil
+}
+
+// authorizeNode is authorize_nodes' one decision for a node: a registered
+// Connect sidecar (served by its node id, whatever node.cluster it
+// announces) by the service its certificate names (sidecarAuthorized),
+// any other node by the node.cluster and id it announces (authorized).
+// A sidecar whose registration the server learns only later is checked
+// again when it is keyed (sidecarStream.keyNode).
+// The second result explains a refused sidecar, to append to the refusal.
+func (s *Server) authorizeNode(cert *x509.Certificate, node *corev3.Node) (bool, string) {
+	if info := s.sidecars.lookup(node); info != nil {
+		return sidecarAuthorized(cert, info), sidecarRefusal(info)
+	}
+	return authorized(cert, node), ""
+}
+
+func sidecarRefusal(info *SidecarInfo) string {
+	return fmt.Sprintf(": it is the Connect sidecar of %q, so the certificate must name that service (URI SAN .../svc/%s, as its Connect leaf does, or /group/%s)", info.Service, info.Service, info.Service)
 }

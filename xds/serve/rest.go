@@ -143,15 +143,10 @@ func (s *Server) authorizeREST(ctx context.Context, node *corev3.Node) (int, str
 		return http.StatusUnauthorized, "xDS requires a client certificate"
 	}
 	cert := st.PeerCertificates[0]
-	if !authorized(cert, node) {
+	if ok, why := s.authorizeNode(cert, node); !ok {
 		s.log.Warn().Str("node", node.GetId()).Str("node_cluster", node.GetCluster()).
 			Str("certificate", certIdentity(cert)).Str("transport", "REST").Msg("refused xDS client: certificate does not authorize this node")
-		return http.StatusForbidden, fmt.Sprintf("certificate %s does not authorize node %q in group %q", certIdentity(cert), node.GetId(), node.GetCluster())
-	}
-	if info := s.sidecars.authorizeREST(cert, node); info != nil {
-		s.log.Warn().Str("node", node.GetId()).Str("service", info.Service).Str("certificate", certIdentity(cert)).
-			Str("transport", "REST").Msg("refused Connect sidecar: certificate does not name its service")
-		return http.StatusForbidden, fmt.Sprintf("node %q is the Connect sidecar of %q: certificate %s does not name that service", node.GetId(), info.Service, certIdentity(cert))
+		return http.StatusForbidden, fmt.Sprintf("certificate %s does not authorize node %q in group %q%s", certIdentity(cert), node.GetId(), node.GetCluster(), why)
 	}
 	return 0, ""
 }

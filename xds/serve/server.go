@@ -313,7 +313,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		if s.cfg.TLS.ClientCAFile == "" {
 			return errors.New("xds: authorize_nodes needs TLS with client_ca_file")
 		}
-		interceptors = append(interceptors, authzInterceptor(s.log))
+		interceptors = append(interceptors, authzInterceptor(s.log, s.authorizeNode))
 	}
 	// Inside authorization, which judges the node.cluster the proxy
 	// announced; sidecars are re-keyed after it (sidecar.go).

@@ -265,7 +265,7 @@ func (st *sidecarStream) keyNode(node *corev3.Node) error {
 			if cert := peerCert(st.Context()); !sidecarAuthorized(cert, info) {
 				sc.log.Warn().Str("node", st.nodeID).Str("service", info.Service).Str("certificate", certIdentity(cert)).
 					Msg("refused Connect sidecar: certificate does not name its service")
-				return status.Errorf(codes.PermissionDenied, "node %q is the Connect sidecar of %q: the client certificate (%s) must name that service (URI SAN .../svc/%s, as its Connect leaf does, or /group/%s)", st.nodeID, info.Service, certIdentity(cert), info.Service, info.Service)
+				return status.Errorf(codes.PermissionDenied, "certificate %s does not authorize node %q%s", certIdentity(cert), st.nodeID, sidecarRefusal(info))
 			}
 		}
 		if msg != "" && !sc.warned[st.nodeID] {
@@ -323,17 +323,14 @@ func sidecarAuthorized(cert *x509.Certificate, info *SidecarInfo) bool {
 	return false
 }
 
-// authorizeSidecarREST is sidecarAuthorized for a REST poll's node: nil
-// unless the node is a sidecar its certificate does not name.
-func (sc *sidecars) authorizeREST(cert *x509.Certificate, node *corev3.Node) *SidecarInfo {
-	if !sc.authorize {
+// lookup is the registered sidecar a node is, nil if none (or sidecar
+// keying is off, or the registrations are not known yet).
+func (sc *sidecars) lookup(node *corev3.Node) *SidecarInfo {
+	if !sc.wait {
 		return nil
 	}
 	sc.mu.Lock()
+	defer sc.mu.Unlock()
 	_, info, _ := sc.keyLocked(node.GetId(), node.GetMetadata().GetFields()[ConsulNodeMetadata].GetStringValue(), node.GetCluster())
-	sc.mu.Unlock()
-	if info == nil || sidecarAuthorized(cert, info) {
-		return nil
-	}
 	return info
 }

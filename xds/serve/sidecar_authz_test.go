@@ -58,13 +58,15 @@ func TestSidecarNeedsItsServicesCertificate(t *testing.T) {
 		t.Fatalf("edge certificate as web's sidecar: err = %v, want PermissionDenied naming web", err)
 	}
 	// api's Connect identity is not web's.
-	apiCert, apiKey := ca.issue(t, 21, nil, "spiffe://example.org/group/edge", "spiffe://td.consul/ns/default/dc/dc1/svc/api")
+	apiCert, apiKey := ca.issue(t, 21, nil, "spiffe://td.consul/ns/default/dc/dc1/svc/api")
 	if _, err := dial(clientTLS(t, ca, apiCert, apiKey)); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("api's Connect certificate as web's sidecar: err = %v, want PermissionDenied", err)
 	}
 	for name, uris := range map[string][]string{
-		"web's Connect id": {"spiffe://example.org/group/edge", "spiffe://td.consul/ns/default/dc/dc1/svc/web"},
-		"group web":        {"spiffe://example.org/group/edge", "spiffe://example.org/group/web"},
+		// A plain Connect leaf: only the service's SPIFFE id, nothing
+		// for the node.cluster it announces.
+		"web's Connect leaf": {"spiffe://td.consul/ns/default/dc/dc1/svc/web"},
+		"group web":          {"spiffe://example.org/group/web"},
 	} {
 		cert, key := ca.issue(t, int64(30+len(name)), nil, uris...)
 		ports, err := dial(clientTLS(t, ca, cert, key))
@@ -74,8 +76,20 @@ func TestSidecarNeedsItsServicesCertificate(t *testing.T) {
 	}
 
 	// REST: the same rule.
-	if code, _ := s.authorizeREST(context.WithValue(context.Background(), tlsStateKey{}, tls.ConnectionState{PeerCertificates: mustParse(t, edgeCert)}), sidecarNode()); code != 403 {
+	rest := func(certPEM []byte) int {
+		code, _ := s.authorizeREST(context.WithValue(context.Background(), tlsStateKey{}, tls.ConnectionState{PeerCertificates: mustParse(t, certPEM)}), sidecarNode())
+		return code
+	}
+	if code := rest(edgeCert); code != 403 {
 		t.Fatalf("REST with an edge certificate as web's sidecar: status %d, want 403", code)
+	}
+	webLeaf, _ := ca.issue(t, 40, nil, "spiffe://td.consul/ns/default/dc/dc1/svc/web")
+	if code := rest(webLeaf); code != 0 {
+		t.Fatalf("REST with web's Connect leaf as web's sidecar: status %d, want allowed", code)
+	}
+	// Not a sidecar: the node.cluster it announces decides, as before.
+	if code, _ := s.authorizeREST(context.WithValue(context.Background(), tlsStateKey{}, tls.ConnectionState{PeerCertificates: mustParse(t, edgeCert)}), &corev3.Node{Id: "edge-1", Cluster: "edge"}); code != 0 {
+		t.Fatalf("REST with an edge certificate as an edge proxy: status %d, want allowed", code)
 	}
 }
 

@@ -133,6 +133,11 @@ func (s *meshState) pendingTargets(p *policy.Policy) []string {
 	}
 	var out []string
 	for _, k := range model.MeshWatchTargets(p) {
+		// Another datacenter (a failover tier) may never answer; as for
+		// remote upstreams, it never holds a build back.
+		if k.Datacenter != "" {
+			continue
+		}
 		if _, ok := s.mesh.Endpoints[k.String()]; !ok {
 			out = append(out, k.String())
 		}

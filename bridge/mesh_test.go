@@ -67,3 +67,25 @@ func TestSidecarIndex(t *testing.T) {
 		t.Errorf("resolve = %q", got)
 	}
 }
+
+// TestPendingTargetsWaitForLocalOnly: a mesh_routes target not read yet
+// holds a build back; a failover datacenter not read never does (it may
+// never answer, and would hold every build for good).
+func TestPendingTargetsWaitForLocalOnly(t *testing.T) {
+	pol, diags := policy.ParseKV("p", []byte("mesh {}\nservice \"api\" {\n  failover {\n    datacenters = [\"dc2\"]\n  }\n}\nmesh_routes \"api\" {\n  route {\n    service = \"api-canary\"\n  }\n}\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	cfg, diags := policy.Merge(pol)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	s := meshState{needed: true, mesh: &consul.Mesh{Endpoints: map[string][]consul.Proxy{}}}
+	if got := s.pendingTargets(cfg.Policy); !slices.Equal(got, []string{"api-canary"}) {
+		t.Errorf("pending %v, want the local target only", got)
+	}
+	s.mesh.Endpoints["api-canary"] = nil
+	if got := s.pendingTargets(cfg.Policy); len(got) != 0 {
+		t.Errorf("pending %v after the target was read, want none (dc2 never answered)", got)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
@@ -347,8 +348,11 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 					// The agent signs for its own datacenter only.
 					q.Datacenter = ""
 					l, meta, err := w.cfg.Client.Agent().ConnectCALeaf(service, q)
-					if err != nil || l == nil {
+					if err != nil {
 						return nil, meta, err
+					}
+					if l == nil {
+						return nil, meta, fmt.Errorf("the agent returned no leaf for %q", service)
 					}
 					return &Leaf{CertPEM: l.CertPEM, KeyPEM: ir.Redacted(l.PrivateKeyPEM), ServiceURI: l.ServiceURI, ValidBefore: l.ValidBefore}, meta, nil
 				},

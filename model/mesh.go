@@ -160,7 +160,7 @@ func (mb *meshBuilder) group(name string, p consul.Proxy) (ir.Group, bool) {
 		in = ir.Intentions{Default: ir.IntentionDeny}
 	}
 	sc.Intentions = in
-	settings := serviceSettings(b.pol, p.Service)
+	settings := meshServiceSettings(b.pol, p.Service)
 	local := ir.Cluster{
 		Name: sc.LocalCluster, Service: p.Service, ConnectTimeout: settings.ConnectTimeout,
 		HTTP2:     sc.Protocol == "http2" || sc.Protocol == "grpc",
@@ -221,7 +221,7 @@ func (mb *meshBuilder) protocol(who, proxy, service string) string {
 // certificate is filled in finish, once its dialers are known.
 func (mb *meshBuilder) meshCluster(name, service, dc, localDC, protocol string) ir.Cluster {
 	b := mb.b
-	s := serviceSettings(b.pol, service)
+	s := meshServiceSettings(b.pol, service)
 	// A local target fails over as the service's policy says (failover
 	// datacenters, one priority each); each datacenter's sidecars carry
 	// that datacenter's SPIFFE id.
@@ -387,4 +387,20 @@ func (mb *meshBuilder) finish(groups []ir.Group) {
 	slices.SortFunc(m.Clusters, func(a, b ir.Cluster) int { return strings.Compare(a.Name, b.Name) })
 	m.Groups = append(m.Groups, groups...)
 	slices.SortFunc(m.Groups, func(a, b ir.Group) int { return strings.Compare(a.Name, b.Name) })
+}
+
+// meshServiceSettings are the policy's settings for a Consul service the
+// mesh names (registrations name Consul services, not policy blocks): the
+// block of that name, else the first local block whose consul_service it
+// is, else the defaults.
+func meshServiceSettings(pol *policy.Policy, consulName string) *policy.Service {
+	if s := pol.Service(consulName); s != nil && s.ConsulName == consulName {
+		return s
+	}
+	for _, s := range pol.Services {
+		if s.ConsulName == consulName && s.Datacenter == "" {
+			return s
+		}
+	}
+	return serviceSettings(nil, consulName)
 }

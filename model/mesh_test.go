@@ -233,7 +233,18 @@ func TestMeshFailover(t *testing.T) {
 	cat.Mesh = local.Mesh
 	far := consul.Proxy{ID: "api-sidecar-proxy", Node: "far", Datacenter: "dc2", Address: "10.9.0.1", Port: 21001, Service: "api", ServiceID: "api-9", Status: consul.StatusPassing}
 	cat.Mesh.Endpoints = map[string][]consul.Proxy{"api": {cat.Mesh.Proxies[0], cat.Mesh.Proxies[2]}, "api@dc2": {far}}
-	pol := meshPolicy(t, "mesh {}\nservice \"api\" {\n  failover {\n    datacenters = [\"dc2\"]\n  }\n}\n")
+	for name, hcl := range map[string]string{
+		"block named as the service": "mesh {}\nservice \"api\" {\n  failover {\n    datacenters = [\"dc2\"]\n  }\n}\n",
+		// Registrations name Consul services: a block with another name
+		// for the same Consul service applies too.
+		"block renaming the service": "mesh {}\nservice \"payments\" {\n  consul_service = \"api\"\n  failover {\n    datacenters = [\"dc2\"]\n  }\n}\n",
+	} {
+		t.Run(name, func(t *testing.T) { checkMeshFailover(t, cat, meshPolicy(t, hcl)) })
+	}
+}
+
+func checkMeshFailover(t *testing.T, cat *consul.Catalog, pol *policy.Policy) {
+	t.Helper()
 	m, _ := Build(cat, pol)
 	if err := m.Validate(); err != nil {
 		t.Fatal(err)

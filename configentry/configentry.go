@@ -119,7 +119,8 @@ func ToHCL(e Entries) ([]Document, []Note) {
 		}
 	}
 	slices.SortStableFunc(t.notes, func(a, b Note) int { return strings.Compare(a.Entry, b.Entry) })
-	return docs, t.notes
+	// A target reached by a router and its splitter is noted once.
+	return docs, compactNotes(t.notes)
 }
 
 type translator struct {
@@ -168,4 +169,17 @@ func (t *translator) protocol(svc string) string {
 		return strings.ToLower(d.Protocol)
 	}
 	return "tcp"
+}
+
+// compactNotes drops repeats of a note (same entry, same text), keeping
+// the first; notes are sorted by entry, texts in the order written.
+func compactNotes(notes []Note) []Note {
+	seen := map[Note]bool{}
+	return slices.DeleteFunc(notes, func(n Note) bool {
+		if seen[n] {
+			return true
+		}
+		seen[n] = true
+		return false
+	})
 }

@@ -161,6 +161,11 @@ func TestToHCLMesh(t *testing.T) {
 			t.Errorf("mesh_routes %q names a subset:\n%s", svc, src)
 		}
 	}
+	// api's splitter (90 % v1, 10 % v2) is all api once subsets are
+	// dropped: one target, not two splits to the same service.
+	if src := meshDoc(docs, "api"); strings.Contains(src[strings.Index(src, `mesh_routes "api"`):], "split {") {
+		t.Errorf("mesh_routes \"api\" splits between two copies of api:\n%s", src)
+	}
 	// echo (grpc) keeps one document, named after its entries, holding
 	// both blocks; api (http) gets one of its own.
 	if src := meshDoc(docs, "echo"); !strings.Contains(src, `grpc_service "echo"`) {
@@ -170,7 +175,12 @@ func TestToHCLMesh(t *testing.T) {
 		t.Errorf("%d documents with the mesh, %d without; want one more (api's)", len(docs), len(plain))
 	}
 	var subsetNotes int
+	seen := map[configentry.Note]bool{}
 	for _, n := range notes {
+		if seen[n] {
+			t.Errorf("note given twice: %s", n)
+		}
+		seen[n] = true
 		if strings.Contains(n.Text, "not applied between sidecars") {
 			subsetNotes++
 		}

@@ -353,9 +353,6 @@ func (t *translator) ingressDoc(g *api.IngressGatewayConfigEntry) Document {
 	return render(f, api.IngressGateway+"/"+g.Name)
 }
 
-// grpcDocs are grpc_service blocks for gRPC services (service-defaults
-// protocol grpc) with a router or splitter: what proxyless clients
-// dialing xds:///SERVICE get.
 // routeDocs are the documents of the services with a router or
 // splitter that the bridge serves besides gateways: a gRPC service's
 // grpc_service block (proxyless clients), and with the mesh an HTTP
@@ -364,15 +361,15 @@ func (t *translator) ingressDoc(g *api.IngressGatewayConfigEntry) Document {
 func (t *translator) routeDocs() []Document {
 	var out []Document
 	names := map[string]bool{}
-	for _, n := range sortedKeys(t.e.Routers) {
+	for n := range t.e.Routers {
 		names[n] = true
 	}
-	for _, n := range sortedKeys(t.e.Splitters) {
+	for n := range t.e.Splitters {
 		names[n] = true
 	}
 	for _, svc := range slices.Sorted(maps.Keys(names)) {
 		proto := t.protocol(svc)
-		grpc := proto == "grpc" && t.e.Defaults[svc] != nil
+		grpc := proto == "grpc" // only a service-defaults entry says grpc
 		mesh := t.e.Mesh && (proto == "http" || proto == "http2" || proto == "grpc")
 		if !grpc && !mesh {
 			continue

@@ -36,14 +36,24 @@ func IsMeshSecret(name string) bool {
 	return strings.HasPrefix(name, LeafSecretPrefix) || name == RootsSecretName
 }
 
-// SidecarOnly reports whether c serves Connect sidecars alone: a mesh
-// cluster (its TLS presents a Connect leaf) or a sidecar's local
-// application. A node in no group never gets one: it holds no leaf, so
-// the cluster would only warm until timing out, and a local application
-// is one VM's business.
-func (c *Cluster) SidecarOnly() bool {
-	return strings.HasPrefix(c.Name, SidecarGroupPrefix) ||
-		(c.TLS != nil && strings.HasPrefix(c.TLS.CertificateSecret, LeafSecretPrefix))
+// SidecarClusters names the clusters that serve Connect sidecars alone:
+// mesh clusters (their TLS presents a Connect leaf) and every sidecar's
+// local application. A node in no group never gets one: it holds no
+// leaf, so a mesh cluster would only warm until timing out, and a local
+// application is one VM's business.
+func (m *Model) SidecarClusters() map[string]bool {
+	out := map[string]bool{}
+	for _, g := range m.Groups {
+		if g.Sidecar != nil && g.Sidecar.LocalCluster != "" {
+			out[g.Sidecar.LocalCluster] = true
+		}
+	}
+	for _, c := range m.Clusters {
+		if c.TLS != nil && strings.HasPrefix(c.TLS.CertificateSecret, LeafSecretPrefix) {
+			out[c.Name] = true
+		}
+	}
+	return out
 }
 
 // MeshSecretsExternal reports whether the mesh's secrets are served by

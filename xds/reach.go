@@ -109,10 +109,11 @@ func (t *Translator) translateReach(m *ir.Model, out *Output, clusters map[strin
 	out.Unmatched, out.UnmatchedNone = &Resources{}, !m.UnmatchedAll
 	if m.UnmatchedAll {
 		all := make([]string, 0, len(m.Clusters))
+		sidecarOnly := m.SidecarClusters()
 		for i := range m.Clusters {
 			// A gRPC-only cluster an Envoy would reject; a sidecar's
 			// cluster would never warm without its leaf.
-			if c := &m.Clusters[i]; !c.GRPCOnly() && !c.SidecarOnly() {
+			if c := &m.Clusters[i]; !c.GRPCOnly() && !sidecarOnly[c.Name] {
 				all = append(all, m.Clusters[i].Name)
 			}
 		}

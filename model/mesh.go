@@ -54,7 +54,7 @@ func (b *builder) mesh(m *ir.Model) {
 	if def == "" {
 		def = ir.IntentionAllow
 	}
-	mb := &meshBuilder{b: b, m: m, mesh: mesh, def: def, clusters: map[string]ir.Cluster{}, dialers: map[string]map[string]bool{}}
+	mb := &meshBuilder{b: b, m: m, mesh: mesh, def: def, intentions: newIntentionResolver(mesh.Intentions, def), clusters: map[string]ir.Cluster{}, dialers: map[string]map[string]bool{}}
 
 	var groups []ir.Group
 	for _, p := range mesh.Proxies {
@@ -89,6 +89,8 @@ type meshBuilder struct {
 	m    *ir.Model
 	mesh *consul.Mesh
 	def  ir.IntentionAction
+	// intentions resolves each destination's intentions once.
+	intentions *intentionResolver
 	// clusters are the mesh and local-app clusters made so far, by name.
 	clusters map[string]ir.Cluster
 	// dialers are the local services of the sidecars that dial each
@@ -152,7 +154,7 @@ func (mb *meshBuilder) group(name string, p consul.Proxy) (ir.Group, bool) {
 	// The public listener binds the proxy's own service address if it
 	// has one, else every interface.
 	sc.Address = p.ServiceAddress
-	in, err := resolveIntentions(mb.mesh.Intentions, p.Service, mb.def)
+	in, err := mb.intentions.resolve(p.Service)
 	if err != nil {
 		// Serving fewer checks than asked would let callers in: the
 		// sidecar gets deny-all instead, and the operator a warning.

@@ -148,13 +148,14 @@ func MeshGRPCFromCatalog(cat *consul.Catalog, datacenter string, natives []strin
 		return MeshGRPC{}, warnings
 	}
 	out := MeshGRPC{TrustDomain: cat.Mesh.TrustDomain, Datacenter: datacenter}
+	intentions := newIntentionResolver(cat.Mesh.Intentions, def)
 	for _, name := range slices.Sorted(slices.Values(natives)) {
 		svc := cat.Service("", name)
 		if svc == nil {
 			warnings = append(warnings, fmt.Sprintf("Connect-native service %q is not in the catalog (not watched?); its gRPC servers get no listener", name))
 			continue
 		}
-		its, err := resolveIntentions(cat.Mesh.Intentions, name, def)
+		its, err := intentions.resolve(name)
 		if err != nil {
 			// Fail closed: denying every caller enforces no less than
 			// asked, and keeps the servers' listeners (without one a

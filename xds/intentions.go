@@ -18,8 +18,11 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
 
-// Intentions as Envoy RBAC, the way Consul's own xDS server builds it
-// (agent/xds/rbac.go), so the same Envoys enforce the same decisions.
+// Intentions as Envoy RBAC, built the way Consul's own xDS server builds
+// it (agent/xds/rbac.go). The decisions follow Consul's documented
+// precedence; where Consul 1.15 differs from its documentation (an exact
+// deny below a wildcard-destination rule: TestRBACDecidesLikeConsul's
+// "cache" case) the bridge follows the documentation.
 //
 // Intentions are ordered rules (the first whose source matches decides)
 // with a default; Envoy's RBAC is one action and a set of policies any
@@ -87,7 +90,6 @@ func NetworkRBAC(in ir.Intentions) (*rbacnetworkv3.RBAC, error) {
 type flatRule struct {
 	source string
 	not    []string
-	action ir.IntentionAction // L4; "" for L7
 	perms  []*rbacv3.Permission
 }
 
@@ -115,7 +117,7 @@ func rbacRules(in ir.Intentions, http bool) (*rbacv3.RBAC, error) {
 		if wildcard || seen[r.Source] {
 			continue
 		}
-		f := flatRule{source: r.Source, action: r.Action}
+		f := flatRule{source: r.Source}
 		if r.Source == "*" {
 			f.not, wildcard = slices.Clone(earlierExact), true
 		} else {

@@ -267,3 +267,20 @@ func checkMeshFailover(t *testing.T, cat *consul.Catalog, pol *policy.Policy) {
 		t.Errorf("watch targets %v lack api in dc2", MeshWatchTargets(pol))
 	}
 }
+
+// TestMeshDialersDisagreeOnHTTP2: one mesh cluster serves every dialer;
+// dialers whose upstream protocols disagree on HTTP/2 get a warning that
+// names the fix, rather than the first dialer's choice silently.
+func TestMeshDialersDisagreeOnHTTP2(t *testing.T) {
+	cat := meshCatalog(consul.StatusPassing, consul.StatusPassing)
+	cat.Mesh.Proxies = append(cat.Mesh.Proxies, consul.Proxy{ID: "admin-sidecar-proxy", Node: "vm-c", Datacenter: "dc1", Address: "10.0.0.3",
+		Port: 21002, Service: "admin", LocalPort: 80, Status: consul.StatusPassing, Upstreams: []consul.Upstream{{Service: "api", BindPort: 9191, Protocol: "http2"}}})
+	_, warnings := Build(cat, meshPolicy(t, "mesh {}\n"))
+	if !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "HTTP/2") && strings.Contains(w, "service-defaults") }) {
+		t.Errorf("no warning about dialers disagreeing on HTTP/2: %q", warnings)
+	}
+	cat.Mesh.Proxies[len(cat.Mesh.Proxies)-1].Upstreams[0].Protocol = ""
+	if _, warnings := Build(cat, meshPolicy(t, "mesh {}\n")); slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "HTTP/2") }) {
+		t.Errorf("a warning although the dialers agree: %q", warnings)
+	}
+}

@@ -14,8 +14,13 @@ import (
 // dial records that local's sidecars dial the mesh cluster base (the
 // sidecars of service in dc), making the cluster on first use.
 func (mb *meshBuilder) dial(base, service, dc, localDC, protocol, local string) {
-	if _, ok := mb.clusters["mesh\x00"+base]; !ok {
+	if c, ok := mb.clusters["mesh\x00"+base]; !ok {
 		mb.clusters["mesh\x00"+base] = mb.meshCluster(base, service, dc, localDC, protocol)
+	} else if http2 := protocol == "http2" || protocol == "grpc"; c.HTTP2 != http2 {
+		// One cluster serves every dialer: upstreams that disagree on
+		// HTTP/2 (a per-upstream protocol) cannot all be served as asked.
+		mb.b.warn("mesh cluster %q: %s's sidecars dial %s with protocol %q, another dialer with HTTP/2 %v, which the cluster keeps; set the protocol in %s's service-defaults so every dialer agrees",
+			base, local, service, protocol, c.HTTP2, service)
 	}
 	if mb.dialers[base] == nil {
 		mb.dialers[base] = map[string]bool{}

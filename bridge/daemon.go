@@ -295,14 +295,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		meshUpdates = mw.Updates()
 		wg.Go(func() { fail(mw.Run(ctx)) })
 	}
-	var nativeUpdates chan []string
-	if mesh.needed {
-		nativeUpdates = make(chan []string)
-		wg.Go(func() { watchNatives(ctx, client, q, consulLog, nativeUpdates) })
-	}
 	wg.Go(func() {
 		l := &loop{d: d, watcher: watcher, policy: d.cfg.Policy, kvNeeded: kv != nil, ce: ce,
-			policyEntries: s.Consul.ConfigEntries, mesh: mesh, meshUpdates: meshUpdates, nativeUpdates: nativeUpdates, meshWatcher: mw}
+			policyEntries: s.Consul.ConfigEntries, mesh: mesh, meshUpdates: meshUpdates, meshWatcher: mw}
 		l.run(ctx, watcher.Updates(), kvUpdates)
 	})
 	wg.Wait()

@@ -46,10 +46,6 @@ type loop struct {
 	// mesh is Consul Connect's state (mesh.go); meshUpdates its watcher's.
 	mesh        meshState
 	meshUpdates <-chan consul.MeshUpdate
-	// natives are the Connect-native services (meshgrpc.go), sorted;
-	// nativeUpdates their watcher's.
-	natives       []string
-	nativeUpdates <-chan []string
 	// meshWatcher, when the mesh is followed, takes the policy's
 	// mesh_routes targets on reload.
 	meshWatcher *consul.MeshWatcher
@@ -153,13 +149,8 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 			}
 		case mu := <-l.meshUpdates:
 			l.mesh.mesh = mu.Mesh
-			l.watcher.SetTargets(l.meshTargets(l.policy))
+			l.watcher.SetTargets(l.mesh.watchTargets(l.policy))
 			l.noteChange(mu.ChangedAt)
-			l.schedule()
-		case n := <-l.nativeUpdates:
-			l.natives = n
-			l.watcher.SetTargets(l.meshTargets(l.policy))
-			l.noteChange(l.d.clock.Now())
 			l.schedule()
 		case <-l.d.reload:
 			l.reloadPolicy("files")
@@ -219,7 +210,8 @@ func (l *loop) build(ctx context.Context) {
 		}
 	}
 	m, warnings := model.Build(cat, l.policy)
-	warnings = append(warnings, l.addMeshGRPC(cat, m)...)
+	// The proxyless gRPC mesh: Connect-native servers (model/meshgrpc.go).
+	warnings = append(warnings, model.BuildMeshGRPC(m, cat, l.policy, l.d.cfg.Settings.Consul.Datacenter)...)
 	for _, n := range l.catalog.Skipped {
 		warnings = append(warnings, fmt.Sprintf("Consul service %q is skipped: Consul's HTTP API cannot query its name, nor can it be a cluster name (use letters, digits, '-', '_' and '.')", n))
 	}
@@ -468,7 +460,7 @@ func (l *loop) accept(trigger string, a attempt) {
 		l.d.log.Warn().Str("reason", why).Msg("mesh settings changed; restart to apply them")
 	}
 	l.d.watchPolicyFiles(cfg.Policy)
-	l.watcher.SetTargets(l.meshTargets(cfg.Policy))
+	l.watcher.SetTargets(l.mesh.watchTargets(cfg.Policy))
 	if l.meshWatcher != nil {
 		// mesh_routes may name services no sidecar dials: follow them.
 		l.meshWatcher.SetTargets(model.MeshWatchTargets(cfg.Policy))

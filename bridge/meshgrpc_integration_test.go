@@ -44,7 +44,7 @@ import (
 // certificate files the per-VM agent writes from Consul's Connect CA.
 //
 // The xDS side is the bridge daemon with the mesh on: it follows the
-// Connect-native services (bridge/meshgrpc.go), their health, the CA
+// Connect-native services (the mesh watcher), their health, the CA
 // roots and the intentions, and serves echo's server listener and the
 // mesh gRPC cluster xds:///echo goes to.
 

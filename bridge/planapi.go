@@ -100,7 +100,7 @@ func (d *Daemon) servePlan(w http.ResponseWriter, r *http.Request) {
 	var out *xds.Output
 	if !diags.HasErrors() {
 		m, warnings := model.Build(base.catalog, cfg.Policy)
-		res.Warnings = warnings
+		res.Warnings = append(warnings, model.BuildMeshGRPC(m, base.catalog, cfg.Policy, d.cfg.Settings.Consul.Datacenter)...)
 		out, err = xds.Translate(m)
 		if err != nil {
 			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Policy cannot be translated to Envoy resources", Detail: err.Error()})

@@ -80,7 +80,13 @@ func FetchMesh(ctx context.Context, client *api.Client, central bool, q QueryOpt
 	if err != nil {
 		return nil, fmt.Errorf("list connect proxies: %w", err)
 	}
-	m := &Mesh{Endpoints: map[string][]Proxy{}}
+	nq := opts("")
+	nq.Filter = nativeFilter
+	natives, _, err := client.Catalog().Services(nq)
+	if err != nil {
+		return nil, fmt.Errorf("list Connect-native services: %w", err)
+	}
+	m := &Mesh{Endpoints: map[string][]Proxy{}, Natives: slices.Sorted(maps.Keys(natives))}
 	for _, n := range slices.Sorted(maps.Keys(names)) {
 		entries, _, err := client.Health().Service(n, "", false, opts(""))
 		if err != nil {

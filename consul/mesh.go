@@ -50,6 +50,9 @@ type Mesh struct {
 	// name; Protocols the service-defaults protocol of each service.
 	Intentions []*api.ServiceIntentionsConfigEntry `json:"-"`
 	Protocols  map[string]string                   `json:"protocols,omitempty"`
+	// Natives are the Connect-native services (connect { native = true }:
+	// proxyless gRPC servers in the mesh), sorted.
+	Natives []string `json:"natives,omitempty"`
 }
 
 // Proxy is one registered connect-proxy instance.
@@ -109,6 +112,9 @@ func (m *Mesh) Services() []ServiceKey {
 		return nil
 	}
 	set := map[ServiceKey]bool{}
+	for _, n := range m.Natives {
+		set[ServiceKey{Name: n}] = true // proxyless gRPC servers: their instances are the servers
+	}
 	for _, p := range m.Proxies {
 		set[ServiceKey{Name: p.Service}] = true
 		for _, k := range p.upstreamKeys() {
@@ -205,6 +211,9 @@ func (w *MeshWatcher) Updates() <-chan MeshUpdate { return w.updates }
 // proxyFilter selects connect-proxy services from the catalog list.
 const proxyFilter = `ServiceKind == "connect-proxy"`
 
+// nativeFilter selects Connect-native registrations in the same list.
+const nativeFilter = "ServiceConnect.Native == true"
+
 type meshEvent struct {
 	kind    string // "list", "proxies", "connect", "roots", "leaf", "default"
 	key     string // proxy service name or leaf service
@@ -265,6 +274,20 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 	wg.Go(func() {
 		list.run(ctx, func(names []string, _ uint64, at time.Time) { send(ctx, meshEvent{kind: "list", names: names, at: at}) })
 	})
+	natives := view[[]string]{
+		id: "catalog_services(connect-native)",
+		fetch: func(q *api.QueryOptions) ([]string, *api.QueryMeta, error) {
+			q.Filter = nativeFilter
+			m, meta, err := w.cfg.Client.Catalog().Services(q)
+			return slices.Sorted(maps.Keys(m)), meta, err
+		},
+		equal: slices.Equal[[]string], opts: w.cfg.Query, log: log, result: result("catalog_services"),
+	}
+	wg.Go(func() {
+		natives.run(ctx, func(names []string, _ uint64, at time.Time) {
+			send(ctx, meshEvent{kind: "natives", names: names, at: at})
+		})
+	})
 	roots := view[*api.CARootList]{
 		id: "connect_ca_roots",
 		fetch: func(q *api.QueryOptions) (*api.CARootList, *api.QueryMeta, error) {
@@ -291,9 +314,12 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 		proxies   = map[string][]Proxy{}
 		leaves    = map[string]Leaf{}
 		listRead  bool
-		rootList  *api.CARootList
-		def       ir.IntentionAction
-		published bool
+		// nativeList is nil until the Connect-native list is read: a
+		// gRPC server must get its listener in the first snapshot.
+		nativeList []string
+		rootList   *api.CARootList
+		def        ir.IntentionAction
+		published  bool
 	)
 	start := func(set map[string]*meshWatch, key string, run func(ctx context.Context, gen uint64)) {
 		gen++
@@ -430,7 +456,7 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 		}
 	}
 	complete := func() bool {
-		if !listRead || rootList == nil || def == "" {
+		if !listRead || nativeList == nil || rootList == nil || def == "" {
 			return false
 		}
 		for _, mw := range proxyW {
@@ -466,6 +492,8 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 				continue // the first list's reconcile takes them
 			}
 			reconcile(names)
+		case "natives":
+			nativeList = append([]string{}, ev.names...) // never nil once read
 		case "roots":
 			rootList = ev.roots
 		case "default":
@@ -500,12 +528,12 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 			continue
 		}
 		published = true
-		w.publish(proxies, endpoints, rootList, leaves, def, ev.at)
+		w.publish(proxies, endpoints, rootList, leaves, def, nativeList, ev.at)
 	}
 }
 
-func (w *MeshWatcher) publish(proxies, endpoints map[string][]Proxy, roots *api.CARootList, leaves map[string]Leaf, def ir.IntentionAction, at time.Time) {
-	m := &Mesh{TrustDomain: roots.TrustDomain, DefaultIntention: def, Leaves: maps.Clone(leaves), Endpoints: maps.Clone(endpoints)}
+func (w *MeshWatcher) publish(proxies, endpoints map[string][]Proxy, roots *api.CARootList, leaves map[string]Leaf, def ir.IntentionAction, natives []string, at time.Time) {
+	m := &Mesh{TrustDomain: roots.TrustDomain, DefaultIntention: def, Leaves: maps.Clone(leaves), Endpoints: maps.Clone(endpoints), Natives: natives}
 	for _, ps := range proxies {
 		m.Proxies = append(m.Proxies, ps...)
 	}

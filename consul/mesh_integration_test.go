@@ -2,6 +2,7 @@ package consul
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,6 +52,8 @@ func TestMeshWatcherAgainstConsul(t *testing.T) {
 				// A datacenter that does not exist must hold nothing back.
 				{DestinationName: "api", Datacenter: "dc9", LocalBindPort: 9292}}}}}},
 		{Name: "api", Port: 9090, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}},
+		// A Connect-native gRPC server, in the first publication.
+		{Name: "echo", Port: 50051, Connect: &api.AgentServiceConnect{Native: true}},
 	} {
 		if err := c.Agent().ServiceRegister(reg); err != nil {
 			t.Fatal(err)
@@ -64,6 +67,9 @@ func TestMeshWatcherAgainstConsul(t *testing.T) {
 
 	m := nextMesh(t, w, "both sidecars", func(m *Mesh) bool { return proxyIDs(m) == "api-sidecar-proxy>api,web-sidecar-proxy>web" })
 	web := m.Proxies[1]
+	if !slices.Equal(m.Natives, []string{"echo"}) || !slices.Contains(m.Services(), ServiceKey{Name: "echo"}) {
+		t.Errorf("natives %v (services to watch %v), want echo in both", m.Natives, m.Services())
+	}
 	if _, ok := m.Endpoints["api@dc9"]; ok {
 		t.Error("endpoints of a datacenter that never answered")
 	}

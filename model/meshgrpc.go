@@ -8,6 +8,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
 
 // MeshGRPC is what the proxyless gRPC mesh is built from: the Connect
@@ -182,4 +183,25 @@ func MeshGRPCFromCatalog(cat *consul.Catalog, datacenter string, natives []strin
 		return MeshGRPC{}, warnings
 	}
 	return out, warnings
+}
+
+// BuildMeshGRPC adds the Connect-native services' gRPC servers
+// (cat.Mesh.Natives) and mesh gRPC clusters to m, after Build: with the
+// default intention the sidecars get (the policy's mesh
+// default_intention, else Consul's ACL default, else allow). datacenter
+// "" takes the one the instances' health entries name. The daemon and
+// plan both call it, so a plan shows what the daemon serves.
+func BuildMeshGRPC(m *ir.Model, cat *consul.Catalog, pol *policy.Policy, datacenter string) []string {
+	if cat == nil || cat.Mesh == nil || len(cat.Mesh.Natives) == 0 {
+		return nil
+	}
+	def := cat.Mesh.DefaultIntention
+	if pm := pol.Mesh; pm != nil && pm.DefaultIntention != "" {
+		def = pm.DefaultIntention
+	}
+	if def == "" {
+		def = ir.IntentionAllow
+	}
+	in, warnings := MeshGRPCFromCatalog(cat, datacenter, cat.Mesh.Natives, def)
+	return append(warnings, AddMeshGRPC(m, in)...)
 }

@@ -90,6 +90,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	cat.Mesh = mesh
 	m, warnings := model.Build(cat, cfg.Policy)
+	warnings = append(warnings, model.BuildMeshGRPC(m, cat, cfg.Policy, s.Datacenter)...)
 	for _, w := range warnings {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}

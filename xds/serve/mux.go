@@ -136,7 +136,7 @@ type rawRead struct {
 func newPeekedConn(conn net.Conn, br *bufio.Reader) *peekedConn {
 	head, _ := br.Peek(br.Buffered())
 	pc := &peekedConn{Conn: conn, head: bytes.Clone(head)}
-	if _, isTLS := conn.(*tls.Conn); !isTLS {
+	if _, isTLS := conn.(*tls.Conn); !isTLS && rawReads {
 		if sc, ok := conn.(syscall.Conn); ok {
 			if raw, err := sc.SyscallConn(); err == nil {
 				pc.raw = raw
@@ -196,8 +196,8 @@ func (p *peekedConn) ReadOnReady(bufSize int, pool mem.BufferPool) (*[]byte, int
 func (p *peekedConn) readFD(fd uintptr) bool {
 	s := &p.rs
 	s.buf = s.pool.Get(s.size)
-	n, err := syscall.Read(int(fd), *s.buf)
-	if err == syscall.EAGAIN || err == syscall.EWOULDBLOCK {
+	n, wouldBlock, err := readSocket(fd, *s.buf)
+	if wouldBlock {
 		s.pool.Put(s.buf)
 		s.buf = nil
 		return false

@@ -90,9 +90,16 @@ func TestAdminCatalogAndMetrics(t *testing.T) {
 		t.Fatalf("/v1/catalog lacks web's two passing instances: %s", body)
 	}
 
-	code, body = get(t, base+"/metrics")
-	if code != http.StatusOK {
-		t.Fatalf("/metrics = %d", code)
+	// The client holds the endpoints once it has the response; its ACK
+	// reaches the server a moment later.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		code, body = get(t, base+"/metrics")
+		if code != http.StatusOK {
+			t.Fatalf("/metrics = %d", code)
+		}
+		if metricValue(body, `consul_xds_bridge_acks_total{type="EDS"}`) > 0 || time.Now().After(deadline) {
+			break
+		}
 	}
 	for _, name := range []string{
 		"consul_xds_bridge_consul_requests_total",

@@ -36,14 +36,18 @@ type Options struct {
 
 	S1Flips, S2Flips int
 	CompareS2Flips   int // S2 flips in the comparison (0: S2Flips)
-	BridgeLogLevel   string
-	FlipGap          time.Duration // pause between S1 flips
-	FlipTimeout      time.Duration
-	SyncTimeout      time.Duration
-	Settle           time.Duration
-	IdleTime         time.Duration
-	StormTime        time.Duration
-	StormRate        int // flips per second
+	// S2Profile, when set, names a directory that receives a CPU profile
+	// of the server under test taken while S2 flips (S2 keeps flipping
+	// until the profile is done, so it covers flips only).
+	S2Profile      string
+	BridgeLogLevel string
+	FlipGap        time.Duration // pause between S1 flips
+	FlipTimeout    time.Duration
+	SyncTimeout    time.Duration
+	Settle         time.Duration
+	IdleTime       time.Duration
+	StormTime      time.Duration
+	StormRate      int // flips per second
 	// NoListeners: the bridge fleet's proxies take clusters and
 	// endpoints only (static listeners), as many VM Envoys do.
 	NoListeners     bool

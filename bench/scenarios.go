@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"sync/atomic"
@@ -220,7 +221,11 @@ func (r *run) s2(ctx context.Context) Row {
 	r.f.ResetPushCounts()
 	var all []time.Duration
 	var worst time.Duration
-	for k := 0; k < flips; k++ {
+	profName := fmt.Sprintf("s2-%s-%s-%d", r.t.Name, r.mode, r.n)
+	snapshotAllocs(ctx, r.t, r.opts.S2Profile, profName+"-before")
+	prof := startProfile(ctx, r.t, r.opts.S2Profile, profName)
+	k := 0
+	for ; k < flips || profiling(prof); k++ {
 		lats, last, err := r.flip(ctx, 0, 0, r.opts.FlipTimeout)
 		if err != nil {
 			return failed(m.row("S2 CPU/change", all, worst), err)
@@ -228,6 +233,13 @@ func (r *run) s2(ctx context.Context) Row {
 		all = append(all, lats...)
 		worst = max(worst, last)
 	}
+	flips = k
+	if prof != nil {
+		if err := <-prof; err != nil {
+			fmt.Fprintf(os.Stderr, "S2 profile: %v\n", err)
+		}
+	}
+	snapshotAllocs(ctx, r.t, r.opts.S2Profile, profName+"-after")
 	row := m.row("S2 CPU/change", all, worst)
 	row.CPUPerChange = row.CPU / float64(flips)
 	maxPer, total, _ := r.f.PushCounts()

@@ -27,8 +27,11 @@ type Target struct {
 	Cluster string
 	// NodeID names simulated Envoy k.
 	NodeID func(k int) string
-	stop   func()
-	log    string
+	// ProfileURL serves a CPU profile (net/http/pprof; "" when the
+	// server has none).
+	ProfileURL string
+	stop       func()
+	log        string
 }
 
 // Stop ends the server.
@@ -153,6 +156,7 @@ log {
 	t := &Target{
 		Name: "bridge", XDSAddr: xdsAddr, Cluster: "bench",
 		MetricsURL:   "http://" + adminAddr + "/metrics",
+		ProfileURL:   "http://" + adminAddr + "/debug/pprof/profile",
 		ConsulMetric: "consul_xds_bridge_consul_requests_total",
 		NodeID:       func(k int) string { return fmt.Sprintf("envoy-%d", k) },
 		log:          filepath.Join(dir, "bridge.log"),

@@ -89,6 +89,7 @@ func runCmd(ctx context.Context, args []string) int {
 	fs.IntVar(&o.S1Flips, "s1-flips", o.S1Flips, "S1 flips")
 	fs.IntVar(&o.S2Flips, "s2-flips", o.S2Flips, "S2 flips (fleet)")
 	fs.IntVar(&o.CompareS2Flips, "compare-s2-flips", o.CompareS2Flips, "S2 flips in the comparison (0: -s2-flips)")
+	fs.StringVar(&o.S2Profile, "s2-profile", "", "directory for a CPU profile of the bridge taken during S2 (S2 flips until it is done)")
 	fs.StringVar(&o.BridgeLogLevel, "bridge-log", o.BridgeLogLevel, "bridge log level (logs in -dir)")
 	fs.DurationVar(&o.IdleTime, "idle", o.IdleTime, "S4 idle measurement time")
 	fs.DurationVar(&o.StormTime, "storm", o.StormTime, "S5 storm duration")

@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -85,6 +84,9 @@ type typeSet struct {
 	id   uint64
 	prev uint64
 	diff []string
+	// mark and prevMark name id and prev among the versions a delta
+	// stream holds (answer.go).
+	mark, prevMark string
 	// shared memoises, per distinct response, the resources every stream
 	// sending it shares, so it is encoded once (codec.go). The one
 	// mutable part of a set: guarded by serveCache.mu, under which every
@@ -117,9 +119,10 @@ func setVersion(entries []*entry) string {
 func newTypeSet(typeURL string, items []types.Resource, prev *typeSet) (*typeSet, error) {
 	ts := &typeSet{typeURL: typeURL, entries: make(map[string]*entry, len(items)), id: typeSetIDs.Add(1)}
 	var old map[string]*entry
+	ts.mark = setMarkOf(ts.id)
 	if prev != nil {
 		old = prev.entries
-		ts.prev = prev.id
+		ts.prev, ts.prevMark = prev.id, prev.mark
 	}
 	for _, res := range items {
 		name := xds.ResourceName(res)
@@ -181,14 +184,14 @@ type sotwWatch struct {
 	req  *cachev3.Request
 	sub  cachev3.Subscription
 	ch   chan cachev3.Response
-	seen *typeSet // the set this watch was last found up to date with
+	seen string // the mark of the set this watch was last found up to date with
 }
 
 type deltaWatch struct {
 	req  *cachev3.DeltaRequest
 	sub  cachev3.Subscription
 	ch   chan cachev3.DeltaResponse
-	seen *typeSet
+	seen string
 }
 
 // serveCache is the cache the xDS servers watch (see the top of this file).
@@ -252,7 +255,7 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) []string {
 				w.ch <- resp
 				continue
 			}
-			w.seen = ts
+			w.seen = ts.mark
 		}
 		for w := range k.delta[typ] {
 			if resp := deltaAnswer(w.req, w.sub, ts, w.seen); resp != nil {
@@ -260,7 +263,7 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) []string {
 				w.ch <- resp
 				continue
 			}
-			w.seen = ts
+			w.seen = ts.mark
 		}
 	}
 	return changed
@@ -328,12 +331,12 @@ func (c *serveCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription,
 	}
 	w := &sotwWatch{req: trimRequest(req), sub: sub, ch: ch}
 	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet) bool {
-		resp := sotwAnswer(req, sub, ts, nil)
+		resp := sotwAnswer(req, sub, ts, "")
 		if resp != nil {
 			ch <- resp
 		}
 		return resp != nil
-	}, func(k *keyState, seen *typeSet) func() {
+	}, func(k *keyState, seen string) func() {
 		w.seen = seen
 		return addLocked(c, k.sotw, req.GetTypeUrl(), w)
 	}), nil
@@ -345,12 +348,12 @@ func (c *serveCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 	}
 	w := &deltaWatch{req: trimDeltaRequest(req), sub: sub, ch: ch}
 	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet) bool {
-		resp := deltaAnswer(req, sub, ts, nil)
+		resp := deltaAnswer(req, sub, ts, heldMark(req, sub))
 		if resp != nil {
 			ch <- resp
 		}
 		return resp != nil
-	}, func(k *keyState, seen *typeSet) func() {
+	}, func(k *keyState, seen string) func() {
 		w.seen = seen
 		return addLocked(c, k.delta, req.GetTypeUrl(), w)
 	}), nil
@@ -359,11 +362,11 @@ func (c *serveCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 // open answers a new watch at once if its key is served and answer finds
 // something to send; otherwise wait files it (with the set it is up to
 // date with, nil before the key is first set) and returns its cancel.
-func (c *serveCache) open(node *corev3.Node, typ string, answer func(*typeSet) bool, wait func(k *keyState, seen *typeSet) func()) func() {
+func (c *serveCache) open(node *corev3.Node, typ string, answer func(*typeSet) bool, wait func(k *keyState, seen string) func()) func() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := c.keyLocked(snapshotKey(node))
-	var seen *typeSet
+	var seen string
 	if k.sets != nil {
 		// Every type the bridge serves has a set (empty if it has nothing,
 		// answered so a proxy learns there are no listeners); a type it
@@ -375,7 +378,7 @@ func (c *serveCache) open(node *corev3.Node, typ string, answer func(*typeSet) b
 		if answer(k.sets[typ]) {
 			return func() {}
 		}
-		seen = k.sets[typ]
+		seen = k.sets[typ].markOrNone()
 	}
 	return wait(k, seen)
 }
@@ -412,135 +415,6 @@ func trimDeltaRequest(r *cachev3.DeltaRequest) *cachev3.DeltaRequest {
 func (c *serveCache) Fetch(context.Context, *cachev3.Request) (cachev3.Response, error) {
 	return nil, errors.New("xds: REST fetch is not supported; use ADS or a gRPC xDS stream")
 }
-
-// changes compares what a stream holds with ts: the entries it lacks or
-// holds at another version, and the names it holds that ts no longer has
-// (among those it wants). With seen (the set the stream was last found up
-// to date with) being ts's predecessor, only the names that changed since
-// are looked at.
-func changes(sub cachev3.Subscription, ts, seen *typeSet) (changed []*entry, removed []string) {
-	known := sub.ReturnedResources()
-	wild := sub.IsWildcard()
-	subscribed := sub.SubscribedResources()
-	check := func(name string) {
-		if !wild {
-			if _, ok := subscribed[name]; !ok {
-				return
-			}
-		}
-		e := ts.entries[name]
-		v, isKnown := known[name]
-		switch {
-		case e == nil && isKnown:
-			removed = append(removed, name)
-		case e != nil && (!isKnown || v != e.version):
-			changed = append(changed, e)
-		}
-	}
-	if seen != nil && ts.prev != 0 && ts.prev == seen.id {
-		for _, name := range ts.diff {
-			check(name)
-		}
-		return changed, removed
-	}
-	if wild {
-		for name := range ts.entries {
-			check(name)
-		}
-		for name := range known {
-			if _, ok := ts.entries[name]; !ok {
-				check(name)
-			}
-		}
-	} else {
-		for name := range subscribed {
-			check(name)
-		}
-	}
-	return changed, removed
-}
-
-// sotwAnswer is the response a SotW watch gets from ts, nil if none.
-func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts, seen *typeSet) cachev3.Response {
-	if ts == nil {
-		return nil
-	}
-	changed, removed := changes(sub, ts, seen)
-	// The first request of a type on a stream is always answered, so a
-	// client learns that a type is empty.
-	first := req.GetResponseNonce() == ""
-	full := cachev3.ResourceRequiresFullStateInSotw(ts.typeURL)
-	switch {
-	case full && (first || len(changed) > 0 || len(removed) > 0):
-		// Everything the stream wants, changed or not.
-		send := ts.order
-		if !sub.IsWildcard() {
-			subscribed := sub.SubscribedResources()
-			send = slices.DeleteFunc(slices.Clone(ts.order), func(e *entry) bool {
-				_, ok := subscribed[e.name]
-				return !ok
-			})
-		}
-		returned := make(map[string]string, len(send))
-		for _, e := range send {
-			returned[e.name] = e.version
-		}
-		key := shareKey{names: "\x00all"}
-		if !sub.IsWildcard() {
-			key.names = namesKey(send, nil)
-		}
-		return newSotwResponse(req, ts, key, send, returned)
-	case !full && (first || len(changed) > 0):
-		// Only what changed: absent names keep what the client has. A
-		// removed name cannot be said in SotW; a client drops it when it
-		// stops referring to it.
-		returned := nextReturned(sub, changed, removed)
-		return newSotwResponse(req, ts, shareKey{names: namesKey(changed, nil)}, changed, returned)
-	}
-	return nil
-}
-
-// deltaAnswer is the response a delta watch gets from ts, nil if none.
-func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts, seen *typeSet) cachev3.DeltaResponse {
-	if ts == nil {
-		return nil
-	}
-	changed, removed := changes(sub, ts, seen)
-	// A wildcard subscription's first request is answered even when
-	// empty: Envoy waits for it to finish initialising.
-	first := sub.IsWildcard() && req.GetResponseNonce() == ""
-	if !first && len(changed) == 0 && len(removed) == 0 {
-		return nil
-	}
-	returned := nextReturned(sub, changed, removed)
-	slices.Sort(removed)
-	r := &deltaResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, removed: removed, returned: returned}
-	build := func() any { return newSharedDelta(ts.version, ts.typeURL, changed) }
-	if sh, ok := ts.sharedFor(shareKey{delta: true, names: namesKey(changed, removed)}, changed, build).(*sharedDelta); ok {
-		r.shared = sh
-	}
-	return r
-}
-
-// nextReturned is what a stream holds once it gets changed (sorted here,
-// for the response) and forgets removed. A copy: go-control-plane's
-// Subscription edits the map it is given in place.
-func nextReturned(sub cachev3.Subscription, changed []*entry, removed []string) map[string]string {
-	returned := maps.Clone(sub.ReturnedResources())
-	if returned == nil {
-		returned = make(map[string]string, len(changed))
-	}
-	for _, name := range removed {
-		delete(returned, name)
-	}
-	for _, e := range changed {
-		returned[e.name] = e.version
-	}
-	slices.SortFunc(changed, byName)
-	return returned
-}
-
-func byName(a, b *entry) int { return strings.Compare(a.name, b.name) }
 
 // sotwResponse is a SotW response built from shared entries; only the
 // DiscoveryResponse envelope is its own (the server sets its nonce).

@@ -91,6 +91,24 @@ type got struct {
 // the next watch.
 func (cl *cacheClient) take() (got, bool) {
 	cl.t.Helper()
+	g, ok := cl.receive()
+	if ok {
+		cl.ack()
+	}
+	return g, ok
+}
+
+// ack opens the next watch with the last response's nonce.
+func (cl *cacheClient) ack() {
+	cl.t.Helper()
+	cl.nonce++
+	cl.watch(nil)
+}
+
+// receive returns the pending response (ok=false if none) and holds it,
+// as a server does once it sent it, without acknowledging it yet.
+func (cl *cacheClient) receive() (got, bool) {
+	cl.t.Helper()
 	var g got
 	if cl.delta {
 		select {
@@ -120,8 +138,6 @@ func (cl *cacheClient) take() (got, bool) {
 			return g, false
 		}
 	}
-	cl.nonce++
-	cl.watch(nil)
 	return g, true
 }
 

@@ -136,14 +136,20 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 			Msg("proxy rejected config (NACK); it keeps its previous version and gets no resend until the config changes")
 	case reqACK:
 		c.metrics.acks.WithLabelValues(metricType(typeURL)).Inc()
-		c.log.Debug().Stringer("stream", key).Str("node", node.GetId()).Str("type", typeURL).
-			Str("version", r.version).Str("nonce", nonce).Msg("proxy acknowledged config")
+		// Checked first: passing key as a Stringer allocates even when
+		// the event is dropped, once per proxy per push.
+		if ev := c.log.Debug(); ev.Enabled() {
+			ev.Stringer("stream", key).Str("node", node.GetId()).Str("type", typeURL).
+				Str("version", r.version).Str("nonce", nonce).Msg("proxy acknowledged config")
+		}
 	case reqStale:
-		c.log.Debug().Stringer("stream", key).Str("node", node.GetId()).Str("type", typeURL).
-			Str("nonce", nonce).Bool("nack", errDetail != "").Msg("ignoring request with a stale nonce")
+		if ev := c.log.Debug(); ev.Enabled() {
+			ev.Stringer("stream", key).Str("node", node.GetId()).Str("type", typeURL).
+				Str("nonce", nonce).Bool("nack", errDetail != "").Msg("ignoring request with a stale nonce")
+		}
 	}
 	if r.kind == reqACK || r.kind == reqNACK {
-		ev := HistoryEvent{At: time.Now(), Stream: key.String(), Event: "ack", Type: shortType(typeURL), Version: r.version}
+		ev := HistoryEvent{At: time.Now(), stream: key, Event: "ack", Type: shortType(typeURL), Version: r.version}
 		if r.kind == reqNACK {
 			ev.Event, ev.Error = "nack", errDetail
 		}
@@ -161,7 +167,7 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 func (c *callbacks) response(key streamKey, typeURL, version, nonce string, resources, removed int, names func() []string) {
 	node := c.tracker.response(key, typeURL, version, nonce, resources, names)
 	c.metrics.pushes.WithLabelValues(metricType(typeURL)).Inc()
-	c.history.record(node.GetId(), HistoryEvent{At: time.Now(), Stream: key.String(), Event: "push", Type: shortType(typeURL), Version: version, Resources: resources})
+	c.history.record(node.GetId(), HistoryEvent{At: time.Now(), stream: key, Event: "push", Type: shortType(typeURL), Version: version, Resources: resources})
 	ev := c.log.Debug()
 	if ev.Enabled() {
 		ev.Stringer("stream", key).Str("node", node.GetId()).Str("type", typeURL).Str("version", version).

@@ -42,6 +42,9 @@ type HistoryEvent struct {
 	Resources int `json:"resources,omitempty"`
 	// Error is a NACK's text, cut at 512 bytes.
 	Error string `json:"error,omitempty"`
+	// stream is Stream until it is read: naming it costs an allocation,
+	// twice per push and proxy.
+	stream streamKey
 }
 
 func newHistory() *history { return &history{nodes: map[string]*eventRing{}} }
@@ -82,7 +85,11 @@ func (s *Server) History(nodeID string) []HistoryEvent {
 	}
 	evs := make([]HistoryEvent, 0, r.n)
 	for i := 1; i <= r.n; i++ { // newest first
-		evs = append(evs, r.events[(r.next-i+historyLen)%historyLen])
+		ev := r.events[(r.next-i+historyLen)%historyLen]
+		if ev.Stream == "" {
+			ev.Stream = ev.stream.String()
+		}
+		evs = append(evs, ev)
 	}
 	return evs
 }

@@ -100,6 +100,11 @@ func TestHistory(t *testing.T) {
 	if n := len(s.History("h-1")); n != historyLen {
 		t.Fatalf("history holds %d events, want the bound %d", n, historyLen)
 	}
+	for _, e := range s.History("h-1") {
+		if !strings.HasPrefix(e.Stream, "sotw-") && !strings.HasPrefix(e.Stream, "delta-") {
+			t.Fatalf("event %+v names no stream", e)
+		}
+	}
 	c.Close()
 	eventually(t, "the history forgotten", func() bool { return s.History("h-1") == nil }, func() string { return fmt.Sprint(s.History("h-1")) })
 }

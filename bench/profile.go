@@ -1,0 +1,87 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// profileSeconds is how long an S2 profile samples: long enough for a few
+// hundred flips at N = 1000, short enough not to dominate a run.
+const profileSeconds = 15
+
+// startProfile fetches a CPU profile of t into dir and closes the returned
+// channel when it is written (or failed; the error is reported there).
+// It returns nil when there is nothing to profile.
+func startProfile(ctx context.Context, t *Target, dir, name string) <-chan error {
+	if dir == "" || t.ProfileURL == "" {
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		done <- fetchProfile(ctx, t.ProfileURL, filepath.Join(dir, name+".pprof"))
+		close(done)
+	}()
+	return done
+}
+
+// snapshotAllocs saves t's allocation profile (cumulative since start) into
+// dir as name.allocs: S2 takes one before and one after its flips, and
+// `go tool pprof -base` of the two is what the flips allocated.
+func snapshotAllocs(ctx context.Context, t *Target, dir, name string) {
+	if dir == "" || t.ProfileURL == "" {
+		return
+	}
+	url := strings.TrimSuffix(t.ProfileURL, "/profile") + "/allocs"
+	if err := fetch(ctx, url, filepath.Join(dir, name+".allocs")); err != nil {
+		fmt.Fprintf(os.Stderr, "S2 allocations: %v\n", err)
+	}
+}
+
+func fetchProfile(ctx context.Context, url, path string) error {
+	return fetch(ctx, fmt.Sprintf("%s?seconds=%d", url, profileSeconds), path)
+}
+
+func fetch(ctx context.Context, url, path string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return fmt.Errorf("profile %s: %w", url, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("profile %s: %s (is admin.pprof on?)", url, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// profiling reports whether the profile behind done is still being taken.
+func profiling(done <-chan error) bool {
+	if done == nil {
+		return false
+	}
+	select {
+	case <-done:
+		return false
+	default:
+		return true
+	}
+}

@@ -1,0 +1,195 @@
+package serve
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+)
+
+// What a watch is answered: the resources a stream lacks, found by
+// comparing what it holds (its subscription's returned versions) with a
+// set.
+
+// setMark is the name under which a delta answer records, among the
+// versions a stream holds (its subscription's returned resources), the set
+// it brought the stream up to date with. go-control-plane hands the map an
+// answer returns back on the stream's next request, so an ACK that leaves
+// the subscription as it was can be checked against the names that
+// changed since (or none), instead of every name the stream follows: that
+// full comparison, once per proxy per change, was the largest cost of a
+// push after the transport. No resource name starts with NUL; a name
+// that does is never compared, sent or removed.
+const setMark = "\x00set"
+
+func setMarkOf(id uint64) string { return setMark + strconv.FormatUint(id, 36) }
+
+// markOrNone is ts's mark, "" for no set.
+func (ts *typeSet) markOrNone() string {
+	if ts == nil {
+		return ""
+	}
+	return ts.mark
+}
+
+// heldMark is the mark of the set a delta stream was last brought up to
+// date with, when its request leaves the subscription unchanged; ""
+// otherwise (a new stream, a type's first request, names subscribed or
+// unsubscribed). A client cannot set it: the map is the server's, and
+// initial versions a client sends come with a first request.
+func heldMark(req *cachev3.DeltaRequest, sub cachev3.Subscription) string {
+	if req.GetResponseNonce() == "" || len(req.GetResourceNamesSubscribe()) > 0 ||
+		len(req.GetResourceNamesUnsubscribe()) > 0 || len(req.GetInitialResourceVersions()) > 0 {
+		return ""
+	}
+	return sub.ReturnedResources()[setMark]
+}
+
+// changes compares what a stream holds with ts: the entries it lacks or
+// holds at another version, and the names it holds that ts no longer has
+// (among those it wants). seen is the mark of the set the stream was last
+// found up to date with ("" if unknown): ts itself means nothing changed,
+// ts's predecessor that only the names that changed since need a look.
+func changes(sub cachev3.Subscription, ts *typeSet, seen string) (changed []*entry, removed []string) {
+	if seen != "" && seen == ts.mark {
+		return nil, nil
+	}
+	known := sub.ReturnedResources()
+	wild := sub.IsWildcard()
+	subscribed := sub.SubscribedResources()
+	check := func(name string) {
+		if strings.HasPrefix(name, "\x00") {
+			return
+		}
+		if !wild {
+			if _, ok := subscribed[name]; !ok {
+				return
+			}
+		}
+		e := ts.entries[name]
+		v, isKnown := known[name]
+		switch {
+		case e == nil && isKnown:
+			removed = append(removed, name)
+		case e != nil && (!isKnown || v != e.version):
+			changed = append(changed, e)
+		}
+	}
+	if seen != "" && seen == ts.prevMark {
+		for _, name := range ts.diff {
+			check(name)
+		}
+		return changed, removed
+	}
+	if wild {
+		for name := range ts.entries {
+			check(name)
+		}
+		for name := range known {
+			if _, ok := ts.entries[name]; !ok {
+				check(name)
+			}
+		}
+	} else {
+		for name := range subscribed {
+			check(name)
+		}
+	}
+	return changed, removed
+}
+
+// sotwAnswer is the response a SotW watch gets from ts, nil if none.
+func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts *typeSet, seen string) cachev3.Response {
+	if ts == nil {
+		return nil
+	}
+	changed, removed := changes(sub, ts, seen)
+	// The first request of a type on a stream is always answered, so a
+	// client learns that a type is empty.
+	first := req.GetResponseNonce() == ""
+	full := cachev3.ResourceRequiresFullStateInSotw(ts.typeURL)
+	switch {
+	case full && (first || len(changed) > 0 || len(removed) > 0):
+		// Everything the stream wants, changed or not.
+		send := ts.order
+		if !sub.IsWildcard() {
+			subscribed := sub.SubscribedResources()
+			send = slices.DeleteFunc(slices.Clone(ts.order), func(e *entry) bool {
+				_, ok := subscribed[e.name]
+				return !ok
+			})
+		}
+		returned := make(map[string]string, len(send))
+		for _, e := range send {
+			returned[e.name] = e.version
+		}
+		key := shareKey{names: "\x00all"}
+		if !sub.IsWildcard() {
+			key.names = namesKey(send, nil)
+		}
+		return newSotwResponse(req, ts, key, send, returned)
+	case !full && (first || len(changed) > 0):
+		// Only what changed: absent names keep what the client has. A
+		// removed name cannot be said in SotW; a client drops it when it
+		// stops referring to it.
+		returned := nextReturned(sub, changed, removed, false)
+		return newSotwResponse(req, ts, shareKey{names: namesKey(changed, nil)}, changed, returned)
+	}
+	return nil
+}
+
+// deltaAnswer is the response a delta watch gets from ts, nil if none.
+func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts *typeSet, seen string) cachev3.DeltaResponse {
+	if ts == nil {
+		return nil
+	}
+	changed, removed := changes(sub, ts, seen)
+	// A wildcard subscription's first request is answered even when
+	// empty: Envoy waits for it to finish initialising.
+	first := sub.IsWildcard() && req.GetResponseNonce() == ""
+	if !first && len(changed) == 0 && len(removed) == 0 {
+		return nil
+	}
+	returned := nextReturned(sub, changed, removed, true)
+	returned[setMark] = ts.mark
+	slices.Sort(removed)
+	r := &deltaResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, removed: removed, returned: returned}
+	build := func() any { return newSharedDelta(ts.version, ts.typeURL, changed) }
+	if sh, ok := ts.sharedFor(shareKey{delta: true, names: namesKey(changed, removed)}, changed, build).(*sharedDelta); ok {
+		r.shared = sh
+	}
+	return r
+}
+
+// nextReturned is what a stream holds once it gets changed (sorted here,
+// for the response) and forgets removed.
+//
+// SotW answers copy: go-control-plane's SotW subscription edits the map
+// it is given in place when a request changes the names. A delta answer
+// edits the map a previous delta answer made (it carries the mark) in
+// place, which is safe because go-control-plane's delta server touches a
+// subscription's map only after cancelling its watch (and the cache
+// answers under the lock a cancel takes) or once the answer is sent, and
+// saves a copy of every name a stream follows per push, the largest
+// allocation of a push. A map without the mark (a new subscription, or
+// the versions a reconnecting client sent) is copied first.
+func nextReturned(sub cachev3.Subscription, changed []*entry, removed []string, inPlace bool) map[string]string {
+	held := sub.ReturnedResources()
+	returned := held
+	if _, ours := held[setMark]; !inPlace || !ours {
+		returned = make(map[string]string, len(held)+len(changed)+1)
+		maps.Copy(returned, held)
+	}
+	for _, name := range removed {
+		delete(returned, name)
+	}
+	for _, e := range changed {
+		returned[e.name] = e.version
+	}
+	slices.SortFunc(changed, byName)
+	return returned
+}
+
+func byName(a, b *entry) int { return strings.Compare(a.name, b.name) }

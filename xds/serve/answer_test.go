@@ -1,0 +1,84 @@
+package serve
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+)
+
+// TestDeltaACKComparesOnlyWhatChanged: a delta stream's ACK is checked
+// against the names that changed since the set it was brought up to date
+// with (the mark in what it holds), so changes that land while a response
+// is in flight reach it after the ACK, one change or several, and a
+// request that subscribes new names gets them.
+func TestDeltaACKComparesOnlyWhatChanged(t *testing.T) {
+	out := testOutput(t, []string{"api", "web", "db", "cache"}, 8080)
+	s := newCacheServer(t, out)
+	update := func(i int, port uint32) {
+		t.Helper()
+		out = withEndpointPort(out, i, port)
+		if _, err := s.Update(context.Background(), out, resolveEdge); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cl := newDeltaClient(t, s.cache, "edge", resourcev3.EndpointType, []string{"api", "web", "db"})
+	if g := cl.mustTake("first"); !slices.Equal(g.names, []string{"api", "db", "web"}) {
+		t.Fatalf("first = %v", g.names)
+	}
+	if cl.sub.ReturnedResources()[setMark] == "" {
+		t.Fatal("a delta answer leaves no mark of the set it brought the stream up to date with")
+	}
+	cl.mustNotTake("ACK with nothing changed")
+
+	update(0, 9100) // api, answered at once: the watch is open
+	if g, ok := cl.receive(); !ok || !slices.Equal(g.names, []string{"api"}) {
+		t.Fatalf("api change: %v %v", g.names, ok)
+	}
+	update(1, 9101) // web, while the api response is unacknowledged
+	cl.ack()
+	if g, ok := cl.receive(); !ok || !slices.Equal(g.names, []string{"web"}) {
+		t.Fatalf("one change in flight: got %v %v, want web", g.names, ok)
+	}
+	update(0, 9102) // two sets while in flight: the names of both count
+	update(2, 9103)
+	cl.ack()
+	if g, ok := cl.receive(); !ok || !slices.Equal(g.names, []string{"api", "db"}) {
+		t.Fatalf("two changes in flight: got %v %v, want api and db", g.names, ok)
+	}
+	cl.ack()
+	cl.mustNotTake("ACK after catching up")
+
+	// Subscribing a name that did not change is answered with it.
+	cl.sub.UpdateResourceSubscriptions([]string{"cache"}, nil)
+	cl.nonce++
+	if _, err := s.cache.CreateDeltaWatch(&discoveryv3.DeltaDiscoveryRequest{Node: cl.node, TypeUrl: cl.typ,
+		ResponseNonce: cl.nonceStr(), ResourceNamesSubscribe: []string{"cache"}}, cl.sub, cl.dch); err != nil {
+		t.Fatal(err)
+	}
+	if g, ok := cl.receive(); !ok || !slices.Equal(g.names, []string{"cache"}) {
+		t.Fatalf("subscribing cache: got %v %v", g.names, ok)
+	}
+}
+
+// TestMarkedNamesAreNeverServed: a name that looks like the mark is
+// neither sent nor removed, whatever a client subscribes to.
+func TestMarkedNamesAreNeverServed(t *testing.T) {
+	s := newCacheServer(t, testOutput(t, []string{"api", "web"}, 8080))
+	cl := newDeltaClient(t, s.cache, "edge", resourcev3.EndpointType, []string{"api", setMark})
+	g := cl.mustTake("first")
+	if !slices.Equal(g.names, []string{"api"}) || len(g.removed) != 0 {
+		t.Fatalf("first = %v removed %v", g.names, g.removed)
+	}
+	// A new name: every subscribed name is compared again.
+	cl.sub.UpdateResourceSubscriptions([]string{"web"}, nil)
+	if _, err := s.cache.CreateDeltaWatch(&discoveryv3.DeltaDiscoveryRequest{Node: cl.node, TypeUrl: cl.typ,
+		ResponseNonce: cl.nonceStr(), ResourceNamesSubscribe: []string{"web"}}, cl.sub, cl.dch); err != nil {
+		t.Fatal(err)
+	}
+	if g, ok := cl.receive(); !ok || !slices.Equal(g.names, []string{"web"}) || len(g.removed) != 0 {
+		t.Fatalf("subscribing web: got %v removed %v (%v)", g.names, g.removed, ok)
+	}
+}

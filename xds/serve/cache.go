@@ -188,9 +188,11 @@ type sotwWatch struct {
 }
 
 type deltaWatch struct {
-	req  *cachev3.DeltaRequest
-	sub  cachev3.Subscription
-	ch   chan cachev3.DeltaResponse
+	req *cachev3.DeltaRequest
+	sub cachev3.Subscription
+	// send hands an answer to the stream, under the cache's lock: it
+	// must not block (deltaStream.deliver queues it).
+	send func(cachev3.DeltaResponse)
 	seen string
 }
 
@@ -260,7 +262,7 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) []string {
 		for w := range k.delta[typ] {
 			if resp := deltaAnswer(w.req, w.sub, ts, w.seen); resp != nil {
 				delete(k.delta[typ], w)
-				w.ch <- resp
+				w.send(resp)
 				continue
 			}
 			w.seen = ts.mark
@@ -342,21 +344,29 @@ func (c *serveCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription,
 	}), nil
 }
 
+// CreateDeltaWatch is go-control-plane's delta watch; the bridge's own
+// delta server (delta.go) calls openDelta.
 func (c *serveCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, ch chan cachev3.DeltaResponse) (func(), error) {
+	return c.openDelta(req, sub, func(r cachev3.DeltaResponse) { ch <- r }), nil
+}
+
+// openDelta answers req at once through send if the stream lacks
+// something, or files a watch that set answers; it returns the cancel.
+func (c *serveCache) openDelta(req *cachev3.DeltaRequest, sub cachev3.Subscription, send func(cachev3.DeltaResponse)) func() {
 	if c.watched != nil {
 		c.watched(req.GetNode(), req.GetTypeUrl(), sub)
 	}
-	w := &deltaWatch{req: trimDeltaRequest(req), sub: sub, ch: ch}
+	w := &deltaWatch{req: trimDeltaRequest(req), sub: sub, send: send}
 	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet) bool {
 		resp := deltaAnswer(req, sub, ts, heldMark(req, sub))
 		if resp != nil {
-			ch <- resp
+			send(resp)
 		}
 		return resp != nil
 	}, func(k *keyState, seen string) func() {
 		w.seen = seen
 		return addLocked(c, k.delta, req.GetTypeUrl(), w)
-	}), nil
+	})
 }
 
 // open answers a new watch at once if its key is served and answer finds

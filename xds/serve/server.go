@@ -32,8 +32,6 @@ import (
 	secretservice "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	sotwv3 "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
-	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
@@ -322,7 +320,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}
 	opts = append(opts, grpc.ChainStreamInterceptor(interceptors...))
 	g := grpc.NewServer(opts...)
-	srv := serverv3.NewServer(ctx, s.cache, s.cb, sotwv3.WithOrderedADS())
+	srv := newXDSServer(ctx, s.cache, s.cb)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, srv)
 	clusterservice.RegisterClusterDiscoveryServiceServer(g, srv)
 	endpointservice.RegisterEndpointDiscoveryServiceServer(g, srv)

@@ -22,14 +22,14 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
-// sotwStream and deltaStream are what every SotW or delta xDS stream
+// sotwStream and deltaClientStream are what every SotW or delta xDS stream
 // looks like, ADS or per type.
 type sotwStream interface {
 	Send(*discoveryv3.DiscoveryRequest) error
 	Recv() (*discoveryv3.DiscoveryResponse, error)
 }
 
-type deltaStream interface {
+type deltaClientStream interface {
 	Send(*discoveryv3.DeltaDiscoveryRequest) error
 	Recv() (*discoveryv3.DeltaDiscoveryResponse, error)
 }
@@ -81,7 +81,7 @@ func fetchSotW(t *testing.T, s sotwStream, node *corev3.Node, typeURL string, na
 	return resp, hashes(t, resp.GetResources())
 }
 
-func fetchDelta(t *testing.T, s deltaStream, node *corev3.Node, typeURL string, names []string) map[string]string {
+func fetchDelta(t *testing.T, s deltaClientStream, node *corev3.Node, typeURL string, names []string) map[string]string {
 	t.Helper()
 	if err := s.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: typeURL, ResourceNamesSubscribe: names}); err != nil {
 		t.Fatal(err)
@@ -148,7 +148,7 @@ func TestFourTransportVariantsServeTheSameContent(t *testing.T) {
 	got["delta per type"] = map[string]map[string]string{}
 	for _, ty := range types {
 		var ss sotwStream
-		var ds deltaStream
+		var ds deltaClientStream
 		var err1, err2 error
 		switch ty.url {
 		case resourcev3.ClusterType:

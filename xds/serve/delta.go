@@ -1,0 +1,268 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"sync/atomic"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
+	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
+	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
+	secretservice "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	sotwv3 "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// The bridge's delta xDS server (ADS and the per-type services).
+//
+// go-control-plane's delta server reads requests in one goroutine and
+// hands each to the stream's handler goroutine, which also sends the
+// responses: every ACK wakes two goroutines and crosses a channel, and
+// every response sits in a second channel first. With one push per proxy
+// per change that hop is a fixed cost per proxy (issue 19). Here the
+// reading goroutine handles its request itself (callbacks, subscription,
+// watch) and the handler goroutine only sends: the cache queues answers
+// on the stream (deliver) and wakes it.
+//
+// The protocol is go-control-plane's: legacy wildcard subscriptions, one
+// subscription per type with the versions the stream holds, a stream
+// nonce per response, and a request of a type replacing that type's
+// watch. The callbacks see a stream as they did: open, each request
+// before it is acted on, each response before it is sent, close after
+// every watch is cancelled; never a request after close.
+type deltaServer struct {
+	ctx   context.Context
+	cache *serveCache
+	cb    *callbacks
+	ids   atomic.Int64
+}
+
+// deltaStream is one stream's state.
+type deltaStream struct {
+	d   *deltaServer
+	str stream.DeltaStream
+	id  int64
+
+	// mu guards the answers waiting to be sent. deliver runs under the
+	// cache's lock, so mu is never held while calling into the cache.
+	mu      sync.Mutex
+	pending []cachev3.DeltaResponse
+	wake    chan struct{} // one token: pending has something
+
+	// wmu serialises requests with the stream's end: watches, the node
+	// and closed are the reading goroutine's, except at close. Order:
+	// wmu, then the cache's lock, then mu.
+	wmu     sync.Mutex
+	closed  bool
+	node    *corev3.Node
+	watches map[string]*deltaTypeWatch
+}
+
+type deltaTypeWatch struct {
+	sub    *stream.Subscription
+	cancel func()
+}
+
+func newDeltaServer(ctx context.Context, cache *serveCache, cb *callbacks) *deltaServer {
+	return &deltaServer{ctx: ctx, cache: cache, cb: cb}
+}
+
+// serve runs one delta stream; defaultTypeURL is the type of a per-type
+// service (resourcev3.AnyType for ADS).
+func (d *deltaServer) serve(str stream.DeltaStream, defaultTypeURL string) error {
+	st := &deltaStream{d: d, str: str, id: d.ids.Add(1), wake: make(chan struct{}, 1),
+		node: &corev3.Node{}, watches: map[string]*deltaTypeWatch{}}
+	if err := d.cb.OnDeltaStreamOpen(str.Context(), st.id, defaultTypeURL); err != nil {
+		return err
+	}
+	defer st.close()
+	// The reading goroutine ends when a read fails, at the latest when
+	// the stream ends on return from here.
+	recvErr := make(chan error, 1)
+	go func() { recvErr <- st.readLoop(defaultTypeURL) }()
+	var nonce int64
+	for {
+		select {
+		case <-st.wake:
+			for {
+				r := st.next()
+				if r == nil {
+					break
+				}
+				nonce++
+				if err := st.send(r, nonce); err != nil {
+					return err
+				}
+			}
+		case err := <-recvErr:
+			return err
+		case <-str.Context().Done():
+			return nil
+		case <-d.ctx.Done():
+			return nil
+		}
+	}
+}
+
+// next takes the oldest queued answer, nil if none.
+func (st *deltaStream) next() cachev3.DeltaResponse {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.pending) == 0 {
+		return nil
+	}
+	r := st.pending[0]
+	st.pending[0] = nil
+	st.pending = st.pending[1:]
+	if len(st.pending) == 0 {
+		st.pending = nil // do not keep the backing array of a burst
+	}
+	return r
+}
+
+func (st *deltaStream) send(r cachev3.DeltaResponse, nonce int64) error {
+	resp, err := r.GetDeltaDiscoveryResponse()
+	if err != nil {
+		return err
+	}
+	resp.Nonce = strconv.FormatInt(nonce, 10)
+	st.d.cb.OnStreamDeltaResponse(st.id, r.GetDeltaRequest(), resp)
+	return st.str.Send(resp)
+}
+
+// deliver queues an answer for the sending goroutine. It runs under the
+// cache's lock (an answer is computed and handed over atomically with
+// its watch's removal), so it only appends and signals. The versions
+// the stream holds become the answer's here, not when it is sent: the
+// next request of the type is compared with what the stream will hold,
+// and the answers of a stream go out in the order they were made.
+func (st *deltaStream) deliver(sub *stream.Subscription, r cachev3.DeltaResponse) {
+	sub.SetReturnedResources(r.GetNextVersionMap())
+	st.mu.Lock()
+	st.pending = append(st.pending, r)
+	st.mu.Unlock()
+	select {
+	case st.wake <- struct{}{}:
+	default: // a token is already waiting
+	}
+}
+
+func (st *deltaStream) readLoop(defaultTypeURL string) error {
+	for {
+		req, err := st.str.Recv()
+		if err != nil {
+			return nil // the stream ended (as go-control-plane, not an error of ours)
+		}
+		if err := st.handle(req, defaultTypeURL); err != nil {
+			return err
+		}
+	}
+}
+
+// handle acts on one request, in the reading goroutine.
+func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTypeURL string) error {
+	if req == nil {
+		return status.Errorf(codes.Unavailable, "empty request")
+	}
+	st.wmu.Lock()
+	defer st.wmu.Unlock()
+	if st.closed {
+		return errors.New("stream closed")
+	}
+	if err := st.d.cb.OnStreamDeltaRequest(st.id, req); err != nil {
+		return err
+	}
+	// The node may come only with the first request.
+	if req.GetNode() != nil {
+		st.node = req.GetNode()
+	} else {
+		req.Node = st.node
+	}
+	if req.GetTypeUrl() == "" {
+		if defaultTypeURL == resourcev3.AnyType {
+			return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
+		}
+		req.TypeUrl = defaultTypeURL
+	}
+	typ := req.GetTypeUrl()
+	w := st.watches[typ]
+	if w == nil {
+		// The type's first request: initial versions (a reconnecting
+		// client's) count only here; no names means the legacy
+		// wildcard.
+		sub := stream.NewDeltaSubscription(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions(), true)
+		w = &deltaTypeWatch{sub: &sub}
+		st.watches[typ] = w
+	} else {
+		// Cancelled first: the cache touches the subscription only while
+		// a watch is filed, under the lock the cancel takes.
+		w.cancel()
+		w.sub.UpdateResourceSubscriptions(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
+	}
+	sub := w.sub
+	w.cancel = st.d.cache.openDelta(req, sub, func(r cachev3.DeltaResponse) { st.deliver(sub, r) })
+	return nil
+}
+
+// close cancels every watch, drops what was not sent and reports the
+// stream closed; no request is acted on after it.
+func (st *deltaStream) close() {
+	st.wmu.Lock()
+	st.closed = true
+	for _, w := range st.watches {
+		if w.cancel != nil {
+			w.cancel()
+		}
+	}
+	node := st.node
+	st.wmu.Unlock()
+	st.mu.Lock()
+	st.pending = nil
+	st.mu.Unlock()
+	st.d.cb.OnDeltaStreamClosed(st.id, node)
+}
+
+// xdsServer is go-control-plane's server (SotW and REST) with the delta
+// services answered by deltaServer.
+type xdsServer struct {
+	serverv3.Server
+	delta *deltaServer
+}
+
+func newXDSServer(ctx context.Context, cache *serveCache, cb *callbacks) *xdsServer {
+	return &xdsServer{Server: serverv3.NewServer(ctx, cache, cb, sotwv3.WithOrderedADS()), delta: newDeltaServer(ctx, cache, cb)}
+}
+
+func (s *xdsServer) DeltaAggregatedResources(str discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+	return s.delta.serve(str, resourcev3.AnyType)
+}
+
+func (s *xdsServer) DeltaClusters(str clusterservice.ClusterDiscoveryService_DeltaClustersServer) error {
+	return s.delta.serve(str, resourcev3.ClusterType)
+}
+
+func (s *xdsServer) DeltaEndpoints(str endpointservice.EndpointDiscoveryService_DeltaEndpointsServer) error {
+	return s.delta.serve(str, resourcev3.EndpointType)
+}
+
+func (s *xdsServer) DeltaListeners(str listenerservice.ListenerDiscoveryService_DeltaListenersServer) error {
+	return s.delta.serve(str, resourcev3.ListenerType)
+}
+
+func (s *xdsServer) DeltaRoutes(str routeservice.RouteDiscoveryService_DeltaRoutesServer) error {
+	return s.delta.serve(str, resourcev3.RouteType)
+}
+
+func (s *xdsServer) DeltaSecrets(str secretservice.SecretDiscoveryService_DeltaSecretsServer) error {
+	return s.delta.serve(str, resourcev3.SecretType)
+}

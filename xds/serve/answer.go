@@ -101,7 +101,12 @@ func changes(sub cachev3.Subscription, ts *typeSet, seen string) (changed []*ent
 }
 
 // sotwAnswer is the response a SotW watch gets from ts, nil if none.
-func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts *typeSet, seen string) cachev3.Response {
+//
+// Both kinds of answer leave the mark of ts among the versions they
+// return; for SotW it survives only on the bridge's own server, which
+// keeps a subscription as it is when a request names the same resources
+// (go-control-plane's rebuilds it and drops names it does not follow).
+func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts *typeSet, seen string, own bool) cachev3.Response {
 	if ts == nil {
 		return nil
 	}
@@ -121,10 +126,11 @@ func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts *typeSet, see
 				return !ok
 			})
 		}
-		returned := make(map[string]string, len(send))
+		returned := make(map[string]string, len(send)+1)
 		for _, e := range send {
 			returned[e.name] = e.version
 		}
+		returned[setMark] = ts.mark
 		key := shareKey{names: "\x00all"}
 		if !sub.IsWildcard() {
 			key.names = namesKey(send, nil)
@@ -134,7 +140,8 @@ func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts *typeSet, see
 		// Only what changed: absent names keep what the client has. A
 		// removed name cannot be said in SotW; a client drops it when it
 		// stops referring to it.
-		returned := nextReturned(sub, changed, removed, false)
+		returned := nextReturned(sub, changed, removed, own)
+		returned[setMark] = ts.mark
 		return newSotwResponse(req, ts, shareKey{names: namesKey(changed, nil)}, changed, returned)
 	}
 	return nil
@@ -166,15 +173,15 @@ func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts *typeSe
 // nextReturned is what a stream holds once it gets changed (sorted here,
 // for the response) and forgets removed.
 //
-// SotW answers copy: go-control-plane's SotW subscription edits the map
-// it is given in place when a request changes the names. A delta answer
-// edits the map a previous delta answer made (it carries the mark) in
-// place, which is safe because go-control-plane's delta server touches a
-// subscription's map only after cancelling its watch (and the cache
-// answers under the lock a cancel takes) or once the answer is sent, and
-// saves a copy of every name a stream follows per push, the largest
-// allocation of a push. A map without the mark (a new subscription, or
-// the versions a reconnecting client sent) is copied first.
+// With inPlace, an answer edits the map a previous answer made (it
+// carries the mark) in place: the bridge's servers (delta.go, sotw.go)
+// touch a subscription only after cancelling its watch, and the cache
+// answers under the lock a cancel takes. That saves a copy of every name
+// a stream follows per push, the largest allocation of a push. A map
+// without the mark (a new subscription, or the versions a reconnecting
+// client sent) is copied first, and go-control-plane's SotW server
+// (which edits the map it is given when a request changes the names)
+// always gets a copy.
 func nextReturned(sub cachev3.Subscription, changed []*entry, removed []string, inPlace bool) map[string]string {
 	held := sub.ReturnedResources()
 	returned := held

@@ -183,8 +183,11 @@ type keyState struct {
 type sotwWatch struct {
 	req  *cachev3.Request
 	sub  cachev3.Subscription
-	ch   chan cachev3.Response
-	seen string // the mark of the set this watch was last found up to date with
+	send func(cachev3.Response) // as deltaWatch.send
+	seen string                 // the mark of the set this watch was last found up to date with
+	// own: the bridge's SotW server, which lets answers edit the versions
+	// a stream holds in place (answer.go).
+	own bool
 }
 
 type deltaWatch struct {
@@ -252,9 +255,9 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) []string {
 			changed = append(changed, typ)
 		}
 		for w := range k.sotw[typ] {
-			if resp := sotwAnswer(w.req, w.sub, ts, w.seen); resp != nil {
+			if resp := sotwAnswer(w.req, w.sub, ts, w.seen, w.own); resp != nil {
 				delete(k.sotw[typ], w)
-				w.ch <- resp
+				w.send(resp)
 				continue
 			}
 			w.seen = ts.mark
@@ -327,21 +330,38 @@ func (c *serveCache) served(key string) map[string]*typeSet {
 	return nil
 }
 
+// CreateWatch is go-control-plane's SotW watch; the bridge's own SotW
+// server (sotw.go) calls openSotw.
 func (c *serveCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
+	return c.openSotwWatch(req, sub, "", false, func(r cachev3.Response) { ch <- r }), nil
+}
+
+// openSotw is openDelta for SotW. sameNames says the request names what
+// the previous one of its type did, so the versions the stream holds are
+// what the last answer left (see heldMark).
+func (c *serveCache) openSotw(req *cachev3.Request, sub cachev3.Subscription, sameNames bool, send func(cachev3.Response)) func() {
+	seen := ""
+	if sameNames && req.GetResponseNonce() != "" {
+		seen = sub.ReturnedResources()[setMark]
+	}
+	return c.openSotwWatch(req, sub, seen, true, send)
+}
+
+func (c *serveCache) openSotwWatch(req *cachev3.Request, sub cachev3.Subscription, held string, own bool, send func(cachev3.Response)) func() {
 	if c.watched != nil {
 		c.watched(req.GetNode(), req.GetTypeUrl(), sub)
 	}
-	w := &sotwWatch{req: trimRequest(req), sub: sub, ch: ch}
+	w := &sotwWatch{req: trimRequest(req), sub: sub, send: send, own: own}
 	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet) bool {
-		resp := sotwAnswer(req, sub, ts, "")
+		resp := sotwAnswer(req, sub, ts, held, own)
 		if resp != nil {
-			ch <- resp
+			send(resp)
 		}
 		return resp != nil
 	}, func(k *keyState, seen string) func() {
 		w.seen = seen
 		return addLocked(c, k.sotw, req.GetTypeUrl(), w)
-	}), nil
+	})
 }
 
 // CreateDeltaWatch is go-control-plane's delta watch; the bridge's own

@@ -53,15 +53,11 @@ type deltaStream struct {
 	str stream.DeltaStream
 	id  int64
 
-	// mu guards the answers waiting to be sent. deliver runs under the
-	// cache's lock, so mu is never held while calling into the cache.
-	mu      sync.Mutex
-	pending []cachev3.DeltaResponse
-	wake    chan struct{} // one token: pending has something
+	out *outbox[cachev3.DeltaResponse]
 
 	// wmu serialises requests with the stream's end: watches, the node
 	// and closed are the reading goroutine's, except at close. Order:
-	// wmu, then the cache's lock, then mu.
+	// wmu, then the cache's lock, then the outbox's.
 	wmu     sync.Mutex
 	closed  bool
 	node    *corev3.Node
@@ -80,7 +76,7 @@ func newDeltaServer(ctx context.Context, cache *serveCache, cb *callbacks) *delt
 // serve runs one delta stream; defaultTypeURL is the type of a per-type
 // service (resourcev3.AnyType for ADS).
 func (d *deltaServer) serve(str stream.DeltaStream, defaultTypeURL string) error {
-	st := &deltaStream{d: d, str: str, id: d.ids.Add(1), wake: make(chan struct{}, 1),
+	st := &deltaStream{d: d, str: str, id: d.ids.Add(1), out: newOutbox[cachev3.DeltaResponse](),
 		node: &corev3.Node{}, watches: map[string]*deltaTypeWatch{}}
 	if err := d.cb.OnDeltaStreamOpen(str.Context(), st.id, defaultTypeURL); err != nil {
 		return err
@@ -90,44 +86,7 @@ func (d *deltaServer) serve(str stream.DeltaStream, defaultTypeURL string) error
 	// the stream ends on return from here.
 	recvErr := make(chan error, 1)
 	go func() { recvErr <- st.readLoop(defaultTypeURL) }()
-	var nonce int64
-	for {
-		select {
-		case <-st.wake:
-			for {
-				r := st.next()
-				if r == nil {
-					break
-				}
-				nonce++
-				if err := st.send(r, nonce); err != nil {
-					return err
-				}
-			}
-		case err := <-recvErr:
-			return err
-		case <-str.Context().Done():
-			return nil
-		case <-d.ctx.Done():
-			return nil
-		}
-	}
-}
-
-// next takes the oldest queued answer, nil if none.
-func (st *deltaStream) next() cachev3.DeltaResponse {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	if len(st.pending) == 0 {
-		return nil
-	}
-	r := st.pending[0]
-	st.pending[0] = nil
-	st.pending = st.pending[1:]
-	if len(st.pending) == 0 {
-		st.pending = nil // do not keep the backing array of a burst
-	}
-	return r
+	return pump(d.ctx, str.Context(), st.out, recvErr, st.send)
 }
 
 func (st *deltaStream) send(r cachev3.DeltaResponse, nonce int64) error {
@@ -142,19 +101,13 @@ func (st *deltaStream) send(r cachev3.DeltaResponse, nonce int64) error {
 
 // deliver queues an answer for the sending goroutine. It runs under the
 // cache's lock (an answer is computed and handed over atomically with
-// its watch's removal), so it only appends and signals. The versions
+// its watch's removal). The versions
 // the stream holds become the answer's here, not when it is sent: the
 // next request of the type is compared with what the stream will hold,
 // and the answers of a stream go out in the order they were made.
 func (st *deltaStream) deliver(sub *stream.Subscription, r cachev3.DeltaResponse) {
 	sub.SetReturnedResources(r.GetNextVersionMap())
-	st.mu.Lock()
-	st.pending = append(st.pending, r)
-	st.mu.Unlock()
-	select {
-	case st.wake <- struct{}{}:
-	default: // a token is already waiting
-	}
+	st.out.push(r)
 }
 
 func (st *deltaStream) readLoop(defaultTypeURL string) error {
@@ -226,21 +179,46 @@ func (st *deltaStream) close() {
 	}
 	node := st.node
 	st.wmu.Unlock()
-	st.mu.Lock()
-	st.pending = nil
-	st.mu.Unlock()
+	st.out.drop()
 	st.d.cb.OnDeltaStreamClosed(st.id, node)
 }
 
-// xdsServer is go-control-plane's server (SotW and REST) with the delta
-// services answered by deltaServer.
+// xdsServer answers the ADS and per-type services with the bridge's
+// servers; go-control-plane's (embedded) is left the REST fetches, which
+// the cache refuses.
 type xdsServer struct {
 	serverv3.Server
 	delta *deltaServer
+	sotw  *sotwServer
 }
 
 func newXDSServer(ctx context.Context, cache *serveCache, cb *callbacks) *xdsServer {
-	return &xdsServer{Server: serverv3.NewServer(ctx, cache, cb, sotwv3.WithOrderedADS()), delta: newDeltaServer(ctx, cache, cb)}
+	return &xdsServer{Server: serverv3.NewServer(ctx, cache, cb, sotwv3.WithOrderedADS()),
+		delta: newDeltaServer(ctx, cache, cb), sotw: newSotwServer(ctx, cache, cb)}
+}
+
+func (s *xdsServer) StreamAggregatedResources(str discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
+	return s.sotw.serve(str, resourcev3.AnyType)
+}
+
+func (s *xdsServer) StreamClusters(str clusterservice.ClusterDiscoveryService_StreamClustersServer) error {
+	return s.sotw.serve(str, resourcev3.ClusterType)
+}
+
+func (s *xdsServer) StreamEndpoints(str endpointservice.EndpointDiscoveryService_StreamEndpointsServer) error {
+	return s.sotw.serve(str, resourcev3.EndpointType)
+}
+
+func (s *xdsServer) StreamListeners(str listenerservice.ListenerDiscoveryService_StreamListenersServer) error {
+	return s.sotw.serve(str, resourcev3.ListenerType)
+}
+
+func (s *xdsServer) StreamRoutes(str routeservice.RouteDiscoveryService_StreamRoutesServer) error {
+	return s.sotw.serve(str, resourcev3.RouteType)
+}
+
+func (s *xdsServer) StreamSecrets(str secretservice.SecretDiscoveryService_StreamSecretsServer) error {
+	return s.sotw.serve(str, resourcev3.SecretType)
 }
 
 func (s *xdsServer) DeltaAggregatedResources(str discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {

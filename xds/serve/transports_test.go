@@ -22,9 +22,9 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
-// sotwStream and deltaClientStream are what every SotW or delta xDS stream
+// sotwClientStream and deltaClientStream are what every SotW or delta xDS stream
 // looks like, ADS or per type.
-type sotwStream interface {
+type sotwClientStream interface {
 	Send(*discoveryv3.DiscoveryRequest) error
 	Recv() (*discoveryv3.DiscoveryResponse, error)
 }
@@ -63,7 +63,7 @@ func resourceName(m proto.Message) string {
 
 // fetchSotW subscribes one type on a SotW stream and returns the first
 // response's resources by hash, ACKing it.
-func fetchSotW(t *testing.T, s sotwStream, node *corev3.Node, typeURL string, names []string) (*discoveryv3.DiscoveryResponse, map[string]string) {
+func fetchSotW(t *testing.T, s sotwClientStream, node *corev3.Node, typeURL string, names []string) (*discoveryv3.DiscoveryResponse, map[string]string) {
 	t.Helper()
 	if err := s.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typeURL, ResourceNames: names}); err != nil {
 		t.Fatal(err)
@@ -147,7 +147,7 @@ func TestFourTransportVariantsServeTheSameContent(t *testing.T) {
 	got["SotW per type"] = map[string]map[string]string{}
 	got["delta per type"] = map[string]map[string]string{}
 	for _, ty := range types {
-		var ss sotwStream
+		var ss sotwClientStream
 		var ds deltaClientStream
 		var err1, err2 error
 		switch ty.url {

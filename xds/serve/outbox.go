@@ -1,0 +1,82 @@
+package serve
+
+import (
+	"context"
+	"sync"
+)
+
+// outbox is a stream's queue of answers, filled by the cache (under its
+// lock, so push only appends and signals) and emptied by the stream's
+// handler goroutine, the only one that sends (see delta.go). FIFO: the
+// answers of one update go out in the order the cache made them
+// (clusters before endpoints, listeners before routes).
+type outbox[R any] struct {
+	mu      sync.Mutex
+	pending []R
+	wake    chan struct{} // one token: pending has something
+}
+
+func newOutbox[R any]() *outbox[R] { return &outbox[R]{wake: make(chan struct{}, 1)} }
+
+func (o *outbox[R]) push(r R) {
+	o.mu.Lock()
+	o.pending = append(o.pending, r)
+	o.mu.Unlock()
+	select {
+	case o.wake <- struct{}{}:
+	default: // a token is already waiting
+	}
+}
+
+// next takes the oldest answer.
+func (o *outbox[R]) next() (R, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var zero R
+	if len(o.pending) == 0 {
+		return zero, false
+	}
+	r := o.pending[0]
+	o.pending[0] = zero
+	o.pending = o.pending[1:]
+	if len(o.pending) == 0 {
+		o.pending = nil // do not keep the backing array of a burst
+	}
+	return r, true
+}
+
+// drop forgets what was not sent (the stream ended).
+func (o *outbox[R]) drop() {
+	o.mu.Lock()
+	o.pending = nil
+	o.mu.Unlock()
+}
+
+// pump is a stream handler's loop: it sends what o holds until the
+// reading goroutine ends (its error, nil for a stream the client ended),
+// the stream or the server ends, or a send fails. nonce numbers the
+// stream's responses from 1.
+func pump[R any](server, stream context.Context, o *outbox[R], recvErr <-chan error, send func(r R, nonce int64) error) error {
+	var nonce int64
+	for {
+		select {
+		case <-o.wake:
+			for {
+				r, ok := o.next()
+				if !ok {
+					break
+				}
+				nonce++
+				if err := send(r, nonce); err != nil {
+					return err
+				}
+			}
+		case err := <-recvErr:
+			return err
+		case <-stream.Done():
+			return nil
+		case <-server.Done():
+			return nil
+		}
+	}
+}

@@ -25,8 +25,10 @@ func snapshotKey(node *corev3.Node) string {
 	return node.GetCluster()
 }
 
+// isProxyless runs on every request: no lower-cased copy of the agent.
 func isProxyless(node *corev3.Node) bool {
-	return strings.HasPrefix(strings.ToLower(node.GetUserAgentName()), "grpc")
+	ua := node.GetUserAgentName()
+	return len(ua) >= 4 && strings.EqualFold(ua[:4], "grpc")
 }
 
 func parseKey(key string) (nodeCluster string, proxyless bool) {

@@ -62,10 +62,11 @@ type meter struct {
 	b0    int64
 	req0  []float64
 	cons0 float64
+	gen0  float64 // the load generator's own CPU
 }
 
 func (r *run) meter() *meter {
-	m := &meter{r: r}
+	m := &meter{r: r, gen0: ProcCPU(os.Getpid())}
 	for _, t := range r.targets() {
 		ResetPeak(t.PID)
 		m.all0 = append(m.all0, SampleProc(t.PID))
@@ -242,9 +243,10 @@ func (r *run) s2(ctx context.Context) Row {
 	snapshotAllocs(ctx, r.t, r.opts.S2Profile, profName+"-after")
 	row := m.row("S2 CPU/change", all, worst)
 	row.CPUPerChange = row.CPU / float64(flips)
+	gen := (ProcCPU(os.Getpid()) - m.gen0) / float64(flips)
 	maxPer, total, _ := r.f.PushCounts()
-	row.Notes = fmt.Sprintf("%d flips: %s CPU/change, %s/change/proxy; pushes/proxy/change CDS %.2f EDS %.2f LDS %.2f RDS %.2f",
-		flips, ms(time.Duration(row.CPUPerChange*float64(time.Second))),
+	row.Notes = fmt.Sprintf("%d flips: %s CPU/change (load generator %s), %s/change/proxy; pushes/proxy/change CDS %.2f EDS %.2f LDS %.2f RDS %.2f",
+		flips, ms(time.Duration(row.CPUPerChange*float64(time.Second))), ms(time.Duration(gen*float64(time.Second))),
 		bytesStr(float64(row.Bytes)/float64(flips)/float64(r.n)),
 		per(total[CDS], flips, r.n), per(total[EDS], flips, r.n),
 		per(total[LDS], flips, r.n), per(total[RDS], flips, r.n))

@@ -5,8 +5,11 @@ import (
 	"slices"
 	"testing"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 )
 
 // TestDeltaACKComparesOnlyWhatChanged: a delta stream's ACK is checked
@@ -80,5 +83,44 @@ func TestMarkedNamesAreNeverServed(t *testing.T) {
 	}
 	if g, ok := cl.receive(); !ok || !slices.Equal(g.names, []string{"web"}) || len(g.removed) != 0 {
 		t.Fatalf("subscribing web: got %v removed %v (%v)", g.names, g.removed, ok)
+	}
+}
+
+// TestUpdatesReachStreamsInTheirOrder: an update is handed to a key's
+// waiting streams in the order the streams opened, every time, so each
+// proxy's pushes are as far apart as the builds.
+func TestUpdatesReachStreamsInTheirOrder(t *testing.T) {
+	out := testOutput(t, []string{"api"}, 8080)
+	s := newCacheServer(t, out)
+	const n = 50
+	var got []uint64
+	subs := make([]*stream.Subscription, n)
+	reopen := func(i int, nonce string) {
+		req := &discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n", Cluster: "edge"}, TypeUrl: resourcev3.EndpointType, ResponseNonce: nonce}
+		s.cache.openDelta(uint64(n-i), req, subs[i], func(r cachev3.DeltaResponse) {
+			subs[i].SetReturnedResources(r.GetNextVersionMap())
+			got = append(got, uint64(n-i))
+		})
+	}
+	for i := range n {
+		sub := stream.NewDeltaSubscription([]string{"api"}, nil, nil, true)
+		subs[i] = &sub
+		reopen(i, "")
+	}
+	for round := range 3 {
+		got = got[:0]
+		for i := range n {
+			reopen(i, "ack") // every stream has its first answer: each waits
+		}
+		if len(got) != 0 {
+			t.Fatalf("round %d: %d answers before the update", round, len(got))
+		}
+		out = withEndpointPort(out, 0, uint32(9100+round))
+		if _, err := s.Update(context.Background(), out, resolveEdge); err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != n || !slices.IsSorted(got) {
+			t.Fatalf("round %d: streams answered in the order %v, want 1..%d", round, got, n)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
@@ -180,19 +181,28 @@ type keyState struct {
 	delta   map[string]map[*deltaWatch]struct{} // type URL ->
 }
 
+// A watch's order is its stream's (streams are numbered as they open):
+// set answers a key's watches in that order, so the streams handed an
+// update reach their proxies in the same order every time and each
+// proxy's pushes are as far apart as the builds (at most one per
+// debounce window, however long the fan-out takes). In map order, a
+// proxy last in one fan-out and first in the next got two pushes within
+// a fraction of a window.
 type sotwWatch struct {
-	req  *cachev3.Request
-	sub  cachev3.Subscription
-	send func(cachev3.Response) // as deltaWatch.send
-	seen string                 // the mark of the set this watch was last found up to date with
+	order uint64
+	req   *cachev3.Request
+	sub   cachev3.Subscription
+	send  func(cachev3.Response) // as deltaWatch.send
+	seen  string                 // the mark of the set this watch was last found up to date with
 	// own: the bridge's SotW server, which lets answers edit the versions
 	// a stream holds in place (answer.go).
 	own bool
 }
 
 type deltaWatch struct {
-	req *cachev3.DeltaRequest
-	sub cachev3.Subscription
+	order uint64
+	req   *cachev3.DeltaRequest
+	sub   cachev3.Subscription
 	// send hands an answer to the stream, under the cache's lock: it
 	// must not block (deltaStream.deliver queues it).
 	send func(cachev3.DeltaResponse)
@@ -254,7 +264,7 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) []string {
 		if old == nil || old[typ].version != ts.version {
 			changed = append(changed, typ)
 		}
-		for w := range k.sotw[typ] {
+		for _, w := range inOrder(k.sotw[typ]) {
 			if resp := sotwAnswer(w.req, w.sub, ts, w.seen, w.own); resp != nil {
 				delete(k.sotw[typ], w)
 				w.send(resp)
@@ -262,7 +272,7 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) []string {
 			}
 			w.seen = ts.mark
 		}
-		for w := range k.delta[typ] {
+		for _, w := range inOrder(k.delta[typ]) {
 			if resp := deltaAnswer(w.req, w.sub, ts, w.seen); resp != nil {
 				delete(k.delta[typ], w)
 				w.send(resp)
@@ -333,25 +343,25 @@ func (c *serveCache) served(key string) map[string]*typeSet {
 // CreateWatch is go-control-plane's SotW watch; the bridge's own SotW
 // server (sotw.go) calls openSotw.
 func (c *serveCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
-	return c.openSotwWatch(req, sub, "", false, func(r cachev3.Response) { ch <- r }), nil
+	return c.openSotwWatch(0, req, sub, "", false, func(r cachev3.Response) { ch <- r }), nil
 }
 
 // openSotw is openDelta for SotW. sameNames says the request names what
 // the previous one of its type did, so the versions the stream holds are
 // what the last answer left (see heldMark).
-func (c *serveCache) openSotw(req *cachev3.Request, sub cachev3.Subscription, sameNames bool, send func(cachev3.Response)) func() {
+func (c *serveCache) openSotw(order uint64, req *cachev3.Request, sub cachev3.Subscription, sameNames bool, send func(cachev3.Response)) func() {
 	seen := ""
 	if sameNames && req.GetResponseNonce() != "" {
 		seen = sub.ReturnedResources()[setMark]
 	}
-	return c.openSotwWatch(req, sub, seen, true, send)
+	return c.openSotwWatch(order, req, sub, seen, true, send)
 }
 
-func (c *serveCache) openSotwWatch(req *cachev3.Request, sub cachev3.Subscription, held string, own bool, send func(cachev3.Response)) func() {
+func (c *serveCache) openSotwWatch(order uint64, req *cachev3.Request, sub cachev3.Subscription, held string, own bool, send func(cachev3.Response)) func() {
 	if c.watched != nil {
 		c.watched(req.GetNode(), req.GetTypeUrl(), sub)
 	}
-	w := &sotwWatch{req: trimRequest(req), sub: sub, send: send, own: own}
+	w := &sotwWatch{order: order, req: trimRequest(req), sub: sub, send: send, own: own}
 	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet) bool {
 		resp := sotwAnswer(req, sub, ts, held, own)
 		if resp != nil {
@@ -367,16 +377,16 @@ func (c *serveCache) openSotwWatch(req *cachev3.Request, sub cachev3.Subscriptio
 // CreateDeltaWatch is go-control-plane's delta watch; the bridge's own
 // delta server (delta.go) calls openDelta.
 func (c *serveCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, ch chan cachev3.DeltaResponse) (func(), error) {
-	return c.openDelta(req, sub, func(r cachev3.DeltaResponse) { ch <- r }), nil
+	return c.openDelta(0, req, sub, func(r cachev3.DeltaResponse) { ch <- r }), nil
 }
 
 // openDelta answers req at once through send if the stream lacks
 // something, or files a watch that set answers; it returns the cancel.
-func (c *serveCache) openDelta(req *cachev3.DeltaRequest, sub cachev3.Subscription, send func(cachev3.DeltaResponse)) func() {
+func (c *serveCache) openDelta(order uint64, req *cachev3.DeltaRequest, sub cachev3.Subscription, send func(cachev3.DeltaResponse)) func() {
 	if c.watched != nil {
 		c.watched(req.GetNode(), req.GetTypeUrl(), sub)
 	}
-	w := &deltaWatch{req: trimDeltaRequest(req), sub: sub, send: send}
+	w := &deltaWatch{order: order, req: trimDeltaRequest(req), sub: sub, send: send}
 	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet) bool {
 		resp := deltaAnswer(req, sub, ts, heldMark(req, sub))
 		if resp != nil {
@@ -411,6 +421,19 @@ func (c *serveCache) open(node *corev3.Node, typ string, answer func(*typeSet) b
 		seen = k.sets[typ].markOrNone()
 	}
 	return wait(k, seen)
+}
+
+func (w *sotwWatch) orderKey() uint64  { return w.order }
+func (w *deltaWatch) orderKey() uint64 { return w.order }
+
+// inOrder lists watches by their order (see sotwWatch).
+func inOrder[W interface {
+	comparable
+	orderKey() uint64
+}](watches map[W]struct{}) []W {
+	ws := slices.Collect(maps.Keys(watches))
+	slices.SortFunc(ws, func(a, b W) int { return cmp.Compare(a.orderKey(), b.orderKey()) })
+	return ws
 }
 
 // addLocked files w among a key's watches of typ and returns its cancel.

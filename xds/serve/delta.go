@@ -163,7 +163,7 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTyp
 		w.sub.UpdateResourceSubscriptions(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
 	}
 	sub := w.sub
-	w.cancel = st.d.cache.openDelta(req, sub, func(r cachev3.DeltaResponse) { st.deliver(sub, r) })
+	w.cancel = st.d.cache.openDelta(uint64(st.id), req, sub, func(r cachev3.DeltaResponse) { st.deliver(sub, r) })
 	return nil
 }
 

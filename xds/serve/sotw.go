@@ -184,7 +184,7 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 	}
 	w.names = digest
 	sub := w.sub
-	w.cancel = st.s.cache.openSotw(req, sub, same, func(r cachev3.Response) { st.deliver(sub, r) })
+	w.cancel = st.s.cache.openSotw(uint64(st.id), req, sub, same, func(r cachev3.Response) { st.deliver(sub, r) })
 	return nil
 }
 

@@ -120,10 +120,14 @@ func (f *Fleet) dial(ctx context.Context, k int) (*Client, error) {
 	// The codec is per stream: it counts this client's bytes, and
 	// clients may share a connection.
 	codec := grpc.ForceCodecV2(countingCodec{CodecV2: encoding.GetCodecV2("proto"), c: c})
+	// Wait for the connection as Envoy does (it retries with backoff): in a
+	// reconnect storm of 10,000 connections some first dials fail, and a
+	// failed dial must not fail the stream.
+	ready := grpc.WaitForReady(true)
 	if mode == Delta {
-		c.stream, err = ads.DeltaAggregatedResources(sctx, codec)
+		c.stream, err = ads.DeltaAggregatedResources(sctx, codec, ready)
 	} else {
-		c.stream, err = ads.StreamAggregatedResources(sctx, codec)
+		c.stream, err = ads.StreamAggregatedResources(sctx, codec, ready)
 	}
 	stop()
 	ocancel()

@@ -2,12 +2,9 @@ package serve
 
 import (
 	"context"
-	"errors"
 	"strconv"
-	"sync"
 	"sync/atomic"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
@@ -19,8 +16,6 @@ import (
 	sotwv3 "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // The bridge's delta xDS server (ADS and the per-type services).
@@ -49,24 +44,9 @@ type deltaServer struct {
 
 // deltaStream is one stream's state.
 type deltaStream struct {
+	*adsStream[cachev3.DeltaResponse]
 	d   *deltaServer
 	str stream.DeltaStream
-	id  int64
-
-	out *outbox[cachev3.DeltaResponse]
-
-	// wmu serialises requests with the stream's end: watches, the node
-	// and closed are the reading goroutine's, except at close. Order:
-	// wmu, then the cache's lock, then the outbox's.
-	wmu     sync.Mutex
-	closed  bool
-	node    *corev3.Node
-	watches map[string]*deltaTypeWatch
-}
-
-type deltaTypeWatch struct {
-	sub    *stream.Subscription
-	cancel func()
 }
 
 func newDeltaServer(ctx context.Context, cache *serveCache, cb *callbacks) *deltaServer {
@@ -76,17 +56,13 @@ func newDeltaServer(ctx context.Context, cache *serveCache, cb *callbacks) *delt
 // serve runs one delta stream; defaultTypeURL is the type of a per-type
 // service (resourcev3.AnyType for ADS).
 func (d *deltaServer) serve(str stream.DeltaStream, defaultTypeURL string) error {
-	st := &deltaStream{d: d, str: str, id: d.ids.Add(1), out: newOutbox[cachev3.DeltaResponse](),
-		node: &corev3.Node{}, watches: map[string]*deltaTypeWatch{}}
+	st := &deltaStream{adsStream: newADSStream[cachev3.DeltaResponse](d.ids.Add(1)), d: d, str: str}
 	if err := d.cb.OnDeltaStreamOpen(str.Context(), st.id, defaultTypeURL); err != nil {
 		return err
 	}
-	defer st.close()
-	// The reading goroutine ends when a read fails, at the latest when
-	// the stream ends on return from here.
-	recvErr := make(chan error, 1)
-	go func() { recvErr <- st.readLoop(defaultTypeURL) }()
-	return pump(d.ctx, str.Context(), st.out, recvErr, st.send)
+	defer func() { d.cb.OnDeltaStreamClosed(st.id, st.close()) }()
+	return runStream(st.adsStream, d.ctx, str.Context(), str.Recv,
+		func(req *discoveryv3.DeltaDiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send)
 }
 
 func (st *deltaStream) send(r cachev3.DeltaResponse, nonce int64) error {
@@ -101,60 +77,38 @@ func (st *deltaStream) send(r cachev3.DeltaResponse, nonce int64) error {
 
 // deliver queues an answer for the sending goroutine. It runs under the
 // cache's lock (an answer is computed and handed over atomically with
-// its watch's removal). The versions
-// the stream holds become the answer's here, not when it is sent: the
-// next request of the type is compared with what the stream will hold,
-// and the answers of a stream go out in the order they were made.
+// its watch's removal). The versions the stream holds become the
+// answer's here, not when it is sent: the next request of the type is
+// compared with what the stream will hold, and the answers of a stream
+// go out in the order they were made.
 func (st *deltaStream) deliver(sub *stream.Subscription, r cachev3.DeltaResponse) {
 	sub.SetReturnedResources(r.GetNextVersionMap())
 	st.out.push(r)
 }
 
-func (st *deltaStream) readLoop(defaultTypeURL string) error {
-	for {
-		req, err := st.str.Recv()
-		if err != nil {
-			return nil // the stream ended (as go-control-plane, not an error of ours)
-		}
-		if err := st.handle(req, defaultTypeURL); err != nil {
-			return err
-		}
-	}
-}
-
 // handle acts on one request, in the reading goroutine.
 func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTypeURL string) error {
-	if req == nil {
-		return status.Errorf(codes.Unavailable, "empty request")
+	if err := st.lockLive(req == nil); err != nil {
+		return err
 	}
-	st.wmu.Lock()
 	defer st.wmu.Unlock()
-	if st.closed {
-		return errors.New("stream closed")
-	}
+	// Before the node and type are filled in, as go-control-plane's.
 	if err := st.d.cb.OnStreamDeltaRequest(st.id, req); err != nil {
 		return err
 	}
-	// The node may come only with the first request.
-	if req.GetNode() != nil {
-		st.node = req.GetNode()
-	} else {
-		req.Node = st.node
+	req.Node = st.nodeFor(req.GetNode())
+	typ, err := typeFor(req.GetTypeUrl(), defaultTypeURL)
+	if err != nil {
+		return err
 	}
-	if req.GetTypeUrl() == "" {
-		if defaultTypeURL == resourcev3.AnyType {
-			return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
-		}
-		req.TypeUrl = defaultTypeURL
-	}
-	typ := req.GetTypeUrl()
+	req.TypeUrl = typ
 	w := st.watches[typ]
 	if w == nil {
 		// The type's first request: initial versions (a reconnecting
 		// client's) count only here; no names means the legacy
 		// wildcard.
 		sub := stream.NewDeltaSubscription(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions(), true)
-		w = &deltaTypeWatch{sub: &sub}
+		w = &typeWatch{sub: &sub}
 		st.watches[typ] = w
 	} else {
 		// Cancelled first: the cache touches the subscription only while
@@ -165,22 +119,6 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTyp
 	sub := w.sub
 	w.cancel = st.d.cache.openDelta(uint64(st.id), req, sub, func(r cachev3.DeltaResponse) { st.deliver(sub, r) })
 	return nil
-}
-
-// close cancels every watch, drops what was not sent and reports the
-// stream closed; no request is acted on after it.
-func (st *deltaStream) close() {
-	st.wmu.Lock()
-	st.closed = true
-	for _, w := range st.watches {
-		if w.cancel != nil {
-			w.cancel()
-		}
-	}
-	node := st.node
-	st.wmu.Unlock()
-	st.out.drop()
-	st.d.cb.OnDeltaStreamClosed(st.id, node)
 }
 
 // xdsServer answers the ADS and per-type services with the bridge's

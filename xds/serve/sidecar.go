@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -94,6 +95,12 @@ func (sc *sidecars) set(index map[string][]SidecarInfo) {
 	defer sc.readyOnce.Do(func() { close(sc.ready) })
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
+	// The central bridge sets the index after every build; streams are
+	// keyed against it, so an unchanged one leaves every key as it is and
+	// a build need not look at every stream.
+	if sc.index != nil && sameSidecarIndex(sc.index, idx) {
+		return
+	}
 	sc.index = idx
 	for st := range sc.streams {
 		if !st.keyed {
@@ -106,6 +113,14 @@ func (sc *sidecars) set(index map[string][]SidecarInfo) {
 			st.close(status.Errorf(codes.Unavailable, "the Connect sidecar registration of node %q changed (now served as %q); reconnect", st.nodeID, key))
 		}
 	}
+}
+
+func sameSidecarIndex(a, b map[string][]SidecarInfo) bool {
+	return maps.EqualFunc(a, b, func(x, y []SidecarInfo) bool {
+		return slices.EqualFunc(x, y, func(p, q SidecarInfo) bool {
+			return p.Node == q.Node && p.Group == q.Group && p.Service == q.Service && slices.Equal(p.Upstreams, q.Upstreams)
+		})
+	})
 }
 
 // keyLocked is the node.cluster a node is served under: its sidecar

@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -69,6 +70,13 @@ func TestSidecarKeyedByNodeID(t *testing.T) {
 	p := s.proxy("web-sidecar-proxy")
 	if p == nil || p.Group != webSidecar || p.Sidecar == nil || p.Sidecar.Service != "web" || len(p.Sidecar.Upstreams) != 1 {
 		t.Fatalf("/v1/proxies entry = %+v", p)
+	}
+	// A new upstream keeps the proxy's key (the stream stays) and shows.
+	more := webInfo
+	more.Upstreams = append(slices.Clone(webInfo.Upstreams), "db@127.0.0.1:9292")
+	s.SetSidecars(map[string][]SidecarInfo{"web-sidecar-proxy": {more}})
+	if p := s.proxy("web-sidecar-proxy"); p == nil || p.Sidecar == nil || len(p.Sidecar.Upstreams) != 2 {
+		t.Fatalf("/v1/proxies entry after a new upstream = %+v", p)
 	}
 	// Sidecars are counted together, not one series per proxy.
 	if n := testutil.ToFloat64(s.metrics.connected.WithLabelValues(SidecarsMetricGroup, "ADS")); n != 1 {

@@ -2,19 +2,14 @@ package serve
 
 import (
 	"context"
-	"errors"
 	"hash/maphash"
 	"strconv"
 	"sync"
 	"sync/atomic"
 
-	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // The bridge's state-of-the-world xDS server, built like the delta one
@@ -36,28 +31,15 @@ type sotwServer struct {
 }
 
 type sotwStream struct {
+	*adsStream[cachev3.Response]
 	s   *sotwServer
 	str stream.Stream
-	id  int64
-	out *outbox[cachev3.Response]
 
 	// sent is, per type, the nonce of the last response sent since the
 	// last request acted on: written by the handler as it sends, read and
 	// cleared by the reader (the stale-nonce rule).
 	sentMu sync.Mutex
 	sent   map[string]string
-
-	// As deltaStream's.
-	wmu     sync.Mutex
-	closed  bool
-	node    *corev3.Node
-	watches map[string]*sotwTypeWatch
-}
-
-type sotwTypeWatch struct {
-	sub    *stream.Subscription
-	names  namesDigest // of the last request's
-	cancel func()
 }
 
 // namesDigest identifies a set of resource names in any order, without
@@ -84,15 +66,13 @@ func newSotwServer(ctx context.Context, cache *serveCache, cb *callbacks) *sotwS
 }
 
 func (s *sotwServer) serve(str stream.Stream, defaultTypeURL string) error {
-	st := &sotwStream{s: s, str: str, id: s.ids.Add(1), out: newOutbox[cachev3.Response](),
-		sent: map[string]string{}, node: &corev3.Node{}, watches: map[string]*sotwTypeWatch{}}
+	st := &sotwStream{adsStream: newADSStream[cachev3.Response](s.ids.Add(1)), s: s, str: str, sent: map[string]string{}}
 	if err := s.cb.OnStreamOpen(str.Context(), st.id, defaultTypeURL); err != nil {
 		return err
 	}
-	defer st.close()
-	recvErr := make(chan error, 1)
-	go func() { recvErr <- st.readLoop(defaultTypeURL) }()
-	return pump(s.ctx, str.Context(), st.out, recvErr, st.send)
+	defer func() { s.cb.OnStreamClosed(st.id, st.close()) }()
+	return runStream(st.adsStream, s.ctx, str.Context(), str.Recv,
+		func(req *discoveryv3.DiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send)
 }
 
 func (st *sotwStream) send(r cachev3.Response, nonce int64) error {
@@ -129,49 +109,28 @@ func (st *sotwStream) deliver(sub *stream.Subscription, r cachev3.Response) {
 	st.out.push(r)
 }
 
-func (st *sotwStream) readLoop(defaultTypeURL string) error {
-	for {
-		req, err := st.str.Recv()
-		if err != nil {
-			return nil
-		}
-		if err := st.handle(req, defaultTypeURL); err != nil {
-			return err
-		}
-	}
-}
-
 func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL string) error {
-	if req == nil {
-		return status.Errorf(codes.Unavailable, "empty request")
+	if err := st.lockLive(req == nil); err != nil {
+		return err
 	}
-	st.wmu.Lock()
 	defer st.wmu.Unlock()
-	if st.closed {
-		return errors.New("stream closed")
+	req.Node = st.nodeFor(req.GetNode())
+	typ, err := typeFor(req.GetTypeUrl(), defaultTypeURL)
+	if err != nil {
+		return err
 	}
-	if req.GetNode() != nil {
-		st.node = req.GetNode()
-	} else {
-		req.Node = st.node
-	}
-	if req.GetTypeUrl() == "" {
-		if defaultTypeURL == resourcev3.AnyType {
-			return status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
-		}
-		req.TypeUrl = defaultTypeURL
-	}
+	req.TypeUrl = typ
+	// After the node and type are filled in, as go-control-plane's.
 	if err := st.s.cb.OnStreamRequest(st.id, req); err != nil {
 		return err
 	}
-	typ := req.GetTypeUrl()
 	names := req.GetResourceNames()
 	digest := digestNames(names)
 	w := st.watches[typ]
 	same := false
 	if w == nil {
 		sub := stream.NewSotwSubscription(names, true)
-		w = &sotwTypeWatch{sub: &sub}
+		w = &typeWatch{sub: &sub}
 		st.watches[typ] = w
 	} else {
 		if !st.accept(typ, req.GetResponseNonce()) {
@@ -186,18 +145,4 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 	sub := w.sub
 	w.cancel = st.s.cache.openSotw(uint64(st.id), req, sub, same, func(r cachev3.Response) { st.deliver(sub, r) })
 	return nil
-}
-
-func (st *sotwStream) close() {
-	st.wmu.Lock()
-	st.closed = true
-	for _, w := range st.watches {
-		if w.cancel != nil {
-			w.cancel()
-		}
-	}
-	node := st.node
-	st.wmu.Unlock()
-	st.out.drop()
-	st.s.cb.OnStreamClosed(st.id, node)
 }

@@ -1,0 +1,115 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"sync"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// adsStream is what a stream of either of the bridge's servers (delta.go,
+// sotw.go) holds: the answers queued for it and, under wmu, its watches,
+// its node and whether it ended.
+type adsStream[R any] struct {
+	id  int64
+	out *outbox[R]
+
+	// wmu serialises requests with the stream's end: watches and node
+	// are the reading goroutine's, except at close. Order: wmu, then the
+	// cache's lock, then the outbox's.
+	wmu     sync.Mutex
+	closed  bool
+	node    *corev3.Node
+	watches map[string]*typeWatch
+}
+
+// typeWatch is a stream's subscription to one type and its open watch.
+type typeWatch struct {
+	sub    *stream.Subscription
+	cancel func()
+	names  namesDigest // SotW: the names of the type's last request
+}
+
+func newADSStream[R any](id int64) *adsStream[R] {
+	return &adsStream[R]{id: id, out: newOutbox[R](), node: &corev3.Node{}, watches: map[string]*typeWatch{}}
+}
+
+var errStreamClosed = errors.New("stream closed")
+
+// runStream reads requests in a goroutine of its own, acting on each
+// with handle, and sends from this one until either side ends. The
+// reading goroutine ends when a read fails (the client ended the stream:
+// nil, as go-control-plane), at the latest when the stream ends on return
+// from here; an error of handle's ends the stream with that status.
+func runStream[Req, R any](a *adsStream[R], server, str context.Context, recv func() (Req, error), handle func(Req) error, send func(R, int64) error) error {
+	recvErr := make(chan error, 1)
+	go func() {
+		for {
+			req, err := recv()
+			if err != nil {
+				recvErr <- nil
+				return
+			}
+			if err := handle(req); err != nil {
+				recvErr <- err
+				return
+			}
+		}
+	}()
+	return pump(server, str, a.out, recvErr, send)
+}
+
+// lockLive takes wmu for a request, unless the stream ended.
+func (a *adsStream[R]) lockLive(isNil bool) error {
+	if isNil {
+		return status.Errorf(codes.Unavailable, "empty request")
+	}
+	a.wmu.Lock()
+	if a.closed {
+		a.wmu.Unlock()
+		return errStreamClosed
+	}
+	return nil
+}
+
+// nodeFor is the stream's node: n when a request carries one (it may
+// come only with the first), the one before otherwise.
+func (a *adsStream[R]) nodeFor(n *corev3.Node) *corev3.Node {
+	if n != nil {
+		a.node = n
+	}
+	return a.node
+}
+
+// typeFor is a request's type: its own, or the service's on a per-type
+// stream; ADS requests must name one.
+func typeFor(typeURL, defaultTypeURL string) (string, error) {
+	switch {
+	case typeURL != "":
+		return typeURL, nil
+	case defaultTypeURL == resourcev3.AnyType:
+		return "", status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
+	}
+	return defaultTypeURL, nil
+}
+
+// close cancels every watch and drops what was not sent; no request is
+// acted on after it. It returns the node, for the closed callback.
+func (a *adsStream[R]) close() *corev3.Node {
+	a.wmu.Lock()
+	a.closed = true
+	for _, w := range a.watches {
+		if w.cancel != nil {
+			w.cancel()
+		}
+	}
+	node := a.node
+	a.wmu.Unlock()
+	a.out.drop()
+	return node
+}

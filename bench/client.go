@@ -283,12 +283,40 @@ type decoded struct {
 }
 
 func (c *Client) decode(t Type, a *anypb.Any, probe *Probe) (decoded, error) {
-	var d decoded
+	memo := c.f.memo
+	if memo == nil {
+		e, err := decodeResource(t, a)
+		if err == nil && t == EDS && probe != nil && probe.Cluster == "" {
+			e.d.matched = probe.matches(e.cla)
+		}
+		return e.d, err
+	}
+	e, ok := memo.get(t, a.GetValue())
+	if !ok {
+		var err error
+		if e, err = decodeResource(t, a); err != nil {
+			return decoded{}, err
+		}
+		memo.put(t, a.GetValue(), e)
+	}
+	d := e.d
+	d.routes = slices.Clone(d.routes) // the client's own
+	if t == EDS && probe != nil && probe.Cluster == "" {
+		d.matched = probe.matches(e.cla)
+	}
+	return d, nil
+}
+
+// decodeResource unmarshals a into its Envoy type, as Envoy does, and
+// keeps what the client uses of it.
+func decodeResource(t Type, a *anypb.Any) (memoEntry, error) {
+	var e memoEntry
+	d := &e.d
 	switch t {
 	case CDS:
 		m := new(clusterv3.Cluster)
 		if err := a.UnmarshalTo(m); err != nil {
-			return d, err
+			return e, err
 		}
 		d.name = m.GetName()
 		if m.GetType() == clusterv3.Cluster_EDS {
@@ -297,30 +325,28 @@ func (c *Client) decode(t Type, a *anypb.Any, probe *Probe) (decoded, error) {
 	case EDS:
 		m := new(endpointv3.ClusterLoadAssignment)
 		if err := a.UnmarshalTo(m); err != nil {
-			return d, err
+			return e, err
 		}
 		d.name = m.GetClusterName()
-		if probe != nil && probe.Cluster == "" {
-			d.matched = probe.matches(m)
-		}
+		e.cla = m
 	case LDS:
 		m := new(listenerv3.Listener)
 		if err := a.UnmarshalTo(m); err != nil {
-			return d, err
+			return e, err
 		}
 		d.name = m.GetName()
 		var err error
 		if d.routes, err = routeNames(m); err != nil {
-			return d, err
+			return e, err
 		}
 	case RDS:
 		m := new(routev3.RouteConfiguration)
 		if err := a.UnmarshalTo(m); err != nil {
-			return d, err
+			return e, err
 		}
 		d.name = m.GetName()
 	}
-	return d, nil
+	return e, nil
 }
 
 const hcmType = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"

@@ -186,6 +186,10 @@ type FleetConfig struct {
 	// StreamsPerConn is how many clients share one gRPC connection (0 or
 	// 1: each its own, as Envoy).
 	StreamsPerConn int
+	// SharedDecode lets clients share the decoding of identical resource
+	// bytes (decodememo.go): the load generator then stands for Envoys
+	// that each decode on a core of their own.
+	SharedDecode bool
 }
 
 func (c *FleetConfig) clusterOf(k int) string {
@@ -218,11 +222,17 @@ type Fleet struct {
 
 	connMu sync.Mutex
 	conns  map[int]*grpc.ClientConn // shared connections (StreamsPerConn > 1)
+
+	memo *decodeMemo // nil unless SharedDecode
 }
 
 // NewFleet makes an empty fleet.
 func NewFleet(cfg FleetConfig) *Fleet {
-	return &Fleet{cfg: cfg, intern: map[string][]string{}}
+	f := &Fleet{cfg: cfg, intern: map[string][]string{}}
+	if cfg.SharedDecode {
+		f.memo = &decodeMemo{}
+	}
+	return f
 }
 
 // internNames shares identical sorted name lists between clients, so a

@@ -59,6 +59,8 @@ type Options struct {
 	// connections the process runs out of file descriptors (the hard
 	// limit here is 20,000), so 20,000 proxies need 2 or more.
 	StreamsPerConn int
+	// SharedDecode: FleetConfig.SharedDecode for every fleet.
+	SharedDecode bool
 	// BridgeXDS are extra lines for every bridge's xds block (settings
 	// other than the defaults, e.g. "max_initial_syncs = 500").
 	BridgeXDS []string
@@ -195,8 +197,8 @@ func fleetPhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) erro
 	defer t.Stop()
 	narrow := func(k int) bool { return (k/2)%2 == 1 }
 	cfg := FleetConfig{
-		StreamsPerConn: o.StreamsPerConn,
-		Addr:           t.XDSAddr, NodeID: t.NodeID, HoldOff: o.HoldOff,
+		StreamsPerConn: o.StreamsPerConn, SharedDecode: o.SharedDecode,
+		Addr: t.XDSAddr, NodeID: t.NodeID, HoldOff: o.HoldOff,
 		ClusterOf: func(k int) string {
 			if narrow(k) {
 				return t.Cluster
@@ -306,7 +308,7 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 			}
 			o.logf("compare %s N=%d: connecting", which, n)
 			r := &run{opts: o, consul: c, t: t, replicas: replicas, mode: modeName, n: n, health: map[[2]int]string{}}
-			cfg := FleetConfig{StreamsPerConn: o.StreamsPerConn, Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
+			cfg := FleetConfig{StreamsPerConn: o.StreamsPerConn, SharedDecode: o.SharedDecode, Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
 				Mode: func(int) Mode { return mode }}
 			emitR := emit
 			if len(replicas) > 0 {

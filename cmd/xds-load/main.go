@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"syscall"
@@ -97,11 +98,25 @@ func runCmd(ctx context.Context, args []string) int {
 	fs.StringVar(&o.ServerCPUs, "server-cpus", o.ServerCPUs, "CPUs for the server under test (taskset list; empty: no pinning)")
 	fs.StringVar(&o.ClientCPUs, "client-cpus", o.ClientCPUs, "CPUs for the load generator and the backing Consul")
 	fs.IntVar(&o.PeerXDSRate, "peer-xds-rate", o.PeerXDSRate, "Consul xds.update_max_per_second (0: Consul's default 250)")
+	fs.BoolVar(&o.SharedDecode, "shared-decode", false, "simulated proxies share the decoding of identical resources (as Envoys on cores of their own; default: each decodes all it receives on the load generator's core)")
 	fs.IntVar(&o.StreamsPerConn, "streams-per-conn", 1, "simulated proxies sharing one gRPC connection (1: one each, as Envoy; 20,000 proxies need ≥ 2 here: 20,000 file descriptors per process)")
 	bridgeXDS := fs.String("bridge-xds", "", "extra settings for every bridge's xds block, ';'-separated (e.g. \"max_initial_syncs = 500\")")
 	fs.BoolVar(&o.NoListeners, "no-listeners", false, "bridge fleet proxies never ask for listeners (static listeners, cds_config over ADS only)")
 	out := fs.String("out", "", "also write the Markdown table to this file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the load generator itself to this file")
 	fs.Parse(args)
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer func() { pprof.StopCPUProfile(); f.Close() }()
+	}
 	o.FleetSizes, o.GroupSizes, o.CompareSizes = ints(*sizes), ints(*gsizes), ints(*csizes)
 	for _, line := range strings.Split(*bridgeXDS, ";") {
 		if line = strings.TrimSpace(line); line != "" {

@@ -1,7 +1,6 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -12,11 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
-	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
-	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
@@ -280,73 +276,6 @@ type decoded struct {
 	eds     string   // clusters: the EDS name, "" if not EDS
 	routes  []string // listeners: RDS names
 	matched bool     // endpoints: the probe matched
-}
-
-func (c *Client) decode(t Type, a *anypb.Any, probe *Probe) (decoded, error) {
-	memo := c.f.memo
-	if memo == nil {
-		e, err := decodeResource(t, a)
-		if err == nil && t == EDS && probe != nil && probe.Cluster == "" {
-			e.d.matched = probe.matches(e.cla)
-		}
-		return e.d, err
-	}
-	e, ok := memo.get(t, a.GetValue())
-	if !ok {
-		var err error
-		if e, err = decodeResource(t, a); err != nil {
-			return decoded{}, err
-		}
-		memo.put(t, a.GetValue(), e)
-	}
-	d := e.d
-	d.routes = slices.Clone(d.routes) // the client's own
-	if t == EDS && probe != nil && probe.Cluster == "" {
-		d.matched = probe.matches(e.cla)
-	}
-	return d, nil
-}
-
-// decodeResource unmarshals a into its Envoy type, as Envoy does, and
-// keeps what the client uses of it.
-func decodeResource(t Type, a *anypb.Any) (memoEntry, error) {
-	var e memoEntry
-	d := &e.d
-	switch t {
-	case CDS:
-		m := new(clusterv3.Cluster)
-		if err := a.UnmarshalTo(m); err != nil {
-			return e, err
-		}
-		d.name = m.GetName()
-		if m.GetType() == clusterv3.Cluster_EDS {
-			d.eds = cmp.Or(m.GetEdsClusterConfig().GetServiceName(), m.GetName())
-		}
-	case EDS:
-		m := new(endpointv3.ClusterLoadAssignment)
-		if err := a.UnmarshalTo(m); err != nil {
-			return e, err
-		}
-		d.name = m.GetClusterName()
-		e.cla = m
-	case LDS:
-		m := new(listenerv3.Listener)
-		if err := a.UnmarshalTo(m); err != nil {
-			return e, err
-		}
-		d.name = m.GetName()
-		var err error
-		if d.routes, err = routeNames(m); err != nil {
-			return e, err
-		}
-	case RDS:
-		m := new(routev3.RouteConfiguration)
-		if err := a.UnmarshalTo(m); err != nil {
-			return e, err
-		}
-		d.name = m.GetName()
-	}
-	return e, nil
 }
 
 const hcmType = "type.googleapis.com/envoy.extensions.filters.network.http_connection_manager.v3.HttpConnectionManager"

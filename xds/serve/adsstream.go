@@ -42,7 +42,8 @@ func newADSStream[R any](id int64) *adsStream[R] {
 var errStreamClosed = errors.New("stream closed")
 
 // runStream reads requests in a goroutine of its own, acting on each
-// with handle, and sends from this one until either side ends. The
+// with handle (while the stream's queue has room: outbox.waitRoom), and
+// sends from this one until either side ends. The
 // reading goroutine ends when a read fails (the client ended the stream:
 // nil, as go-control-plane), at the latest when the stream ends on return
 // from here; an error of handle's ends the stream with that status.
@@ -50,6 +51,10 @@ func runStream[Req, R any](a *adsStream[R], server, str context.Context, recv fu
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
+			if !a.out.waitRoom(server, str) {
+				recvErr <- nil
+				return
+			}
 			req, err := recv()
 			if err != nil {
 				recvErr <- nil

@@ -26,6 +26,20 @@ const setMark = "\x00set"
 
 func setMarkOf(id uint64) string { return setMark + strconv.FormatUint(id, 36) }
 
+// clientVersions is what a delta client's initial_resource_versions may
+// say it holds: never a mark (a forged one would skip its own updates,
+// and make answers edit the request's map in place).
+func clientVersions(v map[string]string) map[string]string {
+	for name := range v {
+		if strings.HasPrefix(name, "\x00") {
+			v = maps.Clone(v)
+			maps.DeleteFunc(v, func(name, _ string) bool { return strings.HasPrefix(name, "\x00") })
+			return v
+		}
+	}
+	return v
+}
+
 // markOrNone is ts's mark, "" for no set.
 func (ts *typeSet) markOrNone() string {
 	if ts == nil {
@@ -37,8 +51,8 @@ func (ts *typeSet) markOrNone() string {
 // heldMark is the mark of the set a delta stream was last brought up to
 // date with, when its request leaves the subscription unchanged; ""
 // otherwise (a new stream, a type's first request, names subscribed or
-// unsubscribed). A client cannot set it: the map is the server's, and
-// initial versions a client sends come with a first request.
+// unsubscribed). A client cannot set it: the versions a reconnecting
+// client says it holds lose any name starting with NUL (clientVersions).
 func heldMark(req *cachev3.DeltaRequest, sub cachev3.Subscription) string {
 	if req.GetResponseNonce() == "" || len(req.GetResourceNamesSubscribe()) > 0 ||
 		len(req.GetResourceNamesUnsubscribe()) > 0 || len(req.GetInitialResourceVersions()) > 0 {

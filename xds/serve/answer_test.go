@@ -124,3 +124,20 @@ func TestUpdatesReachStreamsInTheirOrder(t *testing.T) {
 		}
 	}
 }
+
+// TestClientVersionsNeverCarryAMark: what a reconnecting delta client says
+// it holds loses names starting with NUL, without touching its request.
+func TestClientVersionsNeverCarryAMark(t *testing.T) {
+	sent := map[string]string{"api": "v1", setMark: "\x00set1"}
+	got := clientVersions(sent)
+	if _, ok := got[setMark]; ok || got["api"] != "v1" || len(got) != 1 {
+		t.Fatalf("clientVersions = %v", got)
+	}
+	if len(sent) != 2 {
+		t.Fatalf("the request's map was edited: %v", sent)
+	}
+	plain := map[string]string{"api": "v1"}
+	if got := clientVersions(plain); len(got) != 1 {
+		t.Fatalf("clientVersions(%v) = %v", plain, got)
+	}
+}

@@ -411,10 +411,9 @@ func (c *serveCache) open(node *corev3.Node, typ string, answer func(*typeSet) b
 		// Every type the bridge serves has a set (empty if it has nothing,
 		// answered so a proxy learns there are no listeners); a type it
 		// does not serve has none and is never answered, as
-		// go-control-plane's snapshot cache did. That also bounds the
-		// responses a stream can have queued to one per served type, which
-		// the servers' channels hold without blocking (the cache sends
-		// while holding its lock).
+		// go-control-plane's snapshot cache did. Answers are handed to
+		// the stream under the cache's lock and never block (the stream
+		// bounds its queue by holding back requests: outbox.go).
 		if answer(k.sets[typ]) {
 			return func() {}
 		}

@@ -107,7 +107,7 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTyp
 		// The type's first request: initial versions (a reconnecting
 		// client's) count only here; no names means the legacy
 		// wildcard.
-		sub := stream.NewDeltaSubscription(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), req.GetInitialResourceVersions(), true)
+		sub := stream.NewDeltaSubscription(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), clientVersions(req.GetInitialResourceVersions()), true)
 		w = &typeWatch{sub: &sub}
 		st.watches[typ] = w
 	} else {

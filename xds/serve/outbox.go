@@ -14,9 +14,41 @@ type outbox[R any] struct {
 	mu      sync.Mutex
 	pending []R
 	wake    chan struct{} // one token: pending has something
+	room    chan struct{} // one token: an answer was taken
 }
 
-func newOutbox[R any]() *outbox[R] { return &outbox[R]{wake: make(chan struct{}, 1)} }
+// maxPending is how many answers a stream may have waiting before its
+// reader stops acting on requests (waitRoom). The cache never blocks on a
+// stream (push always appends) and adds at most one answer per watch a
+// request filed, so bounding the requests bounds the queue: a client that
+// sends but does not read gets what go-control-plane's servers gave it,
+// its requests held back by HTTP/2 flow control, not a queue growing with
+// every request. An update yields at most one answer per type.
+const maxPending = 16
+
+func newOutbox[R any]() *outbox[R] {
+	return &outbox[R]{wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+}
+
+// waitRoom returns once fewer than maxPending answers wait, false if ctx
+// ended first.
+func (o *outbox[R]) waitRoom(server, stream context.Context) bool {
+	for {
+		o.mu.Lock()
+		n := len(o.pending)
+		o.mu.Unlock()
+		if n < maxPending {
+			return true
+		}
+		select {
+		case <-o.room:
+		case <-stream.Done():
+			return false
+		case <-server.Done():
+			return false
+		}
+	}
+}
 
 func (o *outbox[R]) push(r R) {
 	o.mu.Lock()
@@ -41,6 +73,10 @@ func (o *outbox[R]) next() (R, bool) {
 	o.pending = o.pending[1:]
 	if len(o.pending) == 0 {
 		o.pending = nil // do not keep the backing array of a burst
+	}
+	select {
+	case o.room <- struct{}{}:
+	default:
 	}
 	return r, true
 }

@@ -1,0 +1,45 @@
+package serve
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestStreamThatDoesNotReadHoldsBackItsRequests: while a stream's answers
+// cannot be sent (its client stopped reading), its reader stops acting on
+// requests once maxPending answers wait, so a client that only sends
+// cannot grow the server's queue; the stream still ends with its context.
+func TestStreamThatDoesNotReadHoldsBackItsRequests(t *testing.T) {
+	a := newADSStream[int](1)
+	server, stop := context.WithCancel(context.Background())
+	defer stop()
+	str, end := context.WithCancel(context.Background())
+	var reads atomic.Int64
+	blocked := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- runStream(a, server, str,
+			func() (int, error) { return int(reads.Add(1)), nil },
+			func(n int) error { a.out.push(n); return nil },  // every request answered
+			func(int, int64) error { <-blocked; return nil }) // the client reads nothing
+	}()
+	time.Sleep(200 * time.Millisecond)
+	if n := reads.Load(); n > maxPending+2 {
+		t.Fatalf("%d requests read while answers could not be sent, want at most %d", n, maxPending+2)
+	}
+	a.out.mu.Lock()
+	queued := len(a.out.pending)
+	a.out.mu.Unlock()
+	if queued > maxPending {
+		t.Fatalf("%d answers queued, want at most %d", queued, maxPending)
+	}
+	end()
+	close(blocked)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream did not end with its context")
+	}
+}

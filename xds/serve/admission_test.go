@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
@@ -12,6 +13,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/rs/zerolog"
 	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -359,5 +361,55 @@ func TestSilentStreamsAreClosed(t *testing.T) {
 	s.update(t, testOutput(t, []string{"api", "web"}, 8080))
 	if _, err := c.Wait(ctx, func(st adsclient.State) bool { return len(st.ClusterNames()) == 2 }); err != nil {
 		t.Fatalf("a talking stream was closed or stopped receiving after the first-request timeout: %v", err)
+	}
+}
+
+// TestShutdownDoesNotWaitForAdmission: a stream waiting for an
+// initial-sync slot does not hold the server's shutdown for its grace
+// period (the slot's holder ends and frees it, and the waiting stream's
+// callback context ends with the server too).
+func TestShutdownDoesNotWaitForAdmission(t *testing.T) {
+	s := NewServer(ServerConfig{MaxInitialSyncs: 1, ShutdownGrace: 20 * time.Second, Logger: zerolog.Nop()})
+	if _, err := s.Update(context.Background(), testOutput(t, []string{"api"}, 8080), resolveEdge); err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, lis) }()
+	conn := grpcConn(t, lis.Addr().String())
+	open := func(id string) discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
+		ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(waitCtx(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ads.Send(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: id, Cluster: "edge"}, TypeUrl: resourcev3.ClusterType}); err != nil {
+			t.Fatal(err)
+		}
+		return ads
+	}
+	holder := open("holder")
+	if _, err := holder.Recv(); err != nil { // the slot is taken, never released by an ACK
+		t.Fatal(err)
+	}
+	open("waiter")
+	eventually(t, "the waiter to wait for the slot", func() bool { return testutil.ToFloat64(s.metrics.admissionWaiting) == 1 },
+		func() string { return "waiting gauge not 1" })
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("shutdown took %v, want well under the 20s grace", d)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve did not return")
 	}
 }

@@ -41,6 +41,16 @@ func newADSStream[R any](id int64) *adsStream[R] {
 
 var errStreamClosed = errors.New("stream closed")
 
+// streamContext is the context the callbacks get for a stream: it ends
+// with the stream, with the server, and when the handler returns (stop),
+// so a request waiting in a callback (an initial-sync slot) never holds a
+// stream's end or the server's shutdown for the grace period.
+func streamContext(server, str context.Context) (context.Context, func()) {
+	ctx, cancel := context.WithCancel(str)
+	unregister := context.AfterFunc(server, cancel)
+	return ctx, func() { unregister(); cancel() }
+}
+
 // runStream reads requests in a goroutine of its own, acting on each
 // with handle (while the stream's queue has room: outbox.waitRoom), and
 // sends from this one until either side ends. The

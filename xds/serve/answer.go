@@ -13,12 +13,13 @@ import (
 // comparing what it holds (its subscription's returned versions) with a
 // set.
 
-// setMark is the name under which a delta answer records, among the
-// versions a stream holds (its subscription's returned resources), the set
-// it brought the stream up to date with. go-control-plane hands the map an
-// answer returns back on the stream's next request, so an ACK that leaves
-// the subscription as it was can be checked against the names that
-// changed since (or none), instead of every name the stream follows: that
+// setMark is the name under which an answer records, among the versions a
+// stream holds (its subscription's returned resources), the set it brought
+// the stream up to date with. The stream's server makes the map an answer
+// returns what the stream holds (deliver in delta.go and sotw.go), so a
+// request that leaves the subscription as it was can be checked against
+// the names that changed since the set before (or none), instead of every
+// name the stream follows: that
 // full comparison, once per proxy per change, was the largest cost of a
 // push after the transport. No resource name starts with NUL; a name
 // that does is never compared, sent or removed.
@@ -119,7 +120,7 @@ func changes(sub cachev3.Subscription, ts *typeSet, seen string) (changed []*ent
 // Both kinds of answer leave the mark of ts among the versions they
 // return; for SotW it survives only on the bridge's own server, which
 // keeps a subscription as it is when a request names the same resources
-// (go-control-plane's rebuilds it and drops names it does not follow).
+// (rebuilding it, as go-control-plane's did, drops the mark).
 func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts *typeSet, seen string, own bool) cachev3.Response {
 	if ts == nil {
 		return nil
@@ -193,9 +194,9 @@ func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts *typeSe
 // answers under the lock a cancel takes. That saves a copy of every name
 // a stream follows per push, the largest allocation of a push. A map
 // without the mark (a new subscription, or the versions a reconnecting
-// client sent) is copied first, and go-control-plane's SotW server
-// (which edits the map it is given when a request changes the names)
-// always gets a copy.
+// client sent) is copied first, and so is every map of CreateWatch's
+// callers (tests driving the cache as go-control-plane's SotW server did,
+// which edits the map it is given when a request changes the names).
 func nextReturned(sub cachev3.Subscription, changed []*entry, removed []string, inPlace bool) map[string]string {
 	held := sub.ReturnedResources()
 	returned := held

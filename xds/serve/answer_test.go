@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"testing"
 
@@ -64,13 +65,22 @@ func TestDeltaACKComparesOnlyWhatChanged(t *testing.T) {
 	if g, ok := cl.receive(); !ok || !slices.Equal(g.names, []string{"cache"}) {
 		t.Fatalf("subscribing cache: got %v %v", g.names, ok)
 	}
+	cl.ack()
+	cl.mustNotTake("ACK after subscribing")
+
+	// The ACK trusts the mark: a name dropped from what the stream holds
+	// behind the mark's back is not looked at (a full comparison would
+	// send it again), which is the point of the mark.
+	delete(cl.sub.ReturnedResources(), "api")
+	cl.ack()
+	cl.mustNotTake("ACK with the mark current")
 }
 
 // TestMarkedNamesAreNeverServed: a name that looks like the mark is
 // neither sent nor removed, whatever a client subscribes to.
 func TestMarkedNamesAreNeverServed(t *testing.T) {
 	s := newCacheServer(t, testOutput(t, []string{"api", "web"}, 8080))
-	cl := newDeltaClient(t, s.cache, "edge", resourcev3.EndpointType, []string{"api", setMark})
+	cl := newDeltaClient(t, s.cache, "edge", resourcev3.EndpointType, []string{"api", setMark, "\x00other"})
 	g := cl.mustTake("first")
 	if !slices.Equal(g.names, []string{"api"}) || len(g.removed) != 0 {
 		t.Fatalf("first = %v removed %v", g.names, g.removed)
@@ -139,5 +149,38 @@ func TestClientVersionsNeverCarryAMark(t *testing.T) {
 	plain := map[string]string{"api": "v1"}
 	if got := clientVersions(plain); len(got) != 1 {
 		t.Fatalf("clientVersions(%v) = %v", plain, got)
+	}
+}
+
+// TestSotwSameNamesTakeTheFastPath: a SotW request naming what the
+// previous one did is compared only with what changed since the stream's
+// last answer; one that names other resources is compared in full.
+func TestSotwSameNamesTakeTheFastPath(t *testing.T) {
+	s := newCacheServer(t, testOutput(t, []string{"api", "web"}, 8080))
+	sub := stream.NewSotwSubscription([]string{"api", "web"}, true)
+	var got []cachev3.Response
+	open := func(nonce string, same bool) {
+		req := &discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "n", Cluster: "edge"}, TypeUrl: resourcev3.EndpointType,
+			ResponseNonce: nonce, ResourceNames: []string{"api", "web"}}
+		s.cache.openSotw(1, req, &sub, same, func(r cachev3.Response) {
+			sub.SetReturnedResources(r.GetReturnedResources())
+			got = append(got, r)
+		})
+	}
+	open("", false)
+	if len(got) != 1 {
+		t.Fatalf("first request: %d answers", len(got))
+	}
+	delete(sub.ReturnedResources(), "api") // behind the mark's back
+	open("1", true)
+	if len(got) != 1 {
+		t.Fatal("a request with the same names was compared in full")
+	}
+	open("1", false)
+	if len(got) != 2 {
+		t.Fatal("a request with other names was not compared in full")
+	}
+	if names := slices.Collect(maps.Keys(got[1].GetReturnedResources())); !slices.Contains(names, "api") {
+		t.Fatalf("the full comparison did not send api again: %v", names)
 	}
 }

@@ -54,7 +54,7 @@ func uriAuthorizes(u *url.URL, node *corev3.Node) bool {
 }
 
 // authzInterceptor checks the node a stream claims against the client
-// certificate before go-control-plane sees the stream: it reads the first
+// certificate before the xDS servers see the stream: it reads the first
 // request itself and refuses the stream with PermissionDenied (which the
 // client sees as the stream's status) or hands it on, replaying that
 // request. Later requests that switch to another node end the stream.

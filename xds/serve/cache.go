@@ -31,8 +31,9 @@ import (
 // marshalling them itself, and every delta stream computes its diff by
 // walking all resources. At a thousand edge proxies holding a thousand
 // clusters each, one health flip became gigabytes of responses
-// (bench/README.md). This cache implements go-control-plane's cache
-// interface on its unchanged SotW and delta servers, and:
+// (bench/README.md). This cache serves the bridge's own SotW and delta
+// servers (sotw.go, delta.go; it keeps go-control-plane's cache interface
+// for the tests that drive it directly), and:
 //
 //   - versions each resource by the hash of its deterministic encoding
 //     (go-control-plane's HashResource, so delta clients reconnecting with
@@ -42,8 +43,8 @@ import (
 //   - answers SotW EDS, RDS and SDS with only the resources the stream does
 //     not hold at their current version, as the xDS protocol allows for
 //     those types (LDS and CDS are full state: every response carries all
-//     of them); the stream's per-resource knowledge is go-control-plane's
-//     Subscription.ReturnedResources, which also keeps a NACKing client
+//     of them); the stream's per-resource knowledge is its (go-control-
+//     plane's) Subscription.ReturnedResources, which also keeps a NACKing client
 //     from being sent the version it rejected again and again;
 //   - marshals each resource once per content and shares the marshalled
 //     Any (and the delta Resource around it) between every stream and key
@@ -79,15 +80,12 @@ type typeSet struct {
 	version string
 	entries map[string]*entry
 	order   []*entry // entries sorted by name, for full responses and dumps
-	// id identifies the set; prev is the id of the set this one replaced
-	// (0 if none) and diff the names added, changed or removed since. Ids,
-	// not pointers, so that a set does not keep its predecessors alive.
-	id   uint64
-	prev uint64
-	diff []string
-	// mark and prevMark name id and prev among the versions a delta
-	// stream holds (answer.go).
+	// mark names the set among the versions a stream holds (answer.go);
+	// prevMark is the mark of the set this one replaced ("" if none) and
+	// diff the names added, changed or removed since. Marks, not
+	// pointers, so that a set does not keep its predecessors alive.
 	mark, prevMark string
+	diff           []string
 	// shared memoises, per distinct response, the resources every stream
 	// sending it shares, so it is encoded once (codec.go). The one
 	// mutable part of a set: guarded by serveCache.mu, under which every
@@ -118,12 +116,10 @@ func setVersion(entries []*entry) string {
 // that are the same object or encode to the same bytes. If nothing
 // differs from prev, it returns prev itself.
 func newTypeSet(typeURL string, items []types.Resource, prev *typeSet) (*typeSet, error) {
-	ts := &typeSet{typeURL: typeURL, entries: make(map[string]*entry, len(items)), id: typeSetIDs.Add(1)}
+	ts := &typeSet{typeURL: typeURL, entries: make(map[string]*entry, len(items)), mark: setMarkOf(typeSetIDs.Add(1))}
 	var old map[string]*entry
-	ts.mark = setMarkOf(ts.id)
 	if prev != nil {
-		old = prev.entries
-		ts.prev, ts.prevMark = prev.id, prev.mark
+		old, ts.prevMark = prev.entries, prev.mark
 	}
 	for _, res := range items {
 		name := xds.ResourceName(res)
@@ -340,8 +336,10 @@ func (c *serveCache) served(key string) map[string]*typeSet {
 	return nil
 }
 
-// CreateWatch is go-control-plane's SotW watch; the bridge's own SotW
-// server (sotw.go) calls openSotw.
+// CreateWatch is go-control-plane's SotW watch, kept for the
+// cachev3.Cache interface and the tests that drive the cache the way
+// go-control-plane's SotW server did (answers copy the held versions);
+// the bridge's own SotW server (sotw.go) calls openSotw.
 func (c *serveCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
 	return c.openSotwWatch(0, req, sub, "", false, func(r cachev3.Response) { ch <- r }), nil
 }
@@ -374,8 +372,8 @@ func (c *serveCache) openSotwWatch(order uint64, req *cachev3.Request, sub cache
 	})
 }
 
-// CreateDeltaWatch is go-control-plane's delta watch; the bridge's own
-// delta server (delta.go) calls openDelta.
+// CreateDeltaWatch is go-control-plane's delta watch, kept likewise; the
+// bridge's own delta server (delta.go) calls openDelta.
 func (c *serveCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, ch chan cachev3.DeltaResponse) (func(), error) {
 	return c.openDelta(0, req, sub, func(r cachev3.DeltaResponse) { ch <- r }), nil
 }

@@ -40,7 +40,7 @@ type callbacks struct {
 	contexts sync.Map
 }
 
-// streamKey identifies a stream: go-control-plane numbers SotW and delta
+// streamKey identifies a stream: the SotW and delta servers number their
 // streams independently, so an id alone is ambiguous.
 type streamKey struct {
 	delta bool
@@ -213,8 +213,9 @@ func (c *callbacks) OnDeltaStreamClosed(id int64, _ *corev3.Node) {
 	c.closed(streamKey{delta: true, id: id})
 }
 
-// OnStreamDeltaRequest runs before go-control-plane fills in a missing
-// node or type URL, so both come from the tracker and the stream.
+// OnStreamDeltaRequest runs before the delta server fills in a missing
+// node or type URL (as go-control-plane's did), so both come from the
+// tracker and the stream.
 func (c *callbacks) OnStreamDeltaRequest(id int64, r *discoveryv3.DeltaDiscoveryRequest) error {
 	return c.request(streamKey{delta: true, id: id}, r.GetNode(), c.deltaType(id, r.GetTypeUrl()), "", r.GetResponseNonce(), r.GetErrorDetail().GetMessage(),
 		nameUpdate{add: r.GetResourceNamesSubscribe(), remove: r.GetResourceNamesUnsubscribe()})

@@ -18,7 +18,7 @@ import (
 //
 // A health flip sends the same ClusterLoadAssignment, at the same version,
 // to every proxy whose group reaches the cluster: thousands of responses
-// that differ only in their nonce (go-control-plane numbers responses per
+// that differ only in their nonce (the servers number responses per
 // stream). The cache hands every stream whose response has the same
 // resources at the same version one shared resource slice (sharedSotw,
 // sharedDelta, memoised per type set under the cache lock); the response's

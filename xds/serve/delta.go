@@ -13,7 +13,6 @@ import (
 	secretservice "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	sotwv3 "github.com/envoyproxy/go-control-plane/pkg/server/sotw/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 )
@@ -57,10 +56,12 @@ func newDeltaServer(ctx context.Context, cache *serveCache, cb *callbacks) *delt
 // service (resourcev3.AnyType for ADS).
 func (d *deltaServer) serve(str stream.DeltaStream, defaultTypeURL string) error {
 	st := &deltaStream{adsStream: newADSStream[cachev3.DeltaResponse](d.ids.Add(1)), d: d, str: str}
-	if err := d.cb.OnDeltaStreamOpen(str.Context(), st.id, defaultTypeURL); err != nil {
+	ctx, stop := streamContext(d.ctx, str.Context())
+	if err := d.cb.OnDeltaStreamOpen(ctx, st.id, defaultTypeURL); err != nil {
+		stop()
 		return err
 	}
-	defer func() { d.cb.OnDeltaStreamClosed(st.id, st.close()) }()
+	defer func() { stop(); d.cb.OnDeltaStreamClosed(st.id, st.close()) }()
 	return runStream(st.adsStream, d.ctx, str.Context(), str.Recv,
 		func(req *discoveryv3.DeltaDiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send)
 }
@@ -131,7 +132,7 @@ type xdsServer struct {
 }
 
 func newXDSServer(ctx context.Context, cache *serveCache, cb *callbacks) *xdsServer {
-	return &xdsServer{Server: serverv3.NewServer(ctx, cache, cb, sotwv3.WithOrderedADS()),
+	return &xdsServer{Server: serverv3.NewServer(ctx, cache, cb),
 		delta: newDeltaServer(ctx, cache, cb), sotw: newSotwServer(ctx, cache, cb)}
 }
 

@@ -19,8 +19,9 @@ const defaultFirstRequestTimeout = 30 * time.Second
 
 // firstRequestInterceptor ends xDS streams whose first request does not
 // arrive within timeout, with DeadlineExceeded; onIdle counts them. The
-// first request is read here and replayed to the handler (go-control-plane
-// gives no way to close a stream from outside once its handler runs).
+// first request is read here and replayed to the handler: the servers'
+// handlers end a stream only when its read fails or the server stops, and
+// a silent stream must not hold its handler that long.
 func firstRequestInterceptor(timeout time.Duration, onIdle func()) grpc.StreamServerInterceptor {
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if !strings.HasPrefix(info.FullMethod, "/envoy.service.") {

@@ -12,8 +12,8 @@ import (
 // healthService is the standard gRPC health service (grpc.health.v1) on
 // the xDS port, with one addition: when the server drains, open Watch
 // streams are sent NOT_SERVING and then ended, so they do not hold the
-// graceful stop for its whole grace period (go-control-plane's streams
-// end by themselves when Serve's context does).
+// graceful stop for its whole grace period (xDS streams end by themselves
+// when Serve's context does).
 type healthService struct {
 	*health.Server
 	drain     chan struct{} // closed when Serve starts draining

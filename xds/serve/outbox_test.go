@@ -35,8 +35,13 @@ func TestStreamThatDoesNotReadHoldsBackItsRequests(t *testing.T) {
 	if queued > maxPending {
 		t.Fatalf("%d answers queued, want at most %d", queued, maxPending)
 	}
+	close(blocked) // the client reads again: so does the stream
+	for deadline := time.Now().Add(5 * time.Second); reads.Load() <= maxPending+2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream did not read again once its answers could be sent")
+		}
+	}
 	end()
-	close(blocked)
 	select {
 	case <-done:
 	case <-time.After(5 * time.Second):

@@ -1,7 +1,7 @@
 // Package serve is the bridge's xDS runtime: it serves translations (the
 // xds package's Output) over ADS and the per-type SotW and delta services
-// on go-control-plane's servers, from its own per-resource cache
-// (cache.go). It keeps the protocol state of every stream (tracker.go),
+// with its own stream servers (sotw.go, delta.go; go-control-plane's
+// protocol rules and types), from its own per-resource cache (cache.go). It keeps the protocol state of every stream (tracker.go),
 // bounds initial syncs (admission.go), authorizes nodes (authz.go),
 // reloads its TLS files (tls.go), answers gRPC health (health.go) and
 // exports metrics. Everything here is long-running and locked; what is

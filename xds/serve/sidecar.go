@@ -199,7 +199,7 @@ func (sc *sidecars) interceptor() grpc.StreamServerInterceptor {
 		st := &sidecarStream{ServerStream: ss, sc: sc, kill: make(chan struct{}), want: make(chan any), got: make(chan error, 1)}
 		// One reader per stream: RecvMsg must be able to return when the
 		// stream is closed from here, while the real read still blocks
-		// (go-control-plane's handlers end only when a read fails).
+		// (the servers' handlers end only when a read fails).
 		go func() {
 			for {
 				select {

@@ -67,10 +67,12 @@ func newSotwServer(ctx context.Context, cache *serveCache, cb *callbacks) *sotwS
 
 func (s *sotwServer) serve(str stream.Stream, defaultTypeURL string) error {
 	st := &sotwStream{adsStream: newADSStream[cachev3.Response](s.ids.Add(1)), s: s, str: str, sent: map[string]string{}}
-	if err := s.cb.OnStreamOpen(str.Context(), st.id, defaultTypeURL); err != nil {
+	ctx, stop := streamContext(s.ctx, str.Context())
+	if err := s.cb.OnStreamOpen(ctx, st.id, defaultTypeURL); err != nil {
+		stop()
 		return err
 	}
-	defer func() { s.cb.OnStreamClosed(st.id, st.close()) }()
+	defer func() { stop(); s.cb.OnStreamClosed(st.id, st.close()) }()
 	return runStream(st.adsStream, s.ctx, str.Context(), str.Recv,
 		func(req *discoveryv3.DiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send)
 }

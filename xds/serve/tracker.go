@@ -126,7 +126,7 @@ func truncate(s string, n int) string {
 // by asking for made-up type URLs.
 const maxTypesPerStream = 16
 
-// Resource names a stream subscribes to are kept by go-control-plane for
+// Resource names a stream subscribes to are kept in its subscription for
 // the stream's life (delta subscriptions accumulate over requests), so
 // they are bounded too: one name (ours are a service name and a subset)
 // and all of a stream's names together (an Envoy holding 50,000 clusters
@@ -317,7 +317,7 @@ func (t *tracker) request(key streamKey, node *corev3.Node, typeURL, version, no
 		return res
 	case nonce != ts.sentNonce:
 		// Not the latest response: the protocol says to ignore it, and
-		// go-control-plane's SotW server does.
+		// the SotW server does (sotw.go).
 		res.kind = reqStale
 		return res
 	}

@@ -57,7 +57,19 @@ func streamContext(server, str context.Context) (context.Context, func()) {
 // reading goroutine ends when a read fails (the client ended the stream:
 // nil, as go-control-plane), at the latest when the stream ends on return
 // from here; an error of handle's ends the stream with that status.
-func runStream[Req, R any](a *adsStream[R], server, str context.Context, recv func() (Req, error), handle func(Req) error, send func(R, int64) error) error {
+//
+// open and closed are the stream's callbacks: open gets a context that
+// ends with the stream or the server (streamContext); closed runs after
+// every watch is cancelled, with the stream's node.
+func runStream[Req, R any](a *adsStream[R], server, str context.Context,
+	open func(context.Context) error, closed func(*corev3.Node),
+	recv func() (Req, error), handle func(Req) error, send func(R, int64) error) error {
+	ctx, stop := streamContext(server, str)
+	if err := open(ctx); err != nil {
+		stop()
+		return err
+	}
+	defer func() { stop(); closed(a.close()) }()
 	recvErr := make(chan error, 1)
 	go func() {
 		for {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"sync/atomic"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	endpointservice "github.com/envoyproxy/go-control-plane/envoy/service/endpoint/v3"
@@ -56,14 +57,10 @@ func newDeltaServer(ctx context.Context, cache *serveCache, cb *callbacks) *delt
 // service (resourcev3.AnyType for ADS).
 func (d *deltaServer) serve(str stream.DeltaStream, defaultTypeURL string) error {
 	st := &deltaStream{adsStream: newADSStream[cachev3.DeltaResponse](d.ids.Add(1)), d: d, str: str}
-	ctx, stop := streamContext(d.ctx, str.Context())
-	if err := d.cb.OnDeltaStreamOpen(ctx, st.id, defaultTypeURL); err != nil {
-		stop()
-		return err
-	}
-	defer func() { stop(); d.cb.OnDeltaStreamClosed(st.id, st.close()) }()
-	return runStream(st.adsStream, d.ctx, str.Context(), str.Recv,
-		func(req *discoveryv3.DeltaDiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send)
+	return runStream(st.adsStream, d.ctx, str.Context(),
+		func(ctx context.Context) error { return d.cb.OnDeltaStreamOpen(ctx, st.id, defaultTypeURL) },
+		func(node *corev3.Node) { d.cb.OnDeltaStreamClosed(st.id, node) },
+		str.Recv, func(req *discoveryv3.DeltaDiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send)
 }
 
 func (st *deltaStream) send(r cachev3.DeltaResponse, nonce int64) error {

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
 
 // TestStreamThatDoesNotReadHoldsBackItsRequests: while a stream's answers
@@ -21,6 +23,7 @@ func TestStreamThatDoesNotReadHoldsBackItsRequests(t *testing.T) {
 	done := make(chan error, 1)
 	go func() {
 		done <- runStream(a, server, str,
+			func(context.Context) error { return nil }, func(*corev3.Node) {},
 			func() (int, error) { return int(reads.Add(1)), nil },
 			func(n int) error { a.out.push(n); return nil },  // every request answered
 			func(int, int64) error { <-blocked; return nil }) // the client reads nothing

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
@@ -67,14 +68,10 @@ func newSotwServer(ctx context.Context, cache *serveCache, cb *callbacks) *sotwS
 
 func (s *sotwServer) serve(str stream.Stream, defaultTypeURL string) error {
 	st := &sotwStream{adsStream: newADSStream[cachev3.Response](s.ids.Add(1)), s: s, str: str, sent: map[string]string{}}
-	ctx, stop := streamContext(s.ctx, str.Context())
-	if err := s.cb.OnStreamOpen(ctx, st.id, defaultTypeURL); err != nil {
-		stop()
-		return err
-	}
-	defer func() { stop(); s.cb.OnStreamClosed(st.id, st.close()) }()
-	return runStream(st.adsStream, s.ctx, str.Context(), str.Recv,
-		func(req *discoveryv3.DiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send)
+	return runStream(st.adsStream, s.ctx, str.Context(),
+		func(ctx context.Context) error { return s.cb.OnStreamOpen(ctx, st.id, defaultTypeURL) },
+		func(node *corev3.Node) { s.cb.OnStreamClosed(st.id, node) },
+		str.Recv, func(req *discoveryv3.DiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send)
 }
 
 func (st *sotwStream) send(r cachev3.Response, nonce int64) error {

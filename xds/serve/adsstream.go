@@ -53,10 +53,10 @@ func streamContext(server, str context.Context) (context.Context, func()) {
 
 // runStream reads requests in a goroutine of its own, acting on each
 // with handle (while the stream's queue has room: outbox.waitRoom), and
-// sends from this one until either side ends. The
-// reading goroutine ends when a read fails (the client ended the stream:
-// nil, as go-control-plane), at the latest when the stream ends on return
-// from here; an error of handle's ends the stream with that status.
+// sends from this one until either side ends. The reading goroutine ends
+// when a read fails (the client ended the stream: nil, as
+// go-control-plane), at the latest when the stream ends on return from
+// here; an error of handle's ends the stream with that status.
 //
 // open and closed are the stream's callbacks: open gets a context that
 // ends with the stream or the server (streamContext); closed runs after

@@ -2,8 +2,9 @@ package policy
 
 import (
 	"fmt"
-	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"time"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/zclconf/go-cty/cty"

@@ -212,30 +212,52 @@ func (r *resolver) cors(b *corsBlock, inherit *ir.CORS) *ir.CORS {
 	return c
 }
 
+// routeFilter is a per-route HTTP filter setting a route block has.
+type routeFilter struct {
+	what string
+	rng  hcl.Range
+}
+
+// routeFilters lists the per-route HTTP filter settings of b, in a fixed
+// order, for the places that serve routes without those filters (gRPC's
+// xDS client, a sidecar's upstream listener).
+func routeFilters(b *routeBlock) []routeFilter {
+	var fs []routeFilter
+	add := func(set bool, what string, rng func() hcl.Range) {
+		if set {
+			fs = append(fs, routeFilter{what, rng()})
+		}
+	}
+	attr := func(name string) func() hcl.Range {
+		return func() hcl.Range { return valueRange(b.Body, name, b.DefRange) }
+	}
+	add(b.CORS != nil, "cors", func() hcl.Range { return b.CORS.DefRange })
+	add(b.Compression != nil, "compression", attr("compression"))
+	add(b.RateLimit != nil, "rate_limit", func() hcl.Range { return b.RateLimit.DefRange })
+	add(b.GlobalRL != nil, "global_rate_limit", func() hcl.Range { return b.GlobalRL.DefRange })
+	add(b.JWT != nil, "jwt", func() hcl.Range { return b.JWT.DefRange })
+	add(b.ExtAuthz != nil, "ext_authz", attr("ext_authz"))
+	add(b.Upgrades != nil, "upgrades", attr("upgrades"))
+	return fs
+}
+
+// grpcNoFilter says why gRPC's xDS client cannot apply each route filter.
+var grpcNoFilter = map[string]string{
+	"cors":              "gRPC's xDS client has no CORS filter; browsers reach gRPC services through an Envoy listener (grpc-web).",
+	"compression":       "gRPC compresses messages itself (grpc-encoding), configured in the client.",
+	"rate_limit":        "gRPC's xDS client has no rate limit filter; limit calls on the server, or in an Envoy in front of it.",
+	"global_rate_limit": "gRPC's xDS client has no rate limit filter; limit calls on the server, or in an Envoy in front of it.",
+	"jwt":               "gRPC's xDS client has no JWT authentication filter; verify tokens in the server (an interceptor) or in an Envoy in front of it.",
+	"ext_authz":         "gRPC's xDS client has no external authorization filter; authorize calls in the server (an interceptor) or in an Envoy in front of it.",
+	"upgrades":          "gRPC calls are HTTP/2 streams, never upgraded connections.",
+}
+
 // grpcUnsupportedHTTP refuses, in a grpc_service route, the HTTP
 // features gRPC's xDS client does not implement: it would ignore them,
 // serving something other than the policy says.
 func (r *resolver) grpcUnsupportedHTTP(b *routeBlock, unsupported func(rng hcl.Range, what, why string)) {
-	if b.CORS != nil {
-		unsupported(b.CORS.DefRange, "cors", "gRPC's xDS client has no CORS filter; browsers reach gRPC services through an Envoy listener (grpc-web).")
-	}
-	if b.Compression != nil {
-		unsupported(valueRange(b.Body, "compression", b.DefRange), "compression", "gRPC compresses messages itself (grpc-encoding), configured in the client.")
-	}
-	if b.RateLimit != nil {
-		unsupported(b.RateLimit.DefRange, "rate_limit", "gRPC's xDS client has no rate limit filter; limit calls on the server, or in an Envoy in front of it.")
-	}
-	if b.GlobalRL != nil {
-		unsupported(b.GlobalRL.DefRange, "global_rate_limit", "gRPC's xDS client has no rate limit filter; limit calls on the server, or in an Envoy in front of it.")
-	}
-	if b.JWT != nil {
-		unsupported(b.JWT.DefRange, "jwt", "gRPC's xDS client has no JWT authentication filter; verify tokens in the server (an interceptor) or in an Envoy in front of it.")
-	}
-	if b.ExtAuthz != nil {
-		unsupported(valueRange(b.Body, "ext_authz", b.DefRange), "ext_authz", "gRPC's xDS client has no external authorization filter; authorize calls in the server (an interceptor) or in an Envoy in front of it.")
-	}
-	if b.Upgrades != nil {
-		unsupported(valueRange(b.Body, "upgrades", b.DefRange), "upgrades", "gRPC calls are HTTP/2 streams, never upgraded connections.")
+	for _, f := range routeFilters(b) {
+		unsupported(f.rng, f.what, grpcNoFilter[f.what])
 	}
 }
 

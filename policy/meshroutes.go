@@ -124,26 +124,8 @@ func (r *resolver) meshRoute(service string, b *routeBlock) *Route {
 	// The upstream listener's HTTP connection manager has the router (and
 	// the fault filter) only: per-route settings of other filters would
 	// be ignored.
-	filters := map[string]bool{"cors": b.CORS != nil, "compression": b.Compression != nil, "rate_limit": b.RateLimit != nil,
-		"global_rate_limit": b.GlobalRL != nil, "jwt": b.JWT != nil, "ext_authz": b.ExtAuthz != nil, "upgrades": b.Upgrades != nil}
-	for _, what := range slices.Sorted(maps.Keys(filters)) {
-		if !filters[what] {
-			continue
-		}
-		var rng hcl.Range
-		switch what {
-		case "cors":
-			rng = b.CORS.DefRange
-		case "rate_limit":
-			rng = b.RateLimit.DefRange
-		case "global_rate_limit":
-			rng = b.GlobalRL.DefRange
-		case "jwt":
-			rng = b.JWT.DefRange
-		default:
-			rng = valueRange(b.Body, what, b.DefRange)
-		}
-		unsupported(rng, what, "a sidecar's upstream listener runs no HTTP filters but fault injection and the router; apply it at the destination (or in a proxy listener).")
+	for _, f := range routeFilters(b) {
+		unsupported(f.rng, f.what, "a sidecar's upstream listener runs no HTTP filters but fault injection and the router; apply it at the destination (or in a proxy listener).")
 	}
 	// Subset checks are not wanted here (a subset is already refused), so
 	// the targets r.route records for them are dropped.

@@ -1,9 +1,10 @@
 package policy
 
 import (
-	"github.com/hashicorp/hcl/v2"
 	"path"
 	"time"
+
+	"github.com/hashicorp/hcl/v2"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )

@@ -60,9 +60,9 @@ func sidecarAware(g *ir.Group) ([]ir.Listener, []meshRole) {
 }
 
 // buildGroupListener builds a listener of a group in its role.
-func buildGroupListener(l *ir.Listener, role *meshRole) (*listenerv3.Listener, error) {
+func buildGroupListener(l *ir.Listener, role *meshRole, rbacs rbacMemo) (*listenerv3.Listener, error) {
 	if role.intentions != nil {
-		return buildPublicListener(l, role)
+		return buildPublicListener(l, role, rbacs)
 	}
 	out := buildListener(l)
 	out.TrafficDirection = role.direction
@@ -74,19 +74,19 @@ func buildGroupListener(l *ir.Listener, role *meshRole) (*listenerv3.Listener, e
 // then RBAC (network RBAC before tcp_proxy, or HTTP RBAC first in the
 // HTTP filters: one or the other, as Consul does), then the local
 // application.
-func buildPublicListener(l *ir.Listener, role *meshRole) (*listenerv3.Listener, error) {
+func buildPublicListener(l *ir.Listener, role *meshRole, rbacs rbacMemo) (*listenerv3.Listener, error) {
 	var filters []*listenerv3.Filter
 	if l.Protocol == "tcp" {
-		rbac, err := NetworkRBAC(*role.intentions)
+		rbac, err := rbacs.network(*role.intentions)
 		if err != nil {
 			return nil, fmt.Errorf("listener %q: %w", l.Name, err)
 		}
 		filters = []*listenerv3.Filter{
-			{Name: wellknown.RoleBasedAccessControl, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(rbac)}},
+			{Name: wellknown.RoleBasedAccessControl, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: rbac}},
 			tcpProxyFilter(l),
 		}
 	} else {
-		rbac, err := HTTPRBACFilter(*role.intentions)
+		rbac, err := rbacs.httpFilter(*role.intentions)
 		if err != nil {
 			return nil, fmt.Errorf("listener %q: %w", l.Name, err)
 		}

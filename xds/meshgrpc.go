@@ -54,7 +54,7 @@ import (
 // port, chosen by the address the connection came in on (destination
 // prefix ranges, which grpc-go matches). A connection to an address no
 // instance is registered with matches no chain and is closed.
-func translateMeshGRPCServers(m *ir.Model) ([]*listenerv3.Listener, error) {
+func translateMeshGRPCServers(m *ir.Model, rbacs rbacMemo) ([]*listenerv3.Listener, error) {
 	var out []*listenerv3.Listener
 	var errs []error
 	type wildcard struct {
@@ -65,7 +65,7 @@ func translateMeshGRPCServers(m *ir.Model) ([]*listenerv3.Listener, error) {
 	wild := map[string]*wildcard{} // listener name -> chains
 	for i := range m.MeshGRPCServers {
 		s := &m.MeshGRPCServers[i]
-		fc, err := meshGRPCFilterChain(s)
+		fc, err := meshGRPCFilterChain(s, rbacs)
 		if err != nil {
 			errs = append(errs, err)
 			continue
@@ -116,11 +116,11 @@ func translateMeshGRPCServers(m *ir.Model) ([]*listenerv3.Listener, error) {
 // secret (only provider instance names) and their RBAC rules say no more
 // than Consul's intentions, which every mesh service may read; they go
 // with the API listeners to every proxyless node that asks by name.
-func addMeshGRPCServers(r *Resources, m *ir.Model) error {
+func addMeshGRPCServers(r *Resources, m *ir.Model, rbacs rbacMemo) error {
 	if len(m.MeshGRPCServers) == 0 {
 		return nil
 	}
-	ls, err := translateMeshGRPCServers(m)
+	ls, err := translateMeshGRPCServers(m, rbacs)
 	if err != nil {
 		return fmt.Errorf("mesh gRPC servers: %w", err)
 	}
@@ -136,10 +136,10 @@ func addMeshGRPCServers(r *Resources, m *ir.Model) error {
 
 // meshGRPCFilterChain is the filter chain of one server instance: mutual
 // TLS and its intentions as HTTP RBAC.
-func meshGRPCFilterChain(s *ir.MeshGRPCServer) (*listenerv3.FilterChain, error) {
+func meshGRPCFilterChain(s *ir.MeshGRPCServer, rbacs rbacMemo) (*listenerv3.FilterChain, error) {
 	// The same RBAC as Envoy sidecars get (intentions.go): grpc-go
 	// enforces the HTTP RBAC filter of its inbound listener (gRFC A41).
-	rbac, err := HTTPRBACFilter(s.Intentions)
+	rbac, err := rbacs.httpFilter(s.Intentions)
 	if err != nil {
 		return nil, fmt.Errorf("mesh gRPC server %q (%s): %w", s.Service, s.ListenerName(), err)
 	}

@@ -220,6 +220,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 	clusters := make(map[string]memoCluster, len(m.Clusters))
 	listeners := map[string]memoListener{}
 	secrets := map[string]memoSecret{}
+	rbacs := rbacMemo{}
 	out := &Output{Shared: &Resources{}, Groups: map[string]*Resources{}}
 	fresh := &Resources{} // built this time: validated below
 	sameNames := len(m.Clusters) == len(t.clusters)
@@ -272,7 +273,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 	} else {
 		r, err := translateProxyless(m.Proxyless)
 		if err == nil {
-			err = addMeshGRPCServers(r, m)
+			err = addMeshGRPCServers(r, m, rbacs)
 		}
 		if err == nil {
 			err = groupConsistent(out.Shared, r, ref, nil)
@@ -315,7 +316,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 			ml, ok := t.listeners[key]
 			sameIn := ok && reflect.DeepEqual(&ml.in, l)
 			if !sameIn || !reflect.DeepEqual(&ml.role, role) {
-				lis, err := buildGroupListener(l, role)
+				lis, err := buildGroupListener(l, role, rbacs)
 				if err != nil {
 					errs = append(errs, err)
 					continue

@@ -212,13 +212,18 @@ func listenerClusters(l *listenerv3.Listener) []string {
 	return slices.Compact(out)
 }
 
-// clustersServed checks that every cluster a listener's filters call is
-// served: Envoy would otherwise drop its logs silently.
-func clustersServed(shared *Resources, listeners []*listenerv3.Listener, ref func(types.Resource) references) error {
-	have := map[string]bool{}
-	for _, c := range shared.Clusters {
+// clusterNameSet is the names of r's clusters.
+func clusterNameSet(r *Resources) map[string]bool {
+	have := make(map[string]bool, len(r.Clusters))
+	for _, c := range r.Clusters {
 		have[c.GetName()] = true
 	}
+	return have
+}
+
+// clustersServed checks that every cluster a listener's filters call is
+// served: Envoy would otherwise drop its logs silently.
+func clustersServed(have map[string]bool, listeners []*listenerv3.Listener, ref func(types.Resource) references) error {
 	var errs []error
 	for _, l := range listeners {
 		for _, c := range ref(l).clusters {

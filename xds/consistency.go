@@ -46,7 +46,7 @@ func Consistent(shared, group *Resources) error {
 // agent serves the mesh's leaves and roots from its local Consul agent.
 // nil: every secret comes from the bridge.
 func ConsistentExcept(shared, group *Resources, external func(string) bool) error {
-	return errors.Join(sharedConsistent(shared, refsOf), groupConsistent(shared, group, refsOf, external))
+	return errors.Join(sharedConsistent(shared, refsOf), groupConsistent(shared, clusterNameSet(shared), group, refsOf, external))
 }
 
 // references are what a cluster or listener names: the assignment an EDS
@@ -102,9 +102,11 @@ func sharedConsistent(shared *Resources, ref func(types.Resource) references) er
 	return nil
 }
 
-// groupConsistent checks a group's listeners against its routes and the
-// secrets served with them (shared's and the group's).
-func groupConsistent(shared, group *Resources, ref func(types.Resource) references, external func(string) bool) error {
+// groupConsistent checks a group's listeners against its routes, the
+// clusters shared serves (sharedClusters: their names, made once per
+// translation, not once per group) and the secrets served with them
+// (shared's and the group's).
+func groupConsistent(shared *Resources, sharedClusters map[string]bool, group *Resources, ref func(types.Resource) references, external func(string) bool) error {
 	if group == nil {
 		return nil
 	}
@@ -118,7 +120,7 @@ func groupConsistent(shared, group *Resources, ref func(types.Resource) referenc
 		rds = append(rds, r.rds...)
 	}
 	errs = append(errs, sameNames("listener", "route configuration", rds, names(group.Routes)))
-	errs = append(errs, clustersServed(shared, group.Listeners, ref))
+	errs = append(errs, clustersServed(sharedClusters, group.Listeners, ref))
 	errs = append(errs, secretsServed(shared.Secrets, group.Secrets, group.Listeners, ref, external))
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", ErrInconsistent, err)

@@ -266,6 +266,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 		return nil, sharedErr
 	}
 	out.Failed = map[string]error{}
+	sharedClusters := clusterNameSet(out.Shared)
 	out.MeshSecretsExternal = m.MeshSecretsExternal()
 	proxylessFresh := false
 	if t.proxylessOut != nil && reflect.DeepEqual(t.proxylessIn, m.Proxyless) && reflect.DeepEqual(t.meshGRPCIn, m.MeshGRPCServers) {
@@ -276,7 +277,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 			err = addMeshGRPCServers(r, m, rbacs)
 		}
 		if err == nil {
-			err = groupConsistent(out.Shared, r, ref, nil)
+			err = groupConsistent(out.Shared, sharedClusters, r, ref, nil)
 		}
 		if err != nil {
 			out.ProxylessFailed = fmt.Errorf("proxyless: %w", err)
@@ -345,7 +346,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 			r.Secrets = append(r.Secrets, t.secret(g.Name, &g.Secrets[j], groupSecrets, fresh))
 		}
 		errs = append(errs, validateAll(fresh))
-		errs = append(errs, groupConsistent(out.Shared, r, ref, out.ExternalSecrets()))
+		errs = append(errs, groupConsistent(out.Shared, sharedClusters, r, ref, out.ExternalSecrets()))
 		if !out.MeshSecretsExternal {
 			errs = append(errs, meshSecretsServed(g, r, clusters, ref))
 		}

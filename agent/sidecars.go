@@ -80,7 +80,7 @@ func toSaved(node string, index map[string][]serve.SidecarInfo) savedSidecars {
 	out := savedSidecars{Node: node, Proxies: []savedSidecar{}}
 	for _, id := range slices.Sorted(maps.Keys(index)) {
 		for _, in := range index[id] {
-			out.Proxies = append(out.Proxies, savedSidecar{ProxyID: id, Group: in.Group, Service: in.Service, Upstreams: in.Upstreams})
+			out.Proxies = append(out.Proxies, savedSidecar{ProxyID: id, Group: in.Group(id), Service: in.Service, Upstreams: in.Upstreams})
 		}
 	}
 	return out
@@ -89,7 +89,7 @@ func toSaved(node string, index map[string][]serve.SidecarInfo) savedSidecars {
 func (s savedSidecars) index() map[string][]serve.SidecarInfo {
 	index := map[string][]serve.SidecarInfo{}
 	for _, p := range s.Proxies {
-		index[p.ProxyID] = append(index[p.ProxyID], serve.SidecarInfo{Node: s.Node, Group: p.Group, Service: p.Service, Upstreams: p.Upstreams})
+		index[p.ProxyID] = append(index[p.ProxyID], serve.SidecarInfo{Node: s.Node, Service: p.Service, Upstreams: p.Upstreams})
 	}
 	return index
 }
@@ -178,7 +178,7 @@ func (s *localSidecars) read(ctx context.Context) error {
 		if svc.Proxy == nil || svc.Proxy.DestinationServiceName == "" {
 			continue
 		}
-		info := serve.SidecarInfo{Node: node, Group: ir.SidecarGroupName(node, id), Service: svc.Proxy.DestinationServiceName}
+		info := serve.SidecarInfo{Node: node, Service: svc.Proxy.DestinationServiceName}
 		for _, u := range svc.Proxy.Upstreams {
 			info.Upstreams = append(info.Upstreams, fmt.Sprintf("%s@%s:%d", u.DestinationName, u.LocalBindAddress, u.LocalBindPort))
 		}
@@ -204,7 +204,7 @@ func (s *localSidecars) apply(node string, index map[string][]serve.SidecarInfo,
 		s.mu.Unlock()
 		return false
 	}
-	same := s.set && s.node == node && equalIndex(s.index, index)
+	same := s.set && s.node == node && serve.SameSidecarIndex(s.index, index)
 	s.node, s.index, s.set = node, index, true
 	if !same {
 		s.a.server.SetSidecars(index)
@@ -225,14 +225,6 @@ func (s *localSidecars) apply(node string, index map[string][]serve.SidecarInfo,
 	return true
 }
 
-func equalIndex(a, b map[string][]serve.SidecarInfo) bool {
-	return maps.EqualFunc(a, b, func(x, y []serve.SidecarInfo) bool {
-		return slices.EqualFunc(x, y, func(p, q serve.SidecarInfo) bool {
-			return p.Node == q.Node && p.Group == q.Group && p.Service == q.Service && slices.Equal(p.Upstreams, q.Upstreams)
-		})
-	})
-}
-
 // upstreamNode is who a relay of key announces itself as to the central
 // bridge: for a sidecar group, the proxy's own id, its service as
 // node.cluster (what Consul's bootstrap announces, and what
@@ -248,7 +240,7 @@ func (a *Agent) upstreamNode(k serve.RelayKey) (id, cluster string, meta map[str
 	defer s.mu.Unlock()
 	for proxyID, infos := range s.index {
 		for _, info := range infos {
-			if info.Group == k.NodeCluster {
+			if info.Group(proxyID) == k.NodeCluster {
 				return proxyID, info.Service, map[string]string{xds.ConsulNodeMetadata: info.Node}, true
 			}
 		}

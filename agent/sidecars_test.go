@@ -16,7 +16,7 @@ func TestUpstreamNode(t *testing.T) {
 	a := &Agent{cfg: &Config{NodeID: "vm-a-agent"}}
 	group := ir.SidecarGroupName("vm-a", "web-sidecar-proxy")
 	a.sidecars = &localSidecars{a: a, index: map[string][]serve.SidecarInfo{
-		"web-sidecar-proxy": {{Node: "vm-a", Group: group, Service: "web"}},
+		"web-sidecar-proxy": {{Node: "vm-a", Service: "web"}},
 	}}
 	id, cluster, meta, ok := a.upstreamNode(serve.RelayKey{Key: group, NodeCluster: group})
 	if !ok || id != "web-sidecar-proxy" || cluster != "web" || meta[xds.ConsulNodeMetadata] != "vm-a" {

@@ -154,7 +154,7 @@ func sidecarIndex(m *ir.Model) map[string][]serve.SidecarInfo {
 		if sc == nil || g.Name != ir.SidecarGroupName(sc.Node, sc.ProxyID) {
 			continue // a policy group declared sidecar_for
 		}
-		info := serve.SidecarInfo{Node: sc.Node, Group: g.Name, Service: sc.Service}
+		info := serve.SidecarInfo{Node: sc.Node, Service: sc.Service}
 		for _, u := range sc.Upstreams {
 			info.Upstreams = append(info.Upstreams, fmt.Sprintf("%s@%s:%d", u.Service, u.BindAddress, u.BindPort))
 		}

@@ -59,7 +59,7 @@ func TestSidecarIndex(t *testing.T) {
 	if len(idx) != 1 || len(idx["web-sidecar-proxy"]) != 1 {
 		t.Fatalf("index = %+v", idx)
 	}
-	if in := idx["web-sidecar-proxy"][0]; in.Group != "sidecar:n/web-sidecar-proxy" || !slices.Equal(in.Upstreams, []string{"api@127.0.0.1:9191"}) {
+	if in := idx["web-sidecar-proxy"][0]; in.Group("web-sidecar-proxy") != "sidecar:n/web-sidecar-proxy" || !slices.Equal(in.Upstreams, []string{"api@127.0.0.1:9191"}) {
 		t.Errorf("info = %+v", in)
 	}
 	resolve := sidecarResolve(&policy.Policy{})

@@ -38,12 +38,25 @@ const ConsulNodeMetadata = xds.ConsulNodeMetadata
 
 // SidecarInfo is one registered sidecar, for keying and /v1/proxies.
 type SidecarInfo struct {
-	// Node is the Consul node, Group the sidecar's group name.
-	Node  string `json:"consul_node"`
-	Group string `json:"-"`
+	// Node is the Consul node (with the proxy id, it names the sidecar's
+	// group: Group).
+	Node string `json:"consul_node"`
 	// Service is the destination service; Upstreams "SERVICE@ADDR:PORT".
 	Service   string   `json:"destination"`
 	Upstreams []string `json:"upstreams,omitempty"`
+}
+
+// Group is the name of the group serving proxyID's registration on
+// i.Node.
+func (i SidecarInfo) Group(proxyID string) string { return ir.SidecarGroupName(i.Node, proxyID) }
+
+// SameSidecarIndex reports whether two indexes (by proxy id) say the same.
+func SameSidecarIndex(a, b map[string][]SidecarInfo) bool {
+	return maps.EqualFunc(a, b, func(x, y []SidecarInfo) bool {
+		return slices.EqualFunc(x, y, func(p, q SidecarInfo) bool {
+			return p.Node == q.Node && p.Service == q.Service && slices.Equal(p.Upstreams, q.Upstreams)
+		})
+	})
 }
 
 // SidecarStatus is what /v1/proxies shows of a sidecar proxy.
@@ -98,7 +111,7 @@ func (sc *sidecars) set(index map[string][]SidecarInfo) {
 	// The central bridge sets the index after every build; streams are
 	// keyed against it, so an unchanged one leaves every key as it is and
 	// a build need not look at every stream.
-	if sc.index != nil && sameSidecarIndex(sc.index, idx) {
+	if sc.index != nil && SameSidecarIndex(sc.index, idx) {
 		return
 	}
 	sc.index = idx
@@ -115,14 +128,6 @@ func (sc *sidecars) set(index map[string][]SidecarInfo) {
 	}
 }
 
-func sameSidecarIndex(a, b map[string][]SidecarInfo) bool {
-	return maps.EqualFunc(a, b, func(x, y []SidecarInfo) bool {
-		return slices.EqualFunc(x, y, func(p, q SidecarInfo) bool {
-			return p.Node == q.Node && p.Group == q.Group && p.Service == q.Service && slices.Equal(p.Upstreams, q.Upstreams)
-		})
-	})
-}
-
 // keyLocked is the node.cluster a node is served under: its sidecar
 // group, or what it announced.
 func (sc *sidecars) keyLocked(nodeID, consulNode, announced string) (string, *SidecarInfo, string) {
@@ -134,7 +139,7 @@ func (sc *sidecars) keyLocked(nodeID, consulNode, announced string) (string, *Si
 	case 0:
 		return announced, nil, ""
 	case 1:
-		return infos[0].Group, &infos[0], ""
+		return infos[0].Group(nodeID), &infos[0], ""
 	}
 	nodes := make([]string, len(infos))
 	for i, in := range infos {
@@ -152,7 +157,7 @@ func (sc *sidecars) status(nodeID, key string) *SidecarStatus {
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	for _, in := range sc.index[nodeID] {
-		if in.Group == key {
+		if in.Group(nodeID) == key {
 			return &SidecarStatus{SidecarInfo: in}
 		}
 	}

@@ -48,7 +48,7 @@ func listenerPorts(st adsclient.State) []uint32 {
 	return out
 }
 
-var webInfo = SidecarInfo{Node: "vm-a", Group: webSidecar, Service: "web", Upstreams: []string{"api@127.0.0.1:9191"}}
+var webInfo = SidecarInfo{Node: "vm-a", Service: "web", Upstreams: []string{"api@127.0.0.1:9191"}}
 
 // TestSidecarKeyedByNodeID: a node whose id is a registered proxy id gets
 // its sidecar group whatever node.cluster it announces; /v1/proxies shows
@@ -117,7 +117,7 @@ func TestSidecarRekeyedOnRegistration(t *testing.T) {
 		t.Fatalf("after registration: ports %v, want the sidecar's [21000]", got)
 	}
 	// An unrelated change keeps the stream.
-	s.SetSidecars(map[string][]SidecarInfo{"web-sidecar-proxy": {webInfo}, "api-sidecar-proxy": {{Node: "vm-a", Group: "sidecar:vm-a/api-sidecar-proxy"}}})
+	s.SetSidecars(map[string][]SidecarInfo{"web-sidecar-proxy": {webInfo}, "api-sidecar-proxy": {{Node: "vm-a"}}})
 	select {
 	case <-c.Done():
 		t.Fatalf("stream closed by an unrelated registration: %v", c.Err())
@@ -147,7 +147,7 @@ func TestSidecarAmbiguous(t *testing.T) {
 	if _, err := s.Update(context.Background(), sidecarOutput(t), resolveSidecars); err != nil {
 		t.Fatal(err)
 	}
-	vmb := SidecarInfo{Node: "vm-b", Group: "sidecar:vm-b/web-sidecar-proxy", Service: "web"}
+	vmb := SidecarInfo{Node: "vm-b", Service: "web"}
 	s.SetSidecars(map[string][]SidecarInfo{"web-sidecar-proxy": {webInfo, vmb}})
 	c := dial(t, s, adsclient.Config{NodeID: "web-sidecar-proxy", Cluster: "web", InitialFetchTimeout: -1})
 	eventually(t, "ambiguity on /v1/proxies", func() bool {
@@ -172,9 +172,9 @@ func TestSidecarAmbiguous(t *testing.T) {
 // registrations of one proxy id.
 func TestSidecarConsulNode(t *testing.T) {
 	sc := newSidecars(zerolog.New(zerolog.NewTestWriter(t)), false)
-	vmb := SidecarInfo{Node: "vm-b", Group: "sidecar:vm-b/web-sidecar-proxy"}
+	vmb := SidecarInfo{Node: "vm-b"}
 	sc.set(map[string][]SidecarInfo{"web-sidecar-proxy": {vmb, webInfo}})
-	for consulNode, want := range map[string]string{"vm-a": webSidecar, "vm-b": vmb.Group, "vm-c": "web", "": ir.SidecarGroupPrefix + "?ambiguous/web-sidecar-proxy"} {
+	for consulNode, want := range map[string]string{"vm-a": webSidecar, "vm-b": vmb.Group("web-sidecar-proxy"), "vm-c": "web", "": ir.SidecarGroupPrefix + "?ambiguous/web-sidecar-proxy"} {
 		if got, _, _ := sc.keyLocked("web-sidecar-proxy", consulNode, "web"); got != want {
 			t.Errorf("consul_node %q: key %q, want %q", consulNode, got, want)
 		}
@@ -240,9 +240,9 @@ func TestSidecarWaitsForIndex(t *testing.T) {
 // metadata that picks the registration, as the server reads it.
 func TestSidecarBootstrapConsulNode(t *testing.T) {
 	sc := newSidecars(zerolog.New(zerolog.NewTestWriter(t)), true)
-	vmb := SidecarInfo{Node: "vm-b", Group: "sidecar:vm-b/web-sidecar-proxy"}
+	vmb := SidecarInfo{Node: "vm-b"}
 	sc.set(map[string][]SidecarInfo{"web-sidecar-proxy": {vmb, webInfo}})
-	for consulNode, want := range map[string]string{"vm-a": webSidecar, "vm-b": vmb.Group} {
+	for consulNode, want := range map[string]string{"vm-a": webSidecar, "vm-b": vmb.Group("web-sidecar-proxy")} {
 		b, err := xds.Bootstrap(xds.BootstrapConfig{NodeID: "web-sidecar-proxy", Cluster: "web", XDS: []string{"127.0.0.1:18000"}, ConsulNode: consulNode})
 		if err != nil {
 			t.Fatal(err)

@@ -74,14 +74,8 @@ func (w *ConfigEntriesWatcher) Run(ctx context.Context) error {
 				for _, k := range w.cfg.Kinds {
 					all = append(all, have[k]...)
 				}
-				select {
-				case old := <-w.updates:
-					if old.ChangedAt.Before(at) {
-						at = old.ChangedAt
-					}
-				default:
-				}
-				w.updates <- ConfigEntriesUpdate{Entries: all, ChangedAt: at}
+				publishLatest(w.updates, ConfigEntriesUpdate{Entries: all, ChangedAt: at},
+					func(u *ConfigEntriesUpdate) *time.Time { return &u.ChangedAt })
 			})
 		})
 	}

@@ -135,14 +135,7 @@ func (w *KVWatcher) Run(ctx context.Context) error {
 }
 
 func (w *KVWatcher) publish(u KVUpdate) {
-	select {
-	case old := <-w.updates:
-		if old.ChangedAt.Before(u.ChangedAt) {
-			u.ChangedAt = old.ChangedAt
-		}
-	default:
-	}
-	w.updates <- u
+	publishLatest(w.updates, u, func(u *KVUpdate) *time.Time { return &u.ChangedAt })
 }
 
 // kvSet is one normalised List response.

@@ -539,14 +539,7 @@ func (w *MeshWatcher) publish(proxies, endpoints map[string][]Proxy, roots *api.
 	}
 	slices.SortFunc(m.Proxies, func(a, b Proxy) int { return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID)) })
 	m.RootsPEM = rootsPEM(roots)
-	select {
-	case old := <-w.updates:
-		if old.ChangedAt.Before(at) {
-			at = old.ChangedAt
-		}
-	default:
-	}
-	w.updates <- MeshUpdate{Mesh: m, ChangedAt: at}
+	publishLatest(w.updates, MeshUpdate{Mesh: m, ChangedAt: at}, func(u *MeshUpdate) *time.Time { return &u.ChangedAt })
 }
 
 // defaultIntention asks the agent for its ACL settings, as Consul's

@@ -558,14 +558,7 @@ func (w *Watcher) publish(watches map[ServiceKey]*healthWatch, listLoaded bool, 
 	slices.SortFunc(u.Pending, compareKeys)
 	slices.SortFunc(u.Unreachable, compareKeys)
 	u.Catalog = NewCatalog(services)
-	select {
-	case old := <-w.updates:
-		if old.ChangedAt.Before(u.ChangedAt) {
-			u.ChangedAt = old.ChangedAt
-		}
-	default:
-	}
-	w.updates <- u
+	publishLatest(w.updates, u, func(u *Update) *time.Time { return &u.ChangedAt })
 }
 
 func (w *Watcher) resultFunc(endpoint, datacenter string) func(error, time.Duration) {

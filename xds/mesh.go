@@ -1,11 +1,11 @@
 package xds
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
@@ -125,24 +125,17 @@ func buildPublicListener(l *ir.Listener, role *meshRole, rbacs rbacMemo) (*liste
 // to its service's sidecars only), and without them Envoy waits for the
 // cluster forever.
 func meshSecretsServed(g *ir.Group, r *Resources, clusters map[string]memoCluster, ref func(types.Resource) references) error {
-	have := map[string]bool{}
-	for _, s := range r.Secrets {
-		have[s.GetName()] = true
-	}
-	var errs []error
+	var cs []*clusterv3.Cluster
 	for _, n := range g.Clusters {
-		mc, ok := clusters[n]
-		if !ok {
-			continue
-		}
-		for _, s := range ref(mc.cluster).secrets {
-			if ir.IsMeshSecret(s) && !have[s] {
-				errs = append(errs, fmt.Errorf("cluster %q refers to mesh secret %q, which the group is not served", n, s))
-			}
+		if mc, ok := clusters[n]; ok {
+			cs = append(cs, mc.cluster)
 		}
 	}
-	if err := errors.Join(errs...); err != nil {
-		return fmt.Errorf("%w: %w", ErrInconsistent, err)
+	// The group's own secrets only, and only mesh ones: every other
+	// secret a cluster names is shared, checked with the shared clusters.
+	notMesh := func(s string) bool { return !ir.IsMeshSecret(s) }
+	if err := secretsServed(nil, r.Secrets, cs, ref, notMesh); err != nil {
+		return fmt.Errorf("%w: the group's mesh secrets: %w", ErrInconsistent, err)
 	}
 	return nil
 }

@@ -78,6 +78,11 @@ func TestSidecarKeyedByNodeID(t *testing.T) {
 	if p := s.proxy("web-sidecar-proxy"); p == nil || p.Sidecar == nil || len(p.Sidecar.Upstreams) != 2 {
 		t.Fatalf("/v1/proxies entry after a new upstream = %+v", p)
 	}
+	select {
+	case <-c.Done():
+		t.Fatalf("the stream was closed by a change that keeps its key: %v", c.Err())
+	case <-time.After(200 * time.Millisecond):
+	}
 	// Sidecars are counted together, not one series per proxy.
 	if n := testutil.ToFloat64(s.metrics.connected.WithLabelValues(SidecarsMetricGroup, "ADS")); n != 1 {
 		t.Errorf("connected_proxies{group=%q} = %v, want 1", SidecarsMetricGroup, n)

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -178,19 +179,34 @@ type sidecarStream struct {
 	nodeID, consulNode, announced string
 	key                           string
 
-	once sync.Once
-	kill chan struct{}
-	err  error // why the stream was closed, read after kill
-
-	want chan any
-	got  chan error
+	// ctx is the stream's context as the handler sees it: close ends it,
+	// and the xDS servers end a stream whose context ends (runStream), so
+	// no extra reader is needed to interrupt a blocked read.
+	ctx    context.Context
+	cancel context.CancelFunc
+	once   sync.Once
+	err    error // why the stream was closed, set before ctx ends
 }
+
+func (st *sidecarStream) Context() context.Context { return st.ctx }
 
 func (st *sidecarStream) close(err error) {
 	st.once.Do(func() {
 		st.err = err
-		close(st.kill)
+		st.cancel()
 	})
+}
+
+// closedErr is why close ended the stream, nil if it did not.
+func (st *sidecarStream) closedErr() error {
+	select {
+	case <-st.ctx.Done():
+		if st.err != nil {
+			return st.err
+		}
+	default:
+	}
+	return nil
 }
 
 // sidecarInterceptor keys every xDS stream's node (see above). It must
@@ -201,60 +217,39 @@ func (sc *sidecars) interceptor() grpc.StreamServerInterceptor {
 		if !strings.HasPrefix(info.FullMethod, "/envoy.service.") {
 			return handler(srv, ss)
 		}
-		st := &sidecarStream{ServerStream: ss, sc: sc, kill: make(chan struct{}), want: make(chan any), got: make(chan error, 1)}
-		// One reader per stream: RecvMsg must be able to return when the
-		// stream is closed from here, while the real read still blocks
-		// (the servers' handlers end only when a read fails).
-		go func() {
-			for {
-				select {
-				case m := <-st.want:
-					st.got <- ss.RecvMsg(m)
-				case <-ss.Context().Done():
-					return
-				}
-			}
-		}()
+		ctx, cancel := context.WithCancel(ss.Context())
+		st := &sidecarStream{ServerStream: ss, sc: sc, ctx: ctx, cancel: cancel}
 		defer func() {
 			sc.mu.Lock()
 			delete(sc.streams, st)
 			sc.mu.Unlock()
+			cancel()
 		}()
 		err := handler(srv, st)
-		select {
-		case <-st.kill:
-			return st.err
-		default:
-			return err
+		if cerr := st.closedErr(); cerr != nil {
+			return cerr
 		}
+		return err
 	}
 }
 
 func (st *sidecarStream) RecvMsg(m any) error {
-	select {
-	case st.want <- m:
-	case <-st.kill:
-		return st.err
-	case <-st.Context().Done():
-		return st.Context().Err()
-	}
-	select {
-	case err := <-st.got:
-		if err != nil {
-			return err
+	if err := st.ServerStream.RecvMsg(m); err != nil {
+		if cerr := st.closedErr(); cerr != nil {
+			return cerr
 		}
-	case <-st.kill:
-		return st.err
+		return err
 	}
 	node := requestNode(m)
 	if node != nil {
 		if st.sc.wait && !st.keyed {
 			select {
 			case <-st.sc.ready:
-			case <-st.kill:
-				return st.err
-			case <-st.Context().Done():
-				return st.Context().Err()
+			case <-st.ctx.Done():
+				if cerr := st.closedErr(); cerr != nil {
+					return cerr
+				}
+				return st.ctx.Err()
 			}
 		}
 		if err := st.keyNode(node); err != nil {

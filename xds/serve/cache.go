@@ -490,10 +490,19 @@ func (r *sotwResponse) GetDiscoveryResponse() (*discoveryv3.DiscoveryResponse, e
 	return &discoveryv3.DiscoveryResponse{VersionInfo: r.version, Resources: anys, TypeUrl: r.typeURL}, nil
 }
 func (r *sotwResponse) GetRequest() *discoveryv3.DiscoveryRequest { return r.req }
-func (r *sotwResponse) GetVersion() (string, error)               { return r.version, nil }
-func (r *sotwResponse) GetResponseVersion() string                { return r.version }
-func (r *sotwResponse) GetReturnedResources() map[string]string   { return r.returned }
-func (r *sotwResponse) GetContext() context.Context               { return context.Background() }
+
+// names lists the resources r carries.
+func (r *sotwResponse) names() []string {
+	out := make([]string, len(r.entries))
+	for i, e := range r.entries {
+		out[i] = e.name
+	}
+	return out
+}
+func (r *sotwResponse) GetVersion() (string, error)             { return r.version, nil }
+func (r *sotwResponse) GetResponseVersion() string              { return r.version }
+func (r *sotwResponse) GetReturnedResources() map[string]string { return r.returned }
+func (r *sotwResponse) GetContext() context.Context             { return context.Background() }
 
 // deltaResponse is a delta response built from shared entries.
 type deltaResponse struct {

@@ -83,7 +83,12 @@ func (st *sotwStream) send(r cachev3.Response, nonce int64) error {
 	st.sentMu.Lock()
 	st.sent[r.GetRequest().GetTypeUrl()] = resp.Nonce
 	st.sentMu.Unlock()
-	st.s.cb.OnStreamResponse(r.GetContext(), st.id, r.GetRequest(), resp)
+	if sr, ok := r.(*sotwResponse); ok {
+		// The names are the entries' (no decoding of what the cache built).
+		st.s.cb.response(streamKey{id: st.id}, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce(), len(resp.GetResources()), 0, sr.names)
+	} else {
+		st.s.cb.OnStreamResponse(r.GetContext(), st.id, r.GetRequest(), resp)
+	}
 	return st.str.Send(resp)
 }
 

@@ -211,7 +211,10 @@ type serveCache struct {
 	keys map[string]*keyState
 	// watched, if set, is told of every watch before it opens, under no
 	// lock (Server.watched: logging what a node is not served).
-	watched func(node *corev3.Node, typeURL string, sub cachev3.Subscription)
+	// namesChanged is false for a request that only acknowledges (its
+	// subscription is what was checked before): the names are not walked
+	// again once per proxy per push.
+	watched func(node *corev3.Node, typeURL string, sub cachev3.Subscription, namesChanged bool)
 }
 
 var _ cachev3.Cache = (*serveCache)(nil)
@@ -357,7 +360,7 @@ func (c *serveCache) openSotw(order uint64, req *cachev3.Request, sub cachev3.Su
 
 func (c *serveCache) openSotwWatch(order uint64, req *cachev3.Request, sub cachev3.Subscription, held string, own bool, send func(cachev3.Response)) func() {
 	if c.watched != nil {
-		c.watched(req.GetNode(), req.GetTypeUrl(), sub)
+		c.watched(req.GetNode(), req.GetTypeUrl(), sub, held == "")
 	}
 	w := &sotwWatch{order: order, req: trimRequest(req), sub: sub, send: send, own: own}
 	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet) bool {
@@ -381,12 +384,13 @@ func (c *serveCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Sub
 // openDelta answers req at once through send if the stream lacks
 // something, or files a watch that set answers; it returns the cancel.
 func (c *serveCache) openDelta(order uint64, req *cachev3.DeltaRequest, sub cachev3.Subscription, send func(cachev3.DeltaResponse)) func() {
+	held := heldMark(req, sub)
 	if c.watched != nil {
-		c.watched(req.GetNode(), req.GetTypeUrl(), sub)
+		c.watched(req.GetNode(), req.GetTypeUrl(), sub, held == "")
 	}
 	w := &deltaWatch{order: order, req: trimDeltaRequest(req), sub: sub, send: send}
 	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet) bool {
-		resp := deltaAnswer(req, sub, ts, heldMark(req, sub))
+		resp := deltaAnswer(req, sub, ts, held)
 		if resp != nil {
 			send(resp)
 		}

@@ -123,7 +123,7 @@ func (v *scopeView) allNames() map[string]map[string]bool {
 // watched is told of every watch as it opens (before it is answered):
 // it warns once about a node in no group, and logs and counts a request
 // by name for what exists but is not the node's.
-func (s *Server) watched(node *corev3.Node, typeURL string, sub cachev3.Subscription) {
+func (s *Server) watched(node *corev3.Node, typeURL string, sub cachev3.Subscription, namesChanged bool) {
 	key := snapshotKey(node)
 	s.scope.mu.Lock()
 	v := s.scope.view
@@ -140,7 +140,7 @@ func (s *Server) watched(node *corev3.Node, typeURL string, sub cachev3.Subscrip
 		s.log.Warn().Str("node", truncate(node.GetId(), 256)).Str("node_cluster", truncate(node.GetCluster(), 256)).
 			Msg("node matches no proxy group; unmatched_nodes is \"none\", so it is served nothing")
 	}
-	if v == nil || !s.cfg.AuthorizeNodes {
+	if v == nil || !s.cfg.AuthorizeNodes || !namesChanged {
 		return
 	}
 	names := sub.SubscribedResources()

@@ -262,32 +262,24 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 		}
 		return w.cfg.Budget.slots.join(id, false)
 	}
-	list := view[[]string]{
-		id: "catalog_services(connect-proxy)",
-		fetch: func(q *api.QueryOptions) ([]string, *api.QueryMeta, error) {
-			q.Filter = proxyFilter
-			m, meta, err := w.cfg.Client.Catalog().Services(q)
-			return slices.Sorted(maps.Keys(m)), meta, err
-		},
-		equal: slices.Equal[[]string], opts: w.cfg.Query, log: log, result: result("catalog_services"),
-	}
-	wg.Go(func() {
-		list.run(ctx, func(names []string, _ uint64, at time.Time) { send(ctx, meshEvent{kind: "list", names: names, at: at}) })
-	})
-	natives := view[[]string]{
-		id: "catalog_services(connect-native)",
-		fetch: func(q *api.QueryOptions) ([]string, *api.QueryMeta, error) {
-			q.Filter = nativeFilter
-			m, meta, err := w.cfg.Client.Catalog().Services(q)
-			return slices.Sorted(maps.Keys(m)), meta, err
-		},
-		equal: slices.Equal[[]string], opts: w.cfg.Query, log: log, result: result("catalog_services"),
-	}
-	wg.Go(func() {
-		natives.run(ctx, func(names []string, _ uint64, at time.Time) {
-			send(ctx, meshEvent{kind: "natives", names: names, at: at})
+	// The names of the services a catalog filter selects, followed as
+	// one view each: connect-proxy registrations and Connect-native ones.
+	serviceList := func(id, filter, kind string) {
+		v := view[[]string]{
+			id: id,
+			fetch: func(q *api.QueryOptions) ([]string, *api.QueryMeta, error) {
+				q.Filter = filter
+				m, meta, err := w.cfg.Client.Catalog().Services(q)
+				return slices.Sorted(maps.Keys(m)), meta, err
+			},
+			equal: slices.Equal[[]string], opts: w.cfg.Query, log: log, result: result("catalog_services"),
+		}
+		wg.Go(func() {
+			v.run(ctx, func(names []string, _ uint64, at time.Time) { send(ctx, meshEvent{kind: kind, names: names, at: at}) })
 		})
-	})
+	}
+	serviceList("catalog_services(connect-proxy)", proxyFilter, "list")
+	serviceList("catalog_services(connect-native)", nativeFilter, "natives")
 	roots := view[*api.CARootList]{
 		id: "connect_ca_roots",
 		fetch: func(q *api.QueryOptions) (*api.CARootList, *api.QueryMeta, error) {

@@ -170,6 +170,7 @@ func BenchmarkMarshal(b *testing.B) {
 // cache with a new snapshot per change (the baseline).
 type pushFixture struct {
 	cache   cachev3.Cache
+	bridge  *serveCache // set: streams driven as the bridge's SotW server drives them (sotw.go)
 	update  func(tb testing.TB, k int)
 	outs    [2]*xds.Output
 	names   []string
@@ -209,7 +210,7 @@ func newPushFixture(tb testing.TB, snapshotCache bool, clusters, n int) *pushFix
 		}
 	} else {
 		s := NewServer(ServerConfig{Logger: zerolog.Nop()})
-		f.cache = s.cache
+		f.cache, f.bridge = s.cache, s.cache
 		f.update = func(tb testing.TB, k int) {
 			if _, err := s.Update(context.Background(), f.outs[k%2], func(string) string { return "" }); err != nil {
 				tb.Fatal(err)
@@ -236,6 +237,15 @@ func newPushFixture(tb testing.TB, snapshotCache bool, clusters, n int) *pushFix
 func (f *pushFixture) watch(tb testing.TB, i int, version, nonce string) {
 	st := &f.streams[i]
 	req := &discoveryv3.DiscoveryRequest{Node: st.node, TypeUrl: resourcev3.EndpointType, ResourceNames: f.names, VersionInfo: version, ResponseNonce: nonce}
+	if f.bridge != nil {
+		// The same names as before: the subscription is kept, and the
+		// held versions are the answer's as it is handed over.
+		f.bridge.openSotw(uint64(i), req, &st.sub, nonce != "", func(r cachev3.Response) {
+			st.sub.SetReturnedResources(r.GetReturnedResources())
+			st.ch <- r
+		})
+		return
+	}
 	if _, err := f.cache.CreateWatch(req, st.sub, st.ch); err != nil {
 		tb.Fatal(err)
 	}
@@ -258,10 +268,12 @@ func (f *pushFixture) receive(tb testing.TB, i int) *discoveryv3.DiscoveryRespon
 	if _, err := proto.Marshal(out); err != nil {
 		tb.Fatal(err)
 	}
-	st.sub.SetReturnedResources(resp.GetReturnedResources())
-	// The ACK names every subscribed resource again, as Envoy's do, and
-	// the server rebuilds the subscription from it.
-	st.sub.SetResourceSubscription(f.names)
+	if f.bridge == nil {
+		st.sub.SetReturnedResources(resp.GetReturnedResources())
+		// The ACK names every subscribed resource again, as Envoy's do,
+		// and go-control-plane's server rebuilds the subscription from it.
+		st.sub.SetResourceSubscription(f.names)
+	}
 	f.watch(tb, i, out.GetVersionInfo(), "n")
 	return out
 }

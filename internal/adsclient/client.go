@@ -95,6 +95,9 @@ type Config struct {
 	Metadata map[string]string
 	// UserAgent is node.user_agent_name; empty means "envoy".
 	UserAgent string
+	// Extensions is node.extensions, as an Envoy build lists them
+	// (internal/envoynode): what makes an Envoy's node 10–25 KiB.
+	Extensions []*corev3.Extension
 	// Mode selects SotW or Delta.
 	Mode Mode
 	// InitialFetchTimeout bounds how long LDS waits for the first clusters
@@ -267,6 +270,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 			Cluster:       cfg.Cluster,
 			Metadata:      nodeMetadata(cfg.Metadata),
 			UserAgentName: cfg.UserAgent,
+			Extensions:    cfg.Extensions,
 			// Client features every current Envoy advertises; some control
 			// planes look at them.
 			ClientFeatures: []string{

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
 // defaultFirstRequestTimeout is how long a new xDS stream may stay silent.
@@ -60,7 +61,16 @@ type replayStream struct {
 
 func (s *replayStream) RecvMsg(m any) error {
 	if s.first != nil {
-		proto.Merge(m.(proto.Message), s.first)
+		// Field by field, sharing what the first request holds (its node
+		// above all) rather than copying it: the request was read for
+		// this handler only.
+		dst := m.(proto.Message).ProtoReflect()
+		src := s.first.ProtoReflect()
+		src.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			dst.Set(fd, v)
+			return true
+		})
+		dst.SetUnknown(src.GetUnknown())
 		s.first = nil
 		return nil
 	}

@@ -306,7 +306,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		tlsCfg = r.TLSConfig()
 		opts = append(opts, grpc.Creds(handshakenCreds{}))
 	}
-	interceptors := []grpc.StreamServerInterceptor{firstRequestInterceptor(s.cfg.FirstRequestTimeout, s.metrics.idleClosed.Inc)}
+	interceptors := []grpc.StreamServerInterceptor{nodeMemoInterceptor, firstRequestInterceptor(s.cfg.FirstRequestTimeout, s.metrics.idleClosed.Inc)}
 	if s.cfg.AuthorizeNodes {
 		if s.cfg.TLS.ClientCAFile == "" {
 			return errors.New("xds: authorize_nodes needs TLS with client_ca_file")

@@ -1,0 +1,193 @@
+package serve
+
+import (
+	"fmt"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/envoynode"
+)
+
+func mustMarshal(t testing.TB, m proto.Message) []byte {
+	t.Helper()
+	b, err := proto.MarshalOptions{Deterministic: true}.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// wantDecoded is proto.Unmarshal's result less the node's extensions.
+func wantDecoded(t testing.TB, b []byte, into proto.Message) proto.Message {
+	t.Helper()
+	want := into.ProtoReflect().New().Interface()
+	if err := proto.Unmarshal(b, want); err != nil {
+		t.Fatal(err)
+	}
+	if n := requestNode(want); n != nil {
+		n.Extensions = nil
+	}
+	return want
+}
+
+// TestNodeMemoDecodesAsProto: a stream's requests decode through the memo
+// to what proto.Unmarshal gives (less extensions); a node with the bytes
+// of the one before is that node, not a new decoding; a node that
+// differs, or none, or one split over two fields, decodes as sent.
+func TestNodeMemoDecodesAsProto(t *testing.T) {
+	envoy := envoynode.New("web-1", "web")
+	other := envoynode.New("web-2", "web")
+	for _, delta := range []bool{true, false} {
+		req := func(node *corev3.Node, typeURL, nonce string) proto.Message {
+			if delta {
+				return &discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: typeURL, ResponseNonce: nonce, ResourceNamesSubscribe: []string{"a", "b"}}
+			}
+			return &discoveryv3.DiscoveryRequest{VersionInfo: "v" + nonce, Node: node, TypeUrl: typeURL, ResponseNonce: nonce, ResourceNames: []string{"a"}}
+		}
+		steps := []struct {
+			name  string
+			bytes []byte
+			reuse bool // the node is the previous step's
+		}{
+			{"first", mustMarshal(t, req(envoy, resourcev3.ClusterType, "")), false},
+			{"same node, ACK", mustMarshal(t, req(envoy, resourcev3.ClusterType, "1")), true},
+			{"same node, other type", mustMarshal(t, req(envoy, resourcev3.EndpointType, "2")), true},
+			{"no node", mustMarshal(t, req(nil, resourcev3.EndpointType, "3")), false},
+			{"same node after none", mustMarshal(t, req(envoy, resourcev3.EndpointType, "4")), true},
+			{"other node", mustMarshal(t, req(other, resourcev3.EndpointType, "5")), false},
+			{"node in two fields", append(mustMarshal(t, req(other, resourcev3.EndpointType, "6")), mustMarshal(t, req(&corev3.Node{Cluster: "api"}, "", ""))...), false},
+			{"same node after two", mustMarshal(t, req(other, resourcev3.EndpointType, "7")), false},
+		}
+		var memo nodeMemo
+		var prev *corev3.Node
+		for _, st := range steps {
+			got := req(nil, "", "")
+			if err := memo.decode(st.bytes, got); err != nil {
+				t.Fatalf("delta=%v %s: %v", delta, st.name, err)
+			}
+			if want := wantDecoded(t, st.bytes, got); !proto.Equal(got, want) {
+				t.Errorf("delta=%v %s: decoded\n%v\nwant\n%v", delta, st.name, got, want)
+			}
+			node := requestNode(got)
+			if st.reuse && node != prev {
+				t.Errorf("delta=%v %s: node decoded again, want the previous request's", delta, st.name)
+			}
+			if !st.reuse && node != nil && node == prev {
+				t.Errorf("delta=%v %s: node is the previous request's, want it decoded", delta, st.name)
+			}
+			if len(node.GetExtensions()) > 0 {
+				t.Errorf("delta=%v %s: the kept node has %d extensions", delta, st.name, len(node.GetExtensions()))
+			}
+			if node != nil {
+				prev = node
+			}
+		}
+	}
+}
+
+// FuzzNodeMemo: whatever the bytes, the memo decodes as proto.Unmarshal
+// does (the same error or the same message), after a request that
+// filled it.
+func FuzzNodeMemo(f *testing.F) {
+	// A small node: the fuzzer mutates the bytes around it.
+	envoy := &corev3.Node{Id: "web-1", Cluster: "web", Extensions: envoynode.Extensions()[:2]}
+	first := mustMarshal(f, &discoveryv3.DeltaDiscoveryRequest{Node: envoy, TypeUrl: resourcev3.ClusterType})
+	f.Add(first)
+	f.Add(mustMarshal(f, &discoveryv3.DeltaDiscoveryRequest{Node: envoy, ResponseNonce: "1"}))
+	f.Add(mustMarshal(f, &discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "x"}, ResponseNonce: "1"}))
+	f.Add([]byte{0x0a, 0x05, 0x0a})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var memo nodeMemo
+		if err := memo.decode(first, &discoveryv3.DeltaDiscoveryRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		got := &discoveryv3.DeltaDiscoveryRequest{}
+		err := memo.decode(b, got)
+		want := &discoveryv3.DeltaDiscoveryRequest{}
+		wantErr := proto.Unmarshal(b, want)
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("memo error %v, proto.Unmarshal error %v", err, wantErr)
+		}
+		if err != nil {
+			return
+		}
+		if n := want.GetNode(); n != nil {
+			n.Extensions = nil
+		}
+		if !proto.Equal(got, want) {
+			t.Fatalf("memo decoded %v, want %v", got, want)
+		}
+	})
+}
+
+// BenchmarkDecodeEnvoyACK: an Envoy's delta ACK, node included (its
+// default), decoded as gRPC's codec would and through a stream's memo.
+func BenchmarkDecodeEnvoyACK(b *testing.B) {
+	envoy := envoynode.New("web-1-sidecar-proxy", "web")
+	first := mustMarshal(b, &discoveryv3.DeltaDiscoveryRequest{Node: envoy, TypeUrl: resourcev3.EndpointType, ResourceNamesSubscribe: []string{"api", "db"}})
+	ack := mustMarshal(b, &discoveryv3.DeltaDiscoveryRequest{Node: envoy, TypeUrl: resourcev3.EndpointType, ResponseNonce: "17"})
+	b.Logf("node %d bytes, ACK %d bytes", proto.Size(envoy), len(ack))
+	b.Run("proto", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := proto.Unmarshal(ack, &discoveryv3.DeltaDiscoveryRequest{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("memo", func(b *testing.B) {
+		var memo nodeMemo
+		if err := memo.decode(first, &discoveryv3.DeltaDiscoveryRequest{}); err != nil {
+			b.Fatal(err)
+		}
+		b.ReportAllocs()
+		for b.Loop() {
+			if err := memo.decode(ack, &discoveryv3.DeltaDiscoveryRequest{}); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
+
+// TestEnvoyNodeDecodedOncePerStream: an Envoy sending its whole node with
+// every request (its default), SotW and delta, has it decoded once per
+// stream through a sync and an update, and the node the server keeps has
+// no extension list.
+func TestEnvoyNodeDecodedOncePerStream(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.update(t, testOutput(t, []string{"api", "db"}, 8080))
+	for _, mode := range []adsclient.Mode{adsclient.SotW, adsclient.Delta} {
+		id := fmt.Sprintf("envoy-%v", mode)
+		before := nodeDecodes.Load()
+		c := dial(t, s, adsclient.Config{NodeID: id, Cluster: "edge", Mode: mode, Extensions: envoynode.Extensions()})
+		if _, err := c.Wait(waitCtx(t), func(st adsclient.State) bool { return len(st.LoadAssignmentNames()) == 2 }); err != nil {
+			t.Fatal(err)
+		}
+		s.waitStatus(t, id, "EDS", "SYNCED")
+		s.update(t, testOutput(t, []string{"api", "db"}, 8081))
+		want := s.current("edge", resourcev3.EndpointType)
+		if _, err := c.Wait(waitCtx(t), func(st adsclient.State) bool { return st.Version(resourcev3.EndpointType) == want }); err != nil {
+			t.Fatal(err)
+		}
+		p := s.waitStatus(t, id, "EDS", "SYNCED")
+		if p.Types["EDS"].VersionAcked != want {
+			t.Fatalf("%s: EDS acked %q, want %q", id, p.Types["EDS"].VersionAcked, want)
+		}
+		if got := nodeDecodes.Load() - before; got != 1 {
+			t.Errorf("%s: node decoded %d times over %d ACKed responses, want once", id, got, len(c.Responses()))
+		}
+		s.tracker.mu.Lock()
+		for _, st := range s.tracker.streams {
+			if st.node.GetId() == id && len(st.node.GetExtensions()) > 0 {
+				t.Errorf("%s: the server keeps the node's %d extensions", id, len(st.node.GetExtensions()))
+			}
+		}
+		s.tracker.mu.Unlock()
+		_ = c.Close()
+	}
+}

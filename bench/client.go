@@ -19,9 +19,12 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/encoding"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/envoynode"
 )
 
 // One simulated proxy: its stream, subscriptions, ACKs and what it holds
@@ -38,13 +41,16 @@ type Client struct {
 	mode   Mode
 	narrow bool // in the sidecar group, not the edge group (FleetConfig.Narrow)
 	node   *corev3.Node
-	conn   *grpc.ClientConn
-	stream grpc.ClientStream
-	cancel context.CancelFunc
-	sendq  chan proto.Message
-	done   chan struct{}
-	wg     sync.WaitGroup
-	err    atomic.Pointer[error]
+	// envoyNode is the Envoy node's encoding as field 1 (delta requests)
+	// and 2 (SotW); nil without FleetConfig.EnvoyNode.
+	envoyNode [2][]byte
+	conn      *grpc.ClientConn
+	stream    grpc.ClientStream
+	cancel    context.CancelFunc
+	sendq     chan proto.Message
+	done      chan struct{}
+	wg        sync.WaitGroup
+	err       atomic.Pointer[error]
 
 	dialedAt   time.Time
 	firstResp  atomic.Int64
@@ -92,6 +98,9 @@ func (f *Fleet) dial(ctx context.Context, k int) (*Client, error) {
 		narrow: f.cfg.Narrow != nil && f.cfg.Narrow(k),
 		sendq:  make(chan proto.Message, 64),
 		done:   make(chan struct{}),
+	}
+	if f.cfg.EnvoyNode {
+		c.setEnvoyNode(envoynode.New(c.nodeID, f.cfg.clusterOf(k)))
 	}
 	c.node = &corev3.Node{
 		Id: c.nodeID, Cluster: f.cfg.clusterOf(k), UserAgentName: "envoy",
@@ -222,18 +231,49 @@ func (c *Client) subscribe(t Type, names, added, removed []string) {
 		if first {
 			req.Node = c.node
 		}
-		c.send(req)
+		c.send(c.withNode(req))
 		return
 	}
-	c.send(&discoveryv3.DiscoveryRequest{
+	c.send(c.withNode(&discoveryv3.DiscoveryRequest{
 		Node: c.node, TypeUrl: typeURLs[t], ResourceNames: names,
 		VersionInfo: c.version[t], ResponseNonce: c.nonce[t],
-	})
+	}))
+}
+
+// setEnvoyNode makes the client send node, encoded once, with every
+// request (FleetConfig.EnvoyNode).
+func (c *Client) setEnvoyNode(node *corev3.Node) {
+	b, err := proto.Marshal(node)
+	if err != nil {
+		panic(err) // a node built in code always encodes
+	}
+	field := func(num protowire.Number) []byte {
+		return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), b)
+	}
+	c.envoyNode = [2][]byte{field(1), field(2)}
+}
+
+// withNode puts the Envoy node on m when the client has one: as the
+// encoded field itself (an unknown field to the message, encoded as is),
+// so the load generator does not encode 24 KiB per request.
+func (c *Client) withNode(m proto.Message) proto.Message {
+	if c.envoyNode[0] == nil {
+		return m
+	}
+	switch r := m.(type) {
+	case *discoveryv3.DeltaDiscoveryRequest:
+		r.Node = nil
+		r.ProtoReflect().SetUnknown(c.envoyNode[0])
+	case *discoveryv3.DiscoveryRequest:
+		r.Node = nil
+		r.ProtoReflect().SetUnknown(c.envoyNode[1])
+	}
+	return m
 }
 
 func (c *Client) ack(t Type) {
 	if c.mode == Delta {
-		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeURLs[t], ResponseNonce: c.nonce[t]})
+		c.send(c.withNode(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeURLs[t], ResponseNonce: c.nonce[t]}))
 		return
 	}
 	var names []string
@@ -243,16 +283,16 @@ func (c *Client) ack(t Type) {
 	case RDS:
 		names = c.rdsNames
 	}
-	c.send(&discoveryv3.DiscoveryRequest{
+	c.send(c.withNode(&discoveryv3.DiscoveryRequest{
 		Node: c.node, TypeUrl: typeURLs[t], ResourceNames: names,
 		VersionInfo: c.version[t], ResponseNonce: c.nonce[t],
-	})
+	}))
 }
 
 func (c *Client) nack(t Type, err error) {
 	c.f.NACKs.Add(1)
 	if c.mode == Delta {
-		c.send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeURLs[t], ResponseNonce: c.nonce[t]})
+		c.send(c.withNode(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: typeURLs[t], ResponseNonce: c.nonce[t]}))
 		return
 	}
 	c.ack(t) // previous version, new nonce: close enough to a NACK for load purposes

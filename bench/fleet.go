@@ -190,6 +190,10 @@ type FleetConfig struct {
 	// bytes (decodememo.go): the load generator then stands for Envoys
 	// that each decode on a core of their own.
 	SharedDecode bool
+	// EnvoyNode: clients present an Envoy build's node (internal/envoynode,
+	// ~24 KiB with its extension list) with every request, as Envoy does
+	// unless its bootstrap sets set_node_on_first_message_only.
+	EnvoyNode bool
 }
 
 func (c *FleetConfig) clusterOf(k int) string {

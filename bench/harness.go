@@ -38,7 +38,8 @@ type Options struct {
 	CompareS2Flips   int // S2 flips in the comparison (0: S2Flips)
 	// S2Profile, when set, names a directory that receives a CPU profile
 	// of the server under test taken while S2 flips (S2 keeps flipping
-	// until the profile is done, so it covers flips only).
+	// until the profile is done, so it covers flips only), and one taken
+	// from the start of the S6 reconnect storm.
 	S2Profile      string
 	BridgeLogLevel string
 	FlipGap        time.Duration // pause between S1 flips
@@ -61,6 +62,8 @@ type Options struct {
 	StreamsPerConn int
 	// SharedDecode: FleetConfig.SharedDecode for every fleet.
 	SharedDecode bool
+	// EnvoyNode: FleetConfig.EnvoyNode for every fleet.
+	EnvoyNode bool
 	// BridgeXDS are extra lines for every bridge's xds block (settings
 	// other than the defaults, e.g. "max_initial_syncs = 500").
 	BridgeXDS []string
@@ -197,7 +200,7 @@ func fleetPhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) erro
 	defer t.Stop()
 	narrow := func(k int) bool { return (k/2)%2 == 1 }
 	cfg := FleetConfig{
-		StreamsPerConn: o.StreamsPerConn, SharedDecode: o.SharedDecode,
+		StreamsPerConn: o.StreamsPerConn, SharedDecode: o.SharedDecode, EnvoyNode: o.EnvoyNode,
 		Addr: t.XDSAddr, NodeID: t.NodeID, HoldOff: o.HoldOff,
 		ClusterOf: func(k int) string {
 			if narrow(k) {
@@ -308,7 +311,7 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 			}
 			o.logf("compare %s N=%d: connecting", which, n)
 			r := &run{opts: o, consul: c, t: t, replicas: replicas, mode: modeName, n: n, health: map[[2]int]string{}}
-			cfg := FleetConfig{StreamsPerConn: o.StreamsPerConn, SharedDecode: o.SharedDecode, Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
+			cfg := FleetConfig{StreamsPerConn: o.StreamsPerConn, SharedDecode: o.SharedDecode, EnvoyNode: o.EnvoyNode, Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
 				Mode: func(int) Mode { return mode }}
 			emitR := emit
 			if len(replicas) > 0 {

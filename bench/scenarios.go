@@ -437,15 +437,22 @@ func (r *run) s6(ctx context.Context, cfg FleetConfig) Row {
 	r.f.Close()
 	time.Sleep(500 * time.Millisecond)
 	m := r.meter()
+	prof := startProfile(ctx, r.t, r.opts.S2Profile, fmt.Sprintf("s6-%s-%s-%d", r.t.Name, r.mode, r.n))
 	r.f = NewFleet(cfg)
 	res, err := r.f.Connect(ctx, r.n, 0, r.opts.SyncTimeout)
 	m.b0 = 0
 	row := m.row("S6 reconnect storm", res.SyncTimes, res.AllSynced)
+	if prof != nil {
+		// The profile samples a fixed time; what follows the storm is idle.
+		if err := <-prof; err != nil {
+			fmt.Fprintf(os.Stderr, "S6 profile: %v\n", err)
+		}
+	}
 	if err != nil {
 		return failed(row, err)
 	}
-	row.Notes = fmt.Sprintf("latency = reconnect to full state; slowest first response %s, p99 first response %s",
-		ms(slices.Max(res.FirstResponse)), ms(percentile(res.FirstResponse, 99)))
+	row.Notes = fmt.Sprintf("latency = reconnect to full state; slowest first response %s, p99 first response %s; load generator %.2f CPU-s",
+		ms(slices.Max(res.FirstResponse)), ms(percentile(res.FirstResponse, 99)), ProcCPU(os.Getpid())-m.gen0)
 	return row
 }
 

@@ -43,6 +43,11 @@ func TestBootstrapIsValidEnvoyConfig(t *testing.T) {
 			if dr.GetAdsConfig().GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName() != "xds_cluster" {
 				t.Errorf("no ADS stream to xds_cluster: %v", dr)
 			}
+			// The README promises Envoy sends its node (its extension
+			// list: 10–25 KiB) with a stream's first request only.
+			if !dr.GetAdsConfig().GetSetNodeOnFirstMessageOnly() {
+				t.Error("ads_config does not set set_node_on_first_message_only")
+			}
 			switch rest := dr.GetCdsConfig().GetApiConfigSource(); {
 			case name == "rest" && (rest.GetApiType().String() != "REST" || dr.GetLdsConfig().GetApiConfigSource().GetRefreshDelay().AsDuration().String() != "2s" ||
 				len(b.GetStaticResources().GetClusters()) != 2 || b.GetStaticResources().GetClusters()[1].GetName() != "xds_rest_cluster"):

@@ -11,7 +11,7 @@ LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Integration tests start several Consul agents; keep them from starving on 2 cores.
 TESTFLAGS ?= -count=1 -timeout 20m
 
-.PHONY: all build consul node-deps chromium test unit vet fmt-check route-test run clean package
+.PHONY: race-serve all build consul node-deps chromium test unit vet fmt-check route-test run clean package
 
 all: build
 
@@ -37,8 +37,14 @@ chromium:
 # Everything: vet, formatting, the sample policy's route tests, unit and
 # integration tests against a real Consul (with grpc-go and grpc-node as
 # proxyless clients, and Chromium for the console).
-test: consul node-deps chromium fmt-check vet route-test
+test: consul node-deps chromium fmt-check vet route-test race-serve
 	CONSUL_BIN=$(CONSUL) $(GO) test $(TESTFLAGS) ./...
+
+# The xDS servers under the race detector: their streams share state
+# between a stream's reader, its sender, the cache's fan-out and the
+# admin API (about 15 s).
+race-serve:
+	$(GO) test -race $(TESTFLAGS) ./xds/serve/
 
 # The edge gateway sample's route tests, as a CI pipeline runs them before
 # a policy is pushed (no Consul needed).

@@ -78,7 +78,7 @@ func authzInterceptor(log zerolog.Logger, authorize func(*x509.Certificate, *cor
 		if err := as.check(first); err != nil {
 			return err
 		}
-		if as.node == nil {
+		if !as.checked {
 			// Without a node the request would be served as node.cluster
 			// "", which a "*" group matches: refuse rather than guess.
 			log.Warn().Str("certificate", certIdentity(cert)).Msg("refused xDS client: its first request names no node")
@@ -93,9 +93,11 @@ type authzStream struct {
 	cert         *x509.Certificate
 	log          zerolog.Logger
 	authorize    func(*x509.Certificate, *corev3.Node) (bool, string) // Server.authorizeNode
-	// node is the identity the first request claimed and the certificate
-	// authorized; a later request may omit it, not change it.
-	node *corev3.Node
+	// id and cluster are the identity the first request claimed and the
+	// certificate authorized (checked); a later request may omit it, not
+	// change it. Strings, not the node: its requests share that.
+	id, cluster string
+	checked     bool
 }
 
 func (s *authzStream) RecvMsg(m any) error {
@@ -113,15 +115,15 @@ func (s *authzStream) check(m any) error {
 	if node == nil {
 		return nil
 	}
-	if s.node != nil && (node.GetId() != s.node.GetId() || node.GetCluster() != s.node.GetCluster()) {
-		s.log.Warn().Str("node", node.GetId()).Str("node_cluster", node.GetCluster()).Str("first_node", s.node.GetId()).
+	if s.checked && (node.GetId() != s.id || node.GetCluster() != s.cluster) {
+		s.log.Warn().Str("node", node.GetId()).Str("node_cluster", node.GetCluster()).Str("first_node", s.id).
 			Str("certificate", certIdentity(s.cert)).Msg("refused xDS client: node changed within a stream")
-		return status.Errorf(codes.PermissionDenied, "node %q in group %q cannot become node %q in group %q within a stream", s.node.GetId(), s.node.GetCluster(), node.GetId(), node.GetCluster())
+		return status.Errorf(codes.PermissionDenied, "node %q in group %q cannot become node %q in group %q within a stream", s.id, s.cluster, node.GetId(), node.GetCluster())
 	}
 	ok, why := s.authorize(s.cert, node)
 	if ok {
-		if s.node == nil {
-			s.node = node
+		if !s.checked {
+			s.id, s.cluster, s.checked = node.GetId(), node.GetCluster(), true
 		}
 		return nil
 	}

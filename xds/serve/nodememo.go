@@ -30,14 +30,18 @@ import (
 // nodeSeed keys the node hashes.
 var nodeSeed = maphash.MakeSeed()
 
-// nodeSample is how much of each end of a node's encoding its hash reads.
-// A node's identity (id, cluster, fields 1 and 2) is encoded first and
-// stays within the head; hashing all of an Envoy's 24 KiB took 3.3 µs per
-// ACK. A node whose bytes differ only between head and tail, at the same
-// length, is taken for the one before: that keeps a node the stream
-// already presented and had accepted, so a client gains nothing by it,
-// and an Envoy's node never changes within a stream (it comes from its
-// bootstrap).
+// nodeSample is how much of each end of a node's encoding its hash reads;
+// hashing all of an Envoy's 24 KiB took 3.3 µs per ACK. A node's identity
+// (id and cluster, fields 1 and 2) is encoded first, within the head.
+//
+// A node whose bytes differ from the one before only between head and
+// tail, at the same length, is taken for it, its middle not even parsed
+// (bytes proto.Unmarshal would refuse included). What that keeps is a
+// node the same stream sent before, which went through every check a
+// node meets (the tracker's, authorization's, sidecar keying's; each
+// refusal ends the stream, memo and all): a client gains no identity by
+// it, only loses a change it made to its own node. Envoy's node does not
+// change within a stream (it comes from its bootstrap).
 const nodeSample = 512
 
 // nodeSum is the hash of a node's encoding that decode compares.
@@ -57,7 +61,9 @@ var nodeDecodes atomic.Int64
 
 // nodeMemo is one stream's last node.
 type nodeMemo struct {
-	sum  uint64 // nodeSum of the node's encoding
+	// sum is nodeSum of the node field (tag and length included, so the
+	// head tells lengths apart too), size its length.
+	sum  uint64
 	size int
 	node *corev3.Node
 }

@@ -42,6 +42,13 @@ func wantDecoded(t testing.TB, b []byte, into proto.Message) proto.Message {
 func TestNodeMemoDecodesAsProto(t *testing.T) {
 	envoy := envoynode.New("web-1", "web")
 	other := envoynode.New("web-2", "web")
+	// Same head, other tail at the same length; same head and tail,
+	// other length (an extension more in the middle).
+	tail := envoynode.New("web-2", "web")
+	tail.ClientFeatures[len(tail.ClientFeatures)-1] = "xds.config.resource-in-sotX"
+	longer := envoynode.New("web-2", "web")
+	longer.Extensions = append(longer.Extensions[:100:100], append([]*corev3.Extension{{Name: "envoy.filters.http.extra", Category: "envoy.filters.http"}}, longer.Extensions[100:]...)...)
+	second := &corev3.Node{Cluster: "api"}
 	for _, delta := range []bool{true, false} {
 		req := func(node *corev3.Node, typeURL, nonce string) proto.Message {
 			if delta {
@@ -60,8 +67,12 @@ func TestNodeMemoDecodesAsProto(t *testing.T) {
 			{"no node", mustMarshal(t, req(nil, resourcev3.EndpointType, "3")), false},
 			{"same node after none", mustMarshal(t, req(envoy, resourcev3.EndpointType, "4")), true},
 			{"other node", mustMarshal(t, req(other, resourcev3.EndpointType, "5")), false},
-			{"node in two fields", append(mustMarshal(t, req(other, resourcev3.EndpointType, "6")), mustMarshal(t, req(&corev3.Node{Cluster: "api"}, "", ""))...), false},
-			{"same node after two", mustMarshal(t, req(other, resourcev3.EndpointType, "7")), false},
+			{"other length, same ends", mustMarshal(t, req(longer, resourcev3.EndpointType, "6")), false},
+			{"back to the other node", mustMarshal(t, req(other, resourcev3.EndpointType, "7")), false},
+			{"other tail, same length", mustMarshal(t, req(tail, resourcev3.EndpointType, "8")), false},
+			{"node in two fields", append(mustMarshal(t, req(other, resourcev3.EndpointType, "9")), mustMarshal(t, req(second, "", ""))...), false},
+			{"the second field's node alone", mustMarshal(t, req(second, resourcev3.EndpointType, "10")), false},
+			{"a node after two", mustMarshal(t, req(other, resourcev3.EndpointType, "11")), false},
 		}
 		var memo nodeMemo
 		var prev *corev3.Node
@@ -94,10 +105,14 @@ func TestNodeMemoDecodesAsProto(t *testing.T) {
 // does (the same error or the same message), after a request that
 // filled it.
 func FuzzNodeMemo(f *testing.F) {
-	// A small node: the fuzzer mutates the bytes around it.
-	envoy := &corev3.Node{Id: "web-1", Cluster: "web", Extensions: envoynode.Extensions()[:2]}
+	// A node over 2×nodeSample, so hits compare the ends only, and small
+	// enough for the fuzzer to mutate quickly.
+	envoy := &corev3.Node{Id: "web-1", Cluster: "web", Extensions: envoynode.Extensions()[:30]}
 	first := mustMarshal(f, &discoveryv3.DeltaDiscoveryRequest{Node: envoy, TypeUrl: resourcev3.ClusterType})
 	f.Add(first)
+	if proto.Size(envoy) <= 2*nodeSample {
+		f.Fatalf("the fuzz node is %d bytes, want over %d", proto.Size(envoy), 2*nodeSample)
+	}
 	f.Add(mustMarshal(f, &discoveryv3.DeltaDiscoveryRequest{Node: envoy, ResponseNonce: "1"}))
 	f.Add(mustMarshal(f, &discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "x"}, ResponseNonce: "1"}))
 	f.Add([]byte{0x0a, 0x05, 0x0a})

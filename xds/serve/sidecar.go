@@ -178,6 +178,10 @@ type sidecarStream struct {
 	keyed                         bool
 	nodeID, consulNode, announced string
 	key                           string
+	// keyedNode is received, the last node a request carried, keyed: a
+	// stream's requests carry the same node (nodememo.go), so it is
+	// copied once.
+	received, keyedNode *corev3.Node
 
 	// ctx is the stream's context as the handler sees it: close ends it,
 	// and the xDS servers end a stream whose context ends (runStream), so
@@ -252,23 +256,28 @@ func (st *sidecarStream) RecvMsg(m any) error {
 				return st.ctx.Err()
 			}
 		}
-		if err := st.keyNode(node); err != nil {
+		keyed, err := st.keyNode(node)
+		if err != nil {
 			st.close(err)
 			return err
 		}
+		setNode(m.(proto.Message), keyed)
 	}
 	return nil
 }
 
-// keyNode sets node.cluster to the stream's key, fixing the key at the
-// first node the stream sends.
-func (st *sidecarStream) keyNode(node *corev3.Node) error {
+// keyNode returns the node to serve the request as: node with its
+// cluster set to the stream's key, which is fixed at the first node the
+// stream sends. node itself is left as it is: a stream's requests share
+// the node they carry (nodememo.go), and the tracker and authorization
+// keep it.
+func (st *sidecarStream) keyNode(node *corev3.Node) (*corev3.Node, error) {
 	sc := st.sc
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	if !st.keyed {
 		if strings.HasPrefix(node.GetCluster(), ir.SidecarGroupPrefix) {
-			return status.Errorf(codes.PermissionDenied, "node.cluster %q: names starting with %q are reserved for Connect sidecars, which are known by their node id (the proxy's service id)", node.GetCluster(), ir.SidecarGroupPrefix)
+			return nil, status.Errorf(codes.PermissionDenied, "node.cluster %q: names starting with %q are reserved for Connect sidecars, which are known by their node id (the proxy's service id)", node.GetCluster(), ir.SidecarGroupPrefix)
 		}
 		st.keyed = true
 		st.nodeID, st.announced = node.GetId(), node.GetCluster()
@@ -280,7 +289,7 @@ func (st *sidecarStream) keyNode(node *corev3.Node) error {
 			if cert := peerCert(st.Context()); !sidecarAuthorized(cert, info) {
 				sc.log.Warn().Str("node", st.nodeID).Str("service", info.Service).Str("certificate", certIdentity(cert)).
 					Msg("refused Connect sidecar: certificate does not name its service")
-				return status.Errorf(codes.PermissionDenied, "certificate %s does not authorize node %q%s", certIdentity(cert), st.nodeID, sidecarRefusal(info))
+				return nil, status.Errorf(codes.PermissionDenied, "certificate %s does not authorize node %q%s", certIdentity(cert), st.nodeID, sidecarRefusal(info))
 			}
 		}
 		if msg != "" && !sc.warned[st.nodeID] {
@@ -294,10 +303,14 @@ func (st *sidecarStream) keyNode(node *corev3.Node) error {
 	}
 	// A node that announces another cluster later is left as it is, so
 	// the tracker refuses the change as for any proxy.
-	if node.GetCluster() == st.announced {
-		node.Cluster = st.key
+	if node.GetCluster() != st.announced || node.GetCluster() == st.key {
+		return node, nil
 	}
-	return nil
+	if node != st.received {
+		st.received, st.keyedNode = node, proto.Clone(node).(*corev3.Node)
+		st.keyedNode.Cluster = st.key
+	}
+	return st.keyedNode, nil
 }
 
 // restKey is the snapshot key of a REST poll's node: as a stream's, but

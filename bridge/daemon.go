@@ -276,6 +276,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if s.Consul.Register != nil {
 		wg.Go(func() { d.register(ctx, client, d.xdsAddr) })
 	}
+	if s.XDS.CollectWhenIdle {
+		wg.Go(func() { newIdleCollector(d.clock, d.metrics.idleGCs.Inc).run(ctx) })
+	}
 	wg.Go(func() { fail(d.watchFiles(ctx)) })
 	wg.Go(func() { fail(d.xds.Serve(ctx, xdsLis)) })
 	wg.Go(func() { fail(d.serveAdmin(ctx, adminLis)) })

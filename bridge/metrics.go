@@ -18,6 +18,7 @@ type metrics struct {
 	translate      prometheus.Histogram
 	changeToPush   prometheus.Histogram
 	builds         prometheus.Counter
+	idleGCs        prometheus.Counter
 	failingGroups  prometheus.Gauge
 	// skippedServices counts catalog services left out for their names.
 	skippedServices prometheus.Gauge
@@ -59,6 +60,10 @@ func newMetrics(reg prometheus.Registerer, notReady func() string, consulUp func
 			Help:    "Time from a Consul blocking query returning a change to the snapshot being set (debounce included).",
 			Buckets: []float64{.01, .025, .05, .1, .2, .5, 1, 2, 5},
 		}),
+		idleGCs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "consul_xds_bridge_idle_collections_total",
+			Help: "Garbage collections the bridge started while idle (xds.collect_when_idle), so that fan-outs meet fewer.",
+		}),
 		builds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "consul_xds_bridge_builds_total",
 			Help: "Model builds that were translated and served.",
@@ -86,7 +91,7 @@ func newMetrics(reg prometheus.Registerer, notReady func() string, consulUp func
 		})
 	}
 	reg.MustRegister(m.consulRequests, m.consulErrors, m.consulLatency, m.reloads, m.translate,
-		m.changeToPush, m.builds, m.failingGroups, m.skippedServices,
+		m.changeToPush, m.builds, m.idleGCs, m.failingGroups, m.skippedServices,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "consul_xds_bridge_consul_up",
 			Help: "1 while the local datacenter's Consul answers (it has not been silent for consul.reconnect_hold_after).",

@@ -104,6 +104,10 @@ type XDSSettings struct {
 	// (bridge/debounce.go), DebounceHoldOff its upper bound; false keeps
 	// it at DebounceHoldOff.
 	DebounceAdaptive bool
+	// CollectWhenIdle lets the bridge start a garbage collection when it
+	// is idle and its heap is half way to the next one (bridge/idlegc.go),
+	// so that fewer fan-outs meet one.
+	CollectWhenIdle bool
 }
 
 // TLSFiles names PEM files; they are re-read when they change on disk.
@@ -156,7 +160,7 @@ const (
 func DefaultSettings() Settings {
 	return Settings{
 		Consul: ConsulSettings{Stale: true, WaitTime: DefaultWaitTime, StaleAfter: DefaultStaleAfter, ReconnectHold: DefaultReconnectHold, ReconnectHoldAfter: DefaultReconnectHoldAfter, MaxQueries: DefaultMaxQueries, UseCache: true},
-		XDS: XDSSettings{Listen: DefaultXDSListen, MaxInitialSyncs: DefaultMaxInitialSyncs, DebounceAdaptive: true,
+		XDS: XDSSettings{Listen: DefaultXDSListen, MaxInitialSyncs: DefaultMaxInitialSyncs, DebounceAdaptive: true, CollectWhenIdle: true,
 			DebounceHoldOff: DefaultDebounceHoldOff, DebounceMaxDelay: DefaultDebounceMax},
 		Admin: AdminSettings{Listen: DefaultAdminListen},
 		Log:   LogSettings{Level: "info", Format: "json"},
@@ -199,6 +203,7 @@ type xdsBlock struct {
 	MaxDelay       hcl.Expression `hcl:"debounce_max_delay,optional"`
 	SocketMode     *string        `hcl:"socket_mode,optional"`
 	Adaptive       *bool          `hcl:"debounce_adaptive,optional"`
+	IdleGC         *bool          `hcl:"collect_when_idle,optional"`
 	SocketGroup    *string        `hcl:"socket_group,optional"`
 	Body           hcl.Body       `hcl:",body"`
 	DefRange       hcl.Range      `hcl:",def_range"`
@@ -274,6 +279,7 @@ func (b *xdsBlock) apply(s *XDSSettings) hcl.Diagnostics {
 	diags := checkListen("xds", s.Listen, valueRange(b.Body, "listen", b.DefRange))
 	set(&s.SocketGroup, b.SocketGroup)
 	set(&s.DebounceAdaptive, b.Adaptive)
+	set(&s.CollectWhenIdle, b.IdleGC)
 	if b.SocketMode != nil {
 		m, err := unixsock.ParseMode(*b.SocketMode)
 		if err != nil {

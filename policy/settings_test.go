@@ -38,6 +38,16 @@ log { level = "debug" }
 	if s.XDS.Listen != DefaultXDSListen || s.Admin.Listen != DefaultAdminListen {
 		t.Fatalf("defaults lost: %+v %+v", s.XDS, s.Admin)
 	}
+	if !s.XDS.CollectWhenIdle || !s.XDS.DebounceAdaptive {
+		t.Fatalf("collect_when_idle and debounce_adaptive default to true: %+v", s.XDS)
+	}
+	doc, diags = Parse("b.hcl", []byte("xds {\n  collect_when_idle = false\n}\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if cfg, diags = Merge(doc); diags.HasErrors() || cfg.Settings.XDS.CollectWhenIdle {
+		t.Fatalf("collect_when_idle = false not applied: %v %+v", diags, cfg.Settings.XDS)
+	}
 }
 
 func TestSettingsDiagnostics(t *testing.T) {

@@ -69,9 +69,12 @@ type Daemon struct {
 	// keys, CAs) from the loop to watchFiles after every reload.
 	policyFiles chan []string
 
-	ready   atomic.Bool
-	status  atomic.Pointer[PolicyStatus]
-	catalog atomic.Pointer[catalogView]
+	ready atomic.Bool
+	// buildPending is set while a change waits for its build (the loop's
+	// debounce window), for the idle collector.
+	buildPending atomic.Bool
+	status       atomic.Pointer[PolicyStatus]
+	catalog      atomic.Pointer[catalogView]
 	// planBase is what the last good build used, for the console's plan
 	// and the catalog's "used by" (see console.go).
 	planBase atomic.Pointer[planBase]
@@ -277,7 +280,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		wg.Go(func() { d.register(ctx, client, d.xdsAddr) })
 	}
 	if s.XDS.CollectWhenIdle {
-		wg.Go(func() { newIdleCollector(d.clock, d.metrics.idleGCs.Inc).run(ctx) })
+		wg.Go(func() { newIdleCollector(d.clock, d.buildPending.Load, d.metrics.idleGCs.Inc).run(ctx) })
 	}
 	wg.Go(func() { fail(d.watchFiles(ctx)) })
 	wg.Go(func() { fail(d.xds.Serve(ctx, xdsLis)) })

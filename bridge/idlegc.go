@@ -16,7 +16,8 @@ import (
 // mostly during a fan-out. On a busy core the collection's mark phase
 // then slows the fan-out for its length: with 1,000 proxies, one health
 // flip in ~16 reached its last proxy ~50 ms later (S1, bench/README.md).
-// When the process has been idle for an interval and what is left before
+// When the process has been idle for an interval, no change is waiting
+// for its build, and what is left before
 // the earliest point Go may start its next collection would not hold two
 // more of the last busy period's allocations, the bridge collects itself,
 // once per idle spell, so that the next change finds the heap far from
@@ -62,12 +63,14 @@ type idleCollector struct {
 	cpu     func() time.Duration
 	heap    func() heapState
 	collect func()
+	// pending reports a change waiting to be built (the daemon loop's).
+	pending func() bool
 	// collected counts the collections it started (metrics).
 	collected func()
 }
 
-func newIdleCollector(clock clockwork.Clock, collected func()) *idleCollector {
-	return &idleCollector{clock: clock, cpu: processCPU, heap: readHeap, collect: runtime.GC, collected: collected}
+func newIdleCollector(clock clockwork.Clock, pending func() bool, collected func()) *idleCollector {
+	return &idleCollector{clock: clock, cpu: processCPU, heap: readHeap, collect: runtime.GC, pending: pending, collected: collected}
 }
 
 func (c *idleCollector) run(ctx context.Context) {
@@ -84,7 +87,9 @@ func (c *idleCollector) run(ctx context.Context) {
 		case <-t.Chan():
 		}
 		cpu, h := c.cpu(), c.heap()
-		if !idle(cpu-lastCPU, idleInterval) {
+		// A change waiting for its build (the debounce window) is work
+		// about to start: a collection now would meet its fan-out.
+		if !idle(cpu-lastCPU, idleInterval) || c.pending() {
 			busy += h.allocs - lastAllocs
 		} else {
 			if busy > 0 {

@@ -169,10 +169,12 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 
 // schedule arms the build timer for a change (see debounce).
 func (l *loop) schedule() {
+	l.d.buildPending.Store(true)
 	l.timer.Reset(l.debounce.changed(l.d.clock.Now()))
 }
 
 func (l *loop) build(ctx context.Context) {
+	l.d.buildPending.Store(false)
 	start := l.d.clock.Now()
 	l.debounce.built(start)
 	// The CPU spent since the last build: that build, its pushes, and

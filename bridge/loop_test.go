@@ -145,8 +145,14 @@ func TestLoopDebounceAndLastGood(t *testing.T) {
 	if got := h.attempts.Load(); got != 1 {
 		t.Fatalf("%d translations during the hold-off, want still 1", got)
 	}
+	if !h.d.buildPending.Load() {
+		t.Error("no build pending during the hold-off (the idle collector would collect)")
+	}
 	h.clock.Advance(holdOff)
 	h.eventually("the burst's build", func() bool { return h.builds() == 2 })
+	if h.d.buildPending.Load() {
+		t.Error("a build still pending after the burst was built")
+	}
 	if got := h.attempts.Load(); got != 2 {
 		t.Errorf("%d translations for a burst of 3 changes, want 1 more (2 in all)", got)
 	}

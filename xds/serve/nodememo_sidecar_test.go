@@ -2,7 +2,6 @@ package serve
 
 import (
 	"context"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -16,7 +15,6 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/envoynode"
-	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
 
 // TestSidecarWithNodeOnEveryRequest: a Connect sidecar and a plain proxy
@@ -80,18 +78,7 @@ func TestSidecarWithNodeOnEveryRequest(t *testing.T) {
 // and so is the one after it with the same bytes (the memo's node, which
 // keying the sidecar must not have changed).
 func TestAuthorizedSidecarNodeBytesMayChange(t *testing.T) {
-	ca := newTestCA(t)
-	dir := t.TempDir()
-	files := policy.TLSFiles{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server-key.pem"), ClientCAFile: filepath.Join(dir, "ca.pem")}
-	srvCert, srvKey := ca.issue(t, 10, []string{"bridge.test"})
-	writeFile(t, files.CertFile, srvCert)
-	writeFile(t, files.KeyFile, srvKey)
-	writeFile(t, files.ClientCAFile, ca.pem)
-	s := startServer(t, ServerConfig{TLS: files, AuthorizeNodes: true, Sidecars: true})
-	if _, err := s.Update(context.Background(), sidecarOutput(t), resolveSidecars); err != nil {
-		t.Fatal(err)
-	}
-	s.SetSidecars(map[string][]SidecarInfo{"web-sidecar-proxy": {webInfo}})
+	s, ca := startAuthorizedSidecars(t)
 	cert, key := ca.issue(t, 31, nil, "spiffe://td.consul/ns/default/dc/dc1/svc/web")
 	conn, err := grpc.NewClient(s.addr, grpc.WithTransportCredentials(credentials.NewTLS(clientTLS(t, ca, cert, key))))
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/pem"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,9 +13,21 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
-	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 )
+
+// startAuthorizedSidecars serves sidecarOutput over mTLS with
+// authorize_nodes and sidecars, web-sidecar-proxy registered as web's.
+func startAuthorizedSidecars(t *testing.T) (*testServer, *testCA) {
+	t.Helper()
+	ca := newTestCA(t)
+	s := startServer(t, ServerConfig{TLS: serverTLSFiles(t, ca), AuthorizeNodes: true, Sidecars: true})
+	if _, err := s.Update(context.Background(), sidecarOutput(t), resolveSidecars); err != nil {
+		t.Fatal(err)
+	}
+	s.SetSidecars(map[string][]SidecarInfo{"web-sidecar-proxy": {webInfo}})
+	return s, ca
+}
 
 // TestSidecarNeedsItsServicesCertificate: under authorize_nodes a client
 // whose certificate authorizes the node.cluster it announces still gets
@@ -24,18 +35,7 @@ import (
 // identity) unless the certificate names that service: web's Connect
 // SPIFFE id or /group/web. Over gRPC and REST.
 func TestSidecarNeedsItsServicesCertificate(t *testing.T) {
-	ca := newTestCA(t)
-	dir := t.TempDir()
-	files := policy.TLSFiles{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server-key.pem"), ClientCAFile: filepath.Join(dir, "ca.pem")}
-	srvCert, srvKey := ca.issue(t, 10, []string{"bridge.test"})
-	writeFile(t, files.CertFile, srvCert)
-	writeFile(t, files.KeyFile, srvKey)
-	writeFile(t, files.ClientCAFile, ca.pem)
-	s := startServer(t, ServerConfig{TLS: files, AuthorizeNodes: true, Sidecars: true})
-	if _, err := s.Update(context.Background(), sidecarOutput(t), resolveSidecars); err != nil {
-		t.Fatal(err)
-	}
-	s.SetSidecars(map[string][]SidecarInfo{"web-sidecar-proxy": {webInfo}})
+	s, ca := startAuthorizedSidecars(t)
 
 	dial := func(tlsCfg *tls.Config) ([]uint32, error) {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

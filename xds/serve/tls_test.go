@@ -41,6 +41,19 @@ func (ca *testCA) issue(t *testing.T, serial int64, dns []string, uris ...string
 	return ca.Issue(testpki.Leaf{Serial: serial, DNS: dns, URIs: uris})
 }
 
+// serverTLSFiles writes a server certificate for bridge.test from ca and
+// ca itself (for client certificates) and names them.
+func serverTLSFiles(t *testing.T, ca *testCA) policy.TLSFiles {
+	t.Helper()
+	dir := t.TempDir()
+	files := policy.TLSFiles{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server-key.pem"), ClientCAFile: filepath.Join(dir, "ca.pem")}
+	srvCert, srvKey := ca.issue(t, 10, []string{"bridge.test"})
+	writeFile(t, files.CertFile, srvCert)
+	writeFile(t, files.KeyFile, srvKey)
+	writeFile(t, files.ClientCAFile, ca.pem)
+	return files
+}
+
 func writeFile(t *testing.T, path string, b []byte) {
 	t.Helper()
 	testpki.ReplaceFile(t, path, b, 0o600)
@@ -67,12 +80,7 @@ func clientTLS(t *testing.T, ca *testCA, certPEM, keyPEM []byte) *tls.Config {
 // certificate is used by new handshakes without a restart.
 func TestMutualTLSAndNodeAuthorization(t *testing.T) {
 	ca := newTestCA(t)
-	dir := t.TempDir()
-	files := policy.TLSFiles{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server-key.pem"), ClientCAFile: filepath.Join(dir, "ca.pem")}
-	srvCert, srvKey := ca.issue(t, 10, []string{"bridge.test"})
-	writeFile(t, files.CertFile, srvCert)
-	writeFile(t, files.KeyFile, srvKey)
-	writeFile(t, files.ClientCAFile, ca.pem)
+	files := serverTLSFiles(t, ca)
 	s := startServer(t, ServerConfig{TLS: files, AuthorizeNodes: true})
 	s.update(t, testOutput(t, []string{"api"}, 8080))
 

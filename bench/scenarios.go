@@ -181,6 +181,24 @@ func (r *run) flip(ctx context.Context, i, j int, timeout time.Duration) ([]time
 	return lats, slices.Max(lats), nil
 }
 
+// slowFlips names the flips whose last proxy took over 1.5 times the
+// median flip's: one slow flip in 100 proxies' worth of samples sets the
+// p99, and the numbers tell a collection or a stall (every flip k apart)
+// from noise.
+func slowFlips(lasts []time.Duration) string {
+	limit := percentile(lasts, 50) * 3 / 2
+	var slow []string
+	for k, d := range lasts {
+		if d > limit {
+			slow = append(slow, fmt.Sprintf("%d (%s)", k, ms(d)))
+		}
+	}
+	if len(slow) == 0 {
+		return "; no flip over 1.5× that"
+	}
+	return "; over 1.5× that: flip " + strings.Join(slow, ", ")
+}
+
 func failed(row Row, err error) Row {
 	row.Failed = true
 	row.Notes = "FAILED: " + err.Error()
@@ -213,7 +231,7 @@ func (r *run) s1(ctx context.Context) Row {
 		time.Sleep(r.opts.FlipGap - time.Since(gapStart))
 	}
 	row := m.row("S1 health flip", all, worst)
-	row.Notes = fmt.Sprintf("%d flips; time-to-last-proxy p50 %s", r.opts.S1Flips, ms(percentile(lasts, 50)))
+	row.Notes = fmt.Sprintf("%d flips; time-to-last-proxy p50 %s%s", r.opts.S1Flips, ms(percentile(lasts, 50)), slowFlips(lasts))
 	return row
 }
 

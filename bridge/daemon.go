@@ -71,8 +71,10 @@ type Daemon struct {
 
 	ready atomic.Bool
 	// buildPending is set while a change waits for its build (the loop's
-	// debounce window), for the idle collector.
+	// debounce window) and during the build; buildsDone counts builds.
+	// Both for the idle collector: a fan-out starts as a build ends.
 	buildPending atomic.Bool
+	buildsDone   atomic.Uint64
 	status       atomic.Pointer[PolicyStatus]
 	catalog      atomic.Pointer[catalogView]
 	// planBase is what the last good build used, for the console's plan
@@ -280,7 +282,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		wg.Go(func() { d.register(ctx, client, d.xdsAddr) })
 	}
 	if s.XDS.CollectWhenIdle {
-		wg.Go(func() { newIdleCollector(d.clock, d.buildPending.Load, d.metrics.idleGCs.Inc).run(ctx) })
+		wg.Go(func() { newIdleCollector(d.clock, d.cpuTime, d.buildActivity, d.metrics.idleGCs.Inc).run(ctx) })
 	}
 	wg.Go(func() { fail(d.watchFiles(ctx)) })
 	wg.Go(func() { fail(d.xds.Serve(ctx, xdsLis)) })
@@ -309,6 +311,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Wait()
 	return firstErr
 }
+
+// buildActivity is whether a build is pending or running, and how many
+// have run (idlegc.go).
+func (d *Daemon) buildActivity() (bool, uint64) { return d.buildPending.Load(), d.buildsDone.Load() }
 
 // listen accepts host:port or unix:///path; a socket gets mode and group
 // (unixsock: a stale socket from a previous run is replaced).

@@ -11,13 +11,13 @@ import (
 
 // Collecting garbage while idle (xds.collect_when_idle).
 //
-// Go starts a collection when the heap reaches its goal, and a change's
-// fan-out allocates more than anything else the bridge does, so that is
-// mostly during a fan-out. On a busy core the collection's mark phase
+// Go starts a collection when the heap nears its goal (the pacer's
+// trigger), and a change's fan-out allocates more than anything else the
+// bridge does, so that is mostly during a fan-out. On a busy core the collection's mark phase
 // then slows the fan-out for its length: with 1,000 proxies, one health
 // flip in ~16 reached its last proxy ~50 ms later (S1, bench/README.md).
-// When the process has been idle for an interval, no change is waiting
-// for its build, and what is left before
+// When the process has been idle for an interval, with no build pending,
+// running or finished in it, and what is left before
 // the earliest point Go may start its next collection would not hold two
 // more of the last busy period's allocations, the bridge collects itself,
 // once per idle spell, so that the next change finds the heap far from
@@ -40,43 +40,53 @@ type heapState struct {
 // earliestTrigger is where Go's pacer may start a collection at the
 // soonest: it starts the mark phase between 70 % and 95 % of the way from
 // the live heap to the goal (runtime/mgcpacer.go's trigger bounds).
-func (h heapState) earliestTrigger() uint64 { return h.live + (h.goal-h.live)*7/10 }
+func (h heapState) earliestTrigger() uint64 { return h.live + (h.goal-h.live)/64*45 }
 
 // idle reports whether an interval that used cpu was idle.
 func idle(cpu, interval time.Duration) bool { return cpu*10 < interval }
 
 // collectDue reports whether to collect after an idle interval: what is
 // left before the earliest trigger would not hold two more bursts of
-// burst bytes (and no collection is under way: the heap is under its
-// goal).
+// burst bytes, a collection would free at least one burst (not right
+// after Go's own, nor under a memory limit that keeps the heap at its
+// goal), and none is under way (the heap is under its goal).
 func collectDue(h heapState, burst uint64) bool {
-	if burst == 0 || h.goal <= h.live || h.objects >= h.goal {
+	if h.goal <= h.live || h.objects >= h.goal {
+		return false
+	}
+	// A burst past the whole runway (a reconnect storm's) counts as the
+	// runway: the next such burst would meet a collection anyway.
+	burst = min(burst, h.earliestTrigger()-h.live)
+	if burst == 0 || h.objects-h.live < burst {
 		return false
 	}
 	return h.objects+2*burst > h.earliestTrigger()
 }
 
 // idleCollector runs the decision every idleInterval; cpu, heap and
-// collect are processCPU, readHeap and runtime.GC outside tests.
+// collect are the daemon's CPU clock, readHeap and runtime.GC outside
+// tests.
 type idleCollector struct {
 	clock   clockwork.Clock
 	cpu     func() time.Duration
 	heap    func() heapState
 	collect func()
-	// pending reports a change waiting to be built (the daemon loop's).
-	pending func() bool
+	// builds reports whether a change waits to be built or is being
+	// built, and how many builds have run (the daemon loop's).
+	builds func() (pending bool, done uint64)
 	// collected counts the collections it started (metrics).
 	collected func()
 }
 
-func newIdleCollector(clock clockwork.Clock, pending func() bool, collected func()) *idleCollector {
-	return &idleCollector{clock: clock, cpu: processCPU, heap: readHeap, collect: runtime.GC, pending: pending, collected: collected}
+func newIdleCollector(clock clockwork.Clock, cpu func() time.Duration, builds func() (bool, uint64), collected func()) *idleCollector {
+	return &idleCollector{clock: clock, cpu: cpu, heap: readHeap, collect: runtime.GC, builds: builds, collected: collected}
 }
 
 func (c *idleCollector) run(ctx context.Context) {
 	t := c.clock.NewTicker(idleInterval)
 	defer t.Stop()
 	lastCPU, lastAllocs := c.cpu(), c.heap().allocs
+	_, lastBuilds := c.builds()
 	// busy sums what busy intervals allocated since the last idle one;
 	// burst is the last such sum, what the next busy period may need.
 	var busy, burst uint64
@@ -88,8 +98,12 @@ func (c *idleCollector) run(ctx context.Context) {
 		}
 		cpu, h := c.cpu(), c.heap()
 		// A change waiting for its build (the debounce window) is work
-		// about to start: a collection now would meet its fan-out.
-		if !idle(cpu-lastCPU, idleInterval) || c.pending() {
+		// about to start, and a build since the last look means its
+		// fan-out is under way: a collection now would meet it.
+		pending, builds := c.builds()
+		built := builds != lastBuilds
+		lastBuilds = builds
+		if !idle(cpu-lastCPU, idleInterval) || pending || built {
 			busy += h.allocs - lastAllocs
 		} else {
 			if busy > 0 {

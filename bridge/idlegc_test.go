@@ -2,6 +2,7 @@ package bridge
 
 import (
 	"context"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -26,6 +27,10 @@ func TestCollectDue(t *testing.T) {
 		{"no burst seen yet", h(95), 0, false},
 		{"past the goal (a collection is under way)", h(101), 10 * mb, false},
 		{"no goal read", heapState{objects: 90 * mb, live: 40 * mb}, 10 * mb, false},
+		{"nothing to free: Go just collected, or a memory limit holds the heap", h(41), 30 * mb, false},
+		{"GOGC=off: no goal to reach", heapState{objects: 900 * mb, live: 40 * mb, goal: 1 << 63}, 100 * mb, false},
+		{"a burst past the runway, garbage to free", h(90), 500 * mb, true},
+		{"a burst past the runway, little garbage", h(45), 500 * mb, false},
 	} {
 		if got := collectDue(c.heap, c.burst); got != c.want {
 			t.Errorf("%s: collectDue = %v, want %v", c.name, got, c.want)
@@ -36,34 +41,52 @@ func TestCollectDue(t *testing.T) {
 	}
 }
 
+// TestReadHeapReadsTheRuntime: every sample exists in this Go (a renamed
+// metric would read 0 and turn the collector off without a word).
+func TestReadHeapReadsTheRuntime(t *testing.T) {
+	runtime.GC()
+	keep := make([][]byte, 100)
+	for i := range keep {
+		keep[i] = make([]byte, 1<<10)
+	}
+	h := readHeap()
+	if h.objects == 0 || h.live == 0 || h.goal <= h.live || h.allocs < h.objects {
+		t.Errorf("readHeap = %+v, want objects, live, a goal above live and cumulative allocations", h)
+	}
+	runtime.KeepAlive(keep)
+}
+
 // TestIdleCollectorCollectsBeforeTheNextBurst drives the collector
 // through scripted ticks: a busy interval, or an idle one while a change
-// waits for its build, never collects; an idle one collects when the
+// waits for its build or in which a build ran, never collects; an idle one collects when the
 // headroom left would not hold two of the last burst's allocations, and
 // not otherwise; and once per idle spell.
 func TestIdleCollectorCollectsBeforeTheNextBurst(t *testing.T) {
 	ms := time.Millisecond
 	// Per tick (0: at start): the process's CPU and the heap then.
 	// Live 40 and goal 100 throughout: Go may start collecting at 82.
-	hs := func(objects, allocs uint64) heapState {
-		return heapState{objects: objects, live: 40, goal: 100, allocs: allocs}
+	hs := func(objects, allocs uint64) heapState { // in MiB
+		return heapState{objects: objects << 20, live: 40 << 20, goal: 100 << 20, allocs: allocs << 20}
 	}
+
 	script := []struct {
 		cpu     time.Duration
 		heap    heapState
-		pending bool // a change waits for its build
+		pending bool   // a change waits for its build, or is being built
+		builds  uint64 // builds done
 	}{
-		{0, hs(40, 0), false},
-		{50 * ms, hs(70, 30), false},  // a fan-out
-		{50 * ms, hs(70, 30), true},   // idle, but a change waits: no
-		{50 * ms, hs(70, 30), false},  // idle: 70 + 2×30 passes 82: collect
-		{50 * ms, hs(45, 30), false},  // idle, after the collection: not again
-		{100 * ms, hs(55, 40), false}, // a fan-out of 10
-		{100 * ms, hs(55, 40), false}, // idle: 55 + 2×10 fits
-		{150 * ms, hs(60, 55), false}, // a fan-out of 15
-		{150 * ms, hs(60, 55), false}, // idle: 60 + 15 fits, 60 + 2×15 does not: collect
-		{150 * ms, hs(85, 55), false}, // idle, still short of room: not again
-		{150 * ms, hs(85, 55), false}, // nor later in the same idle spell
+		{0, hs(40, 0), false, 0},
+		{50 * ms, hs(70, 30), false, 1},  // a build and its fan-out
+		{50 * ms, hs(70, 30), true, 1},   // idle, but a change waits: no
+		{52 * ms, hs(72, 32), false, 2},  // its build, cheap: idle by CPU, but a fan-out starts: no
+		{52 * ms, hs(72, 32), false, 2},  // idle: 72 + 2×32 passes 82: collect
+		{52 * ms, hs(45, 32), false, 2},  // idle, after the collection: not again
+		{100 * ms, hs(55, 42), false, 3}, // a fan-out of 10
+		{100 * ms, hs(55, 42), false, 3}, // idle: 55 + 2×10 fits
+		{150 * ms, hs(60, 57), false, 4}, // a fan-out of 15
+		{150 * ms, hs(60, 57), false, 4}, // idle: 60 + 15 fits, 60 + 2×15 does not: collect
+		{150 * ms, hs(85, 57), false, 4}, // idle, still short of room: not again
+		{150 * ms, hs(85, 57), false, 4}, // nor later in the same idle spell
 	}
 	clock := clockwork.NewFakeClock()
 	var looks atomic.Int32
@@ -82,8 +105,11 @@ func TestIdleCollectorCollectsBeforeTheNextBurst(t *testing.T) {
 			}
 			return script[i].cpu + gcCPU
 		},
-		heap:    func() heapState { return script[looks.Add(1)-1].heap },
-		pending: func() bool { return script[looks.Load()-1].pending },
+		heap: func() heapState { return script[looks.Add(1)-1].heap },
+		builds: func() (bool, uint64) {
+			st := script[max(looks.Load()-1, 0)]
+			return st.pending, st.builds
+		},
 		collect: func() {
 			mu.Lock()
 			defer mu.Unlock()
@@ -113,7 +139,7 @@ func TestIdleCollectorCollectsBeforeTheNextBurst(t *testing.T) {
 	<-done
 	mu.Lock()
 	defer mu.Unlock()
-	if want := []int{3, 8}; !slices.Equal(collectedAt, want) {
+	if want := []int{4, 9}; !slices.Equal(collectedAt, want) {
 		t.Errorf("collected on ticks %v, want %v", collectedAt, want)
 	}
 }

@@ -174,7 +174,14 @@ func (l *loop) schedule() {
 }
 
 func (l *loop) build(ctx context.Context) {
-	l.d.buildPending.Store(false)
+	// Pending through the build and its Update (the fan-out starts
+	// there), cleared at the end unless the build re-armed itself.
+	l.d.buildPending.Store(true)
+	rearmed := false
+	defer func() {
+		l.d.buildPending.Store(rearmed)
+		l.d.buildsDone.Add(1)
+	}()
 	start := l.d.clock.Now()
 	l.debounce.built(start)
 	// The CPU spent since the last build: that build, its pushes, and
@@ -195,6 +202,7 @@ func (l *loop) build(ctx context.Context) {
 		}
 		if l.d.clock.Since(l.pendingSince) < pendingGrace {
 			l.timer.Reset(l.d.cfg.Settings.XDS.DebounceHoldOff)
+			rearmed = true
 			return
 		}
 		l.d.log.Warn().Strs("services", append(keys(l.catalog.Pending), meshPending...)).Msg("services still loading after grace period; serving without them")

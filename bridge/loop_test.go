@@ -171,6 +171,9 @@ func TestLoopDebounceAndLastGood(t *testing.T) {
 	if !strings.Contains(h.served(), `"port_value":8004`) {
 		t.Fatalf("served %s after a failed build, want the last good (port 8004)", h.served())
 	}
+	// A failed build leaves nothing pending (the idle collector would
+	// otherwise never collect again).
+	h.eventually("no build pending after the failed one", func() bool { return !h.d.buildPending.Load() })
 	// ...and the next change builds again.
 	h.fail.Store(false)
 	h.clock.Advance(holdOff)

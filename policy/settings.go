@@ -105,7 +105,8 @@ type XDSSettings struct {
 	// it at DebounceHoldOff.
 	DebounceAdaptive bool
 	// CollectWhenIdle lets the bridge start a garbage collection when it
-	// is idle and its heap is half way to the next one (bridge/idlegc.go),
+	// is idle, no change waits for its build, and two more fan-outs like
+	// the last would reach the point Go may start one (bridge/idlegc.go),
 	// so that fewer fan-outs meet one.
 	CollectWhenIdle bool
 }

@@ -98,6 +98,10 @@ type authzStream struct {
 	// change it. Strings, not the node: its requests share that.
 	id, cluster string
 	checked     bool
+	// last is the node last authorized: a stream's requests share the
+	// node they carry (nodememo.go), so Envoy's node on every request is
+	// authorized once, not per ACK.
+	last *corev3.Node
 }
 
 func (s *authzStream) RecvMsg(m any) error {
@@ -112,7 +116,7 @@ func (s *authzStream) check(m any) error {
 	node := requestNode(m)
 	// Envoy may send the node only on a stream's first request; requests
 	// without one keep the identity checked then.
-	if node == nil {
+	if node == nil || node == s.last {
 		return nil
 	}
 	if s.checked && (node.GetId() != s.id || node.GetCluster() != s.cluster) {
@@ -125,6 +129,7 @@ func (s *authzStream) check(m any) error {
 		if !s.checked {
 			s.id, s.cluster, s.checked = node.GetId(), node.GetCluster(), true
 		}
+		s.last = node
 		return nil
 	}
 	s.log.Warn().Str("node", node.GetId()).Str("node_cluster", node.GetCluster()).

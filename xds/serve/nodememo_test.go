@@ -1,12 +1,15 @@
 package serve
 
 import (
+	"crypto/x509"
 	"fmt"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
@@ -204,5 +207,28 @@ func TestEnvoyNodeDecodedOncePerStream(t *testing.T) {
 		}
 		s.tracker.mu.Unlock()
 		_ = c.Close()
+	}
+}
+
+// TestAuthorizationOncePerNode: a stream whose requests share one node
+// (the memo's) has it authorized once; another node, even an equal one,
+// is authorized again, and one claiming another identity is refused.
+func TestAuthorizationOncePerNode(t *testing.T) {
+	calls := 0
+	s := &authzStream{authorize: func(*x509.Certificate, *corev3.Node) (bool, string) { calls++; return true, "" }}
+	node := &corev3.Node{Id: "web-1", Cluster: "web"}
+	for range 3 {
+		if err := s.check(&discoveryv3.DeltaDiscoveryRequest{Node: node}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if calls != 1 {
+		t.Fatalf("one node authorized %d times, want once", calls)
+	}
+	if err := s.check(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "web-1", Cluster: "web"}}); err != nil || calls != 2 {
+		t.Fatalf("another node with the same identity: %v, %d authorizations, want served after a second", err, calls)
+	}
+	if err := s.check(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "web-2", Cluster: "web"}}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("a node claiming another identity: %v, want PermissionDenied", err)
 	}
 }

@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"context"
+	"maps"
 	"slices"
 	"testing"
 	"time"
@@ -8,6 +10,7 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
 
@@ -139,5 +142,58 @@ func TestSotwACKGetsWhatChangedInFlight(t *testing.T) {
 	c.request(n, "api", "web", "cache") // db swapped for cache
 	if got, _ := c.next("cache subscribed"); !slices.Equal(got, []string{"cache"}) {
 		t.Fatalf("swapping db for cache sent %v", got)
+	}
+}
+
+// TestSotwServerACKTakesTheFastPath drives the SotW server's stream
+// handling itself: an ACK naming what the request before did is compared
+// only with what changed since the stream's last answer, so a held name
+// dropped behind the mark's back is not sent again; a request naming
+// other resources is compared in full and gets it.
+func TestSotwServerACKTakesTheFastPath(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.update(t, testOutput(t, []string{"api", "web"}, 8080))
+	srv := newSotwServer(context.Background(), s.cache, s.cb)
+	st := &sotwStream{adsStream: newADSStream[cachev3.Response](1 << 40), s: srv, sent: map[string]string{}}
+	if err := s.cb.OnStreamOpen(context.Background(), st.id, resourcev3.AnyType); err != nil {
+		t.Fatal(err)
+	}
+	defer st.close()
+	node := &corev3.Node{Id: "fast-path", Cluster: "edge"}
+	// taken empties the stream's queue, as sending would, and returns the
+	// names of what was queued.
+	taken := func() [][]string {
+		st.out.mu.Lock()
+		defer st.out.mu.Unlock()
+		var got [][]string
+		for _, r := range st.out.pending {
+			got = append(got, slices.Sorted(maps.Keys(r.GetReturnedResources())))
+		}
+		st.out.pending = nil
+		return got
+	}
+	request := func(nonce string, names ...string) {
+		t.Helper()
+		if err := st.handle(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.EndpointType, ResponseNonce: nonce, ResourceNames: names}, resourcev3.AnyType); err != nil {
+			t.Fatal(err)
+		}
+	}
+	request("", "api", "web")
+	if got := taken(); len(got) != 1 {
+		t.Fatalf("first request: %d answers, want 1", len(got))
+	}
+	st.sent[resourcev3.EndpointType] = "1"
+	request("1", "api", "web")
+	if got := taken(); len(got) != 0 {
+		t.Fatalf("ACK with nothing changed: answers %v", got)
+	}
+	delete(st.watches[resourcev3.EndpointType].sub.ReturnedResources(), "api") // behind the mark's back
+	request("1", "api", "web")
+	if got := taken(); len(got) != 0 {
+		t.Fatalf("an ACK with the same names was compared in full: answers %v", got)
+	}
+	request("1", "api")
+	if got := taken(); len(got) != 1 || !slices.Contains(got[0], "api") {
+		t.Fatalf("a request with other names: answers %v, want api again", got)
 	}
 }

@@ -27,14 +27,18 @@ const setMark = "\x00set"
 
 func setMarkOf(id uint64) string { return setMark + strconv.FormatUint(id, 36) }
 
+// marked is whether a name is the bridge's own (starts with NUL, as the
+// mark does): never compared, sent or removed.
+func marked(name string) bool { return strings.HasPrefix(name, "\x00") }
+
 // clientVersions is what a delta client's initial_resource_versions may
 // say it holds: never a mark (a forged one would skip its own updates,
 // and make answers edit the request's map in place).
 func clientVersions(v map[string]string) map[string]string {
 	for name := range v {
-		if strings.HasPrefix(name, "\x00") {
+		if marked(name) {
 			v = maps.Clone(v)
-			maps.DeleteFunc(v, func(name, _ string) bool { return strings.HasPrefix(name, "\x00") })
+			maps.DeleteFunc(v, func(name, _ string) bool { return marked(name) })
 			return v
 		}
 	}
@@ -74,16 +78,8 @@ func changes(sub cachev3.Subscription, ts *typeSet, seen string) (changed []*ent
 	known := sub.ReturnedResources()
 	wild := sub.IsWildcard()
 	subscribed := sub.SubscribedResources()
-	check := func(name string) {
-		if strings.HasPrefix(name, "\x00") {
-			return
-		}
-		if !wild {
-			if _, ok := subscribed[name]; !ok {
-				return
-			}
-		}
-		e := ts.entries[name]
+	// compare looks at one wanted name and its entry (nil: ts lacks it).
+	compare := func(name string, e *entry) {
 		v, isKnown := known[name]
 		switch {
 		case e == nil && isKnown:
@@ -94,22 +90,28 @@ func changes(sub cachev3.Subscription, ts *typeSet, seen string) (changed []*ent
 	}
 	if seen != "" && seen == ts.prevMark {
 		for _, name := range ts.diff {
-			check(name)
+			if _, wanted := subscribed[name]; !marked(name) && (wild || wanted) {
+				compare(name, ts.entries[name])
+			}
 		}
 		return changed, removed
 	}
-	if wild {
-		for name := range ts.entries {
-			check(name)
-		}
-		for name := range known {
-			if _, ok := ts.entries[name]; !ok {
-				check(name)
+	if !wild {
+		for name := range subscribed {
+			if !marked(name) {
+				compare(name, ts.entries[name])
 			}
 		}
-	} else {
-		for name := range subscribed {
-			check(name)
+		return changed, removed
+	}
+	for name, e := range ts.entries {
+		if !marked(name) {
+			compare(name, e)
+		}
+	}
+	for name := range known {
+		if _, ok := ts.entries[name]; !ok && !marked(name) {
+			removed = append(removed, name)
 		}
 	}
 	return changed, removed

@@ -93,7 +93,11 @@ func nodeField(m proto.Message) (protowire.Number, bool) {
 func (m *nodeMemo) decode(b []byte, into proto.Message) error {
 	num, _ := nodeField(into)
 	start, end, count := findNode(b, num)
-	if count == 1 && m.node != nil && end-start == m.size && nodeSum(b[start:end]) == m.sum {
+	var sum uint64
+	if count == 1 {
+		sum = nodeSum(b[start:end])
+	}
+	if count == 1 && m.node != nil && end-start == m.size && sum == m.sum {
 		proto.Reset(into)
 		merge := proto.UnmarshalOptions{Merge: true}
 		if err := merge.Unmarshal(b[:start], into); err != nil {
@@ -116,7 +120,7 @@ func (m *nodeMemo) decode(b []byte, into proto.Message) error {
 	switch count {
 	case 0: // the stream's node stays what it was
 	case 1:
-		m.sum, m.size, m.node = nodeSum(b[start:end]), end-start, node
+		m.sum, m.size, m.node = sum, end-start, node
 	default: // merged from several fields: not worth remembering
 		*m = nodeMemo{}
 	}
@@ -173,12 +177,16 @@ func (c sharedCodec) Unmarshal(data mem.BufferSlice, v any) error {
 type memoStream struct {
 	grpc.ServerStream
 	memo nodeMemo
+	req  memoRequest // reused: a stream has one reader
 }
 
 func (s *memoStream) RecvMsg(m any) error {
 	if pm, ok := m.(proto.Message); ok {
 		if _, ok := nodeField(pm); ok {
-			return s.ServerStream.RecvMsg(&memoRequest{memo: &s.memo, into: pm})
+			s.req = memoRequest{memo: &s.memo, into: pm}
+			err := s.ServerStream.RecvMsg(&s.req)
+			s.req.into = nil // not kept past the read
+			return err
 		}
 	}
 	return s.ServerStream.RecvMsg(m)

@@ -143,29 +143,31 @@ func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts *typeSet, see
 				return !ok
 			})
 		}
-		returned := make(map[string]string, len(send)+1)
-		for _, e := range send {
-			returned[e.name] = e.version
-		}
-		returned[setMark] = ts.mark
 		key := shareKey{names: "\x00all"}
 		if !sub.IsWildcard() {
 			key.names = namesKey(send, nil)
 		}
+		returned := ts.fullHeldFor(send, key.names, own)
 		return newSotwResponse(req, ts, key, send, returned)
 	case !full && (first || len(changed) > 0):
 		// Only what changed: absent names keep what the client has. A
 		// removed name cannot be said in SotW; a client drops it when it
 		// stops referring to it.
-		returned := nextReturned(sub, changed, removed, own)
-		returned[setMark] = ts.mark
-		return newSotwResponse(req, ts, shareKey{names: namesKey(changed, nil)}, changed, returned)
+		slices.SortFunc(changed, byName)
+		slices.Sort(removed)
+		sent := namesKey(changed, nil)
+		held := sent
+		if len(removed) > 0 {
+			held = namesKey(changed, removed)
+		}
+		returned := ts.heldAfter(sub.ReturnedResources(), changed, removed, held, own)
+		return newSotwResponse(req, ts, shareKey{names: sent}, changed, returned)
 	}
 	return nil
 }
 
 // deltaAnswer is the response a delta watch gets from ts, nil if none.
-func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts *typeSet, seen string) cachev3.DeltaResponse {
+func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts *typeSet, seen string, own bool) cachev3.DeltaResponse {
 	if ts == nil {
 		return nil
 	}
@@ -176,44 +178,16 @@ func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts *typeSe
 	if !first && len(changed) == 0 && len(removed) == 0 {
 		return nil
 	}
-	returned := nextReturned(sub, changed, removed, true)
-	returned[setMark] = ts.mark
+	slices.SortFunc(changed, byName)
 	slices.Sort(removed)
+	names := namesKey(changed, removed)
+	returned := ts.heldAfter(sub.ReturnedResources(), changed, removed, names, own)
 	r := &deltaResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, removed: removed, returned: returned}
 	build := func() any { return newSharedDelta(ts.version, ts.typeURL, changed) }
-	if sh, ok := ts.sharedFor(shareKey{delta: true, names: namesKey(changed, removed)}, changed, build).(*sharedDelta); ok {
+	if sh, ok := ts.sharedFor(shareKey{delta: true, names: names}, changed, build).(*sharedDelta); ok {
 		r.shared = sh
 	}
 	return r
-}
-
-// nextReturned is what a stream holds once it gets changed (sorted here,
-// for the response) and forgets removed.
-//
-// With inPlace, an answer edits the map a previous answer made (it
-// carries the mark) in place: the bridge's servers (delta.go, sotw.go)
-// touch a subscription only after cancelling its watch, and the cache
-// answers under the lock a cancel takes. That saves a copy of every name
-// a stream follows per push, the largest allocation of a push. A map
-// without the mark (a new subscription, or the versions a reconnecting
-// client sent) is copied first, and so is every map of CreateWatch's
-// callers (tests driving the cache as go-control-plane's SotW server did,
-// which edits the map it is given when a request changes the names).
-func nextReturned(sub cachev3.Subscription, changed []*entry, removed []string, inPlace bool) map[string]string {
-	held := sub.ReturnedResources()
-	returned := held
-	if _, ours := held[setMark]; !inPlace || !ours {
-		returned = make(map[string]string, len(held)+len(changed)+1)
-		maps.Copy(returned, held)
-	}
-	for _, name := range removed {
-		delete(returned, name)
-	}
-	for _, e := range changed {
-		returned[e.name] = e.version
-	}
-	slices.SortFunc(changed, byName)
-	return returned
 }
 
 func byName(a, b *entry) int { return strings.Compare(a.name, b.name) }

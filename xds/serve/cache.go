@@ -94,6 +94,11 @@ type typeSet struct {
 	// bytes is the encoded size of all entries; sharedBytes what the
 	// memoised responses hold (bounded by maxSharedBytes).
 	bytes, sharedBytes int
+	// held memoises the maps of versions answers leave streams holding,
+	// by predecessor and names, heldByContent by content (held.go); also
+	// guarded by serveCache.mu.
+	held          map[heldKey]map[string]string
+	heldByContent map[uint64]map[string]string
 }
 
 var typeSetIDs atomic.Uint64
@@ -203,6 +208,7 @@ type deltaWatch struct {
 	// must not block (deltaStream.deliver queues it).
 	send func(cachev3.DeltaResponse)
 	seen string
+	own  bool // as sotwWatch.own
 }
 
 // serveCache is the cache the xDS servers watch (see the top of this file).
@@ -272,7 +278,7 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) []string {
 			w.seen = ts.mark
 		}
 		for _, w := range inOrder(k.delta[typ]) {
-			if resp := deltaAnswer(w.req, w.sub, ts, w.seen); resp != nil {
+			if resp := deltaAnswer(w.req, w.sub, ts, w.seen, w.own); resp != nil {
 				delete(k.delta[typ], w)
 				w.send(resp)
 				continue
@@ -378,19 +384,23 @@ func (c *serveCache) openSotwWatch(order uint64, req *cachev3.Request, sub cache
 // CreateDeltaWatch is go-control-plane's delta watch, kept likewise; the
 // bridge's own delta server (delta.go) calls openDelta.
 func (c *serveCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, ch chan cachev3.DeltaResponse) (func(), error) {
-	return c.openDelta(0, req, sub, func(r cachev3.DeltaResponse) { ch <- r }), nil
+	return c.openDeltaWatch(0, req, sub, false, func(r cachev3.DeltaResponse) { ch <- r }), nil
 }
 
 // openDelta answers req at once through send if the stream lacks
 // something, or files a watch that set answers; it returns the cancel.
 func (c *serveCache) openDelta(order uint64, req *cachev3.DeltaRequest, sub cachev3.Subscription, send func(cachev3.DeltaResponse)) func() {
+	return c.openDeltaWatch(order, req, sub, true, send)
+}
+
+func (c *serveCache) openDeltaWatch(order uint64, req *cachev3.DeltaRequest, sub cachev3.Subscription, own bool, send func(cachev3.DeltaResponse)) func() {
 	held := heldMark(req, sub)
 	if c.watched != nil {
 		c.watched(req.GetNode(), req.GetTypeUrl(), sub, held == "")
 	}
-	w := &deltaWatch{order: order, req: trimDeltaRequest(req), sub: sub, send: send}
+	w := &deltaWatch{order: order, req: trimDeltaRequest(req), sub: sub, send: send, own: own}
 	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet) bool {
-		resp := deltaAnswer(req, sub, ts, held)
+		resp := deltaAnswer(req, sub, ts, held, own)
 		if resp != nil {
 			send(resp)
 		}

@@ -112,6 +112,9 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTyp
 		// Cancelled first: the cache touches the subscription only while
 		// a watch is filed, under the lock the cancel takes.
 		w.cancel()
+		if len(req.GetResourceNamesUnsubscribe()) > 0 {
+			ownHeld(w.sub) // unsubscribing edits what it holds
+		}
 		w.sub.UpdateResourceSubscriptions(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
 	}
 	sub := w.sub

@@ -142,6 +142,7 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 		}
 		w.cancel()
 		if same = digest == w.names; !same {
+			ownHeld(w.sub) // it drops the names no longer wanted
 			w.sub.SetResourceSubscription(names)
 		}
 	}

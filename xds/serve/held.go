@@ -1,0 +1,196 @@
+package serve
+
+import (
+	"hash/maphash"
+	"maps"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+)
+
+// What a stream holds of a type (its subscription's returned resources:
+// every name it was sent, at its version, and the set's mark) is, after an
+// answer, a function of what it held before, the names the answer sent or
+// removed, and the set. Streams that follow the same names therefore hold
+// the same map, and each kept a copy: one entry per resource per type per
+// proxy, the largest part of a stream's heap once gRPC's is set aside
+// (~5.6 KiB of a 50-cluster proxy's, bench/README.md).
+//
+// Instead, the map an answer leaves is memoised in the set, keyed by the
+// map held before and the answer's names, and streams share it:
+//
+//   - a shared map carries sharedMark (its identity, for that key) and is
+//     never written again. The bridge's servers give a stream its own copy
+//     before a request edits the map in place (ownHeld); answers to the
+//     watches of other callers, which edit what they are given, copy it
+//     (own false);
+//   - a stream that held nothing, or a shared map, is answered with the
+//     memoised successor: after the first stream, a lookup, no copy;
+//   - a stream holding a map of its own (a reconnecting client's
+//     initial_resource_versions, or one a request edited) is answered in
+//     place, as before, and then looks for an equal shared map by content,
+//     so it shares again from then on.
+//
+// A set memoises at most maxHeldMaps maps; past that, answers leave maps of
+// their own, as before sharing existed.
+const sharedMark = "\x00shared"
+
+const maxHeldMaps = 256
+
+// heldIDs numbers shared maps: a successor's key names its predecessor.
+var heldIDs atomic.Uint64
+
+// heldSeed hashes a map's content for the lookup by content.
+var heldSeed = maphash.MakeSeed()
+
+// heldKey is a memoised successor's: the predecessor's identity ("": it
+// held nothing; fullHeld: a SotW full-state answer, which replaces
+// whatever was held) and the answer's names (namesKey of what it sent and
+// removed).
+type heldKey struct{ prev, names string }
+
+// fullHeld stands for the predecessor of a SotW full-state answer.
+const fullHeld = "\x00full"
+
+func isShared(held map[string]string) bool {
+	_, ok := held[sharedMark]
+	return ok
+}
+
+// ownHeld gives sub a copy of its own of what it holds, if that is shared,
+// before a request edits it in place (go-control-plane's subscription
+// drops unsubscribed names from it).
+func ownHeld(sub *stream.Subscription) {
+	if held := sub.ReturnedResources(); isShared(held) {
+		own := maps.Clone(held)
+		delete(own, sharedMark)
+		sub.SetReturnedResources(own)
+	}
+}
+
+// heldAfter is what a stream holds once answered changed and removed
+// (names is their namesKey) from ts, having held prev. own: the caller
+// is the bridge's server, which never writes a shared map (ownHeld), and
+// a map of the stream's own (it carries the set mark) may be edited in
+// place. Called under the cache's lock.
+func (ts *typeSet) heldAfter(prev map[string]string, changed []*entry, removed []string, names string, own bool) map[string]string {
+	id, shared := prev[sharedMark]
+	if !own || shared || len(prev) == 0 {
+		key := heldKey{prev: id, names: names}
+		if m, ok := ts.held[key]; ok && own {
+			return m
+		}
+		m := make(map[string]string, len(prev)+len(changed)+1)
+		maps.Copy(m, prev)
+		delete(m, sharedMark)
+		ts.apply(m, changed, removed)
+		if !own {
+			return m
+		}
+		return ts.memo(key, m)
+	}
+	m := prev
+	if _, ours := prev[setMark]; !ours {
+		m = make(map[string]string, len(prev)+len(changed)+1)
+		maps.Copy(m, prev)
+	}
+	return ts.keep(ts.apply(m, changed, removed))
+}
+
+// fullHeldFor is what a stream holds after a SotW full-state answer that
+// sent send (names: their namesKey): only those, whatever it held.
+func (ts *typeSet) fullHeldFor(send []*entry, names string, own bool) map[string]string {
+	key := heldKey{prev: fullHeld, names: names}
+	if m, ok := ts.held[key]; ok && own {
+		return m
+	}
+	m := ts.apply(make(map[string]string, len(send)+2), send, nil)
+	if !own {
+		return m
+	}
+	return ts.memo(key, m)
+}
+
+func (ts *typeSet) apply(m map[string]string, changed []*entry, removed []string) map[string]string {
+	for _, name := range removed {
+		delete(m, name)
+	}
+	for _, e := range changed {
+		m[e.name] = e.version
+	}
+	m[setMark] = ts.mark
+	return m
+}
+
+// memo is keep, remembering the result under key when it is shared.
+func (ts *typeSet) memo(key heldKey, m map[string]string) map[string]string {
+	m = ts.keep(m)
+	if isShared(m) && len(ts.held) < maxHeldMaps {
+		if ts.held == nil {
+			ts.held = map[heldKey]map[string]string{}
+		}
+		ts.held[key] = m
+	}
+	return m
+}
+
+// keep is the shared map with m's content: one the set already has, or m
+// made shared if there is room, or m as it is. Looking by content is what
+// lets streams that came to the same names differently (a reconnect with
+// the versions it holds, a request that edited its map) share again.
+func (ts *typeSet) keep(m map[string]string) map[string]string {
+	sum := heldSum(m)
+	c, taken := ts.heldByContent[sum]
+	if taken && sameHeld(c, m) {
+		return c
+	}
+	if taken || len(ts.heldByContent) >= maxHeldMaps {
+		return m // a collision (or no room): m stays the stream's own
+	}
+	m[sharedMark] = strconv.FormatUint(heldIDs.Add(1), 36)
+	if ts.heldByContent == nil {
+		ts.heldByContent = map[uint64]map[string]string{}
+	}
+	ts.heldByContent[sum] = m
+	return m
+}
+
+// heldSum hashes a map's names and versions, marks aside, in any order.
+func heldSum(m map[string]string) uint64 {
+	var sum uint64
+	var h maphash.Hash
+	h.SetSeed(heldSeed)
+	for name, v := range m {
+		if marked(name) {
+			continue
+		}
+		h.Reset()
+		h.WriteString(name)
+		h.WriteByte(0)
+		h.WriteString(v)
+		sum += h.Sum64()
+	}
+	return sum
+}
+
+// sameHeld is whether a and b hold the same names at the same versions,
+// marks aside (both carry the set's mark).
+func sameHeld(a, b map[string]string) bool {
+	n := 0
+	for name, v := range a {
+		if marked(name) {
+			continue
+		}
+		n++
+		if w, ok := b[name]; !ok || w != v {
+			return false
+		}
+	}
+	for name := range b {
+		if !marked(name) {
+			n--
+		}
+	}
+	return n == 0
+}

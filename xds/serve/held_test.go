@@ -1,0 +1,291 @@
+package serve
+
+import (
+	"context"
+	"maps"
+	"reflect"
+	"slices"
+	"strconv"
+	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+)
+
+// heldStream is a stream of the bridge's delta server driven through its
+// request handling, its answers taken off its queue as sending would.
+type heldStream struct {
+	t     *testing.T
+	st    *deltaStream
+	node  *corev3.Node
+	nonce int
+}
+
+func newHeldStream(t *testing.T, s *testServer, id int64) *heldStream {
+	t.Helper()
+	srv := newDeltaServer(context.Background(), s.cache, s.cb)
+	st := &deltaStream{adsStream: newADSStream[cachev3.DeltaResponse](id), d: srv}
+	if err := s.cb.OnDeltaStreamOpen(context.Background(), st.id, resourcev3.AnyType); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.close() })
+	return &heldStream{t: t, st: st, node: &corev3.Node{Id: "held", Cluster: "edge"}}
+}
+
+func (h *heldStream) request(req *discoveryv3.DeltaDiscoveryRequest) {
+	h.t.Helper()
+	req.Node, req.TypeUrl = h.node, resourcev3.EndpointType
+	if h.nonce > 0 {
+		req.ResponseNonce = strconv.Itoa(h.nonce)
+	}
+	if err := h.st.handle(req, resourcev3.AnyType); err != nil {
+		h.t.Fatal(err)
+	}
+}
+
+// taken empties the queue and returns the names sent and removed.
+func (h *heldStream) taken() (sent, removed []string) {
+	h.st.out.mu.Lock()
+	defer h.st.out.mu.Unlock()
+	for _, r := range h.st.out.pending {
+		resp, err := r.GetDeltaDiscoveryResponse()
+		if err != nil {
+			h.t.Fatal(err)
+		}
+		for _, res := range resp.GetResources() {
+			sent = append(sent, res.GetName())
+		}
+		removed = append(removed, resp.GetRemovedResources()...)
+		h.nonce++
+	}
+	h.st.out.pending = nil
+	return sent, removed
+}
+
+func (h *heldStream) held() map[string]string {
+	h.st.wmu.Lock()
+	defer h.st.wmu.Unlock()
+	return h.st.watches[resourcev3.EndpointType].sub.ReturnedResources()
+}
+
+func sameMap(a, b map[string]string) bool {
+	return reflect.ValueOf(a).UnsafePointer() == reflect.ValueOf(b).UnsafePointer()
+}
+
+func names(m map[string]string) []string {
+	return slices.Sorted(maps.Keys(maps.Collect(func(yield func(string, string) bool) {
+		for k, v := range m {
+			if !marked(k) && !yield(k, v) {
+				return
+			}
+		}
+	})))
+}
+
+// TestStreamsShareWhatTheyHold: streams following the same names hold one
+// map of versions, from the first answer and after every update, and a
+// stream that edits what it holds (unsubscribing) gets its own copy first:
+// the others still hold, and are told of the removal of, what it dropped.
+// A stream reconnecting with the versions it holds shares again after its
+// next answer.
+func TestStreamsShareWhatTheyHold(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.update(t, testOutput(t, []string{"api", "web", "db"}, 8080))
+	a, b := newHeldStream(t, s, 1<<40), newHeldStream(t, s, 1<<40+1)
+	for _, h := range []*heldStream{a, b} {
+		h.request(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"api", "web", "db"}})
+		if sent, _ := h.taken(); len(sent) != 3 {
+			t.Fatalf("first answer sent %v", sent)
+		}
+		h.request(&discoveryv3.DeltaDiscoveryRequest{}) // ACK
+	}
+	if !sameMap(a.held(), b.held()) {
+		t.Fatal("two streams following the same names hold two maps after their first answers")
+	}
+	first := a.held()
+
+	s.update(t, withEndpointPort(testOutput(t, []string{"api", "web", "db"}, 8080), 0, 9100))
+	for _, h := range []*heldStream{a, b} {
+		if sent, _ := h.taken(); !slices.Equal(sent, []string{"api"}) {
+			t.Fatalf("update sent %v, want api", sent)
+		}
+	}
+	b.request(&discoveryv3.DeltaDiscoveryRequest{})
+	if !sameMap(a.held(), b.held()) || sameMap(a.held(), first) {
+		t.Fatal("after an update the streams do not share one new map")
+	}
+	if first["api"] == a.held()["api"] {
+		t.Fatal("the map held before the update was written")
+	}
+
+	a.request(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesUnsubscribe: []string{"web"}})
+	if got := names(b.held()); !slices.Equal(got, []string{"api", "db", "web"}) {
+		t.Fatalf("another stream's unsubscribing changed what b holds: %v", got)
+	}
+	if got := names(a.held()); !slices.Equal(got, []string{"api", "db"}) {
+		t.Fatalf("a holds %v after unsubscribing web", got)
+	}
+
+	s.update(t, withEndpointPort(testOutput(t, []string{"api", "db"}, 8080), 0, 9100))
+	// (db moves to web's port: both get it.)
+	if sent, removed := b.taken(); !slices.Equal(sent, []string{"db"}) || !slices.Equal(removed, []string{"web"}) {
+		t.Fatalf("web's removal: b got %v removed %v, want db, and web removed", sent, removed)
+	}
+	if sent, removed := a.taken(); !slices.Equal(sent, []string{"db"}) || len(removed) != 0 {
+		t.Fatalf("web's removal: a (unsubscribed) got %v removed %v, want db only", sent, removed)
+	}
+	b.request(&discoveryv3.DeltaDiscoveryRequest{})
+
+	// A reconnect with what b holds: nothing to send, then shared again
+	// from the next update on.
+	initial := maps.Clone(b.held())
+	maps.DeleteFunc(initial, func(k, _ string) bool { return marked(k) })
+	c := newHeldStream(t, s, 1<<40+2)
+	c.request(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"api", "db"}, InitialResourceVersions: initial})
+	if sent, removed := c.taken(); len(sent)+len(removed) != 0 {
+		t.Fatalf("reconnect holding everything: sent %v removed %v", sent, removed)
+	}
+	s.update(t, withEndpointPort(withEndpointPort(testOutput(t, []string{"api", "db"}, 8080), 0, 9100), 1, 9201))
+	if sent, _ := b.taken(); !slices.Equal(sent, []string{"db"}) {
+		t.Fatalf("update sent b %v, want db", sent)
+	}
+	if sent, _ := c.taken(); !slices.Equal(sent, []string{"db"}) {
+		t.Fatalf("after reconnect, update sent %v, want db", sent)
+	}
+	if !sameMap(b.held(), c.held()) {
+		t.Fatal("a stream that reconnected with its versions does not share after its next answer")
+	}
+}
+
+// TestHeldMapsAreBounded: past maxHeldMaps distinct maps a set memoises
+// no more, and answers are still right.
+func TestHeldMapsAreBounded(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	clusters := make([]string, maxHeldMaps+20)
+	for i := range clusters {
+		clusters[i] = "c" + strconv.Itoa(i)
+	}
+	s.update(t, testOutput(t, clusters, 8080))
+	var hs []*heldStream
+	for i, name := range clusters {
+		h := newHeldStream(t, s, 1<<40+int64(i))
+		h.request(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{name}})
+		if sent, _ := h.taken(); !slices.Equal(sent, []string{name}) {
+			t.Fatalf("stream %d sent %v", i, sent)
+		}
+		if got := names(h.held()); !slices.Equal(got, []string{name}) {
+			t.Fatalf("stream %d holds %v", i, got)
+		}
+		hs = append(hs, h)
+	}
+	s.cache.mu.Lock()
+	ts := s.cache.keys[snapshotKey(hs[0].node)].sets[resourcev3.EndpointType]
+	n, k := len(ts.heldByContent), len(ts.held)
+	s.cache.mu.Unlock()
+	if n > maxHeldMaps || k > maxHeldMaps {
+		t.Fatalf("%d maps by content, %d by key: over the bound %d", n, k, maxHeldMaps)
+	}
+	shared := 0
+	for _, h := range hs {
+		if isShared(h.held()) {
+			shared++
+		}
+	}
+	if shared != maxHeldMaps {
+		t.Fatalf("%d streams share their map, want %d (the bound)", shared, maxHeldMaps)
+	}
+}
+
+// TestHeldContentCollision: a map found by its content's hash is used
+// only if it holds the same versions; on a collision the stream keeps
+// its own.
+func TestHeldContentCollision(t *testing.T) {
+	ts := &typeSet{mark: "m1"}
+	other := map[string]string{"api": "v2", setMark: "m1", sharedMark: "x"}
+	mine := map[string]string{"api": "v1", setMark: "m1"}
+	ts.heldByContent = map[uint64]map[string]string{heldSum(mine): other}
+	got := ts.keep(mine)
+	if got["api"] != "v1" || isShared(got) {
+		t.Fatalf("keep on a collision = %v, want the stream's own map", got)
+	}
+	same := map[string]string{"api": "v2", setMark: "m1"}
+	ts.heldByContent = map[uint64]map[string]string{heldSum(same): other}
+	if got := ts.keep(same); !sameMap(got, other) {
+		t.Fatalf("keep with equal content = %v, want the shared map", got)
+	}
+}
+
+// TestSotwStreamsShareWhatTheyHold: as TestStreamsShareWhatTheyHold for
+// the SotW server: endpoints (only what changed) and clusters (full
+// state) are held in one map per set of names, and a stream that asks
+// for fewer names copies its map before dropping the others.
+func TestSotwStreamsShareWhatTheyHold(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.update(t, testOutput(t, []string{"api", "web"}, 8080))
+	srv := newSotwServer(context.Background(), s.cache, s.cb)
+	node := &corev3.Node{Id: "held-sotw", Cluster: "edge"}
+	var streams []*sotwStream
+	for i := range 2 {
+		st := &sotwStream{adsStream: newADSStream[cachev3.Response](1<<40 + int64(i)), s: srv, sent: map[string]string{}}
+		if err := s.cb.OnStreamOpen(context.Background(), st.id, resourcev3.AnyType); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { st.close() })
+		for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType} {
+			var names []string
+			if typ == resourcev3.EndpointType {
+				names = []string{"api", "web"}
+			}
+			if err := st.handle(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typ, ResourceNames: names}, resourcev3.AnyType); err != nil {
+				t.Fatal(err)
+			}
+		}
+		st.out.mu.Lock()
+		if len(st.out.pending) != 2 {
+			t.Fatalf("stream %d: %d answers, want clusters and endpoints", i, len(st.out.pending))
+		}
+		st.out.pending = nil
+		st.out.mu.Unlock()
+		streams = append(streams, st)
+	}
+	held := func(st *sotwStream, typ string) map[string]string {
+		st.wmu.Lock()
+		defer st.wmu.Unlock()
+		return st.watches[typ].sub.ReturnedResources()
+	}
+	a, b := streams[0], streams[1]
+	for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType} {
+		if !sameMap(held(a, typ), held(b, typ)) {
+			t.Fatalf("%s: two SotW streams following the same names hold two maps", typ)
+		}
+	}
+	if err := a.handle(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.EndpointType, ResourceNames: []string{"api"}}, resourcev3.AnyType); err != nil {
+		t.Fatal(err)
+	}
+	if got := names(held(b, resourcev3.EndpointType)); !slices.Equal(got, []string{"api", "web"}) {
+		t.Fatalf("another stream asking for fewer names changed what b holds: %v", got)
+	}
+	if got := names(held(a, resourcev3.EndpointType)); !slices.Equal(got, []string{"api"}) {
+		t.Fatalf("a holds %v after asking for api only", got)
+	}
+}
+
+// TestOtherCallersNeverHoldSharedMaps: watches filed through
+// go-control-plane's cache interface (whose servers edit the map they are
+// given) get maps of their own.
+func TestOtherCallersNeverHoldSharedMaps(t *testing.T) {
+	s := newCacheServer(t, testOutput(t, []string{"api", "web"}, 8080))
+	for _, cl := range []*cacheClient{
+		newDeltaClient(t, s.cache, "edge", resourcev3.EndpointType, []string{"api", "web"}),
+		newDeltaClient(t, s.cache, "edge", resourcev3.EndpointType, []string{"api", "web"}),
+		newSotwClient(t, s.cache, "edge", resourcev3.EndpointType, []string{"api", "web"}),
+		newSotwClient(t, s.cache, "edge", resourcev3.ClusterType, nil),
+	} {
+		cl.mustTake("first")
+		if held := cl.sub.ReturnedResources(); isShared(held) || len(names(held)) != 2 {
+			t.Fatalf("%s watch through the cache interface holds %v", cl.typ, held)
+		}
+	}
+}

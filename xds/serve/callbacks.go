@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"math"
 	"net"
 	"sync"
 	"time"
@@ -149,9 +150,9 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 		}
 	}
 	if r.kind == reqACK || r.kind == reqNACK {
-		ev := HistoryEvent{At: time.Now(), stream: key, Event: "ack", Type: shortType(typeURL), Version: r.version}
+		ev := event{at: time.Now().UnixNano(), stream: key, kind: eventACK, typ: shortType(typeURL), version: r.version}
 		if r.kind == reqNACK {
-			ev.Event, ev.Error = "nack", errDetail
+			ev.kind, ev.err = eventNACK, errDetail
 		}
 		c.history.record(node.GetId(), ev)
 		if c.admission.holds(key) && c.tracker.initialSyncDone(key) {
@@ -167,7 +168,7 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 func (c *callbacks) response(key streamKey, typeURL, version, nonce string, resources, removed int, names func() []string) {
 	node := c.tracker.response(key, typeURL, version, nonce, resources, names)
 	c.metrics.pushes.WithLabelValues(metricType(typeURL)).Inc()
-	c.history.record(node.GetId(), HistoryEvent{At: time.Now(), stream: key, Event: "push", Type: shortType(typeURL), Version: version, Resources: resources})
+	c.history.record(node.GetId(), event{at: time.Now().UnixNano(), stream: key, kind: eventPush, typ: shortType(typeURL), version: version, resources: int32(min(resources, math.MaxInt32))})
 	ev := c.log.Debug()
 	if ev.Enabled() {
 		ev.Stringer("stream", key).Str("node", node.GetId()).Str("type", typeURL).Str("version", version).

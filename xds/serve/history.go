@@ -20,7 +20,7 @@ type history struct {
 // one allocates nothing, which matters when a change is pushed to
 // thousands of proxies at once (each push and ACK is an event).
 type eventRing struct {
-	events [historyLen]HistoryEvent
+	events [historyLen]event
 	next   int // where the next event goes
 	n      int // events held, up to historyLen
 }
@@ -42,18 +42,43 @@ type HistoryEvent struct {
 	Resources int `json:"resources,omitempty"`
 	// Error is a NACK's text, cut at 512 bytes.
 	Error string `json:"error,omitempty"`
-	// stream is Stream until it is read: naming it costs an allocation,
-	// twice per push and proxy.
-	stream streamKey
+}
+
+// event is a HistoryEvent as a ring holds it: ~70 bytes instead of ~130
+// (a wall clock in nanoseconds, the stream's key rather than its name,
+// the kind as a number), 20 per connected proxy.
+type event struct {
+	at        int64 // Unix nanoseconds
+	typ       string
+	version   string
+	err       string
+	stream    streamKey
+	resources int32
+	kind      eventKind
+}
+
+type eventKind uint8
+
+const (
+	eventPush eventKind = iota
+	eventACK
+	eventNACK
+)
+
+var eventNames = [...]string{eventPush: "push", eventACK: "ack", eventNACK: "nack"}
+
+func (ev event) public() HistoryEvent {
+	return HistoryEvent{At: time.Unix(0, ev.at), Stream: ev.stream.String(), Event: eventNames[ev.kind],
+		Type: ev.typ, Version: ev.version, Resources: int(ev.resources), Error: ev.err}
 }
 
 func newHistory() *history { return &history{nodes: map[string]*eventRing{}} }
 
-func (h *history) record(node string, ev HistoryEvent) {
+func (h *history) record(node string, ev event) {
 	if h == nil || node == "" {
 		return
 	}
-	ev.Error = truncate(ev.Error, historyNACKText)
+	ev.err = truncate(ev.err, historyNACKText)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	r := h.nodes[node]
@@ -85,11 +110,7 @@ func (s *Server) History(nodeID string) []HistoryEvent {
 	}
 	evs := make([]HistoryEvent, 0, r.n)
 	for i := 1; i <= r.n; i++ { // newest first
-		ev := r.events[(r.next-i+historyLen)%historyLen]
-		if ev.Stream == "" {
-			ev.Stream = ev.stream.String()
-		}
-		evs = append(evs, ev)
+		evs = append(evs, r.events[(r.next-i+historyLen)%historyLen].public())
 	}
 	return evs
 }

@@ -87,7 +87,11 @@ func TestHistory(t *testing.T) {
 		h := s.History("h-1")
 		return slices.ContainsFunc(h, func(e HistoryEvent) bool {
 			return e.Event == "nack" && e.Type == "CDS" && strings.Contains(e.Error, "rejected by the test")
-		}) && h[0].At.After(h[len(h)-1].At)
+		}) && slices.ContainsFunc(h, func(e HistoryEvent) bool {
+			return e.Event == "push" && e.Type == "CDS" && e.Resources == 2 && e.Version != "" && e.Error == ""
+		}) && slices.ContainsFunc(h, func(e HistoryEvent) bool {
+			return e.Event == "ack" && e.Type == "CDS" && e.Version != "" && e.Resources == 0
+		}) && h[0].At.After(h[len(h)-1].At) && time.Since(h[0].At) < time.Minute
 	}, func() string { return fmt.Sprint(s.History("h-1")) })
 	for i := 0; i < 200 && len(s.History("h-1")) < historyLen; i++ {
 		s.update(t, testOutput(t, []string{"a"}, uint32(9000+i)))

@@ -287,6 +287,7 @@ func per(total int64, changes, n int) float64 {
 func (r *run) s3(ctx context.Context, cfg FleetConfig, parallel int) (Row, error) {
 	time.Sleep(500 * time.Millisecond)
 	heap0 := r.heap()
+	stack0, g0 := r.stacks()
 	m := r.meter()
 	var rss0 int64
 	for _, s := range m.all0 {
@@ -312,9 +313,23 @@ func (r *run) s3(ctx context.Context, cfg FleetConfig, parallel int) (Row, error
 	if heap > 0 {
 		heapNote = fmt.Sprintf("heap %s (%s/proxy)", bytesStr(float64(heap)), bytesStr(row.HeapPerProxy))
 	}
+	if stack, g := r.stacks(); stack > 0 {
+		heapNote += fmt.Sprintf(", stacks %s/proxy (%.1f goroutines/proxy)",
+			bytesStr(float64(stack-stack0)/float64(r.n)), float64(g-g0)/float64(r.n))
+	}
 	row.Notes = fmt.Sprintf("latency = connect to full state; RSS %s→%s (%s/proxy), %s",
 		bytesStr(float64(rss0)), bytesStr(float64(rss)), bytesStr(row.RSSPerProxy), heapNote)
 	return row, nil
+}
+
+// stacks is the goroutine stacks in use and the goroutines over every
+// server of the run that exposes them.
+func (r *run) stacks() (bytes, goroutines int64) {
+	for _, t := range r.targets() {
+		b, g := t.Stacks()
+		bytes, goroutines = bytes+b, goroutines+g
+	}
+	return bytes, goroutines
 }
 
 // heap is the Go heap in use over every server of the run.

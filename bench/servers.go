@@ -67,6 +67,19 @@ func (t *Target) Heap(c *Consul) int64 {
 	return 0
 }
 
+// Stacks returns the server's goroutine stacks in use and its number of
+// goroutines, when it exposes them (the bridge's metrics).
+func (t *Target) Stacks() (bytes, goroutines int64) {
+	if t.MetricsURL == "" {
+		return 0, 0
+	}
+	m, err := ScrapeMetrics(t.MetricsURL)
+	if err != nil {
+		return 0, 0
+	}
+	return int64(m["go_memstats_stack_inuse_bytes"]), int64(m["go_goroutines"])
+}
+
 // ConsulRequests is the number of Consul HTTP requests the server made so
 // far, -1 if unknown.
 func (t *Target) ConsulRequests() float64 {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -11,6 +12,14 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
+
+// adsServer is what the bridge's two servers (delta.go, sotw.go) hold.
+type adsServer struct {
+	ctx   context.Context
+	cache *serveCache
+	cb    *callbacks
+	ids   atomic.Int64
+}
 
 // adsStream is what a stream of either of the bridge's servers (delta.go,
 // sotw.go) holds: the answers queued for it and, under wmu, its watches,
@@ -40,6 +49,29 @@ func newADSStream[R any](id int64) *adsStream[R] {
 }
 
 var errStreamClosed = errors.New("stream closed")
+
+// watchFor is the stream's watch of typ, made with the subscription sub
+// returns when the type has none yet (old false).
+func (a *adsStream[R]) watchFor(typ string, sub func() stream.Subscription) (w *typeWatch, old bool) {
+	if w = a.watches[typ]; w != nil {
+		return w, true
+	}
+	s := sub()
+	w = &typeWatch{sub: &s}
+	a.watches[typ] = w
+	return w, false
+}
+
+// deliver queues an answer for the sending goroutine. It runs under the
+// cache's lock (an answer is computed and handed over atomically with
+// its watch's removal). The versions the stream holds become the
+// answer's (held) here, not when it is sent: the next request of the type
+// is compared with what the stream will hold, and the answers of a stream
+// go out in the order they were made.
+func (a *adsStream[R]) deliver(sub *stream.Subscription, held map[string]string, r R) {
+	sub.SetReturnedResources(held)
+	a.out.push(r)
+}
 
 // streamContext is the context the callbacks get for a stream: it ends
 // with the stream, with the server, and when the handler returns (stop),
@@ -73,7 +105,7 @@ func runStream[Req, R any](a *adsStream[R], server, str context.Context,
 	recvErr := make(chan error, 1)
 	go func() {
 		for {
-			if !a.out.waitRoom(server, str) {
+			if !a.out.waitRoom(ctx) {
 				recvErr <- nil
 				return
 			}
@@ -88,7 +120,7 @@ func runStream[Req, R any](a *adsStream[R], server, str context.Context,
 			}
 		}
 	}()
-	return pump(server, str, a.out, recvErr, send)
+	return pump(ctx, a.out, recvErr, send)
 }
 
 // lockLive takes wmu for a request, unless the stream ended.
@@ -131,9 +163,7 @@ func (a *adsStream[R]) close() *corev3.Node {
 	a.wmu.Lock()
 	a.closed = true
 	for _, w := range a.watches {
-		if w.cancel != nil {
-			w.cancel()
-		}
+		w.cancel() // set by the request that made w, under wmu
 	}
 	node := a.node
 	a.wmu.Unlock()

@@ -16,7 +16,7 @@ import (
 // setMark is the name under which an answer records, among the versions a
 // stream holds (its subscription's returned resources), the set it brought
 // the stream up to date with. The stream's server makes the map an answer
-// returns what the stream holds (deliver in delta.go and sotw.go), so a
+// returns what the stream holds (adsStream.deliver), so a
 // request that leaves the subscription as it was can be checked against
 // the names that changed since the set before (or none), instead of every
 // name the stream follows: that

@@ -205,7 +205,7 @@ type deltaWatch struct {
 	req   *cachev3.DeltaRequest
 	sub   cachev3.Subscription
 	// send hands an answer to the stream, under the cache's lock: it
-	// must not block (deltaStream.deliver queues it).
+	// must not block (adsStream.deliver queues it).
 	send func(cachev3.DeltaResponse)
 	seen string
 	own  bool // as sotwWatch.own

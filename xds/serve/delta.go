@@ -3,7 +3,6 @@ package serve
 import (
 	"context"
 	"strconv"
-	"sync/atomic"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
@@ -35,12 +34,7 @@ import (
 // watch. The callbacks see a stream as they did: open, each request
 // before it is acted on, each response before it is sent, close after
 // every watch is cancelled; never a request after close.
-type deltaServer struct {
-	ctx   context.Context
-	cache *serveCache
-	cb    *callbacks
-	ids   atomic.Int64
-}
+type deltaServer struct{ adsServer }
 
 // deltaStream is one stream's state.
 type deltaStream struct {
@@ -50,7 +44,7 @@ type deltaStream struct {
 }
 
 func newDeltaServer(ctx context.Context, cache *serveCache, cb *callbacks) *deltaServer {
-	return &deltaServer{ctx: ctx, cache: cache, cb: cb}
+	return &deltaServer{adsServer{ctx: ctx, cache: cache, cb: cb}}
 }
 
 // serve runs one delta stream; defaultTypeURL is the type of a per-type
@@ -73,17 +67,6 @@ func (st *deltaStream) send(r cachev3.DeltaResponse, nonce int64) error {
 	return st.str.Send(resp)
 }
 
-// deliver queues an answer for the sending goroutine. It runs under the
-// cache's lock (an answer is computed and handed over atomically with
-// its watch's removal). The versions the stream holds become the
-// answer's here, not when it is sent: the next request of the type is
-// compared with what the stream will hold, and the answers of a stream
-// go out in the order they were made.
-func (st *deltaStream) deliver(sub *stream.Subscription, r cachev3.DeltaResponse) {
-	sub.SetReturnedResources(r.GetNextVersionMap())
-	st.out.push(r)
-}
-
 // handle acts on one request, in the reading goroutine.
 func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTypeURL string) error {
 	if err := st.lockLive(req == nil); err != nil {
@@ -100,15 +83,12 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTyp
 		return err
 	}
 	req.TypeUrl = typ
-	w := st.watches[typ]
-	if w == nil {
-		// The type's first request: initial versions (a reconnecting
-		// client's) count only here; no names means the legacy
-		// wildcard.
-		sub := stream.NewDeltaSubscription(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), clientVersions(req.GetInitialResourceVersions()), true)
-		w = &typeWatch{sub: &sub}
-		st.watches[typ] = w
-	} else {
+	// The type's first request: initial versions (a reconnecting
+	// client's) count only here; no names means the legacy wildcard.
+	w, old := st.watchFor(typ, func() stream.Subscription {
+		return stream.NewDeltaSubscription(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), clientVersions(req.GetInitialResourceVersions()), true)
+	})
+	if old {
 		// Cancelled first: the cache touches the subscription only while
 		// a watch is filed, under the lock the cancel takes.
 		w.cancel()
@@ -118,7 +98,7 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTyp
 		w.sub.UpdateResourceSubscriptions(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
 	}
 	sub := w.sub
-	w.cancel = st.d.cache.openDelta(uint64(st.id), req, sub, func(r cachev3.DeltaResponse) { st.deliver(sub, r) })
+	w.cancel = st.d.cache.openDelta(uint64(st.id), req, sub, func(r cachev3.DeltaResponse) { st.deliver(sub, r.GetNextVersionMap(), r) })
 	return nil
 }
 

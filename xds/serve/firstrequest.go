@@ -35,20 +35,27 @@ func firstRequestInterceptor(timeout time.Duration, onIdle func()) grpc.StreamSe
 		got := make(chan error, 1)
 		// This read ends when the stream does: returning below ends it.
 		go func() { got <- ss.RecvMsg(first) }()
-		t := time.NewTimer(timeout)
-		defer t.Stop()
-		select {
-		case err := <-got:
-			if err != nil {
-				return err
-			}
-		case <-t.C:
-			onIdle()
-			return status.Errorf(codes.DeadlineExceeded, "no xDS request within %s of opening the stream; silent streams are closed", timeout)
-		case <-ss.Context().Done():
-			return status.FromContextError(ss.Context().Err()).Err()
+		if err := awaitFirst(ss, got, timeout, onIdle); err != nil {
+			return err
 		}
 		return handler(srv, &replayStream{ServerStream: ss, first: first})
+	}
+}
+
+// awaitFirst waits for the first read. Its timer is stopped as soon as
+// the wait ends, not when the stream does: nothing of it is kept for the
+// stream's life.
+func awaitFirst(ss grpc.ServerStream, got <-chan error, timeout time.Duration, onIdle func()) error {
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case err := <-got:
+		return err
+	case <-t.C:
+		onIdle()
+		return status.Errorf(codes.DeadlineExceeded, "no xDS request within %s of opening the stream; silent streams are closed", timeout)
+	case <-ss.Context().Done():
+		return status.FromContextError(ss.Context().Err()).Err()
 	}
 }
 

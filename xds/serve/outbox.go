@@ -32,7 +32,7 @@ func newOutbox[R any]() *outbox[R] {
 
 // waitRoom returns once fewer than maxPending answers wait, false if ctx
 // ended first.
-func (o *outbox[R]) waitRoom(server, stream context.Context) bool {
+func (o *outbox[R]) waitRoom(ctx context.Context) bool {
 	for {
 		o.mu.Lock()
 		n := len(o.pending)
@@ -42,9 +42,7 @@ func (o *outbox[R]) waitRoom(server, stream context.Context) bool {
 		}
 		select {
 		case <-o.room:
-		case <-stream.Done():
-			return false
-		case <-server.Done():
+		case <-ctx.Done():
 			return false
 		}
 	}
@@ -90,9 +88,9 @@ func (o *outbox[R]) drop() {
 
 // pump is a stream handler's loop: it sends what o holds until the
 // reading goroutine ends (its error, nil for a stream the client ended),
-// the stream or the server ends, or a send fails. nonce numbers the
-// stream's responses from 1.
-func pump[R any](server, stream context.Context, o *outbox[R], recvErr <-chan error, send func(r R, nonce int64) error) error {
+// ctx ends (the stream or the server did: streamContext), or a send
+// fails. nonce numbers the stream's responses from 1.
+func pump[R any](ctx context.Context, o *outbox[R], recvErr <-chan error, send func(r R, nonce int64) error) error {
 	var nonce int64
 	for {
 		select {
@@ -109,9 +107,7 @@ func pump[R any](server, stream context.Context, o *outbox[R], recvErr <-chan er
 			}
 		case err := <-recvErr:
 			return err
-		case <-stream.Done():
-			return nil
-		case <-server.Done():
+		case <-ctx.Done():
 			return nil
 		}
 	}

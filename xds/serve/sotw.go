@@ -5,7 +5,6 @@ import (
 	"hash/maphash"
 	"strconv"
 	"sync"
-	"sync/atomic"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -24,12 +23,7 @@ import (
 // one of its type did leaves the subscription as it was, so the cache
 // compares only what changed since the stream's last answer (answer.go)
 // instead of every name, once per proxy per push.
-type sotwServer struct {
-	ctx   context.Context
-	cache *serveCache
-	cb    *callbacks
-	ids   atomic.Int64
-}
+type sotwServer struct{ adsServer }
 
 type sotwStream struct {
 	*adsStream[cachev3.Response]
@@ -63,7 +57,7 @@ func digestNames(names []string) namesDigest {
 }
 
 func newSotwServer(ctx context.Context, cache *serveCache, cb *callbacks) *sotwServer {
-	return &sotwServer{ctx: ctx, cache: cache, cb: cb}
+	return &sotwServer{adsServer{ctx: ctx, cache: cache, cb: cb}}
 }
 
 func (s *sotwServer) serve(str stream.Stream, defaultTypeURL string) error {
@@ -107,12 +101,6 @@ func (st *sotwStream) accept(typ, nonce string) bool {
 	return true
 }
 
-// deliver: as deltaStream.deliver.
-func (st *sotwStream) deliver(sub *stream.Subscription, r cachev3.Response) {
-	sub.SetReturnedResources(r.GetReturnedResources())
-	st.out.push(r)
-}
-
 func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL string) error {
 	if err := st.lockLive(req == nil); err != nil {
 		return err
@@ -130,13 +118,9 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 	}
 	names := req.GetResourceNames()
 	digest := digestNames(names)
-	w := st.watches[typ]
+	w, old := st.watchFor(typ, func() stream.Subscription { return stream.NewSotwSubscription(names, true) })
 	same := false
-	if w == nil {
-		sub := stream.NewSotwSubscription(names, true)
-		w = &typeWatch{sub: &sub}
-		st.watches[typ] = w
-	} else {
+	if old {
 		if !st.accept(typ, req.GetResponseNonce()) {
 			return nil // stale: an answer to it is already on its way
 		}
@@ -148,6 +132,6 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 	}
 	w.names = digest
 	sub := w.sub
-	w.cancel = st.s.cache.openSotw(uint64(st.id), req, sub, same, func(r cachev3.Response) { st.deliver(sub, r) })
+	w.cancel = st.s.cache.openSotw(uint64(st.id), req, sub, same, func(r cachev3.Response) { st.deliver(sub, r.GetReturnedResources(), r) })
 	return nil
 }

@@ -184,31 +184,22 @@ type sidecarStream struct {
 	received, keyedNode *corev3.Node
 
 	// ctx is the stream's context as the handler sees it: close ends it,
-	// and the xDS servers end a stream whose context ends (runStream), so
-	// no extra reader is needed to interrupt a blocked read.
-	ctx    context.Context
-	cancel context.CancelFunc
-	once   sync.Once
-	err    error // why the stream was closed, set before ctx ends
+	// with why as its cause, and the xDS servers end a stream whose
+	// context ends (runStream), so no extra reader is needed to interrupt
+	// a blocked read.
+	ctx   context.Context
+	close context.CancelCauseFunc
 }
 
 func (st *sidecarStream) Context() context.Context { return st.ctx }
 
-func (st *sidecarStream) close(err error) {
-	st.once.Do(func() {
-		st.err = err
-		st.cancel()
-	})
-}
-
-// closedErr is why close ended the stream, nil if it did not.
+// closedErr is why close ended the stream, nil if it did not (the
+// stream's own end has no cause of its own).
 func (st *sidecarStream) closedErr() error {
-	select {
-	case <-st.ctx.Done():
-		if st.err != nil {
-			return st.err
+	if err := st.ctx.Err(); err != nil {
+		if cause := context.Cause(st.ctx); cause != err {
+			return cause
 		}
-	default:
 	}
 	return nil
 }
@@ -221,13 +212,13 @@ func (sc *sidecars) interceptor() grpc.StreamServerInterceptor {
 		if !strings.HasPrefix(info.FullMethod, "/envoy.service.") {
 			return handler(srv, ss)
 		}
-		ctx, cancel := context.WithCancel(ss.Context())
-		st := &sidecarStream{ServerStream: ss, sc: sc, ctx: ctx, cancel: cancel}
+		ctx, cancel := context.WithCancelCause(ss.Context())
+		st := &sidecarStream{ServerStream: ss, sc: sc, ctx: ctx, close: cancel}
 		defer func() {
 			sc.mu.Lock()
 			delete(sc.streams, st)
 			sc.mu.Unlock()
-			cancel()
+			cancel(nil)
 		}()
 		err := handler(srv, st)
 		if cerr := st.closedErr(); cerr != nil {

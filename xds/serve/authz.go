@@ -67,14 +67,21 @@ func authzInterceptor(log zerolog.Logger, authorize func(*x509.Certificate, *cor
 		if cert == nil {
 			return status.Error(codes.Unauthenticated, "xDS requires a client certificate")
 		}
-		var first proto.Message = &discoveryv3.DiscoveryRequest{}
-		if strings.Contains(info.FullMethod, "Delta") {
-			first = &discoveryv3.DeltaDiscoveryRequest{}
+		// firstRequestInterceptor (outside this one) has read the first
+		// request and replays it: check that one rather than read and
+		// replay it a second time.
+		first, under := replayed(ss)
+		if first == nil {
+			first = &discoveryv3.DiscoveryRequest{}
+			if strings.Contains(info.FullMethod, "Delta") {
+				first = &discoveryv3.DeltaDiscoveryRequest{}
+			}
+			if err := ss.RecvMsg(first); err != nil {
+				return err
+			}
+			under = &replayStream{ServerStream: ss, first: first}
 		}
-		if err := ss.RecvMsg(first); err != nil {
-			return err
-		}
-		as := &authzStream{replayStream: replayStream{ServerStream: ss, first: first}, cert: cert, log: log, authorize: authorize}
+		as := &authzStream{ServerStream: under, cert: cert, log: log, authorize: authorize}
 		if err := as.check(first); err != nil {
 			return err
 		}
@@ -88,11 +95,22 @@ func authzInterceptor(log zerolog.Logger, authorize func(*x509.Certificate, *cor
 	}
 }
 
+// replayed is the first request ss replays, and ss; nil if it is not a
+// replayStream that still holds it.
+func replayed(ss grpc.ServerStream) (proto.Message, grpc.ServerStream) {
+	if rs, ok := ss.(*replayStream); ok && rs.first != nil {
+		return rs.first, rs
+	}
+	return nil, ss
+}
+
 type authzStream struct {
-	replayStream // replays the first request, read to check it
-	cert         *x509.Certificate
-	log          zerolog.Logger
-	authorize    func(*x509.Certificate, *corev3.Node) (bool, string) // Server.authorizeNode
+	// The stream under it replays the first request, checked already:
+	// check finds its node authorized (last).
+	grpc.ServerStream
+	cert      *x509.Certificate
+	log       zerolog.Logger
+	authorize func(*x509.Certificate, *corev3.Node) (bool, string) // Server.authorizeNode
 	// id and cluster are the identity the first request claimed and the
 	// certificate authorized (checked); a later request may omit it, not
 	// change it. Strings, not the node: its requests share that.
@@ -105,8 +123,7 @@ type authzStream struct {
 }
 
 func (s *authzStream) RecvMsg(m any) error {
-	replay := s.first != nil
-	if err := s.replayStream.RecvMsg(m); err != nil || replay {
+	if err := s.ServerStream.RecvMsg(m); err != nil {
 		return err
 	}
 	return s.check(m)

@@ -181,17 +181,6 @@ func certIdentity(c *x509.Certificate) string {
 	return strings.Join(ids, ",")
 }
 
-// requestNode is the node of a SotW or delta request (nil if it has none).
-func requestNode(m any) *corev3.Node {
-	switch r := m.(type) {
-	case *discoveryv3.DiscoveryRequest:
-		return r.GetNode()
-	case *discoveryv3.DeltaDiscoveryRequest:
-		return r.GetNode()
-	}
-	return nil
-}
-
 // authorizeNode is authorize_nodes' one decision for a node: a registered
 // Connect sidecar (served by its node id, whatever node.cluster it
 // announces) by the service its certificate names (sidecarAuthorized),

@@ -77,14 +77,36 @@ type memoRequest struct {
 }
 
 // nodeField is the field number of a request type's node.
-func nodeField(m proto.Message) (protowire.Number, bool) {
-	switch m.(type) {
+func nodeField(m any) (protowire.Number, bool) {
+	num, slot := nodeSlot(m)
+	return num, slot != nil
+}
+
+// nodeSlot is a request's node field: its number and where the message
+// holds it; nil for anything but the two discovery requests.
+func nodeSlot(m any) (protowire.Number, **corev3.Node) {
+	switch r := m.(type) {
 	case *discoveryv3.DeltaDiscoveryRequest:
-		return 1, true
+		return 1, &r.Node
 	case *discoveryv3.DiscoveryRequest:
-		return 2, true
+		return 2, &r.Node
 	}
-	return 0, false
+	return 0, nil
+}
+
+// requestNode is the node a request carries, nil if none.
+func requestNode(m any) *corev3.Node {
+	if _, slot := nodeSlot(m); slot != nil {
+		return *slot
+	}
+	return nil
+}
+
+// setNode gives a request node (nothing for other messages).
+func setNode(m any, node *corev3.Node) {
+	if _, slot := nodeSlot(m); slot != nil {
+		*slot = node
+	}
 }
 
 // decode decodes b into into as proto.Unmarshal would, except that a
@@ -147,15 +169,6 @@ func findNode(b []byte, num protowire.Number) (start, end, count int) {
 		off += tagLen + valLen
 	}
 	return start, end, count
-}
-
-func setNode(m proto.Message, node *corev3.Node) {
-	switch r := m.(type) {
-	case *discoveryv3.DeltaDiscoveryRequest:
-		r.Node = node
-	case *discoveryv3.DiscoveryRequest:
-		r.Node = node
-	}
 }
 
 // Unmarshal decodes a memoRequest through its stream's memo, anything

@@ -252,7 +252,7 @@ func (st *sidecarStream) RecvMsg(m any) error {
 			st.close(err)
 			return err
 		}
-		setNode(m.(proto.Message), keyed)
+		setNode(m, keyed)
 	}
 	return nil
 }

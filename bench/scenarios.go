@@ -216,6 +216,13 @@ func (r *run) s1(ctx context.Context) Row {
 	var worst time.Duration
 	var lasts []time.Duration
 	for k := 0; k < r.opts.S1Flips; k++ {
+		// The load generator collects its garbage before each flip (the
+		// first too: connecting the fleet left the most): its collector
+		// would otherwise stall every simulated proxy at once in one flip
+		// of ten (a fleet of Envoys has no shared collector).
+		gapStart := time.Now()
+		runtime.GC()
+		time.Sleep(r.opts.FlipGap - time.Since(gapStart))
 		lats, last, err := r.flip(ctx, 0, 0, r.opts.FlipTimeout)
 		if err != nil {
 			return failed(m.row("S1 health flip", all, worst), err)
@@ -223,12 +230,6 @@ func (r *run) s1(ctx context.Context) Row {
 		all = append(all, lats...)
 		lasts = append(lasts, last)
 		worst = max(worst, last)
-		// The load generator collects its garbage between flips: its
-		// collector would otherwise stall every simulated proxy at once in
-		// one flip of ten (a fleet of Envoys has no shared collector).
-		gapStart := time.Now()
-		runtime.GC()
-		time.Sleep(r.opts.FlipGap - time.Since(gapStart))
 	}
 	row := m.row("S1 health flip", all, worst)
 	row.Notes = fmt.Sprintf("%d flips; time-to-last-proxy p50 %s%s", r.opts.S1Flips, ms(percentile(lasts, 50)), slowFlips(lasts))

@@ -31,14 +31,30 @@ func setMarkOf(id uint64) string { return setMark + strconv.FormatUint(id, 36) }
 // mark does): never compared, sent or removed.
 func marked(name string) bool { return strings.HasPrefix(name, "\x00") }
 
+// clientName is whether a client may put name among what a stream holds:
+// in the versions it says it holds, or by unsubscribing a wildcard
+// stream's name (which go-control-plane records as held at version "").
+// Not a name with a NUL in it: one that starts with a NUL is the
+// bridge's own (a mark), and a forged mark would skip the stream's own
+// updates or pass for a map streams share (held.go). Subscribing such a
+// name is harmless: it is never compared, sent or removed.
+func clientName(name string) bool { return strings.IndexByte(name, 0) < 0 }
+
+// clientNames is names without those a client may not use.
+func clientNames(names []string) []string {
+	if !slices.ContainsFunc(names, func(n string) bool { return !clientName(n) }) {
+		return names
+	}
+	return slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !clientName(n) })
+}
+
 // clientVersions is what a delta client's initial_resource_versions may
-// say it holds: never a mark (a forged one would skip its own updates,
-// and make answers edit the request's map in place).
+// say it holds: only names it may put there (clientName).
 func clientVersions(v map[string]string) map[string]string {
 	for name := range v {
-		if marked(name) {
+		if !clientName(name) {
 			v = maps.Clone(v)
-			maps.DeleteFunc(v, func(name, _ string) bool { return marked(name) })
+			maps.DeleteFunc(v, func(name, _ string) bool { return !clientName(name) })
 			return v
 		}
 	}
@@ -57,7 +73,7 @@ func (ts *typeSet) markOrNone() string {
 // date with, when its request leaves the subscription unchanged; ""
 // otherwise (a new stream, a type's first request, names subscribed or
 // unsubscribed). A client cannot set it: the versions a reconnecting
-// client says it holds lose any name starting with NUL (clientVersions).
+// client says it holds lose any name with a NUL (clientVersions).
 func heldMark(req *cachev3.DeltaRequest, sub cachev3.Subscription) string {
 	if req.GetResponseNonce() == "" || len(req.GetResourceNamesSubscribe()) > 0 ||
 		len(req.GetResourceNamesUnsubscribe()) > 0 || len(req.GetInitialResourceVersions()) > 0 {

@@ -1,7 +1,7 @@
 package serve
 
 import (
-	"strings"
+	"encoding/binary"
 	"sync"
 	"sync/atomic"
 
@@ -79,23 +79,26 @@ func (ts *typeSet) sharedFor(key shareKey, entries []*entry, build func() any) a
 }
 
 // namesKey is the names of a response: the one name of a single change
-// (no allocation: the common fan-out), else every name, removed ones
-// marked, each ended by a NUL, which no resource name holds.
+// (no allocation: the common fan-out), else every name, each as a kind
+// byte (0 sent, 1 removed), its length and itself: no two lists share a
+// key, and a list's key holds a NUL, which neither a resource name nor a
+// name a client may use holds (clientName), so it is never a single name.
 func namesKey(entries []*entry, removed []string) string {
 	if len(entries) == 1 && len(removed) == 0 {
 		return entries[0].name
 	}
-	var b strings.Builder
+	var b []byte
 	for _, e := range entries {
-		b.WriteString(e.name)
-		b.WriteByte(0)
+		b = append(b, 0)
+		b = binary.AppendUvarint(b, uint64(len(e.name)))
+		b = append(b, e.name...)
 	}
 	for _, name := range removed {
-		b.WriteByte(1)
-		b.WriteString(name)
-		b.WriteByte(0)
+		b = append(b, 1)
+		b = binary.AppendUvarint(b, uint64(len(name)))
+		b = append(b, name...)
 	}
-	return b.String()
+	return string(b)
 }
 
 // newSotwResponse is a SotW response of entries from ts, sharing its

@@ -83,19 +83,23 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTyp
 		return err
 	}
 	req.TypeUrl = typ
+	// Names with a NUL are never unsubscribed: go-control-plane records
+	// an unsubscribed name of a wildcard stream as held at version "",
+	// and a client must not write the bridge's marks there (clientName).
+	subscribe, unsubscribe := req.GetResourceNamesSubscribe(), clientNames(req.GetResourceNamesUnsubscribe())
 	// The type's first request: initial versions (a reconnecting
 	// client's) count only here; no names means the legacy wildcard.
 	w, old := st.watchFor(typ, func() stream.Subscription {
-		return stream.NewDeltaSubscription(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe(), clientVersions(req.GetInitialResourceVersions()), true)
+		return stream.NewDeltaSubscription(subscribe, unsubscribe, clientVersions(req.GetInitialResourceVersions()), true)
 	})
 	if old {
 		// Cancelled first: the cache touches the subscription only while
 		// a watch is filed, under the lock the cancel takes.
 		w.cancel()
-		if len(req.GetResourceNamesUnsubscribe()) > 0 {
+		if len(unsubscribe) > 0 {
 			ownHeld(w.sub) // unsubscribing edits what it holds
 		}
-		w.sub.UpdateResourceSubscriptions(req.GetResourceNamesSubscribe(), req.GetResourceNamesUnsubscribe())
+		w.sub.UpdateResourceSubscriptions(subscribe, unsubscribe)
 	}
 	sub := w.sub
 	w.cancel = st.d.cache.openDelta(uint64(st.id), req, sub, func(r cachev3.DeltaResponse) { st.deliver(sub, r.GetNextVersionMap(), r) })

@@ -140,13 +140,16 @@ func (ts *typeSet) memo(key heldKey, m map[string]string) map[string]string {
 // lets streams that came to the same names differently (a reconnect with
 // the versions it holds, a request that edited its map) share again.
 func (ts *typeSet) keep(m map[string]string) map[string]string {
+	if len(ts.heldByContent) >= maxHeldMaps {
+		return m // full: not even hashed, as before sharing existed
+	}
 	sum := heldSum(m)
 	c, taken := ts.heldByContent[sum]
 	if taken && sameHeld(c, m) {
 		return c
 	}
-	if taken || len(ts.heldByContent) >= maxHeldMaps {
-		return m // a collision (or no room): m stays the stream's own
+	if taken {
+		return m // a collision: m stays the stream's own
 	}
 	m[sharedMark] = strconv.FormatUint(heldIDs.Add(1), 36)
 	if ts.heldByContent == nil {

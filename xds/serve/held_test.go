@@ -2,10 +2,12 @@ package serve
 
 import (
 	"context"
+	"fmt"
 	"maps"
 	"reflect"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -287,5 +289,175 @@ func TestOtherCallersNeverHoldSharedMaps(t *testing.T) {
 		if held := cl.sub.ReturnedResources(); isShared(held) || len(names(held)) != 2 {
 			t.Fatalf("%s watch through the cache interface holds %v", cl.typ, held)
 		}
+	}
+}
+
+// TestForgedMarksDoNotReachWhatStreamsHold: a client cannot plant the
+// bridge's marks among what its stream holds (unsubscribing a wildcard
+// stream's name, which go-control-plane records as held at version "",
+// or in the versions it says it holds): a planted sharedMark made its map
+// the memoised successor of "held nothing", so other streams were told
+// they held what they were never sent.
+func TestForgedMarksDoNotReachWhatStreamsHold(t *testing.T) {
+	for _, mark := range []string{sharedMark, setMark, "\x00other", "a\x00b"} {
+		s := startServer(t, ServerConfig{})
+		s.update(t, testOutput(t, []string{"api", "web", "db"}, 8080))
+		p := newHeldStream(t, s, 1<<40+5)
+		p.request(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"api", "web"}})
+		p.taken()
+		attacker := newHeldStream(t, s, 1<<40)
+		attacker.request(&discoveryv3.DeltaDiscoveryRequest{
+			ResourceNamesSubscribe:   []string{"*", mark},
+			ResourceNamesUnsubscribe: []string{mark},
+			InitialResourceVersions:  map[string]string{"api": p.held()["api"], "web": p.held()["web"], mark: "x"},
+		})
+		attacker.taken()
+		for name, v := range attacker.held() {
+			if !clientName(name) && (v == "" || v == "x") {
+				t.Fatalf("%q: the client planted %q among what its stream holds: %v", mark, name, attacker.held())
+			}
+		}
+		b := newHeldStream(t, s, 1<<40+1)
+		b.request(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"db"}})
+		b.taken()
+		if got := names(b.held()); !slices.Equal(got, []string{"db"}) {
+			t.Fatalf("%q: b subscribed to db holds %v", mark, got)
+		}
+		b.request(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"api"}})
+		if sent, _ := b.taken(); !slices.Equal(sent, []string{"api"}) {
+			t.Fatalf("%q: b subscribed to api but was sent %v", mark, sent)
+		}
+	}
+}
+
+// TestUnsubscribedCopyIsNotShared: the copy a stream makes before
+// unsubscribing is its own, not a shared map others could be handed.
+func TestUnsubscribedCopyIsNotShared(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.update(t, testOutput(t, []string{"api", "web", "db"}, 8080))
+	b, a := newHeldStream(t, s, 1<<40), newHeldStream(t, s, 1<<40+1) // b answered first
+	for _, h := range []*heldStream{a, b} {
+		h.request(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"api", "web", "db"}})
+		h.taken()
+		h.request(&discoveryv3.DeltaDiscoveryRequest{})
+	}
+	a.request(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesUnsubscribe: []string{"web"}})
+	if isShared(a.held()) {
+		t.Fatal("the copy made before unsubscribing is marked shared")
+	}
+	s.update(t, withEndpointPort(testOutput(t, []string{"api", "web", "db"}, 8080), 0, 9100))
+	b.taken()
+	a.taken()
+	if got := names(a.held()); !slices.Equal(got, []string{"api", "db"}) {
+		t.Fatalf("a holds %v after unsubscribing web and an api update", got)
+	}
+	if got := names(b.held()); !slices.Equal(got, []string{"api", "db", "web"}) {
+		t.Fatalf("b holds %v after an api update", got)
+	}
+}
+
+// TestRemovedNamesAreInTheHeldKey: two streams sharing a map, one told of
+// a removal the other is not (it does not follow that name), do not get
+// each other's successor.
+func TestRemovedNamesAreInTheHeldKey(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	all := testOutput(t, []string{"api", "web", "db"}, 8080)
+	s.update(t, all)
+	a := newHeldStream(t, s, 1<<40+1)
+	a.request(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"api", "web", "db"}})
+	a.taken()
+	a.request(&discoveryv3.DeltaDiscoveryRequest{})
+	initial := maps.Clone(a.held())
+	maps.DeleteFunc(initial, func(k, _ string) bool { return marked(k) })
+	// b follows api and db but says it holds web too.
+	b := newHeldStream(t, s, 1<<40)
+	b.request(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"api", "db"}, InitialResourceVersions: initial})
+	b.taken()
+	s.update(t, withEndpointPort(all, 2, 9300))
+	a.taken()
+	b.taken()
+	a.request(&discoveryv3.DeltaDiscoveryRequest{})
+	b.request(&discoveryv3.DeltaDiscoveryRequest{})
+	if !sameMap(a.held(), b.held()) {
+		t.Fatal("precondition: a and b share what they hold")
+	}
+	s.update(t, withEndpointPort(withEndpointPort(testOutput(t, []string{"api", "db"}, 8080), 0, 9100), 1, 9300)) // web gone, api changed
+	b.taken()
+	if _, removed := a.taken(); !slices.Equal(removed, []string{"web"}) {
+		t.Fatalf("a was told of removals %v, want web", removed)
+	}
+	if got := names(a.held()); slices.Contains(got, "web") {
+		t.Fatalf("a was told web is removed but holds %v", got)
+	}
+	if got := names(b.held()); !slices.Contains(got, "web") {
+		t.Fatalf("b was not told web is removed but no longer holds it: %v", got)
+	}
+}
+
+// TestNamesKeyIsUnique: different lists of sent and removed names have
+// different keys, and a list's key is never a single name's.
+func TestNamesKeyIsUnique(t *testing.T) {
+	es := func(names ...string) []*entry {
+		var out []*entry
+		for _, n := range names {
+			out = append(out, &entry{name: n})
+		}
+		return out
+	}
+	keys := map[string]string{}
+	for _, c := range []struct {
+		sent, removed []string
+	}{
+		{nil, nil}, {[]string{"a"}, nil}, {[]string{"a", "b"}, nil}, {nil, []string{"a"}}, {nil, []string{"a", "b"}},
+		{nil, []string{"a\x00\x01b"}}, {[]string{"a"}, []string{"b"}}, {[]string{"a", "b"}, []string{"c"}},
+		{[]string{"ab"}, nil}, {[]string{"a", "b"}, []string{""}}, {nil, []string{"\x01a"}}, {nil, []string{"a\x01b"}},
+	} {
+		k := namesKey(es(c.sent...), c.removed)
+		what := fmt.Sprintf("%q/%q", c.sent, c.removed)
+		if prev, dup := keys[k]; dup {
+			t.Fatalf("%s and %s share the key %q", prev, what, k)
+		}
+		keys[k] = what
+		if len(c.sent)+len(c.removed) > 1 && strings.IndexByte(k, 0) < 0 && len(c.sent) > 0 {
+			t.Fatalf("%s: a list's key %q holds no NUL: it could be a name", what, k)
+		}
+	}
+}
+
+// TestOtherCallersAfterBridgeStreams: a watch through go-control-plane's
+// cache interface asking for names the bridge's streams share a map for
+// still gets a map of its own.
+func TestOtherCallersAfterBridgeStreams(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.update(t, testOutput(t, []string{"api", "web"}, 8080))
+	h := newHeldStream(t, s, 1<<40)
+	h.request(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"api", "web"}})
+	h.taken()
+	if !isShared(h.held()) {
+		t.Fatal("precondition: the bridge's stream shares what it holds")
+	}
+	cl := newDeltaClient(t, s.cache, "edge", resourcev3.EndpointType, []string{"api", "web"})
+	cl.mustTake("first")
+	if held := cl.sub.ReturnedResources(); isShared(held) || sameMap(held, h.held()) {
+		t.Fatalf("a cache-interface watch was handed the shared map %v", held)
+	}
+}
+
+// TestHeldPastTheBoundIsOwn: with no room left in the set, an answer to
+// a stream holding a shared map leaves it a map of its own, not one that
+// passes for its predecessor.
+func TestHeldPastTheBoundIsOwn(t *testing.T) {
+	ts := &typeSet{mark: "m2", held: map[heldKey]map[string]string{}, heldByContent: map[uint64]map[string]string{}}
+	for i := range maxHeldMaps {
+		ts.held[heldKey{prev: "x", names: strconv.Itoa(i)}] = nil
+		ts.heldByContent[uint64(i)] = nil
+	}
+	prev := map[string]string{"api": "v1", setMark: "m1", sharedMark: "p1"}
+	got := ts.heldAfter(prev, []*entry{{name: "api", version: "v2"}}, nil, "api", true)
+	if isShared(got) || got["api"] != "v2" || got[setMark] != "m2" {
+		t.Fatalf("past the bound: %v, want a map of its own at v2 and the set's mark", got)
+	}
+	if prev["api"] != "v1" {
+		t.Fatal("the shared predecessor was written")
 	}
 }

@@ -102,25 +102,24 @@ func runStream[Req, R any](a *adsStream[R], server, str context.Context,
 		return err
 	}
 	defer func() { stop(); closed(a.close()) }()
-	recvErr := make(chan error, 1)
 	go func() {
 		for {
 			if !a.out.waitRoom(ctx) {
-				recvErr <- nil
+				a.out.end(nil)
 				return
 			}
 			req, err := recv()
 			if err != nil {
-				recvErr <- nil
+				a.out.end(nil)
 				return
 			}
 			if err := handle(req); err != nil {
-				recvErr <- err
+				a.out.end(err)
 				return
 			}
 		}
 	}()
-	return pump(ctx, a.out, recvErr, send)
+	return pump(ctx, a.out, send)
 }
 
 // lockLive takes wmu for a request, unless the stream ended.

@@ -13,8 +13,12 @@ import (
 type outbox[R any] struct {
 	mu      sync.Mutex
 	pending []R
-	wake    chan struct{} // one token: pending has something
-	room    chan struct{} // one token: an answer was taken
+	// ended says the stream is over (its reader stopped, with endErr,
+	// or its context ended), for the sender to return.
+	ended  bool
+	endErr error
+	wake   chan struct{} // one token: pending has something, or ended
+	room   chan struct{} // one token: an answer was taken
 }
 
 // maxPending is how many answers a stream may have waiting before its
@@ -52,10 +56,31 @@ func (o *outbox[R]) push(r R) {
 	o.mu.Lock()
 	o.pending = append(o.pending, r)
 	o.mu.Unlock()
+	o.signal()
+}
+
+func (o *outbox[R]) signal() {
 	select {
 	case o.wake <- struct{}{}:
 	default: // a token is already waiting
 	}
+}
+
+// end tells the sender the stream is over; the first reason counts.
+func (o *outbox[R]) end(err error) {
+	o.mu.Lock()
+	if !o.ended {
+		o.ended, o.endErr = true, err
+	}
+	o.mu.Unlock()
+	o.signal()
+}
+
+// over is whether the stream ended, and why.
+func (o *outbox[R]) over() (bool, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.ended, o.endErr
 }
 
 // next takes the oldest answer.
@@ -66,11 +91,15 @@ func (o *outbox[R]) next() (R, bool) {
 	if len(o.pending) == 0 {
 		return zero, false
 	}
+	// Shifted down (at most maxPending): the array is kept for the next
+	// answer, so one answer at a time allocates nothing, unless a burst
+	// grew it.
 	r := o.pending[0]
-	o.pending[0] = zero
-	o.pending = o.pending[1:]
-	if len(o.pending) == 0 {
-		o.pending = nil // do not keep the backing array of a burst
+	n := copy(o.pending, o.pending[1:])
+	o.pending[n] = zero
+	o.pending = o.pending[:n]
+	if n == 0 && cap(o.pending) > 4 {
+		o.pending = nil
 	}
 	select {
 	case o.room <- struct{}{}:
@@ -87,28 +116,30 @@ func (o *outbox[R]) drop() {
 }
 
 // pump is a stream handler's loop: it sends what o holds until the
-// reading goroutine ends (its error, nil for a stream the client ended),
-// ctx ends (the stream or the server did: streamContext), or a send
-// fails. nonce numbers the stream's responses from 1.
-func pump[R any](ctx context.Context, o *outbox[R], recvErr <-chan error, send func(r R, nonce int64) error) error {
+// stream is over (o.end: the reading goroutine stopped, with its error,
+// nil for a stream the client ended; or ctx ended, the stream or the
+// server did: streamContext), or a send fails. nonce numbers the stream's
+// responses from 1. It waits on the one channel, wake: a select over
+// wake, the reader and the context cost ~1.6 µs per push, once per proxy
+// per change.
+func pump[R any](ctx context.Context, o *outbox[R], send func(r R, nonce int64) error) error {
+	stop := context.AfterFunc(ctx, func() { o.end(nil) })
+	defer stop()
 	var nonce int64
 	for {
-		select {
-		case <-o.wake:
-			for {
-				r, ok := o.next()
-				if !ok {
-					break
-				}
-				nonce++
-				if err := send(r, nonce); err != nil {
-					return err
-				}
-			}
-		case err := <-recvErr:
+		<-o.wake
+		if over, err := o.over(); over {
 			return err
-		case <-ctx.Done():
-			return nil
+		}
+		for {
+			r, ok := o.next()
+			if !ok {
+				break
+			}
+			nonce++
+			if err := send(r, nonce); err != nil {
+				return err
+			}
 		}
 	}
 }

@@ -42,6 +42,8 @@ type typeWatch struct {
 	sub    *stream.Subscription
 	cancel func()
 	names  namesDigest // SotW: the names of the type's last request
+	// digested is the slice names was computed from (SotW).
+	digested []string
 }
 
 func newADSStream[R any](id int64) *adsStream[R] {

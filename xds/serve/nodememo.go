@@ -2,6 +2,7 @@ package serve
 
 import (
 	"hash/maphash"
+	"slices"
 	"sync/atomic"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -59,13 +60,59 @@ func nodeSum(b []byte) uint64 {
 // nodeDecodes counts the nodes decoded in full (tests).
 var nodeDecodes atomic.Int64
 
-// nodeMemo is one stream's last node.
+// nodeMemo is one stream's last node and, for SotW, the resource names
+// its last request carried: a SotW ACK repeats every name the stream
+// follows (an edge proxy's, every cluster), and decoding them was an
+// eighth of a SotW push's cost (50 names: ~8 µs and 50 strings per ACK).
+// Names whose bytes are the last request's, in order, are that request's
+// slice (compared in full: a false match would be a wrong subscription).
 type nodeMemo struct {
 	// sum is nodeSum of the node field (tag and length included, so the
 	// head tells lengths apart too), size its length.
-	sum  uint64
-	size int
-	node *corev3.Node
+	sum   uint64
+	size  int
+	node  *corev3.Node
+	names []typeNames // by type URL, the last few types'
+}
+
+// typeNames is the resource names a stream's last SotW request of a type
+// carried.
+type typeNames struct {
+	typeURL string
+	names   []string
+}
+
+// maxMemoTypes bounds the types whose names a memo keeps: a client may
+// make up type URLs (the tracker refuses more than 16 per stream).
+const maxMemoTypes = 8
+
+// namesOf is the names remembered for the type URL t (bytes), nil if none.
+func (m *nodeMemo) namesOf(t []byte) []string {
+	for _, tn := range m.names {
+		if tn.typeURL == string(t) {
+			return tn.names
+		}
+	}
+	return nil
+}
+
+// remember keeps names as the last of typeURL's. Clipped: a request that
+// appends to the names it is given copies them first.
+func (m *nodeMemo) remember(typeURL string, names []string) {
+	names = slices.Clip(names)
+	for i := range m.names {
+		if m.names[i].typeURL == typeURL {
+			m.names[i].names = names
+			return
+		}
+	}
+	if names == nil {
+		return
+	}
+	if len(m.names) == maxMemoTypes {
+		m.names = m.names[1:]
+	}
+	m.names = append(m.names, typeNames{typeURL: typeURL, names: names})
 }
 
 // memoRequest is what the servers' streams read a request into: the
@@ -110,65 +157,147 @@ func setNode(m any, node *corev3.Node) {
 }
 
 // decode decodes b into into as proto.Unmarshal would, except that a
-// node with the bytes of the memo's is the memo's node, and a node it
+// node with the bytes of the memo's is the memo's node, SotW resource
+// names with the bytes of the memo's are the memo's slice, and a node it
 // decodes has no extensions.
 func (m *nodeMemo) decode(b []byte, into proto.Message) error {
 	num, _ := nodeField(into)
-	start, end, count := findNode(b, num)
+	_, sotw := into.(*discoveryv3.DiscoveryRequest)
+	sc, ok := scanRequest(b, num, sotw, m)
 	var sum uint64
-	if count == 1 {
-		sum = nodeSum(b[start:end])
+	if sc.nodes == 1 {
+		sum = nodeSum(b[sc.nodeStart:sc.nodeEnd])
 	}
-	if count == 1 && m.node != nil && end-start == m.size && sum == m.sum {
-		proto.Reset(into)
-		merge := proto.UnmarshalOptions{Merge: true}
-		if err := merge.Unmarshal(b[:start], into); err != nil {
-			return err
-		}
-		if err := merge.Unmarshal(b[end:], into); err != nil {
-			return err
-		}
-		setNode(into, m.node)
-		return nil
-	}
-	if err := proto.Unmarshal(b, into); err != nil {
+	sameNode := ok && sc.nodes == 1 && m.node != nil && sc.nodeEnd-sc.nodeStart == m.size && sum == m.sum
+	sameNames := ok && sotw && sc.sameNames
+	if err := sc.unmarshal(b, into, sameNode, sameNames); err != nil {
 		return err
 	}
-	node := requestNode(into)
-	if node != nil {
+	if sameNode {
+		setNode(into, m.node)
+	} else if node := requestNode(into); node != nil {
 		nodeDecodes.Add(1)
 		node.Extensions = nil
+		switch sc.nodes {
+		case 1:
+			m.sum, m.size, m.node = sum, sc.nodeEnd-sc.nodeStart, node
+		default: // merged from several fields: not worth remembering
+			m.sum, m.size, m.node = 0, 0, nil
+		}
 	}
-	switch count {
-	case 0: // the stream's node stays what it was
-	case 1:
-		m.sum, m.size, m.node = sum, end-start, node
-	default: // merged from several fields: not worth remembering
-		*m = nodeMemo{}
+	if sotw {
+		r := into.(*discoveryv3.DiscoveryRequest)
+		if sameNames {
+			r.ResourceNames = sc.prev
+		} else {
+			m.remember(r.GetTypeUrl(), r.ResourceNames)
+		}
 	}
 	return nil
 }
 
-// findNode returns where the node field num starts and ends in b (tag
-// and length included) and how many node fields b holds; count is 0 when
-// b does not parse, and proto.Unmarshal then reports why.
-func findNode(b []byte, num protowire.Number) (start, end, count int) {
-	for off := 0; off < len(b); {
-		n, typ, tagLen := protowire.ConsumeTag(b[off:])
-		if tagLen < 0 {
-			return 0, 0, 0
-		}
-		valLen := protowire.ConsumeFieldValue(n, typ, b[off+tagLen:])
-		if valLen < 0 {
-			return 0, 0, 0
-		}
-		if n == num && typ == protowire.BytesType {
-			start, end = off, off+tagLen+valLen
-			count++
-		}
-		off += tagLen + valLen
+// requestScan is where a request's node is in its bytes, and whether its
+// SotW names are those the memo holds for its type.
+type requestScan struct {
+	nodeStart, nodeEnd, nodes int
+	// sameNames: the names (field 3) are, in order, prev, the memo's for
+	// the request's type (field 4).
+	sameNames bool
+	prev      []string
+}
+
+// nextField parses the field of b at off: its number, wire type, where
+// its value starts and where it ends; end < 0 if b does not parse there
+// (proto.Unmarshal then reports why).
+func nextField(b []byte, off int) (n protowire.Number, typ protowire.Type, value, end int) {
+	n, typ, tagLen := protowire.ConsumeTag(b[off:])
+	if tagLen < 0 {
+		return 0, 0, 0, -1
 	}
-	return start, end, count
+	valLen := protowire.ConsumeFieldValue(n, typ, b[off+tagLen:])
+	if valLen < 0 {
+		return 0, 0, 0, -1
+	}
+	return n, typ, off + tagLen, off + tagLen + valLen
+}
+
+// scanRequest finds the node field num in b (tag and length included)
+// and, for SotW, compares the resource names with those memo holds for
+// the request's type. It allocates nothing: a SotW ACK carries every name
+// the stream follows. Plain loops, no closures: this runs on every
+// stream's reading goroutine, whose stack is per proxy.
+func scanRequest(b []byte, num protowire.Number, sotw bool, memo *nodeMemo) (sc requestScan, ok bool) {
+	var typeURL []byte
+	types, names := 0, 0
+	wellFormed := true // every name and the type are length-delimited
+	for off := 0; off < len(b); {
+		n, typ, value, end := nextField(b, off)
+		if end < 0 {
+			return requestScan{}, false
+		}
+		switch {
+		case n == num && typ == protowire.BytesType:
+			sc.nodeStart, sc.nodeEnd = off, end
+			sc.nodes++
+		case sotw && n == 3:
+			wellFormed = wellFormed && typ == protowire.BytesType
+			names++
+		case sotw && n == 4:
+			wellFormed = wellFormed && typ == protowire.BytesType
+			typeURL = b[value:end]
+			types++
+		}
+		off = end
+	}
+	if !sotw || memo == nil || !wellFormed || types > 1 || names == 0 {
+		return sc, true
+	}
+	t, _ := protowire.ConsumeBytes(typeURL) // nil when there is no type field
+	prev := memo.namesOf(t)
+	if len(prev) != names {
+		return sc, true
+	}
+	i := 0
+	for off := 0; off < len(b); {
+		n, _, value, end := nextField(b, off)
+		if n == 3 {
+			name, l := protowire.ConsumeBytes(b[value:end])
+			if l < 0 || string(name) != prev[i] {
+				return sc, true
+			}
+			i++
+		}
+		off = end
+	}
+	sc.sameNames, sc.prev = true, prev
+	return sc, true
+}
+
+// unmarshal is proto.Unmarshal of b, less the node field when node and
+// the names when names: the fields between those are merged in turn,
+// which protobuf defines to be the same as decoding them at once.
+func (sc *requestScan) unmarshal(b []byte, into proto.Message, node, names bool) error {
+	if !node && !names {
+		return proto.Unmarshal(b, into)
+	}
+	proto.Reset(into)
+	at := 0
+	for off := 0; off < len(b); {
+		n, _, _, end := nextField(b, off)
+		if (node && off == sc.nodeStart) || (names && n == 3) {
+			if off > at {
+				if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(b[at:off], into); err != nil {
+					return err
+				}
+			}
+			at = end
+		}
+		off = end
+	}
+	if at < len(b) {
+		return proto.UnmarshalOptions{Merge: true}.Unmarshal(b[at:], into)
+	}
+	return nil
 }
 
 // Unmarshal decodes a memoRequest through its stream's memo, anything

@@ -3,6 +3,7 @@ package serve
 import (
 	"crypto/x509"
 	"fmt"
+	"slices"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -124,23 +125,44 @@ func FuzzNodeMemo(f *testing.F) {
 		if err := memo.decode(first, &discoveryv3.DeltaDiscoveryRequest{}); err != nil {
 			t.Fatal(err)
 		}
-		got := &discoveryv3.DeltaDiscoveryRequest{}
-		err := memo.decode(b, got)
-		want := &discoveryv3.DeltaDiscoveryRequest{}
-		wantErr := proto.Unmarshal(b, want)
-		if (err != nil) != (wantErr != nil) {
-			t.Fatalf("memo error %v, proto.Unmarshal error %v", err, wantErr)
-		}
-		if err != nil {
-			return
-		}
-		if n := want.GetNode(); n != nil {
-			n.Extensions = nil
-		}
-		if !proto.Equal(got, want) {
-			t.Fatalf("memo decoded %v, want %v", got, want)
-		}
+		checkMemoDecode(t, &memo, b, &discoveryv3.DeltaDiscoveryRequest{})
 	})
+}
+
+// checkMemoDecode decodes b through memo and compares the result, errors
+// included, with proto.Unmarshal's. When the memo's node stands in for
+// the request's (same length, same ends: its middle is by design not
+// parsed, see nodeSample), what is compared is b without its node field,
+// given the memo's node.
+func checkMemoDecode(t *testing.T, memo *nodeMemo, b []byte, got proto.Message) {
+	t.Helper()
+	kept := memo.node
+	err := memo.decode(b, got)
+	want := got.ProtoReflect().New().Interface()
+	in := b
+	if err == nil && kept != nil && requestNode(got) == kept {
+		num, _ := nodeField(got)
+		sc, ok := scanRequest(b, num, false, nil)
+		if !ok || sc.nodes != 1 {
+			t.Fatalf("the memo's node stood in for %d node fields", sc.nodes)
+		}
+		in = append(slices.Clip(b[:sc.nodeStart]), b[sc.nodeEnd:]...)
+	}
+	wantErr := proto.Unmarshal(in, want)
+	if (err != nil) != (wantErr != nil) {
+		t.Fatalf("memo error %v, proto.Unmarshal error %v", err, wantErr)
+	}
+	if err != nil {
+		return
+	}
+	if len(in) != len(b) {
+		setNode(want, kept)
+	} else if n := requestNode(want); n != nil {
+		n.Extensions = nil
+	}
+	if !proto.Equal(got, want) {
+		t.Fatalf("memo decoded %v, want %v", got, want)
+	}
 }
 
 // BenchmarkDecodeEnvoyACK: an Envoy's delta ACK, node included (its
@@ -231,4 +253,86 @@ func TestAuthorizationOncePerNode(t *testing.T) {
 	if err := s.check(&discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "web-2", Cluster: "web"}}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("a node claiming another identity: %v, want PermissionDenied", err)
 	}
+}
+
+// TestSotwNamesMemo: a SotW request's resource names decode to what
+// proto.Unmarshal gives; names with the bytes of the last request's, in
+// order, are the slice of the type's last request, whatever else changed
+// (node, nonce, version, requests of other types between); names that
+// differ in any way are decoded.
+func TestSotwNamesMemo(t *testing.T) {
+	envoy := envoynode.New("web-1", "web")
+	req := func(node *corev3.Node, nonce string, names ...string) []byte {
+		return mustMarshal(t, &discoveryv3.DiscoveryRequest{VersionInfo: "v" + nonce, Node: node, TypeUrl: resourcev3.EndpointType, ResponseNonce: nonce, ResourceNames: names})
+	}
+	// A name field split from the others by the type URL: not in field
+	// order, as a hand-rolled client might send it.
+	split := append(req(nil, "9", "a"), mustMarshal(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNames: []string{"b", "c"}})...)
+	wrongType := append(req(nil, "10", "a", "b"), 0x18, 0x01) // field 3 as a varint: an unknown field
+	steps := []struct {
+		name  string
+		bytes []byte
+		reuse bool // the names are the previous step's slice
+	}{
+		{"first", req(envoy, "", "a", "b", "c"), false},
+		{"ACK, same names", req(envoy, "1", "a", "b", "c"), true},
+		{"no node, same names", req(nil, "2", "a", "b", "c"), true},
+		{"other node, same names", req(&corev3.Node{Id: "x", Cluster: "web"}, "3", "a", "b", "c"), true},
+		{"one name fewer", req(nil, "4", "a", "b"), false},
+		{"one name more", req(nil, "5", "a", "b", "c"), false},
+		{"same names after a change", req(envoy, "6", "a", "b", "c"), true},
+		{"other order", req(nil, "7", "a", "c", "b"), false},
+		{"same length, other name", req(nil, "8", "a", "c", "d"), false},
+		{"split around the type", split, false},
+		{"the split names again, in order", req(nil, "11", "a", "b", "c"), true},
+		{"none", req(nil, "12"), false},
+		{"none again", req(nil, "13"), false},
+		{"names after none", req(nil, "14", "a"), false},
+		{"a name field of the wrong type", wrongType, false},
+		{"the names of the one before (its odd field aside)", req(nil, "15", "a", "b"), true},
+		{"another type's names between", mustMarshal(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.RouteType, ResponseNonce: "16", ResourceNames: []string{"a", "b"}}), false},
+		{"the first type's names after another's", req(nil, "17", "a", "b"), true},
+		{"no type field, same names", mustMarshal(t, &discoveryv3.DiscoveryRequest{ResponseNonce: "18", ResourceNames: []string{"a", "b"}}), false},
+	}
+	var memo nodeMemo
+	prevOf := map[string][]string{} // by type URL
+	for _, st := range steps {
+		got := &discoveryv3.DiscoveryRequest{ResourceNames: []string{"stale"}}
+		err := memo.decode(st.bytes, got)
+		wantErr := proto.Unmarshal(st.bytes, &discoveryv3.DiscoveryRequest{})
+		if (err != nil) != (wantErr != nil) {
+			t.Fatalf("%s: memo error %v, proto.Unmarshal error %v", st.name, err, wantErr)
+		}
+		if err != nil {
+			continue
+		}
+		if want := wantDecoded(t, st.bytes, got); !proto.Equal(got, want) {
+			t.Fatalf("%s: decoded\n%v\nwant\n%v", st.name, got, want)
+		}
+		names, prev := got.GetResourceNames(), prevOf[got.GetTypeUrl()]
+		same := len(names) > 0 && len(prev) > 0 && &names[0] == &prev[0]
+		if same != st.reuse {
+			t.Fatalf("%s: names are the type's previous slice: %v, want %v", st.name, same, st.reuse)
+		}
+		prevOf[got.GetTypeUrl()] = names
+	}
+}
+
+// FuzzSotwNamesMemo: whatever a SotW request holds, decoding it through
+// a memo primed with another request's names and node gives what
+// proto.Unmarshal gives, errors included.
+func FuzzSotwNamesMemo(f *testing.F) {
+	node := &corev3.Node{Id: "web-1", Cluster: "web", Extensions: envoynode.Extensions()[:30]}
+	first := mustMarshal(f, &discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.EndpointType, ResourceNames: []string{"api", "db", "web"}})
+	f.Add(first)
+	f.Add(mustMarshal(f, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResponseNonce: "1", ResourceNames: []string{"api", "db", "web"}}))
+	f.Add(mustMarshal(f, &discoveryv3.DiscoveryRequest{Node: node, ResponseNonce: "1", ResourceNames: []string{"api", "db"}}))
+	f.Add([]byte{0x1a, 0x03, 'a', 'p', 'i', 0x1a, 0x01})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		var memo nodeMemo
+		if err := memo.decode(first, &discoveryv3.DiscoveryRequest{}); err != nil {
+			t.Fatal(err)
+		}
+		checkMemoDecode(t, &memo, b, &discoveryv3.DiscoveryRequest{})
+	})
 }

@@ -48,6 +48,11 @@ type namesDigest struct {
 
 var namesSeed = maphash.MakeSeed()
 
+// sameSlice is whether a and b are the same slice of names.
+func sameSlice(a, b []string) bool {
+	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
+}
+
 func digestNames(names []string) namesDigest {
 	d := namesDigest{n: len(names)}
 	for _, n := range names {
@@ -117,8 +122,13 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 		return err
 	}
 	names := req.GetResourceNames()
-	digest := digestNames(names)
 	w, old := st.watchFor(typ, func() stream.Subscription { return stream.NewSotwSubscription(names, true) })
+	// An ACK repeating the names of the type's last request carries that
+	// request's slice (nodememo.go): its digest is the one before.
+	digest := w.names
+	if !sameSlice(names, w.digested) {
+		digest = digestNames(names)
+	}
 	same := false
 	if old {
 		if !st.accept(typ, req.GetResponseNonce()) {
@@ -130,7 +140,7 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 			w.sub.SetResourceSubscription(names)
 		}
 	}
-	w.names = digest
+	w.names, w.digested = digest, names
 	sub := w.sub
 	w.cancel = st.s.cache.openSotw(uint64(st.id), req, sub, same, func(r cachev3.Response) { st.deliver(sub, r.GetReturnedResources(), r) })
 	return nil

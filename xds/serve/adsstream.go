@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"errors"
+	"io"
 	"sync"
 	"sync/atomic"
 
@@ -89,8 +90,9 @@ func streamContext(server, str context.Context) (context.Context, func()) {
 // with handle (while the stream's queue has room: outbox.waitRoom), and
 // sends from this one until either side ends. The reading goroutine ends
 // when a read fails (the client ended the stream: nil, as
-// go-control-plane), at the latest when the stream ends on return from
-// here; an error of handle's ends the stream with that status.
+// go-control-plane; an interceptor refused the request: that status,
+// readEnd), at the latest when the stream ends on return from here; an
+// error of handle's ends the stream with that status.
 //
 // open and closed are the stream's callbacks: open gets a context that
 // ends with the stream or the server (streamContext); closed runs after
@@ -112,7 +114,7 @@ func runStream[Req, R any](a *adsStream[R], server, str context.Context,
 			}
 			req, err := recv()
 			if err != nil {
-				a.out.end(nil)
+				a.out.end(readEnd(err))
 				return
 			}
 			if err := handle(req); err != nil {
@@ -122,6 +124,18 @@ func runStream[Req, R any](a *adsStream[R], server, str context.Context,
 		}
 	}()
 	return pump(ctx, a.out, send)
+}
+
+// readEnd is how a failed read ends the stream: the client closing its
+// side or going away ends it as go-control-plane's servers did (nil);
+// any other error is the stream's status, such as authorization's
+// refusal of a node that changed within the stream (authz.go), which an
+// interceptor returns from the read.
+func readEnd(err error) error {
+	if errors.Is(err, io.EOF) || status.Code(err) == codes.Canceled || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
 }
 
 // lockLive takes wmu for a request, unless the stream ended.

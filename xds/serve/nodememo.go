@@ -109,8 +109,10 @@ func (m *nodeMemo) remember(typeURL string, names []string) {
 	if names == nil {
 		return
 	}
-	if len(m.names) == maxMemoTypes {
-		m.names = m.names[1:]
+	if len(m.names) == maxMemoTypes { // the oldest goes, in place
+		copy(m.names, m.names[1:])
+		m.names[len(m.names)-1] = typeNames{typeURL: typeURL, names: names}
+		return
 	}
 	m.names = append(m.names, typeNames{typeURL: typeURL, names: names})
 }

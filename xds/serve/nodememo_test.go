@@ -328,6 +328,8 @@ func FuzzSotwNamesMemo(f *testing.F) {
 	f.Add(mustMarshal(f, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResponseNonce: "1", ResourceNames: []string{"api", "db", "web"}}))
 	f.Add(mustMarshal(f, &discoveryv3.DiscoveryRequest{Node: node, ResponseNonce: "1", ResourceNames: []string{"api", "db"}}))
 	f.Add([]byte{0x1a, 0x03, 'a', 'p', 'i', 0x1a, 0x01})
+	// Field 3 as a fixed32 (an unknown field), then the names' last.
+	f.Add(append([]byte{0x1d, 0x03, 'a', 'p', 'i'}, mustMarshal(f, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNames: []string{"db", "web"}})...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		var memo nodeMemo
 		if err := memo.decode(first, &discoveryv3.DiscoveryRequest{}); err != nil {
@@ -335,4 +337,38 @@ func FuzzSotwNamesMemo(f *testing.F) {
 		}
 		checkMemoDecode(t, &memo, b, &discoveryv3.DiscoveryRequest{})
 	})
+}
+
+// TestSotwNamesMemoBounds: a field 3 of another wire type is not a name
+// (proto.Unmarshal keeps it as an unknown field), and a memo keeps the
+// names of at most maxMemoTypes types, the latest.
+func TestSotwNamesMemoBounds(t *testing.T) {
+	var memo nodeMemo
+	first := mustMarshal(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNames: []string{"api", "db"}})
+	if err := memo.decode(first, &discoveryv3.DiscoveryRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	odd := append([]byte{0x1d, 0x03, 'a', 'p', 'i'}, mustMarshal(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNames: []string{"db"}})...)
+	checkMemoDecode(t, &memo, odd, &discoveryv3.DiscoveryRequest{})
+
+	for i := range 3 * maxMemoTypes {
+		b := mustMarshal(t, &discoveryv3.DiscoveryRequest{TypeUrl: fmt.Sprintf("type.example/T%d", i), ResourceNames: []string{"n"}})
+		if err := memo.decode(b, &discoveryv3.DiscoveryRequest{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(memo.names) != maxMemoTypes || cap(memo.names) > 2*maxMemoTypes {
+		t.Fatalf("memo keeps %d types (capacity %d), want %d", len(memo.names), cap(memo.names), maxMemoTypes)
+	}
+	for i, tn := range memo.names {
+		if want := fmt.Sprintf("type.example/T%d", 2*maxMemoTypes+i); tn.typeURL != want {
+			t.Fatalf("memo type %d is %s, want %s (the latest)", i, tn.typeURL, want)
+		}
+	}
+	full := memo.names[:cap(memo.names)]
+	for _, tn := range full[len(memo.names):] {
+		if tn.names != nil {
+			t.Fatalf("an evicted type's names are still referenced: %v", tn)
+		}
+	}
 }

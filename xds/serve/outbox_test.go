@@ -2,11 +2,15 @@ package serve
 
 import (
 	"context"
+	"errors"
+	"io"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // TestStreamThatDoesNotReadHoldsBackItsRequests: while a stream's answers
@@ -49,5 +53,29 @@ func TestStreamThatDoesNotReadHoldsBackItsRequests(t *testing.T) {
 	case <-done:
 	case <-time.After(5 * time.Second):
 		t.Fatal("the stream did not end with its context")
+	}
+}
+
+// TestFailedReadEndsTheStreamWithItsStatus: a read that fails because
+// the client ended the stream ends it quietly; one an interceptor failed
+// (authorization refusing a node that changed) ends it with that status,
+// which the client sees.
+func TestFailedReadEndsTheStreamWithItsStatus(t *testing.T) {
+	refused := status.Error(codes.PermissionDenied, "node changed")
+	for _, c := range []struct {
+		read, want error
+	}{
+		{io.EOF, nil},
+		{status.Error(codes.Canceled, "context canceled"), nil},
+		{refused, refused},
+	} {
+		a := newADSStream[int](1)
+		err := runStream(a, context.Background(), context.Background(),
+			func(context.Context) error { return nil }, func(*corev3.Node) {},
+			func() (int, error) { return 0, c.read }, func(int) error { return nil },
+			func(int, int64) error { return nil })
+		if !errors.Is(err, c.want) && status.Code(err) != status.Code(c.want) || (c.want == nil) != (err == nil) {
+			t.Fatalf("read failing with %v: stream ended with %v, want %v", c.read, err, c.want)
+		}
 	}
 }

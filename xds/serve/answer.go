@@ -42,10 +42,11 @@ func clientName(name string) bool { return strings.IndexByte(name, 0) < 0 }
 
 // clientNames is names without those a client may not use.
 func clientNames(names []string) []string {
-	if !slices.ContainsFunc(names, func(n string) bool { return !clientName(n) }) {
+	refused := func(n string) bool { return !clientName(n) }
+	if !slices.ContainsFunc(names, refused) {
 		return names
 	}
-	return slices.DeleteFunc(slices.Clone(names), func(n string) bool { return !clientName(n) })
+	return slices.DeleteFunc(slices.Clone(names), refused)
 }
 
 // clientVersions is what a delta client's initial_resource_versions may

@@ -54,15 +54,19 @@ func TestAuthorizationChecksTheReplayedFirstRequest(t *testing.T) {
 			return n.GetId() == "a", ""
 		}
 		var ss grpc.ServerStream = &queuedStream{ctx: ctx, msgs: []*discoveryv3.DiscoveryRequest{req(a, ""), req(nil, "1"), req(&corev3.Node{Id: "b", Cluster: "edge"}, "2")}}
+		var rs *replayStream
 		if behind {
 			q := ss.(*queuedStream)
-			ss = &replayStream{ServerStream: q, first: q.msgs[0]}
-			q.msgs = q.msgs[1:]
+			rs = &replayStream{ServerStream: q, first: q.msgs[0]}
+			ss, q.msgs = rs, q.msgs[1:]
 		}
 		var nonces []string
 		err := authzInterceptor(zerolog.Nop(), authorize)(nil, ss, info, func(_ any, s grpc.ServerStream) error {
 			if len(checked) != 1 {
 				t.Fatalf("behind=%v: the handler ran with %d checks, want the first request checked", behind, len(checked))
+			}
+			if behind && rs.first == nil {
+				t.Fatal("authorization read the replayed first request itself (and replays a copy): want it checked where it is")
 			}
 			for {
 				m := &discoveryv3.DiscoveryRequest{}

@@ -75,20 +75,8 @@ func ownHeld(sub *stream.Subscription) {
 // a map of the stream's own (it carries the set mark) may be edited in
 // place. Called under the cache's lock.
 func (ts *typeSet) heldAfter(prev map[string]string, changed []*entry, removed []string, names string, own bool) map[string]string {
-	id, shared := prev[sharedMark]
-	if !own || shared || len(prev) == 0 {
-		key := heldKey{prev: id, names: names}
-		if m, ok := ts.held[key]; ok && own {
-			return m
-		}
-		m := make(map[string]string, len(prev)+len(changed)+1)
-		maps.Copy(m, prev)
-		delete(m, sharedMark)
-		ts.apply(m, changed, removed)
-		if !own {
-			return m
-		}
-		return ts.memo(key, m)
+	if id, shared := prev[sharedMark]; !own || shared || len(prev) == 0 {
+		return ts.successor(heldKey{prev: id, names: names}, prev, changed, removed, own)
 	}
 	m := prev
 	if _, ours := prev[setMark]; !ours {
@@ -101,11 +89,19 @@ func (ts *typeSet) heldAfter(prev map[string]string, changed []*entry, removed [
 // fullHeldFor is what a stream holds after a SotW full-state answer that
 // sent send (names: their namesKey): only those, whatever it held.
 func (ts *typeSet) fullHeldFor(send []*entry, names string, own bool) map[string]string {
-	key := heldKey{prev: fullHeld, names: names}
+	return ts.successor(heldKey{prev: fullHeld, names: names}, nil, send, nil, own)
+}
+
+// successor is prev (a shared map, or none) answered changed and removed:
+// the memoised map for key, or a new one, memoised if own.
+func (ts *typeSet) successor(key heldKey, prev map[string]string, changed []*entry, removed []string, own bool) map[string]string {
 	if m, ok := ts.held[key]; ok && own {
 		return m
 	}
-	m := ts.apply(make(map[string]string, len(send)+2), send, nil)
+	m := make(map[string]string, len(prev)+len(changed)+1)
+	maps.Copy(m, prev)
+	delete(m, sharedMark) // its own, if the set has no room
+	ts.apply(m, changed, removed)
 	if !own {
 		return m
 	}

@@ -125,12 +125,6 @@ type memoRequest struct {
 	into proto.Message
 }
 
-// nodeField is the field number of a request type's node.
-func nodeField(m any) (protowire.Number, bool) {
-	num, slot := nodeSlot(m)
-	return num, slot != nil
-}
-
 // nodeSlot is a request's node field: its number and where the message
 // holds it; nil for anything but the two discovery requests.
 func nodeSlot(m any) (protowire.Number, **corev3.Node) {
@@ -163,7 +157,7 @@ func setNode(m any, node *corev3.Node) {
 // names with the bytes of the memo's are the memo's slice, and a node it
 // decodes has no extensions.
 func (m *nodeMemo) decode(b []byte, into proto.Message) error {
-	num, _ := nodeField(into)
+	num, _ := nodeSlot(into)
 	_, sotw := into.(*discoveryv3.DiscoveryRequest)
 	sc, ok := scanRequest(b, num, sotw, m)
 	var sum uint64
@@ -326,7 +320,7 @@ type memoStream struct {
 
 func (s *memoStream) RecvMsg(m any) error {
 	if pm, ok := m.(proto.Message); ok {
-		if _, ok := nodeField(pm); ok {
+		if _, slot := nodeSlot(pm); slot != nil {
 			s.req = memoRequest{memo: &s.memo, into: pm}
 			err := s.ServerStream.RecvMsg(&s.req)
 			s.req.into = nil // not kept past the read

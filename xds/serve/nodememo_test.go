@@ -141,7 +141,7 @@ func checkMemoDecode(t *testing.T, memo *nodeMemo, b []byte, got proto.Message) 
 	want := got.ProtoReflect().New().Interface()
 	in := b
 	if err == nil && kept != nil && requestNode(got) == kept {
-		num, _ := nodeField(got)
+		num, _ := nodeSlot(got)
 		sc, ok := scanRequest(b, num, false, nil)
 		if !ok || sc.nodes != 1 {
 			t.Fatalf("the memo's node stood in for %d node fields", sc.nodes)

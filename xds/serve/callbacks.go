@@ -104,7 +104,8 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 	if err := c.admit(key); err != nil {
 		return err
 	}
-	r := c.tracker.request(key, n, typeURL, version, nonce, errDetail, names)
+	now := time.Now() // one reading for the tracker and the history
+	r := c.tracker.request(now, key, n, typeURL, version, nonce, errDetail, names)
 	if r.kind == reqRefused {
 		c.metrics.refused.Inc()
 		c.log.Warn().Stringer("stream", key).Str("node", truncate(r.node.GetId(), 256)).Str("reason", r.refused).
@@ -150,7 +151,7 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 		}
 	}
 	if r.kind == reqACK || r.kind == reqNACK {
-		ev := event{at: time.Now().UnixNano(), stream: key, kind: eventACK, typ: shortType(typeURL), version: r.version}
+		ev := event{at: now.UnixNano(), stream: key, kind: eventACK, typ: shortType(typeURL), version: r.version}
 		if r.kind == reqNACK {
 			ev.kind, ev.err = eventNACK, errDetail
 		}
@@ -166,9 +167,10 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 }
 
 func (c *callbacks) response(key streamKey, typeURL, version, nonce string, resources, removed int, names func() []string) {
-	node := c.tracker.response(key, typeURL, version, nonce, resources, names)
+	now := time.Now() // one reading for the tracker and the history
+	node := c.tracker.response(now, key, typeURL, version, nonce, resources, names)
 	c.metrics.pushes.WithLabelValues(metricType(typeURL)).Inc()
-	c.history.record(node.GetId(), event{at: time.Now().UnixNano(), stream: key, kind: eventPush, typ: shortType(typeURL), version: version, resources: int32(min(resources, math.MaxInt32))})
+	c.history.record(node.GetId(), event{at: now.UnixNano(), stream: key, kind: eventPush, typ: shortType(typeURL), version: version, resources: int32(min(resources, math.MaxInt32))})
 	ev := c.log.Debug()
 	if ev.Enabled() {
 		ev.Stringer("stream", key).Str("node", node.GetId()).Str("type", typeURL).Str("version", version).

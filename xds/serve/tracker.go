@@ -269,8 +269,7 @@ type reqResult struct {
 }
 
 // request records a request.
-func (t *tracker) request(key streamKey, node *corev3.Node, typeURL, version, nonce, errDetail string, names nameUpdate) reqResult {
-	now := time.Now()
+func (t *tracker) request(now time.Time, key streamKey, node *corev3.Node, typeURL, version, nonce, errDetail string, names nameUpdate) reqResult {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	st := t.streams[key]
@@ -379,8 +378,7 @@ func (st *streamState) subscribe(ts *typeState, u nameUpdate) string {
 
 // response records a response about to be sent; it returns the stream's
 // node (nil if not known yet).
-func (t *tracker) response(key streamKey, typeURL, version, nonce string, resources int, names func() []string) *corev3.Node {
-	now := time.Now()
+func (t *tracker) response(now time.Time, key streamKey, typeURL, version, nonce string, resources int, names func() []string) *corev3.Node {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	st := t.streams[key]

@@ -41,9 +41,10 @@ type Client struct {
 	mode   Mode
 	narrow bool // in the sidecar group, not the edge group (FleetConfig.Narrow)
 	node   *corev3.Node
-	// envoyNode is the Envoy node's encoding as field 1 (delta requests)
-	// and 2 (SotW); nil without FleetConfig.EnvoyNode.
-	envoyNode [2][]byte
+	// envoyNode is the Envoy node's encoding as the node field of the
+	// client's requests (1 in delta, 2 in SotW); nil without
+	// FleetConfig.EnvoyNode.
+	envoyNode []byte
 	conn      *grpc.ClientConn
 	stream    grpc.ClientStream
 	cancel    context.CancelFunc
@@ -260,27 +261,27 @@ func (c *Client) setEnvoyNode(id, cluster string) {
 		panic(err)
 	}
 	b = append(b, envoyNodeRest()...)
-	field := func(num protowire.Number) []byte {
-		return protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), b)
+	num := protowire.Number(2) // SotW's DiscoveryRequest.node
+	if c.mode == Delta {
+		num = 1 // DeltaDiscoveryRequest.node
 	}
-	c.envoyNode = [2][]byte{field(1), field(2)}
+	c.envoyNode = protowire.AppendBytes(protowire.AppendTag(nil, num, protowire.BytesType), b)
 }
 
 // withNode puts the Envoy node on m when the client has one: as the
 // encoded field itself (an unknown field to the message, encoded as is),
 // so the load generator does not encode 24 KiB per request.
 func (c *Client) withNode(m proto.Message) proto.Message {
-	if c.envoyNode[0] == nil {
+	if c.envoyNode == nil {
 		return m
 	}
 	switch r := m.(type) {
 	case *discoveryv3.DeltaDiscoveryRequest:
 		r.Node = nil
-		r.ProtoReflect().SetUnknown(c.envoyNode[0])
 	case *discoveryv3.DiscoveryRequest:
 		r.Node = nil
-		r.ProtoReflect().SetUnknown(c.envoyNode[1])
 	}
+	m.ProtoReflect().SetUnknown(c.envoyNode)
 	return m
 }
 

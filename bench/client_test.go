@@ -14,10 +14,16 @@ import (
 // of its identity and the shared rest, decodes as the Envoy node itself,
 // in delta and SotW requests.
 func TestEnvoyNodeOnRequests(t *testing.T) {
-	c := &Client{}
-	c.setEnvoyNode("web-7", "web")
 	want := envoynode.New("web-7", "web")
-	for _, m := range []proto.Message{&discoveryv3.DeltaDiscoveryRequest{TypeUrl: "t"}, &discoveryv3.DiscoveryRequest{TypeUrl: "t"}} {
+	// The requests carry the client's own small node, which the Envoy
+	// node must replace, not join.
+	small := func() *corev3.Node { return &corev3.Node{Id: "x", ClientFeatures: []string{"f"}} }
+	for _, m := range []proto.Message{&discoveryv3.DeltaDiscoveryRequest{TypeUrl: "t", Node: small()}, &discoveryv3.DiscoveryRequest{TypeUrl: "t", Node: small()}} {
+		c := &Client{mode: SotW}
+		if _, delta := m.(*discoveryv3.DeltaDiscoveryRequest); delta {
+			c.mode = Delta
+		}
+		c.setEnvoyNode("web-7", "web")
 		b, err := proto.Marshal(c.withNode(m))
 		if err != nil {
 			t.Fatal(err)

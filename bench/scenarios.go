@@ -287,8 +287,7 @@ func per(total int64, changes, n int) float64 {
 // server's with no proxies connected.
 func (r *run) s3(ctx context.Context, cfg FleetConfig, parallel int) (Row, error) {
 	time.Sleep(500 * time.Millisecond)
-	heap0 := r.heap()
-	stack0, g0 := r.stacks()
+	mem0 := r.memory()
 	m := r.meter()
 	var rss0 int64
 	for _, s := range m.all0 {
@@ -306,40 +305,30 @@ func (r *run) s3(ctx context.Context, cfg FleetConfig, parallel int) (Row, error
 	for _, t := range r.targets() {
 		rss += SampleProc(t.PID).RSS
 	}
-	heap := r.heap()
+	mem := r.memory()
 	row := m.row("S3 memory", res.SyncTimes, res.AllSynced)
 	row.RSSPerProxy = float64(rss-rss0) / float64(r.n)
-	row.HeapPerProxy = float64(heap-heap0) / float64(r.n)
+	row.HeapPerProxy = float64(mem.Heap-mem0.Heap) / float64(r.n)
 	heapNote := "heap n/a"
-	if heap > 0 {
-		heapNote = fmt.Sprintf("heap %s (%s/proxy)", bytesStr(float64(heap)), bytesStr(row.HeapPerProxy))
+	if mem.Heap > 0 {
+		heapNote = fmt.Sprintf("heap %s (%s/proxy)", bytesStr(float64(mem.Heap)), bytesStr(row.HeapPerProxy))
 	}
-	if stack, g := r.stacks(); stack > 0 {
+	if mem.Stacks > 0 {
 		heapNote += fmt.Sprintf(", stacks %s/proxy (%.1f goroutines/proxy)",
-			bytesStr(float64(stack-stack0)/float64(r.n)), float64(g-g0)/float64(r.n))
+			bytesStr(float64(mem.Stacks-mem0.Stacks)/float64(r.n)), float64(mem.Goroutines-mem0.Goroutines)/float64(r.n))
 	}
 	row.Notes = fmt.Sprintf("latency = connect to full state; RSS %s→%s (%s/proxy), %s",
 		bytesStr(float64(rss0)), bytesStr(float64(rss)), bytesStr(row.RSSPerProxy), heapNote)
 	return row, nil
 }
 
-// stacks is the goroutine stacks in use and the goroutines over every
-// server of the run that exposes them.
-func (r *run) stacks() (bytes, goroutines int64) {
+// memory sums the memory figures of every server of the run.
+func (r *run) memory() Memory {
+	var m Memory
 	for _, t := range r.targets() {
-		b, g := t.Stacks()
-		bytes, goroutines = bytes+b, goroutines+g
+		m = m.plus(t.Memory(r.consul))
 	}
-	return bytes, goroutines
-}
-
-// heap is the Go heap in use over every server of the run.
-func (r *run) heap() int64 {
-	var h int64
-	for _, t := range r.targets() {
-		h += t.Heap(r.consul)
-	}
-	return h
+	return m
 }
 
 // runtimeGC lets the server's heap settle before a reading; we cannot
@@ -368,7 +357,7 @@ func (r *run) s4idle(ctx context.Context) Row {
 func (r *run) s5(ctx context.Context) (Row, Row) {
 	m := r.meter()
 	r.f.ResetPushCounts()
-	heap0 := r.t.Heap(r.consul)
+	heap0 := r.t.Memory(r.consul).Heap
 	rss0 := m.s0.RSS
 	interval := time.Second / time.Duration(max(1, r.opts.StormRate))
 	tick := time.NewTicker(interval)
@@ -450,7 +439,7 @@ func (r *run) s5(ctx context.Context) (Row, Row) {
 	errs += int(werrs.Load())
 	collect(r.opts.FlipTimeout)
 	s := SampleProc(r.t.PID)
-	heap1 := r.t.Heap(r.consul)
+	heap1 := r.t.Memory(r.consul).Heap
 	row := m.row("S5 churn storm", lats, -1)
 	if len(lasts) > 0 {
 		row.Max = slices.Max(lasts)

@@ -41,43 +41,40 @@ func (t *Target) Stop() {
 	}
 }
 
-// Heap returns the server's Go heap in use, when it exposes it.
-func (t *Target) Heap(c *Consul) int64 {
+// Memory is what a server reports of its memory; zero where it reports
+// nothing.
+type Memory struct {
+	Heap       int64 // Go heap in use
+	Stacks     int64 // goroutine stacks in use (the bridge's metrics)
+	Goroutines int64
+}
+
+func (m Memory) plus(o Memory) Memory {
+	return Memory{Heap: m.Heap + o.Heap, Stacks: m.Stacks + o.Stacks, Goroutines: m.Goroutines + o.Goroutines}
+}
+
+// Memory returns the server's memory figures from one scrape of its
+// metrics (Consul's own metrics for the peer, which reports its heap only).
+func (t *Target) Memory(c *Consul) Memory {
 	if t.MetricsURL != "" {
 		m, err := ScrapeMetrics(t.MetricsURL)
 		if err != nil {
-			return 0
+			return Memory{}
 		}
-		return int64(m["go_memstats_heap_inuse_bytes"])
+		return Memory{Heap: int64(m["go_memstats_heap_inuse_bytes"]), Stacks: int64(m["go_memstats_stack_inuse_bytes"]), Goroutines: int64(m["go_goroutines"])}
 	}
 	if t.Name == "peer" && c != nil {
 		mi, err := c.Client.Agent().Metrics()
 		if err != nil {
-			return 0
+			return Memory{}
 		}
 		for _, g := range mi.Gauges {
-			if g.Name == "consul.runtime.heap_objects" {
-				_ = g
-			}
 			if g.Name == "consul.runtime.alloc_bytes" {
-				return int64(g.Value)
+				return Memory{Heap: int64(g.Value)}
 			}
 		}
 	}
-	return 0
-}
-
-// Stacks returns the server's goroutine stacks in use and its number of
-// goroutines, when it exposes them (the bridge's metrics).
-func (t *Target) Stacks() (bytes, goroutines int64) {
-	if t.MetricsURL == "" {
-		return 0, 0
-	}
-	m, err := ScrapeMetrics(t.MetricsURL)
-	if err != nil {
-		return 0, 0
-	}
-	return int64(m["go_memstats_stack_inuse_bytes"]), int64(m["go_goroutines"])
+	return Memory{}
 }
 
 // ConsulRequests is the number of Consul HTTP requests the server made so

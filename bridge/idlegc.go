@@ -79,7 +79,7 @@ type idleCollector struct {
 }
 
 func newIdleCollector(clock clockwork.Clock, cpu func() time.Duration, builds func() (bool, uint64), collected func()) *idleCollector {
-	return &idleCollector{clock: clock, cpu: cpu, heap: readHeap, collect: runtime.GC, builds: builds, collected: collected}
+	return &idleCollector{clock: clock, cpu: cpu, heap: heapReader(), collect: runtime.GC, builds: builds, collected: collected}
 }
 
 func (c *idleCollector) run(ctx context.Context) {
@@ -125,17 +125,22 @@ func (c *idleCollector) run(ctx context.Context) {
 
 var heapSamples = []string{"/memory/classes/heap/objects:bytes", "/gc/heap/live:bytes", "/gc/heap/goal:bytes", "/gc/heap/allocs:bytes"}
 
-func readHeap() heapState {
+// heapReader returns a reader of the heap's state that reuses its
+// samples, for one goroutine: the collector reads every 100 ms for the
+// process's life and should not itself allocate while idle.
+func heapReader() func() heapState {
 	s := make([]rtmetrics.Sample, len(heapSamples))
 	for i, name := range heapSamples {
 		s[i].Name = name
 	}
-	rtmetrics.Read(s)
 	v := func(i int) uint64 {
 		if s[i].Value.Kind() != rtmetrics.KindUint64 {
 			return 0
 		}
 		return s[i].Value.Uint64()
 	}
-	return heapState{objects: v(0), live: v(1), goal: v(2), allocs: v(3)}
+	return func() heapState {
+		rtmetrics.Read(s)
+		return heapState{objects: v(0), live: v(1), goal: v(2), allocs: v(3)}
+	}
 }

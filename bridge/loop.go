@@ -63,6 +63,8 @@ type loop struct {
 	debounce     debounce
 	pendingSince time.Time
 	timer        clockwork.Timer
+	// armed is whether timer is armed for a build (see arm).
+	armed        bool
 	lastWarnings []string
 	// translator remembers the last translation, so a change rebuilds
 	// only the resources it touches.
@@ -168,18 +170,24 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 }
 
 // schedule arms the build timer for a change (see debounce).
-func (l *loop) schedule() {
+func (l *loop) schedule() { l.arm(l.debounce.changed(l.d.clock.Now())) }
+
+// arm arms the build timer to fire after d. A build is pending from now
+// until it has run, so the idle collector does not collect meanwhile;
+// every arming goes through here, so none leaves the flag unset.
+func (l *loop) arm(d time.Duration) {
+	l.armed = true
 	l.d.buildPending.Store(true)
-	l.timer.Reset(l.debounce.changed(l.d.clock.Now()))
+	l.timer.Reset(d)
 }
 
 func (l *loop) build(ctx context.Context) {
 	// Pending through the build and its Update (the fan-out starts
-	// there), cleared at the end unless the build re-armed itself.
+	// there), cleared at the end unless the build re-armed the timer.
 	l.d.buildPending.Store(true)
-	rearmed := false
+	l.armed = false // the timer fired
 	defer func() {
-		l.d.buildPending.Store(rearmed)
+		l.d.buildPending.Store(l.armed)
 		l.d.buildsDone.Add(1)
 	}()
 	start := l.d.clock.Now()
@@ -201,8 +209,7 @@ func (l *loop) build(ctx context.Context) {
 			l.pendingSince = l.d.clock.Now()
 		}
 		if l.d.clock.Since(l.pendingSince) < pendingGrace {
-			l.timer.Reset(l.d.cfg.Settings.XDS.DebounceHoldOff)
-			rearmed = true
+			l.arm(l.d.cfg.Settings.XDS.DebounceHoldOff)
 			return
 		}
 		l.d.log.Warn().Strs("services", append(keys(l.catalog.Pending), meshPending...)).Msg("services still loading after grace period; serving without them")
@@ -216,7 +223,7 @@ func (l *loop) build(ctx context.Context) {
 		if held > 0 {
 			l.d.log.Info().Int("instances", held).Time("until", until).Msg("holding health downgrades after Consul reconnect")
 			// Rebuild when the window ends, with the real state.
-			l.timer.Reset(until.Sub(start) + time.Millisecond)
+			l.arm(until.Sub(start) + time.Millisecond)
 		}
 	}
 	m, warnings := model.Build(cat, l.policy)

@@ -3,10 +3,12 @@ package bridge
 import (
 	"context"
 	"errors"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,8 +81,14 @@ func startLoopWith(t *testing.T, configure func(*Config, *loop)) *loopHarness {
 // instance on port.
 func (h *loopHarness) send(port int) {
 	h.t.Helper()
-	cat := consul.NewCatalog([]*consul.Service{{Name: "web", Index: uint64(port), Instances: []consul.Instance{
-		{ID: "web-1", Node: "n1", Address: "10.0.0.1", Port: port, Status: consul.StatusPassing},
+	h.sendStatus(port, consul.StatusPassing, uint64(port))
+}
+
+// sendStatus is send with the instance's health and the service's index.
+func (h *loopHarness) sendStatus(port int, status consul.Status, index uint64) {
+	h.t.Helper()
+	cat := consul.NewCatalog([]*consul.Service{{Name: "web", Index: index, Instances: []consul.Instance{
+		{ID: "web-1", Node: "n1", Address: "10.0.0.1", Port: port, Status: status},
 	}}})
 	select {
 	case h.updates <- consul.Update{Catalog: cat, Complete: true, ChangedAt: h.clock.Now()}:
@@ -274,4 +282,42 @@ func TestLoopSlowPolicyDoesNotHoldUpdates(t *testing.T) {
 	if n := parses.Load(); n != 2 {
 		t.Fatalf("the unchanged slow document was parsed %d more times, want once", n-1)
 	}
+}
+
+// TestLoopHoldsDowngradesAfterReconnect: after Consul's agent was down, a
+// health downgrade is held until the hold window ends, a build stays
+// pending meanwhile (the idle collector must not take the rebuild's
+// moment for idle), and the rebuild at the window's end serves it.
+func TestLoopHoldsDowngradesAfterReconnect(t *testing.T) {
+	h := startLoop(t)
+	holdOff := h.d.cfg.Settings.XDS.DebounceHoldOff
+	h.send(8001)
+	h.eventually("the first build", func() bool { return h.builds() == 1 })
+	if !strings.Contains(h.served(), `"HEALTHY"`) {
+		t.Fatalf("served %s, want the instance healthy", h.served())
+	}
+	// The agent refused connections, then answered: the hold arms.
+	now := h.clock.Now()
+	refused := &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	h.d.outages.record("", refused, now, true)
+	if down := h.d.outages.record("", nil, now.Add(time.Millisecond), true); down == 0 {
+		t.Fatal("a refused connection armed no hold")
+	}
+	h.clock.Advance(holdOff) // quiet: the downgrade builds at once
+	h.sendStatus(8001, consul.StatusCritical, 2)
+	h.eventually("the held build", func() bool { return h.builds() == 2 })
+	if !strings.Contains(h.served(), `"HEALTHY"`) {
+		t.Fatalf("served %s during the hold, want the instance still healthy", h.served())
+	}
+	// buildsDone counts a build once it has set the flag for what follows.
+	h.eventually("the held build's end", func() bool { return h.d.buildsDone.Load() == 2 })
+	if !h.d.buildPending.Load() {
+		t.Error("no build pending while the hold waits for its rebuild")
+	}
+	h.clock.Advance(h.d.cfg.Settings.Consul.ReconnectHold)
+	h.eventually("the rebuild at the hold's end", func() bool { return h.builds() == 3 })
+	if strings.Contains(h.served(), `"HEALTHY"`) {
+		t.Fatalf("served %s after the hold, want the downgrade", h.served())
+	}
+	h.eventually("nothing pending after the rebuild", func() bool { return !h.d.buildPending.Load() })
 }

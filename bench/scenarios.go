@@ -212,6 +212,7 @@ func failed(row Row, err error) Row {
 // proxy's ACK of the new endpoints, and to the last one.
 func (r *run) s1(ctx context.Context) Row {
 	m := r.meter()
+	fan0 := r.fanout()
 	var all []time.Duration
 	var worst time.Duration
 	var lasts []time.Duration
@@ -233,6 +234,12 @@ func (r *run) s1(ctx context.Context) Row {
 	}
 	row := m.row("S1 health flip", all, worst)
 	row.Notes = fmt.Sprintf("%d flips; time-to-last-proxy p50 %s%s", r.opts.S1Flips, ms(percentile(lasts, 50)), slowFlips(lasts))
+	if fan := r.fanout(); fan.count > fan0.count {
+		// The server's half: the proxies' half is the load generator's
+		// one core reading, applying and ACKing for every proxy.
+		row.Notes += fmt.Sprintf("; server fan-out mean %s (push_fanout_seconds)",
+			ms(time.Duration((fan.sum-fan0.sum)/(fan.count-fan0.count)*float64(time.Second))))
+	}
 	return row
 }
 
@@ -320,6 +327,24 @@ func (r *run) s3(ctx context.Context, cfg FleetConfig, parallel int) (Row, error
 	row.Notes = fmt.Sprintf("latency = connect to full state; RSS %s→%s (%s/proxy), %s",
 		bytesStr(float64(rss0)), bytesStr(float64(rss)), bytesStr(row.RSSPerProxy), heapNote)
 	return row, nil
+}
+
+// fanoutTotals is the bridge's push_fanout_seconds histogram's sum and
+// count, over every server of the run that exposes it.
+type fanoutTotals struct{ sum, count float64 }
+
+func (r *run) fanout() fanoutTotals {
+	var f fanoutTotals
+	for _, t := range r.targets() {
+		if t.MetricsURL == "" {
+			continue
+		}
+		if m, err := ScrapeMetrics(t.MetricsURL); err == nil {
+			f.sum += m["consul_xds_bridge_push_fanout_seconds_sum"]
+			f.count += m["consul_xds_bridge_push_fanout_seconds_count"]
+		}
+	}
+	return f
 }
 
 // memory sums the memory figures of every server of the run.

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -221,6 +222,8 @@ type serveCache struct {
 	// subscription is what was checked before): the names are not walked
 	// again once per proxy per push.
 	watched func(node *corev3.Node, typeURL string, sub cachev3.Subscription, namesChanged bool)
+	// fanned, if set, is told each update's fan-out time (fanout.go).
+	fanned func(time.Duration)
 }
 
 var _ cachev3.Cache = (*serveCache)(nil)
@@ -260,6 +263,11 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) []string {
 	}
 	old := k.sets
 	k.sets = sets
+	var fan *fanout
+	if c.fanned != nil {
+		fan = newFanout(c.fanned)
+	}
+	answered := false
 	var changed []string
 	for _, typ := range typeOrder {
 		ts := sets[typ]
@@ -272,6 +280,10 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) []string {
 		for _, w := range inOrder(k.sotw[typ]) {
 			if resp := sotwAnswer(w.req, w.sub, ts, w.seen, w.own); resp != nil {
 				delete(k.sotw[typ], w)
+				if r, ok := resp.(*sotwResponse); ok && fan != nil {
+					r.fan, answered = fan, true
+					fan.add()
+				}
 				w.send(resp)
 				continue
 			}
@@ -280,11 +292,18 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) []string {
 		for _, w := range inOrder(k.delta[typ]) {
 			if resp := deltaAnswer(w.req, w.sub, ts, w.seen, w.own); resp != nil {
 				delete(k.delta[typ], w)
+				if r, ok := resp.(*deltaResponse); ok && fan != nil {
+					r.fan, answered = fan, true
+					fan.add()
+				}
 				w.send(resp)
 				continue
 			}
 			w.seen = ts.mark
 		}
+	}
+	if answered {
+		fan.handed() // the cache's own count: answering is over
 	}
 	return changed
 }
@@ -350,7 +369,7 @@ func (c *serveCache) served(key string) map[string]*typeSet {
 // go-control-plane's SotW server did (answers copy the held versions);
 // the bridge's own SotW server (sotw.go) calls openSotw.
 func (c *serveCache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
-	return c.openSotwWatch(0, req, sub, "", false, func(r cachev3.Response) { ch <- r }), nil
+	return c.openSotwWatch(0, req, sub, "", false, func(r cachev3.Response) { ch <- r; handedOver(r) }), nil
 }
 
 // openSotw is openDelta for SotW. sameNames says the request names what
@@ -384,7 +403,7 @@ func (c *serveCache) openSotwWatch(order uint64, req *cachev3.Request, sub cache
 // CreateDeltaWatch is go-control-plane's delta watch, kept likewise; the
 // bridge's own delta server (delta.go) calls openDelta.
 func (c *serveCache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, ch chan cachev3.DeltaResponse) (func(), error) {
-	return c.openDeltaWatch(0, req, sub, false, func(r cachev3.DeltaResponse) { ch <- r }), nil
+	return c.openDeltaWatch(0, req, sub, false, func(r cachev3.DeltaResponse) { ch <- r; handedOver(r) }), nil
 }
 
 // openDelta answers req at once through send if the stream lacks
@@ -489,6 +508,7 @@ type sotwResponse struct {
 	entries  []*entry
 	returned map[string]string
 	shared   *sharedSotw // nil: encoded on its own
+	fan      *fanout     // the update it answers; nil for a request's
 }
 
 var _ cachev3.Response = (*sotwResponse)(nil)
@@ -527,6 +547,7 @@ type deltaResponse struct {
 	removed  []string
 	returned map[string]string
 	shared   *sharedDelta // nil: encoded on its own
+	fan      *fanout      // the update it answers; nil for a request's
 }
 
 var _ cachev3.DeltaResponse = (*deltaResponse)(nil)

@@ -26,6 +26,7 @@ type metrics struct {
 	nacks         *prometheus.CounterVec
 	resources     *prometheus.GaugeVec
 	updateSeconds prometheus.Histogram
+	fanout        prometheus.Histogram
 	// admission control (admission.go)
 	admissionWaiting prometheus.Gauge
 	admissionSyncing prometheus.Gauge
@@ -70,6 +71,11 @@ func newMetrics(reg prometheus.Registerer, log zerolog.Logger) *metrics {
 			Help:    "Time spent installing a translation into the serving cache (marshalling and hashing changed resources, consistency checks, answering waiting watches) for every node.cluster.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10), // 0.5ms .. ~131s
 		}),
+		fanout: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "consul_xds_bridge_push_fanout_seconds",
+			Help:    "Per update of a node.cluster's resources: time from answering its proxies' waiting watches to the last of those answers handed to gRPC (or dropped with its stream). The server's share of a change's latency; a stuck proxy holds its update open.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5ms .. ~16s
+		}),
 		admissionWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "consul_xds_bridge_initial_syncs_waiting",
 			Help: "New xDS streams waiting for an initial-sync slot (xds.max_initial_syncs).",
@@ -101,6 +107,7 @@ func newMetrics(reg prometheus.Registerer, log zerolog.Logger) *metrics {
 	m.nacks = register(reg, log, m.nacks)
 	m.resources = register(reg, log, m.resources)
 	m.updateSeconds = register(reg, log, m.updateSeconds)
+	m.fanout = register(reg, log, m.fanout)
 	// Known types start at zero, so rate() works from the first push.
 	for _, typ := range typeOrder {
 		t := shortType(typ)

@@ -108,11 +108,16 @@ func (o *outbox[R]) next() (R, bool) {
 	return r, true
 }
 
-// drop forgets what was not sent (the stream ended).
+// drop forgets what was not sent (the stream ended); an update's fan-out
+// does not wait for a stream that is gone.
 func (o *outbox[R]) drop() {
 	o.mu.Lock()
+	pending := o.pending
 	o.pending = nil
 	o.mu.Unlock()
+	for _, r := range pending {
+		handedOver(r)
+	}
 }
 
 // pump is a stream handler's loop: it sends what o holds until the
@@ -137,7 +142,9 @@ func pump[R any](ctx context.Context, o *outbox[R], send func(r R, nonce int64) 
 				break
 			}
 			nonce++
-			if err := send(r, nonce); err != nil {
+			err := send(r, nonce)
+			handedOver(r)
+			if err != nil {
 				return err
 			}
 		}

@@ -160,6 +160,7 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	s.tracker = newTracker()
 	s.metrics = newMetrics(cfg.Registerer, log)
+	s.cache.fanned = func(d time.Duration) { s.metrics.fanout.Observe(d.Seconds()) }
 	s.scope = newScopeLog(cfg.Registerer, log)
 	s.sidecars = newSidecars(log, cfg.Sidecars)
 	s.sidecars.authorize = cfg.AuthorizeNodes

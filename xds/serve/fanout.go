@@ -1,0 +1,54 @@
+package serve
+
+import (
+	"sync/atomic"
+	"time"
+)
+
+// fanout follows one update of a key out to its streams, for
+// consul_xds_bridge_push_fanout_seconds: from when the cache began
+// answering the key's waiting watches to when the last of those answers
+// was handed to gRPC (its stream's Send returned; gRPC's writer puts it
+// on the wire right after), or was dropped because its stream ended. An
+// answer still queued behind a stuck client holds the update open: it has
+// not fanned out. It is the server's half of a change's latency; the
+// proxies' half (reading, applying, ACKing) is theirs.
+type fanout struct {
+	start time.Time
+	// left is the answers not yet handed over, plus one while the cache
+	// is still answering (so an early send cannot finish the update).
+	left atomic.Int32
+	done func(time.Duration)
+}
+
+func newFanout(done func(time.Duration)) *fanout {
+	f := &fanout{start: time.Now(), done: done}
+	f.left.Store(1)
+	return f
+}
+
+// add counts one more answer of the update.
+func (f *fanout) add() { f.left.Add(1) }
+
+// handed records that one answer was handed over (or dropped); the last
+// one observes the update's fan-out time. Nil-safe: answers to requests,
+// not updates, have none.
+func (f *fanout) handed() {
+	if f != nil && f.left.Add(-1) == 0 {
+		f.done(time.Since(f.start))
+	}
+}
+
+// fanned is an answer that may belong to an update's fan-out.
+type fanned interface{ fanout() *fanout }
+
+func (r *sotwResponse) fanout() *fanout  { return r.fan }
+func (r *deltaResponse) fanout() *fanout { return r.fan }
+
+// handedOver records that r was handed over or dropped, if it belongs to
+// an update's fan-out.
+func handedOver(r any) {
+	if f, ok := r.(fanned); ok {
+		f.fanout().handed()
+	}
+}

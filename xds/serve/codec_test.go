@@ -5,10 +5,15 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/reflect/protoreflect"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
@@ -47,28 +52,43 @@ func TestSharedEncodingIsProtoEncoding(t *testing.T) {
 	before := sharedSends.Load()
 
 	sh := newSharedSotw(ts.version, ts.typeURL, ts.order)
-	for _, nonce := range []string{"1", "12345"} {
+	// The nonce alone is encoded by hand: empty, short, and long enough
+	// for a two-byte length.
+	long := strings.Repeat("9", 200)
+	for _, nonce := range []string{"", "1", "12345", long} {
 		m := sh.response(ts.version, ts.typeURL)
 		m.Nonce = nonce
 		if got, want := marshalled(t, m), deterministic(t, m); !bytes.Equal(got, want) {
-			t.Fatalf("SotW nonce %s: shared encoding differs from proto.Marshal:\n got %x\nwant %x", nonce, got, want)
+			t.Fatalf("SotW nonce %q: shared encoding differs from proto.Marshal:\n got %x\nwant %x", nonce, got, want)
 		}
+	}
+	m := sh.response(ts.version, ts.typeURL)
+	m.Nonce, m.ControlPlane = "3", &corev3.ControlPlane{Identifier: "bridge"}
+	if got, want := marshalled(t, m), deterministic(t, m); !bytes.Equal(got, want) {
+		t.Fatalf("SotW with a control plane: shared encoding differs:\n got %x\nwant %x", got, want)
 	}
 	dsh := newSharedDelta(ts.version, ts.typeURL, ts.order[:1])
 	for _, removed := range [][]string{nil, {"gone", "old"}} {
-		m := dsh.response(ts.version, ts.typeURL, removed)
-		m.Nonce = "7"
-		if got, want := marshalled(t, m), deterministic(t, m); !bytes.Equal(got, want) {
-			t.Fatalf("delta removing %v: shared encoding differs:\n got %x\nwant %x", removed, got, want)
+		for _, nonce := range []string{"7", long} {
+			m := dsh.response(ts.version, ts.typeURL, removed)
+			m.Nonce = nonce
+			if got, want := marshalled(t, m), deterministic(t, m); !bytes.Equal(got, want) {
+				t.Fatalf("delta removing %v, nonce %q: shared encoding differs:\n got %x\nwant %x", removed, nonce, got, want)
+			}
 		}
 	}
-	if n := sharedSends.Load() - before; n != 4 {
-		t.Fatalf("%d responses sent from the shared encoding, want 4", n)
+	d := dsh.response(ts.version, ts.typeURL, nil)
+	d.Nonce, d.ControlPlane = "8", &corev3.ControlPlane{Identifier: "bridge"}
+	if got, want := marshalled(t, d), deterministic(t, d); !bytes.Equal(got, want) {
+		t.Fatalf("delta with a control plane: shared encoding differs:\n got %x\nwant %x", got, want)
+	}
+	if n := sharedSends.Load() - before; n != 10 {
+		t.Fatalf("%d responses sent from the shared encoding, want 10", n)
 	}
 
 	// Not what was encoded: the codec must not send the prefix.
 	before = sharedSends.Load()
-	m := sh.response(ts.version, ts.typeURL)
+	m = sh.response(ts.version, ts.typeURL)
 	m.VersionInfo = "other"
 	if got, want := marshalled(t, m), deterministic(t, m); !bytes.Equal(got, want) {
 		t.Fatal("a changed version was sent with the shared prefix")
@@ -79,13 +99,24 @@ func TestSharedEncodingIsProtoEncoding(t *testing.T) {
 	if got, want := marshalled(t, m), deterministic(t, m); !bytes.Equal(got, want) {
 		t.Fatal("own slice encoded wrongly")
 	}
-	d := dsh.response(ts.version, ts.typeURL, nil)
+	d = dsh.response(ts.version, ts.typeURL, nil)
 	d.TypeUrl = resourcev3.ClusterType
 	if got, want := marshalled(t, d), deterministic(t, d); !bytes.Equal(got, want) {
 		t.Fatal("a changed type URL was sent with the shared prefix")
 	}
 	if n := sharedSends.Load() - before; n != 0 {
 		t.Fatalf("%d mismatching responses sent from a shared encoding", n)
+	}
+}
+
+// TestNonceField: the nonce the codec encodes by hand is field 5 of both
+// responses.
+func TestNonceField(t *testing.T) {
+	for _, m := range []proto.Message{&discoveryv3.DiscoveryResponse{}, &discoveryv3.DeltaDiscoveryResponse{}} {
+		f := m.ProtoReflect().Descriptor().Fields().ByName("nonce")
+		if f == nil || f.Number() != nonceField || f.Kind() != protoreflect.StringKind {
+			t.Errorf("%T: nonce is %v, want string field %d", m, f, nonceField)
+		}
 	}
 }
 

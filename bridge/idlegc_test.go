@@ -92,10 +92,10 @@ func TestIdleCollectorCollectsBeforeTheNextBurst(t *testing.T) {
 		builds  uint64 // builds done
 	}{
 		{0, hs(40, 0), false, 0},
-		{50 * ms, hs(70, 30), false, 1},  // a build and its fan-out
-		{50 * ms, hs(70, 30), true, 1},   // idle, but a change waits: no
-		{52 * ms, hs(72, 32), false, 2},  // its build, cheap: idle by CPU, but a fan-out starts: no
-		{52 * ms, hs(72, 32), false, 2},  // idle: 72 + 2×32 passes 82: collect
+		{50 * ms, hs(70, 30), false, 1}, // a build and its fan-out
+		{50 * ms, hs(70, 30), true, 1},  // idle, but a change waits: no
+		{52 * ms, hs(72, 32), false, 2}, // its build, cheap: idle by CPU, but a fan-out starts: no
+		{52 * ms, hs(72, 32), false, 2}, // idle: 72 + 2×32 passes 82: collect
 		// Idle after the collection, whose CPU is not work, so the few
 		// MiB allocated meanwhile are no burst (as work, 4 + the next
 		// fan-out's 10 would pass 82 on the tick after it): not again.

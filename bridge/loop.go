@@ -191,6 +191,7 @@ func (l *loop) build(ctx context.Context) {
 		l.d.buildsDone.Add(1)
 	}()
 	start := l.d.clock.Now()
+	buildStart := start
 	l.debounce.built(start)
 	// The CPU spent since the last build: that build, its pushes, and
 	// whatever else the bridge did meanwhile; it sets the next window.
@@ -261,7 +262,9 @@ func (l *loop) build(ctx context.Context) {
 			return
 		}
 	}
+	updateStart := l.d.clock.Now()
 	changed, err := l.d.xds.Update(ctx, out, sidecarResolve(l.policy))
+	updated := l.d.clock.Now()
 	if ctx.Err() != nil {
 		return
 	}
@@ -286,9 +289,13 @@ func (l *loop) build(ctx context.Context) {
 			Msg("first complete Consul sync served; ready")
 	}
 	if len(changed) > 0 {
-		ev := l.d.log.Info().Strs("types", changed).Int("clusters", len(out.Shared.Clusters))
+		// Where a change's time went before the fan-out: waiting for
+		// its build (debounce, a build before it), building and
+		// translating, then serving (answering every waiting watch).
+		ev := l.d.log.Info().Strs("types", changed).Int("clusters", len(out.Shared.Clusters)).
+			Dur("build", updateStart.Sub(start)).Dur("update", updated.Sub(updateStart))
 		if !l.changedAt.IsZero() {
-			ev = ev.Dur("since_consul_change", l.d.clock.Since(l.changedAt))
+			ev = ev.Dur("since_consul_change", l.d.clock.Since(l.changedAt)).Dur("waited", buildStart.Sub(l.changedAt))
 		}
 		ev.Msg("snapshot updated")
 	}

@@ -2,11 +2,13 @@ package bridge
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -320,4 +322,62 @@ func TestLoopHoldsDowngradesAfterReconnect(t *testing.T) {
 		t.Fatalf("served %s after the hold, want the downgrade", h.served())
 	}
 	h.eventually("nothing pending after the rebuild", func() bool { return !h.d.buildPending.Load() })
+}
+
+// lockedBuffer is a log sink the loop writes and the test reads.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) lines(msg string) []map[string]any {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(l.b.String(), "\n") {
+		var ev map[string]any
+		if json.Unmarshal([]byte(line), &ev) == nil && ev["message"] == msg {
+			out = append(out, ev)
+		}
+	}
+	return out
+}
+
+// TestLoopLogsWhereAChangesTimeWent: "snapshot updated" says how long the
+// change waited for its build (the debounce window here), and how long
+// building and serving took, within the time since Consul's change.
+func TestLoopLogsWhereAChangesTimeWent(t *testing.T) {
+	logs := &lockedBuffer{}
+	h := startLoopWith(t, func(c *Config, _ *loop) { c.Logger = zerolog.New(logs) })
+	holdOff := h.d.cfg.Settings.XDS.DebounceHoldOff
+	h.send(8001)
+	h.eventually("the first build", func() bool { return h.builds() == 1 })
+	h.send(8002) // within the window of the first build: it waits
+	armed, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := h.clock.BlockUntilContext(armed, 1); err != nil {
+		t.Fatalf("no build timer armed: %v", err)
+	}
+	h.clock.Advance(holdOff)
+	h.eventually("the second build's log", func() bool { return len(logs.lines("snapshot updated")) == 2 })
+	evs := logs.lines("snapshot updated")
+	ms := float64(holdOff) / float64(time.Millisecond)
+	if w := evs[0]["waited"]; w != 0.0 {
+		t.Errorf("the first change waited %v ms, want 0 (built at once)", w)
+	}
+	ev := evs[1]
+	if ev["waited"] != ms || ev["since_consul_change"] != ms {
+		t.Errorf("the second change waited %v ms, %v ms since Consul's change; want %v for both (the fake clock moves only by the window)", ev["waited"], ev["since_consul_change"], ms)
+	}
+	for _, f := range []string{"build", "update"} {
+		if _, ok := ev[f].(float64); !ok {
+			t.Errorf("snapshot updated lacks %s: %v", f, ev)
+		}
+	}
 }

@@ -132,12 +132,12 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 	}
 	switch r.kind {
 	case reqNACK:
-		c.metrics.nacks.WithLabelValues(metricType(typeURL)).Inc()
+		c.metrics.counted(typeURL).nacks.Inc()
 		c.log.Warn().Stringer("stream", key).Str("node", node.GetId()).Str("group", node.GetCluster()).
 			Str("type", typeURL).Str("version", r.version).Str("nonce", nonce).Str("error", truncate(errDetail, maxNACKText)).Int("error_bytes", len(errDetail)).
 			Msg("proxy rejected config (NACK); it keeps its previous version and gets no resend until the config changes")
 	case reqACK:
-		c.metrics.acks.WithLabelValues(metricType(typeURL)).Inc()
+		c.metrics.counted(typeURL).acks.Inc()
 		// Checked first: passing key as a Stringer allocates even when
 		// the event is dropped, once per proxy per push.
 		if ev := c.log.Debug(); ev.Enabled() {
@@ -169,7 +169,7 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 func (c *callbacks) response(key streamKey, typeURL, version, nonce string, resources, removed int, names func() []string) {
 	now := time.Now() // one reading for the tracker and the history
 	node := c.tracker.response(now, key, typeURL, version, nonce, resources, names)
-	c.metrics.pushes.WithLabelValues(metricType(typeURL)).Inc()
+	c.metrics.counted(typeURL).pushes.Inc()
 	c.history.record(node.GetId(), event{at: now.UnixNano(), stream: key, kind: eventPush, typ: shortType(typeURL), version: version, resources: int32(min(resources, math.MaxInt32))})
 	ev := c.log.Debug()
 	if ev.Enabled() {

@@ -41,6 +41,8 @@ type metrics struct {
 
 	mu        sync.Mutex
 	connCount map[[2]string]int // group, kind -> open streams
+	// byType is typeOrder's counters by type URL (counted); read only.
+	byType map[string]*typeCounters
 }
 
 func newMetrics(reg prometheus.Registerer, log zerolog.Logger) *metrics {
@@ -108,14 +110,29 @@ func newMetrics(reg prometheus.Registerer, log zerolog.Logger) *metrics {
 	m.resources = register(reg, log, m.resources)
 	m.updateSeconds = register(reg, log, m.updateSeconds)
 	m.fanout = register(reg, log, m.fanout)
-	// Known types start at zero, so rate() works from the first push.
+	// Known types start at zero, so rate() works from the first push,
+	// and their counters are resolved once (counted below).
+	m.byType = map[string]*typeCounters{}
 	for _, typ := range typeOrder {
 		t := shortType(typ)
-		m.pushes.WithLabelValues(t)
-		m.acks.WithLabelValues(t)
-		m.nacks.WithLabelValues(t)
+		m.byType[typ] = &typeCounters{pushes: m.pushes.WithLabelValues(t), acks: m.acks.WithLabelValues(t), nacks: m.nacks.WithLabelValues(t)}
 	}
 	return m
+}
+
+// typeCounters are one type's pushes, ACKs and NACKs. They are counted
+// twice per proxy per change, and WithLabelValues hashes and looks up its
+// label on every call.
+type typeCounters struct{ pushes, acks, nacks prometheus.Counter }
+
+// counted is typeURL's counters: resolved once for the types the bridge
+// serves, looked up per call for any other a client names.
+func (m *metrics) counted(typeURL string) typeCounters {
+	if c, ok := m.byType[typeURL]; ok {
+		return *c
+	}
+	t := metricType(typeURL)
+	return typeCounters{pushes: m.pushes.WithLabelValues(t), acks: m.acks.WithLabelValues(t), nacks: m.nacks.WithLabelValues(t)}
 }
 
 // register registers c, or reuses the collector already registered under

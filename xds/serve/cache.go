@@ -181,6 +181,8 @@ type keyState struct {
 	streams int
 	sotw    map[string]map[*sotwWatch]struct{}  // type URL ->
 	delta   map[string]map[*deltaWatch]struct{} // type URL ->
+	// fan is the fan-out of the latest update that answered a watch.
+	fan *fanout
 }
 
 // A watch's order is its stream's (streams are numbered as they open):
@@ -303,6 +305,7 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) []string {
 		}
 	}
 	if answered {
+		k.fan = fan
 		fan.handed() // the cache's own count: answering is over
 	}
 	return changed
@@ -388,9 +391,12 @@ func (c *serveCache) openSotwWatch(order uint64, req *cachev3.Request, sub cache
 		c.watched(req.GetNode(), req.GetTypeUrl(), sub, held == "")
 	}
 	w := &sotwWatch{order: order, req: trimRequest(req), sub: sub, send: send, own: own}
-	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet) bool {
+	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet, fan *fanout) bool {
 		resp := sotwAnswer(req, sub, ts, held, own)
 		if resp != nil {
+			if r, ok := resp.(*sotwResponse); ok && catchingUp(req.GetResponseNonce(), fan) {
+				r.fan = fan
+			}
 			send(resp)
 		}
 		return resp != nil
@@ -418,9 +424,12 @@ func (c *serveCache) openDeltaWatch(order uint64, req *cachev3.DeltaRequest, sub
 		c.watched(req.GetNode(), req.GetTypeUrl(), sub, held == "")
 	}
 	w := &deltaWatch{order: order, req: trimDeltaRequest(req), sub: sub, send: send, own: own}
-	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet) bool {
+	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet, fan *fanout) bool {
 		resp := deltaAnswer(req, sub, ts, held, own)
 		if resp != nil {
+			if r, ok := resp.(*deltaResponse); ok && catchingUp(req.GetResponseNonce(), fan) {
+				r.fan = fan
+			}
 			send(resp)
 		}
 		return resp != nil
@@ -433,7 +442,12 @@ func (c *serveCache) openDeltaWatch(order uint64, req *cachev3.DeltaRequest, sub
 // open answers a new watch at once if its key is served and answer finds
 // something to send; otherwise wait files it (with the set it is up to
 // date with, nil before the key is first set) and returns its cancel.
-func (c *serveCache) open(node *corev3.Node, typ string, answer func(*typeSet) bool, wait func(k *keyState, seen string) func()) func() {
+//
+// answer is also given the key's latest update's fan-out (nil if none):
+// an answer to a stream that had no watch filed when the update was
+// served (its proxy was still acknowledging the one before) belongs to
+// that update's fan-out while it is still open (catchingUp).
+func (c *serveCache) open(node *corev3.Node, typ string, answer func(*typeSet, *fanout) bool, wait func(k *keyState, seen string) func()) func() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := c.keyLocked(snapshotKey(node))
@@ -445,7 +459,7 @@ func (c *serveCache) open(node *corev3.Node, typ string, answer func(*typeSet) b
 		// go-control-plane's snapshot cache did. Answers are handed to
 		// the stream under the cache's lock and never block (the stream
 		// bounds its queue by holding back requests: outbox.go).
-		if answer(k.sets[typ]) {
+		if answer(k.sets[typ], k.fan) {
 			return func() {}
 		}
 		seen = k.sets[typ].markOrNone()

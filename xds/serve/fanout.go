@@ -11,8 +11,13 @@ import (
 // was handed to gRPC (its stream's Send returned; gRPC's writer puts it
 // on the wire right after), or was dropped because its stream ended. An
 // answer still queued behind a stuck client holds the update open: it has
-// not fanned out. It is the server's half of a change's latency; the
-// proxies' half (reading, applying, ACKing) is theirs.
+// not fanned out. So does a proxy that had no watch filed when the update
+// was served (still acknowledging the one before): its next request is
+// answered at once, and that answer is counted while the update is still
+// open (catchingUp). A make-before-break change serves a group in steps;
+// each step is an update of its own. It is the server's half of a
+// change's latency; the proxies' half (reading, applying, ACKing) is
+// theirs.
 type fanout struct {
 	start time.Time
 	// left is the answers not yet handed over, plus one while the cache
@@ -29,6 +34,30 @@ func newFanout(done func(time.Duration)) *fanout {
 
 // add counts one more answer of the update.
 func (f *fanout) add() { f.left.Add(1) }
+
+// join counts one more answer if the update has not fanned out yet
+// (never reopening one that has: it was observed).
+func (f *fanout) join() bool {
+	for {
+		n := f.left.Load()
+		if n == 0 {
+			return false
+		}
+		if f.left.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// catchingUp reports whether an answer made at once to a request with
+// nonce belongs to fan, the key's latest update's fan-out, and counts it
+// if so. A request that answers an earlier response (a proxy that was
+// still acknowledging the update before when this one was served, so it
+// had no watch filed) is catching up with the update; a stream's first
+// request (no nonce) is an initial sync, not part of any update's.
+func catchingUp(nonce string, fan *fanout) bool {
+	return fan != nil && nonce != "" && fan.join()
+}
 
 // handed records that one answer was handed over (or dropped); the last
 // one observes the update's fan-out time. Nil-safe: answers to requests,

@@ -9,6 +9,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -96,6 +97,12 @@ func TestFanoutWaitsForTheLastAnswer(t *testing.T) {
 			held = append(held, r)
 		})
 	}
+	// A fourth stream got its initial answer but has not acknowledged it
+	// when the update is served: it has no watch filed.
+	late := newDeltaClient(t, c, "", resourcev3.EndpointType, nil)
+	if _, ok := late.receive(); !ok {
+		t.Fatal("no initial answer")
+	}
 	if len(observed) != 0 {
 		t.Fatalf("answers to requests observed as fan-outs (%v)", observed)
 	}
@@ -103,16 +110,38 @@ func TestFanoutWaitsForTheLastAnswer(t *testing.T) {
 	if len(held) != 2 {
 		t.Fatalf("%d answers held, want 2", len(held))
 	}
+	// Its acknowledgement comes now and is answered at once, with the
+	// update: part of its fan-out. A new stream's first answer is not.
+	var caughtUp cachev3.DeltaResponse
+	c.openDeltaWatch(0, &discoveryv3.DeltaDiscoveryRequest{Node: late.node, TypeUrl: late.typ, ResponseNonce: "1"}, late.sub, false,
+		func(r cachev3.DeltaResponse) { caughtUp = r })
+	if caughtUp == nil {
+		t.Fatal("the late stream's acknowledgement was not answered at once")
+	}
+	fresh := newDeltaClient(t, c, "", resourcev3.EndpointType, nil)
+	if r, ok := <-fresh.dch; !ok || r.(*deltaResponse).fan != nil {
+		t.Fatal("a new stream's first answer was counted in the update's fan-out")
+	}
 	if len(observed) != 0 {
-		t.Fatalf("fan-out observed with two answers not handed over (%v)", observed)
+		t.Fatalf("fan-out observed with three answers not handed over (%v)", observed)
 	}
 	handedOver(held[0])
-	if len(observed) != 0 {
-		t.Fatalf("fan-out observed with one answer not handed over (%v)", observed)
-	}
 	handedOver(held[1])
+	if len(observed) != 0 {
+		t.Fatalf("fan-out observed with the late stream's answer not handed over (%v)", observed)
+	}
+	handedOver(caughtUp)
 	if len(observed) != 1 || observed[0] <= 0 {
 		t.Fatalf("fan-outs observed %v, want one positive duration", observed)
+	}
+	// Once observed, a fan-out is never reopened.
+	again := newDeltaClient(t, c, "", resourcev3.EndpointType, nil)
+	<-again.dch
+	var after cachev3.DeltaResponse
+	c.openDeltaWatch(0, &discoveryv3.DeltaDiscoveryRequest{Node: again.node, TypeUrl: again.typ, ResponseNonce: "1"}, stream.NewDeltaSubscription(nil, nil, nil, true), false,
+		func(r cachev3.DeltaResponse) { after = r })
+	if after == nil || after.(*deltaResponse).fan != nil {
+		t.Fatalf("an answer after the fan-out was observed joined it (%v)", after)
 	}
 }
 

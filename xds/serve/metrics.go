@@ -75,7 +75,7 @@ func newMetrics(reg prometheus.Registerer, log zerolog.Logger) *metrics {
 		}),
 		fanout: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "consul_xds_bridge_push_fanout_seconds",
-			Help:    "Per update of a node.cluster's resources: time from answering its proxies' waiting watches to the last of those answers handed to gRPC (or dropped with its stream). The server's share of a change's latency; a stuck proxy holds its update open.",
+			Help:    "Per update of a node.cluster's resources (each step of a make-before-break change is one): time from answering its proxies' waiting watches to the last of those answers, and of the answers to proxies still acknowledging the update before, handed to gRPC (or dropped with its stream). The server's share of a change's latency; a stuck proxy holds its update open.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16), // 0.5ms .. ~16s
 		}),
 		admissionWaiting: prometheus.NewGauge(prometheus.GaugeOpts{

@@ -54,10 +54,19 @@ func collectDue(h heapState, burst uint64) bool {
 	if h.goal <= h.live || h.objects >= h.goal {
 		return false
 	}
-	// A burst past the whole runway (a reconnect storm's) counts as the
-	// runway: the next such burst would meet a collection anyway.
-	burst = min(burst, h.earliestTrigger()-h.live)
-	if burst == 0 || h.objects-h.live < burst {
+	// A burst past the whole runway (a fleet's connect, a reconnect
+	// storm) counts as the runway: the next such burst would meet a
+	// collection anyway. Freeing the whole runway would then mean
+	// waiting until the heap is at the trigger, where Go may already
+	// collect: a fleet's connect left 20 MiB of garbage 2 MiB short of
+	// it, and the first change's fan-out met a 50 ms collection (S1 flip
+	// 0). So such a burst asks a collection to free half the runway.
+	runway := h.earliestTrigger() - h.live
+	free := burst
+	if burst >= runway {
+		burst, free = runway, runway/2
+	}
+	if burst == 0 || h.objects-h.live < free {
 		return false
 	}
 	return h.objects+2*burst > h.earliestTrigger()

@@ -31,6 +31,11 @@ func TestCollectDue(t *testing.T) {
 		{"GOGC=off: no goal to reach", heapState{objects: 900 * mb, live: 40 * mb, goal: 1 << 63}, 100 * mb, false},
 		{"a burst past the runway, garbage to free", h(90), 500 * mb, true},
 		{"a burst past the runway, little garbage", h(45), 500 * mb, false},
+		// What a fleet's connect left: short of the trigger, but most of
+		// the runway garbage; the first change's fan-out would cross it.
+		{"a burst past the runway, most of it garbage", h(78), 500 * mb, true},
+		{"a burst past the runway, under half of it garbage", h(60), 500 * mb, false},
+		{"a burst just past the runway (42.2), half of it garbage", h(62), 43 * mb, true},
 	} {
 		if got := collectDue(c.heap, c.burst); got != c.want {
 			t.Errorf("%s: collectDue = %v, want %v", c.name, got, c.want)

@@ -329,33 +329,6 @@ func (r *run) s3(ctx context.Context, cfg FleetConfig, parallel int) (Row, error
 	return row, nil
 }
 
-// fanoutTotals is the bridge's push_fanout_seconds histogram's sum and
-// count, over every server of the run that exposes it.
-type fanoutTotals struct{ sum, count float64 }
-
-func (r *run) fanout() fanoutTotals {
-	var f fanoutTotals
-	for _, t := range r.targets() {
-		if t.MetricsURL == "" {
-			continue
-		}
-		if m, err := ScrapeMetrics(t.MetricsURL); err == nil {
-			f.sum += m["consul_xds_bridge_push_fanout_seconds_sum"]
-			f.count += m["consul_xds_bridge_push_fanout_seconds_count"]
-		}
-	}
-	return f
-}
-
-// memory sums the memory figures of every server of the run.
-func (r *run) memory() Memory {
-	var m Memory
-	for _, t := range r.targets() {
-		m = m.plus(t.Memory(r.consul))
-	}
-	return m
-}
-
 // runtimeGC lets the server's heap settle before a reading; we cannot
 // force a GC in another process, so we just wait a GC cycle's worth.
 func runtimeGC(*Target) { time.Sleep(200 * time.Millisecond) }

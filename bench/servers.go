@@ -77,6 +77,33 @@ func (t *Target) Memory(c *Consul) Memory {
 	return Memory{}
 }
 
+// fanoutTotals is the bridge's push_fanout_seconds histogram's sum and
+// count, over every server of the run that exposes it.
+type fanoutTotals struct{ sum, count float64 }
+
+func (r *run) fanout() fanoutTotals {
+	var f fanoutTotals
+	for _, t := range r.targets() {
+		if t.MetricsURL == "" {
+			continue
+		}
+		if m, err := ScrapeMetrics(t.MetricsURL); err == nil {
+			f.sum += m["consul_xds_bridge_push_fanout_seconds_sum"]
+			f.count += m["consul_xds_bridge_push_fanout_seconds_count"]
+		}
+	}
+	return f
+}
+
+// memory sums the memory figures of every server of the run.
+func (r *run) memory() Memory {
+	var m Memory
+	for _, t := range r.targets() {
+		m = m.plus(t.Memory(r.consul))
+	}
+	return m
+}
+
 // ConsulRequests is the number of Consul HTTP requests the server made so
 // far, -1 if unknown.
 func (t *Target) ConsulRequests() float64 {

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -19,6 +18,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
@@ -324,23 +324,10 @@ func TestLoopHoldsDowngradesAfterReconnect(t *testing.T) {
 	h.eventually("nothing pending after the rebuild", func() bool { return !h.d.buildPending.Load() })
 }
 
-// lockedBuffer is a log sink the loop writes and the test reads.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) lines(msg string) []map[string]any {
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// logEvents are the JSON log events in logs with message msg.
+func logEvents(logs *syncbuffer.Buffer, msg string) []map[string]any {
 	var out []map[string]any
-	for _, line := range strings.Split(l.b.String(), "\n") {
+	for _, line := range strings.Split(logs.String(), "\n") {
 		var ev map[string]any
 		if json.Unmarshal([]byte(line), &ev) == nil && ev["message"] == msg {
 			out = append(out, ev)
@@ -353,7 +340,7 @@ func (l *lockedBuffer) lines(msg string) []map[string]any {
 // change waited for its build (the debounce window here), and how long
 // building and serving took, within the time since Consul's change.
 func TestLoopLogsWhereAChangesTimeWent(t *testing.T) {
-	logs := &lockedBuffer{}
+	logs := &syncbuffer.Buffer{}
 	h := startLoopWith(t, func(c *Config, _ *loop) { c.Logger = zerolog.New(logs) })
 	holdOff := h.d.cfg.Settings.XDS.DebounceHoldOff
 	h.send(8001)
@@ -365,8 +352,8 @@ func TestLoopLogsWhereAChangesTimeWent(t *testing.T) {
 		t.Fatalf("no build timer armed: %v", err)
 	}
 	h.clock.Advance(holdOff)
-	h.eventually("the second build's log", func() bool { return len(logs.lines("snapshot updated")) == 2 })
-	evs := logs.lines("snapshot updated")
+	h.eventually("the second build's log", func() bool { return len(logEvents(logs, "snapshot updated")) == 2 })
+	evs := logEvents(logs, "snapshot updated")
 	ms := float64(holdOff) / float64(time.Millisecond)
 	if w := evs[0]["waited"]; w != 0.0 {
 		t.Errorf("the first change waited %v ms, want 0 (built at once)", w)

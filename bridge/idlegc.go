@@ -19,7 +19,8 @@ import (
 // When the process has been idle for an interval, with no build pending,
 // running or finished in it, and what is left before
 // the earliest point Go may start its next collection would not hold two
-// more of the last busy period's allocations, the bridge collects itself,
+// more of the last busy period's allocations (and a collection would free
+// at least one of them, or half that room), the bridge collects itself,
 // once per idle spell, so that the next change finds the heap far from
 // its goal. The collection would have come within the next two fan-outs
 // anyway; now it runs in time nothing else wanted. Under continuous churn
@@ -47,26 +48,24 @@ func idle(cpu, interval time.Duration) bool { return cpu*10 < interval }
 
 // collectDue reports whether to collect after an idle interval: what is
 // left before the earliest trigger would not hold two more bursts of
-// burst bytes, a collection would free at least one burst (not right
-// after Go's own, nor under a memory limit that keeps the heap at its
-// goal), and none is under way (the heap is under its goal).
+// burst bytes, a collection would free at least one burst or half the
+// runway, whichever is less (not right after Go's own, nor under a
+// memory limit that keeps the heap at its goal), and none is under way
+// (the heap is under its goal).
 func collectDue(h heapState, burst uint64) bool {
-	if h.goal <= h.live || h.objects >= h.goal {
+	if h.goal <= h.live || h.objects >= h.goal || h.objects <= h.live {
 		return false
 	}
 	// A burst past the whole runway (a fleet's connect, a reconnect
 	// storm) counts as the runway: the next such burst would meet a
-	// collection anyway. Freeing the whole runway would then mean
-	// waiting until the heap is at the trigger, where Go may already
-	// collect: a fleet's connect left 20 MiB of garbage 2 MiB short of
-	// it, and the first change's fan-out met a 50 ms collection (S1 flip
-	// 0). So such a burst asks a collection to free half the runway.
+	// collection anyway. Asking a collection to free a burst that large
+	// would mean waiting until the heap is at the trigger, where Go may
+	// already collect: a fleet's connect left 20 MiB of garbage 2 MiB
+	// short of it, and the first change's fan-out met a 50 ms collection
+	// (S1 flip 0). So a collection need free at most half the runway.
 	runway := h.earliestTrigger() - h.live
-	free := burst
-	if burst >= runway {
-		burst, free = runway, runway/2
-	}
-	if burst == 0 || h.objects-h.live < free {
+	burst = min(burst, runway)
+	if burst == 0 || h.objects-h.live < min(burst, runway/2) {
 		return false
 	}
 	return h.objects+2*burst > h.earliestTrigger()

@@ -36,6 +36,9 @@ func TestCollectDue(t *testing.T) {
 		{"a burst past the runway, most of it garbage", h(78), 500 * mb, true},
 		{"a burst past the runway, under half of it garbage", h(60), 500 * mb, false},
 		{"a burst just past the runway (42.2), half of it garbage", h(62), 43 * mb, true},
+		{"a burst just under the runway, half of it garbage", h(62), 40 * mb, true},
+		{"a burst just under the runway, under half of it garbage", h(60), 40 * mb, false},
+		{"fewer objects than live (nothing to free)", heapState{objects: 30 * mb, live: 40 * mb, goal: 100 * mb}, 40 * mb, false},
 	} {
 		if got := collectDue(c.heap, c.burst); got != c.want {
 			t.Errorf("%s: collectDue = %v, want %v", c.name, got, c.want)

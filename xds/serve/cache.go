@@ -304,6 +304,9 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) []string {
 			w.seen = ts.mark
 		}
 	}
+	// The latest update's fan-out, for streams catching up with it; none
+	// if it answered nobody (an older one is not this update's).
+	k.fan = nil
 	if answered {
 		k.fan = fan
 		fan.handed() // the cache's own count: answering is over
@@ -394,7 +397,7 @@ func (c *serveCache) openSotwWatch(order uint64, req *cachev3.Request, sub cache
 	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet, fan *fanout) bool {
 		resp := sotwAnswer(req, sub, ts, held, own)
 		if resp != nil {
-			if r, ok := resp.(*sotwResponse); ok && catchingUp(req.GetResponseNonce(), fan) {
+			if r, ok := resp.(*sotwResponse); ok && catchingUp(held, fan) {
 				r.fan = fan
 			}
 			send(resp)
@@ -427,7 +430,7 @@ func (c *serveCache) openDeltaWatch(order uint64, req *cachev3.DeltaRequest, sub
 	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet, fan *fanout) bool {
 		resp := deltaAnswer(req, sub, ts, held, own)
 		if resp != nil {
-			if r, ok := resp.(*deltaResponse); ok && catchingUp(req.GetResponseNonce(), fan) {
+			if r, ok := resp.(*deltaResponse); ok && catchingUp(held, fan) {
 				r.fan = fan
 			}
 			send(resp)

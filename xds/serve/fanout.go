@@ -14,7 +14,7 @@ import (
 // not fanned out. So does a proxy that had no watch filed when the update
 // was served (still acknowledging the one before): its next request is
 // answered at once, and that answer is counted while the update is still
-// open (catchingUp). A make-before-break change serves a group in steps;
+// open (catchingUp), if the request only acknowledges. A make-before-break change serves a group in steps;
 // each step is an update of its own. It is the server's half of a
 // change's latency; the proxies' half (reading, applying, ACKing) is
 // theirs.
@@ -49,14 +49,16 @@ func (f *fanout) join() bool {
 	}
 }
 
-// catchingUp reports whether an answer made at once to a request with
-// nonce belongs to fan, the key's latest update's fan-out, and counts it
-// if so. A request that answers an earlier response (a proxy that was
-// still acknowledging the update before when this one was served, so it
-// had no watch filed) is catching up with the update; a stream's first
-// request (no nonce) is an initial sync, not part of any update's.
-func catchingUp(nonce string, fan *fanout) bool {
-	return fan != nil && nonce != "" && fan.join()
+// catchingUp reports whether an answer made at once to a request that
+// held (heldMark: the set the stream was last brought up to date with,
+// "" unless the request only acknowledges) belongs to fan, the key's
+// latest update's fan-out, and counts it if so. Such a request is from a
+// proxy that was still acknowledging the update before when this one was
+// served (it had no watch filed). A request that changes what it
+// subscribes to, or a stream's first, is the proxy's doing, not the
+// update's.
+func catchingUp(held string, fan *fanout) bool {
+	return fan != nil && held != "" && fan.join()
 }
 
 // handed records that one answer was handed over (or dropped); the last

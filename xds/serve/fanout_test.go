@@ -9,7 +9,6 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 )
@@ -100,8 +99,11 @@ func TestFanoutWaitsForTheLastAnswer(t *testing.T) {
 	// A fourth stream got its initial answer but has not acknowledged it
 	// when the update is served: it has no watch filed.
 	late := newDeltaClient(t, c, "", resourcev3.EndpointType, nil)
-	if _, ok := late.receive(); !ok {
-		t.Fatal("no initial answer")
+	again := newDeltaClient(t, c, "", resourcev3.EndpointType, nil)
+	for _, cl := range []*cacheClient{late, again} {
+		if _, ok := cl.receive(); !ok {
+			t.Fatal("no initial answer")
+		}
 	}
 	if len(observed) != 0 {
 		t.Fatalf("answers to requests observed as fan-outs (%v)", observed)
@@ -134,11 +136,10 @@ func TestFanoutWaitsForTheLastAnswer(t *testing.T) {
 	if len(observed) != 1 || observed[0] <= 0 {
 		t.Fatalf("fan-outs observed %v, want one positive duration", observed)
 	}
-	// Once observed, a fan-out is never reopened.
-	again := newDeltaClient(t, c, "", resourcev3.EndpointType, nil)
-	<-again.dch
+	// Once observed, a fan-out is never reopened: another stream that
+	// held the first set acknowledges only now.
 	var after cachev3.DeltaResponse
-	c.openDeltaWatch(0, &discoveryv3.DeltaDiscoveryRequest{Node: again.node, TypeUrl: again.typ, ResponseNonce: "1"}, stream.NewDeltaSubscription(nil, nil, nil, true), false,
+	c.openDeltaWatch(0, &discoveryv3.DeltaDiscoveryRequest{Node: again.node, TypeUrl: again.typ, ResponseNonce: "1"}, again.sub, false,
 		func(r cachev3.DeltaResponse) { after = r })
 	if after == nil || after.(*deltaResponse).fan != nil {
 		t.Fatalf("an answer after the fan-out was observed joined it (%v)", after)
@@ -176,5 +177,42 @@ func TestDroppedAnswersFinishTheFanout(t *testing.T) {
 	o.drop()
 	if observed != 1 {
 		t.Errorf("fan-out observed %d times after its stream's queue was dropped, want 1", observed)
+	}
+}
+
+// TestCatchUpJoinsOnlyTheLatestUpdate: once an update answered nobody, a
+// proxy catching up does not join an older update's open fan-out.
+func TestCatchUpJoinsOnlyTheLatestUpdate(t *testing.T) {
+	c := newServeCache()
+	c.fanned = func(time.Duration) {}
+	port := uint32(9000)
+	next := func() map[string]*typeSet {
+		port++
+		return sharedSets(t, withEndpointPort(testOutput(t, []string{"api", "web"}, 8080), 0, port))
+	}
+	c.set("", next())
+	waiting := newDeltaClient(t, c, "", resourcev3.EndpointType, nil)
+	behind := newDeltaClient(t, c, "", resourcev3.EndpointType, nil)
+	for _, cl := range []*cacheClient{waiting, behind} {
+		if _, ok := cl.receive(); !ok {
+			t.Fatal("no initial answer")
+		}
+	}
+	var held cachev3.DeltaResponse
+	c.openDeltaWatch(0, &discoveryv3.DeltaDiscoveryRequest{Node: waiting.node, TypeUrl: waiting.typ, ResponseNonce: "1"}, waiting.sub, false,
+		func(r cachev3.DeltaResponse) { held = r })
+	c.set("", next()) // answers waiting; its fan-out stays open (held)
+	if held == nil || held.(*deltaResponse).fan == nil {
+		t.Fatal("the update's answer carries no fan-out")
+	}
+	c.set("", next()) // answers nobody: no watch is filed
+	var caughtUp cachev3.DeltaResponse
+	c.openDeltaWatch(0, &discoveryv3.DeltaDiscoveryRequest{Node: behind.node, TypeUrl: behind.typ, ResponseNonce: "1"}, behind.sub, false,
+		func(r cachev3.DeltaResponse) { caughtUp = r })
+	if caughtUp == nil {
+		t.Fatal("the stream behind was not answered at once")
+	}
+	if caughtUp.(*deltaResponse).fan != nil {
+		t.Error("a stream catching up with the latest update joined an older update's fan-out")
 	}
 }

@@ -308,6 +308,9 @@ func (r *run) s3(ctx context.Context, cfg FleetConfig, parallel int) (Row, error
 	}
 	time.Sleep(r.opts.Settle)
 	runtimeGC(r.t)
+	// The heap connected, before any change: S2's "-before" snapshot
+	// comes after S1's flips, which leave per-stream state of their own.
+	snapshotAllocs(ctx, r.t, r.opts.S2Profile, fmt.Sprintf("s3-%s-%s-%d-connected", r.t.Name, r.mode, r.n))
 	var rss int64
 	for _, t := range r.targets() {
 		rss += SampleProc(t.PID).RSS

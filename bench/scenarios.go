@@ -212,10 +212,9 @@ func failed(row Row, err error) Row {
 // proxy's ACK of the new endpoints, and to the last one.
 func (r *run) s1(ctx context.Context) Row {
 	m := r.meter()
-	fan0 := r.fanout()
 	var all []time.Duration
 	var worst time.Duration
-	var lasts []time.Duration
+	var lasts, fans []time.Duration
 	for k := 0; k < r.opts.S1Flips; k++ {
 		// The load generator collects its garbage before each flip (the
 		// first too: connecting the fleet left the most): its collector
@@ -224,6 +223,7 @@ func (r *run) s1(ctx context.Context) Row {
 		gapStart := time.Now()
 		runtime.GC()
 		time.Sleep(r.opts.FlipGap - time.Since(gapStart))
+		fan0 := r.fanout()
 		lats, last, err := r.flip(ctx, 0, 0, r.opts.FlipTimeout)
 		if err != nil {
 			return failed(m.row("S1 health flip", all, worst), err)
@@ -231,14 +231,19 @@ func (r *run) s1(ctx context.Context) Row {
 		all = append(all, lats...)
 		lasts = append(lasts, last)
 		worst = max(worst, last)
+		// The flip's fan-out (its mean over the groups it reached): the
+		// last proxy has it, so the bridge has observed it.
+		if fan := r.fanout(); fan.count > fan0.count {
+			fans = append(fans, time.Duration((fan.sum-fan0.sum)/(fan.count-fan0.count)*float64(time.Second)))
+		}
 	}
 	row := m.row("S1 health flip", all, worst)
 	row.Notes = fmt.Sprintf("%d flips; time-to-last-proxy p50 %s%s", r.opts.S1Flips, ms(percentile(lasts, 50)), slowFlips(lasts))
-	if fan := r.fanout(); fan.count > fan0.count {
+	if len(fans) > 0 {
 		// The server's half: the proxies' half is the load generator's
 		// one core reading, applying and ACKing for every proxy.
-		row.Notes += fmt.Sprintf("; server fan-out mean %s (push_fanout_seconds)",
-			ms(time.Duration((fan.sum-fan0.sum)/(fan.count-fan0.count)*float64(time.Second))))
+		row.Notes += fmt.Sprintf("; server fan-out per flip p50 %s max %s (push_fanout_seconds)",
+			ms(percentile(fans, 50)), ms(slices.Max(fans)))
 	}
 	return row
 }

@@ -51,6 +51,9 @@ type run struct {
 	mode     string
 	n        int
 	health   map[[2]int]string // current status of flipped instances
+	// unconnected is the servers' memory before S3 connected the fleet,
+	// the base of the per-proxy figures (zero before S3 ran).
+	unconnected Memory
 }
 
 func (r *run) targets() []*Target { return append([]*Target{r.t}, r.replicas...) }
@@ -239,6 +242,11 @@ func (r *run) s1(ctx context.Context) Row {
 	}
 	row := m.row("S1 health flip", all, worst)
 	row.Notes = fmt.Sprintf("%d flips; time-to-last-proxy p50 %s%s", r.opts.S1Flips, ms(percentile(lasts, 50)), slowFlips(lasts))
+	if live := r.liveHeap(ctx); live > 0 && r.unconnected.Heap > 0 {
+		// What the proxies hold once changes have reached them (S3 is
+		// measured right after the connect, and with garbage).
+		row.Notes += fmt.Sprintf("; live heap after the flips %s/proxy", bytesStr(float64(live-r.unconnected.Heap)/float64(r.n)))
+	}
 	if len(fans) > 0 {
 		// The server's half: the proxies' half is the load generator's
 		// one core reading, applying and ACKing for every proxy.
@@ -300,6 +308,7 @@ func per(total int64, changes, n int) float64 {
 func (r *run) s3(ctx context.Context, cfg FleetConfig, parallel int) (Row, error) {
 	time.Sleep(500 * time.Millisecond)
 	mem0 := r.memory()
+	r.unconnected = mem0
 	m := r.meter()
 	var rss0 int64
 	for _, s := range m.all0 {
@@ -321,12 +330,16 @@ func (r *run) s3(ctx context.Context, cfg FleetConfig, parallel int) (Row, error
 		rss += SampleProc(t.PID).RSS
 	}
 	mem := r.memory()
+	live := r.liveHeap(ctx)
 	row := m.row("S3 memory", res.SyncTimes, res.AllSynced)
 	row.RSSPerProxy = float64(rss-rss0) / float64(r.n)
 	row.HeapPerProxy = float64(mem.Heap-mem0.Heap) / float64(r.n)
 	heapNote := "heap n/a"
 	if mem.Heap > 0 {
 		heapNote = fmt.Sprintf("heap %s (%s/proxy)", bytesStr(float64(mem.Heap)), bytesStr(row.HeapPerProxy))
+	}
+	if live > 0 {
+		heapNote += fmt.Sprintf(", live %s/proxy after two collections", bytesStr(float64(live-mem0.Heap)/float64(r.n)))
 	}
 	if mem.Stacks > 0 {
 		heapNote += fmt.Sprintf(", stacks %s/proxy (%.1f goroutines/proxy)",
@@ -340,6 +353,26 @@ func (r *run) s3(ctx context.Context, cfg FleetConfig, parallel int) (Row, error
 // runtimeGC lets the server's heap settle before a reading; we cannot
 // force a GC in another process, so we just wait a GC cycle's worth.
 func runtimeGC(*Target) { time.Sleep(200 * time.Millisecond) }
+
+// liveHeap is the Go heap of every server of the run that serves
+// net/http/pprof after two collections it is made to run (its heap
+// profile with gc=1): what is live, without the garbage a reading may
+// catch nor what sync.Pools hold (the first collection only moves it to
+// their victim caches). 0 if a server cannot be made to collect.
+func (r *run) liveHeap(ctx context.Context) int64 {
+	for _, t := range r.targets() {
+		if t.ProfileURL == "" {
+			return 0
+		}
+		url := strings.TrimSuffix(t.ProfileURL, "/profile") + "/heap?gc=1"
+		for range 2 {
+			if err := fetch(ctx, url, os.DevNull); err != nil {
+				return 0
+			}
+		}
+	}
+	return r.memory().Heap
+}
 
 // S4 idle: Consul requests per second the server makes with nothing
 // changing.

@@ -39,8 +39,9 @@ type Options struct {
 	// S2Profile, when set, names a directory that receives a CPU profile
 	// of the server under test taken while S2 flips (S2 keeps flipping
 	// until the profile is done, so it covers flips only), and one taken
-	// from the start of the S6 reconnect storm; and heap profiles at the
-	// end of S3 (connected, no change yet) and before and after S2.
+	// from the start of the S6 reconnect storm; heap profiles at the end
+	// of S3 (connected, no change yet) and before and after S2; and the
+	// live heap per proxy after S3 and after S1 (two collections made).
 	S2Profile      string
 	BridgeLogLevel string
 	FlipGap        time.Duration // pause between S1 flips

@@ -358,8 +358,14 @@ func runtimeGC(*Target) { time.Sleep(200 * time.Millisecond) }
 // net/http/pprof after two collections it is made to run (its heap
 // profile with gc=1): what is live, without the garbage a reading may
 // catch nor what sync.Pools hold (the first collection only moves it to
-// their victim caches). 0 if a server cannot be made to collect.
+// their victim caches). 0 if a server cannot be made to collect, and
+// unless the run profiles (-s2-profile): a collection made between
+// scenarios would start the next one from a heap no fleet's server has
+// (S1's first flip after the connect, S2's CPU per change).
 func (r *run) liveHeap(ctx context.Context) int64 {
+	if r.opts.S2Profile == "" {
+		return 0
+	}
 	for _, t := range r.targets() {
 		if t.ProfileURL == "" {
 			return 0

@@ -282,10 +282,7 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) []string {
 		for _, w := range inOrder(k.sotw[typ]) {
 			if resp := sotwAnswer(w.req, w.sub, ts, w.seen, w.own); resp != nil {
 				delete(k.sotw[typ], w)
-				if r, ok := resp.(*sotwResponse); ok && fan != nil {
-					r.fan, answered = fan, true
-					fan.add()
-				}
+				answered = fan.attach(resp, false) || answered
 				w.send(resp)
 				continue
 			}
@@ -294,10 +291,7 @@ func (c *serveCache) set(key string, sets map[string]*typeSet) []string {
 		for _, w := range inOrder(k.delta[typ]) {
 			if resp := deltaAnswer(w.req, w.sub, ts, w.seen, w.own); resp != nil {
 				delete(k.delta[typ], w)
-				if r, ok := resp.(*deltaResponse); ok && fan != nil {
-					r.fan, answered = fan, true
-					fan.add()
-				}
+				answered = fan.attach(resp, false) || answered
 				w.send(resp)
 				continue
 			}
@@ -397,8 +391,8 @@ func (c *serveCache) openSotwWatch(order uint64, req *cachev3.Request, sub cache
 	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet, fan *fanout) bool {
 		resp := sotwAnswer(req, sub, ts, held, own)
 		if resp != nil {
-			if r, ok := resp.(*sotwResponse); ok && catchingUp(held, fan) {
-				r.fan = fan
+			if held != "" { // catching up (fanout.go)
+				fan.attach(resp, true)
 			}
 			send(resp)
 		}
@@ -430,8 +424,8 @@ func (c *serveCache) openDeltaWatch(order uint64, req *cachev3.DeltaRequest, sub
 	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet, fan *fanout) bool {
 		resp := deltaAnswer(req, sub, ts, held, own)
 		if resp != nil {
-			if r, ok := resp.(*deltaResponse); ok && catchingUp(held, fan) {
-				r.fan = fan
+			if held != "" { // catching up (fanout.go)
+				fan.attach(resp, true)
 			}
 			send(resp)
 		}
@@ -449,7 +443,8 @@ func (c *serveCache) openDeltaWatch(order uint64, req *cachev3.DeltaRequest, sub
 // answer is also given the key's latest update's fan-out (nil if none):
 // an answer to a stream that had no watch filed when the update was
 // served (its proxy was still acknowledging the one before) belongs to
-// that update's fan-out while it is still open (catchingUp).
+// that update's fan-out while it is still open (fanout.attach), if the
+// request only acknowledges (held).
 func (c *serveCache) open(node *corev3.Node, typ string, answer func(*typeSet, *fanout) bool, wait func(k *keyState, seen string) func()) func() {
 	c.mu.Lock()
 	defer c.mu.Unlock()

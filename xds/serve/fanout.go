@@ -12,12 +12,13 @@ import (
 // on the wire right after), or was dropped because its stream ended. An
 // answer still queued behind a stuck client holds the update open: it has
 // not fanned out. So does a proxy that had no watch filed when the update
-// was served (still acknowledging the one before): its next request is
-// answered at once, and that answer is counted while the update is still
-// open (catchingUp), if the request only acknowledges. A make-before-break change serves a group in steps;
-// each step is an update of its own. It is the server's half of a
-// change's latency; the proxies' half (reading, applying, ACKing) is
-// theirs.
+// was served (still acknowledging the one before): its next request, if
+// it only acknowledges, is answered at once, and that answer counts while
+// the update is still open; a request that changes what it subscribes
+// to, or a stream's first, is the proxy's doing, not the update's. A
+// make-before-break change serves a group in steps; each step is an
+// update of its own. It is the server's half of a change's latency; the
+// proxies' half (reading, applying, ACKing) is theirs.
 type fanout struct {
 	start time.Time
 	// left is the answers not yet handed over, plus one while the cache
@@ -32,11 +33,33 @@ func newFanout(done func(time.Duration)) *fanout {
 	return f
 }
 
-// add counts one more answer of the update.
-func (f *fanout) add() { f.left.Add(1) }
+// attach counts r, if it is one of the cache's answers, in the update's
+// fan-out and reports whether it did. An answer to a stream catching up
+// (late) counts only while the update has not fanned out yet, never
+// reopening one that was observed. Nil-safe: no metric, no fan-out.
+func (f *fanout) attach(r any, late bool) bool {
+	if f == nil {
+		return false
+	}
+	var slot **fanout
+	switch a := r.(type) {
+	case *sotwResponse:
+		slot = &a.fan
+	case *deltaResponse:
+		slot = &a.fan
+	default:
+		return false
+	}
+	if !late {
+		f.left.Add(1)
+	} else if !f.join() {
+		return false
+	}
+	*slot = f
+	return true
+}
 
-// join counts one more answer if the update has not fanned out yet
-// (never reopening one that has: it was observed).
+// join counts one more answer if the update has not fanned out yet.
 func (f *fanout) join() bool {
 	for {
 		n := f.left.Load()
@@ -47,18 +70,6 @@ func (f *fanout) join() bool {
 			return true
 		}
 	}
-}
-
-// catchingUp reports whether an answer made at once to a request that
-// held (heldMark: the set the stream was last brought up to date with,
-// "" unless the request only acknowledges) belongs to fan, the key's
-// latest update's fan-out, and counts it if so. Such a request is from a
-// proxy that was still acknowledging the update before when this one was
-// served (it had no watch filed). A request that changes what it
-// subscribes to, or a stream's first, is the proxy's doing, not the
-// update's.
-func catchingUp(held string, fan *fanout) bool {
-	return fan != nil && held != "" && fan.join()
 }
 
 // handed records that one answer was handed over (or dropped); the last

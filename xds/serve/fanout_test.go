@@ -167,8 +167,11 @@ func TestDroppedAnswersFinishTheFanout(t *testing.T) {
 	f := newFanout(func(time.Duration) { observed++ })
 	o := newOutbox[cachev3.DeltaResponse]()
 	for range 2 {
-		f.add()
-		o.push(&deltaResponse{fan: f})
+		r := &deltaResponse{}
+		if !f.attach(r, false) {
+			t.Fatal("an answer of the cache's was not attached")
+		}
+		o.push(r)
 	}
 	f.handed() // the cache is done answering
 	if observed != 0 {

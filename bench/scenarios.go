@@ -218,6 +218,7 @@ func (r *run) s1(ctx context.Context) Row {
 	var all []time.Duration
 	var worst time.Duration
 	var lasts, fans []time.Duration
+	fan0 := r.fanout()
 	for k := 0; k < r.opts.S1Flips; k++ {
 		// The load generator collects its garbage before each flip (the
 		// first too: connecting the fleet left the most): its collector
@@ -226,7 +227,6 @@ func (r *run) s1(ctx context.Context) Row {
 		gapStart := time.Now()
 		runtime.GC()
 		time.Sleep(r.opts.FlipGap - time.Since(gapStart))
-		fan0 := r.fanout()
 		lats, last, err := r.flip(ctx, 0, 0, r.opts.FlipTimeout)
 		if err != nil {
 			return failed(m.row("S1 health flip", all, worst), err)
@@ -235,10 +235,13 @@ func (r *run) s1(ctx context.Context) Row {
 		lasts = append(lasts, last)
 		worst = max(worst, last)
 		// The flip's fan-out (its mean over the groups it reached): the
-		// last proxy has it, so the bridge has observed it.
-		if fan := r.fanout(); fan.count > fan0.count {
+		// last proxy has it, so the bridge has observed it. Nothing
+		// changes between flips: this reading is the next one's base.
+		fan := r.fanout()
+		if fan.count > fan0.count {
 			fans = append(fans, time.Duration((fan.sum-fan0.sum)/(fan.count-fan0.count)*float64(time.Second)))
 		}
+		fan0 = fan
 	}
 	row := m.row("S1 health flip", all, worst)
 	row.Notes = fmt.Sprintf("%d flips; time-to-last-proxy p50 %s%s", r.opts.S1Flips, ms(percentile(lasts, 50)), slowFlips(lasts))

@@ -45,8 +45,9 @@ type Client struct {
 	// client's requests (1 in delta, 2 in SotW); nil without
 	// FleetConfig.EnvoyNode.
 	envoyNode []byte
-	conn      *grpc.ClientConn
-	stream    grpc.ClientStream
+	conn      *grpc.ClientConn // nil with h2
+	stream    msgStream
+	h2        *h2Stream // FleetConfig.H2: the stream, which sends inline
 	cancel    context.CancelFunc
 	sendq     chan proto.Message
 	done      chan struct{}
@@ -75,6 +76,13 @@ type Client struct {
 	lastPush   [numTypes]time.Time
 }
 
+// msgStream is what a client reads and writes: grpc-go's stream or its
+// own HTTP/2 one (h2stream.go).
+type msgStream interface {
+	SendMsg(m any) error
+	RecvMsg(m any) error
+}
+
 // countingCodec is the proto codec that remembers the size of the last
 // message it decoded for its client (one codec per connection).
 type countingCodec struct {
@@ -97,8 +105,10 @@ func (f *Fleet) dial(ctx context.Context, k int) (*Client, error) {
 	c := &Client{
 		f: f, idx: k, nodeID: f.cfg.NodeID(k), mode: mode,
 		narrow: f.cfg.Narrow != nil && f.cfg.Narrow(k),
-		sendq:  make(chan proto.Message, 64),
 		done:   make(chan struct{}),
+	}
+	if !f.cfg.H2 {
+		c.sendq = make(chan proto.Message, 64) // writeLoop's
 	}
 	if f.cfg.EnvoyNode {
 		c.setEnvoyNode(c.nodeID, f.cfg.clusterOf(k))
@@ -112,9 +122,54 @@ func (f *Fleet) dial(ctx context.Context, k int) (*Client, error) {
 		Metadata:       &structpb.Struct{Fields: map[string]*structpb.Value{}},
 		ClientFeatures: []string{"envoy.lb.does_not_support_overprovisioning", "envoy.lrs.supports_send_all_clusters"},
 	}
+	if f.cfg.H2 {
+		if err := c.dialH2(ctx); err != nil {
+			return nil, err
+		}
+		c.subscribe(CDS, nil, nil, nil)
+		c.wg.Add(1)
+		go c.readLoop()
+		return c, nil
+	}
+	if err := c.dialGRPC(ctx); err != nil {
+		return nil, err
+	}
+	c.subscribe(CDS, nil, nil, nil)
+	c.wg.Add(2)
+	go c.writeLoop()
+	go c.readLoop()
+	return c, nil
+}
+
+// adsMethods are the two ADS methods' paths, for the HTTP/2 stream.
+var adsMethods = map[Mode]string{
+	Delta: "/envoy.service.discovery.v3.AggregatedDiscoveryService/DeltaAggregatedResources",
+	SotW:  "/envoy.service.discovery.v3.AggregatedDiscoveryService/StreamAggregatedResources",
+}
+
+func (c *Client) dialH2(ctx context.Context) error {
+	if c.f.cfg.StreamsPerConn > 1 {
+		return errors.New("the HTTP/2 client opens one stream per connection, as Envoy; it cannot share connections (streams-per-conn)")
+	}
+	c.cancel = func() {} // Close closes the connection
+	c.dialedAt = time.Now()
+	octx, ocancel := context.WithTimeout(ctx, 60*time.Second)
+	defer ocancel()
+	s, err := dialH2(octx, c.f.cfg.addrOf(c.idx), adsMethods[c.mode], func(n int) { c.lastSize = n })
+	if err != nil {
+		return fmt.Errorf("client %s: %w", c.nodeID, err)
+	}
+	c.stream, c.h2 = s, s
+	return nil
+}
+
+func (c *Client) dialGRPC(ctx context.Context) error {
+	k := c.idx
+	f := c.f
+	mode := c.mode
 	conn, err := f.connFor(k, f.cfg.addrOf(k))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	c.conn = conn
 	sctx, cancel := context.WithCancel(context.Background())
@@ -140,20 +195,20 @@ func (f *Fleet) dial(ctx context.Context, k int) (*Client, error) {
 	if err != nil {
 		cancel()
 		c.closeConn()
-		return nil, fmt.Errorf("client %s: open stream: %w", c.nodeID, err)
+		return fmt.Errorf("client %s: open stream: %w", c.nodeID, err)
 	}
-	c.subscribe(CDS, nil, nil, nil)
-	c.wg.Add(2)
-	go c.writeLoop()
-	go c.readLoop()
-	return c, nil
+	return nil
 }
 
 // Close ends the stream and the connection (a shared one stays for the
 // fleet to close).
 func (c *Client) Close() {
 	c.cancel()
-	c.closeConn()
+	if c.h2 != nil {
+		c.h2.Close()
+	} else {
+		c.closeConn()
+	}
 	c.wg.Wait()
 }
 
@@ -177,6 +232,10 @@ func (c *Client) describe() string {
 }
 
 func (c *Client) send(m proto.Message) {
+	if c.h2 != nil {
+		_ = c.h2.SendMsg(m) // a failed write closes the connection: the reader sees it
+		return
+	}
 	select {
 	case c.sendq <- m:
 	case <-c.done:

@@ -194,6 +194,11 @@ type FleetConfig struct {
 	// ~24 KiB with its extension list) with every request, as Envoy does
 	// unless its bootstrap sets set_node_on_first_message_only.
 	EnvoyNode bool
+	// H2: clients speak HTTP/2 themselves (h2stream.go), one goroutine
+	// each that reads, decodes and ACKs inline as Envoy's event loop
+	// does, instead of through grpc-go's client. One stream per
+	// connection.
+	H2 bool
 }
 
 func (c *FleetConfig) clusterOf(k int) string {

@@ -61,7 +61,7 @@ func groupsPhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) err
 		}
 		groupOf := func(k int) int { return k % groups }
 		cfg := FleetConfig{
-			StreamsPerConn: o.StreamsPerConn, SharedDecode: o.SharedDecode, EnvoyNode: o.EnvoyNode,
+			StreamsPerConn: o.StreamsPerConn, SharedDecode: o.SharedDecode, EnvoyNode: o.EnvoyNode, H2: o.H2,
 			Addr: t.XDSAddr, NodeID: t.NodeID, HoldOff: o.HoldOff,
 			ClusterOf:   func(k int) string { return groupName(groupOf(k)) },
 			Mode:        func(k int) Mode { return Mode(k % 2) },

@@ -66,6 +66,8 @@ type Options struct {
 	SharedDecode bool
 	// EnvoyNode: FleetConfig.EnvoyNode for every fleet.
 	EnvoyNode bool
+	// H2: FleetConfig.H2 for every fleet.
+	H2 bool
 	// BridgeXDS are extra lines for every bridge's xds block (settings
 	// other than the defaults, e.g. "max_initial_syncs = 500").
 	BridgeXDS []string
@@ -202,7 +204,7 @@ func fleetPhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) erro
 	defer t.Stop()
 	narrow := func(k int) bool { return (k/2)%2 == 1 }
 	cfg := FleetConfig{
-		StreamsPerConn: o.StreamsPerConn, SharedDecode: o.SharedDecode, EnvoyNode: o.EnvoyNode,
+		StreamsPerConn: o.StreamsPerConn, SharedDecode: o.SharedDecode, EnvoyNode: o.EnvoyNode, H2: o.H2,
 		Addr: t.XDSAddr, NodeID: t.NodeID, HoldOff: o.HoldOff,
 		ClusterOf: func(k int) string {
 			if narrow(k) {
@@ -313,7 +315,7 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 			}
 			o.logf("compare %s N=%d: connecting", which, n)
 			r := &run{opts: o, consul: c, t: t, replicas: replicas, mode: modeName, n: n, health: map[[2]int]string{}}
-			cfg := FleetConfig{StreamsPerConn: o.StreamsPerConn, SharedDecode: o.SharedDecode, EnvoyNode: o.EnvoyNode, Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
+			cfg := FleetConfig{StreamsPerConn: o.StreamsPerConn, SharedDecode: o.SharedDecode, EnvoyNode: o.EnvoyNode, H2: o.H2, Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
 				Mode: func(int) Mode { return mode }}
 			emitR := emit
 			if len(replicas) > 0 {

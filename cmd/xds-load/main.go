@@ -100,6 +100,7 @@ func runCmd(ctx context.Context, args []string) int {
 	fs.IntVar(&o.PeerXDSRate, "peer-xds-rate", o.PeerXDSRate, "Consul xds.update_max_per_second (0: Consul's default 250)")
 	fs.BoolVar(&o.EnvoyNode, "envoy-node", false, "simulated proxies send an Envoy build's node (~24 KiB, its extension list) with every request, Envoy's default (set_node_on_first_message_only: false); default: a few fields, with the first delta request only")
 	fs.BoolVar(&o.SharedDecode, "shared-decode", false, "simulated proxies share the decoding of identical resources (as Envoys on cores of their own; default: each decodes all it receives on the load generator's core)")
+	fs.BoolVar(&o.H2, "h2-client", false, "simulated proxies speak HTTP/2 themselves, one goroutine each reading, decoding and ACKing inline as Envoy's event loop does (default: grpc-go's client, ~2× the load generator's CPU per response); one stream per connection")
 	fs.IntVar(&o.StreamsPerConn, "streams-per-conn", 1, "simulated proxies sharing one gRPC connection (1: one each, as Envoy; 20,000 proxies need ≥ 2 here: 20,000 file descriptors per process)")
 	bridgeXDS := fs.String("bridge-xds", "", "extra settings for every bridge's xds block, ';'-separated (e.g. \"max_initial_syncs = 500\")")
 	fs.BoolVar(&o.NoListeners, "no-listeners", false, "bridge fleet proxies never ask for listeners (static listeners, cds_config over ADS only)")

@@ -1,0 +1,364 @@
+package bench
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/cenkalti/backoff/v5"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+)
+
+// h2Stream is one ADS stream on a connection of its own, spoken over
+// HTTP/2 by the simulated proxy itself (FleetConfig.H2): the goroutine
+// that reads a response also decodes it and writes the ACK, as Envoy's
+// event loop does. grpc-go's client hands each response from its reader
+// goroutine to the caller's and each request through a writer goroutine
+// to its own loopy writer: three hand-offs and four goroutines per proxy,
+// which made the load generator's one core spend ~42 µs per proxy per
+// change, more than the server under test (bench/README.md).
+//
+// It is the protocol, not a shortcut through it: the server sees the
+// preface, SETTINGS, HPACK headers, DATA in frames of at most the
+// server's SETTINGS_MAX_FRAME_SIZE, and sends that never exceed its
+// connection and stream windows; the stream ACKs the server's SETTINGS
+// and PINGs and ends on its trailers, RST_STREAM or a read error.
+type h2Stream struct {
+	conn   net.Conn
+	r      *http2.Framer // the reading goroutine's only
+	onSize func(int)     // the size of each message received
+	closed atomic.Bool
+
+	// receive side, the reading goroutine's only
+	msg       []byte // DATA received and not yet a whole message
+	unacked   int64  // DATA bytes received since the last WINDOW_UPDATE
+	gotHeader bool   // the response headers came
+
+	wmu sync.Mutex // the write side
+	bw  *bufio.Writer
+	w   *http2.Framer
+	// out is gRPC-framed request bytes the server's windows did not yet
+	// admit; connWin and streamWin are those windows, maxFrame its
+	// SETTINGS_MAX_FRAME_SIZE.
+	out                []byte
+	connWin, streamWin int64
+	initWin            int64
+	maxFrame           int
+	werr               error
+}
+
+// h2Window is what the stream advertises for itself and its connection,
+// Envoy's default (256 MiB), as newConn does for grpc-go (a variable for
+// the test of its replenishing).
+var h2Window int64 = 256 << 20
+
+const (
+	// h2StreamID is the stream's HTTP/2 id: the connection's first.
+	h2StreamID = 1
+	// h2DefaultWindow and h2DefaultFrame are HTTP/2's initial values
+	// (RFC 9113 §6.5.2), in force until the server's SETTINGS say more.
+	h2DefaultWindow = 65535
+	h2DefaultFrame  = 16384
+)
+
+// dialH2 opens an ADS stream (path: the gRPC method) to addr. It retries
+// the TCP connection with backoff until ctx ends, as grpc.WaitForReady
+// does for the grpc-go client: in a reconnect storm some first dials
+// fail.
+func dialH2(ctx context.Context, addr, path string, onSize func(int)) (*h2Stream, error) {
+	var d net.Dialer
+	conn, err := backoff.Retry(ctx, func() (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) },
+		backoff.WithBackOff(&backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 2 * time.Second}),
+		backoff.WithMaxElapsedTime(0))
+	if err != nil {
+		return nil, fmt.Errorf("connect to %s: %w", addr, err)
+	}
+	s := &h2Stream{conn: conn, onSize: onSize, connWin: h2DefaultWindow, streamWin: h2DefaultWindow, initWin: h2DefaultWindow, maxFrame: h2DefaultFrame}
+	s.r = http2.NewFramer(nil, bufio.NewReaderSize(conn, 16<<10))
+	s.r.SetReuseFrames()
+	s.r.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
+	s.bw = bufio.NewWriterSize(conn, 4<<10)
+	s.w = http2.NewFramer(s.bw, nil)
+
+	var hdr []byte
+	{
+		var buf headerBuf
+		enc := hpack.NewEncoder(&buf)
+		for _, f := range []hpack.HeaderField{
+			{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
+			{Name: ":path", Value: path}, {Name: ":authority", Value: addr},
+			{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
+			{Name: "user-agent", Value: "xds-load"},
+		} {
+			_ = enc.WriteField(f) // writes to memory
+		}
+		hdr = buf
+	}
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	_, _ = s.bw.WriteString(http2.ClientPreface)
+	_ = s.w.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(h2Window)}, http2.Setting{ID: http2.SettingEnablePush, Val: 0})
+	if h2Window > h2DefaultWindow {
+		_ = s.w.WriteWindowUpdate(0, uint32(h2Window-h2DefaultWindow))
+	}
+	_ = s.w.WriteHeaders(http2.HeadersFrameParam{StreamID: h2StreamID, BlockFragment: hdr, EndHeaders: true})
+	if err := s.bw.Flush(); err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("open stream to %s: %w", addr, err)
+	}
+	return s, nil
+}
+
+type headerBuf []byte
+
+func (b *headerBuf) Write(p []byte) (int, error) { *b = append(*b, p...); return len(p), nil }
+
+// SendMsg queues m and writes what the server's windows admit; it never
+// blocks on flow control (the rest goes out as WINDOW_UPDATEs arrive, on
+// the reading goroutine), so the reading goroutine may send. Write
+// errors close the connection: the reader reports the stream's end.
+func (s *h2Stream) SendMsg(m any) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.werr != nil {
+		return s.werr
+	}
+	n := len(s.out)
+	s.out = append(s.out, 0, 0, 0, 0, 0)
+	var err error
+	s.out, err = proto.MarshalOptions{}.MarshalAppend(s.out, m.(proto.Message))
+	if err != nil {
+		s.out = s.out[:n]
+		return err
+	}
+	binary.BigEndian.PutUint32(s.out[n+1:], uint32(len(s.out)-n-5))
+	return s.flushLocked()
+}
+
+// flushLocked writes as much of out as the windows admit, in frames of
+// at most maxFrame, then flushes the connection once.
+func (s *h2Stream) flushLocked() error {
+	sent := 0
+	for sent < len(s.out) {
+		n := min(int64(len(s.out)-sent), s.connWin, s.streamWin, int64(s.maxFrame))
+		if n <= 0 {
+			break
+		}
+		if err := s.w.WriteData(h2StreamID, false, s.out[sent:sent+int(n)]); err != nil {
+			return s.failLocked(err)
+		}
+		sent += int(n)
+		s.connWin -= n
+		s.streamWin -= n
+	}
+	if sent > 0 {
+		s.out = s.out[:copy(s.out, s.out[sent:])]
+	}
+	if err := s.bw.Flush(); err != nil {
+		return s.failLocked(err)
+	}
+	return nil
+}
+
+func (s *h2Stream) failLocked(err error) error {
+	if s.werr == nil {
+		s.werr = err
+		s.conn.Close()
+	}
+	return s.werr
+}
+
+// write runs one control write (SETTINGS ACK, PING ACK, WINDOW_UPDATE).
+func (s *h2Stream) write(f func(*http2.Framer) error) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.werr != nil {
+		return s.werr
+	}
+	if err := f(s.w); err != nil {
+		return s.failLocked(err)
+	}
+	if err := s.bw.Flush(); err != nil {
+		return s.failLocked(err)
+	}
+	return nil
+}
+
+// RecvMsg reads frames until one whole response is in and unmarshals it
+// into m. Only one goroutine may call it. It returns io.EOF when the
+// server ended the stream with OK, the stream's status when it ended
+// otherwise, and context.Canceled after Close.
+func (s *h2Stream) RecvMsg(m any) error {
+	for {
+		if len(s.msg) >= 5 {
+			if s.msg[0] != 0 {
+				return s.fail(status.Error(codes.Internal, "xds-load: a compressed response (no compression was offered)"))
+			}
+			if n := int(binary.BigEndian.Uint32(s.msg[1:5])); len(s.msg) >= 5+n {
+				s.onSize(n)
+				err := proto.Unmarshal(s.msg[5:5+n], m.(proto.Message)) // copies what it keeps
+				s.msg = s.msg[:copy(s.msg, s.msg[5+n:])]
+				return err
+			}
+		}
+		f, err := s.r.ReadFrame()
+		if err != nil {
+			return s.fail(s.readErr(err))
+		}
+		if err := s.frame(f); err != nil {
+			return s.fail(err)
+		}
+	}
+}
+
+// frame acts on one frame; an error ends the stream.
+func (s *h2Stream) frame(f http2.Frame) error {
+	switch f := f.(type) {
+	case *http2.DataFrame:
+		if f.StreamID != h2StreamID {
+			return status.Errorf(codes.Internal, "xds-load: DATA on stream %d", f.StreamID)
+		}
+		s.msg = append(s.msg, f.Data()...)
+		// Flow control counts the whole payload, padding included.
+		if s.unacked += int64(f.Length); s.unacked >= h2Window/2 {
+			n := uint32(s.unacked)
+			s.unacked = 0
+			if err := s.write(func(w *http2.Framer) error {
+				if err := w.WriteWindowUpdate(0, n); err != nil {
+					return err
+				}
+				return w.WriteWindowUpdate(h2StreamID, n)
+			}); err != nil {
+				return status.Error(codes.Unavailable, err.Error())
+			}
+		}
+		if f.StreamEnded() {
+			return status.Error(codes.Internal, "xds-load: the server ended the stream without trailers")
+		}
+	case *http2.MetaHeadersFrame:
+		return s.headers(f)
+	case *http2.SettingsFrame:
+		if f.IsAck() {
+			return nil
+		}
+		if err := f.ForeachSetting(s.setting); err != nil {
+			return err
+		}
+		return s.write(func(w *http2.Framer) error { return w.WriteSettingsAck() })
+	case *http2.PingFrame:
+		if !f.IsAck() {
+			data := f.Data
+			return s.write(func(w *http2.Framer) error { return w.WritePing(true, data) })
+		}
+	case *http2.WindowUpdateFrame:
+		s.wmu.Lock()
+		defer s.wmu.Unlock()
+		if f.StreamID == 0 {
+			s.connWin += int64(f.Increment)
+		} else {
+			s.streamWin += int64(f.Increment)
+		}
+		if len(s.out) > 0 && s.werr == nil {
+			return s.flushLocked()
+		}
+	case *http2.RSTStreamFrame:
+		code := codes.Unavailable
+		if f.ErrCode == http2.ErrCodeCancel {
+			code = codes.Canceled
+		}
+		return status.Errorf(code, "xds-load: the server reset the stream: %v", f.ErrCode)
+	case *http2.GoAwayFrame:
+		// Streams up to LastStreamID still finish; ours is the first.
+		if f.LastStreamID < h2StreamID {
+			return status.Errorf(codes.Unavailable, "xds-load: the server went away before the stream: %v", f.ErrCode)
+		}
+	}
+	return nil
+}
+
+// setting applies one of the server's SETTINGS.
+func (s *h2Stream) setting(st http2.Setting) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	switch st.ID {
+	case http2.SettingInitialWindowSize:
+		// RFC 9113 §6.9.2: the change applies to open streams' windows.
+		s.streamWin += int64(st.Val) - s.initWin
+		s.initWin = int64(st.Val)
+	case http2.SettingMaxFrameSize:
+		s.maxFrame = int(st.Val)
+	}
+	return nil
+}
+
+// headers reads the response headers or the trailers: a status other
+// than 200 or a grpc-status other than OK ends the stream with it.
+func (s *h2Stream) headers(f *http2.MetaHeadersFrame) error {
+	if !s.gotHeader {
+		s.gotHeader = true
+		if st := f.PseudoValue("status"); st != "200" {
+			return status.Errorf(codes.Unavailable, "xds-load: HTTP status %q", st)
+		}
+	}
+	if !f.StreamEnded() {
+		return nil
+	}
+	code, err := strconv.Atoi(headerValue(f, "grpc-status"))
+	if err != nil {
+		return status.Errorf(codes.Internal, "xds-load: trailers without grpc-status")
+	}
+	if code == int(codes.OK) {
+		return io.EOF
+	}
+	msg, _ := url.PathUnescape(headerValue(f, "grpc-message")) // gRPC percent-encodes it
+	return status.Error(codes.Code(code), msg)
+}
+
+func headerValue(f *http2.MetaHeadersFrame, name string) string {
+	for _, hf := range f.RegularFields() {
+		if hf.Name == name {
+			return hf.Value
+		}
+	}
+	return ""
+}
+
+// readErr is a failed read as the stream's end: Close's, or the
+// connection's.
+func (s *h2Stream) readErr(err error) error {
+	if s.closed.Load() {
+		return context.Canceled
+	}
+	if errors.Is(err, io.EOF) {
+		return status.Error(codes.Unavailable, "xds-load: the server closed the connection")
+	}
+	return status.Error(codes.Unavailable, err.Error())
+}
+
+// fail ends the stream: the connection closes with its first error.
+func (s *h2Stream) fail(err error) error {
+	s.wmu.Lock()
+	s.failLocked(err)
+	s.wmu.Unlock()
+	return err
+}
+
+// Close ends the stream and its connection; RecvMsg then returns
+// context.Canceled.
+func (s *h2Stream) Close() {
+	s.closed.Store(true)
+	s.conn.Close()
+}

@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -120,6 +121,12 @@ func runCmd(ctx context.Context, args []string) int {
 		defer func() { pprof.StopCPUProfile(); f.Close() }()
 	}
 	o.FleetSizes, o.GroupSizes, o.CompareSizes = ints(*sizes), ints(*gsizes), ints(*csizes)
+	// A connection per proxy in this process and in the server: room for
+	// the largest fleet twice over, and the rest of both processes.
+	largest := slices.Max(append(append(append([]int{0}, o.FleetSizes...), o.GroupSizes...), o.CompareSizes...))
+	if limit, err := bench.RaiseFileLimit(uint64(2*largest + 8192)); err != nil {
+		fmt.Fprintf(os.Stderr, "xds-load: open-file limit %d (raising it: %v); a fleet of over ~%d proxies needs -streams-per-conn 2 (grpc-go clients)\n", limit, err, limit/2-4096)
+	}
 	for _, line := range strings.Split(*bridgeXDS, ";") {
 		if line = strings.TrimSpace(line); line != "" {
 			o.BridgeXDS = append(o.BridgeXDS, line)

@@ -32,6 +32,7 @@ type portMux struct {
 	http     *chanListener
 	timeout  time.Duration
 	closeErr sync.Once
+	sleep    func(time.Duration) // time.Sleep; tests count the pauses
 }
 
 // handshakeTimeout is a variable for tests only.
@@ -41,22 +42,52 @@ var http2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 
 func newPortMux(lis net.Listener, tlsCfg *tls.Config, log zerolog.Logger) *portMux {
 	return &portMux{
-		lis: lis, tls: tlsCfg, log: log, timeout: handshakeTimeout,
+		lis: lis, tls: tlsCfg, log: log, timeout: handshakeTimeout, sleep: time.Sleep,
 		grpc: newChanListener(lis.Addr()), http: newChanListener(lis.Addr()),
 	}
 }
 
 // run accepts until the listener closes; each connection is classified on
-// its own goroutine so a slow client never holds up the next one.
+// its own goroutine so a slow client never holds up the next one. A
+// failed accept that may pass (temporary: out of file descriptors, when
+// a fleet outgrows the open-file limit or a flood fills it) pauses
+// accepting, from 5 ms doubling to 1 s as net/http and gRPC's own Serve
+// do, and every connection already served goes on: it used to close the
+// xDS port, and with it every proxy's stream. One warning per spell of
+// failures. Any other error is returned (the caller closes the port).
 func (m *portMux) run() error {
+	var delay time.Duration
 	for {
 		c, err := m.lis.Accept()
 		if err != nil {
-			m.Close()
-			return err
+			if !temporary(err) {
+				return err
+			}
+			if delay == 0 {
+				m.log.Warn().Err(err).Str("addr", m.lis.Addr().String()).
+					Msg("xDS port cannot accept connections; retrying (for too many open files, raise the limit: ulimit -n, systemd LimitNOFILE)")
+			}
+			delay = min(max(2*delay, minAcceptDelay), maxAcceptDelay)
+			m.sleep(delay)
+			continue
 		}
+		delay = 0
 		go m.classify(c)
 	}
+}
+
+// The pause after a failed accept (run).
+const (
+	minAcceptDelay = 5 * time.Millisecond
+	maxAcceptDelay = time.Second
+)
+
+// temporary is whether a failed accept may pass (EMFILE, ENFILE,
+// ECONNABORTED...). net.Error's Temporary is deprecated for errors in
+// general, and still how the standard library's servers judge accepts.
+func temporary(err error) bool {
+	var te interface{ Temporary() bool }
+	return !errors.Is(err, net.ErrClosed) && errors.As(err, &te) && te.Temporary()
 }
 
 func (m *portMux) classify(c net.Conn) {

@@ -3,11 +3,24 @@ package serve
 import (
 	"bufio"
 	"bytes"
+	"context"
+	"errors"
 	"io"
 	"net"
+	"os"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
+	"google.golang.org/grpc/status"
 )
 
 // countingPool hands out buffers and counts those not yet returned.
@@ -84,5 +97,106 @@ func TestPeekedConnReadsOnReady(t *testing.T) {
 	}
 	if pool.out != 0 {
 		t.Fatalf("%d buffers not returned to the pool", pool.out)
+	}
+}
+
+// failingListener fails its first accepts with err, then accepts.
+type failingListener struct {
+	net.Listener
+	mu    sync.Mutex
+	fails int
+	err   error
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	l.mu.Lock()
+	if l.fails > 0 {
+		l.fails--
+		l.mu.Unlock()
+		return nil, l.err
+	}
+	l.mu.Unlock()
+	return l.Listener.Accept()
+}
+
+// lockedBuffer is a log sink the server's goroutines may share.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}
+
+// serveOn runs a Server on lis and returns its log and Serve's result.
+func serveOn(t *testing.T, lis net.Listener) (*lockedBuffer, context.CancelFunc, <-chan error) {
+	t.Helper()
+	logs := &lockedBuffer{}
+	s := NewServer(ServerConfig{Logger: zerolog.New(logs), ShutdownGrace: time.Second})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, lis) }()
+	return logs, cancel, done
+}
+
+// TestOutOfFileDescriptorsKeepsThePortOpen: accepts failing with EMFILE
+// (a fleet past the open-file limit) pause accepting, with one warning
+// for the spell, and the port then serves the next connection; it used to
+// close the port and end every stream on it.
+func TestOutOfFileDescriptorsKeepsThePortOpen(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	emfile := &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	logs, cancel, done := serveOn(t, &failingListener{Listener: inner, fails: 4, err: emfile})
+	conn, err := grpc.NewClient(inner.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
+	defer stop()
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); status.Code(err) == codes.Unavailable || errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("health check after the failed accepts: %v; want the port to serve", err)
+	}
+	if n := strings.Count(logs.String(), "cannot accept connections"); n != 1 {
+		t.Errorf("%d warnings for one spell of failed accepts, want 1; log:\n%s", n, logs.String())
+	}
+	if !strings.Contains(logs.String(), "too many open files") {
+		t.Errorf("the warning does not carry the accept's error; log:\n%s", logs.String())
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Serve after a clean stop: %v", err)
+	}
+}
+
+// TestAcceptFailureEndsServeWithItsError: an accept error that will not
+// pass ends Serve with that error, not the closed listener it leaves.
+func TestAcceptFailureEndsServeWithItsError(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer inner.Close()
+	_, cancel, done := serveOn(t, &failingListener{Listener: inner, fails: 1, err: errors.New("listener broken")})
+	defer cancel()
+	select {
+	case err := <-done:
+		if err == nil || !strings.Contains(err.Error(), "accepting on") || !strings.Contains(err.Error(), "listener broken") {
+			t.Errorf("Serve = %v, want the accept's error", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not end")
 	}
 }

@@ -332,8 +332,16 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 
 	mux := newPortMux(lis, tlsCfg, s.log)
 	rest := s.restServer()
-	errc := make(chan error, 1)
-	go func() { _ = mux.run() }()
+	errc := make(chan error, 2)
+	// The port's own failure is the one to report: it is sent before
+	// the port closes, after which gRPC's Serve only sees its listener
+	// closed.
+	go func() {
+		if err := mux.run(); !errors.Is(err, net.ErrClosed) {
+			errc <- fmt.Errorf("accepting on %s: %w", lis.Addr(), err)
+		}
+		mux.Close()
+	}()
 	go func() { errc <- g.Serve(mux.grpc) }()
 	go func() { _ = rest.Serve(mux.http) }()
 	defer rest.Close()

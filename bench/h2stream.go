@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -74,50 +75,81 @@ const (
 	h2DefaultFrame  = 16384
 )
 
-// dialH2 opens an ADS stream (path: the gRPC method) to addr. It retries
-// the TCP connection with backoff until ctx ends, as grpc.WaitForReady
-// does for the grpc-go client: in a reconnect storm some first dials
-// fail.
+// dialH2 opens an ADS stream (path: the gRPC method) to addr. Like
+// grpc.WaitForReady for the grpc-go client, and like Envoy, it retries
+// with backoff until ctx ends, both a refused TCP connection and one the
+// server closes before its SETTINGS arrive: in a reconnect storm of
+// 20,000 a server drops the connections it cannot serve in time.
 func dialH2(ctx context.Context, addr, path string, onSize func(int)) (*h2Stream, error) {
-	var d net.Dialer
-	conn, err := backoff.Retry(ctx, func() (net.Conn, error) { return d.DialContext(ctx, "tcp", addr) },
+	s, err := backoff.Retry(ctx, func() (*h2Stream, error) { return openH2(ctx, addr) },
 		backoff.WithBackOff(&backoff.ExponentialBackOff{InitialInterval: 50 * time.Millisecond, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 2 * time.Second}),
 		backoff.WithMaxElapsedTime(0))
 	if err != nil {
 		return nil, fmt.Errorf("connect to %s: %w", addr, err)
 	}
-	s := &h2Stream{conn: conn, onSize: onSize, connWin: h2DefaultWindow, streamWin: h2DefaultWindow, initWin: h2DefaultWindow, maxFrame: h2DefaultFrame}
+	s.onSize = onSize
+	var hdr headerBuf
+	enc := hpack.NewEncoder(&hdr)
+	for _, f := range []hpack.HeaderField{
+		{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
+		{Name: ":path", Value: path}, {Name: ":authority", Value: addr},
+		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
+		{Name: "user-agent", Value: "xds-load"},
+	} {
+		_ = enc.WriteField(f) // writes to memory
+	}
+	if err := s.write(func(w *http2.Framer) error {
+		return w.WriteHeaders(http2.HeadersFrameParam{StreamID: h2StreamID, BlockFragment: hdr, EndHeaders: true})
+	}); err != nil {
+		return nil, fmt.Errorf("open stream to %s: %w", addr, err)
+	}
+	return s, nil
+}
+
+// openH2 connects and exchanges prefaces: the client's preface and
+// SETTINGS out, the server's SETTINGS in (applied and ACKed), the
+// connection's window raised. Until ctx ends.
+func openH2(ctx context.Context, addr string) (*h2Stream, error) {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	s := &h2Stream{conn: conn, connWin: h2DefaultWindow, streamWin: h2DefaultWindow, initWin: h2DefaultWindow, maxFrame: h2DefaultFrame}
 	s.r = http2.NewFramer(nil, bufio.NewReaderSize(conn, 16<<10))
 	s.r.SetReuseFrames()
 	s.r.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	s.bw = bufio.NewWriterSize(conn, 4<<10)
 	s.w = http2.NewFramer(s.bw, nil)
-
-	var hdr []byte
-	{
-		var buf headerBuf
-		enc := hpack.NewEncoder(&buf)
-		for _, f := range []hpack.HeaderField{
-			{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
-			{Name: ":path", Value: path}, {Name: ":authority", Value: addr},
-			{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
-			{Name: "user-agent", Value: "xds-load"},
-		} {
-			_ = enc.WriteField(f) // writes to memory
+	if err := s.write(func(w *http2.Framer) error {
+		_, _ = s.bw.WriteString(http2.ClientPreface)
+		if err := w.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(h2Window)}, http2.Setting{ID: http2.SettingEnablePush, Val: 0}); err != nil {
+			return err
 		}
-		hdr = buf
+		if h2Window > h2DefaultWindow {
+			return w.WriteWindowUpdate(0, uint32(h2Window-h2DefaultWindow))
+		}
+		return nil
+	}); err != nil {
+		return nil, err
 	}
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	_, _ = s.bw.WriteString(http2.ClientPreface)
-	_ = s.w.WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: uint32(h2Window)}, http2.Setting{ID: http2.SettingEnablePush, Val: 0})
-	if h2Window > h2DefaultWindow {
-		_ = s.w.WriteWindowUpdate(0, uint32(h2Window-h2DefaultWindow))
+	stop := context.AfterFunc(ctx, func() { _ = conn.SetReadDeadline(time.Now()) })
+	defer stop()
+	// RFC 9113 §3.4: the server's preface is a SETTINGS frame.
+	f, err := s.r.ReadFrame()
+	if err == nil {
+		if sf, ok := f.(*http2.SettingsFrame); ok && !sf.IsAck() {
+			err = s.frame(sf)
+		} else {
+			err = fmt.Errorf("the server's first frame is %v, not SETTINGS", f.Header().Type)
+		}
 	}
-	_ = s.w.WriteHeaders(http2.HeadersFrameParam{StreamID: h2StreamID, BlockFragment: hdr, EndHeaders: true})
-	if err := s.bw.Flush(); err != nil {
+	if !stop() {
+		err = cmp.Or(ctx.Err(), err)
+	}
+	if err != nil {
 		conn.Close()
-		return nil, fmt.Errorf("open stream to %s: %w", addr, err)
+		return nil, err
 	}
 	return s, nil
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -246,5 +247,54 @@ func TestH2StreamReplenishesItsWindow(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("the server stalled: the stream did not replenish its receive window")
+	}
+}
+
+// droppingListener closes its first connections at once, as a server
+// too busy to finish their handshakes does.
+type droppingListener struct {
+	net.Listener
+	drop atomic.Int32
+}
+
+func (l *droppingListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil || l.drop.Add(-1) < 0 {
+			return c, err
+		}
+		c.Close()
+	}
+}
+
+// TestH2StreamRetriesADroppedConnect: connections the server closes
+// before its SETTINGS are dialled again (grpc.WaitForReady's and Envoy's
+// behaviour), and the stream then works.
+func TestH2StreamRetriesADroppedConnect(t *testing.T) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lis := &droppingListener{Listener: inner}
+	lis.drop.Store(3)
+	g := grpc.NewServer()
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, adsHandler{serve: func(s discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+		if _, err := s.Recv(); err != nil {
+			return err
+		}
+		return s.Send(&discoveryv3.DeltaDiscoveryResponse{Nonce: "after-retries"})
+	}})
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	s, _ := dialTestH2(t, inner.Addr().String())
+	if err := s.SendMsg(&discoveryv3.DeltaDiscoveryRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	var resp discoveryv3.DeltaDiscoveryResponse
+	if err := s.RecvMsg(&resp); err != nil || resp.GetNonce() != "after-retries" {
+		t.Fatalf("got %q, %v; want the response on the connection after three dropped", resp.GetNonce(), err)
+	}
+	if n := lis.drop.Load(); n >= 0 {
+		t.Errorf("%d drops left: the test did not drop connections", n+1)
 	}
 }

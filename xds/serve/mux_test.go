@@ -21,6 +21,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/grpc/status"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
 )
 
 // countingPool hands out buffers and counts those not yet returned.
@@ -119,28 +121,10 @@ func (l *failingListener) Accept() (net.Conn, error) {
 	return l.Listener.Accept()
 }
 
-// lockedBuffer is a log sink the server's goroutines may share.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // serveOn runs a Server on lis and returns its log and Serve's result.
-func serveOn(t *testing.T, lis net.Listener) (*lockedBuffer, context.CancelFunc, <-chan error) {
+func serveOn(t *testing.T, lis net.Listener) (*syncbuffer.Buffer, context.CancelFunc, <-chan error) {
 	t.Helper()
-	logs := &lockedBuffer{}
+	logs := &syncbuffer.Buffer{}
 	s := NewServer(ServerConfig{Logger: zerolog.New(logs), ShutdownGrace: time.Second})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

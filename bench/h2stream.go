@@ -47,6 +47,7 @@ type h2Stream struct {
 	msg       []byte // DATA received and not yet a whole message
 	unacked   int64  // DATA bytes received since the last WINDOW_UPDATE
 	gotHeader bool   // the response headers came
+	goAway    string // the server's GOAWAY, for the error of the close
 
 	wmu sync.Mutex // the write side
 	bw  *bufio.Writer
@@ -85,8 +86,15 @@ const (
 // server closes before its SETTINGS arrive: in a reconnect storm of
 // 20,000 a server drops the connections it cannot serve in time.
 func dialH2(ctx context.Context, addr, path string, onSize func(int)) (*h2Stream, error) {
-	s, err := backoff.Retry(ctx, func() (*h2Stream, error) { return openH2(ctx, addr) },
-		// Envoy's ADS retry: 500 ms doubling to 30 s, jittered.
+	s, err := backoff.Retry(ctx, func() (*h2Stream, error) {
+		// 20 s an attempt, gRPC's minimum connect timeout: a server that
+		// accepts and never answers is tried again.
+		actx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		return openH2(actx, addr)
+	},
+		// Envoy's ADS retry bounds (500 ms doubling to 30 s), jittered ±50 %
+		// (Envoy draws each pause from zero to the bound).
 		backoff.WithBackOff(&backoff.ExponentialBackOff{InitialInterval: 500 * time.Millisecond, RandomizationFactor: 0.5, Multiplier: 2, MaxInterval: 30 * time.Second}),
 		backoff.WithMaxElapsedTime(0))
 	if err != nil {
@@ -262,6 +270,9 @@ func (s *h2Stream) RecvMsg(m any) error {
 			return s.fail(s.readErr(err))
 		}
 		if err := s.frame(f); err != nil {
+			if s.closed.Load() {
+				err = context.Canceled // Close raced a write here
+			}
 			return s.fail(err)
 		}
 	}
@@ -300,7 +311,16 @@ func (s *h2Stream) frame(f http2.Frame) error {
 		if err := f.ForeachSetting(s.setting); err != nil {
 			return err
 		}
-		return s.write(func(w *http2.Framer) error { return w.WriteSettingsAck() })
+		// A larger initial window lets queued bytes go (RFC 9113
+		// §6.9.2): grpc-go's BDP estimate raises it this way alone.
+		return s.write(func(w *http2.Framer) error {
+			if len(s.out) > 0 {
+				if err := s.flushLocked(); err != nil {
+					return err
+				}
+			}
+			return w.WriteSettingsAck()
+		})
 	case *http2.PingFrame:
 		if !f.IsAck() {
 			data := f.Data
@@ -325,6 +345,9 @@ func (s *h2Stream) frame(f http2.Frame) error {
 		return status.Errorf(code, "xds-load: the server reset the stream: %v", f.ErrCode)
 	case *http2.GoAwayFrame:
 		// Streams up to LastStreamID still finish; ours is the first.
+		// Its code and debug data explain the close that follows (a
+		// protocol error of this client's, ENHANCE_YOUR_CALM).
+		s.goAway = fmt.Sprintf(" after GOAWAY %v %q", f.ErrCode, f.DebugData())
 		if f.LastStreamID < h2StreamID {
 			return status.Errorf(codes.Unavailable, "xds-load: the server went away before the stream: %v", f.ErrCode)
 		}
@@ -364,9 +387,16 @@ func (s *h2Stream) headers(f *http2.MetaHeadersFrame) error {
 		return status.Errorf(codes.Internal, "xds-load: trailers without grpc-status")
 	}
 	if code == int(codes.OK) {
+		if len(s.msg) > 0 {
+			return status.Errorf(codes.Internal, "xds-load: the stream ended inside a message (%d bytes of it)", len(s.msg))
+		}
 		return io.EOF
 	}
-	msg, _ := url.PathUnescape(headerValue(f, "grpc-message")) // gRPC percent-encodes it
+	raw := headerValue(f, "grpc-message")
+	msg, err := url.PathUnescape(raw) // gRPC percent-encodes it
+	if err != nil {
+		msg = raw // as the gRPC spec says of a malformed one
+	}
 	return status.Error(codes.Code(code), msg)
 }
 
@@ -385,8 +415,14 @@ func (s *h2Stream) readErr(err error) error {
 	if s.closed.Load() {
 		return context.Canceled
 	}
+	s.wmu.Lock()
+	werr := s.werr
+	s.wmu.Unlock()
+	if werr != nil {
+		err = werr // a failed write closed the connection
+	}
 	if errors.Is(err, io.EOF) {
-		return status.Error(codes.Unavailable, "xds-load: the server closed the connection")
+		return status.Errorf(codes.Unavailable, "xds-load: the server closed the connection%s", s.goAway)
 	}
 	return status.Error(codes.Unavailable, err.Error())
 }

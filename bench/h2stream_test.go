@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +14,7 @@ import (
 	"time"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
@@ -151,6 +154,7 @@ func TestH2StreamHonoursFlowControl(t *testing.T) {
 	if queued == 0 {
 		t.Fatal("nothing waited for the server's windows; the test needs more than they admit")
 	}
+	_ = s.conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // fail, not hang, if queued bytes never go
 	var resp discoveryv3.DeltaDiscoveryResponse
 	if err := s.RecvMsg(&resp); err != nil || resp.GetNonce() != "all" {
 		t.Fatalf("got %q, %v; want the server's answer to all %d requests", resp.GetNonce(), err, n)
@@ -296,5 +300,46 @@ func TestH2StreamRetriesADroppedConnect(t *testing.T) {
 	}
 	if n := lis.drop.Load(); n >= 0 {
 		t.Errorf("%d drops left: the test did not drop connections", n+1)
+	}
+}
+
+// TestH2StreamSettingsReleaseQueuedBytes: a larger initial window in the
+// server's SETTINGS (grpc-go's BDP estimate raises a stream's window only
+// this way) sends what waited for it, before the SETTINGS ACK.
+func TestH2StreamSettingsReleaseQueuedBytes(t *testing.T) {
+	client, server := net.Pipe()
+	defer client.Close()
+	defer server.Close()
+	s := &h2Stream{conn: client, connWin: 1 << 20, streamWin: 0, initWin: h2DefaultWindow, maxFrame: h2DefaultFrame}
+	s.bw = bufio.NewWriter(client)
+	s.w = http2.NewFramer(s.bw, nil)
+	s.out = []byte(strings.Repeat("q", 300))
+
+	var b bytes.Buffer
+	if err := http2.NewFramer(&b, nil).WriteSettings(http2.Setting{ID: http2.SettingInitialWindowSize, Val: h2DefaultWindow + 100}); err != nil {
+		t.Fatal(err)
+	}
+	f, err := http2.NewFramer(nil, &b).ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.frame(f) }()
+	peer := http2.NewFramer(nil, server)
+	got, err := peer.ReadFrame()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, ok := got.(*http2.DataFrame); !ok || len(d.Data()) != 100 {
+		t.Fatalf("first frame after the SETTINGS: %v, want DATA of the 100 bytes the window grew by", got)
+	}
+	if ack, err := peer.ReadFrame(); err != nil || !ack.(*http2.SettingsFrame).IsAck() {
+		t.Fatalf("then %v, %v; want the SETTINGS ACK", ack, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if len(s.out) != 200 {
+		t.Errorf("%d bytes still queued, want 200", len(s.out))
 	}
 }

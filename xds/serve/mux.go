@@ -32,17 +32,20 @@ type portMux struct {
 	http     *chanListener
 	timeout  time.Duration
 	closeErr sync.Once
-	sleep    func(time.Duration) // time.Sleep; tests count the pauses
 }
 
 // handshakeTimeout is a variable for tests only.
 var handshakeTimeout = 5 * time.Second
 
+// acceptPause is how run pauses after a failed accept (a variable for
+// tests, which record the pauses).
+var acceptPause = time.Sleep
+
 var http2Preface = []byte("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n")
 
 func newPortMux(lis net.Listener, tlsCfg *tls.Config, log zerolog.Logger) *portMux {
 	return &portMux{
-		lis: lis, tls: tlsCfg, log: log, timeout: handshakeTimeout, sleep: time.Sleep,
+		lis: lis, tls: tlsCfg, log: log, timeout: handshakeTimeout,
 		grpc: newChanListener(lis.Addr()), http: newChanListener(lis.Addr()),
 	}
 }
@@ -68,7 +71,7 @@ func (m *portMux) run() error {
 					Msg("xDS port cannot accept connections; retrying (for too many open files, raise the limit: ulimit -n, systemd LimitNOFILE)")
 			}
 			delay = min(max(2*delay, minAcceptDelay), maxAcceptDelay)
-			m.sleep(delay)
+			acceptPause(delay)
 			continue
 		}
 		delay = 0

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -16,11 +17,9 @@ import (
 
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/mem"
-	"google.golang.org/grpc/status"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
 )
@@ -141,8 +140,13 @@ func TestOutOfFileDescriptorsKeepsThePortOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var mu sync.Mutex
+	var pauses []time.Duration
+	old := acceptPause
+	acceptPause = func(d time.Duration) { mu.Lock(); pauses = append(pauses, d); mu.Unlock() }
+	t.Cleanup(func() { acceptPause = old })
 	emfile := &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
-	logs, cancel, done := serveOn(t, &failingListener{Listener: inner, fails: 4, err: emfile})
+	logs, cancel, done := serveOn(t, &failingListener{Listener: inner, fails: 10, err: emfile})
 	conn, err := grpc.NewClient(inner.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -150,8 +154,15 @@ func TestOutOfFileDescriptorsKeepsThePortOpen(t *testing.T) {
 	defer conn.Close()
 	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
 	defer stop()
-	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); status.Code(err) == codes.Unavailable || errors.Is(err, context.DeadlineExceeded) {
+	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
 		t.Fatalf("health check after the failed accepts: %v; want the port to serve", err)
+	}
+	mu.Lock()
+	got := slices.Clone(pauses)
+	mu.Unlock()
+	ms := time.Millisecond
+	if want := []time.Duration{5 * ms, 10 * ms, 20 * ms, 40 * ms, 80 * ms, 160 * ms, 320 * ms, 640 * ms, time.Second, time.Second}; !slices.Equal(got, want) {
+		t.Errorf("pauses after 10 failed accepts: %v, want %v (doubling from 5 ms to 1 s)", got, want)
 	}
 	if n := strings.Count(logs.String(), "cannot accept connections"); n != 1 {
 		t.Errorf("%d warnings for one spell of failed accepts, want 1; log:\n%s", n, logs.String())

@@ -349,6 +349,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	s.log.Info().Str("addr", lis.Addr().String()).Msg("serving xDS (gRPC and REST)")
 	select {
 	case err := <-errc:
+		// The port is gone: the connections it had end too, rather than
+		// serving on after Serve has returned.
+		g.Stop()
 		return fmt.Errorf("xds server: %w", err)
 	case <-ctx.Done():
 	}

@@ -152,6 +152,9 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 
 	var rows []Row
 	emit := func(r Row) {
+		if r.steal != "" {
+			r.Notes += "; " + r.steal
+		}
 		rows = append(rows, r)
 		o.logf("%s", r.String())
 	}

@@ -36,6 +36,44 @@ func ProcCPU(pid int) float64 {
 	return (ut + st) / clockTicks
 }
 
+// CPUSteal is each CPU's steal time since boot (/proc/stat): time the
+// hypervisor gave another guest while this one had work there. Every
+// scenario reports the steal of its span, so a run the host slowed can be
+// told from a slow server.
+func CPUSteal() []time.Duration {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil
+	}
+	var steal []time.Duration
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		// "cpuN user nice system idle iowait irq softirq steal ..."
+		if len(f) < 9 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		t, _ := strconv.ParseFloat(f[8], 64)
+		steal = append(steal, time.Duration(t/clockTicks*float64(time.Second)))
+	}
+	return steal
+}
+
+// stealNote says how much of the span since before each CPU lost to
+// other guests, "" when none lost 10 ms.
+func stealNote(before, after []time.Duration) string {
+	var parts []string
+	lost := false
+	for i := range min(len(before), len(after)) {
+		d := after[i] - before[i]
+		lost = lost || d >= 10*time.Millisecond
+		parts = append(parts, fmt.Sprintf("cpu%d %s", i, d.Round(time.Millisecond)))
+	}
+	if !lost {
+		return ""
+	}
+	return "host steal " + strings.Join(parts, ", ")
+}
+
 // ProcMem returns the resident set size and its peak (VmHWM) in bytes.
 func ProcMem(pid int) (rss, peak int64) {
 	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))

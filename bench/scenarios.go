@@ -36,6 +36,8 @@ type Row struct {
 	Failed       bool
 	// perReplica says what each replica took, when there are several.
 	perReplica string
+	// steal is the host's steal time over the scenario (stealNote).
+	steal string
 }
 
 // run is the state one fleet's scenarios share.
@@ -67,10 +69,11 @@ type meter struct {
 	req0  []float64
 	cons0 float64
 	gen0  float64 // the load generator's own CPU
+	steal []time.Duration
 }
 
 func (r *run) meter() *meter {
-	m := &meter{r: r, gen0: ProcCPU(os.Getpid())}
+	m := &meter{r: r, gen0: ProcCPU(os.Getpid()), steal: CPUSteal()}
 	for _, t := range r.targets() {
 		ResetPeak(t.PID)
 		m.all0 = append(m.all0, SampleProc(t.PID))
@@ -90,6 +93,7 @@ func (m *meter) row(scenario string, lats []time.Duration, max time.Duration) Ro
 	row := Row{
 		Scenario: scenario, Server: m.r.t.Name, Mode: m.r.mode, N: m.r.n,
 		P50: -1, P99: -1, Max: max, ConsulReqs: -1,
+		steal: stealNote(m.steal, CPUSteal()),
 	}
 	var each []string
 	for i, t := range m.r.targets() {

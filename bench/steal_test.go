@@ -21,12 +21,13 @@ func TestStealNote(t *testing.T) {
 	}
 }
 
-// TestCPUSteal reads one value per CPU from this machine's /proc/stat, and
+// TestCPUSteal reads a value per online CPU from this machine's /proc/stat, and
 // none goes back.
 func TestCPUSteal(t *testing.T) {
 	a := CPUSteal()
-	if len(a) != runtime.NumCPU() {
-		t.Fatalf("%d CPUs' steal, want %d", len(a), runtime.NumCPU())
+	// /proc/stat lists every online CPU; this process may run on fewer.
+	if len(a) < runtime.NumCPU() {
+		t.Fatalf("%d CPUs' steal, want one for each of the %d this process may use at least", len(a), runtime.NumCPU())
 	}
 	b := CPUSteal()
 	for i := range a {

@@ -65,7 +65,8 @@ var nodeDecodes atomic.Int64
 // follows (an edge proxy's, every cluster), and decoding them was an
 // eighth of a SotW push's cost (50 names: ~8 µs and 50 strings per ACK).
 // Names whose bytes are the last request's, in order, are that request's
-// slice (compared in full: a false match would be a wrong subscription).
+// slice (compared in full: a false match would be a wrong subscription);
+// names in one run of entries are read and skipped as a run (nameRun).
 type nodeMemo struct {
 	// sum is nodeSum of the node field (tag and length included, so the
 	// head tells lengths apart too), size its length.
@@ -200,6 +201,42 @@ type requestScan struct {
 	// the request's type (field 4).
 	sameNames bool
 	prev      []string
+	// runStart and runEnd bound the names when they are one run of
+	// length-delimited field 3 entries (as every encoder writes a
+	// repeated string), runs the count of such runs.
+	runStart, runEnd, runs int
+}
+
+// nameRun reads the run of length-delimited field 3 entries (tag 0x1a)
+// at off: where it ends and how many it holds; end < 0 if an entry does
+// not parse. A loop over bytes, not fields: a SotW ACK repeats every name
+// the stream follows, and parsing each as a field, three times over,
+// was most of decoding one (50 names: ~4 µs).
+func nameRun(b []byte, off int) (end, count int) {
+	for off < len(b) && b[off] == 0x1a {
+		l, n := protowire.ConsumeVarint(b[off+1:])
+		if n < 0 || l > uint64(len(b)-off-1-n) {
+			return -1, 0
+		}
+		off += 1 + n + int(l)
+		count++
+	}
+	return off, count
+}
+
+// sameRun reports whether the run of names in b[start:end] is names, in
+// order (compared in full).
+func sameRun(b []byte, start, end int, names []string) bool {
+	i := 0
+	for off := start; off < end; i++ {
+		l, n := protowire.ConsumeVarint(b[off+1:])
+		v := b[off+1+n : off+1+n+int(l)]
+		if i >= len(names) || string(v) != names[i] {
+			return false
+		}
+		off += 1 + n + int(l)
+	}
+	return i == len(names)
 }
 
 // nextField parses the field of b at off: its number, wire type, where
@@ -235,8 +272,24 @@ func scanRequest(b []byte, num protowire.Number, sotw bool, memo *nodeMemo) (sc 
 		case n == num && typ == protowire.BytesType:
 			sc.nodeStart, sc.nodeEnd = off, end
 			sc.nodes++
+		case sotw && n == 3 && typ == protowire.BytesType:
+			runEnd, count := nameRun(b, off)
+			switch {
+			case runEnd < 0:
+				return requestScan{}, false
+			case count == 0:
+				// A tag longer than it need be: not a run (compared
+				// field by field below).
+				names++
+				sc.runs += 2
+			default:
+				sc.runStart, sc.runEnd = off, runEnd
+				sc.runs++
+				names += count
+				end = runEnd
+			}
 		case sotw && n == 3:
-			wellFormed = wellFormed && typ == protowire.BytesType
+			wellFormed = false
 			names++
 		case sotw && n == 4:
 			wellFormed = wellFormed && typ == protowire.BytesType
@@ -251,6 +304,12 @@ func scanRequest(b []byte, num protowire.Number, sotw bool, memo *nodeMemo) (sc 
 	t, _ := protowire.ConsumeBytes(typeURL) // nil when there is no type field
 	prev := memo.namesOf(t)
 	if len(prev) != names {
+		return sc, true
+	}
+	if sc.runs == 1 {
+		if sameRun(b, sc.runStart, sc.runEnd, prev) {
+			sc.sameNames, sc.prev = true, prev
+		}
 		return sc, true
 	}
 	i := 0
@@ -279,6 +338,16 @@ func (sc *requestScan) unmarshal(b []byte, into proto.Message, node, names bool)
 	proto.Reset(into)
 	at := 0
 	for off := 0; off < len(b); {
+		if names && sc.runs == 1 && off == sc.runStart {
+			// The names in one run: skipped at once.
+			if off > at {
+				if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(b[at:off], into); err != nil {
+					return err
+				}
+			}
+			off, at = sc.runEnd, sc.runEnd
+			continue
+		}
 		n, _, _, end := nextField(b, off)
 		if (node && off == sc.nodeStart) || (names && n == 3) {
 			if off > at {

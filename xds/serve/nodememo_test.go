@@ -293,6 +293,12 @@ func TestSotwNamesMemo(t *testing.T) {
 		{"another type's names between", mustMarshal(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.RouteType, ResponseNonce: "16", ResourceNames: []string{"a", "b"}}), false},
 		{"the first type's names after another's", req(nil, "17", "a", "b"), true},
 		{"no type field, same names", mustMarshal(t, &discoveryv3.DiscoveryRequest{ResponseNonce: "18", ResourceNames: []string{"a", "b"}}), false},
+		{"the names again", req(nil, "19", "a", "b"), true},
+		// Field 3's tag in two bytes (0x9a 0x00), as proto accepts it.
+		{"a name with a long tag", append(req(nil, "20", "a"), 0x9a, 0x00, 0x01, 'b'), true},
+		{"a long tag, then a run", append(append(req(nil, "21"), 0x9a, 0x00, 0x01, 'a'), 0x1a, 0x01, 'b'), true},
+		{"a run, then the names' last apart", append(req(nil, "22", "a"), mustMarshal(t, &discoveryv3.DiscoveryRequest{ResponseNonce: "x", ResourceNames: []string{"b"}})...), true},
+		{"a truncated name in the run", append(req(nil, "23", "a"), 0x1a, 0x05, 'b'), false},
 	}
 	var memo nodeMemo
 	prevOf := map[string][]string{} // by type URL
@@ -328,6 +334,7 @@ func FuzzSotwNamesMemo(f *testing.F) {
 	f.Add(mustMarshal(f, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResponseNonce: "1", ResourceNames: []string{"api", "db", "web"}}))
 	f.Add(mustMarshal(f, &discoveryv3.DiscoveryRequest{Node: node, ResponseNonce: "1", ResourceNames: []string{"api", "db"}}))
 	f.Add([]byte{0x1a, 0x03, 'a', 'p', 'i', 0x1a, 0x01})
+	f.Add([]byte{0x1a, 0x03, 'a', 'p', 'i', 0x9a, 0x00, 0x02, 'd', 'b', 0x1a, 0x03, 'w', 'e', 'b', 0x22, 0x01, 'x'})
 	// Field 3 as a fixed32 (an unknown field), then the names' last.
 	f.Add(append([]byte{0x1d, 0x03, 'a', 'p', 'i'}, mustMarshal(f, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNames: []string{"db", "web"}})...))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -369,6 +376,27 @@ func TestSotwNamesMemoBounds(t *testing.T) {
 	for _, tn := range full[len(memo.names):] {
 		if tn.names != nil {
 			t.Fatalf("an evicted type's names are still referenced: %v", tn)
+		}
+	}
+}
+
+// BenchmarkDecodeSotwACK: a SotW EDS ACK naming the 50 clusters of S1's
+// world (bench/README.md), decoded through a memo that holds them.
+func BenchmarkDecodeSotwACK(b *testing.B) {
+	names := make([]string, 50)
+	for i := range names {
+		names[i] = fmt.Sprintf("svc-%04d.default.dc1.internal", i)
+	}
+	first := mustMarshal(b, &discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "envoy-1", Cluster: "bench"}, TypeUrl: resourcev3.EndpointType, ResourceNames: names})
+	ack := mustMarshal(b, &discoveryv3.DiscoveryRequest{VersionInfo: "4f2a9c", TypeUrl: resourcev3.EndpointType, ResourceNames: names, ResponseNonce: "17"})
+	var memo nodeMemo
+	if err := memo.decode(first, &discoveryv3.DiscoveryRequest{}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := memo.decode(ack, &discoveryv3.DiscoveryRequest{}); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

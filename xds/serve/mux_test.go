@@ -133,8 +133,9 @@ func serveOn(t *testing.T, lis net.Listener) (*syncbuffer.Buffer, context.Cancel
 
 // TestOutOfFileDescriptorsKeepsThePortOpen: accepts failing with EMFILE
 // (a fleet past the open-file limit) pause accepting, with one warning
-// for the spell, and the port then serves the next connection; it used to
-// close the port and end every stream on it.
+// for the spell, while the connections already open keep being served,
+// and the port then serves the next connection; it used to close the
+// port and stop the server.
 func TestOutOfFileDescriptorsKeepsThePortOpen(t *testing.T) {
 	inner, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -146,16 +147,36 @@ func TestOutOfFileDescriptorsKeepsThePortOpen(t *testing.T) {
 	acceptPause = func(d time.Duration) { mu.Lock(); pauses = append(pauses, d); mu.Unlock() }
 	t.Cleanup(func() { acceptPause = old })
 	emfile := &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
-	logs, cancel, done := serveOn(t, &failingListener{Listener: inner, fails: 10, err: emfile})
-	conn, err := grpc.NewClient(inner.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	lis := &failingListener{Listener: inner, err: emfile}
+	logs, cancel, done := serveOn(t, lis)
 	ctx, stop := context.WithTimeout(context.Background(), 10*time.Second)
 	defer stop()
-	if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
-		t.Fatalf("health check after the failed accepts: %v; want the port to serve", err)
+	check := func(what string) *grpc.ClientConn {
+		conn, err := grpc.NewClient(inner.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		if _, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+			t.Fatalf("health check %s: %v; want the port to serve", what, err)
+		}
+		return conn
+	}
+	before := check("before the failed accepts")
+	// The accept under way takes the next connection; the ten after it
+	// fail.
+	lis.mu.Lock()
+	lis.fails = 10
+	lis.mu.Unlock()
+	check("that the accept under way took")
+	check("after the failed accepts")
+	if _, err := healthpb.NewHealthClient(before).Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Fatalf("the connection open before the failed accepts: %v; want it still served", err)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("Serve returned during the failed accepts: %v", err)
+	default:
 	}
 	mu.Lock()
 	got := slices.Clone(pauses)

@@ -65,21 +65,19 @@ func (f *Fleet) dial(ctx context.Context, k int) (*Client, error) {
 		Metadata:       &structpb.Struct{Fields: map[string]*structpb.Value{}},
 		ClientFeatures: []string{"envoy.lb.does_not_support_overprovisioning", "envoy.lrs.supports_send_all_clusters"},
 	}
+	open := c.dialGRPC
 	if f.cfg.H2 {
-		if err := c.dialH2(ctx); err != nil {
-			return nil, err
-		}
-		c.subscribe(CDS, nil, nil, nil)
-		c.wg.Add(1)
-		go c.readLoop()
-		return c, nil
+		open = c.dialH2
 	}
-	if err := c.dialGRPC(ctx); err != nil {
+	if err := open(ctx); err != nil {
 		return nil, err
 	}
 	c.subscribe(CDS, nil, nil, nil)
-	c.wg.Add(2)
-	go c.writeLoop()
+	if c.h2 == nil { // the HTTP/2 stream writes from the reader (send)
+		c.wg.Add(1)
+		go c.writeLoop()
+	}
+	c.wg.Add(1)
 	go c.readLoop()
 	return c, nil
 }

@@ -124,40 +124,51 @@ func TestH2StreamExchangesMessages(t *testing.T) {
 }
 
 // TestH2StreamHonoursFlowControl: requests totalling three times the
-// server's 64 KiB windows, sent while the server is not reading, wait for
+// server's 64 KiB window, sent while the server is not reading, wait for
 // its WINDOW_UPDATEs instead of overrunning it (grpc-go would end the
-// connection with FLOW_CONTROL_ERROR), and all arrive in order.
+// connection with FLOW_CONTROL_ERROR), and all arrive in order; with the
+// connection's window the one that binds, then the stream's.
 func TestH2StreamHonoursFlowControl(t *testing.T) {
 	const n, each = 20, 10 << 10
-	addr := startADS(t, adsHandler{serve: func(s discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-		time.Sleep(300 * time.Millisecond) // the client fills the windows meanwhile
-		for k := 0; k < n; k++ {
-			req, err := s.Recv()
-			if err != nil {
-				return err
+	for _, tc := range []struct {
+		name               string
+		stream, connection int32
+	}{
+		{"the connection's window binds", 1 << 20, 65535},
+		{"the stream's window binds", 65535, 1 << 20},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr := startADS(t, adsHandler{serve: func(s discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+				time.Sleep(300 * time.Millisecond) // the client fills the windows meanwhile
+				for k := 0; k < n; k++ {
+					req, err := s.Recv()
+					if err != nil {
+						return err
+					}
+					if want := fmt.Sprintf("%d-%s", k, strings.Repeat("y", each)); req.GetResponseNonce() != want {
+						return status.Errorf(codes.InvalidArgument, "request %d: nonce of %d bytes, not request %d's", k, len(req.GetResponseNonce()), k)
+					}
+				}
+				return s.Send(&discoveryv3.DeltaDiscoveryResponse{Nonce: "all"})
+			}}, grpc.InitialWindowSize(tc.stream), grpc.InitialConnWindowSize(tc.connection))
+			s, _ := dialTestH2(t, addr)
+			for k := 0; k < n; k++ {
+				if err := s.SendMsg(&discoveryv3.DeltaDiscoveryRequest{ResponseNonce: fmt.Sprintf("%d-%s", k, strings.Repeat("y", each))}); err != nil {
+					t.Fatal(err)
+				}
 			}
-			if want := fmt.Sprintf("%d-%s", k, strings.Repeat("y", each)); req.GetResponseNonce() != want {
-				return status.Errorf(codes.InvalidArgument, "request %d: nonce of %d bytes, not request %d's", k, len(req.GetResponseNonce()), k)
+			s.wmu.Lock()
+			queued := len(s.out)
+			s.wmu.Unlock()
+			if queued == 0 {
+				t.Fatal("nothing waited for the server's windows; the test needs more than they admit")
 			}
-		}
-		return s.Send(&discoveryv3.DeltaDiscoveryResponse{Nonce: "all"})
-	}}, grpc.InitialWindowSize(65535), grpc.InitialConnWindowSize(65535))
-	s, _ := dialTestH2(t, addr)
-	for k := 0; k < n; k++ {
-		if err := s.SendMsg(&discoveryv3.DeltaDiscoveryRequest{ResponseNonce: fmt.Sprintf("%d-%s", k, strings.Repeat("y", each))}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	s.wmu.Lock()
-	queued := len(s.out)
-	s.wmu.Unlock()
-	if queued == 0 {
-		t.Fatal("nothing waited for the server's windows; the test needs more than they admit")
-	}
-	_ = s.conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // fail, not hang, if queued bytes never go
-	var resp discoveryv3.DeltaDiscoveryResponse
-	if err := s.RecvMsg(&resp); err != nil || resp.GetNonce() != "all" {
-		t.Fatalf("got %q, %v; want the server's answer to all %d requests", resp.GetNonce(), err, n)
+			_ = s.conn.SetReadDeadline(time.Now().Add(10 * time.Second)) // fail, not hang, if queued bytes never go
+			var resp discoveryv3.DeltaDiscoveryResponse
+			if err := s.RecvMsg(&resp); err != nil || resp.GetNonce() != "all" {
+				t.Fatalf("got %q, %v; want the server's answer to all %d requests", resp.GetNonce(), err, n)
+			}
+		})
 	}
 }
 

@@ -388,12 +388,10 @@ func (c *serveCache) openSotwWatch(order uint64, req *cachev3.Request, sub cache
 		c.watched(req.GetNode(), req.GetTypeUrl(), sub, held == "")
 	}
 	w := &sotwWatch{order: order, req: trimRequest(req), sub: sub, send: send, own: own}
-	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet, fan *fanout) bool {
+	return c.open(req.GetNode(), req.GetTypeUrl(), held != "", func(ts *typeSet, fan *fanout) bool {
 		resp := sotwAnswer(req, sub, ts, held, own)
 		if resp != nil {
-			if held != "" { // catching up (fanout.go)
-				fan.attach(resp, true)
-			}
+			fan.attach(resp, true)
 			send(resp)
 		}
 		return resp != nil
@@ -421,12 +419,10 @@ func (c *serveCache) openDeltaWatch(order uint64, req *cachev3.DeltaRequest, sub
 		c.watched(req.GetNode(), req.GetTypeUrl(), sub, held == "")
 	}
 	w := &deltaWatch{order: order, req: trimDeltaRequest(req), sub: sub, send: send, own: own}
-	return c.open(req.GetNode(), req.GetTypeUrl(), func(ts *typeSet, fan *fanout) bool {
+	return c.open(req.GetNode(), req.GetTypeUrl(), held != "", func(ts *typeSet, fan *fanout) bool {
 		resp := deltaAnswer(req, sub, ts, held, own)
 		if resp != nil {
-			if held != "" { // catching up (fanout.go)
-				fan.attach(resp, true)
-			}
+			fan.attach(resp, true)
 			send(resp)
 		}
 		return resp != nil
@@ -440,12 +436,12 @@ func (c *serveCache) openDeltaWatch(order uint64, req *cachev3.DeltaRequest, sub
 // something to send; otherwise wait files it (with the set it is up to
 // date with, nil before the key is first set) and returns its cancel.
 //
-// answer is also given the key's latest update's fan-out (nil if none):
+// answer is also given, when the request only acknowledges (acks: it
+// holds what it was sent), the key's latest update's fan-out (else nil):
 // an answer to a stream that had no watch filed when the update was
 // served (its proxy was still acknowledging the one before) belongs to
-// that update's fan-out while it is still open (fanout.attach), if the
-// request only acknowledges (held).
-func (c *serveCache) open(node *corev3.Node, typ string, answer func(*typeSet, *fanout) bool, wait func(k *keyState, seen string) func()) func() {
+// that update's fan-out while it is still open (fanout.attach).
+func (c *serveCache) open(node *corev3.Node, typ string, acks bool, answer func(*typeSet, *fanout) bool, wait func(k *keyState, seen string) func()) func() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := c.keyLocked(snapshotKey(node))
@@ -457,7 +453,11 @@ func (c *serveCache) open(node *corev3.Node, typ string, answer func(*typeSet, *
 		// go-control-plane's snapshot cache did. Answers are handed to
 		// the stream under the cache's lock and never block (the stream
 		// bounds its queue by holding back requests: outbox.go).
-		if answer(k.sets[typ], k.fan) {
+		var fan *fanout // catching up (fanout.go)
+		if acks {
+			fan = k.fan
+		}
+		if answer(k.sets[typ], fan) {
 			return func() {}
 		}
 		seen = k.sets[typ].markOrNone()

@@ -68,7 +68,12 @@ type Probe struct {
 	Removed bool
 	Start   time.Time
 
-	lat       []atomic.Int64 // per client: ns from Start to its ACK; 0 = not yet
+	lat []atomic.Int64 // per client: ns from Start to its ACK; 0 = not yet
+	// arr is, per client, ns from Start to when the response that carried
+	// the change reached its socket (kernel receive time; HTTP/2 client
+	// only): the server's and the network's part of lat, without the
+	// load generator's queueing on its one core. 0 = unknown.
+	arr       []atomic.Int64
 	remaining atomic.Int64
 	done      chan struct{}
 	// expect, if set, says which clients must see the change (those whose
@@ -99,14 +104,14 @@ func (p *Probe) Stray() int64 { return p.stray.Load() }
 
 // NewProbe waits for n clients.
 func NewProbe(addr string, port int, h corev3.HealthStatus, n int) *Probe {
-	p := &Probe{Addr: addr, Port: uint32(port), Health: h, lat: make([]atomic.Int64, n), done: make(chan struct{})}
+	p := &Probe{Addr: addr, Port: uint32(port), Health: h, lat: make([]atomic.Int64, n), arr: make([]atomic.Int64, n), done: make(chan struct{})}
 	p.remaining.Store(int64(n))
 	return p
 }
 
 // NewClusterProbe waits for n clients to see cluster added or removed.
 func NewClusterProbe(cluster string, removed bool, n int) *Probe {
-	p := &Probe{Cluster: cluster, Removed: removed, lat: make([]atomic.Int64, n), done: make(chan struct{})}
+	p := &Probe{Cluster: cluster, Removed: removed, lat: make([]atomic.Int64, n), arr: make([]atomic.Int64, n), done: make(chan struct{})}
 	p.remaining.Store(int64(n))
 	return p
 }
@@ -125,10 +130,24 @@ func (p *Probe) Latencies() []time.Duration {
 	return out
 }
 
+// Arrivals returns, for the clients whose arrival is known, the time from
+// Start until the change reached their sockets.
+func (p *Probe) Arrivals() []time.Duration {
+	var out []time.Duration
+	for i := range p.arr {
+		if v := p.arr[i].Load(); v > 0 && (p.expect == nil || p.expect[i]) {
+			out = append(out, time.Duration(v))
+		}
+	}
+	return out
+}
+
 // Missing is how many clients have not ACKed the change.
 func (p *Probe) Missing() int { return int(p.remaining.Load()) }
 
-func (p *Probe) hit(idx int, at time.Time) {
+// hit records client idx's ACK of the change at at, and when the response
+// carrying it reached the client's socket (arrived; zero if unknown).
+func (p *Probe) hit(idx int, at, arrived time.Time) {
 	if idx >= len(p.lat) {
 		return
 	}
@@ -140,6 +159,9 @@ func (p *Probe) hit(idx int, at time.Time) {
 	}
 	d := max(int64(at.Sub(p.Start)), 1)
 	if p.lat[idx].CompareAndSwap(0, d) {
+		if !arrived.IsZero() && idx < len(p.arr) {
+			p.arr[idx].Store(max(int64(arrived.Sub(p.Start)), 1))
+		}
 		if p.remaining.Add(-1) == 0 {
 			close(p.done)
 		}

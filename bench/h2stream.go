@@ -38,10 +38,14 @@ import (
 // connection and stream windows; the stream ACKs the server's SETTINGS
 // and PINGs and ends on its trailers, RST_STREAM or a read error.
 type h2Stream struct {
-	conn   net.Conn
-	r      *http2.Framer // the reading goroutine's only
-	onSize func(int)     // the size of each message received
-	closed atomic.Bool
+	conn  net.Conn
+	r     *http2.Framer // the reading goroutine's only
+	stamp *stampedConn  // conn read with receive timestamps (nil: without)
+	// arrived is when the last message RecvMsg returned had reached the
+	// socket, by the kernel's clock (zero: unknown).
+	arrived time.Time
+	onSize  func(int) // the size of each message received
+	closed  atomic.Bool
 
 	// receive side, the reading goroutine's only
 	msg       []byte // DATA received and not yet a whole message
@@ -129,7 +133,11 @@ func openH2(ctx context.Context, addr string) (*h2Stream, error) {
 		return nil, err
 	}
 	s := &h2Stream{conn: conn, connWin: h2DefaultWindow, streamWin: h2DefaultWindow, initWin: h2DefaultWindow, maxFrame: h2DefaultFrame}
-	s.r = http2.NewFramer(nil, bufio.NewReaderSize(conn, 4<<10))
+	var rd io.Reader = conn
+	if s.stamp = stampConn(conn); s.stamp != nil {
+		rd = s.stamp
+	}
+	s.r = http2.NewFramer(nil, bufio.NewReaderSize(rd, 4<<10))
 	s.r.SetReuseFrames()
 	s.r.ReadMetaHeaders = hpack.NewDecoder(4096, nil)
 	s.bw = bufio.NewWriterSize(conn, 4<<10)
@@ -176,6 +184,18 @@ func (b *headerBuf) Write(p []byte) (int, error) { *b = append(*b, p...); return
 // the reading goroutine), so the reading goroutine may send. Write
 // errors close the connection: the reader reports the stream's end.
 func (s *h2Stream) SendMsg(m any) error {
+	return s.send(func(out []byte) ([]byte, error) {
+		return proto.MarshalOptions{}.MarshalAppend(out, m.(proto.Message))
+	})
+}
+
+// SendEncoded is SendMsg of the message encode appends to its argument.
+func (s *h2Stream) SendEncoded(encode func([]byte) []byte) error {
+	return s.send(func(out []byte) ([]byte, error) { return encode(out), nil })
+}
+
+// send frames the message encode appends to out and writes it.
+func (s *h2Stream) send(encode func(out []byte) ([]byte, error)) error {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
 	if s.werr != nil {
@@ -184,8 +204,7 @@ func (s *h2Stream) SendMsg(m any) error {
 	n := len(s.out)
 	s.out = append(s.out, 0, 0, 0, 0, 0)
 	var err error
-	s.out, err = proto.MarshalOptions{}.MarshalAppend(s.out, m.(proto.Message))
-	if err != nil {
+	if s.out, err = encode(s.out); err != nil {
 		s.out = s.out[:n]
 		return err
 	}
@@ -257,6 +276,9 @@ func (s *h2Stream) RecvMsg(m any) error {
 			}
 			if n := int(binary.BigEndian.Uint32(s.msg[1:5])); len(s.msg) >= 5+n {
 				s.onSize(n)
+				// The read that completed the message is the newest: the
+				// buffered reader reads only once it is empty.
+				s.arrived = s.stamp.arrival()
 				err := proto.Unmarshal(s.msg[5:5+n], m.(proto.Message)) // copies what it keeps
 				s.msg = s.msg[:copy(s.msg, s.msg[5+n:])]
 				if len(s.msg) == 0 && cap(s.msg) > h2KeepBuffer {
@@ -277,6 +299,11 @@ func (s *h2Stream) RecvMsg(m any) error {
 		}
 	}
 }
+
+// Arrived is when the message RecvMsg last returned reached the socket, by
+// the kernel's receive timestamp of the read that completed it (which may
+// have carried later bytes too, so never early); zero when unknown.
+func (s *h2Stream) Arrived() time.Time { return s.arrived }
 
 // frame acts on one frame; an error ends the stream.
 func (s *h2Stream) frame(f http2.Frame) error {

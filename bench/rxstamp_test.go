@@ -1,0 +1,170 @@
+//go:build linux
+
+package bench
+
+import (
+	"encoding/binary"
+	"net"
+	"syscall"
+	"testing"
+	"time"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+)
+
+// TestStampedConnReadsWhenBytesArrived: bytes read 150 ms after they
+// were written carry the time they reached the socket, not the read's;
+// a second write, read in turn, carries its own.
+func TestStampedConnReadsWhenBytesArrived(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	cc, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cc.Close()
+	sc, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sc.Close()
+	s := stampConn(cc)
+	if s == nil {
+		t.Fatal("no receive timestamps on a loopback TCP connection")
+	}
+	if !s.arrival().IsZero() {
+		t.Fatal("an arrival before any read")
+	}
+	buf := make([]byte, 16)
+	// The kernel turns timestamps on a moment after the first socket
+	// asks: until then reads carry none, and the arrival is unknown.
+	for k := 0; ; k++ {
+		if _, err := sc.Write([]byte("w")); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Read(buf); err != nil {
+			t.Fatal(err)
+		}
+		if !s.arrival().IsZero() {
+			break
+		}
+		if k == 100 {
+			t.Fatal("no receive timestamp after 100 reads")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	for round := range 2 {
+		sent := time.Now()
+		if _, err := sc.Write([]byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(150 * time.Millisecond)
+		readAt := time.Now()
+		n, err := s.Read(buf)
+		if err != nil || string(buf[:n]) != "hello" {
+			t.Fatalf("round %d: read %q, %v", round, buf[:n], err)
+		}
+		got := s.arrival()
+		if got.Before(sent.Add(-time.Millisecond)) || got.After(sent.Add(100*time.Millisecond)) {
+			t.Errorf("round %d: arrival %v after the write, %v before the read; want within 100 ms of the write",
+				round, got.Sub(sent), readAt.Sub(got))
+		}
+	}
+	sc.Close()
+	if n, err := s.Read(buf); n != 0 || err == nil {
+		t.Errorf("after the peer closed: %d bytes, %v; want io.EOF", n, err)
+	}
+}
+
+// TestRxStamp finds the timestamp among other control messages and
+// refuses truncated ones.
+func TestRxStamp(t *testing.T) {
+	cmsg := func(level, typ int32, data []byte) []byte {
+		b := make([]byte, cmsgAlign(syscall.SizeofCmsghdr+len(data)))
+		binary.NativeEndian.PutUint64(b, uint64(syscall.SizeofCmsghdr+len(data)))
+		binary.NativeEndian.PutUint32(b[8:], uint32(level))
+		binary.NativeEndian.PutUint32(b[12:], uint32(typ))
+		copy(b[syscall.SizeofCmsghdr:], data)
+		return b
+	}
+	ts := make([]byte, 16)
+	binary.NativeEndian.PutUint64(ts, 1700000000)
+	binary.NativeEndian.PutUint64(ts[8:], 123456789)
+	other := cmsg(syscall.SOL_SOCKET, 99, []byte{1, 2, 3})
+	stamp := cmsg(syscall.SOL_SOCKET, syscall.SCM_TIMESTAMPNS, ts)
+	if got, ok := rxStamp(append(other, stamp...)); !ok || got != 1700000000_123456789 {
+		t.Errorf("after another message: %d, %v; want 1700000000123456789", got, ok)
+	}
+	if _, ok := rxStamp(other); ok {
+		t.Error("a timestamp where there is none")
+	}
+	if _, ok := rxStamp(stamp[:20]); ok {
+		t.Error("a timestamp from a truncated message")
+	}
+	short := cmsg(syscall.SOL_SOCKET, syscall.SCM_TIMESTAMPNS, ts[:4])
+	if _, ok := rxStamp(short); ok {
+		t.Error("a timestamp from a message too short to hold one")
+	}
+}
+
+// TestH2StreamArrivalIsTheSockets: a response read 150 ms after the
+// server sent it reports when it reached the socket.
+func TestH2StreamArrivalIsTheSockets(t *testing.T) {
+	sentAt := make(chan time.Time, 1)
+	addr := startADS(t, adsHandler{serve: func(s discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
+		if _, err := s.Recv(); err != nil {
+			return err
+		}
+		sentAt <- time.Now()
+		if err := s.Send(&discoveryv3.DeltaDiscoveryResponse{TypeUrl: "t", Nonce: "n1"}); err != nil {
+			return err
+		}
+		_, err := s.Recv()
+		return err
+	}})
+	s, _ := dialTestH2(t, addr)
+	if err := s.SendMsg(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: "t"}); err != nil {
+		t.Fatal(err)
+	}
+	sent := <-sentAt
+	time.Sleep(150 * time.Millisecond)
+	var resp discoveryv3.DeltaDiscoveryResponse
+	if err := s.RecvMsg(&resp); err != nil || resp.GetNonce() != "n1" {
+		t.Fatalf("response %v, %v", &resp, err)
+	}
+	got := s.Arrived()
+	if got.Before(sent) || got.After(sent.Add(100*time.Millisecond)) {
+		t.Errorf("arrival %v after the send, want within 100 ms of it (read 150 ms after)", got.Sub(sent))
+	}
+}
+
+// TestProbeArrivals: an arrival counts once per client, with the first
+// ACK, only for the clients the probe waits for; a client whose arrival
+// is unknown has none.
+func TestProbeArrivals(t *testing.T) {
+	p := NewProbe("10.0.0.1", 80, 0, 4).ExpectOnly(4, func(k int) bool { return k != 3 })
+	p.Start = time.Unix(100, 0)
+	at := func(ms int) time.Time { return p.Start.Add(time.Duration(ms) * time.Millisecond) }
+	p.hit(0, at(30), at(10))
+	p.hit(0, at(60), at(50)) // a later response: the first counts
+	p.hit(1, at(40), time.Time{})
+	p.hit(1, at(70), at(65)) // known only for a later response: not this ACK's
+	p.hit(2, at(45), at(20))
+	p.hit(3, at(5), at(1)) // not waited for: stray
+	got := p.Arrivals()
+	want := []time.Duration{10 * time.Millisecond, 20 * time.Millisecond}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+		t.Errorf("arrivals %v, want %v", got, want)
+	}
+	if lats := p.Latencies(); len(lats) != 3 || lats[0] != 30*time.Millisecond {
+		t.Errorf("latencies %v, want 30, 40 and 45 ms", lats)
+	}
+	select {
+	case <-p.Done():
+	default:
+		t.Error("the probe is not done after every client it waits for ACKed")
+	}
+}

@@ -242,22 +242,28 @@ func (c *Client) ack(t Type) {
 	}))
 }
 
-// encodedACK is a SotW ACK's fields but its version and nonce, encoded.
+// encodedACK is a SotW ACK's names and type (and the client's small node,
+// when it sends no Envoy node), encoded.
 type encodedACK struct {
-	names []string // a copy: the client's slices are its own
+	names []string // a copy: the fleet's name lists are shared
 	b     []byte
 }
 
 // appendSotwACK appends the encoding of a SotW ACK of type t naming names,
 // the message ack builds for grpc-go's client. Every ACK of a type repeats
 // the node, the names and the type until the names change, so those are
-// encoded once and the version (field 1) and nonce (field 5) put around
-// them, the field order of Envoy's encoder: for 50 names this was ~12 %
-// of the load generator's CPU in S2, ~4 µs per ACK (bench/README.md).
+// encoded once (an Envoy node, ~24 KiB, is the client's already:
+// c.envoyNode) and the fields put in order around them: version (1),
+// node (2), names (3) and type (4), nonce (5), as Envoy's encoder
+// writes them. For 50 names this was ~12 % of the load generator's CPU
+// in S2, ~2 µs per ACK (bench/README.md).
 func (c *Client) appendSotwACK(out []byte, t Type, names []string) []byte {
 	a := &c.acks[t]
 	if a.b == nil || !slices.Equal(a.names, names) {
-		m := c.withNode(&discoveryv3.DiscoveryRequest{Node: c.node, TypeUrl: typeURLs[t], ResourceNames: names})
+		m := &discoveryv3.DiscoveryRequest{TypeUrl: typeURLs[t], ResourceNames: names}
+		if c.envoyNode == nil {
+			m.Node = c.node
+		}
 		b, err := proto.Marshal(m)
 		if err != nil {
 			panic(err) // a request built in code always encodes
@@ -268,6 +274,7 @@ func (c *Client) appendSotwACK(out []byte, t Type, names []string) []byte {
 		out = protowire.AppendTag(out, 1, protowire.BytesType)
 		out = protowire.AppendString(out, v)
 	}
+	out = append(out, c.envoyNode...) // field 2, nil without one
 	out = append(out, a.b...)
 	if n := c.nonce[t]; n != "" {
 		out = protowire.AppendTag(out, 5, protowire.BytesType)

@@ -5,6 +5,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/envoynode"
@@ -71,13 +72,31 @@ func TestSotwACKEncoding(t *testing.T) {
 			func() { names[0] = "z"; c.nonce[EDS] = "4" }, // the same slice, changed in place
 		} {
 			step()
+			before := c.acks[EDS].b
+			b := c.appendSotwACK([]byte{}, EDS, names)
+			if k == 2 && &before[0] != &c.acks[EDS].b[0] {
+				t.Errorf("envoy node %v: the names' encoding was made again for the same names", envoy)
+			}
 			var got discoveryv3.DiscoveryRequest
-			if err := proto.Unmarshal(c.appendSotwACK([]byte{}, EDS, names), &got); err != nil {
+			if err := proto.Unmarshal(b, &got); err != nil {
 				t.Fatalf("envoy node %v, ACK %d: %v", envoy, k, err)
 			}
 			if w := want(names); !proto.Equal(&got, w) {
 				t.Errorf("envoy node %v, ACK %d:\n got %v\nwant %v", envoy, k, &got, w)
 			}
+			// Fields in Envoy's order, each once.
+			last := protowire.Number(0)
+			for rest := b; len(rest) > 0; {
+				num, _, n := protowire.ConsumeField(rest)
+				if n < 0 || num < last || num == last && num != 3 { // names (3) repeat
+					t.Fatalf("envoy node %v, ACK %d: field %d after %d", envoy, k, num, last)
+				}
+				last, rest = num, rest[n:]
+			}
+		}
+		// The ~24 KiB Envoy node is the client's once, not again per type.
+		if n := len(c.acks[EDS].b); n > 1024 {
+			t.Errorf("envoy node %v: %d bytes kept per type for ACKs, want the names and type alone", envoy, n)
 		}
 	}
 }

@@ -42,7 +42,7 @@ type h2Stream struct {
 	r     *http2.Framer // the reading goroutine's only
 	stamp *stampedConn  // conn read with receive timestamps (nil: without)
 	// arrived is when the last message RecvMsg returned had reached the
-	// socket, by the kernel's clock (zero: unknown).
+	// socket, by the kernel's clock, at the latest (zero: unknown).
 	arrived time.Time
 	onSize  func(int) // the size of each message received
 	closed  atomic.Bool
@@ -301,8 +301,9 @@ func (s *h2Stream) RecvMsg(m any) error {
 }
 
 // Arrived is when the message RecvMsg last returned reached the socket, by
-// the kernel's receive timestamp of the read that completed it (which may
-// have carried later bytes too, so never early); zero when unknown.
+// the kernel's receive timestamp of the read that completed it: never
+// early, and later when bytes that came after it were read with it or
+// merged with it in the kernel's queue (stampedConn); zero when unknown.
 func (s *h2Stream) Arrived() time.Time { return s.arrived }
 
 // frame acts on one frame; an error ends the stream.

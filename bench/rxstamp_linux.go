@@ -9,14 +9,18 @@ import (
 )
 
 // stampedConn reads a TCP connection with the kernel's receive timestamp
-// of what each read returned (SO_TIMESTAMPNS), so a simulated proxy knows
-// when a response reached its socket, apart from when the load
-// generator's one core got round to reading it (Probe.Arrivals).
+// of each read (SO_TIMESTAMPNS), so a simulated proxy knows when a
+// response reached its socket, apart from when the load generator's one
+// core got round to reading it (Probe.Arrivals). The timestamp is the
+// newest of the segments the read took from, never earlier than the
+// bytes it returned; it can be later, as the kernel merges segments
+// that arrive while one waits to be read and stamps them with the newer
+// time: an upper bound on when the bytes arrived.
 type stampedConn struct {
 	*net.TCPConn
 	raw syscall.RawConn
-	// last is the receive time (Unix ns) of the newest bytes the latest
-	// read returned; 0 if it carried none. The reading goroutine's.
+	// last is the receive time (Unix ns) of the latest read (see above);
+	// 0 if it carried none. The reading goroutine's.
 	last int64
 
 	// the read in progress, kept here so a read allocates nothing
@@ -72,6 +76,9 @@ func (s *stampedConn) Read(b []byte) (int, error) {
 // waits for it to be readable).
 func (s *stampedConn) readFD(fd uintptr) bool {
 	n, oobn, _, _, err := syscall.Recvmsg(int(fd), s.buf, s.oob[:], 0)
+	for err == syscall.EINTR {
+		n, oobn, _, _, err = syscall.Recvmsg(int(fd), s.buf, s.oob[:], 0)
+	}
 	if err == syscall.EAGAIN {
 		return false
 	}
@@ -99,7 +106,7 @@ func rxStamp(oob []byte) (int64, bool) {
 			ts := (*syscall.Timespec)(unsafe.Pointer(&oob[syscall.SizeofCmsghdr]))
 			return ts.Nano(), true
 		}
-		oob = oob[cmsgAlign(l):]
+		oob = oob[min(cmsgAlign(l), len(oob)):]
 	}
 	return 0, false
 }

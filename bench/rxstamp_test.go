@@ -4,18 +4,22 @@ package bench
 
 import (
 	"encoding/binary"
+	"io"
 	"net"
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 )
 
-// TestStampedConnReadsWhenBytesArrived: bytes read 150 ms after they
-// were written carry the time they reached the socket, not the read's;
-// a second write, read in turn, carries its own.
-func TestStampedConnReadsWhenBytesArrived(t *testing.T) {
+// stampedPair is a loopback TCP connection whose client side reads with
+// receive timestamps, once the kernel stamps (it turns stamping on a
+// moment after the first socket asks, and keeps it on while one is
+// open: until then reads carry none and the arrival is unknown).
+func stampedPair(t *testing.T) (server net.Conn, client *stampedConn) {
+	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -25,12 +29,12 @@ func TestStampedConnReadsWhenBytesArrived(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cc.Close()
+	t.Cleanup(func() { cc.Close() })
 	sc, err := ln.Accept()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer sc.Close()
+	t.Cleanup(func() { sc.Close() })
 	s := stampConn(cc)
 	if s == nil {
 		t.Fatal("no receive timestamps on a loopback TCP connection")
@@ -39,8 +43,6 @@ func TestStampedConnReadsWhenBytesArrived(t *testing.T) {
 		t.Fatal("an arrival before any read")
 	}
 	buf := make([]byte, 16)
-	// The kernel turns timestamps on a moment after the first socket
-	// asks: until then reads carry none, and the arrival is unknown.
 	for k := 0; ; k++ {
 		if _, err := sc.Write([]byte("w")); err != nil {
 			t.Fatal(err)
@@ -49,13 +51,21 @@ func TestStampedConnReadsWhenBytesArrived(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !s.arrival().IsZero() {
-			break
+			return sc, s
 		}
 		if k == 100 {
 			t.Fatal("no receive timestamp after 100 reads")
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// TestStampedConnReadsWhenBytesArrived: bytes read 150 ms after they
+// were written carry the time they reached the socket, not the read's;
+// a second write, read in turn, carries its own.
+func TestStampedConnReadsWhenBytesArrived(t *testing.T) {
+	sc, s := stampedPair(t)
+	buf := make([]byte, 16)
 	for round := range 2 {
 		sent := time.Now()
 		if _, err := sc.Write([]byte("hello")); err != nil {
@@ -74,7 +84,7 @@ func TestStampedConnReadsWhenBytesArrived(t *testing.T) {
 		}
 	}
 	sc.Close()
-	if n, err := s.Read(buf); n != 0 || err == nil {
+	if n, err := s.Read(buf); n != 0 || err != io.EOF {
 		t.Errorf("after the peer closed: %d bytes, %v; want io.EOF", n, err)
 	}
 }
@@ -82,6 +92,9 @@ func TestStampedConnReadsWhenBytesArrived(t *testing.T) {
 // TestRxStamp finds the timestamp among other control messages and
 // refuses truncated ones.
 func TestRxStamp(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the control messages below are laid out for 64-bit Linux")
+	}
 	cmsg := func(level, typ int32, data []byte) []byte {
 		b := make([]byte, cmsgAlign(syscall.SizeofCmsghdr+len(data)))
 		binary.NativeEndian.PutUint64(b, uint64(syscall.SizeofCmsghdr+len(data)))
@@ -113,6 +126,7 @@ func TestRxStamp(t *testing.T) {
 // TestH2StreamArrivalIsTheSockets: a response read 150 ms after the
 // server sent it reports when it reached the socket.
 func TestH2StreamArrivalIsTheSockets(t *testing.T) {
+	stampedPair(t) // the kernel stamps from now on, while it is open
 	sentAt := make(chan time.Time, 1)
 	addr := startADS(t, adsHandler{serve: func(s discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
 		if _, err := s.Recv(); err != nil {

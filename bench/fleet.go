@@ -159,7 +159,7 @@ func (p *Probe) hit(idx int, at, arrived time.Time) {
 	}
 	d := max(int64(at.Sub(p.Start)), 1)
 	if p.lat[idx].CompareAndSwap(0, d) {
-		if !arrived.IsZero() && idx < len(p.arr) {
+		if !arrived.IsZero() {
 			p.arr[idx].Store(max(int64(arrived.Sub(p.Start)), 1))
 		}
 		if p.remaining.Add(-1) == 0 {

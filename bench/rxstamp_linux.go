@@ -95,6 +95,9 @@ func (s *stampedConn) readFD(fd uintptr) bool {
 }
 
 // rxStamp finds SCM_TIMESTAMPNS among the control messages of a read.
+// By hand rather than with syscall.ParseSocketControlMessage, which
+// allocates a slice per call: this runs for every read of every
+// simulated proxy.
 func rxStamp(oob []byte) (int64, bool) {
 	for len(oob) >= syscall.SizeofCmsghdr {
 		h := (*syscall.Cmsghdr)(unsafe.Pointer(&oob[0]))
@@ -102,18 +105,13 @@ func rxStamp(oob []byte) (int64, bool) {
 		if l < syscall.SizeofCmsghdr || l > len(oob) {
 			return 0, false
 		}
-		if h.Level == syscall.SOL_SOCKET && h.Type == syscall.SCM_TIMESTAMPNS && l >= syscall.SizeofCmsghdr+int(unsafe.Sizeof(syscall.Timespec{})) {
+		if h.Level == syscall.SOL_SOCKET && h.Type == syscall.SCM_TIMESTAMPNS && l >= syscall.CmsgLen(int(unsafe.Sizeof(syscall.Timespec{}))) {
 			ts := (*syscall.Timespec)(unsafe.Pointer(&oob[syscall.SizeofCmsghdr]))
 			return ts.Nano(), true
 		}
-		oob = oob[min(cmsgAlign(l), len(oob)):]
+		oob = oob[min(syscall.CmsgSpace(l-syscall.SizeofCmsghdr), len(oob)):]
 	}
 	return 0, false
-}
-
-func cmsgAlign(n int) int {
-	const align = int(unsafe.Sizeof(uintptr(0)))
-	return (n + align - 1) &^ (align - 1)
 }
 
 // arrival is when the newest bytes read so far reached the socket (zero

@@ -96,7 +96,7 @@ func TestRxStamp(t *testing.T) {
 		t.Skip("the control messages below are laid out for 64-bit Linux")
 	}
 	cmsg := func(level, typ int32, data []byte) []byte {
-		b := make([]byte, cmsgAlign(syscall.SizeofCmsghdr+len(data)))
+		b := make([]byte, syscall.CmsgSpace(len(data)))
 		binary.NativeEndian.PutUint64(b, uint64(syscall.SizeofCmsghdr+len(data)))
 		binary.NativeEndian.PutUint32(b[8:], uint32(level))
 		binary.NativeEndian.PutUint32(b[12:], uint32(typ))
@@ -180,5 +180,32 @@ func TestProbeArrivals(t *testing.T) {
 	case <-p.Done():
 	default:
 		t.Error("the probe is not done after every client it waits for ACKed")
+	}
+}
+
+// TestProcessPassesTheArrival: a simulated proxy that ACKs the probed
+// change records, with its ACK, when the response reached its socket,
+// and none when its stream knows no arrival.
+func TestProcessPassesTheArrival(t *testing.T) {
+	for _, known := range []bool{true, false} {
+		f := &Fleet{}
+		p := NewProbe("10.0.0.1", 80, 0, 1)
+		p.Start = time.Now()
+		f.probe.Store(p)
+		s := &h2Stream{werr: io.ErrClosedPipe} // the ACK's write fails: nothing to send it to
+		if known {
+			s.arrived = p.Start.Add(7 * time.Millisecond)
+		}
+		c := &Client{f: f, mode: SotW, h2: s}
+		c.process(EDS, []decoded{{name: "svc", matched: true}}, nil, time.Now())
+		got := p.Arrivals()
+		switch {
+		case len(p.Latencies()) != 1:
+			t.Fatalf("known %v: %d ACKs recorded, want 1", known, len(p.Latencies()))
+		case known && (len(got) != 1 || got[0] != 7*time.Millisecond):
+			t.Errorf("arrivals %v, want the stream's 7 ms", got)
+		case !known && len(got) != 0:
+			t.Errorf("arrivals %v for a stream that knows none", got)
+		}
 	}
 }

@@ -77,14 +77,6 @@ func want(status string) corev3.HealthStatus {
 	return corev3.HealthStatus_HEALTHY
 }
 
-// flip changes one instance's check and waits until every client ACKed an
-// EDS response showing it. It returns every client's latency and the time
-// to the last one.
-func (r *run) flip(ctx context.Context, i, j int, timeout time.Duration) ([]time.Duration, time.Duration, error) {
-	f, err := r.flipArrivals(ctx, i, j, timeout)
-	return f.lats, f.last, err
-}
-
 // flipped is one flip's outcome: each proxy's latency to its ACK, the
 // last of them, and when the change reached the proxies' sockets where
 // the client knows it (Probe.Arrivals).
@@ -94,7 +86,9 @@ type flipped struct {
 	arrivals []time.Duration
 }
 
-func (r *run) flipArrivals(ctx context.Context, i, j int, timeout time.Duration) (flipped, error) {
+// flip changes one instance's check and waits until every client ACKed an
+// EDS response showing it.
+func (r *run) flip(ctx context.Context, i, j int, timeout time.Duration) (flipped, error) {
 	st := r.toggle(i, j)
 	addr, port := InstanceAddr(i, j)
 	p := NewProbe(addr, port, want(st), r.f.Len())
@@ -159,7 +153,7 @@ func (r *run) s1(ctx context.Context) Row {
 		gapStart := time.Now()
 		runtime.GC()
 		time.Sleep(r.opts.FlipGap - time.Since(gapStart))
-		fl, err := r.flipArrivals(ctx, 0, 0, r.opts.FlipTimeout)
+		fl, err := r.flip(ctx, 0, 0, r.opts.FlipTimeout)
 		if err != nil {
 			return failed(m.row("S1 health flip", all, worst), err)
 		}
@@ -218,12 +212,12 @@ func (r *run) s2(ctx context.Context) Row {
 	prof := startProfile(ctx, r.t, r.opts.S2Profile, profName)
 	k := 0
 	for ; k < flips || profiling(prof); k++ {
-		lats, last, err := r.flip(ctx, 0, 0, r.opts.FlipTimeout)
+		fl, err := r.flip(ctx, 0, 0, r.opts.FlipTimeout)
 		if err != nil {
 			return failed(m.row("S2 CPU/change", all, worst), err)
 		}
-		all = append(all, lats...)
-		worst = max(worst, last)
+		all = append(all, fl.lats...)
+		worst = max(worst, fl.last)
 	}
 	flips = k
 	if prof != nil {

@@ -124,7 +124,11 @@ func TestRxStamp(t *testing.T) {
 }
 
 // TestH2StreamArrivalIsTheSockets: a response read 150 ms after the
-// server sent it reports when it reached the socket.
+// server sent it reports when it reached the socket. A read the kernel
+// did not stamp (seen once in a while in a fresh process under load)
+// leaves the arrival unknown, which is allowed; the exchange is then
+// tried again, and the test fails if no attempt knows its arrival or one
+// that does reports the read's time.
 func TestH2StreamArrivalIsTheSockets(t *testing.T) {
 	stampedPair(t) // the kernel stamps from now on, while it is open
 	sentAt := make(chan time.Time, 1)
@@ -139,19 +143,29 @@ func TestH2StreamArrivalIsTheSockets(t *testing.T) {
 		_, err := s.Recv()
 		return err
 	}})
-	s, _ := dialTestH2(t, addr)
-	if err := s.SendMsg(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: "t"}); err != nil {
-		t.Fatal(err)
-	}
-	sent := <-sentAt
-	time.Sleep(150 * time.Millisecond)
-	var resp discoveryv3.DeltaDiscoveryResponse
-	if err := s.RecvMsg(&resp); err != nil || resp.GetNonce() != "n1" {
-		t.Fatalf("response %v, %v", &resp, err)
-	}
-	got := s.Arrived()
-	if got.Before(sent) || got.After(sent.Add(100*time.Millisecond)) {
-		t.Errorf("arrival %v after the send, want within 100 ms of it (read 150 ms after)", got.Sub(sent))
+	for attempt := 1; ; attempt++ {
+		s, _ := dialTestH2(t, addr)
+		if err := s.SendMsg(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: "t"}); err != nil {
+			t.Fatal(err)
+		}
+		sent := <-sentAt
+		time.Sleep(150 * time.Millisecond)
+		var resp discoveryv3.DeltaDiscoveryResponse
+		if err := s.RecvMsg(&resp); err != nil || resp.GetNonce() != "n1" {
+			t.Fatalf("response %v, %v", &resp, err)
+		}
+		got := s.Arrived()
+		if got.IsZero() {
+			if attempt == 3 {
+				t.Fatal("no attempt knew when its response reached the socket")
+			}
+			t.Logf("attempt %d: the kernel did not stamp the read; again", attempt)
+			continue
+		}
+		if got.Before(sent) || got.After(sent.Add(100*time.Millisecond)) {
+			t.Errorf("arrival %v after the send, want within 100 ms of it (read 150 ms after)", got.Sub(sent))
+		}
+		return
 	}
 }
 

@@ -76,54 +76,48 @@ func (a *adsStream[R]) deliver(sub *stream.Subscription, held map[string]string,
 	a.out.push(r)
 }
 
-// streamContext is the context the callbacks get for a stream: it ends
-// with the stream, with the server, and when the handler returns (stop),
-// so a request waiting in a callback (an initial-sync slot) never holds a
-// stream's end or the server's shutdown for the grace period.
-func streamContext(server, str context.Context) (context.Context, func()) {
-	ctx, cancel := context.WithCancel(str)
-	unregister := context.AfterFunc(server, cancel)
-	return ctx, func() { unregister(); cancel() }
-}
-
-// runStream reads requests in a goroutine of its own, acting on each
-// with handle (while the stream's queue has room: outbox.waitRoom), and
-// sends from this one until either side ends. The reading goroutine ends
-// when a read fails (the client ended the stream: nil, as
-// go-control-plane; an interceptor refused the request: that status,
-// readEnd), at the latest when the stream ends on return from here; an
-// error of handle's ends the stream with that status.
+// runStream serves one stream in the handler's goroutine: it reads
+// requests and acts on each with handle (while the stream's queue has
+// room: outbox.waitRoom), while the answers the cache queues go out from
+// a sending goroutine that runs only while there is something to send
+// (outbox). The stream ends when a read fails (the client ended it: nil,
+// as go-control-plane; an interceptor refused the request: that status,
+// readEnd), when handle fails (its status), or when a send fails (gRPC has
+// then ended the stream with the send's status, and the read fails).
 //
-// open and closed are the stream's callbacks: open gets a context that
-// ends with the stream or the server (streamContext); closed runs after
-// every watch is cancelled, with the stream's node.
-func runStream[Req, R any](a *adsStream[R], server, str context.Context,
+// ctx is the stream's context (it ends with the stream). When server
+// ends, the stream is ended with OK (endStream), which wakes a handler
+// blocked in a read, as go-control-plane's servers return nil then.
+//
+// open and closed are the stream's callbacks: open gets ctx; closed runs
+// after every watch is cancelled, with the stream's node.
+func runStream[Req, R any](a *adsStream[R], server, ctx context.Context,
 	open func(context.Context) error, closed func(*corev3.Node),
 	recv func() (Req, error), handle func(Req) error, send func(R, int64) error) error {
-	ctx, stop := streamContext(server, str)
+	stop := context.AfterFunc(server, func() { endStream(ctx, status.New(codes.OK, "")) })
+	defer stop()
 	if err := open(ctx); err != nil {
-		stop()
 		return err
 	}
-	defer func() { stop(); closed(a.close()) }()
-	go func() {
-		for {
-			if !a.out.waitRoom(ctx) {
-				a.out.end(nil)
-				return
-			}
-			req, err := recv()
-			if err != nil {
-				a.out.end(readEnd(err))
-				return
-			}
-			if err := handle(req); err != nil {
-				a.out.end(err)
-				return
-			}
+	defer func() { closed(a.close()) }()
+	a.out.start(send)
+	var err error
+	for a.out.waitRoom(ctx) {
+		var req Req
+		if req, err = recv(); err != nil {
+			err = readEnd(err)
+			break
 		}
-	}()
-	return pump(ctx, a.out, send)
+		if err = handle(req); err != nil {
+			break
+		}
+	}
+	// A send that failed ended the stream first: its status is the one
+	// the client got.
+	if serr := a.out.stop(); serr != nil {
+		return serr
+	}
+	return err
 }
 
 // readEnd is how a failed read ends the stream: the client closing its

@@ -6,19 +6,35 @@ import (
 )
 
 // outbox is a stream's queue of answers, filled by the cache (under its
-// lock, so push only appends and signals) and emptied by the stream's
-// handler goroutine, the only one that sends (see delta.go). FIFO: the
-// answers of one update go out in the order the cache made them
-// (clusters before endpoints, listeners before routes).
+// lock, so push only appends and, at most, starts a goroutine) and
+// emptied by a sending goroutine that exists only while there is
+// something to send. FIFO: the answers of one update go out in the order
+// the cache made them (clusters before endpoints, listeners before
+// routes).
+//
+// Why the sender comes and goes: an idle stream is what a fleet is made
+// of. A sender parked between pushes keeps the stack its sends grew (8 KiB
+// here: the runtime shrinks a parked stack only when a quarter of it
+// would do), and the collector scans it and counts it in the heap's goal.
+// Started per burst, it is one goroutine creation per push (a channel
+// wake-up was the cost before), and an idle stream holds only the
+// handler's goroutine, which reads.
 type outbox[R any] struct {
 	mu      sync.Mutex
 	pending []R
-	// ended says the stream is over (its reader stopped, with endErr,
-	// or its context ended), for the sender to return.
-	ended  bool
-	endErr error
-	wake   chan struct{} // one token: pending has something, or ended
-	room   chan struct{} // one token: an answer was taken
+	// send is the stream's sender (start); nil in tests that only look
+	// at what is queued.
+	send func(r R, nonce int64) error
+	// sending says a sender goroutine runs; only it touches nonce, which
+	// numbers the stream's responses from 1.
+	sending bool
+	nonce   int64
+	// ended says no sender may start again (stop), or a send failed with
+	// sendErr.
+	ended   bool
+	sendErr error
+	senders sync.WaitGroup
+	room    chan struct{} // one token: an answer was taken
 }
 
 // maxPending is how many answers a stream may have waiting before its
@@ -31,13 +47,24 @@ type outbox[R any] struct {
 const maxPending = 16
 
 func newOutbox[R any]() *outbox[R] {
-	return &outbox[R]{wake: make(chan struct{}, 1), room: make(chan struct{}, 1)}
+	return &outbox[R]{room: make(chan struct{}, 1)}
+}
+
+// start sets the sender; answers already queued go out now.
+func (o *outbox[R]) start(send func(r R, nonce int64) error) {
+	o.mu.Lock()
+	o.send = send
+	run := o.claimLocked()
+	o.mu.Unlock()
+	if run {
+		go o.run()
+	}
 }
 
 // waitRoom returns once fewer than maxPending answers wait, false if ctx
-// ended first.
+// ended first: a stream whose context ended reads no more.
 func (o *outbox[R]) waitRoom(ctx context.Context) bool {
-	for {
+	for ctx.Err() == nil {
 		o.mu.Lock()
 		n := len(o.pending)
 		o.mu.Unlock()
@@ -47,48 +74,62 @@ func (o *outbox[R]) waitRoom(ctx context.Context) bool {
 		select {
 		case <-o.room:
 		case <-ctx.Done():
-			return false
 		}
 	}
+	return false
 }
 
 func (o *outbox[R]) push(r R) {
 	o.mu.Lock()
 	o.pending = append(o.pending, r)
+	run := o.claimLocked()
 	o.mu.Unlock()
-	o.signal()
-}
-
-func (o *outbox[R]) signal() {
-	select {
-	case o.wake <- struct{}{}:
-	default: // a token is already waiting
+	if run {
+		go o.run()
 	}
 }
 
-// end tells the sender the stream is over; the first reason counts.
-func (o *outbox[R]) end(err error) {
-	o.mu.Lock()
-	if !o.ended {
-		o.ended, o.endErr = true, err
+// claimLocked is whether the caller is to start the sender: there is
+// something to send, a sender is set, none runs and the stream goes on.
+func (o *outbox[R]) claimLocked() bool {
+	if o.sending || o.ended || o.send == nil || len(o.pending) == 0 {
+		return false
 	}
-	o.mu.Unlock()
-	o.signal()
+	o.sending = true
+	o.senders.Add(1)
+	return true
 }
 
-// over is whether the stream ended, and why.
-func (o *outbox[R]) over() (bool, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.ended, o.endErr
+// run is the sending goroutine: it sends until nothing waits, the stream
+// stops, or a send fails (then the stream is over: gRPC has already ended
+// it with the send's status, which stop reports).
+func (o *outbox[R]) run() {
+	defer o.senders.Done()
+	for {
+		r, ok := o.next()
+		if !ok {
+			return
+		}
+		o.nonce++
+		err := o.send(r, o.nonce)
+		handedOver(r)
+		if err != nil {
+			o.mu.Lock()
+			o.ended, o.sendErr, o.sending = true, err, false
+			o.mu.Unlock()
+			return
+		}
+	}
 }
 
-// next takes the oldest answer.
+// next takes the oldest answer for the sender, or ends its turn (false)
+// when there is none or the stream stopped.
 func (o *outbox[R]) next() (R, bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	var zero R
-	if len(o.pending) == 0 {
+	if len(o.pending) == 0 || o.ended {
+		o.sending = false
 		return zero, false
 	}
 	// Shifted down (at most maxPending): the array is kept for the next
@@ -108,6 +149,20 @@ func (o *outbox[R]) next() (R, bool) {
 	return r, true
 }
 
+// stop ends sending: no sender starts again, and a running one finishes
+// the send it is in. A send blocked by a client that does not read holds
+// it until gRPC ends the stream (as the handler's own send did before).
+// It returns the error a send failed with, if one did.
+func (o *outbox[R]) stop() error {
+	o.mu.Lock()
+	o.ended = true
+	o.mu.Unlock()
+	o.senders.Wait()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.sendErr
+}
+
 // drop forgets what was not sent (the stream ended); an update's fan-out
 // does not wait for a stream that is gone.
 func (o *outbox[R]) drop() {
@@ -117,36 +172,5 @@ func (o *outbox[R]) drop() {
 	o.mu.Unlock()
 	for _, r := range pending {
 		handedOver(r)
-	}
-}
-
-// pump is a stream handler's loop: it sends what o holds until the
-// stream is over (o.end: the reading goroutine stopped, with its error,
-// nil for a stream the client ended; or ctx ended, the stream or the
-// server did: streamContext), or a send fails. nonce numbers the stream's
-// responses from 1. It waits on the one channel, wake: a select over
-// wake, the reader and the context cost ~1.6 µs per push, once per proxy
-// per change.
-func pump[R any](ctx context.Context, o *outbox[R], send func(r R, nonce int64) error) error {
-	stop := context.AfterFunc(ctx, func() { o.end(nil) })
-	defer stop()
-	var nonce int64
-	for {
-		<-o.wake
-		if over, err := o.over(); over {
-			return err
-		}
-		for {
-			r, ok := o.next()
-			if !ok {
-				break
-			}
-			nonce++
-			err := send(r, nonce)
-			handedOver(r)
-			if err != nil {
-				return err
-			}
-		}
 	}
 }

@@ -184,9 +184,8 @@ type sidecarStream struct {
 	received, keyedNode *corev3.Node
 
 	// ctx is the stream's context as the handler sees it: close ends it,
-	// with why as its cause, and the xDS servers end a stream whose
-	// context ends (runStream), so no extra reader is needed to interrupt
-	// a blocked read.
+	// with why as its cause, and ends the gRPC stream with why as its
+	// status, which wakes the handler's blocked read (streamend.go).
 	ctx   context.Context
 	close context.CancelCauseFunc
 }
@@ -213,7 +212,10 @@ func (sc *sidecars) interceptor() grpc.StreamServerInterceptor {
 			return handler(srv, ss)
 		}
 		ctx, cancel := context.WithCancelCause(ss.Context())
-		st := &sidecarStream{ServerStream: ss, sc: sc, ctx: ctx, close: cancel}
+		// Closing also ends the gRPC stream with why, which wakes a
+		// handler blocked in a read (streamend.go).
+		closeStream := func(err error) { cancel(err); endStream(ss.Context(), status.Convert(err)) }
+		st := &sidecarStream{ServerStream: ss, sc: sc, ctx: ctx, close: closeStream}
 		defer func() {
 			sc.mu.Lock()
 			delete(sc.streams, st)

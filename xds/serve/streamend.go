@@ -1,0 +1,35 @@
+package serve
+
+import (
+	"context"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/status"
+)
+
+// statusWriter is what gRPC's transport stream (the ServerTransportStream
+// in a handler's context) does to end a stream: it writes the status and
+// trailers, and ends the stream's context, which wakes a read blocked on
+// it, as when the handler returns that status.
+type statusWriter interface {
+	WriteStatus(*status.Status) error
+}
+
+// endStream ends the gRPC stream of ctx with st from outside its handler,
+// which spends its idle life blocked in a read (runStream): the client
+// gets st, and the read fails, so the handler returns (its own status is
+// then not sent). It reports whether ctx is a gRPC stream's that can be
+// ended so.
+//
+// Why not end a context of our own: gRPC wakes a read only when the
+// stream's context ends, and a read woken that way writes Canceled as the
+// stream's status before the handler can return one (grpc's
+// serverStream.RecvMsg), so a shutdown would read as Canceled and a
+// sidecar's re-keying would lose its Unavailable and its reason.
+func endStream(ctx context.Context, st *status.Status) bool {
+	w, ok := grpc.ServerTransportStreamFromContext(ctx).(statusWriter)
+	if ok {
+		_ = w.WriteStatus(st) // fails only when the stream has ended already
+	}
+	return ok
+}

@@ -1,0 +1,187 @@
+package serve
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/rs/zerolog"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+// adsPair opens a SotW and a delta ADS stream for node.cluster edge and
+// reads and ACKs their first answers.
+type adsPair struct {
+	sotw  discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+	delta discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesClient
+}
+
+func openPair(t *testing.T, ctx context.Context, addr, id string) adsPair {
+	t.Helper()
+	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(grpcConn(t, addr))
+	node := &corev3.Node{Id: id, Cluster: "edge"}
+	sotw, err := ads.StreamAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sotw.Send(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := sotw.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sotw.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ClusterType, VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	delta, err := ads.DeltaAggregatedResources(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := delta.Send(&discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	dr, err := delta.Recv()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := delta.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResponseNonce: dr.GetNonce()}); err != nil {
+		t.Fatal(err)
+	}
+	return adsPair{sotw: sotw, delta: delta}
+}
+
+// TestShutdownEndsStreamsWithOK: when the server stops, every xDS stream
+// ends at once with OK, as go-control-plane's servers end them, though
+// its handler is blocked reading a client that says nothing more; the
+// shutdown does not wait out its grace period.
+func TestShutdownEndsStreamsWithOK(t *testing.T) {
+	s := NewServer(ServerConfig{ShutdownGrace: 20 * time.Second, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)})
+	if _, err := s.Update(context.Background(), testOutput(t, []string{"api"}, 8080), resolveEdge); err != nil {
+		t.Fatal(err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, lis) }()
+	p := openPair(t, waitCtx(t), lis.Addr().String(), "quiet")
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Fatalf("shutdown took %v, want well under the 20s grace", d)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("Serve did not return")
+	}
+	if _, err := p.sotw.Recv(); !errors.Is(err, io.EOF) {
+		t.Errorf("SotW stream ended with %v, want OK (io.EOF)", err)
+	}
+	if _, err := p.delta.Recv(); !errors.Is(err, io.EOF) {
+		t.Errorf("delta stream ended with %v, want OK (io.EOF)", err)
+	}
+}
+
+// TestIdleStreamHoldsOneGoroutine: an idle xDS stream holds one
+// goroutine of the servers' (its handler, reading); the goroutine that
+// sends exists only while answers wait, and is back to none after an
+// update reached every stream.
+func TestIdleStreamHoldsOneGoroutine(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.update(t, testOutput(t, []string{"api"}, 8080))
+	// The streams outlive the checks' own deadline, so a count that is
+	// never right times out while every stream is still open.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const pairs = 10
+	var all []adsPair
+	for i := range pairs {
+		all = append(all, openPair(t, ctx, s.addr, "p"+strconv.Itoa(i)))
+	}
+	want := 2 * pairs
+	check := func(when string) {
+		t.Helper()
+		var got int
+		eventually(t, when+": one goroutine per stream", func() bool {
+			got = streamGoroutines()
+			return got == want
+		}, func() string { return "goroutines in the servers' stream code: " + strconv.Itoa(got) })
+	}
+	check("idle")
+	// An update reaches every stream (its sender comes and goes).
+	s.update(t, testOutput(t, []string{"api", "web"}, 8080))
+	for _, p := range all {
+		if _, err := p.sotw.Recv(); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := p.delta.Recv(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	check("after an update")
+}
+
+// streamGoroutines counts the goroutines running the servers' stream
+// code (runStream and the outbox's sender).
+func streamGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "/xds/serve.runStream") || strings.Contains(g, "/xds/serve.(*outbox") {
+			count++
+		}
+	}
+	return count
+}
+
+// TestSendFailureEndsTheStreamWithItsStatus: a send that fails (gRPC has
+// then ended the stream with the send's status and woken the read) ends
+// the stream with that status, not the read's.
+func TestSendFailureEndsTheStreamWithItsStatus(t *testing.T) {
+	tooLarge := status.Error(codes.ResourceExhausted, "message larger than max")
+	a := newADSStream[int](1)
+	str, end := context.WithCancel(context.Background())
+	defer end()
+	first := true
+	err := runStream(a, context.Background(), str,
+		func(context.Context) error { return nil }, func(*corev3.Node) {},
+		func() (int, error) {
+			if first {
+				first = false
+				return 1, nil
+			}
+			<-str.Done() // as gRPC's read, woken when the send ended the stream
+			return 0, status.Error(codes.Canceled, "context canceled")
+		},
+		func(n int) error { a.out.push(n); return nil },
+		func(int, int64) error { end(); return tooLarge })
+	if status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("stream ended with %v, want the send's %v", err, tooLarge)
+	}
+}

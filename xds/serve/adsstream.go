@@ -9,7 +9,6 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -40,7 +39,7 @@ type adsStream[R any] struct {
 
 // typeWatch is a stream's subscription to one type and its open watch.
 type typeWatch struct {
-	sub    *stream.Subscription
+	sub    *subscription
 	cancel func()
 	names  namesDigest // SotW: the names of the type's last request
 	// digested is the slice names was computed from (SotW).
@@ -55,12 +54,11 @@ var errStreamClosed = errors.New("stream closed")
 
 // watchFor is the stream's watch of typ, made with the subscription sub
 // returns when the type has none yet (old false).
-func (a *adsStream[R]) watchFor(typ string, sub func() stream.Subscription) (w *typeWatch, old bool) {
+func (a *adsStream[R]) watchFor(typ string, sub func() *subscription) (w *typeWatch, old bool) {
 	if w = a.watches[typ]; w != nil {
 		return w, true
 	}
-	s := sub()
-	w = &typeWatch{sub: &s}
+	w = &typeWatch{sub: sub()}
 	a.watches[typ] = w
 	return w, false
 }
@@ -71,7 +69,7 @@ func (a *adsStream[R]) watchFor(typ string, sub func() stream.Subscription) (w *
 // answer's (held) here, not when it is sent: the next request of the type
 // is compared with what the stream will hold, and the answers of a stream
 // go out in the order they were made.
-func (a *adsStream[R]) deliver(sub *stream.Subscription, held map[string]string, r R) {
+func (a *adsStream[R]) deliver(sub *subscription, held map[string]string, r R) {
 	sub.SetReturnedResources(held)
 	a.out.push(r)
 }

@@ -89,8 +89,8 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTyp
 	subscribe, unsubscribe := req.GetResourceNamesSubscribe(), clientNames(req.GetResourceNamesUnsubscribe())
 	// The type's first request: initial versions (a reconnecting
 	// client's) count only here; no names means the legacy wildcard.
-	w, old := st.watchFor(typ, func() stream.Subscription {
-		return stream.NewDeltaSubscription(subscribe, unsubscribe, clientVersions(req.GetInitialResourceVersions()), true)
+	w, old := st.watchFor(typ, func() *subscription {
+		return newDeltaSubscription(subscribe, unsubscribe, clientVersions(req.GetInitialResourceVersions()))
 	})
 	if old {
 		// Cancelled first: the cache touches the subscription only while
@@ -99,7 +99,7 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTyp
 		if len(unsubscribe) > 0 {
 			ownHeld(w.sub) // unsubscribing edits what it holds
 		}
-		w.sub.UpdateResourceSubscriptions(subscribe, unsubscribe)
+		w.sub.update(subscribe, unsubscribe)
 	}
 	sub := w.sub
 	w.cancel = st.d.cache.openDelta(uint64(st.id), req, sub, func(r cachev3.DeltaResponse) { st.deliver(sub, r.GetNextVersionMap(), r) })

@@ -5,8 +5,6 @@ import (
 	"maps"
 	"strconv"
 	"sync/atomic"
-
-	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 )
 
 // What a stream holds of a type (its subscription's returned resources:
@@ -61,7 +59,7 @@ func isShared(held map[string]string) bool {
 // ownHeld gives sub a copy of its own of what it holds, if that is shared,
 // before a request edits it in place (go-control-plane's subscription
 // drops unsubscribed names from it).
-func ownHeld(sub *stream.Subscription) {
+func ownHeld(sub *subscription) {
 	if held := sub.ReturnedResources(); isShared(held) {
 		own := maps.Clone(held)
 		delete(own, sharedMark)

@@ -122,7 +122,7 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 		return err
 	}
 	names := req.GetResourceNames()
-	w, old := st.watchFor(typ, func() stream.Subscription { return stream.NewSotwSubscription(names, true) })
+	w, old := st.watchFor(typ, func() *subscription { return newSotwSubscription(names) })
 	// An ACK repeating the names of the type's last request carries that
 	// request's slice (nodememo.go): its digest is the one before.
 	digest := w.names
@@ -137,7 +137,7 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 		w.cancel()
 		if same = digest == w.names; !same {
 			ownHeld(w.sub) // it drops the names no longer wanted
-			w.sub.SetResourceSubscription(names)
+			w.sub.setNames(names)
 		}
 	}
 	w.names, w.digested = digest, names

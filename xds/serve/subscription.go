@@ -1,0 +1,210 @@
+package serve
+
+import (
+	"hash/maphash"
+	"maps"
+	"runtime"
+	"sync"
+	"weak"
+
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+)
+
+// subscription is a stream's view of one type, as the bridge's servers
+// keep it: what go-control-plane's stream.Subscription keeps (the names
+// subscribed, whether the stream is wildcard, what it holds at which
+// version) and the same rules (the xDS protocol's "How the client
+// specifies what resources to return", legacy wildcard included), with
+// one difference: the names subscribed are a set that every stream
+// subscribing the same names shares (nameSets), not a map of each
+// stream's own. A fleet's proxies of one group ask for the same names,
+// and a 50-cluster proxy's own map of its endpoints' names was ~2.2 KiB
+// of its heap (bench/README.md). A set is never written once shared: a
+// change of names makes a new one.
+type subscription struct {
+	wildcard bool
+	// legacyWildcard: the stream has not named a resource yet, so an
+	// empty request still means every resource.
+	legacyWildcard bool
+	names          *nameSet // nil: none
+	returned       map[string]string
+}
+
+var _ cachev3.Subscription = (*subscription)(nil)
+
+// explicitWildcard is the name that subscribes to every resource.
+const explicitWildcard = "*"
+
+// newSotwSubscription is a SotW stream's subscription after its first
+// request of a type, which named names.
+func newSotwSubscription(names []string) *subscription {
+	s := &subscription{wildcard: len(names) == 0, legacyWildcard: true, returned: map[string]string{}}
+	s.setNames(names)
+	return s
+}
+
+// newDeltaSubscription is a delta stream's after its first request of a
+// type; held is what the client says it holds (initial_resource_versions),
+// nil for nothing.
+func newDeltaSubscription(subscribe, unsubscribe []string, held map[string]string) *subscription {
+	if held == nil {
+		held = map[string]string{}
+	}
+	s := &subscription{wildcard: len(subscribe) == 0, legacyWildcard: true, returned: held}
+	s.update(subscribe, unsubscribe)
+	return s
+}
+
+func (s *subscription) SubscribedResources() map[string]struct{} { return s.names.set() }
+func (s *subscription) IsWildcard() bool                         { return s.wildcard }
+func (s *subscription) ReturnedResources() map[string]string     { return s.returned }
+
+// SetReturnedResources sets what the stream holds (the cache's answers).
+func (s *subscription) SetReturnedResources(held map[string]string) { s.returned = held }
+
+// setNames takes a SotW request's names: the full set it wants. What the
+// stream holds of names no longer wanted is forgotten (in place, as
+// go-control-plane's; the servers give the stream its own copy first),
+// so that subscribing again sends them again.
+func (s *subscription) setNames(names []string) {
+	if s.legacyWildcard {
+		if len(names) == 0 {
+			return // still wildcard
+		}
+		s.legacyWildcard = false
+	}
+	set := make(map[string]struct{}, len(names))
+	explicit := false
+	for _, n := range names {
+		if n == explicitWildcard {
+			explicit = true
+			continue
+		}
+		set[n] = struct{}{}
+	}
+	if !explicit {
+		for n := range s.returned {
+			if _, ok := set[n]; !ok {
+				delete(s.returned, n)
+			}
+		}
+	}
+	s.wildcard = explicit
+	s.names = internNames(set)
+}
+
+// update applies a delta request's subscribe and unsubscribe lists.
+func (s *subscription) update(subscribe, unsubscribe []string) {
+	if s.legacyWildcard {
+		// Only subscribing ends the legacy behaviour (the protocol says
+		// nothing of unsubscribing).
+		if len(subscribe) == 0 {
+			return
+		}
+		s.legacyWildcard = false
+	}
+	var set map[string]struct{} // the new names, once one changes
+	edit := func() map[string]struct{} {
+		if set == nil {
+			set = maps.Clone(s.names.set())
+			if set == nil {
+				set = map[string]struct{}{}
+			}
+		}
+		return set
+	}
+	for _, n := range subscribe {
+		if n == explicitWildcard {
+			s.wildcard = true
+			continue
+		}
+		if _, ok := s.names.set()[n]; !ok {
+			edit()[n] = struct{}{}
+		}
+	}
+	for _, n := range unsubscribe {
+		if n == explicitWildcard {
+			s.wildcard = false
+			continue
+		}
+		_, subscribed := s.names.set()[n]
+		if set != nil {
+			_, subscribed = set[n]
+		}
+		if subscribed && s.wildcard {
+			// Still wanted through the wildcard: held at no version, so
+			// the next answer sends it again, or says it is gone.
+			s.returned[n] = ""
+		} else {
+			delete(s.returned, n)
+		}
+		if subscribed {
+			delete(edit(), n)
+		}
+	}
+	if set != nil {
+		s.names = internNames(set)
+	}
+}
+
+// nameSet is a set of names that subscriptions share; never written once
+// made (internNames).
+type nameSet struct {
+	m map[string]struct{}
+}
+
+func (n *nameSet) set() map[string]struct{} {
+	if n == nil {
+		return nil
+	}
+	return n.m
+}
+
+// nameSets interns the sets of names subscribed: a set is looked up by
+// its digest (order-free) and content. It holds the sets weakly, so a set
+// no stream subscribes to any more is collected and its entry dropped:
+// a client cannot grow the table beyond what the streams hold.
+var nameSets = struct {
+	mu   sync.Mutex
+	sets map[namesDigest][]weak.Pointer[nameSet]
+}{sets: map[namesDigest][]weak.Pointer[nameSet]{}}
+
+// internNames returns the shared set equal to set (which it may keep),
+// nil for an empty one.
+func internNames(set map[string]struct{}) *nameSet {
+	if len(set) == 0 {
+		return nil
+	}
+	d := namesDigest{n: len(set)}
+	for n := range set {
+		d.sum += maphash.String(namesSeed, n)
+	}
+	nameSets.mu.Lock()
+	defer nameSets.mu.Unlock()
+	for _, wp := range nameSets.sets[d] {
+		if ns := wp.Value(); ns != nil && maps.Equal(ns.m, set) {
+			return ns
+		}
+	}
+	ns := &nameSet{m: set}
+	nameSets.sets[d] = append(nameSets.sets[d], weak.Make(ns))
+	runtime.AddCleanup(ns, dropNameSets, d)
+	return ns
+}
+
+// dropNameSets forgets the collected sets of digest d.
+func dropNameSets(d namesDigest) {
+	nameSets.mu.Lock()
+	defer nameSets.mu.Unlock()
+	live := nameSets.sets[d][:0]
+	for _, wp := range nameSets.sets[d] {
+		if wp.Value() != nil {
+			live = append(live, wp)
+		}
+	}
+	if len(live) == 0 {
+		delete(nameSets.sets, d)
+		return
+	}
+	nameSets.sets[d] = live
+}

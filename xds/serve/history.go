@@ -1,6 +1,8 @@
 package serve
 
 import (
+	"maps"
+	"slices"
 	"sync"
 	"time"
 )
@@ -9,7 +11,7 @@ import (
 // (across its streams), for the console's proxy page: a status shows
 // where a proxy is, the history how it got there. It is bounded: at most
 // historyLen events per node and historyNACKText bytes of a NACK's text,
-// about 2 KiB a proxy, and a node's history goes when its last stream
+// under 1 KiB a proxy, and a node's history goes when its last stream
 // does.
 type history struct {
 	mu    sync.Mutex
@@ -18,11 +20,15 @@ type history struct {
 
 // eventRing holds a node's last historyLen events in place: recording
 // one allocates nothing, which matters when a change is pushed to
-// thousands of proxies at once (each push and ACK is an event).
+// thousands of proxies at once (each push and ACK is an event). It is
+// ~0.9 KiB, held for every connected proxy: an event's type is a number
+// and what is rare (a NACK's text, a type without a short name) lives
+// apart, allocated only for a proxy that has some.
 type eventRing struct {
-	events [historyLen]event
-	next   int // where the next event goes
-	n      int // events held, up to historyLen
+	slots [historyLen]slot
+	next  int // where the next event goes
+	n     int // events held, up to historyLen
+	rare  *[historyLen]rareFields
 }
 
 const (
@@ -44,9 +50,8 @@ type HistoryEvent struct {
 	Error string `json:"error,omitempty"`
 }
 
-// event is a HistoryEvent as a ring holds it: ~70 bytes instead of ~130
-// (a wall clock in nanoseconds, the stream's key rather than its name,
-// the kind as a number), 20 per connected proxy.
+// event is what the callbacks record: a HistoryEvent with the stream's
+// key rather than its name, the kind as a number.
 type event struct {
 	at        int64 // Unix nanoseconds
 	typ       string
@@ -56,6 +61,20 @@ type event struct {
 	resources int32
 	kind      eventKind
 }
+
+// slot is an event as a ring holds it: 40 bytes, 20 per connected proxy.
+type slot struct {
+	at        int64
+	version   string
+	id        int64 // the stream's key
+	resources int32
+	kind      eventKind
+	typ       uint8 // historyTypes[typ-1]; 0: rareFields.typ
+	delta     bool
+}
+
+// rareFields is what few events have.
+type rareFields struct{ typ, err string }
 
 type eventKind uint8
 
@@ -67,9 +86,47 @@ const (
 
 var eventNames = [...]string{eventPush: "push", eventACK: "ack", eventNACK: "nack"}
 
-func (ev event) public() HistoryEvent {
-	return HistoryEvent{At: time.Unix(0, ev.at), Stream: ev.stream.String(), Event: eventNames[ev.kind],
-		Type: ev.typ, Version: ev.version, Resources: int(ev.resources), Error: ev.err}
+// historyTypes are the short type names a slot numbers (shortTypes').
+var historyTypes, historyTypeNumbers = func() ([]string, map[string]uint8) {
+	names := slices.Sorted(maps.Values(shortTypes))
+	numbers := make(map[string]uint8, len(names))
+	for i, n := range names {
+		numbers[n] = uint8(i + 1)
+	}
+	return names, numbers
+}()
+
+func (r *eventRing) put(ev event) {
+	i := r.next
+	r.slots[i] = slot{at: ev.at, version: ev.version, id: ev.stream.id, delta: ev.stream.delta,
+		resources: ev.resources, kind: ev.kind, typ: historyTypeNumbers[ev.typ]}
+	rare := rareFields{err: ev.err}
+	if r.slots[i].typ == 0 {
+		rare.typ = ev.typ
+	}
+	switch {
+	case r.rare != nil:
+		r.rare[i] = rare
+	case rare != rareFields{}:
+		r.rare = new([historyLen]rareFields)
+		r.rare[i] = rare
+	}
+	r.next = (r.next + 1) % historyLen
+	r.n = min(r.n+1, historyLen)
+}
+
+func (r *eventRing) event(i int) HistoryEvent {
+	sl := r.slots[i]
+	var rare rareFields
+	if r.rare != nil {
+		rare = r.rare[i]
+	}
+	typ := rare.typ
+	if sl.typ > 0 {
+		typ = historyTypes[sl.typ-1]
+	}
+	return HistoryEvent{At: time.Unix(0, sl.at), Stream: streamKey{delta: sl.delta, id: sl.id}.String(), Event: eventNames[sl.kind],
+		Type: typ, Version: sl.version, Resources: int(sl.resources), Error: rare.err}
 }
 
 func newHistory() *history { return &history{nodes: map[string]*eventRing{}} }
@@ -86,9 +143,7 @@ func (h *history) record(node string, ev event) {
 		r = &eventRing{}
 		h.nodes[node] = r
 	}
-	r.events[r.next] = ev
-	r.next = (r.next + 1) % historyLen
-	r.n = min(r.n+1, historyLen)
+	r.put(ev)
 }
 
 func (h *history) forget(node string) {
@@ -110,7 +165,7 @@ func (s *Server) History(nodeID string) []HistoryEvent {
 	}
 	evs := make([]HistoryEvent, 0, r.n)
 	for i := 1; i <= r.n; i++ { // newest first
-		evs = append(evs, r.events[(r.next-i+historyLen)%historyLen].public())
+		evs = append(evs, r.event((r.next-i+historyLen)%historyLen))
 	}
 	return evs
 }

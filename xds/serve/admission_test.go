@@ -3,7 +3,6 @@ package serve
 import (
 	"context"
 	"fmt"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -373,15 +372,8 @@ func TestShutdownDoesNotWaitForAdmission(t *testing.T) {
 	if _, err := s.Update(context.Background(), testOutput(t, []string{"api"}, 8080), resolveEdge); err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, lis) }()
-	conn := grpcConn(t, lis.Addr().String())
+	addr, stop := serveForShutdown(t, s)
+	conn := grpcConn(t, addr)
 	open := func(id string) discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesClient {
 		ads, err := discoveryv3.NewAggregatedDiscoveryServiceClient(conn).StreamAggregatedResources(waitCtx(t))
 		if err != nil {
@@ -399,17 +391,7 @@ func TestShutdownDoesNotWaitForAdmission(t *testing.T) {
 	open("waiter")
 	eventually(t, "the waiter to wait for the slot", func() bool { return testutil.ToFloat64(s.metrics.admissionWaiting) == 1 },
 		func() string { return "waiting gauge not 1" })
-	start := time.Now()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Fatalf("shutdown took %v, want well under the 20s grace", d)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Serve did not return")
+	if d := stop(); d > 5*time.Second {
+		t.Fatalf("shutdown took %v, want well under the 20s grace", d)
 	}
 }

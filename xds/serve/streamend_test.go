@@ -70,33 +70,45 @@ func TestShutdownEndsStreamsWithOK(t *testing.T) {
 	if _, err := s.Update(context.Background(), testOutput(t, []string{"api"}, 8080), resolveEdge); err != nil {
 		t.Fatal(err)
 	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- s.Serve(ctx, lis) }()
-	p := openPair(t, waitCtx(t), lis.Addr().String(), "quiet")
-	start := time.Now()
-	cancel()
-	select {
-	case err := <-done:
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d := time.Since(start); d > 5*time.Second {
-			t.Fatalf("shutdown took %v, want well under the 20s grace", d)
-		}
-	case <-time.After(30 * time.Second):
-		t.Fatal("Serve did not return")
+	addr, stop := serveForShutdown(t, s)
+	p := openPair(t, waitCtx(t), addr, "quiet")
+	if d := stop(); d > 5*time.Second {
+		t.Fatalf("shutdown took %v, want well under the 20s grace", d)
 	}
 	if _, err := p.sotw.Recv(); !errors.Is(err, io.EOF) {
 		t.Errorf("SotW stream ended with %v, want OK (io.EOF)", err)
 	}
 	if _, err := p.delta.Recv(); !errors.Is(err, io.EOF) {
 		t.Errorf("delta stream ended with %v, want OK (io.EOF)", err)
+	}
+}
+
+// serveForShutdown serves s on a loopback port until stop, which ends
+// Serve's context and returns how long Serve took to return (failing the
+// test if it erred, or took 30 s).
+func serveForShutdown(t *testing.T, s *Server) (addr string, stop func() time.Duration) {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ctx, lis) }()
+	return lis.Addr().String(), func() time.Duration {
+		t.Helper()
+		start := time.Now()
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("Serve did not return")
+		}
+		return time.Since(start)
 	}
 }
 

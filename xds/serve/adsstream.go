@@ -9,6 +9,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -19,20 +20,30 @@ type adsServer struct {
 	cache *serveCache
 	cb    *callbacks
 	ids   atomic.Int64
+	// unendable warns, once, of streams endStream cannot end.
+	unendable sync.Once
+}
+
+// checkEndable warns once when gRPC's streams cannot be ended from
+// outside their handler (endStream): a gRPC release without the
+// transport stream's WriteStatus would make a shutdown wait out its grace
+// and a sidecar's re-keying never close its stream. The tests that end
+// streams so (TestShutdownEndsStreamsWithOK, the sidecar ones) fail first.
+func (a *adsServer) checkEndable(ctx context.Context) {
+	if _, ok := grpc.ServerTransportStreamFromContext(ctx).(statusWriter); !ok {
+		a.unendable.Do(func() {
+			a.cb.log.Error().Msg("this gRPC's server streams cannot be ended from outside their handler; shutdown will wait for its grace period and sidecar re-keying will not close streams")
+		})
+	}
 }
 
 // adsStream is what a stream of either of the bridge's servers (delta.go,
-// sotw.go) holds: the answers queued for it and, under wmu, its watches,
-// its node and whether it ended.
+// sotw.go) holds: the answers queued for it, and its watches and node,
+// which are the handler goroutine's (it reads, acts on requests and
+// closes the stream). Lock order: the cache's lock, then the outbox's.
 type adsStream[R any] struct {
-	id  int64
-	out *outbox[R]
-
-	// wmu serialises requests with the stream's end: watches and node
-	// are the reading goroutine's, except at close. Order: wmu, then the
-	// cache's lock, then the outbox's.
-	wmu     sync.Mutex
-	closed  bool
+	id      int64
+	out     *outbox[R]
 	node    *corev3.Node
 	watches map[string]*typeWatch
 }
@@ -49,8 +60,6 @@ type typeWatch struct {
 func newADSStream[R any](id int64) *adsStream[R] {
 	return &adsStream[R]{id: id, out: newOutbox[R](), node: &corev3.Node{}, watches: map[string]*typeWatch{}}
 }
-
-var errStreamClosed = errors.New("stream closed")
 
 // watchFor is the stream's watch of typ, made with the subscription sub
 // returns when the type has none yet (old false).
@@ -98,7 +107,7 @@ func runStream[Req, R any](a *adsStream[R], server, ctx context.Context,
 		return err
 	}
 	defer func() { closed(a.close()) }()
-	a.out.start(send)
+	a.out.start(ctx, send)
 	var err error
 	for a.out.waitRoom(ctx) {
 		var req Req
@@ -109,6 +118,11 @@ func runStream[Req, R any](a *adsStream[R], server, ctx context.Context,
 		if err = handle(req); err != nil {
 			break
 		}
+	}
+	if err != nil {
+		// The status goes out now, and a send blocked by a client that
+		// does not read wakes (it would hold stop until the client read).
+		endStream(ctx, status.Convert(err))
 	}
 	// A send that failed ended the stream first: its status is the one
 	// the client got.
@@ -130,18 +144,8 @@ func readEnd(err error) error {
 	return err
 }
 
-// lockLive takes wmu for a request, unless the stream ended.
-func (a *adsStream[R]) lockLive(isNil bool) error {
-	if isNil {
-		return status.Errorf(codes.Unavailable, "empty request")
-	}
-	a.wmu.Lock()
-	if a.closed {
-		a.wmu.Unlock()
-		return errStreamClosed
-	}
-	return nil
-}
+// errEmptyRequest ends a stream whose read gave no request.
+var errEmptyRequest = status.Error(codes.Unavailable, "empty request")
 
 // nodeFor is the stream's node: n when a request carries one (it may
 // come only with the first), the one before otherwise.
@@ -164,16 +168,13 @@ func typeFor(typeURL, defaultTypeURL string) (string, error) {
 	return defaultTypeURL, nil
 }
 
-// close cancels every watch and drops what was not sent; no request is
-// acted on after it. It returns the node, for the closed callback.
+// close cancels every watch and drops what was not sent. The handler
+// goroutine calls it last, so no request is acted on after it. It
+// returns the node, for the closed callback.
 func (a *adsStream[R]) close() *corev3.Node {
-	a.wmu.Lock()
-	a.closed = true
 	for _, w := range a.watches {
-		w.cancel() // set by the request that made w, under wmu
+		w.cancel()
 	}
-	node := a.node
-	a.wmu.Unlock()
 	a.out.drop()
-	return node
+	return a.node
 }

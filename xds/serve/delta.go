@@ -24,9 +24,10 @@ import (
 // responses: every ACK wakes two goroutines and crosses a channel, and
 // every response sits in a second channel first. With one push per proxy
 // per change that hop is a fixed cost per proxy (issue 19). Here the
-// reading goroutine handles its request itself (callbacks, subscription,
-// watch) and the handler goroutine only sends: the cache queues answers
-// on the stream (deliver) and wakes it.
+// handler goroutine reads and acts on each request itself (callbacks,
+// subscription, watch), and the cache queues answers on the stream
+// (deliver) for a sending goroutine that runs only while answers wait
+// (outbox.go).
 //
 // The protocol is go-control-plane's: legacy wildcard subscriptions, one
 // subscription per type with the versions the stream holds, a stream
@@ -51,6 +52,7 @@ func newDeltaServer(ctx context.Context, cache *serveCache, cb *callbacks) *delt
 // service (resourcev3.AnyType for ADS).
 func (d *deltaServer) serve(str stream.DeltaStream, defaultTypeURL string) error {
 	st := &deltaStream{adsStream: newADSStream[cachev3.DeltaResponse](d.ids.Add(1)), d: d, str: str}
+	d.checkEndable(str.Context())
 	return runStream(st.adsStream, d.ctx, str.Context(),
 		func(ctx context.Context) error { return d.cb.OnDeltaStreamOpen(ctx, st.id, defaultTypeURL) },
 		func(node *corev3.Node) { d.cb.OnDeltaStreamClosed(st.id, node) },
@@ -67,12 +69,11 @@ func (st *deltaStream) send(r cachev3.DeltaResponse, nonce int64) error {
 	return st.str.Send(resp)
 }
 
-// handle acts on one request, in the reading goroutine.
+// handle acts on one request, in the handler goroutine.
 func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTypeURL string) error {
-	if err := st.lockLive(req == nil); err != nil {
-		return err
+	if req == nil {
+		return errEmptyRequest
 	}
-	defer st.wmu.Unlock()
 	// Before the node and type are filled in, as go-control-plane's.
 	if err := st.d.cb.OnStreamDeltaRequest(st.id, req); err != nil {
 		return err

@@ -67,8 +67,6 @@ func (h *heldStream) taken() (sent, removed []string) {
 }
 
 func (h *heldStream) held() map[string]string {
-	h.st.wmu.Lock()
-	defer h.st.wmu.Unlock()
 	return h.st.watches[resourcev3.EndpointType].sub.ReturnedResources()
 }
 
@@ -253,8 +251,6 @@ func TestSotwStreamsShareWhatTheyHold(t *testing.T) {
 		streams = append(streams, st)
 	}
 	held := func(st *sotwStream, typ string) map[string]string {
-		st.wmu.Lock()
-		defer st.wmu.Unlock()
 		return st.watches[typ].sub.ReturnedResources()
 	}
 	a, b := streams[0], streams[1]

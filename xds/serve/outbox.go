@@ -3,6 +3,8 @@ package serve
 import (
 	"context"
 	"sync"
+
+	"google.golang.org/grpc/status"
 )
 
 // outbox is a stream's queue of answers, filled by the cache (under its
@@ -22,9 +24,10 @@ import (
 type outbox[R any] struct {
 	mu      sync.Mutex
 	pending []R
-	// send is the stream's sender (start); nil in tests that only look
-	// at what is queued.
+	// send is the stream's sender and ctx its context (start); send is
+	// nil in tests that only look at what is queued.
 	send func(r R, nonce int64) error
+	ctx  context.Context
 	// sending says a sender goroutine runs; only it touches nonce, which
 	// numbers the stream's responses from 1.
 	sending bool
@@ -51,9 +54,9 @@ func newOutbox[R any]() *outbox[R] {
 }
 
 // start sets the sender; answers already queued go out now.
-func (o *outbox[R]) start(send func(r R, nonce int64) error) {
+func (o *outbox[R]) start(ctx context.Context, send func(r R, nonce int64) error) {
 	o.mu.Lock()
-	o.send = send
+	o.send, o.ctx = send, ctx
 	run := o.claimLocked()
 	o.mu.Unlock()
 	if run {
@@ -101,8 +104,10 @@ func (o *outbox[R]) claimLocked() bool {
 }
 
 // run is the sending goroutine: it sends until nothing waits, the stream
-// stops, or a send fails (then the stream is over: gRPC has already ended
-// it with the send's status, which stop reports).
+// stops, or a send fails. Then the stream is over: gRPC ends a stream
+// whose send failed with the send's status, and endStream does for a
+// failure of the bridge's own (a response it could not make), so the
+// handler's read wakes; stop reports the status.
 func (o *outbox[R]) run() {
 	defer o.senders.Done()
 	for {
@@ -117,6 +122,7 @@ func (o *outbox[R]) run() {
 			o.mu.Lock()
 			o.ended, o.sendErr, o.sending = true, err, false
 			o.mu.Unlock()
+			endStream(o.ctx, status.Convert(err))
 			return
 		}
 	}

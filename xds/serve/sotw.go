@@ -13,8 +13,8 @@ import (
 )
 
 // The bridge's state-of-the-world xDS server, built like the delta one
-// (delta.go): the reading goroutine acts on requests, the handler only
-// sends what the cache queued. The protocol is go-control-plane's ordered
+// (delta.go): the handler goroutine reads and acts on requests, a
+// sending goroutine sends what the cache queued. The protocol is go-control-plane's ordered
 // ADS: one subscription per type, legacy wildcard when a type's first
 // request names nothing, and a request whose nonce is not the last one
 // sent for its type ignored (Envoy's xDS protocol, "resource updates").
@@ -31,8 +31,8 @@ type sotwStream struct {
 	str stream.Stream
 
 	// sent is, per type, the nonce of the last response sent since the
-	// last request acted on: written by the handler as it sends, read and
-	// cleared by the reader (the stale-nonce rule).
+	// last request acted on: written by the sender as it sends, read and
+	// cleared by the handler (the stale-nonce rule).
 	sentMu sync.Mutex
 	sent   map[string]string
 }
@@ -67,6 +67,7 @@ func newSotwServer(ctx context.Context, cache *serveCache, cb *callbacks) *sotwS
 
 func (s *sotwServer) serve(str stream.Stream, defaultTypeURL string) error {
 	st := &sotwStream{adsStream: newADSStream[cachev3.Response](s.ids.Add(1)), s: s, str: str, sent: map[string]string{}}
+	s.checkEndable(str.Context())
 	return runStream(st.adsStream, s.ctx, str.Context(),
 		func(ctx context.Context) error { return s.cb.OnStreamOpen(ctx, st.id, defaultTypeURL) },
 		func(node *corev3.Node) { s.cb.OnStreamClosed(st.id, node) },
@@ -107,10 +108,9 @@ func (st *sotwStream) accept(typ, nonce string) bool {
 }
 
 func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL string) error {
-	if err := st.lockLive(req == nil); err != nil {
-		return err
+	if req == nil {
+		return errEmptyRequest
 	}
-	defer st.wmu.Unlock()
 	req.Node = st.nodeFor(req.GetNode())
 	typ, err := typeFor(req.GetTypeUrl(), defaultTypeURL)
 	if err != nil {

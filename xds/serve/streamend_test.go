@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/rs/zerolog"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -195,5 +197,146 @@ func TestSendFailureEndsTheStreamWithItsStatus(t *testing.T) {
 		func(int, int64) error { end(); return tooLarge })
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("stream ended with %v, want the send's %v", err, tooLarge)
+	}
+}
+
+// TestNoSendAfterStop: once a stream stops sending, an answer the cache
+// queues later (it may, until the stream's watches are cancelled) starts
+// no sender: gRPC forbids a send after the handler returned.
+func TestNoSendAfterStop(t *testing.T) {
+	o := newOutbox[int]()
+	var sends atomic.Int64
+	o.start(context.Background(), func(int, int64) error { sends.Add(1); return nil })
+	if err := o.stop(); err != nil {
+		t.Fatal(err)
+	}
+	o.push(1)
+	time.Sleep(50 * time.Millisecond)
+	if n := sends.Load(); n != 0 {
+		t.Fatalf("%d sends after stop", n)
+	}
+}
+
+// TestStreamWaitsForItsSender: a stream whose read ended does not return
+// while its sender is still in a send (its handler's return would let
+// gRPC finish the stream under it).
+func TestStreamWaitsForItsSender(t *testing.T) {
+	a := newADSStream[int](1)
+	sending, release := make(chan struct{}), make(chan struct{})
+	reads := 0
+	done := make(chan error, 1)
+	go func() {
+		done <- runStream(a, context.Background(), context.Background(),
+			func(context.Context) error { return nil }, func(*corev3.Node) {},
+			func() (int, error) {
+				reads++
+				if reads == 1 {
+					return 1, nil
+				}
+				<-sending
+				return 0, io.EOF
+			},
+			func(n int) error { a.out.push(n); return nil },
+			func(int, int64) error { close(sending); <-release; return nil })
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("the stream returned (%v) while its sender was in a send", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	close(release)
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("stream ended with %v, want nil (the client ended it)", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the stream did not end once its send returned")
+	}
+}
+
+// rawStream serves one bidirectional gRPC method whose handler is serve,
+// and opens a stream to it.
+func rawStream(t *testing.T, ctx context.Context, serve func(grpc.ServerStream) error) grpc.ClientStream {
+	t.Helper()
+	g := grpc.NewServer()
+	desc := &grpc.StreamDesc{StreamName: "S", ServerStreams: true, ClientStreams: true,
+		Handler: func(_ any, ss grpc.ServerStream) error { return serve(ss) }}
+	g.RegisterService(&grpc.ServiceDesc{ServiceName: "test.Raw", HandlerType: (*any)(nil), Streams: []grpc.StreamDesc{*desc}}, struct{}{})
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = g.Serve(lis) }()
+	t.Cleanup(g.Stop)
+	cs, err := grpcConn(t, lis.Addr().String()).NewStream(ctx, desc, "/test.Raw/S")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs
+}
+
+// runRaw runs runStream on a real gRPC stream: each request read is
+// handled by handle, and each answer queued goes out through send.
+func runRaw(a *adsStream[int], handle func(*discoveryv3.DiscoveryRequest) error, send func(grpc.ServerStream, int64) error) func(grpc.ServerStream) error {
+	return func(ss grpc.ServerStream) error {
+		return runStream(a, context.Background(), ss.Context(),
+			func(context.Context) error { return nil }, func(*corev3.Node) {},
+			func() (*discoveryv3.DiscoveryRequest, error) {
+				req := &discoveryv3.DiscoveryRequest{}
+				return req, ss.RecvMsg(req)
+			},
+			handle, func(_ int, nonce int64) error { return send(ss, nonce) })
+	}
+}
+
+// TestOwnSendFailureEndsTheStream: a send that fails before gRPC saw it
+// (a response the bridge could not make) ends the stream with its
+// status, rather than leaving a stream that reads on and never sends.
+func TestOwnSendFailureEndsTheStream(t *testing.T) {
+	ctx := waitCtx(t)
+	a := newADSStream[int](1)
+	cs := rawStream(t, ctx, runRaw(a,
+		func(*discoveryv3.DiscoveryRequest) error { a.out.push(1); return nil },
+		func(grpc.ServerStream, int64) error { return status.Error(codes.Internal, "no response could be made") }))
+	if err := cs.SendMsg(&discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	err := cs.RecvMsg(&discoveryv3.DiscoveryResponse{})
+	if status.Code(err) != codes.Internal {
+		t.Fatalf("stream ended with %v, want the send's Internal", err)
+	}
+}
+
+// TestRefusedRequestEndsAStreamWhoseSendIsBlocked: a request that ends
+// the stream (refused) does so at once, with its status, even while the
+// stream's sender is blocked on a client that does not read.
+func TestRefusedRequestEndsAStreamWhoseSendIsBlocked(t *testing.T) {
+	ctx := waitCtx(t)
+	a := newADSStream[int](1)
+	requests := 0
+	inSend := make(chan struct{})
+	cs := rawStream(t, ctx, runRaw(a,
+		func(*discoveryv3.DiscoveryRequest) error {
+			if requests++; requests == 1 {
+				a.out.push(1)
+				return nil
+			}
+			<-inSend
+			return status.Error(codes.PermissionDenied, "refused")
+		},
+		func(ss grpc.ServerStream, _ int64) error {
+			close(inSend)
+			<-ss.Context().Done() // as gRPC's send, blocked by flow control
+			return ss.Context().Err()
+		}))
+	for range 2 {
+		if err := cs.SendMsg(&discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ClusterType}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	err := cs.RecvMsg(&discoveryv3.DiscoveryResponse{})
+	if status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("stream ended with %v, want the refusal's PermissionDenied", err)
 	}
 }

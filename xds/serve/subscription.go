@@ -93,7 +93,10 @@ func (s *subscription) setNames(names []string) {
 	s.names = internNames(set)
 }
 
-// update applies a delta request's subscribe and unsubscribe lists.
+// update applies a delta request's subscribe and unsubscribe lists. A
+// change of names copies the set (shared sets are never written): a
+// client that grows its subscription one name per request pays for the
+// set each time, where what it keeps is shared with every stream like it.
 func (s *subscription) update(subscribe, unsubscribe []string) {
 	if s.legacyWildcard {
 		// Only subscribing ends the legacy behaviour (the protocol says
@@ -179,15 +182,22 @@ func internNames(set map[string]struct{}) *nameSet {
 	for n := range set {
 		d.sum += maphash.String(namesSeed, n)
 	}
+	// Compared outside the lock (an edge proxy's set has thousands of
+	// names); two equal sets made at once may both be kept, which only
+	// shares less.
+	var buf [4]weak.Pointer[nameSet]
 	nameSets.mu.Lock()
-	defer nameSets.mu.Unlock()
-	for _, wp := range nameSets.sets[d] {
+	candidates := append(buf[:0], nameSets.sets[d]...)
+	nameSets.mu.Unlock()
+	for _, wp := range candidates {
 		if ns := wp.Value(); ns != nil && maps.Equal(ns.m, set) {
 			return ns
 		}
 	}
 	ns := &nameSet{m: set}
+	nameSets.mu.Lock()
 	nameSets.sets[d] = append(nameSets.sets[d], weak.Make(ns))
+	nameSets.mu.Unlock()
 	runtime.AddCleanup(ns, dropNameSets, d)
 	return ns
 }

@@ -20,21 +20,22 @@ type adsServer struct {
 	cache *serveCache
 	cb    *callbacks
 	ids   atomic.Int64
-	// unendable warns, once, of streams endStream cannot end.
-	unendable sync.Once
+	// endable checks the first stream only: every stream is of gRPC's
+	// one transport type.
+	endable sync.Once
 }
 
-// checkEndable warns once when gRPC's streams cannot be ended from
-// outside their handler (endStream): a gRPC release without the
-// transport stream's WriteStatus would make a shutdown wait out its grace
-// and a sidecar's re-keying never close its stream. The tests that end
-// streams so (TestShutdownEndsStreamsWithOK, the sidecar ones) fail first.
+// checkEndable warns when gRPC's streams cannot be ended from outside
+// their handler (endStream): a gRPC release without the transport
+// stream's WriteStatus would make a shutdown wait out its grace and a
+// sidecar's re-keying never close its stream. The tests that end streams
+// so (TestShutdownEndsStreamsWithOK, the sidecar ones) fail first.
 func (a *adsServer) checkEndable(ctx context.Context) {
-	if _, ok := grpc.ServerTransportStreamFromContext(ctx).(statusWriter); !ok {
-		a.unendable.Do(func() {
+	a.endable.Do(func() {
+		if _, ok := grpc.ServerTransportStreamFromContext(ctx).(statusWriter); !ok {
 			a.cb.log.Error().Msg("this gRPC's server streams cannot be ended from outside their handler; shutdown will wait for its grace period and sidecar re-keying will not close streams")
-		})
-	}
+		}
+	})
 }
 
 // adsStream is what a stream of either of the bridge's servers (delta.go,

@@ -151,7 +151,7 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 		}
 	}
 	if r.kind == reqACK || r.kind == reqNACK {
-		ev := event{at: now.UnixNano(), stream: key, kind: eventACK, typ: shortType(typeURL), version: r.version}
+		ev := event{at: now.UnixNano(), stream: key, kind: eventACK, typ: typeURL, version: r.version}
 		if r.kind == reqNACK {
 			ev.kind, ev.err = eventNACK, errDetail
 		}
@@ -170,7 +170,7 @@ func (c *callbacks) response(key streamKey, typeURL, version, nonce string, reso
 	now := time.Now() // one reading for the tracker and the history
 	node := c.tracker.response(now, key, typeURL, version, nonce, resources, names)
 	c.metrics.counted(typeURL).pushes.Inc()
-	c.history.record(node.GetId(), event{at: now.UnixNano(), stream: key, kind: eventPush, typ: shortType(typeURL), version: version, resources: int32(min(resources, math.MaxInt32))})
+	c.history.record(node.GetId(), event{at: now.UnixNano(), stream: key, kind: eventPush, typ: typeURL, version: version, resources: int32(min(resources, math.MaxInt32))})
 	ev := c.log.Debug()
 	if ev.Enabled() {
 		ev.Stringer("stream", key).Str("node", node.GetId()).Str("type", typeURL).Str("version", version).

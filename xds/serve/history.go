@@ -53,8 +53,8 @@ type HistoryEvent struct {
 // event is what the callbacks record: a HistoryEvent with the stream's
 // key rather than its name, the kind as a number.
 type event struct {
-	at        int64 // Unix nanoseconds
-	typ       string
+	at        int64  // Unix nanoseconds
+	typ       string // the type URL
 	version   string
 	err       string
 	stream    streamKey
@@ -69,7 +69,7 @@ type slot struct {
 	id        int64 // the stream's key
 	resources int32
 	kind      eventKind
-	typ       uint8 // historyTypes[typ-1]; 0: rareFields.typ
+	typ       uint8 // historyTypes[typ-1]; 0: rareFields.typ (a type URL)
 	delta     bool
 }
 
@@ -86,14 +86,15 @@ const (
 
 var eventNames = [...]string{eventPush: "push", eventACK: "ack", eventNACK: "nack"}
 
-// historyTypes are the short type names a slot numbers (shortTypes').
+// historyTypes are the type URLs with a short name (shortTypes), which a
+// slot numbers: one lookup per event, by the URL the callbacks have.
 var historyTypes, historyTypeNumbers = func() ([]string, map[string]uint8) {
-	names := slices.Sorted(maps.Values(shortTypes))
-	numbers := make(map[string]uint8, len(names))
-	for i, n := range names {
-		numbers[n] = uint8(i + 1)
+	urls := slices.Sorted(maps.Keys(shortTypes))
+	numbers := make(map[string]uint8, len(urls))
+	for i, u := range urls {
+		numbers[u] = uint8(i + 1)
 	}
-	return names, numbers
+	return urls, numbers
 }()
 
 func (r *eventRing) put(ev event) {
@@ -123,7 +124,7 @@ func (r *eventRing) event(i int) HistoryEvent {
 	}
 	typ := rare.typ
 	if sl.typ > 0 {
-		typ = historyTypes[sl.typ-1]
+		typ = shortTypes[historyTypes[sl.typ-1]]
 	}
 	return HistoryEvent{At: time.Unix(0, sl.at), Stream: streamKey{delta: sl.delta, id: sl.id}.String(), Event: eventNames[sl.kind],
 		Type: typ, Version: sl.version, Resources: int(sl.resources), Error: rare.err}

@@ -14,11 +14,11 @@ import (
 func TestEventRingKeepsEveryField(t *testing.T) {
 	r := &eventRing{}
 	key := streamKey{delta: true, id: 7}
-	r.put(event{at: 1, stream: key, kind: eventPush, typ: shortType(resourcev3.EndpointType), version: "v1", resources: 3})
+	r.put(event{at: 1, stream: key, kind: eventPush, typ: resourcev3.EndpointType, version: "v1", resources: 3})
 	if r.rare != nil {
 		t.Error("an ordinary event allocated the rare fields")
 	}
-	r.put(event{at: 2, stream: key, kind: eventNACK, typ: shortType(resourcev3.EndpointType), version: "v0", err: "bad endpoint"})
+	r.put(event{at: 2, stream: key, kind: eventNACK, typ: resourcev3.EndpointType, version: "v0", err: "bad endpoint"})
 	r.put(event{at: 3, stream: streamKey{id: 8}, kind: eventACK, typ: "type.example/Custom", version: "v9"})
 	want := []HistoryEvent{
 		{Stream: key.String(), Event: "push", Type: "EDS", Version: "v1", Resources: 3},
@@ -34,7 +34,7 @@ func TestEventRingKeepsEveryField(t *testing.T) {
 	}
 	// Around the ring: the NACK's slot is taken by an ACK.
 	for i := range historyLen - 1 { // slots 3 to 19, 0 and 1
-		r.put(event{at: int64(10 + i), stream: key, kind: eventACK, typ: "CDS", version: "v2"})
+		r.put(event{at: int64(10 + i), stream: key, kind: eventACK, typ: resourcev3.ClusterType, version: "v2"})
 	}
 	if got := r.event(1); got.Error != "" || got.Event != "ack" || got.Type != "CDS" {
 		t.Errorf("the slot of a NACK, taken by an ACK: %+v", got)

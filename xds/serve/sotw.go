@@ -3,6 +3,8 @@ package serve
 import (
 	"context"
 	"hash/maphash"
+	"iter"
+	"slices"
 	"strconv"
 	"sync"
 
@@ -53,10 +55,15 @@ func sameSlice(a, b []string) bool {
 	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
 }
 
-func digestNames(names []string) namesDigest {
-	d := namesDigest{n: len(names)}
-	for _, n := range names {
+func digestNames(names []string) namesDigest { return digestOf(slices.Values(names)) }
+
+// digestOf is the digest of the names seq yields (subscription.go
+// interns sets of names by it).
+func digestOf(names iter.Seq[string]) namesDigest {
+	var d namesDigest
+	for n := range names {
 		d.sum += maphash.String(namesSeed, n)
+		d.n++
 	}
 	return d
 }

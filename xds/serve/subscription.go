@@ -1,7 +1,6 @@
 package serve
 
 import (
-	"hash/maphash"
 	"maps"
 	"runtime"
 	"sync"
@@ -106,23 +105,22 @@ func (s *subscription) update(subscribe, unsubscribe []string) {
 		}
 		s.legacyWildcard = false
 	}
-	var set map[string]struct{} // the new names, once one changes
-	edit := func() map[string]struct{} {
-		if set == nil {
-			set = maps.Clone(s.names.set())
-			if set == nil {
-				set = map[string]struct{}{}
+	// names is the shared set until a name changes, then a copy of it.
+	names, copied := s.names.set(), false
+	own := func() {
+		if !copied {
+			names, copied = maps.Clone(names), true
+			if names == nil {
+				names = map[string]struct{}{}
 			}
 		}
-		return set
 	}
 	for _, n := range subscribe {
 		if n == explicitWildcard {
 			s.wildcard = true
-			continue
-		}
-		if _, ok := s.names.set()[n]; !ok {
-			edit()[n] = struct{}{}
+		} else if _, ok := names[n]; !ok {
+			own()
+			names[n] = struct{}{}
 		}
 	}
 	for _, n := range unsubscribe {
@@ -130,10 +128,7 @@ func (s *subscription) update(subscribe, unsubscribe []string) {
 			s.wildcard = false
 			continue
 		}
-		_, subscribed := s.names.set()[n]
-		if set != nil {
-			_, subscribed = set[n]
-		}
+		_, subscribed := names[n]
 		if subscribed && s.wildcard {
 			// Still wanted through the wildcard: held at no version, so
 			// the next answer sends it again, or says it is gone.
@@ -142,11 +137,12 @@ func (s *subscription) update(subscribe, unsubscribe []string) {
 			delete(s.returned, n)
 		}
 		if subscribed {
-			delete(edit(), n)
+			own()
+			delete(names, n)
 		}
 	}
-	if set != nil {
-		s.names = internNames(set)
+	if copied {
+		s.names = internNames(names)
 	}
 }
 
@@ -178,10 +174,7 @@ func internNames(set map[string]struct{}) *nameSet {
 	if len(set) == 0 {
 		return nil
 	}
-	d := namesDigest{n: len(set)}
-	for n := range set {
-		d.sum += maphash.String(namesSeed, n)
-	}
+	d := digestOf(maps.Keys(set))
 	// Compared outside the lock (an edge proxy's set has thousands of
 	// names); two equal sets made at once may both be kept, which only
 	// shares less.

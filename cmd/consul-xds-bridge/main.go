@@ -245,13 +245,20 @@ func printDiagnostics(w io.Writer, diags hcl.Diagnostics) {
 	}
 }
 
+// logTimeFormat is RFC 3339 with milliseconds: a change's events (Consul's
+// answer, the build, the pushes) fall within one second, and an operator
+// lining up the bridge's log with Envoy's (which has milliseconds) needs
+// their order.
+const logTimeFormat = "2006-01-02T15:04:05.000Z07:00"
+
 func newLogger(s policy.LogSettings, w io.Writer) (zerolog.Logger, error) {
+	zerolog.TimeFieldFormat = logTimeFormat
 	level, err := zerolog.ParseLevel(s.Level)
 	if err != nil {
 		return zerolog.Logger{}, fmt.Errorf("log level %q: %w", s.Level, err)
 	}
 	if s.Format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: time.RFC3339}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: logTimeFormat}
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
 }

@@ -2,10 +2,14 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
 
 func TestValidate(t *testing.T) {
@@ -58,5 +62,23 @@ func TestValidate(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// Log times carry milliseconds: a change's events (Consul's answer, the
+// build, the push) fall within one second.
+func TestLogTimesHaveMilliseconds(t *testing.T) {
+	var buf bytes.Buffer
+	log, err := newLogger(policy.LogSettings{Level: "info", Format: "json"}, &buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log.Info().Msg("x")
+	var line struct{ Time string }
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("%v: %s", err, buf.String())
+	}
+	if !regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}(Z|[+-]\d\d:\d\d)$`).MatchString(line.Time) {
+		t.Fatalf("log time %q, want RFC 3339 with milliseconds", line.Time)
 	}
 }

@@ -56,7 +56,7 @@ func (d *deltaServer) serve(str stream.DeltaStream, defaultTypeURL string) error
 	return runStream(st.adsStream, d.ctx, str.Context(),
 		func(ctx context.Context) error { return d.cb.OnDeltaStreamOpen(ctx, st.id, defaultTypeURL) },
 		func(node *corev3.Node) { d.cb.OnDeltaStreamClosed(st.id, node) },
-		str.Recv, func(req *discoveryv3.DeltaDiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send)
+		str.Recv, func(req *discoveryv3.DeltaDiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send, d.spawn())
 }
 
 func (st *deltaStream) send(r cachev3.DeltaResponse, nonce int64) error {
@@ -116,9 +116,13 @@ type xdsServer struct {
 	sotw  *sotwServer
 }
 
-func newXDSServer(ctx context.Context, cache *serveCache, cb *callbacks) *xdsServer {
-	return &xdsServer{Server: serverv3.NewServer(ctx, cache, cb),
+// newXDSServer's servers send through senders (nil: a goroutine per
+// sending turn).
+func newXDSServer(ctx context.Context, cache *serveCache, cb *callbacks, senders *sendPool) *xdsServer {
+	x := &xdsServer{Server: serverv3.NewServer(ctx, cache, cb),
 		delta: newDeltaServer(ctx, cache, cb), sotw: newSotwServer(ctx, cache, cb)}
+	x.delta.senders, x.sotw.senders = senders, senders
+	return x
 }
 
 func (s *xdsServer) StreamAggregatedResources(str discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {

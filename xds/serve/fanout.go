@@ -87,6 +87,12 @@ type fanned interface{ fanout() *fanout }
 func (r *sotwResponse) fanout() *fanout  { return r.fan }
 func (r *deltaResponse) fanout() *fanout { return r.fan }
 
+// inFanout is whether r is an answer of an update's fan-out.
+func inFanout(r any) bool {
+	f, ok := r.(fanned)
+	return ok && f.fanout() != nil
+}
+
 // handedOver records that r was handed over or dropped, if it belongs to
 // an update's fan-out.
 func handedOver(r any) {

@@ -38,6 +38,9 @@ type metrics struct {
 	refused prometheus.Counter
 	// idleClosed counts streams closed for sending no first request.
 	idleClosed prometheus.Counter
+	// sendsBlocked counts send workers left to a blocked send
+	// (sendpool.go).
+	sendsBlocked prometheus.Counter
 
 	mu        sync.Mutex
 	connCount map[[2]string]int // group, kind -> open streams
@@ -100,6 +103,10 @@ func newMetrics(reg prometheus.Registerer, log zerolog.Logger) *metrics {
 	m.idleClosed = register(reg, log, prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "consul_xds_bridge_idle_streams_closed_total",
 		Help: "xDS streams closed because they sent no request within 30s of opening.",
+	}))
+	m.sendsBlocked = register(reg, log, prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "consul_xds_bridge_blocked_sends_total",
+		Help: "Sends of an update that took 50ms or more (a proxy that does not read, or a core too busy to run the send): the send pool's worker was left to it and another took its place.",
 	}))
 	m.stagingTimeouts = register(reg, log, m.stagingTimeouts)
 	m.admissionWaiting = register(reg, log, m.admissionWaiting)

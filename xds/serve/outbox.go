@@ -28,6 +28,9 @@ type outbox[R any] struct {
 	// nil in tests that only look at what is queued.
 	send func(r R, nonce int64) error
 	ctx  context.Context
+	// spawn runs a sending turn (run) that an update started: the
+	// server's sendPool (nil: a goroutine of its own, as other turns).
+	spawn func(turn func())
 	// sending says a sender goroutine runs; only it touches nonce, which
 	// numbers the stream's responses from 1.
 	sending bool
@@ -53,10 +56,11 @@ func newOutbox[R any]() *outbox[R] {
 	return &outbox[R]{room: make(chan struct{}, 1)}
 }
 
-// start sets the sender; answers already queued go out now.
-func (o *outbox[R]) start(ctx context.Context, send func(r R, nonce int64) error) {
+// start sets the sender, and spawn (nil: a goroutine per turn); answers
+// already queued go out now.
+func (o *outbox[R]) start(ctx context.Context, send func(r R, nonce int64) error, spawn func(turn func())) {
 	o.mu.Lock()
-	o.send, o.ctx = send, ctx
+	o.send, o.ctx, o.spawn = send, ctx, spawn
 	run := o.claimLocked()
 	o.mu.Unlock()
 	if run {
@@ -88,8 +92,24 @@ func (o *outbox[R]) push(r R) {
 	run := o.claimLocked()
 	o.mu.Unlock()
 	if run {
-		go o.run()
+		o.spawnRun(r)
 	}
+}
+
+// spawnRun starts a sending turn that begins with r. An update's answers
+// (r belongs to its fan-out) go to the server's pool: every stream gets
+// one at once, and the pool's few goroutines send them in turn
+// (sendpool.go). An answer to a request (a stream's initial state, a
+// change of what it subscribes to) gets a goroutine of its own, as it
+// did before: a reconnect storm's streams wait for their initial state
+// turn by turn, and admission control keeps them few, so a queue shared
+// with every other stream would only slow each step of their syncs.
+func (o *outbox[R]) spawnRun(r R) {
+	if o.spawn != nil && inFanout(r) {
+		o.spawn(o.run)
+		return
+	}
+	go o.run()
 }
 
 // claimLocked is whether the caller is to start the sender: there is

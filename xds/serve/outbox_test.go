@@ -30,7 +30,7 @@ func TestStreamThatDoesNotReadHoldsBackItsRequests(t *testing.T) {
 			func(context.Context) error { return nil }, func(*corev3.Node) {},
 			func() (int, error) { return int(reads.Add(1)), nil },
 			func(n int) error { a.out.push(n); return nil },  // every request answered
-			func(int, int64) error { <-blocked; return nil }) // the client reads nothing
+			func(int, int64) error { <-blocked; return nil }, nil) // the client reads nothing
 	}()
 	time.Sleep(200 * time.Millisecond)
 	if n := reads.Load(); n > maxPending+2 {
@@ -73,7 +73,7 @@ func TestFailedReadEndsTheStreamWithItsStatus(t *testing.T) {
 		err := runStream(a, context.Background(), context.Background(),
 			func(context.Context) error { return nil }, func(*corev3.Node) {},
 			func() (int, error) { return 0, c.read }, func(int) error { return nil },
-			func(int, int64) error { return nil })
+			func(int, int64) error { return nil }, nil)
 		if !errors.Is(err, c.want) && status.Code(err) != status.Code(c.want) || (c.want == nil) != (err == nil) {
 			t.Fatalf("read failing with %v: stream ended with %v, want %v", c.read, err, c.want)
 		}

@@ -32,6 +32,7 @@ import (
 	secretservice "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 	"google.golang.org/grpc"
@@ -321,7 +322,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}
 	opts = append(opts, grpc.ChainStreamInterceptor(interceptors...))
 	g := grpc.NewServer(opts...)
-	srv := newXDSServer(ctx, s.cache, s.cb)
+	senders := newSendPool(clockwork.NewRealClock(), s.metrics.sendsBlocked.Inc)
+	defer senders.stop()
+	srv := newXDSServer(ctx, s.cache, s.cb, senders)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, srv)
 	clusterservice.RegisterClusterDiscoveryServiceServer(g, srv)
 	endpointservice.RegisterEndpointDiscoveryServiceServer(g, srv)

@@ -194,7 +194,7 @@ func TestSendFailureEndsTheStreamWithItsStatus(t *testing.T) {
 			return 0, status.Error(codes.Canceled, "context canceled")
 		},
 		func(n int) error { a.out.push(n); return nil },
-		func(int, int64) error { end(); return tooLarge })
+		func(int, int64) error { end(); return tooLarge }, nil)
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("stream ended with %v, want the send's %v", err, tooLarge)
 	}
@@ -206,7 +206,7 @@ func TestSendFailureEndsTheStreamWithItsStatus(t *testing.T) {
 func TestNoSendAfterStop(t *testing.T) {
 	o := newOutbox[int]()
 	var sends atomic.Int64
-	o.start(context.Background(), func(int, int64) error { sends.Add(1); return nil })
+	o.start(context.Background(), func(int, int64) error { sends.Add(1); return nil }, nil)
 	if err := o.stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +237,7 @@ func TestStreamWaitsForItsSender(t *testing.T) {
 				return 0, io.EOF
 			},
 			func(n int) error { a.out.push(n); return nil },
-			func(int, int64) error { close(sending); <-release; return nil })
+			func(int, int64) error { close(sending); <-release; return nil }, nil)
 	}()
 	select {
 	case err := <-done:
@@ -286,7 +286,7 @@ func runRaw(a *adsStream[int], handle func(*discoveryv3.DiscoveryRequest) error,
 				req := &discoveryv3.DiscoveryRequest{}
 				return req, ss.RecvMsg(req)
 			},
-			handle, func(_ int, nonce int64) error { return send(ss, nonce) })
+			handle, func(_ int, nonce int64) error { return send(ss, nonce) }, nil)
 	}
 }
 

@@ -1,0 +1,161 @@
+package serve
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jonboulle/clockwork"
+)
+
+// A fan-out's turns are taken in the order given and run once each, on a bounded
+// number of goroutines (a goroutine per turn would run all 1000 at once),
+// and the workers beyond min leave when no turn waits.
+func TestSendPoolRunsTurnsInOrderOnFewGoroutines(t *testing.T) {
+	p := newSendPool(clockwork.NewFakeClock(), nil) // no worker is ever counted stuck
+	defer p.stop()
+	const n = 1000
+	release := make(chan struct{})
+	var mu sync.Mutex
+	var started []int
+	var running, peak atomic.Int64
+	var done sync.WaitGroup
+	done.Add(n)
+	for i := range n {
+		p.Go(func() {
+			defer done.Done()
+			mu.Lock()
+			started = append(started, i)
+			mu.Unlock()
+			if r := running.Add(1); r > peak.Load() {
+				peak.Store(r)
+			}
+			<-release
+			running.Add(-1)
+		})
+	}
+	// Every worker is now in a turn that waits for release.
+	waitUntil(t, "workers to take turns", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.busy) == p.counted && p.counted > 0
+	})
+	if r := running.Load(); r > maxSendWorkers || r >= n {
+		t.Fatalf("%d turns ran at once, want at most %d workers", r, maxSendWorkers)
+	}
+	close(release)
+	done.Wait()
+	// Workers take turns in order; one may start its turn a little
+	// after the next worker starts the next turn.
+	seen := map[int]bool{}
+	for pos, i := range started {
+		if seen[i] {
+			t.Fatalf("turn %d ran twice", i)
+		}
+		seen[i] = true
+		if d := pos - i; d >= maxSendWorkers || -d >= maxSendWorkers {
+			t.Fatalf("turn %d started %dth: turns must be taken in the order given", i, pos)
+		}
+	}
+	if len(started) != n {
+		t.Fatalf("%d turns ran, want %d", len(started), n)
+	}
+	if peak.Load() > maxSendWorkers {
+		t.Fatalf("%d turns at once, want at most %d", peak.Load(), maxSendWorkers)
+	}
+	waitUntil(t, "the extra workers to leave", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.counted == p.min
+	})
+}
+
+// A worker whose turn blocks (a client that does not read) stops counting
+// once its turn has lasted stuckAfter: the turns behind it run on another,
+// and the blocked one is counted.
+func TestSendPoolGoesOnPastABlockedSend(t *testing.T) {
+	clock := clockwork.NewFakeClock()
+	var blocked atomic.Int64
+	p := newSendPool(clock, func() { blocked.Add(1) })
+	defer p.stop()
+	stuck := make(chan struct{})
+	defer close(stuck)
+	for range p.min {
+		p.Go(func() { <-stuck })
+	}
+	waitUntil(t, "every worker to be in a blocked turn", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.busy) == p.min
+	})
+	ran := make(chan struct{})
+	p.Go(func() { close(ran) })
+	select {
+	case <-ran:
+		t.Fatal("a turn ran while every worker was busy and none had been for stuckAfter")
+	case <-time.After(50 * time.Millisecond):
+	}
+	clock.Advance(defaultStuckAfter)
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the turn behind blocked sends did not run once they had lasted stuckAfter")
+	}
+	if got := blocked.Load(); got != int64(p.min) {
+		t.Fatalf("%d blocked sends counted, want %d", got, p.min)
+	}
+}
+
+// After stop the workers leave, and a turn still runs (a stream ending
+// with the server).
+func TestSendPoolStops(t *testing.T) {
+	p := newSendPool(clockwork.NewRealClock(), nil)
+	p.Go(func() {})
+	p.stop()
+	waitUntil(t, "the workers to leave", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return p.counted == 0
+	})
+	ran := make(chan struct{})
+	p.Go(func() { close(ran) })
+	select {
+	case <-ran:
+	case <-time.After(10 * time.Second):
+		t.Fatal("a turn given after stop did not run")
+	}
+}
+
+// An update's answers go to the pool; an answer to a request (no
+// fan-out) gets a goroutine of its own.
+func TestOnlyUpdatesUseThePool(t *testing.T) {
+	var pooled atomic.Int64
+	spawn := func(turn func()) { pooled.Add(1); go turn() }
+	sent := make(chan int64, 2)
+	o := newOutbox[*deltaResponse]()
+	o.start(context.Background(), func(_ *deltaResponse, nonce int64) error { sent <- nonce; return nil }, spawn)
+	o.push(&deltaResponse{}) // a request's answer
+	<-sent
+	if n := pooled.Load(); n != 0 {
+		t.Fatalf("an answer to a request went to the pool (%d turns)", n)
+	}
+	f := newFanout(func(time.Duration) {})
+	o.push(&deltaResponse{fan: f}) // an update's
+	<-sent
+	if n := pooled.Load(); n != 1 {
+		t.Fatalf("an update's answer: %d turns in the pool, want 1", n)
+	}
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}

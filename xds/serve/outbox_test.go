@@ -29,7 +29,7 @@ func TestStreamThatDoesNotReadHoldsBackItsRequests(t *testing.T) {
 		done <- runStream(a, server, str,
 			func(context.Context) error { return nil }, func(*corev3.Node) {},
 			func() (int, error) { return int(reads.Add(1)), nil },
-			func(n int) error { a.out.push(n); return nil },  // every request answered
+			func(n int) error { a.out.push(n); return nil },       // every request answered
 			func(int, int64) error { <-blocked; return nil }, nil) // the client reads nothing
 	}()
 	time.Sleep(200 * time.Millisecond)

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // A fan-out's turns are taken in the order given and run once each, on a bounded
@@ -158,4 +159,25 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
+}
+
+// The server's pool counts a send left blocked in the metric the README
+// lists.
+func TestBlockedSendsAreAMetric(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	s := startServer(t, ServerConfig{Registerer: reg})
+	s.senders.detached() // as its pool does when it leaves a worker to a blocked send
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "consul_xds_bridge_blocked_sends_total" {
+			if v := mf.GetMetric()[0].GetCounter().GetValue(); v != 1 {
+				t.Fatalf("consul_xds_bridge_blocked_sends_total = %v, want 1", v)
+			}
+			return
+		}
+	}
+	t.Fatal("consul_xds_bridge_blocked_sends_total is not registered")
 }

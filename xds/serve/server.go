@@ -99,6 +99,8 @@ type Server struct {
 	cb      *callbacks
 	history *history
 	tracker *tracker
+	// senders sends updates' answers (sendpool.go); Serve stops it.
+	senders *sendPool
 	metrics *metrics
 	health  *healthService
 	scope   *scopeLog // scope.go
@@ -172,6 +174,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.cb.answered = s.streamAnswered
 	s.cb.allow = cfg.AllowNode
 	s.health = newHealthService()
+	s.senders = newSendPool(clockwork.NewRealClock(), s.metrics.sendsBlocked.Inc)
 	return s
 }
 
@@ -322,9 +325,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	}
 	opts = append(opts, grpc.ChainStreamInterceptor(interceptors...))
 	g := grpc.NewServer(opts...)
-	senders := newSendPool(clockwork.NewRealClock(), s.metrics.sendsBlocked.Inc)
-	defer senders.stop()
-	srv := newXDSServer(ctx, s.cache, s.cb, senders)
+	defer s.senders.stop()
+	srv := newXDSServer(ctx, s.cache, s.cb, s.senders)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, srv)
 	clusterservice.RegisterClusterDiscoveryServiceServer(g, srv)
 	endpointservice.RegisterEndpointDiscoveryServiceServer(g, srv)

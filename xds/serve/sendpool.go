@@ -33,7 +33,9 @@ import (
 // A send blocks only when its client does not read (gRPC's write quota,
 // HTTP/2 flow control). A worker whose turn has lasted stuckAfter stops
 // counting against the pool: another starts in its place, and it exits
-// when its turn ends. A client that does not read holds one goroutine, as
+// when its turn ends. The pool looks again every stuckAfter while turns
+// wait, since the new workers may meet such clients too: turns behind m
+// of them wait about m / workers × stuckAfter. A client that does not read holds one goroutine, as
 // it did before, and never the other proxies' sends.
 type sendPool struct {
 	clock clockwork.Clock
@@ -50,7 +52,8 @@ type sendPool struct {
 	cond    *sync.Cond
 	queue   []func()
 	head    int
-	idle    int                  // workers waiting for a turn
+	idle    int                  // workers waiting for a turn, not yet woken
+	woken   int                  // workers woken for a turn, not yet running
 	counted int                  // workers counted against max
 	busy    map[*sendWorker]bool // counted workers in a turn
 	checkAt bool                 // a stuck check is scheduled
@@ -92,12 +95,24 @@ func (p *sendPool) Go(turn func()) {
 	p.queue = append(p.queue, turn)
 	switch {
 	case p.idle > 0:
+		// Counted as woken at once: a burst of turns must not count
+		// one waiting worker many times over.
+		p.idle--
+		p.woken++
 		p.cond.Signal()
-	case p.counted < p.min || p.counted < p.max && p.waitingLocked() > p.counted*perWorker:
+	case p.needLocked():
 		p.startLocked()
-	default:
+	case !p.checkAt:
 		p.checkLocked()
 	}
+}
+
+// needLocked is whether turns wait for a worker the pool may start: it has
+// fewer than min, or fewer than one per perWorker waiting turns (at most
+// max).
+func (p *sendPool) needLocked() bool {
+	w := p.waitingLocked() - p.woken
+	return w > 0 && (p.counted < p.min || p.counted < p.max && w > p.counted*perWorker)
 }
 
 func (p *sendPool) waitingLocked() int { return len(p.queue) - p.head }
@@ -108,14 +123,16 @@ func (p *sendPool) startLocked() {
 }
 
 // checkLocked detaches the workers whose turn has lasted stuckAfter and
-// starts others in their place; with turns still waiting and no worker
-// stuck yet, it looks again when the oldest turn would be.
+// starts as many in their place (and more, as Go would); while turns
+// wait, it looks again when the next worker would be stuck, or after
+// stuckAfter (the new workers may meet clients that do not read too).
 func (p *sendPool) checkLocked() {
-	if p.waitingLocked() == 0 || p.idle > 0 || p.closed {
+	if p.waitingLocked() == 0 {
 		return
 	}
 	now := p.clock.Now()
-	var next time.Duration
+	before := p.counted
+	next := p.stuckAfter
 	for w := range p.busy {
 		if d := now.Sub(w.since); d >= p.stuckAfter {
 			w.detached = true
@@ -124,14 +141,14 @@ func (p *sendPool) checkLocked() {
 			if p.detached != nil {
 				p.detached()
 			}
-		} else if left := p.stuckAfter - d; next == 0 || left < next {
+		} else if left := p.stuckAfter - d; left < next {
 			next = left
 		}
 	}
-	for p.counted < p.min && p.waitingLocked() > 0 {
+	for p.counted < before || p.needLocked() {
 		p.startLocked()
 	}
-	if next > 0 && !p.checkAt {
+	if !p.checkAt {
 		p.checkAt = true
 		p.clock.AfterFunc(next, func() {
 			p.mu.Lock()
@@ -166,13 +183,23 @@ func (p *sendPool) work(w *sendWorker) {
 			}
 			p.idle++
 			p.cond.Wait()
-			p.idle--
+			if p.woken > 0 {
+				p.woken--
+			} else {
+				p.idle-- // woken by stop's broadcast
+			}
 		}
 		turn := p.queue[p.head]
 		p.queue[p.head] = nil
 		p.head++
-		if p.head == len(p.queue) {
+		switch {
+		case p.head == len(p.queue):
 			p.queue, p.head = p.queue[:0], 0
+		case p.head > 64 && p.head > len(p.queue)/2:
+			// Never empty under steady load: keep the slice from growing.
+			n := copy(p.queue, p.queue[p.head:])
+			clear(p.queue[n:])
+			p.queue, p.head = p.queue[:n], 0
 		}
 		w.since = p.clock.Now()
 		p.busy[w] = true

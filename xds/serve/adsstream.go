@@ -23,8 +23,8 @@ type adsServer struct {
 	// endable checks the first stream only: every stream is of gRPC's
 	// one transport type.
 	endable sync.Once
-	// senders runs the streams' sending turns (sendpool.go); nil: a
-	// goroutine per turn.
+	// senders sends the updates' answers (sendpool.go); nil: a goroutine
+	// per sending turn.
 	senders *sendPool
 }
 
@@ -33,14 +33,6 @@ type adsServer struct {
 // stream's WriteStatus would make a shutdown wait out its grace and a
 // sidecar's re-keying never close its stream. The tests that end streams
 // so (TestShutdownEndsStreamsWithOK, the sidecar ones) fail first.
-// spawn is how the server's streams run their sending turns.
-func (a *adsServer) spawn() func(func()) {
-	if a.senders == nil {
-		return nil
-	}
-	return a.senders.Go
-}
-
 func (a *adsServer) checkEndable(ctx context.Context) {
 	a.endable.Do(func() {
 		if _, ok := grpc.ServerTransportStreamFromContext(ctx).(statusWriter); !ok {
@@ -112,14 +104,14 @@ func (a *adsStream[R]) deliver(sub *subscription, held map[string]string, r R) {
 // after every watch is cancelled, with the stream's node.
 func runStream[Req, R any](a *adsStream[R], server, ctx context.Context,
 	open func(context.Context) error, closed func(*corev3.Node),
-	recv func() (Req, error), handle func(Req) error, send func(R, int64) error, spawn func(func())) error {
+	recv func() (Req, error), handle func(Req) error, send func(R, int64) error, senders *sendPool) error {
 	stop := context.AfterFunc(server, func() { endStream(ctx, status.New(codes.OK, "")) })
 	defer stop()
 	if err := open(ctx); err != nil {
 		return err
 	}
 	defer func() { closed(a.close()) }()
-	a.out.start(ctx, send, spawn)
+	a.out.start(ctx, send, senders)
 	var err error
 	for a.out.waitRoom(ctx) {
 		var req Req

@@ -18,9 +18,9 @@ import (
 // of. A sender parked between pushes keeps the stack its sends grew (8 KiB
 // here: the runtime shrinks a parked stack only when a quarter of it
 // would do), and the collector scans it and counts it in the heap's goal.
-// Started per burst, it is one goroutine creation per push (a channel
-// wake-up was the cost before), and an idle stream holds only the
-// handler's goroutine, which reads.
+// An update's turn runs on the server's pool of send workers
+// (sendpool.go), any other on a goroutine of its own, and an idle stream
+// holds only the handler's goroutine, which reads.
 type outbox[R any] struct {
 	mu      sync.Mutex
 	pending []R
@@ -28,9 +28,9 @@ type outbox[R any] struct {
 	// nil in tests that only look at what is queued.
 	send func(r R, nonce int64) error
 	ctx  context.Context
-	// spawn runs a sending turn (run) that an update started: the
-	// server's sendPool (nil: a goroutine of its own, as other turns).
-	spawn func(turn func())
+	// pool runs the sending turns an update starts (nil: a goroutine of
+	// their own, as other turns).
+	pool *sendPool
 	// sending says a sender goroutine runs; only it touches nonce, which
 	// numbers the stream's responses from 1.
 	sending bool
@@ -56,11 +56,11 @@ func newOutbox[R any]() *outbox[R] {
 	return &outbox[R]{room: make(chan struct{}, 1)}
 }
 
-// start sets the sender, and spawn (nil: a goroutine per turn); answers
-// already queued go out now.
-func (o *outbox[R]) start(ctx context.Context, send func(r R, nonce int64) error, spawn func(turn func())) {
+// start sets the sender, and the server's pool (nil: a goroutine per
+// turn); answers already queued go out now.
+func (o *outbox[R]) start(ctx context.Context, send func(r R, nonce int64) error, pool *sendPool) {
 	o.mu.Lock()
-	o.send, o.ctx, o.spawn = send, ctx, spawn
+	o.send, o.ctx, o.pool = send, ctx, pool
 	run := o.claimLocked()
 	o.mu.Unlock()
 	if run {
@@ -105,8 +105,8 @@ func (o *outbox[R]) push(r R) {
 // turn by turn, and admission control keeps them few, so a queue shared
 // with every other stream would only slow each step of their syncs.
 func (o *outbox[R]) spawnRun(r R) {
-	if o.spawn != nil && inFanout(r) {
-		o.spawn(o.run)
+	if inFanout(r) {
+		o.pool.Go(o.run)
 		return
 	}
 	go o.run()

@@ -84,8 +84,13 @@ func newSendPool(clock clockwork.Clock, detached func()) *sendPool {
 	return p
 }
 
-// Go runs turn on a worker, in the order turns were given.
+// Go runs turn on a worker, in the order turns were given. A nil pool
+// (tests of streams alone) runs it on a goroutine of its own.
 func (p *sendPool) Go(turn func()) {
+	if p == nil {
+		go turn()
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {

@@ -177,12 +177,18 @@ func TestSendPoolDoesNotCountAWokenWorkerTwice(t *testing.T) {
 	t.Fatal("a turn given with every waiting worker already woken did not run")
 }
 
-// After stop the workers leave, and a turn still runs (a stream ending
-// with the server).
+// After stop the turns already given run, the workers leave, and a turn
+// given later still runs (a stream ending with the server).
 func TestSendPoolStops(t *testing.T) {
 	p := newSendPool(clockwork.NewRealClock(), nil)
-	p.Go(func() {})
+	release := make(chan struct{})
+	var queued atomic.Int64
+	for range 3 * p.min { // more than the workers: some wait in the queue
+		p.Go(func() { <-release; queued.Add(1) })
+	}
 	p.stop()
+	close(release)
+	waitUntil(t, "the turns given before stop to run", func() bool { return queued.Load() == int64(3*p.min) })
 	waitUntil(t, "the workers to leave", func() bool {
 		p.mu.Lock()
 		defer p.mu.Unlock()
@@ -198,28 +204,45 @@ func TestSendPoolStops(t *testing.T) {
 }
 
 // An update's answers go to the pool; an answer to a request (no
-// fan-out) gets a goroutine of its own.
+// fan-out) gets a goroutine of its own, so it does not wait behind the
+// pool's busy workers.
 func TestOnlyUpdatesUseThePool(t *testing.T) {
-	var pooled atomic.Int64
-	spawn := func(turn func()) { pooled.Add(1); go turn() }
+	p := newSendPool(clockwork.NewFakeClock(), nil) // no worker is ever counted stuck
+	defer p.stop()
+	stuck := make(chan struct{})
+	for range p.min {
+		p.Go(func() { <-stuck })
+	}
+	waitUntil(t, "every worker to be busy", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.busy) == p.min
+	})
 	sent := make(chan int64, 2)
 	o := newOutbox[*deltaResponse]()
-	o.start(context.Background(), func(_ *deltaResponse, nonce int64) error { sent <- nonce; return nil }, spawn)
+	o.start(context.Background(), func(_ *deltaResponse, nonce int64) error { sent <- nonce; return nil }, p)
 	o.push(&deltaResponse{}) // a request's answer
-	<-sent
-	if n := pooled.Load(); n != 0 {
-		t.Fatalf("an answer to a request went to the pool (%d turns)", n)
+	select {
+	case <-sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("an answer to a request waited for the pool's workers")
 	}
 	waitUntil(t, "the first turn to end", func() bool {
 		o.mu.Lock()
 		defer o.mu.Unlock()
 		return !o.sending
 	})
-	f := newFanout(func(time.Duration) {})
-	o.push(&deltaResponse{fan: f}) // an update's
-	<-sent
-	if n := pooled.Load(); n != 1 {
-		t.Fatalf("an update's answer: %d turns in the pool, want 1", n)
+	o.push(&deltaResponse{fan: newFanout(func(time.Duration) {})}) // an update's
+	select {
+	case <-sent:
+		t.Fatal("an update's answer went out while every worker of the pool was busy")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(stuck)
+	select {
+	case <-sent:
+	case <-time.After(10 * time.Second):
+		t.Fatal("an update's answer did not go out once the pool's workers were free")
 	}
 }
 

@@ -80,16 +80,8 @@ func TestSendPoolGoesOnPastABlockedSend(t *testing.T) {
 	var blocked atomic.Int64
 	p := newSendPool(clock, func() { blocked.Add(1) })
 	defer p.stop()
-	stuck := make(chan struct{})
+	stuck := occupyWorkers(t, p)
 	defer close(stuck)
-	for range p.min {
-		p.Go(func() { <-stuck })
-	}
-	waitUntil(t, "every worker to be in a blocked turn", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.busy) == p.min
-	})
 	ran := make(chan struct{})
 	p.Go(func() { close(ran) })
 	select {
@@ -209,15 +201,7 @@ func TestSendPoolStops(t *testing.T) {
 func TestOnlyUpdatesUseThePool(t *testing.T) {
 	p := newSendPool(clockwork.NewFakeClock(), nil) // no worker is ever counted stuck
 	defer p.stop()
-	stuck := make(chan struct{})
-	for range p.min {
-		p.Go(func() { <-stuck })
-	}
-	waitUntil(t, "every worker to be busy", func() bool {
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		return len(p.busy) == p.min
-	})
+	stuck := occupyWorkers(t, p)
 	sent := make(chan int64, 2)
 	o := newOutbox[*deltaResponse]()
 	o.start(context.Background(), func(_ *deltaResponse, nonce int64) error { sent <- nonce; return nil }, p)
@@ -244,6 +228,22 @@ func TestOnlyUpdatesUseThePool(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("an update's answer did not go out once the pool's workers were free")
 	}
+}
+
+// occupyWorkers gives each of p's min workers a turn that blocks until
+// the returned channel is closed, and waits until all are in it.
+func occupyWorkers(t *testing.T, p *sendPool) chan struct{} {
+	t.Helper()
+	stuck := make(chan struct{})
+	for range p.min {
+		p.Go(func() { <-stuck })
+	}
+	waitUntil(t, "every worker to be in a blocked turn", func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.busy) == p.min
+	})
+	return stuck
 }
 
 func waitUntil(t *testing.T, what string, cond func() bool) {

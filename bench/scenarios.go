@@ -112,14 +112,29 @@ func (r *run) flip(ctx context.Context, i, j int, timeout time.Duration) (flippe
 // slowFlips names the flips whose last proxy took over 1.5 times the
 // median flip's: one slow flip in 100 proxies' worth of samples sets the
 // p99, and the numbers tell a collection or a stall (every flip k apart)
-// from noise.
-func slowFlips(lasts []time.Duration) string {
+// from noise. Each comes with its last socket's arrival and the server's
+// fan-out where known (sockets and fans hold one per flip, -1 for none):
+// a flip slow at the sockets was slow in the server or the kernel, one
+// slow only after them in the load generator (or Consul beside it).
+func slowFlips(lasts, sockets, fans []time.Duration) string {
 	limit := percentile(lasts, 50) * 3 / 2
 	var slow []string
 	for k, d := range lasts {
-		if d > limit {
-			slow = append(slow, fmt.Sprintf("%d (%s)", k, ms(d)))
+		if d <= limit {
+			continue
 		}
+		var parts []string
+		if k < len(sockets) && sockets[k] >= 0 {
+			parts = append(parts, "last socket "+ms(sockets[k]))
+		}
+		if k < len(fans) && fans[k] >= 0 {
+			parts = append(parts, "fan-out "+ms(fans[k]))
+		}
+		detail := ""
+		if len(parts) > 0 {
+			detail = ": " + strings.Join(parts, ", ")
+		}
+		slow = append(slow, fmt.Sprintf("%d (%s%s)", k, ms(d), detail))
 	}
 	if len(slow) == 0 {
 		return "; no flip over 1.5× that"
@@ -144,6 +159,8 @@ func (r *run) s1(ctx context.Context) Row {
 	var worst time.Duration
 	var lasts, fans []time.Duration
 	var arrivals, lastArrivals []time.Duration
+	// One per flip, -1 where unknown (slowFlips).
+	var flipSockets, flipFans []time.Duration
 	fan0 := r.fanout()
 	for k := 0; k < r.opts.S1Flips; k++ {
 		// The load generator collects its garbage before each flip (the
@@ -160,9 +177,11 @@ func (r *run) s1(ctx context.Context) Row {
 		all = append(all, fl.lats...)
 		lasts = append(lasts, fl.last)
 		worst = max(worst, fl.last)
-		if len(fl.arrivals) == len(fl.lats) {
+		flipSockets, flipFans = append(flipSockets, -1), append(flipFans, -1)
+		if len(fl.arrivals) == len(fl.lats) && len(fl.arrivals) > 0 {
 			arrivals = append(arrivals, fl.arrivals...)
 			lastArrivals = append(lastArrivals, slices.Max(fl.arrivals))
+			flipSockets[k] = slices.Max(fl.arrivals)
 		}
 		// The flip's fan-out (its mean over the groups it reached): the
 		// last proxy has it, so the bridge has observed it. Nothing
@@ -170,11 +189,12 @@ func (r *run) s1(ctx context.Context) Row {
 		fan := r.fanout()
 		if fan.count > fan0.count {
 			fans = append(fans, time.Duration((fan.sum-fan0.sum)/(fan.count-fan0.count)*float64(time.Second)))
+			flipFans[k] = fans[len(fans)-1]
 		}
 		fan0 = fan
 	}
 	row := m.row("S1 health flip", all, worst)
-	row.Notes = fmt.Sprintf("%d flips; time-to-last-proxy p50 %s%s", r.opts.S1Flips, ms(percentile(lasts, 50)), slowFlips(lasts))
+	row.Notes = fmt.Sprintf("%d flips; time-to-last-proxy p50 %s%s", r.opts.S1Flips, ms(percentile(lasts, 50)), slowFlips(lasts, flipSockets, flipFans))
 	if len(lastArrivals) == len(lasts) && len(lasts) > 0 {
 		// What a fleet of Envoys on cores of their own would see, bar
 		// their reading and applying: the latencies above also hold

@@ -165,7 +165,7 @@ func (a *adsStream[R]) nodeFor(n *corev3.Node) *corev3.Node {
 func typeFor(typeURL, defaultTypeURL string) (string, error) {
 	switch {
 	case typeURL != "":
-		return typeURL, nil
+		return canonicalType(typeURL), nil
 	case defaultTypeURL == resourcev3.AnyType:
 		return "", status.Errorf(codes.InvalidArgument, "type URL is required for ADS")
 	}

@@ -214,6 +214,33 @@ var shortTypes = map[string]string{
 	resourcev3.RuntimeType:  "RTDS",
 }
 
+// canonicalType is typeURL as the constant of a type the bridge serves
+// (the same bytes), or typeURL itself for any other.
+//
+// Why: every stream keys its per-type state (here and its watches) by
+// type URL, and a key kept from a decoded request is that stream's own
+// copy. Comparing with it on each push and ACK reads a cache line of the
+// stream's own, once per proxy per change; a key that is the shared
+// constant is in the cache already. String-keyed map lookups went from
+// 5.9–7.4 % of S2's profile to 3.4–5.2 % (bench/README.md).
+func canonicalType(typeURL string) string {
+	switch typeURL {
+	case resourcev3.ClusterType:
+		return resourcev3.ClusterType
+	case resourcev3.EndpointType:
+		return resourcev3.EndpointType
+	case resourcev3.ListenerType:
+		return resourcev3.ListenerType
+	case resourcev3.RouteType:
+		return resourcev3.RouteType
+	case resourcev3.SecretType:
+		return resourcev3.SecretType
+	case resourcev3.RuntimeType:
+		return resourcev3.RuntimeType
+	}
+	return typeURL
+}
+
 // shortType is the xDS service name of a type URL, or the type URL itself
 // for types without one.
 func shortType(typeURL string) string {
@@ -301,7 +328,7 @@ func (t *tracker) request(now time.Time, key streamKey, node *corev3.Node, typeU
 			return refuse(fmt.Sprintf("more than %d type URLs on one stream", maxTypesPerStream))
 		}
 		ts = &typeState{}
-		st.types[typeURL] = ts
+		st.types[canonicalType(typeURL)] = ts
 	}
 	if why := st.subscribe(ts, names); why != "" {
 		return refuse(why)
@@ -391,7 +418,7 @@ func (t *tracker) response(now time.Time, key streamKey, typeURL, version, nonce
 			return st.node
 		}
 		ts = &typeState{}
-		st.types[typeURL] = ts
+		st.types[canonicalType(typeURL)] = ts
 	}
 	ts.sentVersion, ts.sentNonce, ts.sentAt, ts.sentResources = version, nonce, now, resources
 	if typeURL == resourcev3.EndpointType && st.node != nil && names != nil {

@@ -1,0 +1,49 @@
+package serve
+
+import (
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+)
+
+// TestPerTypeStateIsKeyedByTheSharedTypeURL: a stream's per-type state
+// (the tracker's and the stream's watches, through typeFor) is keyed by
+// the type URL constant, not by the copy decoded from the stream's first
+// request of the type, so the lookup on every push and ACK compares with
+// bytes every stream shares. Other type URLs are kept as they came.
+func TestPerTypeStateIsKeyedByTheSharedTypeURL(t *testing.T) {
+	shared := func(s, constant string) bool { return unsafe.StringData(s) == unsafe.StringData(constant) }
+	for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType, resourcev3.SecretType, resourcev3.RuntimeType} {
+		decoded := strings.Clone(typ)
+		got, err := typeFor(decoded, resourcev3.AnyType)
+		if err != nil || got != typ || !shared(got, typ) {
+			t.Errorf("typeFor(a decoded %s) = %q, %v; want the package's constant", shortType(typ), got, err)
+		}
+	}
+	other := "type.googleapis.com/example.Other"
+	if got := canonicalType(other); !shared(got, other) {
+		t.Errorf("canonicalType(%q) = %q; want it as it came", other, got)
+	}
+
+	tr := newTracker()
+	key := streamKey{delta: true, id: 1}
+	tr.open(key, "", nil)
+	decoded := strings.Clone(resourcev3.EndpointType)
+	tr.request(time.Now(), key, &corev3.Node{Id: "n", Cluster: "c"}, decoded, "", "", "", nameUpdate{})
+	tr.response(time.Now(), key, strings.Clone(resourcev3.ClusterType), "v1", "1", 0, nil)
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	st := tr.streams[key]
+	if len(st.types) != 2 {
+		t.Fatalf("%d types tracked; want EDS and CDS", len(st.types))
+	}
+	for k := range st.types {
+		if !shared(k, resourcev3.EndpointType) && !shared(k, resourcev3.ClusterType) {
+			t.Errorf("type state keyed by a stream's own copy of %q", k)
+		}
+	}
+}

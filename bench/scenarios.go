@@ -157,10 +157,10 @@ func (r *run) s1(ctx context.Context) Row {
 	m := r.meter()
 	var all []time.Duration
 	var worst time.Duration
-	var lasts, fans []time.Duration
-	var arrivals, lastArrivals []time.Duration
-	// One per flip, -1 where unknown (slowFlips).
-	var flipSockets, flipFans []time.Duration
+	var lasts, arrivals []time.Duration
+	// One per flip, -1 where unknown: the last socket's arrival and the
+	// server's fan-out.
+	var sockets, fans []time.Duration
 	fan0 := r.fanout()
 	for k := 0; k < r.opts.S1Flips; k++ {
 		// The load generator collects its garbage before each flip (the
@@ -177,25 +177,23 @@ func (r *run) s1(ctx context.Context) Row {
 		all = append(all, fl.lats...)
 		lasts = append(lasts, fl.last)
 		worst = max(worst, fl.last)
-		flipSockets, flipFans = append(flipSockets, -1), append(flipFans, -1)
+		sockets, fans = append(sockets, -1), append(fans, -1)
 		if len(fl.arrivals) == len(fl.lats) && len(fl.arrivals) > 0 {
 			arrivals = append(arrivals, fl.arrivals...)
-			lastArrivals = append(lastArrivals, slices.Max(fl.arrivals))
-			flipSockets[k] = slices.Max(fl.arrivals)
+			sockets[k] = slices.Max(fl.arrivals)
 		}
 		// The flip's fan-out (its mean over the groups it reached): the
 		// last proxy has it, so the bridge has observed it. Nothing
 		// changes between flips: this reading is the next one's base.
 		fan := r.fanout()
 		if fan.count > fan0.count {
-			fans = append(fans, time.Duration((fan.sum-fan0.sum)/(fan.count-fan0.count)*float64(time.Second)))
-			flipFans[k] = fans[len(fans)-1]
+			fans[k] = time.Duration((fan.sum - fan0.sum) / (fan.count - fan0.count) * float64(time.Second))
 		}
 		fan0 = fan
 	}
 	row := m.row("S1 health flip", all, worst)
-	row.Notes = fmt.Sprintf("%d flips; time-to-last-proxy p50 %s%s", r.opts.S1Flips, ms(percentile(lasts, 50)), slowFlips(lasts, flipSockets, flipFans))
-	if len(lastArrivals) == len(lasts) && len(lasts) > 0 {
+	row.Notes = fmt.Sprintf("%d flips; time-to-last-proxy p50 %s%s", r.opts.S1Flips, ms(percentile(lasts, 50)), slowFlips(lasts, sockets, fans))
+	if lastArrivals := known(sockets); len(lastArrivals) == len(lasts) && len(lasts) > 0 {
 		// What a fleet of Envoys on cores of their own would see, bar
 		// their reading and applying: the latencies above also hold
 		// each simulated proxy's wait for the load generator's one core.
@@ -207,13 +205,18 @@ func (r *run) s1(ctx context.Context) Row {
 		// measured right after the connect, and with garbage).
 		row.Notes += fmt.Sprintf("; live heap after the flips %s/proxy", bytesStr(float64(live-r.unconnected.Heap)/float64(r.n)))
 	}
-	if len(fans) > 0 {
+	if observed := known(fans); len(observed) > 0 {
 		// The server's half: the proxies' half is the load generator's
 		// one core reading, applying and ACKing for every proxy.
 		row.Notes += fmt.Sprintf("; server fan-out per flip p50 %s max %s (push_fanout_seconds)",
-			ms(percentile(fans, 50)), ms(slices.Max(fans)))
+			ms(percentile(observed, 50)), ms(slices.Max(observed)))
 	}
 	return row
+}
+
+// known is ds without its unknown (negative) values.
+func known(ds []time.Duration) []time.Duration {
+	return slices.DeleteFunc(slices.Clone(ds), func(d time.Duration) bool { return d < 0 })
 }
 
 // S2: server CPU per single-endpoint change, flips back to back (each

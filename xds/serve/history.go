@@ -1,8 +1,6 @@
 package serve
 
 import (
-	"maps"
-	"slices"
 	"sync"
 	"time"
 )
@@ -69,7 +67,7 @@ type slot struct {
 	id        int64 // the stream's key
 	resources int32
 	kind      eventKind
-	typ       uint8 // historyTypes[typ-1]; 0: rareFields.typ (a type URL)
+	typ       uint8 // shortTypeURLs[typ-1]; 0: rareFields.typ (a type URL)
 	delta     bool
 }
 
@@ -86,21 +84,10 @@ const (
 
 var eventNames = [...]string{eventPush: "push", eventACK: "ack", eventNACK: "nack"}
 
-// historyTypes are the type URLs with a short name (shortTypes), which a
-// slot numbers: one lookup per event, by the URL the callbacks have.
-var historyTypes, historyTypeNumbers = func() ([]string, map[string]uint8) {
-	urls := slices.Sorted(maps.Keys(shortTypes))
-	numbers := make(map[string]uint8, len(urls))
-	for i, u := range urls {
-		numbers[u] = uint8(i + 1)
-	}
-	return urls, numbers
-}()
-
 func (r *eventRing) put(ev event) {
 	i := r.next
 	r.slots[i] = slot{at: ev.at, version: ev.version, id: ev.stream.id, delta: ev.stream.delta,
-		resources: ev.resources, kind: ev.kind, typ: historyTypeNumbers[ev.typ]}
+		resources: ev.resources, kind: ev.kind, typ: shortTypeNumbers[ev.typ]}
 	rare := rareFields{err: ev.err}
 	if r.slots[i].typ == 0 {
 		rare.typ = ev.typ
@@ -124,7 +111,7 @@ func (r *eventRing) event(i int) HistoryEvent {
 	}
 	typ := rare.typ
 	if sl.typ > 0 {
-		typ = shortTypes[historyTypes[sl.typ-1]]
+		typ = shortTypes[shortTypeURLs[sl.typ-1]]
 	}
 	return HistoryEvent{At: time.Unix(0, sl.at), Stream: streamKey{delta: sl.delta, id: sl.id}.String(), Event: eventNames[sl.kind],
 		Type: typ, Version: sl.version, Resources: int(sl.resources), Error: rare.err}

@@ -4,9 +4,9 @@ import (
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/hcl/v2"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/configentry"
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy/configentry"
 )
 
 // configEntries is the loop's view of Consul's config entries as policy

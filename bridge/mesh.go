@@ -9,11 +9,11 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/configentry"
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy/configentry"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
 

@@ -18,7 +18,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
-	"github.com/consul-xds-bridge/consul-xds-bridge/tagroute"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy/tagroute"
 )
 
 // maxWeight keeps the sum of weights in one locality far below Envoy's

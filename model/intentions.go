@@ -3,8 +3,8 @@ package model
 import (
 	"github.com/hashicorp/consul/api"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/intention"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy/intention"
 )
 
 // intentionResolver resolves the service-intentions entries per

@@ -6,7 +6,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
-	"github.com/consul-xds-bridge/consul-xds-bridge/tagroute"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy/tagroute"
 )
 
 // usesTagRoutes reports whether any listener reads routes from tags: the

@@ -10,7 +10,7 @@ import (
 	"github.com/hashicorp/hcl/v2"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
-	"github.com/consul-xds-bridge/consul-xds-bridge/tagroute"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy/tagroute"
 )
 
 func (r *resolver) proxy(b *proxyBlock) *Proxy {

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/routematch"
+	"github.com/consul-xds-bridge/consul-xds-bridge/routetest/routematch"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	ratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	corsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/cors/v3"

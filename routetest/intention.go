@@ -7,8 +7,8 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/intention"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy/intention"
 )
 
 // Intention expectations: whether a Connect sidecar's intentions let the

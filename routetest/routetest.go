@@ -21,7 +21,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
-	"github.com/consul-xds-bridge/consul-xds-bridge/routematch"
+	"github.com/consul-xds-bridge/consul-xds-bridge/routetest/routematch"
 )
 
 // The HCL schema of a route_test block's body.

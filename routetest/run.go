@@ -19,7 +19,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
-	"github.com/consul-xds-bridge/consul-xds-bridge/routematch"
+	"github.com/consul-xds-bridge/consul-xds-bridge/routetest/routematch"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 

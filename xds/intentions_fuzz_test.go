@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/intention"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy/intention"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 

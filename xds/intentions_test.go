@@ -12,8 +12,8 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/intention"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy/intention"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 

@@ -10,8 +10,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/configentry"
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy/configentry"
 )
 
 // importCmd prints the policy HCL equivalent to a Consul's L7 config

@@ -13,7 +13,7 @@ import (
 // dropped settings as NOTE comments.
 func TestImportThenValidate(t *testing.T) {
 	var out, errOut bytes.Buffer
-	if code := realMain([]string{"import", "../../configentry/testdata/shop/entries.json"}, &out, &errOut); code != 0 {
+	if code := realMain([]string{"import", "../../policy/configentry/testdata/shop/entries.json"}, &out, &errOut); code != 0 {
 		t.Fatalf("import exited %d: %s", code, errOut.String())
 	}
 	for _, want := range []string{`service "api" {`, `proxy "edge" {`, `grpc_service "echo" {`, "# NOTE service-resolver/api: subset \"odd\""} {
@@ -32,7 +32,7 @@ func TestImportThenValidate(t *testing.T) {
 	// -mesh adds the routers' and splitters' mesh_routes, which validate
 	// accepts next to a mesh block.
 	var meshOut bytes.Buffer
-	if code := realMain([]string{"import", "-mesh", "../../configentry/testdata/shop/entries.json"}, &meshOut, &errOut); code != 0 || !strings.Contains(meshOut.String(), `mesh_routes "api" {`) || strings.Contains(out.String(), "mesh_routes") {
+	if code := realMain([]string{"import", "-mesh", "../../policy/configentry/testdata/shop/entries.json"}, &meshOut, &errOut); code != 0 || !strings.Contains(meshOut.String(), `mesh_routes "api" {`) || strings.Contains(out.String(), "mesh_routes") {
 		t.Fatalf("import -mesh exited %d, mesh_routes with -mesh %v, without %v", code, strings.Contains(meshOut.String(), "mesh_routes"), strings.Contains(out.String(), "mesh_routes"))
 	}
 	if err := os.WriteFile(file, append(meshOut.Bytes(), "\nmesh {}\n"...), 0o644); err != nil {

@@ -8,15 +8,15 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/routematch"
+	"github.com/consul-xds-bridge/consul-xds-bridge/routetest/routematch"
 )
 
 // routesGolden is the route table the tests match against: what the real
-// pipeline makes of ../model/testdata/routematch/policy.hcl (model.Build,
+// pipeline makes of ../../model/testdata/routematch/policy.hcl (model.Build,
 // then xds.Translate), as xds's golden test records it. So the table
 // checks the matcher and the translation together, and a change of
 // either shows here once the goldens are rewritten.
-const routesGolden = "../xds/testdata/routematch/rds.golden.json"
+const routesGolden = "../../xds/testdata/routematch/rds.golden.json"
 
 // routeConfig reads the edge.http route configuration from routesGolden.
 func routeConfig(t *testing.T) *routev3.RouteConfiguration {

@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 )
 
 // BenchmarkHealthFlipThroughAgent measures what the agent adds to a health

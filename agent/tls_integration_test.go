@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/agent"
-	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/testpki"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 )
 
 // TestAgentOverMutualTLS: the agent reaches a central bridge that requires

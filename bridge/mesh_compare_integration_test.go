@@ -14,8 +14,8 @@ import (
 
 	"github.com/hashicorp/consul/api"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 )
 
 // meshView is what a sidecar Envoy must agree on whichever server it

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
-	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 )
 
 // TestReadinessTurnsStaleWhenConsulIsUnreachable: /readyz goes 503 with a

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 )
 
 // TestStatusAndPlanWithAdminToken: with admin.token_file set and the admin

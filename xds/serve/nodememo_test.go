@@ -13,8 +13,8 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/internal/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/envoynode"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 )
 
 func mustMarshal(t testing.TB, m proto.Message) []byte {

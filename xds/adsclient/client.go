@@ -1,8 +1,10 @@
 // Package adsclient is an xDS client that talks to an ADS server the way
-// Envoy does on the wire. There is no Envoy binary in our test environments,
-// so this client is the conformance check for the bridge: integration tests
-// and the load harness drive the server through it and assert on what it
-// ends up holding.
+// Envoy does on the wire. It has two users, so a change here changes both:
+//   - the per-VM agent's relay (agent/upstream.go) holds the central
+//     bridge's resources through it and re-serves them to local proxies;
+//   - with no Envoy binary in our test environments, integration tests and
+//     the load harness drive the server through it as the conformance
+//     check, and assert on what it ends up holding.
 //
 // Envoy behaviour it reproduces:
 //   - wildcard CDS first; LDS only once the clusters of the first CDS
@@ -20,8 +22,9 @@
 //     their protoc-gen-validate rules, and a response that fails is NACKed
 //     and its content discarded.
 //
-// It does not reconnect: when the stream ends, the client is finished and
-// Err reports why.
+// One Client is one stream: when it ends, the client is finished and Err
+// reports why. Reconnecting (with back-off, keeping the last good state
+// meanwhile) is the caller's: the agent's upstream dials a new Client.
 package adsclient
 
 import (

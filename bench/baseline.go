@@ -24,6 +24,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
+	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
@@ -119,11 +120,11 @@ func RunBaseline(ctx context.Context, cfg BaselineConfig) error {
 			if !u.Complete && !ready.Load() {
 				continue
 			}
-			m, _ := model.Build(u.Catalog, pol)
-			out, err := xds.Translate(m)
+			w, err := pipeline.Compute(pipeline.Input{Catalog: u.Catalog, Policy: pol}, nil)
 			if err != nil {
 				return err
 			}
+			out := w.Output
 			group := out.Groups[cfg.Group]
 			if group == nil {
 				group = &xds.Resources{}

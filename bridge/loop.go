@@ -4,18 +4,13 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
-	"path/filepath"
-	"reflect"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
-	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
+	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/jonboulle/clockwork"
 )
 
@@ -66,12 +61,16 @@ type loop struct {
 	// armed is whether timer is armed for a build (see arm).
 	armed        bool
 	lastWarnings []string
-	// translator remembers the last translation, so a change rebuilds
-	// only the resources it touches.
-	translator *xds.Translator
-	// translate, if set, replaces translator.Translate: the loop's tests
-	// make a build fail with it.
-	translate func(*ir.Model) (*xds.Output, error)
+	// change is what changed since the last build (nil: nothing yet):
+	// the watcher's news, widened to "anything" by every other input.
+	change *consul.Change
+	// memo remembers the last build, so a change rebuilds only the
+	// resources it touches. The reload gate computes on a fork of it and
+	// the accepted candidate's fork becomes it (reload.go).
+	memo *pipeline.Memo
+	// compute, if set, replaces pipeline.Compute: the loop's tests make a
+	// build fail with it.
+	compute func(pipeline.Input, *pipeline.Memo) (*pipeline.World, error)
 	// lastCPU is the process's CPU time at the last build (debounce).
 	lastCPU time.Duration
 
@@ -83,15 +82,6 @@ type loop struct {
 	reading       bool
 	rereadTrigger string
 	readDone      chan policyRead
-}
-
-// policyRead is the result of reading and parsing every policy source.
-type policyRead struct {
-	trigger string
-	kv      *consul.KVUpdate
-	docs    []*policy.Document
-	diags   hclDiagnostics
-	sources []SourceStatus
 }
 
 const pendingGrace = 2 * time.Second
@@ -128,6 +118,7 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 				l.changedAt = u.ChangedAt
 			}
 			l.catalog = &u
+			l.noteWhat(u.Changed)
 			l.d.catalog.Store(&catalogView{
 				Complete: u.Complete, ReceivedAt: l.d.clock.Now(), Pending: u.Pending,
 				Unreachable: u.Unreachable, Services: u.Catalog.Services,
@@ -139,6 +130,7 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 		case u := <-l.ce.updates:
 			if l.mesh.needed && l.mesh.setEntries(u.Entries) {
 				l.noteChange(u.ChangedAt)
+				l.noteWhat(consul.Change{})
 				l.schedule()
 			}
 			if l.policyEntries {
@@ -153,6 +145,7 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 			l.mesh.mesh = mu.Mesh
 			l.watcher.SetTargets(l.mesh.watchTargets(l.policy))
 			l.noteChange(mu.ChangedAt)
+			l.noteWhat(consul.Change{})
 			l.schedule()
 		case <-l.d.reload:
 			l.reloadPolicy("files")
@@ -227,28 +220,31 @@ func (l *loop) build(ctx context.Context) {
 			l.arm(until.Sub(start) + time.Millisecond)
 		}
 	}
-	m, warnings := model.Build(cat, l.policy)
-	// The proxyless gRPC mesh: Connect-native servers (model/meshgrpc.go).
-	warnings = append(warnings, model.BuildMeshGRPC(m, cat, l.policy, l.d.cfg.Settings.Consul.Datacenter)...)
-	for _, n := range l.catalog.Skipped {
-		warnings = append(warnings, fmt.Sprintf("Consul service %q is skipped: Consul's HTTP API cannot query its name, nor can it be a cluster name (use letters, digits, '-', '_' and '.')", n))
+	in := pipeline.Input{Catalog: cat, Policy: l.policy, Datacenter: l.d.cfg.Settings.Consul.Datacenter}
+	if l.change != nil {
+		in.Change = *l.change
 	}
-	l.d.metrics.skippedServices.Set(float64(len(l.catalog.Skipped)))
-	l.logNewWarnings(warnings)
-	if l.translator == nil {
-		l.translator = xds.NewTranslator()
+	if l.memo == nil {
+		l.memo = pipeline.NewMemo()
 	}
-	translate := l.translator.Translate
-	if l.translate != nil {
-		translate = l.translate
+	compute := pipeline.Compute
+	if l.compute != nil {
+		compute = l.compute
 	}
-	out, err := translate(m)
+	w, err := compute(in, l.memo)
 	l.d.metrics.translate.Observe(l.d.clock.Since(start).Seconds())
 	if err != nil {
 		l.d.log.Error().Err(err).Msg("translation failed; keeping the last good snapshot")
 		return
 	}
-	if failed := groupFailures(out); len(failed) > 0 {
+	m, out := w.Model, w.Output
+	warnings := w.Warnings
+	for _, n := range l.catalog.Skipped {
+		warnings = append(warnings, fmt.Sprintf("Consul service %q is skipped: Consul's HTTP API cannot query its name, nor can it be a cluster name (use letters, digits, '-', '_' and '.')", n))
+	}
+	l.d.metrics.skippedServices.Set(float64(len(l.catalog.Skipped)))
+	l.logNewWarnings(warnings)
+	if failed := w.Failures(); len(failed) > 0 {
 		msg := "proxy group could not be translated; it keeps its last good listeners and routes"
 		if !l.d.ready.Load() {
 			// The first build must succeed whole: a failed group has no
@@ -256,7 +252,7 @@ func (l *loop) build(ctx context.Context) {
 			msg = "proxy group could not be translated in the first build; not ready"
 		}
 		for _, f := range failed {
-			l.d.log.Error().Str("group", f.group).Err(f.err).Msg(msg)
+			l.d.log.Error().Str("group", f.Group).Err(f.Err).Msg(msg)
 		}
 		if !l.d.ready.Load() {
 			return
@@ -300,11 +296,12 @@ func (l *loop) build(ctx context.Context) {
 		ev.Msg("snapshot updated")
 	}
 	l.changedAt = time.Time{}
+	l.change = nil
 	l.served = cat
 	l.d.planBase.Store(&planBase{catalog: cat, docs: l.docs, policy: l.policy, model: m})
 	var failures []GroupFailure
-	for _, f := range groupFailures(out) {
-		failures = append(failures, GroupFailure{Group: f.group, Error: f.err.Error()})
+	for _, f := range w.Failures() {
+		failures = append(failures, GroupFailure{Group: f.Group, Error: f.Err.Error()})
 	}
 	l.d.metrics.failingGroups.Set(float64(len(failures)))
 	sources := map[string]string{}
@@ -337,255 +334,22 @@ func (l *loop) logNewWarnings(warnings []string) {
 	l.lastWarnings = warnings
 }
 
-// reloadPolicy re-reads the files and merges them with the latest KV
-// documents. A policy with any error is rejected whole and the last good
-// one keeps serving. Before any policy with the KV documents was accepted
-// there is no last good one: the bridge then serves the last accepted
-// versions of the broken documents from the state file, or stays unready
-// (and answers no proxy) naming what is wrong.
-func (l *loop) reloadPolicy(trigger string) {
-	if l.kvNeeded && l.kvDocs == nil || l.ce.waiting() {
-		return // the first KV (or config entries) read will load everything
-	}
-	if l.reading {
-		l.rereadTrigger = trigger
-		return
-	}
-	l.reading = true
-	kv, ce := l.kvDocs, l.ce.docs
-	go func() {
-		docs, diags, sources := l.readDocuments(kv, ce)
-		l.readDone <- policyRead{trigger: trigger, kv: kv, docs: docs, diags: diags, sources: sources}
-	}()
-}
-
-// applyRead tries the policy a read produced and accepts or rejects it.
-func (l *loop) applyRead(r policyRead) {
-	trigger := r.trigger
-	try := l.tryDocuments(r)
-	if try.diags.HasErrors() && l.kvNeeded && !l.kvAccepted {
-		if fallback, replaced := l.fromKVState(brokenKeys(try.diags)); fallback != nil && !fallback.diags.HasErrors() {
-			l.accept(trigger, *fallback)
-			l.reject(trigger, try) // shown on /v1/policy until fixed
-			l.d.log.Warn().Strs("keys", replaced).Str("state_dir", l.d.cfg.Settings.Consul.StateDir).
-				Msg("KV policy documents rejected at start; serving their last accepted versions")
-			l.setStatus(func(st *PolicyStatus) {
-				st.PolicyWarnings = append(st.PolicyWarnings, fmt.Sprintf("serving the last accepted versions of %s from %s, kept since before this start",
-					strings.Join(replaced, ", "), filepath.Join(l.d.cfg.Settings.Consul.StateDir, kvStateFile)))
-			})
-			return
-		}
-		l.reject(trigger, try)
-		l.setStatus(func(st *PolicyStatus) {
-			st.Waiting = "the policy (files and KV documents) was rejected at start and no last accepted version of the KV documents could be served (consul.state_dir); no proxy is answered until it is fixed: " +
-				strings.Join(st.LastError.Diagnostics, "; ")
-		})
-		return
-	}
-	if try.diags.HasErrors() {
-		l.reject(trigger, try)
-		return
-	}
-	l.accept(trigger, try)
-}
-
-// attempt is one policy tried: from the files and the KV documents kv.
-type attempt struct {
-	cfg     *policy.Config
-	docs    []*policy.Document
-	kv      *consul.KVUpdate
-	diags   hclDiagnostics
-	sources []SourceStatus
-}
-
-// tryPolicy reads, merges, validates and translates a policy. It is
-// accepted only if it can be served: its TLS files read, and built and
-// translated against the current catalog, every resource valid.
-func (l *loop) tryPolicy(kv *consul.KVUpdate) attempt {
-	docs, diags, sources := l.readDocuments(kv, l.ce.docs)
-	return l.tryDocuments(policyRead{kv: kv, docs: docs, diags: diags, sources: sources})
-}
-
-// tryDocuments is tryPolicy on documents already read.
-func (l *loop) tryDocuments(r policyRead) attempt {
-	a := attempt{kv: r.kv, diags: r.diags, sources: r.sources, docs: r.docs}
-	if a.diags.HasErrors() {
-		return a
-	}
-	cfg, ds := policy.Merge(r.docs...)
-	a.diags = append(a.diags, ds...)
-	if a.diags.HasErrors() {
-		return a
-	}
-	a.cfg = cfg
-	// The certificates, keys and CAs tls blocks name are part of the
-	// policy: a missing or broken one rejects the reload like a broken
-	// document, and the last good secrets keep serving.
-	a.diags = append(a.diags, cfg.Policy.ReadFiles(l.d.clock.Now())...)
-	if a.diags.HasErrors() {
-		return a
-	}
-	var cat *consul.Catalog
-	if l.catalog != nil {
-		cat = l.catalog.Catalog
-	}
-	if l.translator == nil {
-		l.translator = xds.NewTranslator()
-	}
-	a.diags = append(a.diags, CheckTranslation(cat, cfg.Policy, l.translator)...)
-	return a
-}
-
-// fromKVState tries the current KV documents with the broken ones
-// replaced by their versions from the state file, then the state file's
-// documents alone; nil if there is no state file.
-func (l *loop) fromKVState(broken map[string]bool) (*attempt, []string) {
-	dir := l.d.cfg.Settings.Consul.StateDir
-	if dir == "" {
-		return nil, nil
-	}
-	st, err := loadKVState(dir, l.d.cfg.Settings.Consul.KVPrefix)
-	if err != nil {
-		l.d.log.Error().Err(err).Msg("cannot read the KV state file; ignoring it")
-	}
-	if st == nil {
-		return nil, nil
-	}
-	patched, replaced := patchKV(l.kvDocs, st, broken)
-	if len(replaced) > 0 {
-		if a := l.tryPolicy(patched); !a.diags.HasErrors() {
-			return &a, replaced
-		}
-	}
-	whole := l.tryPolicy(&consul.KVUpdate{Documents: st.Documents})
-	var keys []string
-	for _, d := range st.Documents {
-		keys = append(keys, d.Key)
-	}
-	return &whole, keys
-}
-
-func (l *loop) accept(trigger string, a attempt) {
-	cfg := a.cfg
-	if !reflect.DeepEqual(cfg.Settings, l.d.cfg.Settings) {
-		l.d.log.Warn().Msg("daemon settings (consul, xds, admin, log blocks) changed; restart to apply them")
-	}
-	l.policy = cfg.Policy
-	l.docs = a.docs
-	if l.kvNeeded {
-		l.kvAccepted = true
-		if dir := l.d.cfg.Settings.Consul.StateDir; dir != "" {
-			if err := saveKVState(dir, l.d.cfg.Settings.Consul.KVPrefix, a.kv.Documents); err != nil {
-				l.d.log.Error().Err(err).Str("state_dir", dir).Msg("cannot write the KV state file; a restart with a broken KV document would not be served")
-			}
-		}
-	}
-	if why := l.mesh.restartNeeded(cfg.Policy); why != "" {
-		l.d.log.Warn().Str("reason", why).Msg("mesh settings changed; restart to apply them")
-	}
-	l.d.watchPolicyFiles(cfg.Policy)
-	l.watcher.SetTargets(l.mesh.watchTargets(cfg.Policy))
-	if l.meshWatcher != nil {
-		// mesh_routes may name services no sidecar dials: follow them.
-		l.meshWatcher.SetTargets(model.MeshWatchTargets(cfg.Policy))
-	}
-	l.recordPolicy(append(a.sources, tlsSources(cfg.Policy)...), a.diags)
-	l.d.metrics.reloads.WithLabelValues("ok").Inc()
-	l.d.log.Info().Str("trigger", trigger).Int("sources", len(a.sources)).Msg("policy loaded")
-	l.schedule()
-}
-
-func (l *loop) reject(trigger string, a attempt) {
-	// Keep watching the files of the rejected policy too, so that
-	// fixing (or creating) the file it could not use reloads by itself.
-	var attempted *policy.Policy
-	if a.cfg != nil {
-		attempted = a.cfg.Policy
-	}
-	l.d.watchPolicyFiles(l.policy, attempted)
-	lines := policy.FormatDiagnostics(a.diags)
-	l.d.metrics.reloads.WithLabelValues("failed").Inc()
-	l.d.log.Error().Str("trigger", trigger).Strs("diagnostics", lines).Msg("policy rejected; keeping the last good policy")
-	l.setStatus(func(st *PolicyStatus) {
-		st.LastError = &ReloadError{At: l.d.clock.Now(), Diagnostics: lines}
-		st.FailedReloads++
-	})
-}
-
-// readDocuments reads and parses every source. It runs off the loop's
-// goroutine (see reloadPolicy), so it uses only what does not change
-// under it: the configured file names, kv and the parser.
-func (l *loop) readDocuments(kv *consul.KVUpdate, ce *configDocs) ([]*policy.Document, hclDiagnostics, []SourceStatus) {
-	var (
-		docs    []*policy.Document
-		diags   hclDiagnostics
-		sources []SourceStatus
-	)
-	for _, f := range l.d.cfg.ConfigFiles {
-		src, err := os.ReadFile(f)
-		if err != nil {
-			diags = append(diags, readError(f, err))
-			continue
-		}
-		doc, ds := l.parser.Parse(f, src, false)
-		diags = append(diags, ds...)
-		if doc != nil {
-			docs = append(docs, doc)
-		}
-		sources = append(sources, SourceStatus{Name: f, Kind: "file", Hash: hash(src)})
-	}
-	if kv != nil {
-		for _, r := range kv.Rejected {
-			diags = append(diags, kvRejected(r))
-		}
-		for _, kd := range kv.Documents {
-			doc, ds := l.parser.Parse(kd.Key, kd.Value, true)
-			diags = append(diags, ds...)
-			if doc != nil {
-				docs = append(docs, doc)
-			}
-			sources = append(sources, SourceStatus{Name: kd.Key, Kind: "kv", Hash: hash(kd.Value), ModifyIndex: kd.ModifyIndex})
-		}
-	}
-	if ce != nil {
-		d, ds, src := l.parseConfigDocs(ce)
-		docs, diags, sources = append(docs, d...), append(diags, ds...), append(sources, src...)
-	}
-	l.parser.endRead()
-	return docs, diags, sources
-}
-
-// tlsSources lists the certificate and CA files of a policy with their
-// SHA-256, so /v1/policy shows which certificate is being served. Key
-// files are left out: not even a digest of a key is shown.
-func tlsSources(p *policy.Policy) []SourceStatus {
-	var out []SourceStatus
-	seen := map[string]bool{}
-	for _, f := range p.Files() {
-		if f.Kind == policy.PEMPrivateKey || seen[f.Path] || f.PEM == nil {
-			continue
-		}
-		seen[f.Path] = true
-		out = append(out, SourceStatus{Name: f.Path, Kind: "certificate", Hash: hash(f.PEM)})
-	}
-	return out
-}
-
-func (l *loop) recordPolicy(sources []SourceStatus, diags hclDiagnostics) {
-	l.setStatus(func(st *PolicyStatus) {
-		st.Waiting = ""
-		st.LoadedAt = l.d.clock.Now()
-		st.Sources = sources
-		st.LastError = nil
-		st.SuccessfulReloads++
-		st.PolicyWarnings = policy.FormatDiagnostics(diags)
-	})
-}
-
 func (l *loop) setStatus(f func(*PolicyStatus)) {
 	st := *l.d.status.Load()
 	f(&st)
 	l.d.status.Store(&st)
+}
+
+// noteWhat folds what a change touched into the next build's Change; an
+// input that says nothing narrower (a policy, the mesh, config entries)
+// passes the zero Change: anything may differ.
+func (l *loop) noteWhat(c consul.Change) {
+	if l.change == nil {
+		l.change = &c
+		return
+	}
+	merged := l.change.Merge(c)
+	l.change = &merged
 }
 
 // noteChange records when a change folded into the next build happened.

@@ -19,9 +19,8 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
-	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
 // loopHarness runs the daemon loop without Consul: catalog updates come
@@ -39,6 +38,8 @@ type loopHarness struct {
 	// translateCost, if set, is how far a translation moves the fake
 	// clock (nanoseconds): what a build takes.
 	translateCost atomic.Int64
+	// world is the last world the loop computed.
+	world atomic.Pointer[pipeline.World]
 }
 
 func startLoop(t *testing.T) *loopHarness { return startLoopWith(t, nil) }
@@ -58,13 +59,13 @@ func startLoopWith(t *testing.T, configure func(*Config, *loop)) *loopHarness {
 	h := &loopHarness{t: t, clock: clockwork.NewFakeClockAt(time.Unix(1_000_000, 0)), updates: make(chan consul.Update)}
 	dcfg := Config{Settings: cfg.Settings, Policy: cfg.Policy, Logger: zerolog.New(zerolog.NewTestWriter(t)), Clock: h.clock,
 		CPUTime: func() time.Duration { return 0 }} // builds cost nothing: the window stays at its floor
-	l := &loop{policy: cfg.Policy, translator: xds.NewTranslator()}
+	l := &loop{policy: cfg.Policy, memo: pipeline.NewMemo()}
 	if configure != nil {
 		configure(&dcfg, l)
 	}
 	h.d = New(dcfg)
 	l.d = h.d
-	l.translate = func(m *ir.Model) (*xds.Output, error) {
+	l.compute = func(in pipeline.Input, memo *pipeline.Memo) (*pipeline.World, error) {
 		h.attempts.Add(1)
 		if d := h.translateCost.Load(); d > 0 {
 			h.clock.Advance(time.Duration(d))
@@ -72,11 +73,14 @@ func startLoopWith(t *testing.T, configure func(*Config, *loop)) *loopHarness {
 		if h.fail.Load() {
 			return nil, errors.New("injected translation failure")
 		}
-		out, err := l.translator.Translate(m)
+		w, err := pipeline.Compute(in, memo)
 		if g := h.failGroup.Load(); g != nil && err == nil {
-			out.Failed[*g] = errors.New("proxy group " + *g + ": injected failure")
+			w.Output.Failed[*g] = errors.New("proxy group " + *g + ": injected failure")
 		}
-		return out, err
+		if err == nil {
+			h.world.Store(w)
+		}
+		return w, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -95,11 +99,22 @@ func (h *loopHarness) send(port int) {
 // sendStatus is send with the instance's health and the service's index.
 func (h *loopHarness) sendStatus(port int, status consul.Status, index uint64) {
 	h.t.Helper()
+	h.sendFull(port, status, index, consul.Change{})
+}
+
+// sendChange is send saying what the watcher says changed.
+func (h *loopHarness) sendChange(port int, ch consul.Change) {
+	h.t.Helper()
+	h.sendFull(port, consul.StatusPassing, uint64(port), ch)
+}
+
+func (h *loopHarness) sendFull(port int, status consul.Status, index uint64, ch consul.Change) {
+	h.t.Helper()
 	cat := consul.NewCatalog([]*consul.Service{{Name: "web", Index: index, Instances: []consul.Instance{
 		{ID: "web-1", Node: "n1", Address: "10.0.0.1", Port: port, Status: status},
 	}}})
 	select {
-	case h.updates <- consul.Update{Catalog: cat, Complete: true, ChangedAt: h.clock.Now()}:
+	case h.updates <- consul.Update{Catalog: cat, Complete: true, ChangedAt: h.clock.Now(), Changed: ch}:
 	case <-time.After(10 * time.Second):
 		h.t.Fatal("the loop did not take the update")
 	}

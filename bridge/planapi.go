@@ -7,7 +7,7 @@ import (
 
 	"github.com/hashicorp/hcl/v2"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/model"
+	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline/plan"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
@@ -99,16 +99,10 @@ func (d *Daemon) servePlan(w http.ResponseWriter, r *http.Request) {
 	}
 	var out *xds.Output
 	if !diags.HasErrors() {
-		m, warnings := model.Build(base.catalog, cfg.Policy)
-		res.Warnings = append(warnings, model.BuildMeshGRPC(m, base.catalog, cfg.Policy, d.cfg.Settings.Consul.Datacenter)...)
-		out, err = xds.Translate(m)
-		if err != nil {
-			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Policy cannot be translated to Envoy resources", Detail: err.Error()})
-		}
-		for _, f := range groupFailures(out) {
-			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError,
-				Summary: fmt.Sprintf("Proxy group %q cannot be translated to Envoy resources", f.group),
-				Detail:  f.err.Error(), Subject: failureRange(cfg.Policy, f.group, f.err)})
+		w, err := pipeline.Compute(pipeline.Input{Catalog: base.catalog, Policy: cfg.Policy, Datacenter: d.cfg.Settings.Consul.Datacenter}, nil)
+		diags = append(diags, pipeline.Diagnose(w, err, cfg.Policy)...)
+		if err == nil {
+			res.Warnings, out = w.Warnings, w.Output
 		}
 	}
 	res.Diagnostics = policy.FormatDiagnostics(diags)

@@ -95,3 +95,35 @@ func TestUnqueryableServiceNamesAreSkipped(t *testing.T) {
 		}
 	}
 }
+
+// TestWatcherSaysWhatChanged: against a real Consul, a health flip of one
+// instance arrives as "web's endpoints changed" and nothing else, so the
+// stages after the watcher need not rediscover it; a new target is a
+// change of structure.
+func TestWatcherSaysWhatChanged(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	agent.RegisterTTL(t, "web", "web-1", 8080, nil, nil)
+	agent.RegisterTTL(t, "api", "api-1", 9090, nil, nil)
+	w := NewWatcher(Config{
+		Client: agent.Client(), Query: testQuery(), Logger: zerolog.New(zerolog.NewTestWriter(t)),
+		Targets: Targets{Services: []ServiceKey{{Name: "web"}, {Name: "api"}}},
+	})
+	runInBackground(t, w.Run)
+	u := next(t, w, "complete", func(u Update) bool { return u.Complete })
+	if u.Changed.EndpointsOnly() {
+		t.Errorf("the first complete catalog claims only endpoints changed: %+v", u.Changed)
+	}
+
+	agent.SetTTL(t, "service:web-1", "critical")
+	u = next(t, w, "web critical", func(u Update) bool { return instanceIDs(u.Catalog, "web") == "web-1=critical" })
+	if !u.Changed.EndpointsOnly() || !slices.Equal(u.Changed.Services, []ServiceKey{{Name: "web"}}) {
+		t.Errorf("a health flip of web arrived as %+v, want web's endpoints only", u.Changed)
+	}
+
+	w.SetTargets(Targets{Services: []ServiceKey{{Name: "web"}, {Name: "api"}, {Name: "db"}}})
+	u = next(t, w, "db read", func(u Update) bool { return u.Complete && u.Catalog.Service("", "db") != nil })
+	if u.Changed.EndpointsOnly() {
+		t.Errorf("a new target arrived as endpoints-only: %+v", u.Changed)
+	}
+}

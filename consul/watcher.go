@@ -129,6 +129,10 @@ type Update struct {
 	// returned (or when the targets changed), so consumers can measure
 	// change-to-push latency.
 	ChangedAt time.Time
+	// Changed is what this update changed since the previous one the
+	// consumer took (see Change): a health flip names its service and
+	// says it touched only endpoints.
+	Changed Change
 }
 
 // Watcher keeps one blocking query on the service list and one per target
@@ -391,35 +395,41 @@ func (w *Watcher) Run(ctx context.Context) error {
 	reconcile()
 
 	// handle folds one event into the watches, reporting whether the
-	// consumer has news.
-	handle := func(ev event) bool {
+	// consumer has news and what it changed.
+	handle := func(ev event) (bool, Change) {
 		if ev.hints != nil {
 			w.poke(watches, ev.hints)
-			return false
+			return false, Change{}
 		}
 		if ev.list {
 			first := !listLoaded
 			list, listLoaded = ev.services, true
 			// Without AllLocal the list only matters for completeness,
 			// so its changes alone are no news to the consumer.
-			return reconcile() || first
+			return reconcile() || first, Change{}
 		}
 		hw := watches[ev.key]
 		if hw == nil || hw.gen != ev.gen {
-			return false // a stopped watch's last word
+			return false, Change{} // a stopped watch's last word
 		}
 		if ev.err != nil {
 			if hw.data != nil || !answeredError(ev.err) {
-				return false
+				return false, Change{}
 			}
 			hw.data = &Service{Name: ev.key.Name, Datacenter: ev.key.Datacenter, Instances: []Instance{}}
 			hw.unreachable = true
 			log.Warn().Err(ev.err).Str("service", ev.key.Name).Str("datacenter", ev.key.Datacenter).
 				Msg("remote datacenter unreachable; serving the service as empty until it answers")
-			return true
+			return true, Change{}
+		}
+		// A target read before, and read again: only its instances and
+		// their health can differ. A first read adds a service.
+		ch := Change{}
+		if hw.data != nil && !hw.unreachable {
+			ch = endpointChange(ev.key)
 		}
 		hw.data, hw.unreachable = ev.health, false
-		return true
+		return true, ch
 	}
 
 	for {
@@ -429,7 +439,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 		case <-w.retarget:
 			targets = w.currentTargets()
 			if reconcile() {
-				w.publish(watches, listLoaded, time.Now())
+				w.publish(watches, listLoaded, time.Now(), Change{})
 			}
 		case ev := <-events:
 			// Events that are already waiting (a burst of changes, the
@@ -438,12 +448,17 @@ func (w *Watcher) Run(ctx context.Context) error {
 			// the consumer, which reads only the newest.
 			// Bounded, so a steady stream still publishes.
 			var (
-				at  time.Time
-				pub bool
+				at     time.Time
+				pub    bool
+				change Change
 			)
 			for n := 0; ; n++ {
-				if handle(ev) && (!pub || ev.at.Before(at)) {
-					at, pub = ev.at, true
+				if news, ch := handle(ev); news {
+					if !pub {
+						at, pub, change = ev.at, true, ch
+					} else {
+						at, change = minTime(at, ev.at), change.Merge(ch)
+					}
 				}
 				if n == maxBatch {
 					break
@@ -456,7 +471,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 				break
 			}
 			if pub {
-				w.publish(watches, listLoaded, at)
+				w.publish(watches, listLoaded, at, change)
 			}
 		}
 	}
@@ -537,8 +552,8 @@ func answeredError(err error) bool {
 	return errors.As(err, &se)
 }
 
-func (w *Watcher) publish(watches map[ServiceKey]*healthWatch, listLoaded bool, at time.Time) {
-	u := Update{Complete: listLoaded, ChangedAt: at}
+func (w *Watcher) publish(watches map[ServiceKey]*healthWatch, listLoaded bool, at time.Time, change Change) {
+	u := Update{Complete: listLoaded, ChangedAt: at, Changed: change}
 	if sk := w.skipped.Load(); sk != nil {
 		u.Skipped = slices.Clone(*sk)
 	}
@@ -558,7 +573,12 @@ func (w *Watcher) publish(watches map[ServiceKey]*healthWatch, listLoaded bool, 
 	slices.SortFunc(u.Pending, compareKeys)
 	slices.SortFunc(u.Unreachable, compareKeys)
 	u.Catalog = NewCatalog(services)
-	publishLatest(w.updates, u, func(u *Update) *time.Time { return &u.ChangedAt })
+	// An update the consumer has not taken yet is folded into this one:
+	// its change time and what it changed, so the consumer misses neither.
+	publishMerged(w.updates, u, func(old, u *Update) {
+		u.ChangedAt = minTime(old.ChangedAt, u.ChangedAt)
+		u.Changed = old.Changed.Merge(u.Changed)
+	})
 }
 
 func (w *Watcher) resultFunc(endpoint, datacenter string) func(error, time.Duration) {

@@ -17,7 +17,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
-	"github.com/consul-xds-bridge/consul-xds-bridge/model"
+	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/routetest/routematch"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
@@ -79,8 +79,7 @@ func Run(pol *policy.Policy, cat *consul.Catalog, tests []*Test) ([]*Result, hcl
 			return nil, diags
 		}
 	}
-	m, _ := model.Build(cat, pol)
-	out, err := xds.Translate(m)
+	w, err := pipeline.Compute(pipeline.Input{Catalog: cat, Policy: pol}, nil)
 	if err != nil {
 		return nil, hcl.Diagnostics{{
 			Severity: hcl.DiagError,
@@ -88,7 +87,7 @@ func Run(pol *policy.Policy, cat *consul.Catalog, tests []*Test) ([]*Result, hcl
 			Detail:   err.Error(),
 		}}
 	}
-	e := newEnv(pol, m, out)
+	e := newEnv(pol, w.Model, w.Output)
 	results := make([]*Result, 0, len(tests))
 	for _, t := range tests {
 		results = append(results, e.run(t))

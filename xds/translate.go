@@ -1,6 +1,7 @@
 // Package xds turns the bridge's model into Envoy xDS resources (Translate,
-// pure, one builder per resource type) and serves them over ADS with
-// go-control-plane.
+// pure, one builder per resource type, every resource validated), and
+// generates bootstraps. Serving them over ADS is xds/serve's; composing
+// this stage with the model is package pipeline's.
 package xds
 
 import (
@@ -210,6 +211,16 @@ type memoListener struct {
 
 // NewTranslator returns a Translator with an empty memory.
 func NewTranslator() *Translator { return &Translator{} }
+
+// Fork returns a Translator that starts with t's memory and never changes
+// t's: Translate builds new maps and only reads the old ones, so a copy of
+// the fields is a copy of the memory. The reload gate translates a
+// candidate policy with a fork; a rejected one leaves the memo and the
+// last good reach (reach.go) the daemon serves from untouched.
+func (t *Translator) Fork() *Translator {
+	c := *t
+	return &c
+}
 
 // Translate is the package's Translate, reusing what did not change since
 // the last successful call.

@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
+	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
@@ -163,7 +164,7 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 	if !diags.HasErrors() && cfg != nil {
 		// What a reload would reject: the policy translated against the
 		// catalog (empty unless -catalog).
-		diags = append(diags, bridge.CheckTranslation(cat, cfg.Policy, nil)...)
+		diags = append(diags, pipeline.Check(pipeline.Input{Catalog: cat, Policy: cfg.Policy, Datacenter: cfg.Settings.Consul.Datacenter})...)
 	}
 	if len(diags) > 0 {
 		printDiagnostics(stderr, diags)

@@ -15,6 +15,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
+	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline/plan"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
@@ -89,16 +90,15 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	cat.Mesh = mesh
-	m, warnings := model.Build(cat, cfg.Policy)
-	warnings = append(warnings, model.BuildMeshGRPC(m, cat, cfg.Policy, s.Datacenter)...)
-	for _, w := range warnings {
-		fmt.Fprintf(stderr, "warning: %s\n", w)
-	}
-	out, err := xds.Translate(m)
+	world, err := pipeline.Compute(pipeline.Input{Catalog: cat, Policy: cfg.Policy, Datacenter: s.Datacenter}, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "plan: %v\n", err)
 		return 1
 	}
+	for _, w := range world.Warnings {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
+	m, out := world.Model, world.Output
 
 	keys := []string{""} // shared clusters and endpoints
 	if *cluster != "" {

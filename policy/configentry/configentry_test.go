@@ -13,9 +13,9 @@ import (
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/golden"
+	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy/configentry"
 )
@@ -85,7 +85,7 @@ func TestToHCL(t *testing.T) {
 		{Name: "echo", Instances: []consul.Instance{inst("e-1", 7001, []string{"canary"}, nil)}},
 		{Name: "db", Instances: []consul.Instance{inst("db-1", 5432, nil, nil)}},
 	})
-	if diags := bridge.CheckTranslation(cat, cfg.Policy, nil); diags.HasErrors() {
+	if diags := pipeline.Check(pipeline.Input{Catalog: cat, Policy: cfg.Policy}); diags.HasErrors() {
 		t.Fatalf("the translated policy does not translate:\n%s", strings.Join(policy.FormatDiagnostics(diags), "\n"))
 	}
 }

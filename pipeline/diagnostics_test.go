@@ -1,4 +1,4 @@
-package bridge
+package pipeline
 
 import (
 	"errors"
@@ -8,11 +8,10 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
-// TestGroupFailures: every failed group is listed in order, and the
-// proxyless failure once, whether or not a group declared proxyless
-// carries it (it used to be logged twice, or dropped when another group
-// failed too).
-func TestGroupFailures(t *testing.T) {
+// TestFailures: every failed group is listed in order, and the proxyless
+// failure once, whether or not a group declared proxyless carries it (it
+// used to be logged twice, or dropped when another group failed too).
+func TestFailures(t *testing.T) {
 	proxyless := errors.New("proxyless: bad")
 	edge := errors.New(`proxy group "edge": bad`)
 	for name, tc := range map[string]struct {
@@ -25,8 +24,8 @@ func TestGroupFailures(t *testing.T) {
 		"proxyless via a declared group": {&xds.Output{Failed: map[string]error{"grpc": proxyless}, ProxylessFailed: proxyless}, []string{"grpc"}},
 	} {
 		var got []string
-		for _, f := range groupFailures(tc.out) {
-			got = append(got, f.group)
+		for _, f := range (&World{Output: tc.out}).Failures() {
+			got = append(got, f.Group)
 		}
 		if !slices.Equal(got, tc.want) {
 			t.Errorf("%s: groups %q, want %q", name, got, tc.want)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
+	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
@@ -87,7 +88,8 @@ func BenchmarkBuildTranslate(b *testing.B) {
 // (Build, Translate, Server.Update), with one snapshot key. Pushing to
 // proxies comes on top and scales with N (see bench/README.md).
 // translate is the pure Translate (every resource rebuilt, validated and
-// marshalled again); translator is the daemon's memoising Translator.
+// marshalled again); translator is the daemon's memoising Translator;
+// pipeline is what the daemon runs: pipeline.Compute with its memo.
 func BenchmarkOneInstanceChange(b *testing.B) {
 	cats := []*consul.Catalog{benchCatalog(0), benchCatalog(1)}
 	pol := benchPolicy(b)
@@ -97,22 +99,33 @@ func BenchmarkOneInstanceChange(b *testing.B) {
 		}
 		return ""
 	}
-	for _, mode := range []string{"translate", "translator"} {
+	for _, mode := range []string{"translate", "translator", "pipeline"} {
 		b.Run(mode, func(b *testing.B) {
 			s := serve.NewServer(serve.ServerConfig{Logger: zerolog.Nop()})
 			translate := xds.Translate
 			if mode == "translator" {
 				translate = xds.NewTranslator().Translate
 			}
+			memo := pipeline.NewMemo()
 			ctx := context.Background()
 			b.ReportAllocs()
 			i := 0
 			for b.Loop() {
 				i++
-				m, _ := model.Build(cats[i%2], pol)
-				out, err := translate(m)
-				if err != nil {
-					b.Fatal(err)
+				var out *xds.Output
+				if mode == "pipeline" {
+					w, err := pipeline.Compute(pipeline.Input{Catalog: cats[i%2], Policy: pol}, memo)
+					if err != nil {
+						b.Fatal(err)
+					}
+					out = w.Output
+				} else {
+					m, _ := model.Build(cats[i%2], pol)
+					o, err := translate(m)
+					if err != nil {
+						b.Fatal(err)
+					}
+					out = o
 				}
 				if _, err := s.Update(ctx, out, resolve); err != nil {
 					b.Fatal(err)

@@ -1,6 +1,13 @@
 // Package consul watches the Consul catalog, health and KV with blocking
-// queries and emits immutable, sorted snapshots of them. It knows nothing
-// about Envoy or about what the KV documents say.
+// queries and emits immutable, sorted snapshots of them, each with what it
+// changed. It knows nothing about Envoy or about what the KV documents say.
+//
+// It imports ir, the one package below it, for two words of vocabulary:
+// ir.IntentionAction (Consul's default intention, as the model uses it)
+// and ir.Redacted (a Connect leaf's private key, which must never print).
+// ir imports nothing of ours, so this crossing adds no cycle and no
+// knowledge of later stages: a second copy of either type would have to
+// be converted at every use and could drift (a key type that prints).
 package consul
 
 import (

@@ -1,7 +1,9 @@
-// Package bridge runs the daemon around model.Build: it watches Consul's
-// catalog (and KV for policy), debounces changes, builds and translates
-// the model, and serves it over xDS, with readiness, reloads, an admin API
-// and metrics. The join of catalog and policy itself is package model.
+// Package bridge runs the daemon around the pipeline: it watches Consul's
+// catalog (and KV and config entries for policy), debounces changes, has
+// package pipeline compute the served world (loop.go), gates and applies
+// policy reloads (reload.go), and serves the world over xDS, with
+// readiness, an admin API, the console and metrics. Computing the world
+// itself is package pipeline's; nothing here composes its stages.
 package bridge
 
 import (

@@ -19,8 +19,8 @@ func agentCmd(args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	file := fs.String("config", "", "agent configuration file (HCL)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if _, err := parseAnywhere(fs, args); err != nil {
+		return usageExit(err)
 	}
 	if *file == "" {
 		fmt.Fprintln(stderr, "agent: -config FILE is required")

@@ -21,11 +21,12 @@ func importCmd(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	addr := fs.String("consul", "", "Consul HTTP address to read the entries from (default CONSUL_HTTP_ADDR or 127.0.0.1:8500; token from CONSUL_HTTP_TOKEN(_FILE))")
 	mesh := fs.Bool("mesh", false, "also translate routers and splitters of http, http2 and grpc services into mesh_routes (the routes Connect sidecars' upstreams take), as the bridge does with a mesh block")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	files, err := parseAnywhere(fs, args)
+	if err != nil {
+		return usageExit(err)
 	}
 	var e configentry.Entries
-	if files := fs.Args(); len(files) > 0 {
+	if len(files) > 0 {
 		for _, f := range files {
 			if err := readEntryFile(&e, f); err != nil {
 				fmt.Fprintf(stderr, "import: %v\n", err)

@@ -105,8 +105,8 @@ func runCmd(args []string, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var configs stringList
 	fs.Var(&configs, "config", "configuration file (HCL); repeat for several")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if _, err := parseAnywhere(fs, args); err != nil {
+		return usageExit(err)
 	}
 	if len(configs) == 0 {
 		fmt.Fprintln(stderr, "run: at least one -config FILE is required")
@@ -147,10 +147,10 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	catalogFile := fs.String("catalog", "", "catalog fixture (Consul API JSON) to translate the policy against (default: an empty catalog)")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	args, err := parseAnywhere(fs, args)
+	if err != nil {
+		return usageExit(err)
 	}
-	args = fs.Args()
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "validate: name at least one configuration file")
 		return 2
@@ -199,8 +199,8 @@ func bootstrapCmd(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&c.MeshCertDir, "mesh-cert-dir", "", "with -grpc: the service's Connect certificate directory the agent writes (agent connect.cert_dir/SERVICE); adds the file_watcher certificate provider \""+xds.MeshCertProvider+"\" and the xDS server listener template (proxyless mesh)")
 	fs.DurationVar(&c.MeshCertRefresh, "mesh-cert-refresh", xds.DefaultMeshCertRefresh, "with -mesh-cert-dir: how often gRPC re-reads the certificate files")
 	grpcClient := fs.Bool("grpc", false, "print the xDS bootstrap JSON of a proxyless gRPC client (GRPC_XDS_BOOTSTRAP) instead; -cluster is optional")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if _, err := parseAnywhere(fs, args); err != nil {
+		return usageExit(err)
 	}
 	c.XDS = servers
 	if c.MeshCertDir != "" && !*grpcClient {

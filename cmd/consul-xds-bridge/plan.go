@@ -34,14 +34,15 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	var af adminFlags
 	af.register(fs)
 	kvKey := fs.String("kv-key", "", "plan a new version of this KV policy document (full key under kv_prefix), read from the FILE argument")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	rest, err := parseAnywhere(fs, args)
+	if err != nil {
+		return usageExit(err)
 	}
 	if len(configs) == 0 {
 		fmt.Fprintln(stderr, "plan: at least one -config FILE is required (the files the bridge runs with)")
 		return 2
 	}
-	if (*kvKey != "") != (fs.NArg() == 1) || fs.NArg() > 1 {
+	if (*kvKey != "") != (len(rest) == 1) || len(rest) > 1 {
 		fmt.Fprintln(stderr, "plan: -kv-key KEY takes the new document as its one FILE argument: plan -config central.hcl -kv-key KEY FILE")
 		return 2
 	}
@@ -67,7 +68,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	if s.KVPrefix != "" || *kvKey != "" {
 		// The running bridge merges the KV documents after the files: so
 		// does the plan, with -kv-key's new version in place of the key's.
-		if cfg, err = withKV(ctx, client, configs, s, *kvKey, fs.Arg(0), stderr); err != nil {
+		if cfg, err = withKV(ctx, client, configs, s, *kvKey, strings.Join(rest, ""), stderr); err != nil {
 			fmt.Fprintf(stderr, "plan: %v\n", err)
 			return 1
 		}

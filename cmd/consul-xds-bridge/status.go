@@ -18,8 +18,8 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 	af.register(fs)
 	var configs stringList
 	fs.Var(&configs, "config", "configuration file to take the admin address from")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	if _, err := parseAnywhere(fs, args); err != nil {
+		return usageExit(err)
 	}
 	settings, err := adminSettings(configs)
 	if err != nil {

@@ -21,16 +21,9 @@ func testCmd(args []string, stdout, stderr io.Writer) int {
 	catalogFile := fs.String("catalog", "", "catalog fixture (Consul API JSON) for expectations on endpoints")
 	run := fs.String("run", "", "run only the tests whose name matches this regular expression")
 	// Flags may come before, between or after the files.
-	var files []string
-	for {
-		if err := fs.Parse(args); err != nil {
-			return 2
-		}
-		if fs.NArg() == 0 {
-			break
-		}
-		files = append(files, fs.Arg(0))
-		args = fs.Args()[1:]
+	files, err := parseAnywhere(fs, args)
+	if err != nil {
+		return usageExit(err)
 	}
 	if len(files) == 0 {
 		fmt.Fprintln(stderr, "test: name the policy files and the files with route_test blocks")

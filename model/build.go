@@ -194,7 +194,7 @@ func (b *builder) service(name string) {
 		if s.Datacenter != "" {
 			where = "datacenter " + s.Datacenter
 		}
-		b.warn("service %q has no instances in %s (yet): cluster %q has no local endpoints", s.ConsulName, where, s.Name)
+		b.warn("service %q has no instances in %s (yet): cluster %q has no local endpoints%s", s.ConsulName, where, s.Name, b.didYouMean(s.ConsulName, s.Datacenter))
 	}
 	base := ir.Cluster{
 		Name:             s.Name,

@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"regexp"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -146,7 +147,8 @@ func runCmd(args []string, stderr io.Writer) int {
 func validateCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	catalogFile := fs.String("catalog", "", "catalog fixture (Consul API JSON) to translate the policy against (default: an empty catalog)")
+	catalogFile := fs.String("catalog", "", "catalog fixture (Consul API JSON) to translate the policy against (default: an empty catalog); services the policy names that it lacks are warned about")
+	strict := fs.Bool("strict", false, "fail (exit 1) on any warning, for CI")
 	args, err := parseAnywhere(fs, args)
 	if err != nil {
 		return usageExit(err)
@@ -162,19 +164,57 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, _, diags := policy.LoadFiles(args...)
 	if !diags.HasErrors() && cfg != nil {
-		// What a reload would reject: the policy translated against the
-		// catalog (empty unless -catalog).
-		diags = append(diags, pipeline.Check(pipeline.Input{Catalog: cat, Policy: cfg.Policy, Datacenter: cfg.Settings.Consul.Datacenter})...)
+		// What `run` refuses at start: the files its settings name.
+		diags = append(diags, checkSettingFiles(args, cfg.Settings)...)
+	}
+	var warnings []string
+	if !diags.HasErrors() && cfg != nil {
+		// What a reload would reject: the world the daemon would serve,
+		// computed against the catalog (empty unless -catalog), and the
+		// warnings the daemon would log for it.
+		in := pipeline.Input{Catalog: cat, Policy: cfg.Policy, Datacenter: cfg.Settings.Consul.Datacenter}
+		w, err := pipeline.Compute(in, nil)
+		diags = append(diags, pipeline.Diagnose(w, err, cfg.Policy)...)
+		if w != nil {
+			warnings = validateWarnings(w.Warnings, cat != nil)
+		}
 	}
 	if len(diags) > 0 {
 		printDiagnostics(stderr, diags)
 	}
+	for _, w := range warnings {
+		fmt.Fprintf(stderr, "warning: %s\n", w)
+	}
 	if diags.HasErrors() {
+		return 1
+	}
+	if *strict && (len(warnings) > 0 || len(diags) > 0) {
+		fmt.Fprintf(stderr, "validate: %d warning(s); -strict fails on warnings\n", len(warnings)+len(diags))
 		return 1
 	}
 	fmt.Fprintf(stdout, "%d file(s) valid\n", len(args))
 	return 0
 }
+
+// validateWarnings is what the daemon would log for the world validate
+// computed. Without a catalog every referenced service "has no
+// instances", which says nothing about the policy: those are left out
+// unless a catalog (-catalog) was given, where they catch a misspelt
+// service name with a suggestion.
+func validateWarnings(all []string, withCatalog bool) []string {
+	if withCatalog {
+		return all
+	}
+	var out []string
+	for _, w := range all {
+		if !noInstancesRE.MatchString(w) {
+			out = append(out, w)
+		}
+	}
+	return out
+}
+
+var noInstancesRE = regexp.MustCompile(`^service "[^"]*" has no instances in `)
 
 func bootstrapCmd(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("bootstrap", flag.ContinueOnError)

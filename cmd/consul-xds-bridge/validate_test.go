@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func writeTemp(t *testing.T, name, content string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// TestValidateRefusesWhatRunRefuses: a token or TLS file a daemon setting
+// names that does not exist (or is no regular file) fails validate, at
+// the setting's file:line:col, as it fails `run` at start. (validate
+// used to say "1 file(s) valid", and the unit's ExecStartPre= with it.)
+func TestValidateRefusesWhatRunRefuses(t *testing.T) {
+	for name, tc := range map[string]struct {
+		settings, want string
+	}{
+		"consul token":  {"consul {\n  token_file = \"/nonexistent/token\"\n}\n", ":2:3: Cannot read the Consul ACL token file"},
+		"admin token":   {"admin {\n  listen = \"127.0.0.1:0\"\n  token_file = \"/nonexistent/admin\"\n}\n", ":3:3: Cannot read the admin token file"},
+		"xds cert":      {"xds {\n  tls {\n    cert_file = \"/nonexistent/c.pem\"\n    key_file = \"/nonexistent/k.pem\"\n  }\n}\n", ":3:5: Cannot read the xDS server certificate"},
+		"a device":      {"consul {\n  token_file = \"/dev/zero\"\n}\n", "not a regular file"},
+		"state not dir": {"consul {\n  state_dir = \"/dev/null\"\n}\n", "State directory not writable"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := writeTemp(t, "config.hcl", tc.settings+"export_all_services = true\n")
+			var out, errOut bytes.Buffer
+			code := realMain([]string{"validate", f}, &out, &errOut)
+			if code != 1 || !strings.Contains(errOut.String(), tc.want) {
+				t.Errorf("exit %d, stderr %q; want 1 and %q", code, errOut.String(), tc.want)
+			}
+		})
+	}
+}
+
+// TestValidateWarnsLikeTheDaemon: a route to a misspelt service is a
+// warning with a suggestion when a catalog is given, and -strict (for CI)
+// fails on it; without a catalog the "no instances" warnings, which say
+// nothing then, are left out.
+func TestValidateWarnsLikeTheDaemon(t *testing.T) {
+	pol := writeTemp(t, "p.hcl", `service "api" {
+  connect_timeout = "1s"
+}
+proxy "edge" {
+  listener "http" {
+    port = 8080
+    virtual_host "all" {
+      domains = ["*"]
+      route {
+        match {
+          path_prefix = "/"
+        }
+        service = "apj"
+      }
+    }
+  }
+}
+`)
+	cat := "../../examples/policies/edge-gateway.catalog.json"
+	var out, errOut bytes.Buffer
+	if code := realMain([]string{"validate", pol, "-catalog", cat}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), `warning: service "apj" has no instances`) || !strings.Contains(errOut.String(), `did you mean "api"?`) {
+		t.Errorf("validate with a catalog: exit %d, stderr %q; want 0 and a warning suggesting api", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := realMain([]string{"validate", "-strict", pol, "-catalog", cat}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), "-strict") {
+		t.Errorf("validate -strict: exit %d, stderr %q; want 1", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	if code := realMain([]string{"validate", "-strict", pol}, &out, &errOut); code != 0 || strings.Contains(errOut.String(), "no instances") {
+		t.Errorf("validate -strict without a catalog: exit %d, stderr %q; want 0 and no catalog warnings", code, errOut.String())
+	}
+}

@@ -52,7 +52,11 @@ func (d *Daemon) serveAdmin(ctx context.Context, lis net.Listener) error {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "give ?node=ID or ?cluster=GROUP"})
 			return
 		}
-		dump, err := d.xds.ConfigDump(q.Get("node"), q.Get("cluster"))
+		key := q.Get("cluster")
+		if q.Get("proxyless") == "true" {
+			key = serve.ProxylessKey(key) // what gRPC clients announcing it get
+		}
+		dump, err := d.xds.ConfigDump(q.Get("node"), key)
 		switch {
 		case errors.Is(err, serve.ErrUnknownNode):
 			writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})

@@ -173,10 +173,14 @@ func TestConsoleInBrowser(t *testing.T) {
 		planned := strings.Replace(consolePolicy, `path_prefix = "/api/"`, `path_prefix = "/v2/api/"`, 1)
 		run(t, ctx, chromedp.SetValue(chromedp.CSS("#plan-text"), planned), chromedp.Click(chromedp.CSS("#plan-run")))
 		text := browsertest.WaitText(t, ctx, `.plan-section[data-node-cluster="edge"]`, wait, any)
-		if !strings.Contains(text, "~ route edge.http") || !strings.Contains(text, file+":") {
-			t.Errorf("plan for edge = %q, want the changed route with where it is declared", text)
+		if !strings.Contains(text, "~ route edge.http") || !strings.Contains(text, file+":") || !strings.Contains(text, `"/api/" → "/v2/api/"`) {
+			t.Errorf("plan for edge = %q, want the changed route with where it is declared and the field that changed", text)
 		}
-		browsertest.WaitText(t, ctx, `.plan-section[data-node-cluster=""]`, wait, func(s string) bool { return strings.Contains(s, "No changes") })
+		browsertest.WaitText(t, ctx, `.plan-section[data-node-cluster=""][data-proxyless="false"]`, wait, func(s string) bool { return strings.Contains(s, "No changes") })
+		browsertest.WaitText(t, ctx, `.plan-section[data-node-cluster=""][data-proxyless="true"]`, wait, func(s string) bool { return strings.Contains(s, "proxyless gRPC clients") })
+		if summary := browsertest.WaitText(t, ctx, "#plan-summary", wait, any); !strings.Contains(summary, "to change") || !strings.Contains(summary, "connected proxies") {
+			t.Errorf("plan summary = %q, want the counts the plan command prints", summary)
+		}
 		shot(t, ctx, "console-plan.png")
 		// An invalid document shows its diagnostics instead.
 		run(t, ctx, chromedp.SetValue(chromedp.CSS("#plan-text"), `proxy "edge" {`), chromedp.Click(chromedp.CSS("#plan-run")))

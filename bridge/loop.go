@@ -259,7 +259,7 @@ func (l *loop) build(ctx context.Context) {
 		}
 	}
 	updateStart := l.d.clock.Now()
-	changed, err := l.d.xds.Update(ctx, out, sidecarResolve(l.policy))
+	changed, err := l.d.xds.Update(ctx, out, pipeline.GroupOf(l.policy))
 	updated := l.d.clock.Now()
 	if ctx.Err() != nil {
 		return

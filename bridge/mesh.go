@@ -163,20 +163,6 @@ func sidecarIndex(m *ir.Model) map[string][]serve.SidecarInfo {
 	return idx
 }
 
-// sidecarResolve maps a node.cluster to its group: a sidecar group's key
-// (serve rewrites a sidecar's node.cluster to it) is the group itself.
-func sidecarResolve(pol *policy.Policy) func(string) string {
-	return func(nodeCluster string) string {
-		if strings.HasPrefix(nodeCluster, ir.SidecarGroupPrefix) {
-			return nodeCluster
-		}
-		if p := pol.ProxyFor(nodeCluster); p != nil {
-			return p.Name
-		}
-		return ""
-	}
-}
-
 func centralMesh(p *policy.Policy) bool { return p.CentralMesh() }
 
 // restartNeeded says why a policy's mesh settings cannot apply until a

@@ -8,6 +8,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
 
@@ -62,7 +63,7 @@ func TestSidecarIndex(t *testing.T) {
 	if in := idx["web-sidecar-proxy"][0]; in.Group("web-sidecar-proxy") != "sidecar:n/web-sidecar-proxy" || !slices.Equal(in.Upstreams, []string{"api@127.0.0.1:9191"}) {
 		t.Errorf("info = %+v", in)
 	}
-	resolve := sidecarResolve(&policy.Policy{})
+	resolve := pipeline.GroupOf(&policy.Policy{})
 	if got := resolve("sidecar:n/web-sidecar-proxy"); got != "sidecar:n/web-sidecar-proxy" {
 		t.Errorf("resolve = %q", got)
 	}

@@ -1,7 +1,7 @@
 package bridge
 
 import (
-	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 
@@ -11,6 +11,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline/plan"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
 
 // PlanResult is what POST /v1/plan answers: the diagnostics of the
@@ -31,18 +32,23 @@ type PlanResult struct {
 // PlanSection is the changes for one node.cluster ("" for the shared
 // clusters, endpoints and secrets).
 type PlanSection struct {
-	Title       string       `json:"title"`
-	NodeCluster string       `json:"node_cluster"`
-	Group       string       `json:"group,omitempty"`
-	Changes     []PlanChange `json:"changes"`
+	Title       string `json:"title"`
+	NodeCluster string `json:"node_cluster"`
+	// Proxyless says the section is proxyless gRPC clients' (announcing
+	// NodeCluster); Proxies is how many connected proxies have the role.
+	Proxyless bool         `json:"proxyless,omitempty"`
+	Proxies   int          `json:"proxies"`
+	Group     string       `json:"group,omitempty"`
+	Changes   []PlanChange `json:"changes"`
 }
 
 // PlanChange is one plan.Change as JSON.
 type PlanChange struct {
-	Action string `json:"action"`
-	Kind   string `json:"kind"`
-	Name   string `json:"name"`
-	Detail string `json:"detail,omitempty"`
+	Action string   `json:"action"`
+	Kind   string   `json:"kind"`
+	Name   string   `json:"name"`
+	Detail string   `json:"detail,omitempty"`
+	Fields []string `json:"fields,omitempty"`
 }
 
 // servePlan plans the document in the request body (?name=SOURCE replaces
@@ -118,47 +124,32 @@ func (d *Daemon) servePlan(w http.ResponseWriter, r *http.Request) {
 }
 
 // planSections diffs the planned output with what the server serves, as
-// the plan command does with /v1/config_dump: the shared resources once,
-// then every proxy group of the active or the planned policy.
-func (d *Daemon) planSections(res *PlanResult, out *xds.Output, active, planned *policy.Policy) error {
-	targets := []string{""}
-	for _, pols := range []*policy.Policy{active, planned} {
-		for _, p := range pols.Proxies {
-			if !slices.Contains(targets, p.Name) {
-				targets = append(targets, p.Name)
-			}
-		}
+// the plan command does with /v1/config_dump: every role the planned
+// world or a connected proxy has (policy groups, Connect sidecars,
+// proxyless clients, nodes in no group), each with its connected proxies.
+func (d *Daemon) planSections(res *PlanResult, out *xds.Output, _, planned *policy.Policy) error {
+	connected := map[plan.Role]int{}
+	for _, p := range d.xds.Proxies() {
+		connected[plan.ConnectedRole(p.NodeCluster, p.Group, p.UserAgent)]++
 	}
-	slices.Sort(targets[1:])
-	for _, nc := range targets {
-		group := ""
-		if p := planned.ProxyFor(nc); p != nil {
-			group = p.Name
+	running := func(r plan.Role) (*xds.ConfigDump, error) {
+		key := r.NodeCluster
+		if r.Proxyless {
+			key = serve.ProxylessKey(key)
 		}
-		running, err := d.xds.ConfigDump("", nc)
-		if err != nil {
-			return err
+		return d.xds.ConfigDump("", key)
+	}
+	secs, err := plan.Sections(out, pipeline.GroupOf(planned), plan.Roles(out, slices.Collect(maps.Keys(connected))), running, connected)
+	if err != nil {
+		return err
+	}
+	for _, sec := range secs {
+		ps := PlanSection{Title: sec.Title, NodeCluster: sec.Role.NodeCluster, Proxyless: sec.Role.Proxyless, Proxies: sec.Proxies, Group: sec.Group, Changes: []PlanChange{}}
+		for _, c := range sec.Changes {
+			ps.Changes = append(ps.Changes, PlanChange{Action: string(c.Action), Kind: c.Kind, Name: c.Name, Detail: c.Detail, Fields: c.Fields})
 		}
-		want, err := plan.Dump(out, nc, group)
-		if err != nil {
-			return err
-		}
-		sec := PlanSection{Title: "Shared clusters, endpoints and secrets", NodeCluster: nc, Group: group, Changes: []PlanChange{}}
-		if nc != "" {
-			sec.Title = fmt.Sprintf("Proxies with node.cluster %q (group %q)", nc, group)
-			running.Clusters, running.Endpoints, want.Clusters, want.Endpoints = nil, nil, nil, nil
-			running.Secrets = plan.OnlyGroupSecrets(running.Secrets, out.Shared)
-			want.Secrets = plan.OnlyGroupSecrets(want.Secrets, out.Shared)
-		}
-		changes, err := plan.Diff(running, want)
-		if err != nil {
-			return err
-		}
-		for _, c := range changes {
-			sec.Changes = append(sec.Changes, PlanChange{Action: string(c.Action), Kind: c.Kind, Name: c.Name, Detail: c.Detail})
-		}
-		res.Changed = res.Changed || len(changes) > 0
-		res.Sections = append(res.Sections, sec)
+		res.Changed = res.Changed || len(sec.Changes) > 0
+		res.Sections = append(res.Sections, ps)
 	}
 	return nil
 }

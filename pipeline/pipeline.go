@@ -15,6 +15,8 @@
 package pipeline
 
 import (
+	"strings"
+
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
@@ -99,4 +101,21 @@ func Compute(in Input, memo *Memo) (*World, error) {
 		return nil, err
 	}
 	return &World{Model: m, Output: out, Warnings: warnings, EndpointsOnly: in.Change.EndpointsOnly()}, nil
+}
+
+// GroupOf is the rule that maps a node.cluster to the group it is served
+// as under pol ("" for none): a Connect sidecar's group key (serving
+// rewrites a sidecar's node.cluster to it) is its own group, else the
+// policy's proxy group the name matches. Serving and plan share it, so a
+// plan shows each node what the daemon would serve it.
+func GroupOf(pol *policy.Policy) func(nodeCluster string) string {
+	return func(nodeCluster string) string {
+		if strings.HasPrefix(nodeCluster, ir.SidecarGroupPrefix) {
+			return nodeCluster
+		}
+		if p := pol.ProxyFor(nodeCluster); p != nil {
+			return p.Name
+		}
+		return ""
+	}
 }

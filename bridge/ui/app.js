@@ -361,13 +361,26 @@ function renderPlanResult(res) {
       h("ul", { class: "plain" }, res.diagnostics.map((d) => h("li", { class: "mono diag" }, d)))));
   }
   if (!res.sections) return h("div", {}, parts);
-  parts.push(h("p", { id: "plan-summary" }, res.changed ? "Changes (document " + res.document + (res.replaces ? ", replacing the active one" : ", added") + "):" : "No changes."));
+  // The same summary as the plan command: every role counted.
+  const n = { "+": 0, "~": 0, "-": 0 };
+  let roles = 0, reached = 0;
+  for (const s of res.sections) {
+    if (!s.changes.length) continue;
+    roles++; reached += s.proxies || 0;
+    for (const c of s.changes) n[c.action]++;
+  }
+  parts.push(h("p", { id: "plan-summary" }, res.changed
+    ? "Changes (document " + res.document + (res.replaces ? ", replacing the active one" : ", added") + "): " +
+      n["+"] + " to add, " + n["~"] + " to change, " + n["-"] + " to remove, in " + roles + " of " + res.sections.length +
+      " roles, reaching " + reached + " connected proxies."
+    : "No changes."));
   for (const s of res.sections) {
     const cls = { "+": "plan-add", "~": "plan-mod", "-": "plan-del" };
-    parts.push(h("div", { class: "box plan-section", "data-node-cluster": s.node_cluster },
-      h("strong", {}, s.title),
+    parts.push(h("div", { class: "box plan-section", "data-node-cluster": s.node_cluster, "data-proxyless": s.proxyless ? "true" : "false" },
+      h("strong", {}, s.title + (s.proxies ? " (" + s.proxies + " connected)" : "")),
       s.changes.length ? h("ul", { class: "plain" }, s.changes.map((c) =>
-        h("li", { class: "mono " + cls[c.action] }, c.action + " " + c.kind + " " + c.name + (c.detail ? ": " + c.detail : ""))))
+        h("li", { class: "mono " + cls[c.action] }, c.action + " " + c.kind + " " + c.name + (c.detail ? ": " + c.detail : ""),
+          (c.fields || []).length ? h("ul", { class: "plain plan-fields" }, c.fields.map((f) => h("li", { class: "mono" }, f))) : "")))
         : h("div", { class: "muted" }, "No changes.")));
   }
   if (res.warnings && res.warnings.length) parts.push(list("Warnings", res.warnings));

@@ -13,12 +13,12 @@ import (
 	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
-	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline/plan"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/hcl/v2"
 )
@@ -30,7 +30,8 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	var configs stringList
 	fs.Var(&configs, "config", "configuration file (HCL) with the policy to plan; repeat for several")
-	cluster := fs.String("cluster", "", "plan only for proxies with this node.cluster (default: shared clusters and every proxy group)")
+	cluster := fs.String("cluster", "", "print only the roles with this node.cluster (every role is still planned: the exit code covers them all)")
+	node := fs.String("node", "", "print only the role of the connected proxy with this node id")
 	var af adminFlags
 	af.register(fs)
 	kvKey := fs.String("kv-key", "", "plan a new version of this KV policy document (full key under kv_prefix), read from the FILE argument")
@@ -99,58 +100,51 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	for _, w := range world.Warnings {
 		fmt.Fprintf(stderr, "warning: %s\n", w)
 	}
-	m, out := world.Model, world.Output
+	out := world.Output
 
-	keys := []string{""} // shared clusters and endpoints
-	if *cluster != "" {
-		keys = []string{*cluster}
-	} else {
-		for _, p := range cfg.Policy.Proxies {
-			keys = append(keys, p.Name)
-		}
-		for _, g := range m.Groups {
-			if strings.HasPrefix(g.Name, ir.SidecarGroupPrefix) {
-				keys = append(keys, g.Name) // registered sidecars are groups too
-			}
+	// Every role is planned whatever is printed: -cluster and -node only
+	// narrow the output, so a narrowed plan cannot hide a change to
+	// another role from its exit code.
+	var proxies []serve.ProxyStatus
+	if err := admin.getJSON("/v1/proxies", &proxies); err != nil {
+		fmt.Fprintf(stderr, "plan: %v\n", err)
+		return 1
+	}
+	connected := map[plan.Role]int{}
+	var nodeRole *plan.Role
+	for _, p := range proxies {
+		r := plan.ConnectedRole(p.NodeCluster, p.Group, p.UserAgent)
+		connected[r]++
+		if p.NodeID == *node {
+			nodeRole = &r
 		}
 	}
-	changed := false
-	for _, nc := range keys {
-		group := ""
-		if p := cfg.Policy.ProxyFor(nc); p != nil {
-			group = p.Name
-		} else if strings.HasPrefix(nc, ir.SidecarGroupPrefix) {
-			group = nc // a sidecar's group is its own key
-		}
-		var running xds.ConfigDump
-		if err := admin.getJSON("/v1/config_dump?cluster="+url.QueryEscape(nc), &running); err != nil {
-			fmt.Fprintf(stderr, "plan: %v\n", err)
-			return 1
-		}
-		planned, err := plan.Dump(out, nc, group)
-		if err != nil {
-			fmt.Fprintf(stderr, "plan: %v\n", err)
-			return 1
-		}
-		title := "Shared clusters and endpoints:"
-		if nc != "" {
-			title = fmt.Sprintf("Proxies with node.cluster %q (group %q):", nc, group)
-			if *cluster == "" {
-				// Shared resources were planned once above.
-				running.Clusters, running.Endpoints, planned.Clusters, planned.Endpoints = nil, nil, nil, nil
-				running.Secrets = plan.OnlyGroupSecrets(running.Secrets, out.Shared)
-				planned.Secrets = plan.OnlyGroupSecrets(planned.Secrets, out.Shared)
-			}
-		}
-		changes, err := plan.Diff(&running, planned)
-		if err != nil {
-			fmt.Fprintf(stderr, "plan: %v\n", err)
-			return 1
-		}
-		plan.Render(stdout, title, changes)
-		changed = changed || len(changes) > 0
+	if *node != "" && nodeRole == nil {
+		fmt.Fprintf(stderr, "plan: no connected proxy has node id %q (see consul-xds-bridge status)\n", *node)
+		return 1
 	}
-	if changed {
+	running := func(r plan.Role) (*xds.ConfigDump, error) {
+		q := url.Values{"cluster": {r.NodeCluster}}
+		if r.Proxyless {
+			q.Set("proxyless", "true")
+		}
+		var d xds.ConfigDump
+		return &d, admin.getJSON("/v1/config_dump?"+q.Encode(), &d)
+	}
+	secs, err := plan.Sections(out, pipeline.GroupOf(cfg.Policy), plan.Roles(out, slices.Collect(maps.Keys(connected))), running, connected)
+	if err != nil {
+		fmt.Fprintf(stderr, "plan: %v\n", err)
+		return 1
+	}
+	var show func(plan.Role) bool
+	switch {
+	case nodeRole != nil:
+		show = func(r plan.Role) bool { return r == *nodeRole }
+	case *cluster != "":
+		show = func(r plan.Role) bool { return r.NodeCluster == *cluster }
+	}
+	plan.RenderSections(stdout, secs, show)
+	if plan.Summarize(secs, nil).Roles > 0 {
 		return 2
 	}
 	return 0

@@ -35,9 +35,10 @@ func TestPlanWithTheMesh(t *testing.T) {
 	if code := realMain([]string{"plan", "-config", file, "-admin", admin}, &out, &errOut); code != 0 {
 		t.Fatalf("plan of the running mesh policy: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
-	// Shared resources plus one section per registered sidecar.
-	if got := strings.Count(out.String(), "No changes."); got != 3 {
-		t.Fatalf("want 3 sections without changes (shared, two sidecars):\n%s", out.String())
+	// Nodes in no group, proxyless clients, one section per registered
+	// sidecar.
+	if got := strings.Count(out.String(), "No changes."); got != 4 {
+		t.Fatalf("want 4 sections without changes (no group, proxyless, two sidecars):\n%s", out.String())
 	}
 
 	edited := filepath.Join(dir, "edited.hcl")
@@ -92,8 +93,8 @@ func TestPlanWithMeshRoutes(t *testing.T) {
 	if code := realMain([]string{"plan", "-config", file, "-admin", admin}, &out, &errOut); code != 0 {
 		t.Fatalf("plan of the running mesh_routes policy: exit %d, want 0\nstdout:\n%s\nstderr:\n%s", code, out.String(), errOut.String())
 	}
-	if got := strings.Count(out.String(), "No changes."); got != 4 {
-		t.Fatalf("want 4 sections without changes (shared, three sidecars):\n%s", out.String())
+	if got := strings.Count(out.String(), "No changes."); got != 5 {
+		t.Fatalf("want 5 sections without changes (no group, proxyless, three sidecars):\n%s", out.String())
 	}
 
 	edited := filepath.Join(dir, "edited.hcl")

@@ -59,7 +59,7 @@ func TestPlanAgainstRunningBridge(t *testing.T) {
 	if code := realMain([]string{"plan", "-config", file, "-admin", admin}, &out, &errOut); code != 0 {
 		t.Fatalf("plan of the running policy: exit %d, want 0\n%s%s", code, out.String(), errOut.String())
 	}
-	if strings.Count(out.String(), "No changes.") != 2 {
+	if strings.Count(out.String(), "No changes.") != 3 { // no group, proxyless, edge
 		t.Fatalf("plan output:\n%s", out.String())
 	}
 
@@ -95,7 +95,11 @@ func TestPlanAgainstRunningBridge(t *testing.T) {
 	if code := realMain([]string{"plan", "-config", editedFile, "-admin", admin}, &out, &errOut); code != 2 {
 		t.Fatalf("plan of an edited policy: exit %d, want 2\n%s%s", code, out.String(), errOut.String())
 	}
-	for _, want := range []string{"+ listener  edge.admin", "+ route     edge.admin", "~ route     edge.http", "2 to add, 1 to change, 0 to remove."} {
+	// edge reaches the new subset's cluster: it is edge's change too, the
+	// same with or without -cluster; the changed route shows its fields.
+	for _, want := range []string{"+ listener  edge.admin", "+ route     edge.admin", "~ route     edge.http", "+ cluster   web.v2",
+		`~ virtual_hosts[0].routes[0].match.prefix: "/" → "/v2/"`, `~ virtual_hosts[0].routes[0].route.cluster: "web" → "web.v2"`,
+		"4 to add, 1 to change, 0 to remove."} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("plan output lacks %q:\n%s", want, out.String())
 		}
@@ -130,8 +134,8 @@ func TestPlanReadsKV(t *testing.T) {
 	if code := realMain([]string{"plan", "-config", file, "-admin", admin}, &out, &errOut); code != 0 {
 		t.Fatalf("plan of the running policy (files + KV): exit %d, want 0\n%s%s", code, out.String(), errOut.String())
 	}
-	if strings.Count(out.String(), "No changes.") != 3 || !strings.Contains(out.String(), `group "sidecar-*"`) {
-		t.Fatalf("plan output should show no changes for shared, edge and the KV group sidecar-*:\n%s", out.String())
+	if strings.Count(out.String(), "No changes.") != 4 || !strings.Contains(out.String(), `node.cluster "sidecar-*"`) {
+		t.Fatalf("plan output should show no changes for no group, proxyless, edge and the KV group sidecar-*:\n%s", out.String())
 	}
 
 	next := filepath.Join(dir, "next.hcl")

@@ -36,24 +36,18 @@ type Change struct {
 	Name   string
 	// Detail says what changed where a count tells it best (endpoints).
 	Detail string
+	// Fields lists, for a changed resource, what changed in it, field by
+	// field ("~ path: old → new"); endpoints are told by Detail instead.
+	Fields []string
 }
 
-// Dump builds the config dump a node.cluster would get from a translation,
-// rendered exactly as the admin API's /v1/config_dump renders it (keys
-// redacted), so the two compare byte for byte when nothing changed.
+// Dump builds the config dump a node.cluster of group would get from a
+// translation (see DumpRole, which also resolves the group and covers
+// proxyless clients). An Output assembled without reach (not by
+// Translate) shares everything.
 func Dump(out *xds.Output, nodeCluster, group string) (*xds.ConfigDump, error) {
-	d := &xds.ConfigDump{NodeCluster: nodeCluster, Group: group}
-	var errs []error
-	add := func(dst *[]json.RawMessage, items []types.Resource) {
-		for _, r := range items {
-			b, err := xds.MarshalResource(r)
-			errs = append(errs, err)
-			*dst = append(*dst, b)
-		}
-	}
 	// A node gets its group's reach of the clusters, endpoints and
-	// upstream secrets (nodes in no group: Unmatched). An Output assembled
-	// without reach (not by Translate) shares everything.
+	// upstream secrets (nodes in no group: Unmatched).
 	reach := out.Shared
 	switch {
 	case out.Reach == nil:
@@ -62,6 +56,27 @@ func Dump(out *xds.Output, nodeCluster, group string) (*xds.ConfigDump, error) {
 	default:
 		reach = out.Unmatched
 	}
+	var g *xds.Resources
+	if group != "" {
+		g = out.Groups[group]
+	}
+	d, err := dumpOf(g, reach)
+	d.NodeCluster, d.Group = nodeCluster, group
+	return d, err
+}
+
+// dumpOf renders a group's listeners, routes and secrets (nil: none) and
+// its reach of clusters, endpoints and upstream secrets.
+func dumpOf(group, reach *xds.Resources) (*xds.ConfigDump, error) {
+	d := &xds.ConfigDump{}
+	var errs []error
+	add := func(dst *[]json.RawMessage, items []types.Resource) {
+		for _, r := range items {
+			b, err := xds.MarshalResource(r)
+			errs = append(errs, err)
+			*dst = append(*dst, b)
+		}
+	}
 	if reach == nil {
 		reach = &xds.Resources{}
 	}
@@ -69,12 +84,12 @@ func Dump(out *xds.Output, nodeCluster, group string) (*xds.ConfigDump, error) {
 	add(&d.Clusters, shared[resourcev3.ClusterType])
 	add(&d.Endpoints, shared[resourcev3.EndpointType])
 	add(&d.Secrets, shared[resourcev3.SecretType])
-	if g := out.Groups[group]; g != nil && group != "" {
-		gt := g.ByType()
+	if group != nil {
+		gt := group.ByType()
 		add(&d.Listeners, gt[resourcev3.ListenerType])
 		add(&d.Routes, gt[resourcev3.RouteType])
 		add(&d.Secrets, gt[resourcev3.SecretType])
-		d.RouteSources = g.RouteSources
+		d.RouteSources = group.RouteSources
 	}
 	return d, errors.Join(errs...)
 }
@@ -148,6 +163,9 @@ func Diff(running, planned *xds.ConfigDump) ([]Change, error) {
 				c.Detail = endpointDetail(o, nw)
 			case k.kind == "route" && inNew:
 				c.Detail = routeSources(planned.RouteSources, n)
+			}
+			if c.Action == Modify && k.kind != "endpoints" {
+				c.Fields = fieldDiff(o, nw)
 			}
 			out = append(out, c)
 		}
@@ -242,6 +260,9 @@ func Render(w io.Writer, title string, changes []Change) {
 			line += ": " + c.Detail
 		}
 		fmt.Fprintln(w, strings.TrimRight(line, " "))
+		for _, f := range c.Fields {
+			fmt.Fprintln(w, "      "+f)
+		}
 	}
 	fmt.Fprintf(w, "  %d to add, %d to change, %d to remove.\n", counts[Add], counts[Modify], counts[Remove])
 }

@@ -34,3 +34,7 @@ func isProxyless(node *corev3.Node) bool {
 func parseKey(key string) (nodeCluster string, proxyless bool) {
 	return strings.CutPrefix(key, proxylessKey)
 }
+
+// ProxylessKey is the key proxyless gRPC clients announcing nodeCluster
+// are served under: ConfigDump("", ProxylessKey(nc)) is what they get.
+func ProxylessKey(nodeCluster string) string { return proxylessKey + nodeCluster }

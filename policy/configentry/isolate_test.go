@@ -48,6 +48,9 @@ func TestCheckedRejectsAlone(t *testing.T) {
 			{Match: &api.ServiceRouteMatch{HTTP: &api.ServiceRouteHTTPMatch{PathRegex: "/v2/("}}, Destination: &api.ServiceRouteDestination{ServiceSubset: "v2"}}}},
 		&api.ServiceRouterConfigEntry{Kind: api.ServiceRouter, Name: "cart", Routes: []api.ServiceRoute{
 			{Match: &api.ServiceRouteMatch{HTTP: &api.ServiceRouteHTTPMatch{Header: []api.ServiceRouteHTTPMatchHeader{{Name: "x-user", Regex: "[a-"}}}}}}},
+		// Valid, applied nowhere, sorted first: suspected first, kept.
+		&api.ServiceRouterConfigEntry{Kind: api.ServiceRouter, Name: "a-unused", Routes: []api.ServiceRoute{
+			{Match: &api.ServiceRouteMatch{HTTP: &api.ServiceRouteHTTPMatch{PathPrefix: "/x/"}}}}},
 		&api.ServiceRouterConfigEntry{Kind: api.ServiceRouter, Name: "web", Routes: []api.ServiceRoute{
 			{Match: &api.ServiceRouteMatch{HTTP: &api.ServiceRouteHTTPMatch{PathPrefix: "/old/"}}, Destination: &api.ServiceRouteDestination{PrefixRewrite: "/"}}}},
 		&api.IngressGatewayConfigEntry{Kind: api.IngressGateway, Name: "edge", Listeners: []api.IngressListener{{Port: 8080, Protocol: "http", Services: []api.IngressService{

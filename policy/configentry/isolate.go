@@ -1,6 +1,7 @@
 package configentry
 
 import (
+	"crypto/sha256"
 	"maps"
 	"slices"
 	"strings"
@@ -34,50 +35,90 @@ var blameOrder = []string{api.ServiceRouter, api.ServiceSplitter, api.HTTPRoute,
 // Checked is ToHCL with every entry the policy cannot take left out: the
 // documents are parsed and merged alone (as KV documents, the way the
 // bridge loads them), and while that has errors, the first entry (in
-// blameOrder, then by name) whose removal leaves fewer errors is removed.
-// So one entry Consul accepts but the bridge cannot serve (a path_regex
-// Go's RE2 refuses, say) is rejected alone and named, instead of holding
-// back every other entry and every HCL change. What no single entry
-// explains (a conflict with the HCL files is not checked here) stays in
-// the documents for the policy to report.
+// blameOrder, then by name) whose removal, with the entries before it,
+// leaves fewer errors is found by bisection and, if removing it alone
+// leaves fewer errors too, left out. So one entry Consul accepts but the
+// bridge cannot serve (a path_regex Go's RE2 refuses, say) is rejected
+// alone and named, instead of holding back every other entry and every
+// HCL change; finding it takes about log2(entries) checks. What no single
+// entry explains (a conflict with the HCL files is not checked here)
+// stays in the documents for the policy to report.
 func Checked(e Entries) ([]Document, []Note, []Rejected) {
+	c := &checker{parsed: map[[32]byte]parsedDoc{}}
 	docs, notes := ToHCL(e)
-	errs := errorsOf(docs)
-	if len(errs) == 0 {
-		return docs, notes, nil
-	}
+	errs := c.errorsOf(docs)
 	var rejected []Rejected
 	for len(errs) > 0 {
-		found := false
-		for _, id := range entryIDs(e) {
-			try := e.without(id)
-			tdocs, tnotes := ToHCL(try)
-			terrs := errorsOf(tdocs)
-			if len(terrs) >= len(errs) {
-				continue
-			}
-			rejected = append(rejected, Rejected{Entry: id, Diagnostics: gone(errs, terrs)})
-			e, docs, notes, errs, found = try, tdocs, tnotes, terrs, true
+		id, ok := c.culprit(e, entryIDs(e), len(errs))
+		if !ok {
 			break
 		}
-		if !found {
-			break
-		}
+		e = e.without(id)
+		tdocs, tnotes := ToHCL(e)
+		terrs := c.errorsOf(tdocs)
+		rejected = append(rejected, Rejected{Entry: id, Diagnostics: gone(errs, terrs)})
+		docs, notes, errs = tdocs, tnotes, terrs
 	}
 	return docs, notes, rejected
+}
+
+// checker parses each distinct document once across the trials.
+type checker struct {
+	parsed map[[32]byte]parsedDoc
+}
+
+type parsedDoc struct {
+	doc   *policy.Document
+	diags hcl.Diagnostics
+}
+
+// culprit is the first of ids whose removal, with the ids before it,
+// leaves fewer than n errors (bisection: removing more entries rarely
+// adds errors), confirmed by removing it alone; else the first id whose
+// removal alone does.
+func (c *checker) culprit(e Entries, ids []string, n int) (string, bool) {
+	fewer := func(drop ...string) bool {
+		docs, _ := ToHCL(e.without(drop...))
+		return len(c.errorsOf(docs)) < n
+	}
+	lo, hi := 0, len(ids) // removing ids[:lo] does not help; ids[:hi] does
+	if hi == 0 || !fewer(ids...) {
+		return "", false
+	}
+	for hi-lo > 1 {
+		if mid := (lo + hi) / 2; fewer(ids[:mid]...) {
+			hi = mid
+		} else {
+			lo = mid
+		}
+	}
+	if fewer(ids[hi-1]) {
+		return ids[hi-1], true
+	}
+	for _, id := range ids {
+		if fewer(id) {
+			return id, true
+		}
+	}
+	return "", false
 }
 
 // errorsOf parses and merges documents alone and returns their errors,
 // each as "summary: detail" without its position (positions in generated
 // documents would point at whichever entry's document carried the value).
-func errorsOf(docs []Document) []string {
+func (c *checker) errorsOf(docs []Document) []string {
 	var diags hcl.Diagnostics
 	var parsed []*policy.Document
 	for _, d := range docs {
-		doc, ds := policy.ParseKV(d.Name, d.Source)
-		diags = append(diags, ds...)
-		if doc != nil {
-			parsed = append(parsed, doc)
+		k := sha256.Sum256([]byte(d.Name + "\x00" + string(d.Source)))
+		p, ok := c.parsed[k]
+		if !ok {
+			p.doc, p.diags = policy.ParseKV(d.Name, d.Source)
+			c.parsed[k] = p
+		}
+		diags = append(diags, p.diags...)
+		if p.doc != nil {
+			parsed = append(parsed, p.doc)
 		}
 	}
 	if !diags.HasErrors() {
@@ -128,33 +169,32 @@ func entryIDs(e Entries) []string {
 	return out
 }
 
-// without is e less one entry ("kind/name"); e itself is not changed.
-func (e Entries) without(id string) Entries {
-	kind, name, _ := strings.Cut(id, "/")
-	switch kind {
-	case api.ServiceDefaults:
-		e.Defaults = dropped(e.Defaults, name)
-	case api.ServiceResolver:
-		e.Resolvers = dropped(e.Resolvers, name)
-	case api.ServiceSplitter:
-		e.Splitters = dropped(e.Splitters, name)
-	case api.ServiceRouter:
-		e.Routers = dropped(e.Routers, name)
-	case api.IngressGateway:
-		e.Ingress = dropped(e.Ingress, name)
-	case api.APIGateway:
-		e.APIGateways = dropped(e.APIGateways, name)
-	case api.HTTPRoute:
-		e.HTTPRoutes = dropped(e.HTTPRoutes, name)
-	case api.TCPRoute:
-		e.TCPRoutes = dropped(e.TCPRoutes, name)
+// without is e less some entries ("kind/name"); e itself is not changed.
+func (e Entries) without(ids ...string) Entries {
+	drop := map[string][]string{}
+	for _, id := range ids {
+		kind, name, _ := strings.Cut(id, "/")
+		drop[kind] = append(drop[kind], name)
 	}
+	e.Defaults = dropped(e.Defaults, drop[api.ServiceDefaults])
+	e.Resolvers = dropped(e.Resolvers, drop[api.ServiceResolver])
+	e.Splitters = dropped(e.Splitters, drop[api.ServiceSplitter])
+	e.Routers = dropped(e.Routers, drop[api.ServiceRouter])
+	e.Ingress = dropped(e.Ingress, drop[api.IngressGateway])
+	e.APIGateways = dropped(e.APIGateways, drop[api.APIGateway])
+	e.HTTPRoutes = dropped(e.HTTPRoutes, drop[api.HTTPRoute])
+	e.TCPRoutes = dropped(e.TCPRoutes, drop[api.TCPRoute])
 	return e
 }
 
-// dropped is a copy of m without key k.
-func dropped[V any](m map[string]V, k string) map[string]V {
+// dropped is m without keys ks: a copy if any is dropped.
+func dropped[V any](m map[string]V, ks []string) map[string]V {
+	if len(ks) == 0 {
+		return m
+	}
 	m = maps.Clone(m)
-	delete(m, k)
+	for _, k := range ks {
+		delete(m, k)
+	}
 	return m
 }

@@ -1,8 +1,11 @@
 package bridge
 
 import (
+	"strings"
+
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/hcl/v2"
+	"github.com/rs/zerolog"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
@@ -23,13 +26,17 @@ type configEntries struct {
 	docs    *configDocs
 	// last are the policy kinds' entries docs was made from.
 	last []api.ConfigEntry
+	// log reports entries rejected alone (they are also warnings on
+	// /v1/policy).
+	log zerolog.Logger
 }
 
 // configDocs is one translation of the entries; never changed once made
 // (reads off the loop hold it).
 type configDocs struct {
-	docs  []configentry.Document
-	notes []configentry.Note
+	docs     []configentry.Document
+	notes    []configentry.Note
+	rejected []configentry.Rejected
 }
 
 func (c *configEntries) waiting() bool { return c.needed && c.docs == nil }
@@ -43,8 +50,14 @@ func (c *configEntries) set(u consul.ConfigEntriesUpdate) {
 		}
 	}
 	e.Mesh = c.mesh
-	docs, more := configentry.ToHCL(e)
-	c.docs = &configDocs{docs: docs, notes: append(notes, more...)}
+	// An entry whose translation the policy refuses is left out alone and
+	// named: the other entries and the HCL keep applying.
+	docs, more, rejected := configentry.Checked(e)
+	for _, r := range rejected {
+		c.log.Error().Str("entry", r.Entry).Strs("diagnostics", r.Diagnostics).
+			Msg("config entry rejected: Consul accepted it but the bridge cannot translate it; it is not served until fixed, the other entries and the HCL keep applying")
+	}
+	c.docs = &configDocs{docs: docs, notes: append(notes, more...), rejected: rejected}
 }
 
 // parseConfigDocs parses the entries' documents (as KV documents: policy
@@ -64,6 +77,11 @@ func (l *loop) parseConfigDocs(ce *configDocs) ([]*policy.Document, hclDiagnosti
 			docs = append(docs, doc)
 		}
 		sources = append(sources, SourceStatus{Name: d.Name, Kind: "config-entry", Hash: hash(d.Source)})
+	}
+	for _, r := range ce.rejected {
+		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagWarning, Summary: "Config entry rejected",
+			Detail:  "Consul accepted this entry, but its translation is not a valid policy, so it is not served (the other entries and the HCL keep applying); fix or delete it: " + strings.Join(r.Diagnostics, "; "),
+			Subject: &hcl.Range{Filename: configentry.DocPrefix + r.Entry}})
 	}
 	for _, n := range ce.notes {
 		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagWarning, Summary: "Config entry not fully translated", Detail: n.Text,

@@ -295,7 +295,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 		// One watcher for the policy's kinds and the mesh's, so a kind
 		// both read (service-defaults) is one query.
 		cw := consul.NewConfigEntriesWatcher(consul.ConfigEntriesConfig{Client: client, Kinds: kinds, Query: q, Logger: consulLog, OnQuery: d.consulQuery})
-		ce = configEntries{needed: s.Consul.ConfigEntries, mesh: mesh.needed, updates: cw.Updates()}
+		ce = configEntries{needed: s.Consul.ConfigEntries, mesh: mesh.needed, updates: cw.Updates(), log: d.log}
 		wg.Go(func() { fail(cw.Run(ctx)) })
 	}
 	var meshUpdates <-chan consul.MeshUpdate

@@ -34,6 +34,7 @@ proxy "edge" {
     }
     tag_routes {
       format = "fabio"
+      owners = { "shop.example.com" = ["api", "web"] }
     }
   }
 }

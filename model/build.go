@@ -443,7 +443,7 @@ func (b *builder) group(p *policy.Proxy, tags map[string][]tagroute.Route) ir.Gr
 			il.VirtualHosts = append(il.VirtualHosts, ivh)
 		}
 		if l.TagRoutes != "" {
-			addTagRoutes(&il, tags[l.TagRoutes])
+			addTagRoutes(&il, tags[name])
 		}
 		g.Listeners = append(g.Listeners, il)
 	}

@@ -1,7 +1,9 @@
 package model
 
 import (
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
@@ -23,8 +25,11 @@ func usesTagRoutes(pol *policy.Policy) bool {
 }
 
 // tagRoutes reads the routes of every listener with tag_routes from the
-// local catalog's tags, once per format, and reports each tag that does
-// not parse as a warning. The services they send to become clusters.
+// local catalog's tags, per listener (its own virtual hosts and
+// tag_routes owners decide whose tags may route which host), keyed by
+// the listener's LDS name, and reports each tag that does not parse or
+// whose claim is refused as a warning. The services they send to become
+// clusters.
 func (b *builder) tagRoutes() map[string][]tagroute.Route {
 	if !usesTagRoutes(b.pol) || b.cat == nil {
 		return nil
@@ -40,20 +45,29 @@ func (b *builder) tagRoutes() map[string][]tagroute.Route {
 		}
 		services = append(services, ts)
 	}
-	byFormat := map[string][]tagroute.Route{}
+	byListener := map[string][]tagroute.Route{}
+	seen := map[string]bool{}
 	for _, p := range b.pol.Proxies {
 		for _, l := range p.Listeners {
-			if _, done := byFormat[l.TagRoutes]; l.TagRoutes != "" && !done {
-				f := l.TagRoutes
-				routes, warnings := tagroute.Routes(f, services)
-				byFormat[f] = routes // read once per format, even when empty
-				for _, w := range warnings {
-					b.warn("tag routes (%s): %s", f, w)
+			if l.TagRoutes == "" {
+				continue
+			}
+			owners := tagroute.Owners{Allowed: l.TagRouteOwners}
+			for _, vh := range l.VirtualHosts {
+				owners.Domains = append(owners.Domains, vh.Domains...)
+			}
+			routes, warnings := tagroute.Routes(l.TagRoutes, services, owners)
+			byListener[p.Name+"."+l.Name] = routes
+			for _, w := range warnings {
+				// Listeners alike warn alike: once is enough.
+				if w = fmt.Sprintf("tag routes (%s): %s", l.TagRoutes, w); !seen[w] {
+					seen[w] = true
+					b.warn("%s", w)
 				}
 			}
 		}
 	}
-	return byFormat
+	return byListener
 }
 
 // tagServices lists the services tag routes send to.
@@ -75,19 +89,27 @@ func tagServices(byFormat map[string][]tagroute.Route) []string {
 }
 
 // addTagRoutes appends tag routes to a listener: to the end of the
-// virtual host that already serves the route's host (so the policy's own
-// routes match first), or to a virtual host of their own.
+// virtual host that already serves the route's host, compared
+// case-insensitively as Envoy does (the policy's own routes match first;
+// tagroute admitted them only if tag_routes owners allows), or to a
+// virtual host of their own, one per host, so that no domain repeats.
 func addTagRoutes(il *ir.Listener, routes []tagroute.Route) {
 	for _, r := range routes {
-		domain := r.Host
+		domain := strings.ToLower(r.Host)
 		if domain == "" {
 			domain = "*"
 		}
-		i := slices.IndexFunc(il.VirtualHosts, func(vh ir.VirtualHost) bool { return slices.Contains(vh.Domains, domain) })
+		i := slices.IndexFunc(il.VirtualHosts, func(vh ir.VirtualHost) bool {
+			return slices.ContainsFunc(vh.Domains, func(d string) bool { return strings.EqualFold(d, domain) })
+		})
 		if i < 0 {
 			name := "tags"
-			if r.Host != "" {
-				name = "tags-" + strings.ReplaceAll(r.Host, ".", "-")
+			if domain != "*" {
+				name = "tags-" + strings.ReplaceAll(domain, ".", "-")
+			}
+			// "a-b.c" and "a.b-c" would share a name: keep names unique.
+			for n, base := 2, name; slices.ContainsFunc(il.VirtualHosts, func(vh ir.VirtualHost) bool { return vh.Name == name }); n++ {
+				name = base + "-" + strconv.Itoa(n)
 			}
 			il.VirtualHosts = append(il.VirtualHosts, ir.VirtualHost{Name: name, Domains: []string{domain}})
 			i = len(il.VirtualHosts) - 1

@@ -137,6 +137,10 @@ type Listener struct {
 	// TagRoutes, if set ("fabio" or "traefik"), adds the routes catalog
 	// services declare in their tags after the listener's own.
 	TagRoutes string
+	// TagRouteOwners maps a host ("*" for host-less routes, "/PATH" for
+	// host-less routes of that path) to the services whose tags may route
+	// it (tagroute.Owners.Allowed).
+	TagRouteOwners map[string][]string
 	// HTTP is the listener's HTTP features (upgrades, compression, ...).
 	HTTP ir.ListenerHTTP
 	// JWKSFiles are the local key sets of HTTP.JWTProviders, which

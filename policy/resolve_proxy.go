@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"path"
 	"slices"
@@ -120,6 +121,7 @@ func (r *resolver) listener(group string, b *listenerBlock) *Listener {
 		case l.Protocol != "http":
 			r.add(tr.DefRange, "tag_routes on a tcp listener", "%s: tag routes match hosts and paths; use them on an http listener.", where)
 		}
+		l.TagRouteOwners = r.tagRouteOwners(tr, where)
 	}
 	switch l.Protocol {
 	case "tcp":
@@ -185,4 +187,30 @@ func (r *resolver) listener(group string, b *listenerBlock) *Listener {
 	l.TLS = r.listenerTLS(group, b, l, where)
 	r.listenerHTTP(group, b, l, where)
 	return l
+}
+
+// tagRouteOwners checks tag_routes owners: keys are hosts, "*" or "/PATH",
+// each once when compared case-insensitively (as Envoy compares hosts).
+func (r *resolver) tagRouteOwners(tr *tagRoutesBlock, where string) map[string][]string {
+	if len(tr.Owners) == 0 {
+		return nil
+	}
+	rng := valueRange(tr.Body, "owners", tr.DefRange)
+	seen := map[string]string{}
+	for _, k := range slices.Sorted(maps.Keys(tr.Owners)) {
+		switch lk := strings.ToLower(k); {
+		case k == "" || strings.ContainsAny(k, " \t") || (strings.Contains(k, "/") && !strings.HasPrefix(k, "/")):
+			r.add(rng, "Invalid tag_routes owners key", "%s: owners key %q is not a host, \"*\" (routes without a host) or \"/PATH\" (routes without a host, of that path).", where, k)
+		case seen[lk] != "":
+			r.add(rng, "Duplicate tag_routes owners key", "%s: owners keys %q and %q are the same host (hosts compare case-insensitively); keep one.", where, seen[lk], k)
+		default:
+			seen[lk] = k
+		}
+		for _, s := range tr.Owners[k] {
+			if s == "" {
+				r.add(rng, "Invalid tag_routes owner", "%s: owners[%q] lists an empty service name.", where, k)
+			}
+		}
+	}
+	return tr.Owners
 }

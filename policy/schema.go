@@ -148,9 +148,11 @@ type listenerBlock struct {
 // tagRoutesBlock makes a listener also serve the routes services declare
 // in their Consul tags (package tagroute).
 type tagRoutesBlock struct {
-	Format   string    `hcl:"format"`
-	Body     hcl.Body  `hcl:",body"`
-	DefRange hcl.Range `hcl:",def_range"`
+	Format string `hcl:"format"`
+	// Owners: host, "*" or "/PATH" -> the services whose tags may route it.
+	Owners   map[string][]string `hcl:"owners,optional"`
+	Body     hcl.Body            `hcl:",body"`
+	DefRange hcl.Range           `hcl:",def_range"`
 }
 
 // listenerTLSBlock is a listener's `tls` block: TLS terminated by Envoy

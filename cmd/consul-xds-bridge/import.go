@@ -53,9 +53,14 @@ func importCmd(args []string, stdout, stderr io.Writer) int {
 		}
 	}
 	e.Mesh = *mesh
-	docs, notes := configentry.ToHCL(e)
+	// As the daemon does: an entry the policy cannot take is left out, named.
+	docs, notes, rejected := configentry.Checked(e)
 	fmt.Fprintf(stdout, "# Policy translated from Consul config entries by consul-xds-bridge %s.\n", version)
 	fmt.Fprintln(stdout, "# A policy that names services exports only those: add export_all_services = true to keep every other catalog service too.")
+	for _, r := range rejected {
+		fmt.Fprintf(stdout, "# REJECTED %s\n", r)
+		fmt.Fprintf(stderr, "import: %s\n", r)
+	}
 	for _, n := range notes {
 		fmt.Fprintf(stdout, "# NOTE %s\n", n)
 	}

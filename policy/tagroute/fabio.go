@@ -22,12 +22,78 @@ type fabioRoute struct {
 	source     string
 }
 
+// fabioTag is one urlprefix tag of one service, parsed.
+type fabioTag struct {
+	claim
+	strip    string
+	redirect *ir.Redirect
+	weight   float64 // 0: not set
+	source   string
+}
+
 // fabio reads `urlprefix-HOST/PATH opt=value ...` tags with the options
-// strip=, redirect=CODE,URL and weight=.
-func fabio(services []Service) ([]Route, []string) {
-	var warnings []string
+// strip=, redirect=CODE,URL and weight=. Only the tags owners admits are
+// combined, so a service's weight=, redirect= or strip= reaches a prefix
+// only when the service may route its host.
+func fabio(services []Service, owners Owners) ([]Route, []string) {
+	tags, warnings := fabioTags(services)
+	claims := make([]claim, len(tags))
+	for i, t := range tags {
+		claims[i] = t.claim
+	}
+	admitted, refused := owners.admit(claims)
+	warnings = append(warnings, refused...)
 	byPrefix := map[string]*fabioRoute{}
 	var keys []string
+	for _, t := range tags {
+		if !admitted(t.claim) {
+			continue
+		}
+		key := t.host + t.path
+		r := byPrefix[key]
+		if r == nil {
+			r = &fabioRoute{host: t.host, path: t.path, weights: map[string]float64{}, source: t.source}
+			byPrefix[key] = r
+			keys = append(keys, key)
+		}
+		if t.strip != "" {
+			r.strip = t.strip
+		}
+		if t.redirect != nil {
+			r.redirect = t.redirect
+		}
+		if t.weight > 0 {
+			r.weights[t.service] = t.weight
+		}
+		if !slices.Contains(r.services, t.service) {
+			r.services = append(r.services, t.service)
+		}
+	}
+	var out []Route
+	for _, key := range keys {
+		r := byPrefix[key]
+		rt := ir.Route{Source: r.source, Match: ir.RouteMatch{PathPrefix: r.path}}
+		switch {
+		case r.redirect != nil:
+			rt.Redirect = r.redirect
+		default:
+			rt.Clusters = fabioWeights(r)
+			if r.strip != "" {
+				// Fabio removes the prefix; Envoy's prefix rewrite would
+				// leave "//x" for prefix "/api" on "/api/x".
+				rt.Rewrite = &ir.Rewrite{Regex: "^" + regexp.QuoteMeta(strings.TrimSuffix(r.strip, "/")) + "/?", Substitution: "/"}
+			}
+		}
+		out = append(out, Route{Host: r.host, Route: rt, Services: r.services, priority: len(r.path), order: r.source})
+	}
+	return out, warnings
+}
+
+// fabioTags parses every service's urlprefix tags; a tag with a bad
+// option is left out with a warning.
+func fabioTags(services []Service) ([]fabioTag, []string) {
+	var out []fabioTag
+	var warnings []string
 	for _, s := range services {
 		for _, tag := range uniqueTags(s.Tags) {
 			spec, ok := strings.CutPrefix(tag, "urlprefix-")
@@ -44,20 +110,14 @@ func fabio(services []Service) ([]Route, []string) {
 				warnings = append(warnings, fmt.Sprintf("service %q tag %q: want urlprefix-HOST/PATH (TCP routes, :PORT, are not read)", s.Name, tag))
 				continue
 			}
-			path = "/" + path
-			key := host + path
-			r := byPrefix[key]
-			if r == nil {
-				r = &fabioRoute{host: host, path: path, weights: map[string]float64{}, source: fmt.Sprintf("tag %q of service %q", tag, s.Name)}
-				byPrefix[key] = r
-				keys = append(keys, key)
-			}
+			t := fabioTag{claim: claim{service: s.Name, tag: tag, host: strings.ToLower(host), path: "/" + path},
+				source: fmt.Sprintf("tag %q of service %q", tag, s.Name)}
 			bad := false
 			for _, opt := range fields[1:] {
 				k, v, _ := strings.Cut(opt, "=")
 				switch k {
 				case "strip":
-					r.strip = v
+					t.strip = v
 				case "redirect":
 					rd, err := fabioRedirect(v)
 					if err != nil {
@@ -65,7 +125,7 @@ func fabio(services []Service) ([]Route, []string) {
 						bad = true
 						continue
 					}
-					r.redirect = rd
+					t.redirect = rd
 				case "weight":
 					w, err := strconv.ParseFloat(v, 64)
 					if err != nil || w <= 0 || w > 1 {
@@ -73,37 +133,17 @@ func fabio(services []Service) ([]Route, []string) {
 						bad = true
 						continue
 					}
-					r.weights[s.Name] = w
+					t.weight = w
 				case "proto", "opts", "tlsskipverify", "host":
 					warnings = append(warnings, fmt.Sprintf("service %q tag %q: option %s is not read (set it in the policy's service block)", s.Name, tag, k))
 				default:
 					warnings = append(warnings, fmt.Sprintf("service %q tag %q: unknown option %q", s.Name, tag, opt))
 				}
 			}
-			if !bad && !slices.Contains(r.services, s.Name) {
-				r.services = append(r.services, s.Name)
+			if !bad {
+				out = append(out, t)
 			}
 		}
-	}
-	var out []Route
-	for _, key := range keys {
-		r := byPrefix[key]
-		if len(r.services) == 0 && r.redirect == nil {
-			continue
-		}
-		rt := ir.Route{Source: r.source, Match: ir.RouteMatch{PathPrefix: r.path}}
-		switch {
-		case r.redirect != nil:
-			rt.Redirect = r.redirect
-		default:
-			rt.Clusters = fabioWeights(r)
-			if r.strip != "" {
-				// Fabio removes the prefix; Envoy's prefix rewrite would
-				// leave "//x" for prefix "/api" on "/api/x".
-				rt.Rewrite = &ir.Rewrite{Regex: "^" + regexp.QuoteMeta(strings.TrimSuffix(r.strip, "/")) + "/?", Substitution: "/"}
-			}
-		}
-		out = append(out, Route{Host: r.host, Route: rt, Services: r.services, priority: len(r.path), order: r.source})
 	}
 	return out, warnings
 }

@@ -33,19 +33,22 @@ type Route struct {
 	Services []string
 	priority int
 	order    string // tie-break: service and tag
+	claim    claim  // Traefik: the claim owners admits the route by
 }
 
-// Routes reads every service's tags in format and returns the routes,
-// most specific first (Fabio: longer paths; Traefik: priority, by
-// default the rule's length), and one warning per tag that does not parse.
-func Routes(format string, services []Service) ([]Route, []string) {
+// Routes reads every service's tags in format and returns the routes
+// for one listener, most specific first (Fabio: longer paths; Traefik:
+// priority, by default the rule's length), with one warning per tag that
+// does not parse and per claim owners refuses. Hosts come back
+// lower-cased: Envoy matches them case-insensitively.
+func Routes(format string, services []Service, owners Owners) ([]Route, []string) {
 	var routes []Route
 	var warnings []string
 	switch format {
 	case "fabio":
-		routes, warnings = fabio(services)
+		routes, warnings = fabio(services, owners)
 	case "traefik":
-		routes, warnings = traefik(services)
+		routes, warnings = traefik(services, owners)
 	}
 	slices.SortStableFunc(routes, func(a, b Route) int {
 		return cmp.Or(cmp.Compare(b.priority, a.priority), strings.Compare(a.Host, b.Host), strings.Compare(a.order, b.order))

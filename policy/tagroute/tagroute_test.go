@@ -15,7 +15,7 @@ func TestFabio(t *testing.T) {
 		{Name: "api", Tags: []string{"urlprefix-/api strip=/api", "urlprefix-/legacy redirect=301,https://new.example.com$path"}},
 		{Name: "api-v2", Tags: []string{"urlprefix-/api weight=0.2 strip=/api"}},
 		{Name: "odd", Tags: []string{"urlprefix-", "urlprefix-:5432", "urlprefix-/x weight=2", "urlprefix-/y proto=https"}},
-	})
+	}, Owners{Allowed: map[string][]string{"/api": {"api", "api-v2"}}})
 	type got struct {
 		Host string
 		Rt   ir.Route
@@ -57,7 +57,7 @@ func TestTraefik(t *testing.T) {
 			"traefik.http.middlewares.tls.redirectscheme.scheme=https", "traefik.http.middlewares.tls.redirectscheme.permanent=true"}},
 		{Name: "hidden", Tags: []string{"traefik.enable=false", "traefik.http.routers.h.rule=Host(`h.example.com`)"}},
 		{Name: "bad", Tags: []string{"traefik.http.routers.b.rule=Host(`a`) || Host(`b`)", "traefik.http.routers.c.rule=Query(`x`)", "traefik.http.routers.d.rule=PathPrefix(`/d`)", "traefik.http.routers.d.middlewares=nope"}},
-	})
+	}, Owners{Allowed: map[string][]string{"Shop.example.com": {"api", "web"}}})
 	var got []string
 	for _, r := range routes {
 		s := r.Host + " " + r.Route.Match.PathPrefix + r.Route.Match.Path + " " + r.Route.Match.Method
@@ -98,7 +98,7 @@ func FuzzRoutes(f *testing.F) {
 	f.Add("traefik.http.routers.a.rule=Host(`a`) && PathPrefix(`/p`)")
 	f.Fuzz(func(t *testing.T, tag string) {
 		for _, format := range Formats {
-			Routes(format, []Service{{Name: "s", Tags: []string{tag}}}) // must not panic
+			Routes(format, []Service{{Name: "s", Tags: []string{tag}}, {Name: "t", Tags: []string{tag}}}, Owners{Domains: []string{"*.a", "b*"}}) // must not panic
 		}
 	})
 }

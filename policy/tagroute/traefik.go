@@ -3,6 +3,7 @@ package tagroute
 import (
 	"fmt"
 	"maps"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -34,24 +35,28 @@ var (
 // traefik reads Traefik's Consul catalog tags: routers (rule with Host,
 // PathPrefix, Path, Method and Headers joined by &&; priority;
 // middlewares) and the stripprefix and redirectscheme middlewares.
-// traefik.enable=false leaves a service out.
-func traefik(services []Service) ([]Route, []string) {
+// traefik.enable=false leaves a service out. A router's middleware is the
+// one its own service declares, else the one other services declare if
+// they all declare it alike: another service's tags cannot redefine a
+// middleware a router already has.
+func traefik(services []Service, owners Owners) ([]Route, []string) {
 	var warnings []string
-	middlewares := map[string]*traefikMiddleware{}
+	middlewares := map[string]map[string]*traefikMiddleware{} // service -> name -> middleware
 	var routers []*traefikRouter
 	for _, s := range services {
 		tags := uniqueTags(s.Tags)
 		enabled := true
 		byName := map[string]*traefikRouter{}
+		own := map[string]*traefikMiddleware{}
 		for _, tag := range tags {
 			if tag == "traefik.enable=false" {
 				enabled = false
 			}
 			if m := middlewareTag.FindStringSubmatch(tag); m != nil {
-				mw := middlewares[m[1]]
+				mw := own[m[1]]
 				if mw == nil {
 					mw = &traefikMiddleware{}
-					middlewares[m[1]] = mw
+					own[m[1]] = mw
 				}
 				switch m[2] + "." + m[3] {
 				case "stripprefix.prefixes":
@@ -94,22 +99,55 @@ func traefik(services []Service) ([]Route, []string) {
 		if !enabled {
 			continue
 		}
+		middlewares[s.Name] = own
 		for _, name := range sortedNames(byName) {
 			if byName[name].rule != "" {
 				routers = append(routers, byName[name])
 			}
 		}
 	}
-	var out []Route
+	var routes []Route
+	var claims []claim
 	for _, r := range routers {
-		routes, err := r.routes(middlewares)
+		rs, err := r.routes(middlewares)
 		if err != nil {
 			warnings = append(warnings, fmt.Sprintf("service %q tag %q: %v", r.service, r.tag, err))
 			continue
 		}
-		out = append(out, routes...)
+		for _, rt := range rs {
+			claims = append(claims, rt.claim)
+		}
+		routes = append(routes, rs...)
 	}
-	return out, warnings
+	admitted, refused := owners.admit(claims)
+	warnings = append(warnings, refused...)
+	return slices.DeleteFunc(routes, func(r Route) bool { return !admitted(r.claim) }), warnings
+}
+
+// middleware finds the middleware a router of service names: its own
+// service's, else the one every other service that declares it declares
+// alike.
+func middleware(all map[string]map[string]*traefikMiddleware, service, name string) (*traefikMiddleware, error) {
+	if mw := all[service][name]; mw != nil {
+		return mw, nil
+	}
+	var found *traefikMiddleware
+	var from []string
+	for _, s := range sortedNames(all) {
+		mw := all[s][name]
+		if mw == nil {
+			continue
+		}
+		from = append(from, s)
+		if found != nil && !reflect.DeepEqual(found, mw) {
+			return nil, fmt.Errorf("middleware %q is declared differently by services %s; declare it in this service's own tags", name, quoted(from))
+		}
+		found = mw
+	}
+	if found == nil {
+		return nil, fmt.Errorf("middleware %q is not defined by any service's tags", name)
+	}
+	return found, nil
 }
 
 func sortedNames[V any](m map[string]V) []string {
@@ -117,7 +155,7 @@ func sortedNames[V any](m map[string]V) []string {
 }
 
 // routes is a router as routes: one per Host argument.
-func (r *traefikRouter) routes(middlewares map[string]*traefikMiddleware) ([]Route, error) {
+func (r *traefikRouter) routes(middlewares map[string]map[string]*traefikMiddleware) ([]Route, error) {
 	if strings.Contains(r.rule, "||") || strings.Contains(r.rule, "!") {
 		return nil, fmt.Errorf("rule %q: only terms joined by && are read (no ||, no !)", r.rule)
 	}
@@ -134,7 +172,12 @@ func (r *traefikRouter) routes(middlewares map[string]*traefikMiddleware) ([]Rou
 		}
 		switch {
 		case m[1] == "Host":
-			hosts = append(hosts, args...)
+			for _, h := range args {
+				// Envoy matches hosts case-insensitively: one host once.
+				if h = strings.ToLower(h); !slices.Contains(hosts, h) {
+					hosts = append(hosts, h)
+				}
+			}
 		case m[1] == "PathPrefix" && len(args) == 1:
 			match.PathPrefix = args[0]
 		case m[1] == "Path" && len(args) == 1:
@@ -149,10 +192,10 @@ func (r *traefikRouter) routes(middlewares map[string]*traefikMiddleware) ([]Rou
 	}
 	rt := ir.Route{Source: fmt.Sprintf("tag %q of service %q", r.tag, r.service), Match: match, Clusters: []ir.WeightedCluster{{Name: r.service, Weight: 1}}}
 	for _, name := range r.middlewares {
-		mw := middlewares[name]
+		mw, err := middleware(middlewares, r.service, name)
 		switch {
-		case mw == nil:
-			return nil, fmt.Errorf("middleware %q is not defined by any service's tags", name)
+		case err != nil:
+			return nil, err
 		case mw.redirectTo != "":
 			status := 302
 			if mw.permanent {
@@ -176,7 +219,8 @@ func (r *traefikRouter) routes(middlewares map[string]*traefikMiddleware) ([]Rou
 	}
 	var out []Route
 	for _, h := range hosts {
-		out = append(out, Route{Host: h, Route: rt, Services: []string{r.service}, priority: priority, order: r.service + "/" + r.name})
+		out = append(out, Route{Host: h, Route: rt, Services: []string{r.service}, priority: priority, order: r.service + "/" + r.name,
+			claim: claim{service: r.service, tag: r.tag, host: h, path: match.PathPrefix + match.Path}})
 	}
 	return out, nil
 }

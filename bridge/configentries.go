@@ -1,7 +1,9 @@
 package bridge
 
 import (
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/hcl/v2"
@@ -31,9 +33,18 @@ type configEntries struct {
 	log zerolog.Logger
 }
 
-// configDocs is one translation of the entries; never changed once made
-// (reads off the loop hold it).
+// configDocs is one translation of the entries. The loop makes it from
+// an update at once (cheap); the translation itself, which parses and
+// merges every entry's document and isolates a bad one by bisection,
+// runs on first use, in the read off the loop (reload.go), so a large or
+// hostile set of entries never holds a health flip. Once made it never
+// changes.
 type configDocs struct {
+	entries configentry.Entries
+	added   []configentry.Note // entries Add refused
+	log     zerolog.Logger
+
+	once     sync.Once
 	docs     []configentry.Document
 	notes    []configentry.Note
 	rejected []configentry.Rejected
@@ -50,14 +61,22 @@ func (c *configEntries) set(u consul.ConfigEntriesUpdate) {
 		}
 	}
 	e.Mesh = c.mesh
-	// An entry whose translation the policy refuses is left out alone and
-	// named: the other entries and the HCL keep applying.
-	docs, more, rejected := configentry.Checked(e)
-	for _, r := range rejected {
-		c.log.Error().Str("entry", r.Entry).Strs("diagnostics", r.Diagnostics).
-			Msg("config entry rejected: Consul accepted it but the bridge cannot translate it; it is not served until fixed, the other entries and the HCL keep applying")
-	}
-	c.docs = &configDocs{docs: docs, notes: append(notes, more...), rejected: rejected}
+	c.docs = &configDocs{entries: e, added: notes, log: c.log}
+}
+
+// translated makes the documents once: an entry whose translation the
+// policy refuses is left out alone and named, and the other entries and
+// the HCL keep applying.
+func (cd *configDocs) translated() *configDocs {
+	cd.once.Do(func() {
+		docs, more, rejected := configentry.Checked(cd.entries)
+		for _, r := range rejected {
+			cd.log.Error().Str("entry", r.Entry).Strs("diagnostics", r.Diagnostics).
+				Msg("config entry rejected: Consul accepted it but the bridge cannot translate it; it is not served until fixed, the other entries and the HCL keep applying")
+		}
+		cd.docs, cd.notes, cd.rejected = docs, append(slices.Clip(cd.added), more...), rejected
+	})
+	return cd
 }
 
 // parseConfigDocs parses the entries' documents (as KV documents: policy
@@ -70,6 +89,7 @@ func (l *loop) parseConfigDocs(ce *configDocs) ([]*policy.Document, hclDiagnosti
 		diags   hclDiagnostics
 		sources []SourceStatus
 	)
+	ce = ce.translated()
 	for _, d := range ce.docs {
 		doc, ds := l.parser.Parse(d.Name, d.Source, true)
 		diags = append(diags, ds...)

@@ -149,6 +149,7 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	catalogFile := fs.String("catalog", "", "catalog fixture (Consul API JSON) to translate the policy against (default: an empty catalog); services the policy names that it lacks are warned about")
 	strict := fs.Bool("strict", false, "fail (exit 1) on any warning, for CI")
+	agentFlag := fs.Bool("agent", false, "the files are per-VM agent configurations (recognised without it by allow_groups or an upstream block)")
 	args, err := parseAnywhere(fs, args)
 	if err != nil {
 		return usageExit(err)
@@ -157,15 +158,38 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "validate: name at least one configuration file")
 		return 2
 	}
+	// Agent configurations (-agent, or recognised by what only they
+	// have) are checked as `agent -config` reads them; the rest is the
+	// daemon's configuration and policy.
+	var agentDiags hcl.Diagnostics
+	var policyFiles []string
+	for _, f := range args {
+		if *agentFlag || isAgentConfig(f) {
+			agentDiags = append(agentDiags, validateAgent(f)...)
+		} else {
+			policyFiles = append(policyFiles, f)
+		}
+	}
+	if len(policyFiles) == 0 {
+		if len(agentDiags) > 0 {
+			printDiagnostics(stderr, agentDiags)
+		}
+		if agentDiags.HasErrors() || *strict && len(agentDiags) > 0 {
+			return 1
+		}
+		fmt.Fprintf(stdout, "%d agent configuration file(s) valid\n", len(args))
+		return 0
+	}
 	cat, err := readCatalogFile(*catalogFile)
 	if err != nil {
 		fmt.Fprintf(stderr, "validate: %v\n", err)
 		return 1
 	}
-	cfg, _, diags := policy.LoadFiles(args...)
+	cfg, _, diags := policy.LoadFiles(policyFiles...)
+	diags = append(agentDiags, diags...)
 	if !diags.HasErrors() && cfg != nil {
 		// What `run` refuses at start: the files its settings name.
-		diags = append(diags, checkSettingFiles(args, cfg.Settings)...)
+		diags = append(diags, checkSettingFiles(policyFiles, cfg.Settings)...)
 	}
 	var warnings []string
 	if !diags.HasErrors() && cfg != nil {
@@ -280,10 +304,52 @@ func bootstrapCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// printDiagnostics prints each diagnostic as `file:line:col: message`,
+// then the source line it points at with a caret under the range, as
+// compilers do, when the file can be read (a KV key's position has no
+// file here).
 func printDiagnostics(w io.Writer, diags hcl.Diagnostics) {
-	for _, line := range policy.FormatDiagnostics(diags) {
+	sources := map[string][]string{}
+	for i, line := range policy.FormatDiagnostics(diags) {
 		fmt.Fprintln(w, line)
+		if snippet := sourceSnippet(diags[i].Subject, sources); snippet != "" {
+			fmt.Fprint(w, snippet)
+		}
 	}
+}
+
+// sourceSnippet is the line rng starts on and a caret line under it.
+func sourceSnippet(rng *hcl.Range, cache map[string][]string) string {
+	if rng == nil || rng.Start.Line == 0 || rng.Filename == "" {
+		return ""
+	}
+	lines, ok := cache[rng.Filename]
+	if !ok {
+		if b, err := readSettingFile(rng.Filename); err == nil {
+			lines = strings.Split(string(b), "\n")
+		}
+		cache[rng.Filename] = lines
+	}
+	if rng.Start.Line > len(lines) {
+		return ""
+	}
+	src := strings.TrimRight(lines[rng.Start.Line-1], "\r")
+	col := max(rng.Start.Column, 1)
+	if col > len(src)+1 {
+		return ""
+	}
+	width := 1
+	if rng.End.Line == rng.Start.Line && rng.End.Column > col {
+		width = min(rng.End.Column-col, len(src)+1-col)
+	}
+	// Tabs keep their width in the caret line, so the caret lines up.
+	pad := []rune(src[:col-1])
+	for i, r := range pad {
+		if r != '\t' {
+			pad[i] = ' '
+		}
+	}
+	return fmt.Sprintf("  %4d | %s\n       | %s%s\n", rng.Start.Line, src, string(pad), strings.Repeat("^", max(width, 1)))
 }
 
 // logTimeFormat is RFC 3339 with milliseconds: a change's events (Consul's

@@ -81,3 +81,27 @@ proxy "edge" {
 		t.Errorf("validate -strict without a catalog: exit %d, stderr %q; want 0 and no catalog warnings", code, errOut.String())
 	}
 }
+
+// TestValidateReadsAgentConfigs: the shipped agent configuration is read
+// as one (it used to give 8 "Unsupported argument" errors): its only
+// errors are the TLS files it names, which do not exist here, each at
+// its line with the source line and a caret; with them present, it is
+// valid.
+func TestValidateReadsAgentConfigs(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := realMain([]string{"validate", "../../examples/vm/agent.hcl"}, &out, &errOut)
+	var errs []string
+	for _, l := range strings.Split(errOut.String(), "\n") {
+		if strings.HasPrefix(l, "../../examples/vm/agent.hcl:") {
+			errs = append(errs, l)
+		}
+	}
+	if code != 1 || len(errs) != 3 || strings.Contains(errOut.String(), "Unsupported argument") || !strings.Contains(errOut.String(), "|     ca_file") || !strings.Contains(errOut.String(), "^^^") {
+		t.Fatalf("validate agent.hcl: exit %d, stderr:\n%s\nwant exit 1 and three errors, about its TLS files, with source lines", code, errOut.String())
+	}
+	for _, e := range errs {
+		if !strings.Contains(e, "Cannot read the") || !strings.Contains(e, "/etc/consul-xds-bridge/") {
+			t.Errorf("unexpected error: %s", e)
+		}
+	}
+}

@@ -64,7 +64,7 @@ fmt-check:
 	if [ -n "$$out" ]; then echo "gofmt needed on:"; echo "$$out"; exit 1; fi
 
 run: build consul
-	$(GO) run ./examples/demo -consul $(CONSUL) -bridge $(BIN) -config config.hcl
+	$(GO) run ./examples/demo -consul-bin $(CONSUL) -bridge $(BIN) -config config.hcl
 
 # The Debian package (binary, systemd unit, default config, system user)
 # into dist/. Install it with apt-get install ./dist/consul-xds-bridge_*.deb.

@@ -1,10 +1,13 @@
-// Command demo runs consul-xds-bridge against a local Consul with a few
-// demo services, for `make run`. It starts a `consul agent -dev` when none
-// answers at the configured address, starts small HTTP backends that answer
-// with their instance id and a gRPC echo service, registers them with
-// health checks, runs the bridge binary with the given config, and a
-// proxyless gRPC client calling the echo service through it, until
-// interrupted.
+// Command demo runs consul-xds-bridge against a Consul agent of its own
+// with a few demo services, for `make run`. It starts a private `consul
+// agent -dev` on free ports (an agent already answering on the machine,
+// often the operator's own and joined to a real cluster, is left alone
+// unless -consul names it), starts small HTTP backends that answer with
+// their instance id and a gRPC echo service, registers them with health
+// checks, runs the bridge binary with the given config pointed at that
+// agent, and a proxyless gRPC client calling the echo service through it,
+// until interrupted. One demo runs at a time; it exits non-zero when the
+// bridge cannot start, and deregisters exactly what it registered.
 package main
 
 import (
@@ -28,7 +31,8 @@ import (
 )
 
 func main() {
-	consulBin := flag.String("consul", "consul", "consul binary to start when no agent answers")
+	consulBin := flag.String("consul-bin", "consul", "consul binary to start the demo's own agent with")
+	useConsul := flag.String("consul", "", "use the Consul agent at this HOST:PORT instead of starting one (the demo registers its services there and deregisters exactly those on exit)")
 	bridgeBin := flag.String("bridge", "bin/consul-xds-bridge", "consul-xds-bridge binary")
 	config := flag.String("config", "config.hcl", "bridge configuration file")
 	asClient := flag.Bool("grpc-client", false, "be the demo's proxyless gRPC client (started by the demo itself)")
@@ -42,7 +46,7 @@ func main() {
 		}
 		return
 	}
-	if err := run(*consulBin, *bridgeBin, *config); err != nil {
+	if err := run(*consulBin, *useConsul, *bridgeBin, *config); err != nil {
 		fmt.Fprintln(os.Stderr, "demo:", err)
 		os.Exit(1)
 	}
@@ -54,27 +58,30 @@ var demoServices = []struct {
 	instances int
 }{{"web", 3}, {"api", 2}}
 
-func run(consulBin, bridgeBin, config string) error {
+func run(consulBin, useConsul, bridgeBin, config string) error {
+	unlock, err := lockDemo()
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	cfg, _, diags := policy.LoadFiles(config)
 	if diags.HasErrors() {
 		return fmt.Errorf("%s: %s", config, diags.Error())
 	}
 	s := cfg.Settings
-	addr := s.Consul.Address
-	if addr == "" {
-		addr = "127.0.0.1:8500"
-	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	apiCfg := api.DefaultConfig()
-	apiCfg.Address = addr
-	client, err := api.NewClient(apiCfg)
-	if err != nil {
-		return err
-	}
-	if !consulAnswers(client) {
-		agent, err := startConsul(consulBin, addr)
+	addr := useConsul
+	if addr == "" {
+		configured := s.Consul.Address
+		if configured == "" {
+			configured = "127.0.0.1:8500"
+		}
+		if consulAnswers(newClient(configured)) {
+			fmt.Printf("a Consul agent answers at %s: the demo leaves it alone and runs its own (pass -consul %s to use that one)\n", configured, configured)
+		}
+		agent, agentAddr, err := startConsul(consulBin)
 		if err != nil {
 			return err
 		}
@@ -82,13 +89,29 @@ func run(consulBin, bridgeBin, config string) error {
 			_ = agent.Process.Signal(syscall.SIGTERM)
 			_ = agent.Wait()
 		}()
-		if err := waitForLeader(ctx, client); err != nil {
-			return err
-		}
-		fmt.Printf("started consul agent -dev at http://%s (UI at /ui)\n", addr)
-	} else {
-		fmt.Printf("using the Consul agent at http://%s\n", addr)
+		addr = agentAddr
 	}
+	client := newClient(addr)
+	if err := waitForLeader(ctx, client); err != nil {
+		return fmt.Errorf("consul agent at %s: %w", addr, err)
+	}
+	if useConsul != "" {
+		// Never take over what is there: a registration with one of the
+		// demo's IDs is someone else's (or another demo's).
+		if taken, err := takenIDs(client); err != nil {
+			return fmt.Errorf("consul agent at %s: %w", addr, err)
+		} else if len(taken) > 0 {
+			return fmt.Errorf("the Consul agent at %s already has services with the demo's IDs %v; the demo does not take them over", addr, taken)
+		}
+		fmt.Printf("using the Consul agent at http://%s\n", addr)
+	} else {
+		fmt.Printf("started the demo's own consul agent -dev at http://%s (UI at /ui)\n", addr)
+	}
+	config, err = withConsulAddress(config, addr)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(config)
 
 	for _, svc := range demoServices {
 		for i := 1; i <= svc.instances; i++ {
@@ -151,7 +174,20 @@ agent it started.
 	if ctx.Err() != nil {
 		return nil
 	}
+	// The bridge ended by itself (it could not bind, say): stop the rest
+	// (the gRPC client, the backends) so the demo exits, non-zero.
+	stop()
 	return fmt.Errorf("bridge exited: %w", err)
+}
+
+func newClient(addr string) *api.Client {
+	c := api.DefaultConfig()
+	c.Address = addr
+	// Our own transport: the operator's CONSUL_* TLS settings do not
+	// apply to the demo's agent.
+	c.Transport = http.DefaultTransport.(*http.Transport).Clone()
+	client, _ := api.NewClient(c) // fails only on a bad TLS config, which this has none of
+	return client
 }
 
 func consulAnswers(c *api.Client) bool {
@@ -159,18 +195,36 @@ func consulAnswers(c *api.Client) bool {
 	return err == nil && leader != ""
 }
 
-func startConsul(bin, addr string) (*exec.Cmd, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("consul address %q: %w", addr, err)
+// consulPorts are the agent's ports, every one chosen free: a dev agent
+// on Consul's default ports would collide with an agent already on the
+// machine (serf, server RPC, DNS, gRPC), not only on HTTP.
+var consulPorts = []string{"http-port", "dns-port", "grpc-port", "grpc-tls-port", "serf-lan-port", "serf-wan-port", "server-port"}
+
+// startConsul starts the demo's own dev agent on free loopback ports and
+// returns its HTTP address.
+func startConsul(bin string) (*exec.Cmd, string, error) {
+	args := []string{"agent", "-dev", "-bind", "127.0.0.1", "-client", "127.0.0.1", "-log-level", "warn"}
+	var held []net.Listener
+	ports := map[string]int{}
+	for _, p := range consulPorts {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, "", err
+		}
+		held = append(held, ln)
+		ports[p] = ln.Addr().(*net.TCPAddr).Port
+		args = append(args, "-"+p, strconv.Itoa(ports[p]))
 	}
-	cmd := exec.Command(bin, "agent", "-dev", "-bind", "127.0.0.1", "-client", host, "-http-port", port, "-log-level", "warn")
+	for _, ln := range held {
+		ln.Close()
+	}
+	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s (run `make consul` to build it): %w", bin, err)
+		return nil, "", fmt.Errorf("start %s (run `make consul` to build it): %w", bin, err)
 	}
 	// Stopped by run's deferred call, after the demo services deregister.
-	return cmd, nil
+	return cmd, net.JoinHostPort("127.0.0.1", strconv.Itoa(ports["http-port"])), nil
 }
 
 func waitForLeader(ctx context.Context, c *api.Client) error {

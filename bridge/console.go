@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"maps"
 	"net/http"
+	"net/netip"
 	"slices"
 	"strings"
 
@@ -67,6 +68,30 @@ type ServiceUsage struct {
 	// listener to one of Clusters; "(proxyless gRPC)" for the API
 	// listeners of proxyless clients.
 	Groups []string `json:"groups,omitempty"`
+	// Endpoints is what EDS tells proxies of each cluster's endpoints
+	// ("ADDRESS:PORT" -> health and weight), beside Consul's checks: the
+	// two differ on purpose (a warning check is HEALTHY, maintenance is
+	// DRAINING), and the console shows both.
+	Endpoints map[string]map[string]EndpointState `json:"endpoints,omitempty"`
+	// Starved lists the clusters some route sends traffic to while none
+	// of their endpoints is healthy (a subset whose instances all fail):
+	// those requests get 503s.
+	Starved []StarvedCluster `json:"starved,omitempty"`
+}
+
+// EndpointState is one endpoint as EDS serves it.
+type EndpointState struct {
+	Health   string `json:"health"`
+	Weight   uint32 `json:"weight"`
+	Priority uint32 `json:"priority,omitempty"`
+}
+
+// StarvedCluster is a routed-to cluster with no healthy endpoint, and the
+// groups whose routes send traffic to it.
+type StarvedCluster struct {
+	Cluster   string   `json:"cluster"`
+	Endpoints int      `json:"endpoints"`
+	Groups    []string `json:"groups"`
 }
 
 // proxylessGroup names the proxyless gRPC API listeners in ServiceUsage.
@@ -79,6 +104,7 @@ func serviceUsage(m *ir.Model) map[string]*ServiceUsage {
 	}
 	clusterService := map[string]string{}
 	out := map[string]*ServiceUsage{}
+	healthy := map[string]int{}
 	for _, c := range m.Clusters {
 		svc := c.Service
 		if svc == "" {
@@ -87,12 +113,21 @@ func serviceUsage(m *ir.Model) map[string]*ServiceUsage {
 		clusterService[c.Name] = svc
 		u := out[svc]
 		if u == nil {
-			u = &ServiceUsage{}
+			u = &ServiceUsage{Endpoints: map[string]map[string]EndpointState{}}
 			out[svc] = u
 		}
 		u.Clusters = append(u.Clusters, c.Name)
+		eps := map[string]EndpointState{}
+		for _, e := range c.Endpoints {
+			eps[netip.AddrPortFrom(e.Address, uint16(e.Port)).String()] = EndpointState{Health: e.Health.String(), Weight: e.Weight, Priority: e.Priority}
+			if e.Health == ir.Healthy {
+				healthy[c.Name]++
+			}
+		}
+		u.Endpoints[c.Name] = eps
 	}
-	groups := map[string]map[string]bool{} // service -> groups
+	groups := map[string]map[string]bool{}   // service -> groups
+	routedBy := map[string]map[string]bool{} // cluster -> groups
 	mark := func(group, cluster string) {
 		svc, ok := clusterService[cluster]
 		if !ok {
@@ -102,6 +137,10 @@ func serviceUsage(m *ir.Model) map[string]*ServiceUsage {
 			groups[svc] = map[string]bool{}
 		}
 		groups[svc][group] = true
+		if routedBy[cluster] == nil {
+			routedBy[cluster] = map[string]bool{}
+		}
+		routedBy[cluster][group] = true
 	}
 	walk := func(group string, ls []ir.Listener) {
 		for _, l := range ls {
@@ -127,6 +166,11 @@ func serviceUsage(m *ir.Model) map[string]*ServiceUsage {
 	for svc, u := range out {
 		slices.Sort(u.Clusters)
 		u.Groups = slices.Sorted(maps.Keys(groups[svc]))
+		for _, c := range u.Clusters {
+			if routedBy[c] != nil && healthy[c] == 0 {
+				u.Starved = append(u.Starved, StarvedCluster{Cluster: c, Endpoints: len(u.Endpoints[c]), Groups: slices.Sorted(maps.Keys(routedBy[c]))})
+			}
+		}
 	}
 	return out
 }

@@ -25,6 +25,11 @@ import (
 var screenshots = flag.Bool("screenshots", false, "write the console's screenshots into docs/ (the README embeds them)")
 
 const consolePolicy = `
+service "web" {
+  subset "v2" {
+    tags = ["v2"]
+  }
+}
 proxy "edge" {
   listener "http" {
     port = 8080
@@ -34,6 +39,13 @@ proxy "edge" {
           path_prefix = "/api/"
         }
         service = "api"
+      }
+      route {
+        match {
+          path_prefix = "/v2/"
+        }
+        service = "web"
+        subset  = "v2"
       }
       route {
         service = "web"
@@ -104,6 +116,13 @@ func TestConsoleInBrowser(t *testing.T) {
 		browsertest.WaitText(t, ctx, `[data-count="NACKED"] .n`, wait, is("1"))
 		browsertest.WaitText(t, ctx, `[data-count="ALL"] .n`, wait, is("2"))
 		shot(t, ctx, "console-proxies.png")
+		// Searching by node id leaves the proxies whose id has it.
+		run(t, ctx, chromedp.SendKeys(chromedp.CSS("#filter-node"), "picky"))
+		browsertest.WaitText(t, ctx, "#proxies tbody", wait, func(s string) bool {
+			return strings.Contains(s, "picky-1") && !strings.Contains(s, "test-sotw-edge")
+		})
+		evalBool(t, ctx, `((el) => { el.value = ""; el.dispatchEvent(new Event("input")); return true })(document.querySelector("#filter-node"))`)
+		browsertest.WaitText(t, ctx, "#proxies tbody", wait, func(s string) bool { return strings.Contains(s, "test-sotw-edge") })
 		// Filtering by status leaves only the NACKing proxy.
 		run(t, ctx, chromedp.Click(chromedp.CSS(`[data-count="NACKED"]`)))
 		browsertest.WaitText(t, ctx, "#proxies tbody", wait, func(s string) bool {
@@ -144,12 +163,29 @@ func TestConsoleInBrowser(t *testing.T) {
 		goTo(t, ctx, "#/catalog")
 		browsertest.WaitText(t, ctx, `li[data-instance="web-1"] .instance-status`, wait, is("passing"))
 		browsertest.WaitText(t, ctx, `tr[data-service="web"] td.groups`, wait, func(s string) bool { return strings.Contains(s, "edge") })
+		browsertest.WaitText(t, ctx, `li[data-instance="web-2"] .eds-status`, wait, is("HEALTHY"))
 		evalBool(t, ctx, `window.__noReload = true`)
 		agent.SetTTL(t, "service:web-1", "critical")
 		browsertest.WaitText(t, ctx, `li[data-instance="web-1"] .instance-status`, wait, is("critical"))
+		// What proxies are told, beside Consul's check.
+		browsertest.WaitText(t, ctx, `li[data-instance="web-1"] .eds-status`, wait, is("UNHEALTHY"))
 		if !evalBool(t, ctx, `window.__noReload === true`) {
 			t.Fatal("the page reloaded to show the health change")
 		}
+		// web-2, the only v2 instance, fails: the subset a route sends
+		// /v2/ to has no healthy endpoint, on the Catalog and on the page
+		// of a proxy whose group routes there.
+		agent.SetTTL(t, "service:web-2", "critical")
+		browsertest.WaitText(t, ctx, `li[data-instance="web-2"] .eds-status`, wait, is("UNHEALTHY"))
+		text := browsertest.WaitText(t, ctx, `tr[data-service="web"] [data-starved="web.v2"]`, wait, any)
+		if !strings.Contains(text, "0 of 1") || !strings.Contains(text, "edge") {
+			t.Errorf("starved subset flag = %q, want web.v2 with 0 of 1 healthy and the group edge", text)
+		}
+		goTo(t, ctx, "#/proxy/test-sotw-edge")
+		browsertest.WaitText(t, ctx, `#starved [data-starved="web.v2"]`, wait, any)
+		agent.SetTTL(t, "service:web-2", "passing")
+		goTo(t, ctx, "#/catalog")
+		browsertest.WaitText(t, ctx, `li[data-instance="web-2"] .eds-status`, wait, is("HEALTHY"))
 		shot(t, ctx, "console-catalog.png")
 	})
 
@@ -157,6 +193,11 @@ func TestConsoleInBrowser(t *testing.T) {
 		goTo(t, ctx, "#/policy")
 		browsertest.WaitText(t, ctx, "#sources", wait, func(s string) bool { return strings.Contains(s, file) })
 		browsertest.WaitText(t, ctx, "#last-reload", wait, func(s string) bool { return strings.Contains(s, "accepted") })
+		// A healthy bridge's page says nothing it has nothing to say about
+		// (it used to print the text "nullnullnull").
+		if page := browsertest.WaitText(t, ctx, "#view", wait, any); strings.Contains(page, "null") {
+			t.Errorf("the Policy page shows %q", page)
+		}
 		writeFile(t, file, consolePolicy+"\nproxy \"edge\" {\n}\n")
 		text := browsertest.WaitText(t, ctx, "#last-reload", wait, func(s string) bool { return strings.Contains(s, "rejected") })
 		if !regexp.MustCompile(regexp.QuoteMeta(file) + `:\d+:\d+: `).MatchString(text) {

@@ -62,7 +62,14 @@ async function api(path, opts) {
 
 // ---- views ----------------------------------------------------------------
 
-const state = { group: "", status: "", catalogFilter: "", open: new Set(), dumpKey: "" };
+// setView replaces the page; parts that are null (an empty list, a
+// section with nothing to say) are left out: replaceChildren would print
+// them as the text "null".
+function setView(...parts) {
+  view.replaceChildren(...parts.flat(Infinity).filter((p) => p !== null && p !== undefined && p !== false && p !== ""));
+}
+
+const state = { group: "", status: "", node: "", catalogFilter: "", open: new Set(), dumpKey: "" };
 
 const views = {
   proxies: { load: () => api("/v1/proxies"), render: renderProxies },
@@ -76,7 +83,9 @@ const views = {
         dumpErr = e.message;
       }
       const history = await api("/v1/proxies/history?node=" + encodeURIComponent(node));
-      return { node, streams: mine, dump, dumpErr, history };
+      let catalog = null;
+      try { catalog = await api("/v1/catalog", { acceptStatus: [503] }); } catch (e) { if (e instanceof AuthError) throw e; }
+      return { node, streams: mine, dump, dumpErr, history, catalog };
     },
     render: renderProxy,
   },
@@ -131,7 +140,7 @@ function renderLogin(why) {
   h("label", { for: "token" }, "Admin token"), input,
   h("button", { class: "primary", type: "submit" }, "Sign in"),
   why && sessionStorage.getItem(TOKEN_KEY) ? h("p", { class: "diag" }, "That token was refused.") : null);
-  view.replaceChildren(form);
+  setView(form);
   input.focus();
 }
 
@@ -141,7 +150,8 @@ function renderProxies(proxies) {
   for (const p of proxies) counts[p.status] = (counts[p.status] || 0) + 1;
   const groups = [...new Set(proxies.map((p) => p.group || ""))].sort();
   const shown = proxies.filter((p) =>
-    (!state.group || (p.group || "") === state.group.replace(/^-$/, "")) && (!state.status || p.status === state.status));
+    (!state.group || (p.group || "") === state.group.replace(/^-$/, "")) && (!state.status || p.status === state.status) &&
+    (!state.node || p.node_id.includes(state.node)));
   const types = TYPES.filter((t) => proxies.some((p) => p.types && p.types[t]));
 
   const cards = h("div", { class: "cards", id: "counts" }, Object.entries(counts).map(([k, n]) =>
@@ -186,7 +196,11 @@ function renderProxies(proxies) {
       h("th", { class: "hide-narrow" }, "Since"), types.map((t) => h("th", {}, t)))),
     h("tbody", {}, rows.length ? rows : h("tr", {}, h("td", { colspan: 6 + types.length, class: "muted" },
       proxies.length ? "No proxy matches the filters." : "No proxy is connected.")))));
-  view.replaceChildren(h("h1", {}, "Proxies"), cards, h("div", { class: "filters" }, groupSel, statusSel), table);
+  const nodeSearch = h("input", { type: "search", id: "filter-node", placeholder: "node id", value: state.node,
+    oninput: (e) => { state.node = e.target.value; refresh(true); } });
+  setView(h("h1", {}, "Proxies"), cards, h("div", { class: "filters" }, nodeSearch, groupSel, statusSel), table);
+  const f = document.getElementById("filter-node");
+  if (state.node && f) { f.focus(); f.setSelectionRange(f.value.length, f.value.length); }
 }
 
 // tree renders JSON as nested <details>, keeping open the paths the
@@ -212,9 +226,17 @@ function tree(value, path, label) {
 }
 
 function renderProxy(data) {
-  const { node, streams, dump, dumpErr, history } = data;
+  const { node, streams, dump, dumpErr, history, catalog } = data;
   const head = [h("p", {}, h("a", { href: "#/proxies" }, "← all proxies")), h("h1", {}, "Proxy ", h("span", { class: "mono" }, node))];
   if (!streams.length) head.push(h("div", { class: "box error" }, "This node is not connected now."));
+  // Clusters this proxy's group routes to that have no healthy endpoint.
+  const groups = new Set(streams.map((p) => p.group).filter(Boolean));
+  const starved = [];
+  for (const u of Object.values((catalog && catalog.used_by) || {})) {
+    for (const st of u.starved || []) if (st.groups.some((g) => groups.has(g))) starved.push(st);
+  }
+  if (starved.length) head.push(h("div", { class: "box error", id: "starved" }, h("strong", {}, "Routes of this group send traffic to clusters with no healthy endpoint:"),
+    h("ul", { class: "plain" }, starved.map((st) => h("li", { class: "mono", "data-starved": st.cluster }, st.cluster + ": 0 of " + st.endpoints + " healthy")))));
   const blocks = streams.map((p) => h("div", { class: "box", "data-stream": p.stream },
     h("dl", { class: "kv" },
       h("dt", {}, "status"), h("dd", {}, badge(p.status, "proxy-status")),
@@ -251,14 +273,14 @@ function renderProxy(data) {
       h("td", {}, e.type), h("td", { class: "mono" }, short(e.version)), h("td", { class: "mono muted" }, e.stream),
       h("td", { class: e.event === "nack" ? "nack-text mono" : "muted" }, e.event === "nack" ? e.error : e.event === "push" ? e.resources + " resources" : "")))
       : h("tr", {}, h("td", { colspan: 6, class: "muted" }, "Nothing recorded.")))));
-  view.replaceChildren(...head, ...blocks,
+  setView(...head, ...blocks,
     h("h2", {}, "Last pushes, ACKs and NACKs (newest first)"), hist,
     h("h2", {}, "What it was sent (config dump, private keys redacted)"), dumpEl);
 }
 
 function renderCatalog(cat) {
   if (!cat || !cat.services) {
-    view.replaceChildren(h("h1", {}, "Catalog"), h("div", { class: "box" }, (cat && cat.error) || "No catalog read from Consul yet."));
+    setView(h("h1", {}, "Catalog"), h("div", { class: "box" }, (cat && cat.error) || "No catalog read from Consul yet."));
     return;
   }
   const used = cat.used_by || {};
@@ -269,24 +291,42 @@ function renderCatalog(cat) {
     const u = used[s.name] || { clusters: [], groups: [] };
     const n = { passing: 0, warning: 0, critical: 0, maintenance: 0 };
     for (const i of s.instances || []) n[i.status] = (n[i.status] || 0) + 1;
+    // What EDS tells proxies of an instance: the service's own cluster
+    // first, else any of its clusters that has the endpoint.
+    const eds = (i) => {
+      const key = i.address.includes(":") ? "[" + i.address + "]:" + i.port : i.address + ":" + i.port;
+      const eps = u.endpoints || {};
+      for (const c of [s.name, ...(u.clusters || [])]) if (eps[c] && eps[c][key]) return eps[c][key];
+      return null;
+    };
     return h("tr", { class: "service", "data-service": s.name },
       h("td", {}, h("strong", {}, s.name), s.datacenter ? h("div", { class: "muted" }, "dc " + s.datacenter) : null,
         h("div", { class: "muted" }, "index " + s.index)),
       h("td", {}, Object.entries(n).filter(([, c]) => c).map(([st, c]) => [badge(st), " " + c + " "])),
-      h("td", {}, h("ul", { class: "instances" }, (s.instances || []).map((i) =>
-        h("li", { "data-instance": i.id }, badge(i.status, "instance-status"), " ", h("span", { class: "mono" }, i.address + ":" + i.port),
-          " ", h("span", { class: "muted" }, i.id + " on " + i.node + (i.tags && i.tags.length ? " [" + i.tags.join(", ") + "]" : "")))))),
+      h("td", {}, h("ul", { class: "instances" }, (s.instances || []).map((i) => {
+        const e = eds(i);
+        return h("li", { "data-instance": i.id },
+          h("span", { title: "Consul's check state" }, badge(i.status, "instance-status")), " ",
+          e ? h("span", { class: "eds", title: "what EDS tells proxies (weight " + e.weight + ")" }, badge(e.health, "eds-status"), h("span", { class: "muted" }, " w" + e.weight), " ")
+            : h("span", { class: "eds muted", title: "not in any served cluster" }, "not served "),
+          h("span", { class: "mono" }, i.address + ":" + i.port),
+          " ", h("span", { class: "muted" }, i.id + " on " + i.node + (i.tags && i.tags.length ? " [" + i.tags.join(", ") + "]" : "")),
+          (i.checks || []).filter((c) => c.status !== "passing").map((c) =>
+            h("div", { class: "muted check" }, "check " + (c.name || c.id) + ": " + c.status)));
+      })),
+      (u.starved || []).map((st) => h("div", { class: "diag starved", "data-starved": st.cluster },
+        "⚠ " + st.cluster + ": 0 of " + st.endpoints + " endpoints healthy, and routes of " + st.groups.join(", ") + " send traffic here (503s)"))),
       h("td", {}, (u.clusters || []).join(", ") || h("span", { class: "muted" }, "not served")),
       h("td", { class: "groups" }, (u.groups || []).join(", ") || h("span", { class: "muted" }, "-")));
   });
-  view.replaceChildren(h("h1", {}, "Catalog"),
+  setView(h("h1", {}, "Catalog"),
     h("p", { class: "muted" }, (cat.complete ? "Complete" : "Incomplete") + " read from Consul, " + cat.services.length +
       " services, received " + ago(cat.received_at) + " ago.",
     (cat.pending || []).length ? " Loading: " + cat.pending.map((k) => k.name || JSON.stringify(k)).join(", ") + "." : "",
     (cat.unreachable || []).length ? " Unreachable: " + cat.unreachable.map((k) => k.name || JSON.stringify(k)).join(", ") + "." : ""),
     h("div", { class: "filters" }, filter),
     h("div", { class: "scroll" }, h("table", { id: "catalog" },
-      h("thead", {}, h("tr", {}, ["Service", "Health", "Instances", "Clusters", "Groups"].map((c) => h("th", {}, c)))),
+      h("thead", {}, h("tr", {}, ["Service", "Consul checks", "Instances: Consul check, EDS health", "Clusters", "Groups"].map((c) => h("th", {}, c)))),
       h("tbody", {}, rows))));
   const f = document.getElementById("filter-service");
   if (state.catalogFilter && f) { f.focus(); f.setSelectionRange(f.value.length, f.value.length); }
@@ -302,7 +342,7 @@ function renderPolicy(st) {
     ? h("div", { class: "box error", id: "last-reload" }, h("strong", {}, "Last reload rejected " + ago(st.last_error.at) + " ago; the previous policy keeps serving:"),
       h("ul", { class: "plain" }, st.last_error.diagnostics.map((d) => h("li", { class: "mono diag" }, d))))
     : h("div", { class: "box ok", id: "last-reload" }, st.waiting ? st.waiting : "Last reload accepted " + ago(st.loaded_at) + " ago.");
-  view.replaceChildren(h("h1", {}, "Policy"),
+  setView(h("h1", {}, "Policy"),
     h("div", { class: "cards" },
       h("div", { class: "card" }, h("span", { class: "n" }, st.successful_reloads), "accepted reloads"),
       h("div", { class: "card" }, h("span", { class: "n" }, st.failed_reloads), "rejected reloads"),
@@ -342,7 +382,7 @@ function renderPlan(st) {
       out.replaceChildren(h("div", { class: "box error" }, e.message));
     }
   };
-  view.replaceChildren(h("h1", {}, "Plan"),
+  setView(h("h1", {}, "Plan"),
     h("p", { class: "muted" }, "Paste or upload a policy document to see what the bridge would push, per proxy group, ",
       "against the catalog it serves now. Nothing is applied: the policy comes only from the bridge's files and Consul KV."),
     h("form", { class: "box", onsubmit: run },

@@ -90,6 +90,7 @@ func (d *Daemon) serveAdmin(ctx context.Context, lis net.Listener) error {
 		}{cv, time.Since(cv.ReceivedAt).Seconds(), usage})
 	})
 	mux.HandleFunc("POST /v1/plan", d.servePlan)
+	mux.HandleFunc("GET /v1/try", d.serveTry)
 	mux.Handle("GET /ui/", consoleHandler())
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/", http.StatusFound)

@@ -19,6 +19,8 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/browsertest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/consul-xds-bridge/consul-xds-bridge/routetest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 )
 
@@ -206,6 +208,34 @@ func TestConsoleInBrowser(t *testing.T) {
 		shot(t, ctx, "console-policy.png")
 		writeFile(t, file, consolePolicy)
 		browsertest.WaitText(t, ctx, "#last-reload", wait, func(s string) bool { return strings.Contains(s, "accepted") })
+	})
+
+	t.Run("try a request", func(t *testing.T) {
+		goTo(t, ctx, "#/try")
+		browsertest.WaitText(t, ctx, "#try-form", wait, any)
+		run(t, ctx, chromedp.SetValue(chromedp.CSS("#try-cluster"), "edge"), chromedp.SetValue(chromedp.CSS("#try-path"), "/v2/cart"),
+			chromedp.SetValue(chromedp.CSS("#try-host"), "shop.example.com"), chromedp.Click(chromedp.CSS("#try-run")))
+		got := browsertest.WaitText(t, ctx, "#try-got", wait, any)
+		// The same request as a route test, against the same policy.
+		doc, diags := policy.Parse("try.hcl", []byte("route_test \"v2\" {\n  proxy = \"edge\"\n  request {\n    host = \"shop.example.com\"\n    path = \"/v2/cart\"\n  }\n  expect {\n    no_route = false\n  }\n}\n"))
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		tests, diags := routetest.Decode(doc)
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		results, diags := routetest.Run(loadPolicy(t, file), nil, tests)
+		if diags.HasErrors() || len(results) != 1 {
+			t.Fatal(diags)
+		}
+		if got != results[0].Got || got != `cluster "web.v2"` {
+			t.Errorf("Try a request says %q, the route test %q; want both cluster \"web.v2\"", got, results[0].Got)
+		}
+		if vh := browsertest.WaitText(t, ctx, "#try-vhost", wait, any); vh != results[0].VirtualHost {
+			t.Errorf("virtual host %q, route test %q", vh, results[0].VirtualHost)
+		}
+		browsertest.WaitText(t, ctx, `.try-cluster[data-cluster="web.v2"]`, wait, func(s string) bool { return strings.Contains(s, "127.0.0.1:1002") })
 	})
 
 	t.Run("plan", func(t *testing.T) {

@@ -92,6 +92,7 @@ const views = {
   catalog: { load: () => api("/v1/catalog", { acceptStatus: [503] }), render: renderCatalog },
   policy: { load: () => api("/v1/policy"), render: renderPolicy },
   plan: { load: () => api("/v1/policy"), render: renderPlan, static: true },
+  try: { load: () => api("/v1/proxies"), render: renderTry, static: true },
 };
 
 function route() {
@@ -425,6 +426,58 @@ function renderPlanResult(res) {
   }
   if (res.warnings && res.warnings.length) parts.push(list("Warnings", res.warnings));
   return h("div", {}, parts);
+}
+
+// renderTry asks where the routes a node.cluster is served now send one
+// request (GET /v1/try): the same matcher and words as route tests.
+function renderTry(proxies) {
+  const known = [...new Set((proxies || []).map((p) => p.node_cluster))].sort();
+  const field = (id, label, attrs) => [h("label", { for: id }, label), h("input", Object.assign({ id, type: "text" }, attrs || {}))];
+  const out = h("div", { id: "try-result" });
+  const form = h("form", {
+    class: "box", id: "try-form",
+    onsubmit: async (ev) => {
+      ev.preventDefault();
+      const q = new URLSearchParams();
+      for (const k of ["cluster", "listener", "host", "path", "method"]) q.set(k, document.getElementById("try-" + k).value.trim());
+      for (const line of document.getElementById("try-headers").value.split("\n")) if (line.includes(":")) q.append("header", line);
+      out.replaceChildren(h("p", { class: "muted" }, "evaluating…"));
+      try {
+        const res = await api("/v1/try?" + q.toString(), { acceptStatus: [404] });
+        out.replaceChildren(renderTryResult(res));
+      } catch (e) {
+        if (e instanceof AuthError) { renderLogin(e.message); return; }
+        out.replaceChildren(h("div", { class: "box error" }, e.message));
+      }
+    },
+  },
+  field("try-cluster", "node.cluster (proxy group)", { list: "try-known", value: known[0] || "" }),
+  h("datalist", { id: "try-known" }, known.map((k) => h("option", { value: k }))),
+  field("try-listener", "listener (optional when the group has one)"),
+  field("try-host", "Host", { placeholder: "shop.example.com" }),
+  field("try-path", "path", { value: "/" }),
+  field("try-method", "method", { value: "GET" }),
+  h("label", { for: "try-headers" }, "headers, one per line (Name: value)"),
+  h("textarea", { id: "try-headers", spellcheck: "false", placeholder: "x-canary: 1" }),
+  h("p", {}, h("button", { class: "primary", type: "submit", id: "try-run" }, "Try")));
+  setView(h("h1", {}, "Try a request"),
+    h("p", { class: "muted" }, "Where the routes this bridge serves now would send a request, evaluated as route tests evaluate it (consul-xds-bridge test)."),
+    form, out);
+}
+
+function renderTryResult(res) {
+  if (res.error) return h("div", { class: "box error" }, res.error);
+  const o = res.outcome;
+  return h("div", { class: "box", id: "try-outcome" },
+    h("dl", { class: "kv" },
+      h("dt", {}, "route configuration"), h("dd", { class: "mono" }, res.route_config),
+      h("dt", {}, "virtual host"), h("dd", { class: "mono", id: "try-vhost" }, o.virtual_host || "none"),
+      h("dt", {}, "route"), h("dd", { class: "mono", id: "try-route" }, (o.route || "none") + (res.source ? " (" + res.source + ")" : "")),
+      h("dt", {}, "result"), h("dd", { class: "mono", id: "try-got" }, o.got)),
+    (o.clusters || []).map((c) => h("div", { class: "try-cluster", "data-cluster": c.name },
+      h("strong", {}, c.name + " (weight " + c.weight + ")"),
+      h("ul", { class: "plain" }, ((res.endpoints || {})[c.name] || []).map((e) => h("li", { class: "mono" }, badge(e.health), " " + e.address + " w" + e.weight)),
+        ((res.endpoints || {})[c.name] || []).length ? null : h("li", { class: "diag" }, "no endpoint: the request gets a 503")))));
 }
 
 // ---- wiring -------------------------------------------------------------

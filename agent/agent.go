@@ -53,8 +53,10 @@ type Agent struct {
 	// sidecars follows the local Connect sidecar registrations (with
 	// connect services; sidecars.go).
 	sidecars *localSidecars
-	// gate vets local streams for Connect leaves (leafgate.go).
-	gate *leafGate
+	// gate vets local streams for Connect leaves (leafgate.go); peers
+	// are who may act for each connect service (set by Run).
+	gate  *leafGate
+	peers map[string]peerSet
 }
 
 type agentMetrics struct {
@@ -110,6 +112,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a.ctx = ctx
+	peers, err := a.cfg.resolvePeers()
+	if err != nil {
+		return fmt.Errorf("agent config: %w", err)
+	}
+	a.peers = peers
+	for _, svc := range a.cfg.ConnectServices {
+		a.log.Info().Str("service", svc).Strs("proxy_groups", a.cfg.Leaf[svc].ProxyGroups).Uints32("uids", peers[svc].uids).Uints32("gids", peers[svc].gids).
+			Msg("Connect leaf served only to this service's registered sidecar and proxy groups, from these socket peers")
+	}
 	saved, errs := a.store.loadAll()
 	for _, err := range errs {
 		a.log.Warn().Err(err).Msg("ignoring a damaged state file")

@@ -205,7 +205,7 @@ func TestAgentServesEachLeafOnlyToItsProxy(t *testing.T) {
 		c.ConnectServices = []string{"web", "api"}
 		c.AllowGroups = []string{"web-edge", "other"}
 		c.SocketMode, c.TCP = 0o666, "127.0.0.1:0"
-		c.Leaf = map[string]agent.LeafAccess{"web": {ProxyGroups: []string{"web-edge"}, UIDs: []uint32{0}}}
+		c.Leaf = map[string]agent.LeafAccess{"web": {ProxyGroups: []string{"web-edge"}, Users: []string{"0"}}}
 	}, &logs)
 	sock, tcp := "unix://"+ag.SocketAddr().String(), ag.TCPAddr().String()
 	web, api, roots := agent.LeafSecretPrefix+"web", agent.LeafSecretPrefix+"api", agent.RootsSecretName

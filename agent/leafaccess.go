@@ -31,49 +31,79 @@ type LeafAccess struct {
 	// ProxyGroups are node.cluster values (exact names) that act for the
 	// service besides its registered sidecar.
 	ProxyGroups []string
-	// UIDs and GIDs are the socket peers allowed: a peer whose uid is in
-	// UIDs or whose primary gid is in GIDs. Both empty: the defaults
-	// (DefaultLeafAccess).
-	UIDs, GIDs []uint32
+	// Users and UnixGroups (names or numbers, resolved when the agent
+	// starts) are the socket peers allowed: a peer whose uid is a user's
+	// or whose primary gid is a group's. Both empty: the defaults
+	// (defaultPeers).
+	Users, UnixGroups []string
 }
 
-// DefaultLeafAccess is who may act for a service without users or
-// unix_groups set: root, the agent's own user, and processes whose primary
-// group is the socket's group (socket_group), which is who a 0660 socket
-// lets in; a wider socket_mode widens nothing here.
-func (c *Config) DefaultLeafAccess() LeafAccess {
-	acc := LeafAccess{UIDs: []uint32{0}}
+// peerSet is a LeafAccess's users and groups, resolved.
+type peerSet struct{ uids, gids []uint32 }
+
+// defaultPeers is who may act for a service without users or unix_groups
+// set: root, the agent's own user, and processes whose primary group is
+// the socket's group (socket_group), which is who a 0660 socket lets in;
+// a wider socket_mode widens nothing here.
+func defaultPeers(socketGroup string) (peerSet, error) {
+	p := peerSet{uids: []uint32{0}}
 	if uid := uint32(os.Geteuid()); uid != 0 {
-		acc.UIDs = append(acc.UIDs, uid)
+		p.uids = append(p.uids, uid)
 	}
-	if c.SocketGroup != "" {
-		if gid, err := lookupID(c.SocketGroup, user.LookupGroup, func(g *user.Group) string { return g.Gid }); err == nil {
-			acc.GIDs = []uint32{gid}
+	if socketGroup != "" {
+		gid, err := lookupID(socketGroup, user.LookupGroup, func(g *user.Group) string { return g.Gid })
+		if err != nil {
+			return p, fmt.Errorf("listen socket_group: %w", err)
 		}
+		p.gids = []uint32{gid}
 	}
-	return acc
+	return p, nil
 }
 
-// leafAccess is svc's access with the defaults applied.
-func (c *Config) leafAccess(svc string) LeafAccess {
-	acc := c.Leaf[svc]
-	if len(acc.UIDs) == 0 && len(acc.GIDs) == 0 {
-		d := c.DefaultLeafAccess()
-		acc.UIDs, acc.GIDs = d.UIDs, d.GIDs
+// resolvePeers resolves every connect service's users and groups, at
+// start: an unknown name stops the agent, naming the setting.
+func (c *Config) resolvePeers() (map[string]peerSet, error) {
+	def, err := defaultPeers(c.SocketGroup)
+	if err != nil && len(c.ConnectServices) > 0 {
+		return nil, err
 	}
-	return acc
+	out := map[string]peerSet{}
+	for _, svc := range c.ConnectServices {
+		acc := c.Leaf[svc]
+		if len(acc.Users) == 0 && len(acc.UnixGroups) == 0 {
+			out[svc] = def
+			continue
+		}
+		var p peerSet
+		for _, u := range acc.Users {
+			id, err := lookupID(u, user.Lookup, func(u *user.User) string { return u.Uid })
+			if err != nil {
+				return nil, fmt.Errorf("connect service %q users: %w", svc, err)
+			}
+			p.uids = append(p.uids, id)
+		}
+		for _, g := range acc.UnixGroups {
+			id, err := lookupID(g, user.LookupGroup, func(g *user.Group) string { return g.Gid })
+			if err != nil {
+				return nil, fmt.Errorf("connect service %q unix_groups: %w", svc, err)
+			}
+			p.gids = append(p.gids, id)
+		}
+		out[svc] = p
+	}
+	return out, nil
 }
 
 // peerAllowed says whether a socket peer may act for svc, or why not.
-func (c *Config) peerAllowed(svc string, cred PeerCred, fromSocket bool) error {
+func (a *Agent) peerAllowed(svc string, cred PeerCred, fromSocket bool) error {
 	if !fromSocket {
-		return fmt.Errorf("it acts for Connect service %q, whose leaf certificate and key are served only over the agent's Unix socket (%s), where the peer is known; connect there instead of over TCP", svc, c.Socket)
+		return fmt.Errorf("it acts for Connect service %q, whose leaf certificate and key are served only over the agent's Unix socket (%s), where the peer is known; connect there instead of over TCP", svc, a.cfg.Socket)
 	}
-	acc := c.leafAccess(svc)
-	if slices.Contains(acc.UIDs, cred.UID) || slices.Contains(acc.GIDs, cred.GID) {
+	p := a.peers[svc]
+	if slices.Contains(p.uids, cred.UID) || slices.Contains(p.gids, cred.GID) {
 		return nil
 	}
-	return fmt.Errorf("the process (uid %d, gid %d) may not act for Connect service %q, whose leaf certificate and key it would get: allowed uids %v, gids %v; run the proxy as an allowed user or add it to connect { service %q { users = [...] } } in the agent config", cred.UID, cred.GID, svc, acc.UIDs, acc.GIDs, svc)
+	return fmt.Errorf("the process (uid %d, gid %d) may not act for Connect service %q, whose leaf certificate and key it would get: allowed uids %v, gids %v; run the proxy as an allowed user or list it in connect { service %q { users = [...] } } in the agent config", cred.UID, cred.GID, svc, p.uids, p.gids, svc)
 }
 
 // leafServices are the connect services key acts for.
@@ -123,22 +153,7 @@ func parseLeafAccess(blocks []connectServiceBlock, c *Config, diags hcl.Diagnost
 				acc.ProxyGroups = append(acc.ProxyGroups, g)
 			}
 		}
-		for _, u := range b.Users {
-			id, err := lookupID(u, user.Lookup, func(u *user.User) string { return u.Uid })
-			if err != nil {
-				bad(b.DefRange, "Unknown user", "connect service %q users: %v", b.Name, err)
-				continue
-			}
-			acc.UIDs = append(acc.UIDs, id)
-		}
-		for _, g := range b.UnixGroups {
-			id, err := lookupID(g, user.LookupGroup, func(g *user.Group) string { return g.Gid })
-			if err != nil {
-				bad(b.DefRange, "Unknown group", "connect service %q unix_groups: %v", b.Name, err)
-				continue
-			}
-			acc.GIDs = append(acc.GIDs, id)
-		}
+		acc.Users, acc.UnixGroups = b.Users, b.UnixGroups
 		out[b.Name] = acc
 	}
 	return out, diags

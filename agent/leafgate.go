@@ -114,7 +114,7 @@ func (g *leafGate) admit(st *gatedStream, key string) error {
 	}
 	services := a.leafServices(key)
 	for _, svc := range services {
-		if err := a.cfg.peerAllowed(svc, st.cred, st.socket); err != nil {
+		if err := a.peerAllowed(svc, st.cred, st.socket); err != nil {
 			reason := refusedPeer
 			if !st.socket {
 				reason = refusedNoPeer

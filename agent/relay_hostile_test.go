@@ -16,7 +16,9 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/agent"
@@ -185,5 +187,40 @@ func TestAgentBacksOffWhenItCannotSync(t *testing.T) {
 	resp.Body.Close()
 	if len(proxies) != 1 || proxies[0].Relay == nil || !strings.Contains(proxies[0].Relay.SyncError, "ResourceExhausted") {
 		t.Errorf("/v1/proxies: %+v, want edge-big's relay sync error", proxies)
+	}
+}
+
+// TestAgentDropsRelayedLeaves: a secret the central bridge sends under a
+// Connect leaf's name never reaches a local proxy (leaves come from the
+// local Consul agent, to the proxy acting for the service only); other
+// secrets pass.
+func TestAgentDropsRelayedLeaves(t *testing.T) {
+	world := func(group string) *xds.Resources {
+		r := bigWorld(10, 1001)(group)
+		tlsCert := func(name string) *tlsv3.Secret {
+			return &tlsv3.Secret{Name: name, Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+				CertificateChain: &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: "chain"}},
+				PrivateKey:       &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: "key"}}}}}
+		}
+		ca := &tlsv3.Secret{Name: "edge-ca", Type: &tlsv3.Secret_ValidationContext{ValidationContext: &tlsv3.CertificateValidationContext{
+			TrustedCa: &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: "ca"}}}}}
+		r.Secrets = []*tlsv3.Secret{tlsCert(agent.LeafSecretPrefix + "api"), ca}
+		// The relay subscribes to the secrets clusters name, as Envoy does.
+		ads := &corev3.ConfigSource{ConfigSourceSpecifier: &corev3.ConfigSource_Ads{Ads: &corev3.AggregatedConfigSource{}}, ResourceApiVersion: corev3.ApiVersion_V3}
+		tc, err := anypb.New(&tlsv3.UpstreamTlsContext{CommonTlsContext: &tlsv3.CommonTlsContext{
+			TlsCertificateSdsSecretConfigs: []*tlsv3.SdsSecretConfig{{Name: agent.LeafSecretPrefix + "api", SdsConfig: ads}},
+			ValidationContextType:          &tlsv3.CommonTlsContext_ValidationContextSdsSecretConfig{ValidationContextSdsSecretConfig: &tlsv3.SdsSecretConfig{Name: "edge-ca", SdsConfig: ads}},
+		}})
+		if err != nil {
+			panic(err)
+		}
+		r.Clusters[0].TransportSocket = &corev3.TransportSocket{Name: "envoy.transport_sockets.tls", ConfigType: &corev3.TransportSocket_TypedConfig{TypedConfig: tc}}
+		return r
+	}
+	cen := startStandIn(t, nil, world)
+	ag := startAgent(t, t.TempDir(), cen.addr)
+	ans := askSecrets("unix://"+ag.SocketAddr().String(), "p", "edge-x", []string{agent.LeafSecretPrefix + "api", "edge-ca"}, 3*time.Second)
+	if strings.Join(ans.Got, ",") != "edge-ca" {
+		t.Fatalf("got %+v, want edge-ca only", ans)
 	}
 }

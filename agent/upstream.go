@@ -273,19 +273,18 @@ func (r *relay) apply(st adsclient.State) {
 // secrets (which win over a relayed secret of the same name).
 func (r *relay) serve(relayed *xds.Resources) error {
 	res := *relayed
-	if r.a.connect != nil {
-		local := r.a.connect.secrets(r.a.leafServices(r.key.Key))
-		names := map[string]bool{}
-		for _, s := range local {
-			names[s.GetName()] = true
-		}
-		// Leaves are the agent's alone: one relayed under a leaf's name
-		// is dropped, so a key never gets a leaf it does not act for.
-		res.Secrets = slices.DeleteFunc(slices.Clone(relayed.Secrets), func(s *tlsv3.Secret) bool {
-			return names[s.GetName()] || strings.HasPrefix(s.GetName(), LeafSecretPrefix)
-		})
-		res.Secrets = append(res.Secrets, local...)
+	// Leaves are the agent's alone (local, per acting service): one
+	// relayed under a leaf's name is dropped, so no key ever gets a leaf
+	// it does not act for, whatever the central bridge sends.
+	local := r.a.connect.secrets(r.a.leafServices(r.key.Key))
+	names := map[string]bool{}
+	for _, s := range local {
+		names[s.GetName()] = true
 	}
+	res.Secrets = slices.DeleteFunc(slices.Clone(relayed.Secrets), func(s *tlsv3.Secret) bool {
+		return names[s.GetName()] || strings.HasPrefix(s.GetName(), LeafSecretPrefix)
+	})
+	res.Secrets = append(res.Secrets, local...)
 	_, err := r.a.server.SetRelay(r.key.Key, &res)
 	return err
 }

@@ -65,6 +65,10 @@ type gatedStream struct {
 	socket   bool     // came through the Unix socket with credentials
 	key      string   // fixed at its first node
 	services []string // the connect services key acts for
+	// counted are the leaf names this stream was counted for: a SotW
+	// client repeats its names in every request (each ACK), which must
+	// not count again.
+	counted map[string]bool
 }
 
 func (g *leafGate) interceptor() grpc.StreamServerInterceptor {
@@ -141,9 +145,13 @@ func (g *leafGate) admit(st *gatedStream, key string) error {
 func (g *leafGate) checkNames(st *gatedStream, names []string) {
 	for _, n := range names {
 		svc, ok := strings.CutPrefix(n, LeafSecretPrefix)
-		if !ok || slices.Contains(st.services, svc) {
+		if !ok || slices.Contains(st.services, svc) || st.counted[n] {
 			continue
 		}
+		if st.counted == nil || len(st.counted) >= maxWarned {
+			st.counted = map[string]bool{}
+		}
+		st.counted[n] = true
 		g.refusals.WithLabelValues(refusedNotActing).Inc()
 		g.mu.Lock()
 		k := st.key + "\x00" + n

@@ -62,7 +62,7 @@ type relay struct {
 	lastErr, syncErr, refused string
 }
 
-// setError records why the relay is not in sync ("" clears it); synced
+// setError records why the relay is not in sync ("" clears it); reached
 // says a replica was reached.
 func (r *relay) setError(why string, reached bool) {
 	r.mu.Lock()
@@ -95,7 +95,7 @@ func (r *relay) refuse(why string) {
 // that ends sooner (refused, a response over max_message_size, a replica
 // that accepts and fails) is a failure, so the relay backs off instead of
 // reconnecting at once, and reports that it cannot sync.
-var stableAfter = 10 * time.Second
+const stableAfter = 10 * time.Second
 
 func (r *relay) run(ctx context.Context) {
 	b := newBackoff(r.a.cfg.BackoffInitial, r.a.cfg.BackoffMax)

@@ -53,6 +53,10 @@ type Agent struct {
 	// sidecars follows the local Connect sidecar registrations (with
 	// connect services; sidecars.go).
 	sidecars *localSidecars
+	// gate vets local streams for Connect leaves (leafgate.go); peers
+	// are who may act for each connect service (set by Run).
+	gate  *leafGate
+	peers map[string]peerSet
 }
 
 type agentMetrics struct {
@@ -77,6 +81,7 @@ func New(cfg *Config, log zerolog.Logger) *Agent {
 		},
 	}
 	reg.MustRegister(a.metrics.connected, a.metrics.reconnects)
+	a.gate = newLeafGate(a, reg)
 	if len(cfg.ConnectServices) > 0 {
 		a.connect = &connectCerts{a: a, services: cfg.ConnectServices, leaves: map[string]*tlsv3.Secret{}, changed: a.reserveAll}
 	}
@@ -85,7 +90,7 @@ func New(cfg *Config, log zerolog.Logger) *Agent {
 	}
 	a.server = serve.NewServer(serve.ServerConfig{
 		Logger: log, Registerer: reg, Relay: true, OnKey: a.onKey, OnKeyGone: a.onKeyGone,
-		AllowNode: a.allowNode, Sidecars: a.sidecars != nil,
+		AllowNode: a.allowNode, Sidecars: a.sidecars != nil, StreamInterceptor: a.gate.interceptor(),
 	})
 	return a
 }
@@ -107,6 +112,15 @@ func (a *Agent) Run(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	a.ctx = ctx
+	peers, err := a.cfg.resolvePeers()
+	if err != nil {
+		return fmt.Errorf("agent config: %w", err)
+	}
+	a.peers = peers
+	for _, svc := range a.cfg.ConnectServices {
+		a.log.Info().Str("service", svc).Strs("proxy_groups", a.cfg.Leaf[svc].ProxyGroups).Uints32("uids", peers[svc].uids).Uints32("gids", peers[svc].gids).
+			Msg("Connect leaf served only to this service's registered sidecar and proxy groups, from these socket peers")
+	}
 	saved, errs := a.store.loadAll()
 	for _, err := range errs {
 		a.log.Warn().Err(err).Msg("ignoring a damaged state file")
@@ -119,8 +133,10 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("agent socket: %w", err)
 	}
-	lis = append(lis, sock)
+	// Each connection carries its peer's uid and gid (peercred.go).
+	lis = append(lis, credListener{sock})
 	a.addrs.socket = sock.Addr()
+	a.warnSocket()
 	if a.cfg.TCP != "" {
 		l, err := net.Listen("tcp", a.cfg.TCP)
 		if err != nil {
@@ -171,9 +187,11 @@ func (a *Agent) Run(ctx context.Context) error {
 	return first
 }
 
-// maxKeys bounds the node.clusters one agent relays: each holds a stream
-// to the central bridge and a copy of its config, and local processes
-// choose the strings (within allow_groups, which may be a glob).
+// maxKeys bounds the node.clusters one agent relays from allow_groups
+// patterns: each holds a stream to the central bridge and a copy of its
+// config, and local processes choose the strings (within a glob). Groups
+// the config names exactly and sidecar groups (from Consul registrations)
+// are not counted: the bound never refuses them (bound.go).
 const maxKeys = 64
 
 // allowNode vets a local proxy's node when its stream first names it.
@@ -187,13 +205,7 @@ func (a *Agent) allowNode(n *corev3.Node) error {
 	} else if err := a.cfg.allowed(n.GetId(), n.GetCluster()); err != nil {
 		return err
 	}
-	k := serve.KeyOf(n)
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.relays[k.Key] == nil && len(a.relays) >= maxKeys {
-		return fmt.Errorf("this agent already relays %d node.cluster values, its limit; node.cluster %q is refused", maxKeys, n.GetCluster())
-	}
-	return nil
+	return a.makeRoom(serve.KeyOf(n))
 }
 
 // onKey starts relaying a key the first time a local proxy of it connects.
@@ -238,18 +250,35 @@ func (a *Agent) dropIdle(r *relay) {
 		a.mu.Unlock()
 		return
 	}
+	a.unlinkLocked(r)
+	a.mu.Unlock()
+	a.finishDrop(r, "no local proxy of this node.cluster for a while; stopped relaying it")
+}
+
+// unlinkLocked removes r from the relays (a.mu held); finishDrop then
+// ends it.
+func (a *Agent) unlinkLocked(r *relay) {
 	delete(a.relays, r.key.Key)
 	delete(a.pending, r.key.Key)
-	a.mu.Unlock()
+}
+
+// finishDrop ends an unlinked relay: its upstream stream, what the local
+// server serves of it and its saved config.
+func (a *Agent) finishDrop(r *relay, msg string) {
 	r.mu.Lock()
 	r.dropped = true // a late update of its stream must not serve or save it again
+	if r.lingering != nil {
+		r.lingering.Stop()
+	}
 	r.mu.Unlock()
-	r.cancel()
+	if r.cancel != nil {
+		r.cancel()
+	}
 	_, _ = a.server.SetRelay(r.key.Key, nil)
 	if err := a.store.remove(r.key.Key); err != nil {
 		a.log.Warn().Err(err).Str("node_cluster", r.key.NodeCluster).Msg("cannot remove the saved config of an unused node.cluster")
 	}
-	a.log.Info().Str("node_cluster", r.key.NodeCluster).Dur("unused_for", a.cfg.RelayLinger).Msg("no local proxy of this node.cluster for a while; stopped relaying it")
+	a.log.Info().Str("node_cluster", r.key.NodeCluster).Dur("linger", a.cfg.RelayLinger).Msg(msg)
 }
 
 // reserveAll serves every key again with the current local secrets.
@@ -337,6 +366,13 @@ type keyStatus struct {
 	// run's stream), "disk" (the data directory, central unreachable
 	// since start) or "" (nothing yet).
 	Serving string `json:"serving"`
+	// Error is why the last attempt to sync failed; SyncError is set
+	// while streams reach a replica and still fail (the relay cannot
+	// sync: not ready); Refused while the central bridge refuses the
+	// group to this agent (its local proxies are refused with it).
+	Error     string `json:"error,omitempty"`
+	SyncError string `json:"sync_error,omitempty"`
+	Refused   string `json:"refused,omitempty"`
 }
 
 func (a *Agent) keys() []keyStatus {
@@ -348,8 +384,7 @@ func (a *Agent) keys() []keyStatus {
 	a.mu.Unlock()
 	var out []keyStatus
 	for _, r := range relays {
-		up, src := r.status()
-		out = append(out, keyStatus{NodeCluster: r.key.NodeCluster, Proxyless: r.key.Proxyless, Upstream: up, Serving: src})
+		out = append(out, r.status())
 	}
 	slices.SortFunc(out, func(x, y keyStatus) int {
 		return cmp.Or(strings.Compare(x.NodeCluster, y.NodeCluster), cmp.Compare(boolInt(x.Proxyless), boolInt(y.Proxyless)))
@@ -370,17 +405,10 @@ func (a *Agent) adminMux() *http.ServeMux {
 	// so, per key). Not ready only for a key with nothing to serve.
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		keys := a.keys()
-		code, status := 200, "ready"
-		for _, k := range keys {
-			if k.Serving == "" {
-				code, status = 503, "waiting for the central bridge for node.cluster "+k.NodeCluster
-			} else if k.Upstream == "" && code == 200 {
-				status = "serving the last good config; central bridge unreachable"
-			}
-		}
+		code, status := readiness(keys)
 		writeJSON(w, code, map[string]any{"status": status, "node_clusters": keys})
 	})
-	mux.HandleFunc("GET /v1/proxies", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, a.server.Proxies()) })
+	mux.HandleFunc("GET /v1/proxies", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, a.proxies()) })
 	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
 	return mux
 }

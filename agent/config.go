@@ -13,6 +13,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/unixsock"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 )
 
 // Config is the agent's configuration (agent.hcl).
@@ -48,12 +49,23 @@ type Config struct {
 	// certificates (and the CA roots) the agent serves over SDS, from the
 	// local Consul agent (ConsulAddress).
 	ConnectServices []string
+	// Leaf says, per connect service, who acts for it and so gets its
+	// leaf (with its private key): its Connect sidecar registered on the
+	// local Consul agent (node.id = the proxy's service id), and the
+	// node.cluster values listed; both only from a socket peer whose uid
+	// or gid is allowed (leafaccess.go). A service without an entry gets
+	// the defaults (DefaultLeafAccess).
+	Leaf map[string]LeafAccess
 	// CertDir, if set, is where the agent also writes each connect
 	// service's leaf, key and the roots as PEM files (CertDir/SERVICE/
 	// cert.pem, key.pem, roots.pem; mode 0600, replaced atomically on
 	// every rotation), for proxyless gRPC's file_watcher certificate
 	// provider, which reads files and cannot take SDS (certfiles.go).
 	CertDir string
+
+	// MaxMessageSize bounds one response relayed from the central bridge
+	// (default adsclient.DefaultMaxMessageSize, what the bridge sends).
+	MaxMessageSize int
 
 	AdminListen string
 	LogLevel    string
@@ -92,10 +104,11 @@ type listenBlock struct {
 }
 
 type upstreamBlock struct {
-	Addresses     []string  `hcl:"addresses,optional"`
-	ConsulService *string   `hcl:"consul_service,optional"`
-	TLS           *tlsBlock `hcl:"tls,block"`
-	DefRange      hcl.Range `hcl:",def_range"`
+	Addresses      []string  `hcl:"addresses,optional"`
+	ConsulService  *string   `hcl:"consul_service,optional"`
+	MaxMessageSize *string   `hcl:"max_message_size,optional"`
+	TLS            *tlsBlock `hcl:"tls,block"`
+	DefRange       hcl.Range `hcl:",def_range"`
 }
 
 type tlsBlock struct {
@@ -106,8 +119,19 @@ type tlsBlock struct {
 }
 
 type connectBlock struct {
-	Services []string `hcl:"services"`
-	CertDir  *string  `hcl:"cert_dir,optional"`
+	Services []string              `hcl:"services"`
+	CertDir  *string               `hcl:"cert_dir,optional"`
+	Access   []connectServiceBlock `hcl:"service,block"`
+}
+
+// connectServiceBlock is `service "NAME" { ... }` in connect: who acts
+// for NAME besides its registered sidecar, and which local users.
+type connectServiceBlock struct {
+	Name        string    `hcl:"name,label"`
+	ProxyGroups []string  `hcl:"proxy_groups,optional"`
+	Users       []string  `hcl:"users,optional"`
+	UnixGroups  []string  `hcl:"unix_groups,optional"`
+	DefRange    hcl.Range `hcl:",def_range"`
 }
 
 type adminBlock struct {
@@ -139,6 +163,7 @@ func ParseConfig(name string, src []byte) (*Config, hcl.Diagnostics) {
 		Socket: DefaultSocket, SocketMode: unixsock.DefaultMode, AdminListen: DefaultAdminListen, LogLevel: "info",
 		Upstreams: raw.Upstream.Addresses, ConsulAddress: "127.0.0.1:8500",
 		BackoffInitial: 200 * time.Millisecond, BackoffMax: 5 * time.Second, RelayLinger: DefaultRelayLinger,
+		MaxMessageSize: adsclient.DefaultMaxMessageSize,
 	}
 	set := func(dst *string, v *string) {
 		if v != nil {
@@ -173,6 +198,17 @@ func ParseConfig(name string, src []byte) (*Config, hcl.Diagnostics) {
 	if (len(u.Addresses) == 0) == (c.ConsulService == "") {
 		bad(u.DefRange, "Upstream needs exactly one source", "set addresses = [\"HOST:PORT\", ...] (the central bridge replicas) or consul_service = \"NAME\" (their Consul service), not both.")
 	}
+	if u.MaxMessageSize != nil {
+		n, err := parseSize(*u.MaxMessageSize)
+		switch {
+		case err != nil:
+			bad(u.DefRange, "Invalid max_message_size", "%v", err)
+		case n < minMessageSize || n > adsclient.DefaultMaxMessageSize:
+			bad(u.DefRange, "max_message_size out of range", "%q: the largest response relayed from the central bridge must be between 1MiB and 64MiB (the central bridge sends up to 64MiB, and this agent sends local proxies no more).", *u.MaxMessageSize)
+		default:
+			c.MaxMessageSize = n
+		}
+	}
 	if t := u.TLS; t != nil {
 		c.TLS.CAFile = t.CAFile
 		set(&c.TLS.CertFile, t.CertFile)
@@ -201,6 +237,7 @@ func ParseConfig(name string, src []byte) (*Config, hcl.Diagnostics) {
 				bad(whole, "Invalid connect service", "%q is not a Consul service name (letters, digits, '-', '_', '.')", svc)
 			}
 		}
+		c.Leaf, diags = parseLeafAccess(raw.Connect.Access, c, diags)
 		if c.CertDir != "" && !filepath.IsAbs(c.CertDir) {
 			bad(whole, "Relative cert_dir", "connect cert_dir %q must be an absolute path: gRPC bootstraps name files in it.", c.CertDir)
 		}

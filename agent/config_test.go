@@ -21,6 +21,9 @@ func TestExampleConfigParses(t *testing.T) {
 	if c.SocketMode != 0o660 || c.SocketGroup != "envoy" || c.ConsulService != "consul-xds-bridge" || c.TLS.CertFile == "" || c.NodeID != "vm-web-1" {
 		t.Fatalf("parsed %+v", c)
 	}
+	if w := c.Leaf["web"]; len(w.ProxyGroups) != 1 || w.ProxyGroups[0] != "web" || len(w.Users) != 1 || c.MaxMessageSize != 64<<20 {
+		t.Errorf("connect service web's access %+v, max_message_size %d", w, c.MaxMessageSize)
+	}
 	if err := c.allowed("envoy-1", "sidecar-web-3"); err != nil {
 		t.Errorf("an allowed group refused: %v", err)
 	}

@@ -164,8 +164,10 @@ func (c *connectCerts) fetchRoots(cl *api.Client, q *api.QueryOptions) (uint64, 
 	return meta.LastIndex, nil
 }
 
-// secrets returns the current local secrets, sorted by name.
-func (c *connectCerts) secrets() []*tlsv3.Secret {
+// secrets returns the local secrets a key acting for services gets,
+// sorted by name: those services' leaves (never another's: each holds
+// its service's private key) and the roots, which every key may have.
+func (c *connectCerts) secrets(services []string) []*tlsv3.Secret {
 	if c == nil {
 		return nil
 	}
@@ -173,7 +175,9 @@ func (c *connectCerts) secrets() []*tlsv3.Secret {
 	defer c.mu.Unlock()
 	var out []*tlsv3.Secret
 	for _, svc := range slices.Sorted(maps.Keys(c.leaves)) {
-		out = append(out, c.leaves[svc])
+		if slices.Contains(services, svc) {
+			out = append(out, c.leaves[svc])
+		}
 	}
 	if c.roots != nil {
 		out = append(out, c.roots)

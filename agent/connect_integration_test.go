@@ -39,6 +39,7 @@ func TestAgentServesLocalConnectCertificates(t *testing.T) {
 		c.Upstreams = []string{cen.addr}
 		c.ConsulAddress = ca.HTTPAddr()
 		c.ConnectServices = []string{"web"}
+		c.Leaf = map[string]agent.LeafAccess{"web": {ProxyGroups: []string{"web"}}}
 	}, &logs)
 
 	conn, err := grpc.NewClient("unix://"+ag.SocketAddr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))

@@ -210,6 +210,12 @@ func (s *localSidecars) apply(node string, index map[string][]serve.SidecarInfo,
 		s.a.server.SetSidecars(index)
 	}
 	s.mu.Unlock()
+	if !same {
+		// A sidecar group's service may have changed: what its key is
+		// served (its leaf) and who may act for it follow.
+		s.a.reserveAll()
+		s.a.gate.recheck()
+	}
 	if same || !save {
 		return !same
 	}

@@ -8,6 +8,9 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
 	"github.com/consul-xds-bridge/consul-xds-bridge/agent"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/testpki"
@@ -19,7 +22,7 @@ import (
 // client certificates and authorize_nodes with its own certificate,
 // verifying the bridge's name; the groups its certificate names are
 // relayed, another group the agent allows locally is refused upstream
-// and its local proxy gets nothing.
+// and its local proxy is refused with the central's reason.
 func TestAgentOverMutualTLS(t *testing.T) {
 	ca := consultest.Start(t)
 	ca.RegisterTTL(t, "web", "web-1", 1001, nil, nil)
@@ -49,14 +52,20 @@ func TestAgentOverMutualTLS(t *testing.T) {
 	web := dial(t, sock, "web", adsclient.Delta)
 	wait(t, web, "web endpoints over mTLS", 15*time.Second, func(s adsclient.State) bool { return health(s, "web") == "127.0.0.1:1001=HEALTHY" })
 
-	edge := dial(t, sock, "edge-1", adsclient.Delta) // allowed here, not by the certificate
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	// Allowed here, not by the certificate: refused to the local proxy
+	// with the central's reason (not left waiting), and the agent stays
+	// ready for web, listing edge-1 as refused (issue 36, 9).
+	edge := dial(t, sock, "edge-1", adsclient.Delta)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if st, err := edge.Wait(ctx, func(s adsclient.State) bool { return len(s.ClusterNames()) > 0 }); err == nil {
 		t.Fatalf("a group the agent's certificate does not name was relayed: %v", st.ClusterNames())
 	}
-	if got := readyz(t, ag); !strings.Contains(got, "waiting for the central bridge for node.cluster edge-1") {
-		t.Fatalf("/readyz = %s, want it waiting for edge-1", got)
+	if err := edge.Err(); status.Code(err) != codes.PermissionDenied || !strings.Contains(err.Error(), "does not authorize node") {
+		t.Fatalf("edge-1's local stream: %v, want PermissionDenied with the central's reason", err)
+	}
+	if got := readyz(t, ag); !strings.Contains(got, `"status":"ready"`) || !strings.Contains(got, `"refused":"the central bridge refuses`) {
+		t.Fatalf("/readyz = %s, want ready with edge-1 refused", got)
 	}
 
 	// A wrong server name fails the handshake: nothing is relayed.

@@ -1,15 +1,19 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"net"
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -19,6 +23,8 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/hashicorp/consul/api"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -44,45 +50,110 @@ type relay struct {
 
 	mu        sync.Mutex
 	lingering *time.Timer                         // set while no local proxy uses the key
+	idleSince time.Time                           // when lingering was set
 	dropped   bool                                // dropIdle ran: late updates are ignored
 	held      map[string]map[string]proto.Message // type URL -> name -> resource
 	upstream  string                              // the replica streaming now, "" if none
 	lastGood  string                              // "upstream" or "disk"
+	// lastErr is why the last attempt failed ("" once a stream lasts);
+	// syncErr is set when a stream reached a replica and still failed
+	// (it cannot sync, which /readyz reports); refused when the central
+	// bridge refused the key (local streams of it are refused too).
+	lastErr, syncErr, refused string
 }
 
-func (r *relay) run(ctx context.Context) {
-	backoff := r.a.cfg.BackoffInitial
-	next := 0
-	for ctx.Err() == nil {
-		addrs, err := r.a.replicas(ctx)
-		if err != nil || len(addrs) == 0 {
-			r.a.log.Warn().Err(err).Str("node_cluster", r.key.NodeCluster).Msg("no central bridge replica to connect to; serving the last good config")
-		}
-		for i := 0; i < len(addrs) && ctx.Err() == nil; i++ {
-			addr := addrs[(next+i)%len(addrs)]
-			if r.stream(ctx, addr) {
-				backoff = r.a.cfg.BackoffInitial // it worked for a while
-				next = (next + i + 1) % len(addrs)
-				i = -1 // a fresh round, from the replica after this one
-				addrs, _ = r.a.replicas(ctx)
-				if len(addrs) == 0 {
-					break
-				}
-			}
-		}
-		select {
-		case <-ctx.Done():
-		case <-time.After(backoff):
-		}
-		backoff = min(2*backoff, r.a.cfg.BackoffMax)
+// setError records why the relay is not in sync ("" clears it); reached
+// says a replica was reached.
+func (r *relay) setError(why string, reached bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lastErr = why
+	if why == "" {
+		r.syncErr = ""
+	} else if reached {
+		r.syncErr = why
 	}
 }
 
+// refuse marks the key refused by the central bridge: its local streams
+// end with why and new ones are refused with it until a stream of the
+// key delivers again. The agent stops serving it (the central decides
+// who may have a group's config).
+func (r *relay) refuse(why string) {
+	r.mu.Lock()
+	was := r.refused
+	r.refused = why
+	r.mu.Unlock()
+	if was == "" {
+		r.a.log.Error().Str("node_cluster", r.key.NodeCluster).Str("reason", why).Msg("the central bridge refuses this group to this agent; refusing its local proxies")
+	}
+	_, _ = r.a.server.SetRelay(r.key.Key, nil)
+	r.a.gate.endKey(r.key.Key, status.Error(codes.PermissionDenied, "node.cluster "+strconv.Quote(r.key.NodeCluster)+": "+why))
+}
+
+// stableAfter is how long a stream must last to count as working: one
+// that ends sooner (refused, a response over max_message_size, a replica
+// that accepts and fails) is a failure, so the relay backs off instead of
+// reconnecting at once, and reports that it cannot sync.
+const stableAfter = 10 * time.Second
+
+func (r *relay) run(ctx context.Context) {
+	b := newBackoff(r.a.cfg.BackoffInitial, r.a.cfg.BackoffMax)
+	next := 0
+	for ctx.Err() == nil {
+		addrs, err := r.a.replicas(ctx)
+		stable := false
+		if err != nil || len(addrs) == 0 {
+			if err == nil {
+				err = errors.New("no central bridge replica is known (upstream addresses, or no passing instance of consul_service)")
+			}
+			r.setError(err.Error(), false)
+			r.a.log.Warn().Err(err).Str("node_cluster", r.key.NodeCluster).Msg("no central bridge replica to connect to; serving the last good config")
+		} else {
+			stable = r.stream(ctx, addrs[next%len(addrs)])
+			if !stable {
+				next++ // the next attempt tries another replica
+			}
+		}
+		if stable {
+			b.reset()
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(b.next()):
+		}
+	}
+}
+
+// backoff is jittered exponential: each wait is drawn from the upper
+// half of the current step, which doubles up to max, so agents that lost
+// the same replica do not come back in step.
+type backoff struct {
+	initial, max, cur time.Duration
+}
+
+func newBackoff(initial, max time.Duration) *backoff {
+	if initial <= 0 {
+		initial = 200 * time.Millisecond
+	}
+	max = cmp.Or(max, 5*time.Second)
+	return &backoff{initial: initial, max: max, cur: initial}
+}
+
+func (b *backoff) reset() { b.cur = b.initial }
+
+func (b *backoff) next() time.Duration {
+	d := b.cur/2 + rand.N(b.cur/2+1)
+	b.cur = min(2*b.cur, b.max)
+	return d
+}
+
 // stream follows the key from one replica until the stream ends; it
-// reports whether the stream delivered anything.
+// reports whether the stream lasted (stableAfter).
 func (r *relay) stream(ctx context.Context, addr string) bool {
 	tlsCfg, err := r.a.upstreamTLS(addr)
 	if err != nil {
+		r.setError("upstream TLS files: "+err.Error(), false)
 		r.a.log.Error().Err(err).Msg("cannot load the upstream TLS files; fix them (the agent keeps serving the last good config)")
 		return false
 	}
@@ -92,9 +163,9 @@ func (r *relay) stream(ctx context.Context, addr string) bool {
 	}
 	dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	var got bool
 	nodeID, cluster, meta, ok := r.a.upstreamNode(r.key)
 	if !ok {
+		r.setError("no local registration of this Connect sidecar", false)
 		r.a.log.Warn().Str("node_cluster", r.key.NodeCluster).Msg("no local registration of this Connect sidecar (any more); not relaying it")
 		return false
 	}
@@ -102,30 +173,66 @@ func (r *relay) stream(ctx context.Context, addr string) bool {
 		Addr: addr, NodeID: nodeID, Cluster: cluster, Metadata: meta, UserAgent: ua, Mode: adsclient.Delta,
 		InitialFetchTimeout: -1, // local proxies warm for themselves
 		TLS:                 tlsCfg,
-		OnUpdate: func(u adsclient.Update) {
-			got = true
-			r.apply(u.State)
-		},
+		MaxMessageSize:      r.a.cfg.MaxMessageSize,
+		OnUpdate:            func(u adsclient.Update) { r.apply(u.State) },
 	})
 	if err != nil {
+		r.setError(fmt.Sprintf("cannot reach central bridge replica %s: %v", addr, err), false)
 		r.a.log.Warn().Err(err).Str("upstream", addr).Str("node_cluster", r.key.NodeCluster).Msg("cannot reach central bridge replica")
 		return false
 	}
+	began := time.Now()
 	r.setUpstream(addr)
 	r.a.log.Info().Str("upstream", addr).Str("node_cluster", r.key.NodeCluster).Bool("proxyless", r.key.Proxyless).Msg("relaying from central bridge")
-	select {
-	case <-c.Done():
-	case <-ctx.Done():
+	stable := false
+	timer := time.NewTimer(stableAfter)
+	defer timer.Stop()
+wait:
+	for {
+		select {
+		case <-c.Done():
+			break wait
+		case <-ctx.Done():
+			break wait
+		case <-timer.C:
+			stable = true
+			r.setError("", false) // it has synced and stays up
+		}
 	}
 	err = c.Err()
 	_ = c.Close()
 	r.setUpstream("")
-	if ctx.Err() == nil {
-		r.a.metrics.reconnects.Inc()
-		r.a.log.Warn().Err(err).Str("upstream", addr).Str("node_cluster", r.key.NodeCluster).
-			Msg("central bridge stream ended; local proxies keep their config while the agent moves to another replica")
+	if ctx.Err() != nil {
+		return stable
 	}
-	return got
+	r.a.metrics.reconnects.Inc()
+	stable = stable || time.Since(began) >= stableAfter
+	why, refused := r.a.upstreamFailure(err)
+	if !stable || refused {
+		r.setError(fmt.Sprintf("central bridge replica %s ended the stream after %s: %s", addr, time.Since(began).Round(time.Millisecond), why), true)
+	}
+	if refused {
+		r.refuse(why)
+	}
+	r.a.log.Warn().Err(err).Str("upstream", addr).Str("node_cluster", r.key.NodeCluster).Bool("stable", stable).Str("advice", why).
+		Msg("central bridge stream ended; local proxies keep their config while the agent reconnects")
+	return stable && !refused
+}
+
+// upstreamFailure explains how a central stream ended: what to do, and
+// whether the central bridge refused this key (the agent's certificate
+// does not cover it), which retrying will not change.
+func (a *Agent) upstreamFailure(err error) (string, bool) {
+	switch status.Code(err) {
+	case codes.ResourceExhausted:
+		return fmt.Sprintf("%v; a response is larger than this agent accepts: raise upstream max_message_size (now %d bytes) to the central bridge's limit", err, a.cfg.MaxMessageSize), false
+	case codes.PermissionDenied, codes.Unauthenticated:
+		return fmt.Sprintf("the central bridge refuses to serve it to this agent (%v); the agent's certificate (upstream tls cert_file) must cover this group for the central's authorize_nodes, or remove it from allow_groups", err), true
+	}
+	if err == nil {
+		return "the stream ended", false
+	}
+	return err.Error(), false
 }
 
 func (r *relay) setUpstream(addr string) {
@@ -152,7 +259,7 @@ func (r *relay) apply(st adsclient.State) {
 	for typ, ts := range st.Types {
 		r.held[typ] = ts.Resources
 	}
-	r.lastGood = "upstream"
+	r.lastGood, r.refused = "upstream", ""
 	res := resources(r.held)
 	r.mu.Unlock()
 	if err := r.serve(res); err != nil {
@@ -166,14 +273,18 @@ func (r *relay) apply(st adsclient.State) {
 // secrets (which win over a relayed secret of the same name).
 func (r *relay) serve(relayed *xds.Resources) error {
 	res := *relayed
-	if local := r.a.connect.secrets(); len(local) > 0 {
-		names := map[string]bool{}
-		for _, s := range local {
-			names[s.GetName()] = true
-		}
-		res.Secrets = slices.DeleteFunc(slices.Clone(relayed.Secrets), func(s *tlsv3.Secret) bool { return names[s.GetName()] })
-		res.Secrets = append(res.Secrets, local...)
+	// Leaves are the agent's alone (local, per acting service): one
+	// relayed under a leaf's name is dropped, so no key ever gets a leaf
+	// it does not act for, whatever the central bridge sends.
+	local := r.a.connect.secrets(r.a.leafServices(r.key.Key))
+	names := map[string]bool{}
+	for _, s := range local {
+		names[s.GetName()] = true
 	}
+	res.Secrets = slices.DeleteFunc(slices.Clone(relayed.Secrets), func(s *tlsv3.Secret) bool {
+		return names[s.GetName()] || strings.HasPrefix(s.GetName(), LeafSecretPrefix)
+	})
+	res.Secrets = append(res.Secrets, local...)
 	_, err := r.a.server.SetRelay(r.key.Key, &res)
 	return err
 }
@@ -219,6 +330,7 @@ func (r *relay) linger(d time.Duration) {
 	if r.lingering != nil {
 		r.lingering.Stop()
 	}
+	r.idleSince = time.Now()
 	r.lingering = time.AfterFunc(d, func() { r.a.dropIdle(r) })
 }
 
@@ -238,10 +350,11 @@ func (r *relay) idle() bool {
 }
 
 // status is the key's line on /readyz.
-func (r *relay) status() (upstream, source string) {
+func (r *relay) status() keyStatus {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.upstream, r.lastGood
+	return keyStatus{NodeCluster: r.key.NodeCluster, Proxyless: r.key.Proxyless, Upstream: r.upstream, Serving: r.lastGood,
+		Error: r.lastErr, SyncError: r.syncErr, Refused: r.refused}
 }
 
 // resources turns held state into the server's resource lists.

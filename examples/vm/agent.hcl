@@ -26,6 +26,10 @@ upstream {
   #   addresses = ["bridge-1.internal:18000", "bridge-2.internal:18000"]
   consul_service = "consul-xds-bridge"
 
+  # The largest response relayed from the central bridge (and sent on to
+  # local proxies). Default: the central bridge's send limit, 64MiB.
+  # max_message_size = "64MiB"
+
   tls {
     ca_file   = "/etc/consul-xds-bridge/ca.pem"
     cert_file = "/etc/consul-xds-bridge/agent.pem"     # e.g. URI SAN spiffe://example.org/group/web
@@ -39,6 +43,18 @@ upstream {
 # local Consul agent makes and renews the keys; they never leave the VM.
 connect {
   services = ["web"]
+
+  # A leaf holds its service's private key: it goes only to a proxy acting
+  # for the service, from an allowed local user. Acting for web: its
+  # Connect sidecar registered on the local Consul agent (node.id = the
+  # sidecar's service id), and the node.cluster values listed here.
+  # Allowed users: those listed (names or numbers; uid, or primary gid),
+  # by default root, this agent's user and socket_group. Over the tcp
+  # listener no leaf is served.
+  service "web" {
+    proxy_groups = ["web"]
+    users        = ["envoy"]
+  }
 }
 
 admin {

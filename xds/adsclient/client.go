@@ -124,7 +124,16 @@ type Config struct {
 	// TLS, if set, connects over TLS with this configuration (client
 	// certificates included); nil connects in plaintext.
 	TLS *tls.Config
+	// MaxMessageSize bounds one response the client accepts, in bytes;
+	// zero means DefaultMaxMessageSize. gRPC's own default (4 MiB) is
+	// below what the bridge sends, and a larger response ends the stream
+	// with ResourceExhausted.
+	MaxMessageSize int
 }
+
+// DefaultMaxMessageSize is the largest response the bridge sends (its
+// gRPC MaxSendMsgSize, xds/serve), so a client accepts whatever it may get.
+const DefaultMaxMessageSize = 64 << 20
 
 // Update is one accepted response and the state it produced.
 type Update struct {
@@ -240,7 +249,11 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.TLS != nil {
 		creds = credentials.NewTLS(cfg.TLS)
 	}
-	conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(creds))
+	if cfg.MaxMessageSize <= 0 {
+		cfg.MaxMessageSize = DefaultMaxMessageSize
+	}
+	conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(creds),
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxMessageSize)))
 	if err != nil {
 		return nil, fmt.Errorf("adsclient: %w", err)
 	}

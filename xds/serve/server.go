@@ -82,6 +82,11 @@ type ServerConfig struct {
 	// are keyed once the first SetSidecars has come. Off, no stream pays
 	// for the keying.
 	Sidecars bool
+	// StreamInterceptor, if set, runs innermost around every stream, so
+	// it sees requests with their node keyed (sidecars); the agent vets
+	// socket peers and the secrets they ask for with it. EndStream ends
+	// a stream it holds from outside.
+	StreamInterceptor grpc.StreamServerInterceptor
 }
 
 // Server serves the translation over ADS (and the per-type SotW and delta
@@ -322,6 +327,9 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 	// announced; sidecars are re-keyed after it (sidecar.go).
 	if s.cfg.Sidecars {
 		interceptors = append(interceptors, s.sidecars.interceptor())
+	}
+	if s.cfg.StreamInterceptor != nil {
+		interceptors = append(interceptors, s.cfg.StreamInterceptor)
 	}
 	opts = append(opts, grpc.ChainStreamInterceptor(interceptors...))
 	g := grpc.NewServer(opts...)

@@ -33,3 +33,10 @@ func endStream(ctx context.Context, st *status.Status) bool {
 	}
 	return ok
 }
+
+// EndStream ends the gRPC stream of ctx (a handler's or an interceptor's
+// stream context) with err's status from outside its handler, as
+// endStream; for ServerConfig.StreamInterceptor.
+func EndStream(ctx context.Context, err error) bool {
+	return endStream(ctx, status.Convert(err))
+}

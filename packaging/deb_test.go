@@ -83,8 +83,21 @@ func TestDebianPackage(t *testing.T) {
 	if out := run(t, filepath.Join(x, "usr/bin/consul-xds-bridge"), "version"); !strings.Contains(out, "consul-xds-bridge") {
 		t.Errorf("version = %q", out)
 	}
-	cfg := filepath.Join(x, "etc/consul-xds-bridge/config.hcl")
+	// validate fails on an admin token file that does not exist, as run
+	// does: check the config with the token postinst writes at install,
+	// here in a scratch file at the same place in the config.
+	token := filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(token, []byte("t0ken\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(t.TempDir(), "config.hcl")
+	if err := os.WriteFile(cfg, []byte(strings.Replace(read("etc/consul-xds-bridge/config.hcl"), "/etc/consul-xds-bridge/admin-token", token, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	run(t, filepath.Join(x, "usr/bin/consul-xds-bridge"), "validate", cfg)
+	if out, err := exec.Command(filepath.Join(x, "usr/bin/consul-xds-bridge"), "validate", filepath.Join(x, "etc/consul-xds-bridge/config.hcl")).CombinedOutput(); err == nil && !fileExists("/etc/consul-xds-bridge/admin-token") {
+		t.Errorf("validate accepted a config whose admin token file does not exist (run refuses it):\n%s", out)
+	}
 	if c := read("etc/consul-xds-bridge/config.hcl"); !strings.Contains(c, `token_file = "/etc/consul-xds-bridge/admin-token"`) || !strings.Contains(c, `listen = "127.0.0.1:18000"`) {
 		t.Errorf("default config is not loopback with an admin token:\n%s", c)
 	}
@@ -105,4 +118,9 @@ func run(t *testing.T, name string, args ...string) string {
 		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
 	}
 	return string(out)
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
 }

@@ -2,6 +2,7 @@ package serve
 
 import (
 	"context"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"slices"
 	"sync"
 	"time"
@@ -115,7 +116,7 @@ func (t *tracker) initialSyncDone(key streamKey) bool {
 	}
 	for typ, ts := range st.types {
 		// Types the bridge does not serve are never answered.
-		if slices.Contains(typeOrder, typ) && !answered(ts) {
+		if slices.Contains(cache.TypeOrder, typ) && !answered(ts) {
 			return false // subscribed, not answered yet or not acknowledged
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/x509"
 	"fmt"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"net/url"
 	"slices"
 	"strings"
@@ -130,7 +131,7 @@ func (s *authzStream) RecvMsg(m any) error {
 }
 
 func (s *authzStream) check(m any) error {
-	node := requestNode(m)
+	node := cache.RequestNode(m)
 	// Envoy may send the node only on a stream's first request; requests
 	// without one keep the identity checked then.
 	if node == nil || node == s.last {

@@ -1,11 +1,19 @@
 // Package serve is the bridge's xDS runtime: it serves translations (the
 // xds package's Output) over ADS and the per-type SotW and delta services
 // with its own stream servers (sotw.go, delta.go; go-control-plane's
-// protocol rules and types), from its own per-resource cache (cache.go). It keeps the protocol state of every stream (tracker.go),
-// bounds initial syncs (admission.go), authorizes nodes (authz.go),
-// reloads its TLS files (tls.go), answers gRPC health (health.go) and
-// exports metrics. Everything here is long-running and locked; what is
-// served is decided in the pure xds package.
+// protocol rules and types), from its own per-resource cache (package
+// cache, which also owns the codec the servers speak). It decides what
+// each node.cluster key is served (server.go, make-before-break steps in
+// staging.go, relay.go), keeps the protocol state of every stream
+// (tracker.go), bounds initial syncs (admission.go), authorizes nodes
+// (authz.go), reloads its TLS files (tls.go), answers gRPC health
+// (health.go) and exports metrics. Everything here is long-running and
+// locked; what is served is decided in the pure xds package.
+//
+// Lock order: Server.mu, then the cache's lock, then a stream's outbox's
+// (and the send pool's). The cache never calls back up into this package
+// under its lock, except to queue an answer on a stream (package cache's
+// doc).
 package serve
 
 import (
@@ -13,6 +21,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"maps"
 	"net"
 	"slices"
@@ -85,7 +94,7 @@ type ServerConfig struct {
 }
 
 // Server serves the translation over ADS (and the per-type SotW and delta
-// services) from serveCache (cache.go).
+// services) from its cache (package cache).
 //
 // What a proxy gets is keyed by the node.cluster it announces, not by
 // proxy group: a key exists for every node.cluster seen, and each update
@@ -95,7 +104,7 @@ type ServerConfig struct {
 type Server struct {
 	cfg     ServerConfig
 	log     zerolog.Logger
-	cache   *serveCache // also the one record of every node.cluster key
+	cache   *cache.Cache // also the one record of every node.cluster key
 	cb      *callbacks
 	history *history
 	tracker *tracker
@@ -118,10 +127,10 @@ type Server struct {
 	// chains holds the latest set per role and type (setLocked): a new
 	// translation's set is built against it, reusing the entries of
 	// unchanged resources and recording what changed.
-	chains map[string]*typeSet
+	chains map[string]*cache.Set
 	// built memoises the current translation's sets per resource set, so
 	// keys sharing resources share sets.
-	built map[*xds.Resources]map[string]*typeSet
+	built map[*xds.Resources]map[string]*cache.Set
 	// usedChains are the chains the current translation built; the others
 	// (groups gone from the policy) are dropped after each Update.
 	usedChains map[string]bool
@@ -156,18 +165,16 @@ func NewServer(cfg ServerConfig) *Server {
 	s := &Server{
 		cfg:      cfg,
 		log:      log,
-		cache:    newServeCache(),
 		lastGood: map[string]*xds.Resources{},
-		chains:   map[string]*typeSet{},
+		chains:   map[string]*cache.Set{},
 		staged:   map[string]*staging{},
 	}
 	s.tracker = newTracker()
 	s.metrics = newMetrics(cfg.Registerer, log)
-	s.cache.fanned = func(d time.Duration) { s.metrics.fanout.Observe(d.Seconds()) }
+	s.cache = cache.New(cache.Config{Watched: s.watched, Fanned: func(d time.Duration) { s.metrics.fanout.Observe(d.Seconds()) }})
 	s.scope = newScopeLog(cfg.Registerer, log)
 	s.sidecars = newSidecars(log, cfg.Sidecars)
 	s.sidecars.authorize = cfg.AuthorizeNodes
-	s.cache.watched = s.watched
 	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode, s.forgetKey, newAdmission(cfg.MaxInitialSyncs, s.metrics))
 	s.history = newHistory()
 	s.cb.history = s.history
@@ -199,10 +206,10 @@ func (s *Server) Proxies() []ProxyStatus {
 			p.GroupError = err.Error()
 		}
 		p.Sidecar = s.sidecars.status(p.NodeID, p.key)
-		sets := s.cache.served(p.key)
+		sets := s.cache.Served(p.key)
 		for _, ts := range p.Types {
 			if set := sets[ts.TypeURL]; set != nil {
-				ts.VersionCurrent = set.version
+				ts.VersionCurrent = set.Version()
 			}
 		}
 	}
@@ -216,7 +223,7 @@ const proxylessGroup = "(proxyless gRPC)"
 // groupOfKeyLocked is the group shown for a snapshot key.
 func (s *Server) groupOfKeyLocked(key string) string {
 	if s.out == nil || s.resolve == nil {
-		if _, proxyless := parseKey(key); proxyless {
+		if _, proxyless := cache.ParseKey(key); proxyless {
 			return proxylessGroup
 		}
 		return ""
@@ -295,7 +302,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		grpc.InitialWindowSize(1 << 20),
 		grpc.InitialConnWindowSize(1 << 20),
 		// Responses that many streams share are encoded once (codec.go).
-		grpc.ForceServerCodecV2(newSharedCodec()),
+		grpc.ForceServerCodecV2(cache.NewCodec()),
 		grpc.MaxSendMsgSize(64 << 20),
 		// Dead peers are found within ~40s; clients may ping every 15s.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
@@ -311,7 +318,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		tlsCfg = r.TLSConfig()
 		opts = append(opts, grpc.Creds(handshakenCreds{}))
 	}
-	interceptors := []grpc.StreamServerInterceptor{nodeMemoInterceptor, firstRequestInterceptor(s.cfg.FirstRequestTimeout, s.metrics.idleClosed.Inc)}
+	interceptors := []grpc.StreamServerInterceptor{cache.NodeMemoInterceptor, firstRequestInterceptor(s.cfg.FirstRequestTimeout, s.metrics.idleClosed.Inc)}
 	if s.cfg.AuthorizeNodes {
 		if s.cfg.TLS.ClientCAFile == "" {
 			return errors.New("xds: authorize_nodes needs TLS with client_ca_file")
@@ -400,11 +407,11 @@ func (s *Server) Update(ctx context.Context, out *xds.Output, resolve func(nodeC
 	s.out, s.resolve = out, resolve
 	s.keepLastGoodLocked()
 	s.setScopeViewLocked()
-	s.built = map[*xds.Resources]map[string]*typeSet{}
+	s.built = map[*xds.Resources]map[string]*cache.Set{}
 	s.usedChains = map[string]bool{}
 	changed := map[string]bool{}
 	var errs []error
-	for _, key := range s.cache.keyNames() {
+	for _, key := range s.cache.Keys() {
 		if err := ctx.Err(); err != nil {
 			errs = append(errs, err)
 			break
@@ -422,7 +429,7 @@ func (s *Server) Update(ctx context.Context, out *xds.Output, resolve func(nodeC
 			delete(s.chains, chain)
 		}
 	}
-	if s.cache.served("") != nil {
+	if s.cache.Served("") != nil {
 		s.health.setServing()
 	}
 	return slices.Sorted(maps.Keys(changed)), errors.Join(errs...)
@@ -454,7 +461,7 @@ func (s *Server) keepLastGoodLocked() {
 // sawNode makes sure a proxy's node.cluster is served as soon as it asks,
 // so its first request is answered from the current state.
 func (s *Server) sawNode(key string) {
-	if !s.cache.join(key) {
+	if !s.cache.Join(key) {
 		return
 	}
 	if s.cfg.OnKey != nil {
@@ -474,7 +481,7 @@ func (s *Server) sawNode(key string) {
 // with its last stream, so keys do not pile up with every node.cluster
 // ever announced (clients choose it) and updates stop building for them.
 func (s *Server) forgetKey(key string) {
-	if s.cache.leave(key) {
+	if s.cache.Leave(key) {
 		s.mu.Lock()
 		s.unstageLocked(key) // nobody left to wait for
 		s.mu.Unlock()
@@ -505,7 +512,7 @@ var errNoGoodState = errors.New("group has no last good state")
 // translation: the clusters and endpoints its role reaches, its group's
 // listeners and routes (the last good ones if the group failed), and the
 // secrets of both in one SDS type.
-func (s *Server) setsLocked(key string) (map[string]*typeSet, error) {
+func (s *Server) setsLocked(key string) (map[string]*cache.Set, error) {
 	if s.cfg.Relay {
 		return s.relaySetsLocked(key)
 	}
@@ -513,7 +520,7 @@ func (s *Server) setsLocked(key string) (map[string]*typeSet, error) {
 	if group == nil {
 		return nil, errNoGoodState
 	}
-	sets := make(map[string]*typeSet, len(typeOrder))
+	sets := make(map[string]*cache.Set, len(cache.TypeOrder))
 	for _, part := range []struct {
 		chain string
 		res   *xds.Resources
@@ -555,7 +562,7 @@ func (s *Server) setsLocked(key string) (map[string]*typeSet, error) {
 // names a proxyless group is served as that group (which may narrow it);
 // any other proxyless client as the proxyless clients in general.
 func (s *Server) roleLocked(key string) (role string, group, reach *xds.Resources) {
-	nodeCluster, proxyless := parseKey(key)
+	nodeCluster, proxyless := cache.ParseKey(key)
 	g := s.resolve(nodeCluster)
 	inGroup := s.out.Groups[g] != nil || s.out.Failed[g] != nil
 	switch {
@@ -580,7 +587,7 @@ func (s *Server) groupProxylessLocked(g string) bool { return s.out.ProxylessGro
 
 // setLocked returns the set of typ built from r's items, once per
 // translation, chained to the role's previous set of that type.
-func (s *Server) setLocked(role string, r *xds.Resources, typ string, items func() []types.Resource) (*typeSet, error) {
+func (s *Server) setLocked(role string, r *xds.Resources, typ string, items func() []types.Resource) (*cache.Set, error) {
 	chain := role + "\x00" + typ
 	if s.usedChains == nil {
 		s.usedChains = map[string]bool{}
@@ -590,16 +597,16 @@ func (s *Server) setLocked(role string, r *xds.Resources, typ string, items func
 		s.chains[chain] = ts
 		return ts, nil
 	}
-	ts, err := newTypeSet(typ, items(), s.chains[chain])
+	ts, err := cache.NewSet(typ, items(), s.chains[chain])
 	if err != nil {
 		return nil, err
 	}
 	s.chains[chain] = ts
 	if s.built == nil {
-		s.built = map[*xds.Resources]map[string]*typeSet{}
+		s.built = map[*xds.Resources]map[string]*cache.Set{}
 	}
 	if s.built[r] == nil {
-		s.built[r] = map[string]*typeSet{}
+		s.built[r] = map[string]*cache.Set{}
 	}
 	s.built[r][typ] = ts
 	return ts, nil

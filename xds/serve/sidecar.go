@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"maps"
 	"slices"
 	"strings"
@@ -237,7 +238,7 @@ func (st *sidecarStream) RecvMsg(m any) error {
 		}
 		return err
 	}
-	node := requestNode(m)
+	node := cache.RequestNode(m)
 	if node != nil {
 		if st.sc.wait && !st.keyed {
 			select {
@@ -254,7 +255,7 @@ func (st *sidecarStream) RecvMsg(m any) error {
 			st.close(err)
 			return err
 		}
-		setNode(m, keyed)
+		cache.SetNode(m, keyed)
 	}
 	return nil
 }
@@ -310,7 +311,7 @@ func (st *sidecarStream) keyNode(node *corev3.Node) (*corev3.Node, error) {
 // looked up on every poll (no stream outlives a registration change).
 func (sc *sidecars) restKey(node *corev3.Node) (string, error) {
 	if !sc.wait {
-		return snapshotKey(node), nil
+		return cache.Key(node), nil
 	}
 	if strings.HasPrefix(node.GetCluster(), ir.SidecarGroupPrefix) {
 		return "", fmt.Errorf("node.cluster %q: names starting with %q are reserved for Connect sidecars, which are known by their node id: %w", node.GetCluster(), ir.SidecarGroupPrefix, errReservedCluster)
@@ -319,7 +320,7 @@ func (sc *sidecars) restKey(node *corev3.Node) (string, error) {
 	sc.mu.Lock()
 	n.Cluster, _, _ = sc.keyLocked(n.GetId(), n.GetMetadata().GetFields()[ConsulNodeMetadata].GetStringValue(), n.GetCluster())
 	sc.mu.Unlock()
-	return snapshotKey(n), nil
+	return cache.Key(n), nil
 }
 
 // errReservedCluster: a client announced a sidecar group's name itself.

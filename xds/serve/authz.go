@@ -118,7 +118,7 @@ type authzStream struct {
 	id, cluster string
 	checked     bool
 	// last is the node last authorized: a stream's requests share the
-	// node they carry (nodememo.go), so Envoy's node on every request is
+	// node they carry (package cache's nodememo.go), so Envoy's node on every request is
 	// authorized once, not per ACK.
 	last *corev3.Node
 }

@@ -30,7 +30,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
@@ -63,7 +62,7 @@ type ServerConfig struct {
 	// Servers (tests) can coexist.
 	Registerer prometheus.Registerer
 	// TLS serves xDS over TLS when CertFile is set (mTLS with ClientCAFile).
-	TLS policy.TLSFiles
+	TLS TLSFiles
 	// AuthorizeNodes refuses clients whose certificate does not name the
 	// node they claim (see authorized); it needs TLS.ClientCAFile.
 	AuthorizeNodes bool
@@ -301,7 +300,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		// one window.
 		grpc.InitialWindowSize(1 << 20),
 		grpc.InitialConnWindowSize(1 << 20),
-		// Responses that many streams share are encoded once (codec.go).
+		// Responses that many streams share are encoded once (package cache's codec.go).
 		grpc.ForceServerCodecV2(cache.NewCodec()),
 		grpc.MaxSendMsgSize(64 << 20),
 		// Dead peers are found within ~40s; clients may ping every 15s.

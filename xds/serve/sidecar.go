@@ -180,7 +180,7 @@ type sidecarStream struct {
 	nodeID, consulNode, announced string
 	key                           string
 	// keyedNode is received, the last node a request carried, keyed: a
-	// stream's requests carry the same node (nodememo.go), so it is
+	// stream's requests carry the same node (package cache's nodememo.go), so it is
 	// copied once.
 	received, keyedNode *corev3.Node
 
@@ -263,7 +263,7 @@ func (st *sidecarStream) RecvMsg(m any) error {
 // keyNode returns the node to serve the request as: node with its
 // cluster set to the stream's key, which is fixed at the first node the
 // stream sends. node itself is left as it is: a stream's requests share
-// the node they carry (nodememo.go), and the tracker and authorization
+// the node they carry (package cache's nodememo.go), and the tracker and authorization
 // keep it.
 func (st *sidecarStream) keyNode(node *corev3.Node) (*corev3.Node, error) {
 	sc := st.sc

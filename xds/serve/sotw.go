@@ -21,7 +21,7 @@ import (
 //
 // One difference, for cost: a request naming the resources the previous
 // one of its type did leaves the subscription as it was, so the cache
-// compares only what changed since the stream's last answer (answer.go)
+// compares only what changed since the stream's last answer (package cache's answer.go)
 // instead of every name, once per proxy per push.
 type sotwServer struct{ adsServer }
 
@@ -105,7 +105,7 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 	names := req.GetResourceNames()
 	w, old := st.watchFor(typ, func() *cache.Subscription { return cache.NewSotwSubscription(names) })
 	// An ACK repeating the names of the type's last request carries that
-	// request's slice (nodememo.go): its digest is the one before.
+	// request's slice (package cache's nodememo.go): its digest is the one before.
 	digest := w.names
 	if !sameSlice(names, w.digested) {
 		digest = cache.DigestNames(names)

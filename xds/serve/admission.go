@@ -2,11 +2,11 @@ package serve
 
 import (
 	"context"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"slices"
 	"sync"
 	"time"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
 

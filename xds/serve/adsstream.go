@@ -3,11 +3,11 @@ package serve
 import (
 	"context"
 	"errors"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"io"
 	"sync"
 	"sync/atomic"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"

@@ -8,7 +8,6 @@ package serve
 import (
 	"context"
 	"fmt"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"net/netip"
 	"testing"
 	"time"
@@ -26,6 +25,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/irtest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 )
 
 const benchClusters, benchEndpoints = 1000, 20

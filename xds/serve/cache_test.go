@@ -3,7 +3,6 @@ package serve
 import (
 	"context"
 	"errors"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"maps"
 	"slices"
 	"strings"
@@ -11,6 +10,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"

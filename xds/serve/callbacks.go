@@ -2,12 +2,12 @@ package serve
 
 import (
 	"context"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"math"
 	"net"
 	"sync"
 	"time"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"

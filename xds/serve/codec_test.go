@@ -3,7 +3,6 @@ package serve
 import (
 	"bytes"
 	"context"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"slices"
 	"testing"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 )
 
 // TestFanOutSharesOneEncodingPerView: over real gRPC, the proxies of one

@@ -2,12 +2,12 @@ package serve
 
 import (
 	"errors"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"strings"
 	"sync"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )

@@ -3,7 +3,6 @@ package serve
 import (
 	"crypto/x509"
 	"fmt"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -14,6 +13,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/envoynode"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 )
 
 // TestEnvoyNodeDecodedOncePerStream: an Envoy sending its whole node with

@@ -2,9 +2,9 @@ package serve
 
 import (
 	"context"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"sync"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"google.golang.org/grpc/status"
 )
 

@@ -2,7 +2,6 @@ package serve
 
 import (
 	"fmt"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"maps"
 	"slices"
 
@@ -10,6 +9,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 )
 
 // Relay mode serves what another control plane sent rather than a

@@ -2,7 +2,6 @@ package serve
 
 import (
 	"context"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"slices"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 )
 
 // twoGroups is group a routing to the clusters in aRoutes, group b to

@@ -2,13 +2,13 @@ package serve
 
 import (
 	"context"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 )

@@ -3,7 +3,6 @@ package serve
 import (
 	"cmp"
 	"fmt"
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"maps"
 	"net"
 	"slices"
@@ -13,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"

@@ -7,8 +7,8 @@ import (
 )
 
 // Snapshot keys: what a node is served is decided by its key, its
-// node.cluster (rewritten to its group for a Connect sidecar, sidecar.go),
-// marked for proxyless gRPC clients.
+// node.cluster (rewritten to its group for a Connect sidecar by package
+// serve's sidecar.go), marked for proxyless gRPC clients.
 
 // proxylessKey prefixes the snapshot key of proxyless gRPC clients, so a
 // gRPC client and an Envoy announcing the same node.cluster get different

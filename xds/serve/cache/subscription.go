@@ -218,7 +218,8 @@ func dropNameSets(d NamesDigest) {
 // NamesDigest identifies a set of resource names in any order, without
 // holding them (an edge proxy's request names every cluster): a sum of
 // seeded hashes (a client cannot aim at another set without the seed)
-// and the count.
+// and the count. Sets of names are interned by it (internNames), and the
+// SotW server tells by it whether a request names what the one before did.
 type NamesDigest struct {
 	sum uint64
 	n   int
@@ -229,8 +230,7 @@ var namesSeed = maphash.MakeSeed()
 // DigestNames is the digest of names, in any order.
 func DigestNames(names []string) NamesDigest { return digestOf(slices.Values(names)) }
 
-// digestOf is the digest of the names seq yields (subscription.go
-// interns sets of names by it).
+// digestOf is the digest of the names seq yields.
 func digestOf(names iter.Seq[string]) NamesDigest {
 	var d NamesDigest
 	for n := range names {

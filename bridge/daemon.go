@@ -161,7 +161,7 @@ func New(cfg Config) *Daemon {
 		xds: serve.NewServer(serve.ServerConfig{
 			Logger:          cfg.Logger,
 			Registerer:      reg,
-			TLS:             cfg.Settings.XDS.TLS,
+			TLS:             serve.TLSFiles(cfg.Settings.XDS.TLS),
 			AuthorizeNodes:  cfg.Settings.XDS.AuthorizeNodes,
 			MaxInitialSyncs: cfg.Settings.XDS.MaxInitialSyncs,
 			Sidecars:        meshWanted(cfg.Policy),

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
 
@@ -115,7 +116,7 @@ func (t *tracker) initialSyncDone(key streamKey) bool {
 	}
 	for typ, ts := range st.types {
 		// Types the bridge does not serve are never answered.
-		if slices.Contains(typeOrder, typ) && !answered(ts) {
+		if slices.Contains(cache.TypeOrder, typ) && !answered(ts) {
 			return false // subscribed, not answered yet or not acknowledged
 		}
 	}

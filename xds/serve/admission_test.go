@@ -140,7 +140,7 @@ func TestUnknownTypesCannotStallTheCache(t *testing.T) {
 	if _, err := ads.Recv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "type URLs on one stream") {
 		t.Fatalf("stream with 3000 made-up type URLs ended with %v, want InvalidArgument", err)
 	}
-	if n := s.cache.waiting("edge"); n > maxTypesPerStream {
+	if n := s.cache.Waiting("edge"); n > maxTypesPerStream {
 		t.Errorf("%d watches kept for it, want at most %d", n, maxTypesPerStream)
 	}
 	other := dial(t, s, adsclient.Config{NodeID: "other", Cluster: "edge", Mode: adsclient.SotW})
@@ -227,7 +227,7 @@ func TestHostileRequestsAreRefused(t *testing.T) {
 	if got := testutil.ToFloat64(s.metrics.refused); got != 5 {
 		t.Errorf("refused requests = %v, want 5", got)
 	}
-	if keys := len(s.cache.keyNames()); keys > 3 {
+	if keys := len(s.cache.Keys()); keys > 3 {
 		t.Errorf("%d snapshot keys after the hostile streams ended, want edge and the shared one", keys)
 	}
 
@@ -269,7 +269,7 @@ func TestHostileRequestsAreRefused(t *testing.T) {
 func TestKeyForgottenWithItsLastStream(t *testing.T) {
 	s := startServer(t, ServerConfig{})
 	s.update(t, testOutput(t, []string{"api"}, 8080))
-	known := func(key string) bool { return s.cache.served(key) != nil }
+	known := func(key string) bool { return s.cache.Served(key) != nil }
 	synced := func(c *adsclient.Client) {
 		t.Helper()
 		if _, err := c.Wait(waitCtx(t), func(st adsclient.State) bool { return len(st.ClusterNames()) == 1 }); err != nil {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
@@ -17,7 +18,7 @@ import (
 // adsServer is what the bridge's two servers (delta.go, sotw.go) hold.
 type adsServer struct {
 	ctx   context.Context
-	cache *serveCache
+	cache *cache.Cache
 	cb    *callbacks
 	ids   atomic.Int64
 	// endable checks the first stream only: every stream is of gRPC's
@@ -54,9 +55,9 @@ type adsStream[R any] struct {
 
 // typeWatch is a stream's subscription to one type and its open watch.
 type typeWatch struct {
-	sub    *subscription
+	sub    *cache.Subscription
 	cancel func()
-	names  namesDigest // SotW: the names of the type's last request
+	names  cache.NamesDigest // SotW: the names of the type's last request
 	// digested is the slice names was computed from (SotW).
 	digested []string
 }
@@ -67,7 +68,7 @@ func newADSStream[R any](id int64) *adsStream[R] {
 
 // watchFor is the stream's watch of typ, made with the subscription sub
 // returns when the type has none yet (old false).
-func (a *adsStream[R]) watchFor(typ string, sub func() *subscription) (w *typeWatch, old bool) {
+func (a *adsStream[R]) watchFor(typ string, sub func() *cache.Subscription) (w *typeWatch, old bool) {
 	if w = a.watches[typ]; w != nil {
 		return w, true
 	}
@@ -82,7 +83,7 @@ func (a *adsStream[R]) watchFor(typ string, sub func() *subscription) (w *typeWa
 // answer's (held) here, not when it is sent: the next request of the type
 // is compared with what the stream will hold, and the answers of a stream
 // go out in the order they were made.
-func (a *adsStream[R]) deliver(sub *subscription, held map[string]string, r R) {
+func (a *adsStream[R]) deliver(sub *cache.Subscription, held map[string]string, r R) {
 	sub.SetReturnedResources(held)
 	a.out.push(r)
 }

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -32,7 +33,7 @@ func TestDeltaACKComparesOnlyWhatChanged(t *testing.T) {
 	if g := cl.mustTake("first"); !slices.Equal(g.names, []string{"api", "db", "web"}) {
 		t.Fatalf("first = %v", g.names)
 	}
-	if cl.sub.ReturnedResources()[setMark] == "" {
+	if cl.sub.ReturnedResources()[cache.SetMark] == "" {
 		t.Fatal("a delta answer leaves no mark of the set it brought the stream up to date with")
 	}
 	cl.mustNotTake("ACK with nothing changed")
@@ -80,7 +81,7 @@ func TestDeltaACKComparesOnlyWhatChanged(t *testing.T) {
 // neither sent nor removed, whatever a client subscribes to.
 func TestMarkedNamesAreNeverServed(t *testing.T) {
 	s := newCacheServer(t, testOutput(t, []string{"api", "web"}, 8080))
-	cl := newDeltaClient(t, s.cache, "edge", resourcev3.EndpointType, []string{"api", setMark, "\x00other"})
+	cl := newDeltaClient(t, s.cache, "edge", resourcev3.EndpointType, []string{"api", cache.SetMark, "\x00other"})
 	g := cl.mustTake("first")
 	if !slices.Equal(g.names, []string{"api"}) || len(g.removed) != 0 {
 		t.Fatalf("first = %v removed %v", g.names, g.removed)
@@ -107,7 +108,7 @@ func TestUpdatesReachStreamsInTheirOrder(t *testing.T) {
 	subs := make([]*stream.Subscription, n)
 	reopen := func(i int, nonce string) {
 		req := &discoveryv3.DeltaDiscoveryRequest{Node: &corev3.Node{Id: "n", Cluster: "edge"}, TypeUrl: resourcev3.EndpointType, ResponseNonce: nonce}
-		s.cache.openDelta(uint64(n-i), req, subs[i], func(r cachev3.DeltaResponse) {
+		s.cache.OpenDelta(uint64(n-i), req, subs[i], func(r cachev3.DeltaResponse) {
 			subs[i].SetReturnedResources(r.GetNextVersionMap())
 			got = append(got, uint64(n-i))
 		})
@@ -138,17 +139,17 @@ func TestUpdatesReachStreamsInTheirOrder(t *testing.T) {
 // TestClientVersionsNeverCarryAMark: what a reconnecting delta client says
 // it holds loses names starting with NUL, without touching its request.
 func TestClientVersionsNeverCarryAMark(t *testing.T) {
-	sent := map[string]string{"api": "v1", setMark: "\x00set1"}
-	got := clientVersions(sent)
-	if _, ok := got[setMark]; ok || got["api"] != "v1" || len(got) != 1 {
-		t.Fatalf("clientVersions = %v", got)
+	sent := map[string]string{"api": "v1", cache.SetMark: "\x00set1"}
+	got := cache.ClientVersions(sent)
+	if _, ok := got[cache.SetMark]; ok || got["api"] != "v1" || len(got) != 1 {
+		t.Fatalf("ClientVersions = %v", got)
 	}
 	if len(sent) != 2 {
 		t.Fatalf("the request's map was edited: %v", sent)
 	}
 	plain := map[string]string{"api": "v1"}
-	if got := clientVersions(plain); len(got) != 1 {
-		t.Fatalf("clientVersions(%v) = %v", plain, got)
+	if got := cache.ClientVersions(plain); len(got) != 1 {
+		t.Fatalf("ClientVersions(%v) = %v", plain, got)
 	}
 }
 
@@ -162,7 +163,7 @@ func TestSotwSameNamesTakeTheFastPath(t *testing.T) {
 	open := func(nonce string, same bool) {
 		req := &discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "n", Cluster: "edge"}, TypeUrl: resourcev3.EndpointType,
 			ResponseNonce: nonce, ResourceNames: []string{"api", "web"}}
-		s.cache.openSotw(1, req, &sub, same, func(r cachev3.Response) {
+		s.cache.OpenSotw(1, req, &sub, same, func(r cachev3.Response) {
 			sub.SetReturnedResources(r.GetReturnedResources())
 			got = append(got, r)
 		})

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/rs/zerolog"
@@ -117,7 +118,7 @@ type authzStream struct {
 	id, cluster string
 	checked     bool
 	// last is the node last authorized: a stream's requests share the
-	// node they carry (nodememo.go), so Envoy's node on every request is
+	// node they carry (package cache's nodememo.go), so Envoy's node on every request is
 	// authorized once, not per ACK.
 	last *corev3.Node
 }
@@ -130,7 +131,7 @@ func (s *authzStream) RecvMsg(m any) error {
 }
 
 func (s *authzStream) check(m any) error {
-	node := requestNode(m)
+	node := cache.RequestNode(m)
 	// Envoy may send the node only on a stream's first request; requests
 	// without one keep the identity checked then.
 	if node == nil || node == s.last {

@@ -1,15 +1,14 @@
 package serve
 
 // Micro-benchmarks of the serving path at fleet scale (go test -bench .
-// -benchmem ./xds/serve). The world is 1000 clusters × 20 endpoints, the size
-// the load harness (bench/, cmd/xds-load) extrapolates to.
+// -benchmem ./xds/serve/...: the codec's are in package cache). The world
+// is 1000 clusters × 20 endpoints, the size the load harness (bench/,
+// cmd/xds-load) extrapolates to.
 
 import (
 	"context"
 	"fmt"
 	"net/netip"
-	"strconv"
-	"strings"
 	"testing"
 	"time"
 
@@ -26,6 +25,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/irtest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 )
 
 const benchClusters, benchEndpoints = 1000, 20
@@ -166,11 +166,11 @@ func BenchmarkMarshal(b *testing.B) {
 
 // pushFixture has n SotW EDS watches open on one node.cluster, as n
 // Envoys of one group would hold between pushes, served either by the
-// bridge (Server and its serveCache) or by go-control-plane's snapshot
+// bridge (Server and its cache.Cache) or by go-control-plane's snapshot
 // cache with a new snapshot per change (the baseline).
 type pushFixture struct {
 	cache   cachev3.Cache
-	bridge  *serveCache // set: streams driven as the bridge's SotW server drives them (sotw.go)
+	bridge  *cache.Cache // set: streams driven as the bridge's SotW server drives them (sotw.go)
 	update  func(tb testing.TB, k int)
 	outs    [2]*xds.Output
 	names   []string
@@ -240,7 +240,7 @@ func (f *pushFixture) watch(tb testing.TB, i int, version, nonce string) {
 	if f.bridge != nil {
 		// The same names as before: the subscription is kept, and the
 		// held versions are the answer's as it is handed over.
-		f.bridge.openSotw(uint64(i), req, &st.sub, nonce != "", func(r cachev3.Response) {
+		f.bridge.OpenSotw(uint64(i), req, &st.sub, nonce != "", func(r cachev3.Response) {
 			st.sub.SetReturnedResources(r.GetReturnedResources())
 			st.ch <- r
 		})
@@ -282,7 +282,7 @@ func (f *pushFixture) receive(tb testing.TB, i int) *discoveryv3.DiscoveryRespon
 // EDS to n open watches of one node.cluster, each response built and
 // encoded as the stream would. snapshot-cache is go-control-plane's
 // snapshot cache, a new snapshot per change (every subscribed resource
-// marshalled for every stream); bridge is Server.Update and serveCache
+// marshalled for every stream); bridge is Server.Update and cache.Cache
 // (only the changed ClusterLoadAssignment, marshalled once). Each stream
 // holds 100 clusters × 20 endpoints (the harness's mixed fleet) or 1000
 // (an edge proxy of the N=5000 world).
@@ -306,48 +306,6 @@ func BenchmarkPushToManyStreams(b *testing.B) {
 				}
 				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n), "ns/stream")
 			})
-		}
-	}
-}
-
-// BenchmarkEncodeResponse: what a stream's send costs in the codec for a
-// flip (one ClusterLoadAssignment) and a full edge sync (1000 clusters):
-// shared (codec.go: the prefix encoded once, then only the nonce) vs. each
-// stream encoding the whole DiscoveryResponse.
-func BenchmarkEncodeResponse(b *testing.B) {
-	out, err := xds.Translate(benchModel(-1))
-	if err != nil {
-		b.Fatal(err)
-	}
-	codec := newSharedCodec()
-	for _, typ := range []string{resourcev3.EndpointType, resourcev3.ClusterType} {
-		ts, err := newTypeSet(typ, out.Shared.ByType()[typ], nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for _, n := range []int{1, len(ts.order)} {
-			entries := ts.order[:n]
-			sh := newSharedSotw(ts.version, ts.typeURL, entries)
-			own := &sotwResponse{version: ts.version, typeURL: ts.typeURL, entries: entries}
-			for _, mode := range []string{"shared", "per-stream"} {
-				b.Run(fmt.Sprintf("%s/%d/%s", typ[strings.LastIndex(typ, ".")+1:], n, mode), func(b *testing.B) {
-					b.ReportAllocs()
-					for i := 0; b.Loop(); i++ {
-						var m *discoveryv3.DiscoveryResponse
-						if mode == "shared" {
-							m = sh.response(ts.version, ts.typeURL)
-						} else {
-							m, _ = own.GetDiscoveryResponse()
-						}
-						m.Nonce = strconv.Itoa(i)
-						data, err := codec.Marshal(m)
-						if err != nil {
-							b.Fatal(err)
-						}
-						data.Free()
-					}
-				})
-			}
 		}
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -18,17 +19,16 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	"github.com/rs/zerolog"
-	rpcstatus "google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
-// cacheClient drives serveCache the way go-control-plane's servers do:
+// cacheClient drives cache.Cache the way go-control-plane's servers do:
 // one subscription per type, ReturnedResources set from each response,
 // the next watch opened with the response's nonce (an ACK).
 type cacheClient struct {
 	t     *testing.T
-	c     *serveCache
+	c     *cache.Cache
 	node  *corev3.Node
 	typ   string
 	delta bool
@@ -39,14 +39,14 @@ type cacheClient struct {
 	ver   string
 }
 
-func newSotwClient(t *testing.T, c *serveCache, cluster, typ string, names []string) *cacheClient {
+func newSotwClient(t *testing.T, c *cache.Cache, cluster, typ string, names []string) *cacheClient {
 	cl := &cacheClient{t: t, c: c, node: &corev3.Node{Id: "n", Cluster: cluster}, typ: typ,
 		sub: stream.NewSotwSubscription(names, true), ch: make(chan cachev3.Response, 1)}
 	cl.watch(names)
 	return cl
 }
 
-func newDeltaClient(t *testing.T, c *serveCache, cluster, typ string, names []string) *cacheClient {
+func newDeltaClient(t *testing.T, c *cache.Cache, cluster, typ string, names []string) *cacheClient {
 	cl := &cacheClient{t: t, c: c, node: &corev3.Node{Id: "n", Cluster: cluster}, typ: typ, delta: true,
 		sub: stream.NewDeltaSubscription(names, nil, nil, true), dch: make(chan cachev3.DeltaResponse, 1)}
 	cl.watch(nil)
@@ -82,7 +82,7 @@ func (cl *cacheClient) watch(names []string) {
 // got is one response: the names it carried (and removed, for delta).
 type got struct {
 	names, removed []string
-	any            []*entry
+	any            []*cache.Entry
 	// wire is what the server puts on the wire: the response's Anys.
 	wire    []*anypb.Any
 	version string
@@ -120,7 +120,7 @@ func (cl *cacheClient) receive() (got, bool) {
 				g.wire = append(g.wire, res.GetResource())
 			}
 			g.removed, g.version = d.GetRemovedResources(), d.GetSystemVersionInfo()
-			g.any = r.(*deltaResponse).entries
+			g.any = r.(*cache.DeltaResponse).Entries()
 			cl.sub.SetReturnedResources(r.GetReturnedResources())
 		default:
 			return g, false
@@ -129,10 +129,10 @@ func (cl *cacheClient) receive() (got, bool) {
 		select {
 		case r := <-cl.ch:
 			d, _ := r.GetDiscoveryResponse()
-			for _, a := range r.(*sotwResponse).entries {
-				g.names = append(g.names, a.name)
+			for _, a := range r.(*cache.SotwResponse).Entries() {
+				g.names = append(g.names, a.Name())
 			}
-			g.version, g.any, g.wire = d.GetVersionInfo(), r.(*sotwResponse).entries, d.GetResources()
+			g.version, g.any, g.wire = d.GetVersionInfo(), r.(*cache.SotwResponse).Entries(), d.GetResources()
 			cl.sub.SetReturnedResources(r.GetReturnedResources())
 			cl.ver = g.version
 		default:
@@ -210,7 +210,7 @@ func TestSotwEndpointsSendOnlyWhatChanged(t *testing.T) {
 	if want := s.versionsOf("edge")[resourcev3.EndpointType]; g.version != want {
 		t.Errorf("version = %q, want the set's %q", g.version, want)
 	}
-	if len(slices.DeleteFunc(slices.Collect(maps.Keys(all.sub.ReturnedResources())), func(n string) bool { return n == setMark })) != 3 {
+	if len(slices.DeleteFunc(slices.Collect(maps.Keys(all.sub.ReturnedResources())), func(n string) bool { return n == cache.SetMark })) != 3 {
 		t.Errorf("returned = %v, want all three still known", all.sub.ReturnedResources())
 	}
 	webOnly.mustNotTake("web subscriber after api flip")
@@ -253,23 +253,23 @@ func TestEntriesAreSharedAndReused(t *testing.T) {
 			t.Fatalf("resource %s: each response carries its own Any; want one shared by all streams", ga.names[i])
 		}
 	}
-	before := s.cache.served("edge")[resourcev3.EndpointType]
+	before := s.cache.Served("edge")[resourcev3.EndpointType]
 	if _, err := s.Update(context.Background(), testOutput(t, []string{"api", "web"}, 8080), resolveEdge); err != nil {
 		t.Fatal(err)
 	}
-	if after := s.cache.served("edge")[resourcev3.EndpointType]; after != before {
+	if after := s.cache.Served("edge")[resourcev3.EndpointType]; after != before {
 		t.Error("an equal translation built a new endpoint set")
 	}
 	// The delta resource version is go-control-plane's HashResource of the
 	// deterministic encoding, so clients of the snapshot cache (or an
 	// older bridge) reconnecting with initial_resource_versions keep theirs.
 	for _, e := range ga.any {
-		b, err := cachev3.MarshalResource(e.res)
+		b, err := cachev3.MarshalResource(e.Resource())
 		if err != nil {
 			t.Fatal(err)
 		}
-		if e.version != cachev3.HashResource(b) {
-			t.Errorf("%s: version %q, want HashResource %q", e.name, e.version, cachev3.HashResource(b))
+		if e.Version() != cachev3.HashResource(b) {
+			t.Errorf("%s: version %q, want HashResource %q", e.Name(), e.Version(), cachev3.HashResource(b))
 		}
 	}
 }
@@ -401,7 +401,7 @@ func TestFailedGroupKeepsItsLastGoodState(t *testing.T) {
 		t.Fatalf("Update: %v", err)
 	}
 	s.sawNode("new")
-	if got := s.cache.served("new"); got != nil {
+	if got := s.cache.Served("new"); got != nil {
 		t.Errorf("a node of a group with no good state was served %d types, want to wait", len(got))
 	}
 }
@@ -409,11 +409,11 @@ func TestFailedGroupKeepsItsLastGoodState(t *testing.T) {
 // contentVersion is the version a set of these resources gets, for tests
 // that compute what a key should be served.
 func contentVersion(typeURL string, items []types.Resource) (string, error) {
-	ts, err := newTypeSet(typeURL, items, nil)
+	ts, err := cache.NewSet(typeURL, items, nil)
 	if err != nil {
 		return "", err
 	}
-	return ts.version, nil
+	return ts.Version(), nil
 }
 
 // TestProxiesShowAFailedGroup: /v1/proxies says which connected proxies
@@ -443,34 +443,5 @@ func TestProxiesShowAFailedGroup(t *testing.T) {
 	s.update(t, testOutput(t, []string{"api"}, 8080))
 	if p := s.proxy("edge-1"); p == nil || p.GroupError != "" {
 		t.Errorf("edge-1 = %+v after the group recovered, want no group error", p)
-	}
-}
-
-// TestTrimDeltaRequest: a watch keeps a plain ACK as it is, and of any
-// other request only its node, type and nonce (a subscription's names, a
-// NACK's text or junk a client added are not kept while it waits).
-func TestTrimDeltaRequest(t *testing.T) {
-	node := &corev3.Node{Id: "web-1"}
-	ack := &discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resourcev3.EndpointType, ResponseNonce: "7"}
-	if got := trimDeltaRequest(ack); got != ack {
-		t.Errorf("a plain ACK was copied")
-	}
-	if n := testing.AllocsPerRun(100, func() { trimDeltaRequest(ack) }); n != 0 {
-		t.Errorf("keeping a plain ACK allocates %v times; want none (one per proxy per change before)", n)
-	}
-	junk := &discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resourcev3.EndpointType, ResponseNonce: "7"}
-	junk.ProtoReflect().SetUnknown([]byte{0xfa, 0x3f, 0x02, 'x', 'y'}) // field 1023, 2 bytes
-	for _, r := range []*discoveryv3.DeltaDiscoveryRequest{
-		{Node: node, TypeUrl: resourcev3.EndpointType, ResponseNonce: "7", ResourceNamesSubscribe: []string{"a"}},
-		{Node: node, TypeUrl: resourcev3.EndpointType, ResponseNonce: "7", ResourceNamesUnsubscribe: []string{"a"}},
-		{Node: node, TypeUrl: resourcev3.EndpointType, ResponseNonce: "7", InitialResourceVersions: map[string]string{"a": "1"}},
-		{Node: node, TypeUrl: resourcev3.EndpointType, ResponseNonce: "7", ErrorDetail: &rpcstatus.Status{Message: "bad"}},
-		{Node: node, TypeUrl: resourcev3.EndpointType, ResponseNonce: "7", ResourceLocatorsSubscribe: []*discoveryv3.ResourceLocator{{Name: "a"}}},
-		junk,
-	} {
-		got := trimDeltaRequest(r)
-		if got == r || !proto.Equal(got, ack) || got.GetNode() != node {
-			t.Errorf("trimmed %v to %v; want a copy with only the node, type and nonce", r, got)
-		}
 	}
 }

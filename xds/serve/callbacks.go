@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -94,7 +95,7 @@ func (c *callbacks) closed(key streamKey) {
 		c.history.forget(st.node.GetId())
 	}
 	if c.left != nil {
-		c.left(snapshotKey(st.node))
+		c.left(cache.Key(st.node))
 	}
 	c.log.Info().Stringer("stream", key).Str("kind", st.kind).Str("node", st.node.GetId()).Str("group", st.node.GetCluster()).
 		Dur("connected_for", time.Since(st.openedAt)).Msg("proxy disconnected")
@@ -125,7 +126,7 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 	if r.newNode {
 		c.metrics.streamCounted(node.GetCluster(), r.kindStr, +1)
 		if c.joined != nil {
-			c.joined(snapshotKey(node))
+			c.joined(cache.Key(node))
 		}
 		c.log.Info().Stringer("stream", key).Str("kind", r.kindStr).Str("node", node.GetId()).Str("group", node.GetCluster()).
 			Str("user_agent", userAgent(node)).Msg("proxy connected")
@@ -160,7 +161,7 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 			c.admission.release(key)
 		}
 		if c.answered != nil {
-			c.answered(snapshotKey(node))
+			c.answered(cache.Key(node))
 		}
 	}
 	return nil

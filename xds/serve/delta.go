@@ -4,6 +4,7 @@ import (
 	"context"
 	"strconv"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -44,7 +45,7 @@ type deltaStream struct {
 	str stream.DeltaStream
 }
 
-func newDeltaServer(ctx context.Context, cache *serveCache, cb *callbacks) *deltaServer {
+func newDeltaServer(ctx context.Context, cache *cache.Cache, cb *callbacks) *deltaServer {
 	return &deltaServer{adsServer{ctx: ctx, cache: cache, cb: cb}}
 }
 
@@ -86,24 +87,24 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTyp
 	req.TypeUrl = typ
 	// Names with a NUL are never unsubscribed: go-control-plane records
 	// an unsubscribed name of a wildcard stream as held at version "",
-	// and a client must not write the bridge's marks there (clientName).
-	subscribe, unsubscribe := req.GetResourceNamesSubscribe(), clientNames(req.GetResourceNamesUnsubscribe())
+	// and a client must not write the bridge's marks there (cache.ClientName).
+	subscribe, unsubscribe := req.GetResourceNamesSubscribe(), cache.ClientNames(req.GetResourceNamesUnsubscribe())
 	// The type's first request: initial versions (a reconnecting
 	// client's) count only here; no names means the legacy wildcard.
-	w, old := st.watchFor(typ, func() *subscription {
-		return newDeltaSubscription(subscribe, unsubscribe, clientVersions(req.GetInitialResourceVersions()))
+	w, old := st.watchFor(typ, func() *cache.Subscription {
+		return cache.NewDeltaSubscription(subscribe, unsubscribe, cache.ClientVersions(req.GetInitialResourceVersions()))
 	})
 	if old {
 		// Cancelled first: the cache touches the subscription only while
 		// a watch is filed, under the lock the cancel takes.
 		w.cancel()
 		if len(unsubscribe) > 0 {
-			ownHeld(w.sub) // unsubscribing edits what it holds
+			cache.OwnHeld(w.sub) // unsubscribing edits what it holds
 		}
-		w.sub.update(subscribe, unsubscribe)
+		w.sub.Update(subscribe, unsubscribe)
 	}
 	sub := w.sub
-	w.cancel = st.d.cache.openDelta(uint64(st.id), req, sub, func(r cachev3.DeltaResponse) { st.deliver(sub, r.GetNextVersionMap(), r) })
+	w.cancel = st.d.cache.OpenDelta(uint64(st.id), req, sub, func(r cachev3.DeltaResponse) { st.deliver(sub, r.GetNextVersionMap(), r) })
 	return nil
 }
 
@@ -118,7 +119,7 @@ type xdsServer struct {
 
 // newXDSServer's servers send through senders (nil: a goroutine per
 // sending turn).
-func newXDSServer(ctx context.Context, cache *serveCache, cb *callbacks, senders *sendPool) *xdsServer {
+func newXDSServer(ctx context.Context, cache *cache.Cache, cb *callbacks, senders *sendPool) *xdsServer {
 	x := &xdsServer{Server: serverv3.NewServer(ctx, cache, cb),
 		delta: newDeltaServer(ctx, cache, cb), sotw: newSotwServer(ctx, cache, cb)}
 	x.delta.senders, x.sotw.senders = senders, senders

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
 
@@ -33,7 +34,7 @@ func (s *Server) ConfigDump(nodeID, nodeCluster string) (*xds.ConfigDump, error)
 		nodeCluster = key
 	}
 	key := nodeCluster
-	nodeCluster, _ = parseKey(key)
+	nodeCluster, _ = cache.ParseKey(key)
 	s.mu.Lock()
 	if s.out == nil {
 		s.mu.Unlock()
@@ -44,7 +45,7 @@ func (s *Server) ConfigDump(nodeID, nodeCluster string) (*xds.ConfigDump, error)
 	if r := s.groupResourcesLocked(key); r != nil {
 		sources = r.RouteSources
 	}
-	sets := s.cache.served(key)
+	sets := s.cache.Served(key)
 	if sets == nil {
 		built, err := s.setsLocked(key)
 		if err != nil {
@@ -67,12 +68,12 @@ func (s *Server) ConfigDump(nodeID, nodeCluster string) (*xds.ConfigDump, error)
 		{resourcev3.SecretType, &d.Secrets},
 	} {
 		ts := sets[part.typ]
-		d.Versions[shortType(part.typ)] = ts.version
-		*part.dst = make([]json.RawMessage, 0, len(ts.order))
-		for _, e := range ts.order {
-			b, err := xds.MarshalResource(e.res)
+		d.Versions[shortType(part.typ)] = ts.Version()
+		*part.dst = make([]json.RawMessage, 0, len(ts.Entries()))
+		for _, e := range ts.Entries() {
+			b, err := xds.MarshalResource(e.Resource())
 			if err != nil {
-				return nil, fmt.Errorf("%s %q: %w", shortType(part.typ), e.name, err)
+				return nil, fmt.Errorf("%s %q: %w", shortType(part.typ), e.Name(), err)
 			}
 			*part.dst = append(*part.dst, b)
 		}

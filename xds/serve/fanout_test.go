@@ -1,12 +1,15 @@
 package serve
 
 import (
+	"strconv"
 	"testing"
 	"time"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -69,111 +72,15 @@ func TestPushFanoutMetric(t *testing.T) {
 	}
 }
 
-// TestFanoutWaitsForTheLastAnswer: the cache's answers to one update are
-// one fan-out, finished only when the last is handed over (a stream that
-// has not sent yet holds it open), observed exactly once, and an early
-// hand-over while the cache still answers does not finish it.
-func TestFanoutWaitsForTheLastAnswer(t *testing.T) {
-	c := newServeCache()
-	var observed []time.Duration
-	c.fanned = func(d time.Duration) { observed = append(observed, d) }
-	c.set("", sharedSets(t, testOutput(t, []string{"api", "web"}, 8080)))
-	// Three streams wait on endpoints; the first one hands its answer
-	// over at once, from within the cache's answering.
-	var held []cachev3.DeltaResponse
-	for i := range 3 {
-		cl := newDeltaClient(t, c, "", resourcev3.EndpointType, nil)
-		if _, ok := cl.receive(); !ok {
-			t.Fatal("no initial answer")
-		}
-		first := i == 0
-		req := &discoveryv3.DeltaDiscoveryRequest{Node: cl.node, TypeUrl: cl.typ, ResponseNonce: "1"}
-		c.openDeltaWatch(0, req, cl.sub, false, func(r cachev3.DeltaResponse) {
-			if first {
-				handedOver(r)
-				return
-			}
-			held = append(held, r)
-		})
-	}
-	// A fourth stream got its initial answer but has not acknowledged it
-	// when the update is served: it has no watch filed.
-	late := newDeltaClient(t, c, "", resourcev3.EndpointType, nil)
-	again := newDeltaClient(t, c, "", resourcev3.EndpointType, nil)
-	for _, cl := range []*cacheClient{late, again} {
-		if _, ok := cl.receive(); !ok {
-			t.Fatal("no initial answer")
-		}
-	}
-	if len(observed) != 0 {
-		t.Fatalf("answers to requests observed as fan-outs (%v)", observed)
-	}
-	c.set("", sharedSets(t, withEndpointPort(testOutput(t, []string{"api", "web"}, 8080), 0, 9999)))
-	if len(held) != 2 {
-		t.Fatalf("%d answers held, want 2", len(held))
-	}
-	// Its acknowledgement comes now and is answered at once, with the
-	// update: part of its fan-out. A new stream's first answer is not.
-	var caughtUp cachev3.DeltaResponse
-	c.openDeltaWatch(0, &discoveryv3.DeltaDiscoveryRequest{Node: late.node, TypeUrl: late.typ, ResponseNonce: "1"}, late.sub, false,
-		func(r cachev3.DeltaResponse) { caughtUp = r })
-	if caughtUp == nil {
-		t.Fatal("the late stream's acknowledgement was not answered at once")
-	}
-	fresh := newDeltaClient(t, c, "", resourcev3.EndpointType, nil)
-	if r, ok := <-fresh.dch; !ok || r.(*deltaResponse).fan != nil {
-		t.Fatal("a new stream's first answer was counted in the update's fan-out")
-	}
-	if len(observed) != 0 {
-		t.Fatalf("fan-out observed with three answers not handed over (%v)", observed)
-	}
-	handedOver(held[0])
-	handedOver(held[1])
-	if len(observed) != 0 {
-		t.Fatalf("fan-out observed with the late stream's answer not handed over (%v)", observed)
-	}
-	handedOver(caughtUp)
-	if len(observed) != 1 || observed[0] <= 0 {
-		t.Fatalf("fan-outs observed %v, want one positive duration", observed)
-	}
-	// Once observed, a fan-out is never reopened: another stream that
-	// held the first set acknowledges only now.
-	var after cachev3.DeltaResponse
-	c.openDeltaWatch(0, &discoveryv3.DeltaDiscoveryRequest{Node: again.node, TypeUrl: again.typ, ResponseNonce: "1"}, again.sub, false,
-		func(r cachev3.DeltaResponse) { after = r })
-	if after == nil || after.(*deltaResponse).fan != nil {
-		t.Fatalf("an answer after the fan-out was observed joined it (%v)", after)
-	}
-}
-
-// sharedSets is out's shared resources as the cache serves them.
-func sharedSets(t *testing.T, out *xds.Output) map[string]*typeSet {
-	t.Helper()
-	sets := map[string]*typeSet{}
-	for typ, items := range out.Shared.ByType() {
-		ts, err := newTypeSet(typ, items, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		sets[typ] = ts
-	}
-	return sets
-}
-
 // TestDroppedAnswersFinishTheFanout: answers a stream never sent because
 // it ended do not hold their update's fan-out open.
 func TestDroppedAnswersFinishTheFanout(t *testing.T) {
 	observed := 0
-	f := newFanout(func(time.Duration) { observed++ })
+	answers := updateAnswers(t, 2, func(time.Duration) { observed++ })
 	o := newOutbox[cachev3.DeltaResponse]()
-	for range 2 {
-		r := &deltaResponse{}
-		if !f.attach(r, false) {
-			t.Fatal("an answer of the cache's was not attached")
-		}
+	for _, r := range answers {
 		o.push(r)
 	}
-	f.handed() // the cache is done answering
 	if observed != 0 {
 		t.Fatal("fan-out observed with two answers queued")
 	}
@@ -183,39 +90,33 @@ func TestDroppedAnswersFinishTheFanout(t *testing.T) {
 	}
 }
 
-// TestCatchUpJoinsOnlyTheLatestUpdate: once an update answered nobody, a
-// proxy catching up does not join an older update's open fan-out.
-func TestCatchUpJoinsOnlyTheLatestUpdate(t *testing.T) {
-	c := newServeCache()
-	c.fanned = func(time.Duration) {}
-	port := uint32(9000)
-	next := func() map[string]*typeSet {
-		port++
-		return sharedSets(t, withEndpointPort(testOutput(t, []string{"api", "web"}, 8080), 0, port))
-	}
-	c.set("", next())
-	waiting := newDeltaClient(t, c, "", resourcev3.EndpointType, nil)
-	behind := newDeltaClient(t, c, "", resourcev3.EndpointType, nil)
-	for _, cl := range []*cacheClient{waiting, behind} {
-		if _, ok := cl.receive(); !ok {
-			t.Fatal("no initial answer")
+// updateAnswers is n answers of one update's fan-out, as the cache hands
+// them to the delta streams waiting on the shared key; fanned is told the
+// fan-out's time once every one of them is handed over.
+func updateAnswers(t *testing.T, n int, fanned func(time.Duration)) []cachev3.DeltaResponse {
+	t.Helper()
+	c := cache.New(cache.Config{Fanned: fanned})
+	set := func(port uint32) {
+		ts, err := cache.NewSet(resourcev3.EndpointType, []types.Resource{withEndpointPort(testOutput(t, []string{"api"}, 8080), 0, port).Shared.Endpoints[0]}, nil)
+		if err != nil {
+			t.Fatal(err)
 		}
+		c.Set("", map[string]*cache.Set{resourcev3.EndpointType: ts})
 	}
-	var held cachev3.DeltaResponse
-	c.openDeltaWatch(0, &discoveryv3.DeltaDiscoveryRequest{Node: waiting.node, TypeUrl: waiting.typ, ResponseNonce: "1"}, waiting.sub, false,
-		func(r cachev3.DeltaResponse) { held = r })
-	c.set("", next()) // answers waiting; its fan-out stays open (held)
-	if held == nil || held.(*deltaResponse).fan == nil {
-		t.Fatal("the update's answer carries no fan-out")
+	set(9000)
+	var answers []cachev3.DeltaResponse
+	for i := range n {
+		node := &corev3.Node{Id: "n" + strconv.Itoa(i)}
+		sub := cache.NewDeltaSubscription(nil, nil, nil)
+		// The first answer is the request's; the ACK waits for the update.
+		c.OpenDelta(uint64(i), &discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resourcev3.EndpointType}, sub,
+			func(r cachev3.DeltaResponse) { sub.SetReturnedResources(r.GetNextVersionMap()) })
+		c.OpenDelta(uint64(i), &discoveryv3.DeltaDiscoveryRequest{Node: node, TypeUrl: resourcev3.EndpointType, ResponseNonce: "1"}, sub,
+			func(r cachev3.DeltaResponse) { answers = append(answers, r) })
 	}
-	c.set("", next()) // answers nobody: no watch is filed
-	var caughtUp cachev3.DeltaResponse
-	c.openDeltaWatch(0, &discoveryv3.DeltaDiscoveryRequest{Node: behind.node, TypeUrl: behind.typ, ResponseNonce: "1"}, behind.sub, false,
-		func(r cachev3.DeltaResponse) { caughtUp = r })
-	if caughtUp == nil {
-		t.Fatal("the stream behind was not answered at once")
+	set(9001)
+	if len(answers) != n || !cache.InFanout(answers[0]) {
+		t.Fatalf("%d answers of an update, want %d in its fan-out", len(answers), n)
 	}
-	if caughtUp.(*deltaResponse).fan != nil {
-		t.Error("a stream catching up with the latest update joined an older update's fan-out")
-	}
+	return answers
 }

@@ -2,14 +2,13 @@ package serve
 
 import (
 	"context"
-	"fmt"
 	"maps"
 	"reflect"
 	"slices"
 	"strconv"
-	"strings"
 	"testing"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -77,7 +76,7 @@ func sameMap(a, b map[string]string) bool {
 func names(m map[string]string) []string {
 	return slices.Sorted(maps.Keys(maps.Collect(func(yield func(string, string) bool) {
 		for k, v := range m {
-			if !marked(k) && !yield(k, v) {
+			if !cache.Marked(k) && !yield(k, v) {
 				return
 			}
 		}
@@ -141,7 +140,7 @@ func TestStreamsShareWhatTheyHold(t *testing.T) {
 	// A reconnect with what b holds: nothing to send, then shared again
 	// from the next update on.
 	initial := maps.Clone(b.held())
-	maps.DeleteFunc(initial, func(k, _ string) bool { return marked(k) })
+	maps.DeleteFunc(initial, func(k, _ string) bool { return cache.Marked(k) })
 	c := newHeldStream(t, s, 1<<40+2)
 	c.request(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"api", "db"}, InitialResourceVersions: initial})
 	if sent, removed := c.taken(); len(sent)+len(removed) != 0 {
@@ -159,11 +158,11 @@ func TestStreamsShareWhatTheyHold(t *testing.T) {
 	}
 }
 
-// TestHeldMapsAreBounded: past maxHeldMaps distinct maps a set memoises
+// TestHeldMapsAreBounded: past cache.MaxHeldMaps distinct maps a set memoises
 // no more, and answers are still right.
 func TestHeldMapsAreBounded(t *testing.T) {
 	s := startServer(t, ServerConfig{})
-	clusters := make([]string, maxHeldMaps+20)
+	clusters := make([]string, cache.MaxHeldMaps+20)
 	for i := range clusters {
 		clusters[i] = "c" + strconv.Itoa(i)
 	}
@@ -180,40 +179,16 @@ func TestHeldMapsAreBounded(t *testing.T) {
 		}
 		hs = append(hs, h)
 	}
-	s.cache.mu.Lock()
-	ts := s.cache.keys[snapshotKey(hs[0].node)].sets[resourcev3.EndpointType]
-	n, k := len(ts.heldByContent), len(ts.held)
-	s.cache.mu.Unlock()
-	if n > maxHeldMaps || k > maxHeldMaps {
-		t.Fatalf("%d maps by content, %d by key: over the bound %d", n, k, maxHeldMaps)
-	}
+	// (The set's own memo stays within the bound too: the cache's
+	// TestHeldMemoIsBounded.)
 	shared := 0
 	for _, h := range hs {
-		if isShared(h.held()) {
+		if cache.IsShared(h.held()) {
 			shared++
 		}
 	}
-	if shared != maxHeldMaps {
-		t.Fatalf("%d streams share their map, want %d (the bound)", shared, maxHeldMaps)
-	}
-}
-
-// TestHeldContentCollision: a map found by its content's hash is used
-// only if it holds the same versions; on a collision the stream keeps
-// its own.
-func TestHeldContentCollision(t *testing.T) {
-	ts := &typeSet{mark: "m1"}
-	other := map[string]string{"api": "v2", setMark: "m1", sharedMark: "x"}
-	mine := map[string]string{"api": "v1", setMark: "m1"}
-	ts.heldByContent = map[uint64]map[string]string{heldSum(mine): other}
-	got := ts.keep(mine)
-	if got["api"] != "v1" || isShared(got) {
-		t.Fatalf("keep on a collision = %v, want the stream's own map", got)
-	}
-	same := map[string]string{"api": "v2", setMark: "m1"}
-	ts.heldByContent = map[uint64]map[string]string{heldSum(same): other}
-	if got := ts.keep(same); !sameMap(got, other) {
-		t.Fatalf("keep with equal content = %v, want the shared map", got)
+	if shared != cache.MaxHeldMaps {
+		t.Fatalf("%d streams share their map, want %d (the bound)", shared, cache.MaxHeldMaps)
 	}
 }
 
@@ -282,7 +257,7 @@ func TestOtherCallersNeverHoldSharedMaps(t *testing.T) {
 		newSotwClient(t, s.cache, "edge", resourcev3.ClusterType, nil),
 	} {
 		cl.mustTake("first")
-		if held := cl.sub.ReturnedResources(); isShared(held) || len(names(held)) != 2 {
+		if held := cl.sub.ReturnedResources(); cache.IsShared(held) || len(names(held)) != 2 {
 			t.Fatalf("%s watch through the cache interface holds %v", cl.typ, held)
 		}
 	}
@@ -291,11 +266,11 @@ func TestOtherCallersNeverHoldSharedMaps(t *testing.T) {
 // TestForgedMarksDoNotReachWhatStreamsHold: a client cannot plant the
 // bridge's marks among what its stream holds (unsubscribing a wildcard
 // stream's name, which go-control-plane records as held at version "",
-// or in the versions it says it holds): a planted sharedMark made its map
+// or in the versions it says it holds): a planted cache.SharedMark made its map
 // the memoised successor of "held nothing", so other streams were told
 // they held what they were never sent.
 func TestForgedMarksDoNotReachWhatStreamsHold(t *testing.T) {
-	for _, mark := range []string{sharedMark, setMark, "\x00other", "a\x00b"} {
+	for _, mark := range []string{cache.SharedMark, cache.SetMark, "\x00other", "a\x00b"} {
 		s := startServer(t, ServerConfig{})
 		s.update(t, testOutput(t, []string{"api", "web", "db"}, 8080))
 		p := newHeldStream(t, s, 1<<40+5)
@@ -309,7 +284,7 @@ func TestForgedMarksDoNotReachWhatStreamsHold(t *testing.T) {
 		})
 		attacker.taken()
 		for name, v := range attacker.held() {
-			if !clientName(name) && (v == "" || v == "x") {
+			if !cache.ClientName(name) && (v == "" || v == "x") {
 				t.Fatalf("%q: the client planted %q among what its stream holds: %v", mark, name, attacker.held())
 			}
 		}
@@ -338,8 +313,8 @@ func TestUnsubscribedCopyIsNotShared(t *testing.T) {
 		h.request(&discoveryv3.DeltaDiscoveryRequest{})
 	}
 	a.request(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesUnsubscribe: []string{"web"}})
-	if isShared(a.held()) {
-		t.Fatal("the copy made before unsubscribing is marked shared")
+	if cache.IsShared(a.held()) {
+		t.Fatal("the copy made before unsubscribing is cache.Marked shared")
 	}
 	s.update(t, withEndpointPort(testOutput(t, []string{"api", "web", "db"}, 8080), 0, 9100))
 	b.taken()
@@ -364,7 +339,7 @@ func TestRemovedNamesAreInTheHeldKey(t *testing.T) {
 	a.taken()
 	a.request(&discoveryv3.DeltaDiscoveryRequest{})
 	initial := maps.Clone(a.held())
-	maps.DeleteFunc(initial, func(k, _ string) bool { return marked(k) })
+	maps.DeleteFunc(initial, func(k, _ string) bool { return cache.Marked(k) })
 	// b follows api and db but says it holds web too.
 	b := newHeldStream(t, s, 1<<40)
 	b.request(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"api", "db"}, InitialResourceVersions: initial})
@@ -390,36 +365,6 @@ func TestRemovedNamesAreInTheHeldKey(t *testing.T) {
 	}
 }
 
-// TestNamesKeyIsUnique: different lists of sent and removed names have
-// different keys, and a list's key is never a single name's.
-func TestNamesKeyIsUnique(t *testing.T) {
-	es := func(names ...string) []*entry {
-		var out []*entry
-		for _, n := range names {
-			out = append(out, &entry{name: n})
-		}
-		return out
-	}
-	keys := map[string]string{}
-	for _, c := range []struct {
-		sent, removed []string
-	}{
-		{nil, nil}, {[]string{"a"}, nil}, {[]string{"a", "b"}, nil}, {nil, []string{"a"}}, {nil, []string{"a", "b"}},
-		{nil, []string{"a\x00\x01b"}}, {[]string{"a"}, []string{"b"}}, {[]string{"a", "b"}, []string{"c"}},
-		{[]string{"ab"}, nil}, {[]string{"a", "b"}, []string{""}}, {nil, []string{"\x01a"}}, {nil, []string{"a\x01b"}},
-	} {
-		k := namesKey(es(c.sent...), c.removed)
-		what := fmt.Sprintf("%q/%q", c.sent, c.removed)
-		if prev, dup := keys[k]; dup {
-			t.Fatalf("%s and %s share the key %q", prev, what, k)
-		}
-		keys[k] = what
-		if len(c.sent)+len(c.removed) > 1 && strings.IndexByte(k, 0) < 0 && len(c.sent) > 0 {
-			t.Fatalf("%s: a list's key %q holds no NUL: it could be a name", what, k)
-		}
-	}
-}
-
 // TestOtherCallersAfterBridgeStreams: a watch through go-control-plane's
 // cache interface asking for names the bridge's streams share a map for
 // still gets a map of its own.
@@ -429,31 +374,12 @@ func TestOtherCallersAfterBridgeStreams(t *testing.T) {
 	h := newHeldStream(t, s, 1<<40)
 	h.request(&discoveryv3.DeltaDiscoveryRequest{ResourceNamesSubscribe: []string{"api", "web"}})
 	h.taken()
-	if !isShared(h.held()) {
+	if !cache.IsShared(h.held()) {
 		t.Fatal("precondition: the bridge's stream shares what it holds")
 	}
 	cl := newDeltaClient(t, s.cache, "edge", resourcev3.EndpointType, []string{"api", "web"})
 	cl.mustTake("first")
-	if held := cl.sub.ReturnedResources(); isShared(held) || sameMap(held, h.held()) {
+	if held := cl.sub.ReturnedResources(); cache.IsShared(held) || sameMap(held, h.held()) {
 		t.Fatalf("a cache-interface watch was handed the shared map %v", held)
-	}
-}
-
-// TestHeldPastTheBoundIsOwn: with no room left in the set, an answer to
-// a stream holding a shared map leaves it a map of its own, not one that
-// passes for its predecessor.
-func TestHeldPastTheBoundIsOwn(t *testing.T) {
-	ts := &typeSet{mark: "m2", held: map[heldKey]map[string]string{}, heldByContent: map[uint64]map[string]string{}}
-	for i := range maxHeldMaps {
-		ts.held[heldKey{prev: "x", names: strconv.Itoa(i)}] = nil
-		ts.heldByContent[uint64(i)] = nil
-	}
-	prev := map[string]string{"api": "v1", setMark: "m1", sharedMark: "p1"}
-	got := ts.heldAfter(prev, []*entry{{name: "api", version: "v2"}}, nil, "api", true)
-	if isShared(got) || got["api"] != "v2" || got[setMark] != "m2" {
-		t.Fatalf("past the bound: %v, want a map of its own at v2 and the set's mark", got)
-	}
-	if prev["api"] != "v1" {
-		t.Fatal("the shared predecessor was written")
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
 )
@@ -44,7 +45,7 @@ type metrics struct {
 
 	mu        sync.Mutex
 	connCount map[[2]string]int // group, kind -> open streams
-	// byType is typeOrder's counters by type URL (counted); read only.
+	// byType is cache.TypeOrder's counters by type URL (counted); read only.
 	byType map[string]*typeCounters
 }
 
@@ -120,7 +121,7 @@ func newMetrics(reg prometheus.Registerer, log zerolog.Logger) *metrics {
 	// Known types start at zero, so rate() works from the first push,
 	// and their counters are resolved once (counted below).
 	m.byType = map[string]*typeCounters{}
-	for _, typ := range typeOrder {
+	for _, typ := range cache.TypeOrder {
 		t := shortType(typ)
 		m.byType[typ] = &typeCounters{pushes: m.pushes.WithLabelValues(t), acks: m.acks.WithLabelValues(t), nacks: m.nacks.WithLabelValues(t)}
 	}

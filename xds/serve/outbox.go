@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"google.golang.org/grpc/status"
 )
 
@@ -105,7 +106,7 @@ func (o *outbox[R]) push(r R) {
 // turn by turn, and admission control keeps them few, so a queue shared
 // with every other stream would only slow each step of their syncs.
 func (o *outbox[R]) spawnRun(r R) {
-	if inFanout(r) {
+	if cache.InFanout(r) {
 		o.pool.Go(o.run)
 		return
 	}
@@ -137,7 +138,7 @@ func (o *outbox[R]) run() {
 		}
 		o.nonce++
 		err := o.send(r, o.nonce)
-		handedOver(r)
+		cache.HandedOver(r)
 		if err != nil {
 			o.mu.Lock()
 			o.ended, o.sendErr, o.sending = true, err, false
@@ -197,6 +198,6 @@ func (o *outbox[R]) drop() {
 	o.pending = nil
 	o.mu.Unlock()
 	for _, r := range pending {
-		handedOver(r)
+		cache.HandedOver(r)
 	}
 }

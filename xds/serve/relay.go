@@ -9,6 +9,7 @@ import (
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 )
 
 // Relay mode serves what another control plane sent rather than a
@@ -29,12 +30,12 @@ type RelayKey struct {
 
 // KeyOf returns the relay key of a node.
 func KeyOf(node *corev3.Node) RelayKey {
-	return ParseRelayKey(snapshotKey(node))
+	return ParseRelayKey(cache.Key(node))
 }
 
 // ParseRelayKey is the RelayKey of a snapshot key (as RelayKey.Key).
 func ParseRelayKey(key string) RelayKey {
-	nc, proxyless := parseKey(key)
+	nc, proxyless := cache.ParseKey(key)
 	return RelayKey{Key: key, NodeCluster: nc, Proxyless: proxyless}
 }
 
@@ -52,9 +53,9 @@ func (s *Server) SetRelay(key string, r *xds.Resources) ([]string, error) {
 		return nil, nil
 	}
 	s.relay[key] = r
-	s.built = map[*xds.Resources]map[string]*typeSet{}
+	s.built = map[*xds.Resources]map[string]*cache.Set{}
 	s.health.setServing()
-	if !slices.Contains(s.cache.keyNames(), key) {
+	if !slices.Contains(s.cache.Keys(), key) {
 		return nil, nil // served when a stream of it arrives (sawNode)
 	}
 	return s.setKeyLocked(key)
@@ -69,13 +70,13 @@ func (s *Server) RelayKeys() []string {
 
 // relaySetsLocked is setsLocked in relay mode: every type from the key's
 // relayed resources.
-func (s *Server) relaySetsLocked(key string) (map[string]*typeSet, error) {
+func (s *Server) relaySetsLocked(key string) (map[string]*cache.Set, error) {
 	r := s.relay[key]
 	if r == nil {
 		return nil, errNoGoodState // waits until the relay has it
 	}
-	sets := make(map[string]*typeSet, len(typeOrder))
-	for _, typ := range typeOrder {
+	sets := make(map[string]*cache.Set, len(cache.TypeOrder))
+	for _, typ := range cache.TypeOrder {
 		ts, err := s.setLocked("relay/"+key, r, typ, func() []types.Resource { return r.ByType()[typ] })
 		if err != nil {
 			return nil, fmt.Errorf("relayed %s: %w", shortType(typ), err)

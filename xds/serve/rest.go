@@ -11,6 +11,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -115,15 +116,15 @@ func (s *Server) serveFetch(w http.ResponseWriter, r *http.Request, typeURL stri
 		restError(w, http.StatusInternalServerError, err.Error())
 		return
 	}
-	if req.GetVersionInfo() != "" && req.GetVersionInfo() == ts.version {
+	if req.GetVersionInfo() != "" && req.GetVersionInfo() == ts.Version() {
 		w.WriteHeader(http.StatusNotModified)
 		return
 	}
-	resp := &discoveryv3.DiscoveryResponse{VersionInfo: ts.version, TypeUrl: typeURL, Resources: []*anypb.Any{}}
+	resp := &discoveryv3.DiscoveryResponse{VersionInfo: ts.Version(), TypeUrl: typeURL, Resources: []*anypb.Any{}}
 	names := req.GetResourceNames()
-	for _, e := range ts.order {
-		if len(names) == 0 || slices.Contains(names, e.name) {
-			resp.Resources = append(resp.Resources, e.any)
+	for _, e := range ts.Entries() {
+		if len(names) == 0 || slices.Contains(names, e.Name()) {
+			resp.Resources = append(resp.Resources, e.Any())
 		}
 	}
 	b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(resp)
@@ -154,7 +155,7 @@ func (s *Server) authorizeREST(ctx context.Context, node *corev3.Node) (int, str
 // restSet is the set of typeURL the node gets: what its node.cluster's
 // gRPC streams are served (make-before-break included) while it has any,
 // else the current translation, as /v1/config_dump computes it.
-func (s *Server) restSet(node *corev3.Node, typeURL string) (*typeSet, error) {
+func (s *Server) restSet(node *corev3.Node, typeURL string) (*cache.Set, error) {
 	// Each poll stands alone, so a sidecar is keyed afresh every time.
 	key, err := s.sidecars.restKey(node)
 	if err != nil {
@@ -165,7 +166,7 @@ func (s *Server) restSet(node *corev3.Node, typeURL string) (*typeSet, error) {
 	if s.out == nil {
 		return nil, ErrNotReady
 	}
-	sets := s.cache.served(key)
+	sets := s.cache.Served(key)
 	if sets == nil {
 		var err error
 		if sets, err = s.setsLocked(key); err != nil {

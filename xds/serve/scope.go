@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/prometheus/client_golang/prometheus"
@@ -62,7 +63,7 @@ func newScopeLog(reg prometheus.Registerer, log zerolog.Logger) *scopeLog {
 		Help: "Resources a node asked for by name that exist but are not its group's (authorize_nodes), by type; counted once per node and name.",
 	}, []string{"type"}))
 	// Known types start at zero, so rate() works from the first refusal.
-	for _, typ := range typeOrder {
+	for _, typ := range cache.TypeOrder {
 		l.refused.WithLabelValues(metricType(typ))
 	}
 	return l
@@ -82,7 +83,7 @@ func (s *Server) setScopeViewLocked() {
 	failed := out.Failed
 	none := out.UnmatchedNone
 	v := &scopeView{out: out, noGroup: func(key string) bool {
-		nodeCluster, proxyless := parseKey(key)
+		nodeCluster, proxyless := cache.ParseKey(key)
 		if !none || proxyless {
 			return false
 		}
@@ -124,7 +125,7 @@ func (v *scopeView) allNames() map[string]map[string]bool {
 // it warns once about a node in no group, and logs and counts a request
 // by name for what exists but is not the node's.
 func (s *Server) watched(node *corev3.Node, typeURL string, sub cachev3.Subscription, namesChanged bool) {
-	key := snapshotKey(node)
+	key := cache.Key(node)
 	s.scope.mu.Lock()
 	v := s.scope.view
 	warn := v != nil && !s.scope.warned[node.GetId()] && v.noGroup(key)
@@ -147,10 +148,10 @@ func (s *Server) watched(node *corev3.Node, typeURL string, sub cachev3.Subscrip
 	if len(names) == 0 {
 		return
 	}
-	ts := s.cache.served(key)[typeURL]
+	ts := s.cache.Served(key)[typeURL]
 	var refused []string
 	for name := range names {
-		if name == "*" || ts != nil && ts.entries[name] != nil {
+		if name == "*" || ts != nil && ts.Has(name) {
 			continue
 		}
 		if v.allNames()[typeURL][name] {

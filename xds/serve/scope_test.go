@@ -18,6 +18,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 )
 
 // twoGroups is group a routing to the clusters in aRoutes, group b to
@@ -145,7 +146,7 @@ func TestRefusedByName(t *testing.T) {
 		t.Fatal(err)
 	}
 	node := &corev3.Node{Id: "a-1", Cluster: "a"}
-	s.sawNode(snapshotKey(node))
+	s.sawNode(cache.Key(node))
 	for _, tc := range []struct{ typ, name string }{
 		{resourcev3.SecretType, "b/cert"},
 		{resourcev3.EndpointType, "b"},

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -203,9 +204,9 @@ func TestOnlyUpdatesUseThePool(t *testing.T) {
 	defer p.stop()
 	stuck := occupyWorkers(t, p)
 	sent := make(chan int64, 2)
-	o := newOutbox[*deltaResponse]()
-	o.start(context.Background(), func(_ *deltaResponse, nonce int64) error { sent <- nonce; return nil }, p)
-	o.push(&deltaResponse{}) // a request's answer
+	o := newOutbox[*cache.DeltaResponse]()
+	o.start(context.Background(), func(_ *cache.DeltaResponse, nonce int64) error { sent <- nonce; return nil }, p)
+	o.push(&cache.DeltaResponse{}) // a request's answer
 	select {
 	case <-sent:
 	case <-time.After(10 * time.Second):
@@ -216,7 +217,7 @@ func TestOnlyUpdatesUseThePool(t *testing.T) {
 		defer o.mu.Unlock()
 		return !o.sending
 	})
-	o.push(&deltaResponse{fan: newFanout(func(time.Duration) {})}) // an update's
+	o.push(updateAnswers(t, 1, func(time.Duration) {})[0].(*cache.DeltaResponse)) // an update's
 	select {
 	case <-sent:
 		t.Fatal("an update's answer went out while every worker of the pool was busy")

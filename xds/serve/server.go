@@ -1,11 +1,19 @@
 // Package serve is the bridge's xDS runtime: it serves translations (the
 // xds package's Output) over ADS and the per-type SotW and delta services
 // with its own stream servers (sotw.go, delta.go; go-control-plane's
-// protocol rules and types), from its own per-resource cache (cache.go). It keeps the protocol state of every stream (tracker.go),
-// bounds initial syncs (admission.go), authorizes nodes (authz.go),
-// reloads its TLS files (tls.go), answers gRPC health (health.go) and
-// exports metrics. Everything here is long-running and locked; what is
-// served is decided in the pure xds package.
+// protocol rules and types), from its own per-resource cache (package
+// cache, which also owns the codec the servers speak). It decides what
+// each node.cluster key is served (server.go, roles.go, make-before-break
+// steps in staging.go, relay.go), keeps the protocol state of every
+// stream (tracker.go), bounds initial syncs (admission.go), authorizes
+// nodes (authz.go), reloads its TLS files (tls.go), answers gRPC health
+// (health.go) and exports metrics. Everything here is long-running and
+// locked; what is served is decided in the pure xds package.
+//
+// Lock order: Server.mu, then the cache's lock, then a stream's outbox's
+// (and the send pool's). The cache never calls back up into this package
+// under its lock, except to queue an answer on a stream (package cache's
+// doc).
 package serve
 
 import (
@@ -21,8 +29,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -30,8 +38,6 @@ import (
 	listenerservice "github.com/envoyproxy/go-control-plane/envoy/service/listener/v3"
 	routeservice "github.com/envoyproxy/go-control-plane/envoy/service/route/v3"
 	secretservice "github.com/envoyproxy/go-control-plane/envoy/service/secret/v3"
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
-	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
@@ -54,7 +60,7 @@ type ServerConfig struct {
 	// Servers (tests) can coexist.
 	Registerer prometheus.Registerer
 	// TLS serves xDS over TLS when CertFile is set (mTLS with ClientCAFile).
-	TLS policy.TLSFiles
+	TLS TLSFiles
 	// AuthorizeNodes refuses clients whose certificate does not name the
 	// node they claim (see authorized); it needs TLS.ClientCAFile.
 	AuthorizeNodes bool
@@ -90,7 +96,7 @@ type ServerConfig struct {
 }
 
 // Server serves the translation over ADS (and the per-type SotW and delta
-// services) from serveCache (cache.go).
+// services) from its cache (package cache).
 //
 // What a proxy gets is keyed by the node.cluster it announces, not by
 // proxy group: a key exists for every node.cluster seen, and each update
@@ -100,7 +106,7 @@ type ServerConfig struct {
 type Server struct {
 	cfg     ServerConfig
 	log     zerolog.Logger
-	cache   *serveCache // also the one record of every node.cluster key
+	cache   *cache.Cache // also the one record of every node.cluster key
 	cb      *callbacks
 	history *history
 	tracker *tracker
@@ -123,10 +129,10 @@ type Server struct {
 	// chains holds the latest set per role and type (setLocked): a new
 	// translation's set is built against it, reusing the entries of
 	// unchanged resources and recording what changed.
-	chains map[string]*typeSet
+	chains map[string]*cache.Set
 	// built memoises the current translation's sets per resource set, so
 	// keys sharing resources share sets.
-	built map[*xds.Resources]map[string]*typeSet
+	built map[*xds.Resources]map[string]*cache.Set
 	// usedChains are the chains the current translation built; the others
 	// (groups gone from the policy) are dropped after each Update.
 	usedChains map[string]bool
@@ -161,18 +167,16 @@ func NewServer(cfg ServerConfig) *Server {
 	s := &Server{
 		cfg:      cfg,
 		log:      log,
-		cache:    newServeCache(),
 		lastGood: map[string]*xds.Resources{},
-		chains:   map[string]*typeSet{},
+		chains:   map[string]*cache.Set{},
 		staged:   map[string]*staging{},
 	}
 	s.tracker = newTracker()
 	s.metrics = newMetrics(cfg.Registerer, log)
-	s.cache.fanned = func(d time.Duration) { s.metrics.fanout.Observe(d.Seconds()) }
+	s.cache = cache.New(cache.Config{Watched: s.watched, Fanned: func(d time.Duration) { s.metrics.fanout.Observe(d.Seconds()) }})
 	s.scope = newScopeLog(cfg.Registerer, log)
 	s.sidecars = newSidecars(log, cfg.Sidecars)
 	s.sidecars.authorize = cfg.AuthorizeNodes
-	s.cache.watched = s.watched
 	s.cb = newCallbacks(log, s.tracker, s.metrics, s.sawNode, s.forgetKey, newAdmission(cfg.MaxInitialSyncs, s.metrics))
 	s.history = newHistory()
 	s.cb.history = s.history
@@ -204,10 +208,10 @@ func (s *Server) Proxies() []ProxyStatus {
 			p.GroupError = err.Error()
 		}
 		p.Sidecar = s.sidecars.status(p.NodeID, p.key)
-		sets := s.cache.served(p.key)
+		sets := s.cache.Served(p.key)
 		for _, ts := range p.Types {
 			if set := sets[ts.TypeURL]; set != nil {
-				ts.VersionCurrent = set.version
+				ts.VersionCurrent = set.Version()
 			}
 		}
 	}
@@ -221,7 +225,7 @@ const proxylessGroup = "(proxyless gRPC)"
 // groupOfKeyLocked is the group shown for a snapshot key.
 func (s *Server) groupOfKeyLocked(key string) string {
 	if s.out == nil || s.resolve == nil {
-		if _, proxyless := parseKey(key); proxyless {
+		if _, proxyless := cache.ParseKey(key); proxyless {
 			return proxylessGroup
 		}
 		return ""
@@ -299,8 +303,8 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		// one window.
 		grpc.InitialWindowSize(1 << 20),
 		grpc.InitialConnWindowSize(1 << 20),
-		// Responses that many streams share are encoded once (codec.go).
-		grpc.ForceServerCodecV2(newSharedCodec()),
+		// Responses that many streams share are encoded once (package cache's codec.go).
+		grpc.ForceServerCodecV2(cache.NewCodec()),
 		grpc.MaxSendMsgSize(64 << 20),
 		// Dead peers are found within ~40s; clients may ping every 15s.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
@@ -316,7 +320,7 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		tlsCfg = r.TLSConfig()
 		opts = append(opts, grpc.Creds(handshakenCreds{}))
 	}
-	interceptors := []grpc.StreamServerInterceptor{nodeMemoInterceptor, firstRequestInterceptor(s.cfg.FirstRequestTimeout, s.metrics.idleClosed.Inc)}
+	interceptors := []grpc.StreamServerInterceptor{cache.NodeMemoInterceptor, firstRequestInterceptor(s.cfg.FirstRequestTimeout, s.metrics.idleClosed.Inc)}
 	if s.cfg.AuthorizeNodes {
 		if s.cfg.TLS.ClientCAFile == "" {
 			return errors.New("xds: authorize_nodes needs TLS with client_ca_file")
@@ -408,11 +412,11 @@ func (s *Server) Update(ctx context.Context, out *xds.Output, resolve func(nodeC
 	s.out, s.resolve = out, resolve
 	s.keepLastGoodLocked()
 	s.setScopeViewLocked()
-	s.built = map[*xds.Resources]map[string]*typeSet{}
+	s.built = map[*xds.Resources]map[string]*cache.Set{}
 	s.usedChains = map[string]bool{}
 	changed := map[string]bool{}
 	var errs []error
-	for _, key := range s.cache.keyNames() {
+	for _, key := range s.cache.Keys() {
 		if err := ctx.Err(); err != nil {
 			errs = append(errs, err)
 			break
@@ -430,7 +434,7 @@ func (s *Server) Update(ctx context.Context, out *xds.Output, resolve func(nodeC
 			delete(s.chains, chain)
 		}
 	}
-	if s.cache.served("") != nil {
+	if s.cache.Served("") != nil {
 		s.health.setServing()
 	}
 	return slices.Sorted(maps.Keys(changed)), errors.Join(errs...)
@@ -462,7 +466,7 @@ func (s *Server) keepLastGoodLocked() {
 // sawNode makes sure a proxy's node.cluster is served as soon as it asks,
 // so its first request is answered from the current state.
 func (s *Server) sawNode(key string) {
-	if !s.cache.join(key) {
+	if !s.cache.Join(key) {
 		return
 	}
 	if s.cfg.OnKey != nil {
@@ -482,7 +486,7 @@ func (s *Server) sawNode(key string) {
 // with its last stream, so keys do not pile up with every node.cluster
 // ever announced (clients choose it) and updates stop building for them.
 func (s *Server) forgetKey(key string) {
-	if s.cache.leave(key) {
+	if s.cache.Leave(key) {
 		s.mu.Lock()
 		s.unstageLocked(key) // nobody left to wait for
 		s.mu.Unlock()
@@ -501,114 +505,4 @@ func (s *Server) setKeyLocked(key string) ([]string, error) {
 		return nil, fmt.Errorf("node cluster %q: %w", key, err)
 	}
 	return s.stageLocked(key, sets), nil
-}
-
-// noResources is the group part of a node.cluster in no group.
-var noResources = &xds.Resources{}
-
-// errNoGoodState: the key's group failed and never translated cleanly.
-var errNoGoodState = errors.New("group has no last good state")
-
-// setsLocked returns the sets a key is served from the current
-// translation: the clusters and endpoints its role reaches, its group's
-// listeners and routes (the last good ones if the group failed), and the
-// secrets of both in one SDS type.
-func (s *Server) setsLocked(key string) (map[string]*typeSet, error) {
-	if s.cfg.Relay {
-		return s.relaySetsLocked(key)
-	}
-	role, group, reach := s.roleLocked(key)
-	if group == nil {
-		return nil, errNoGoodState
-	}
-	sets := make(map[string]*typeSet, len(typeOrder))
-	for _, part := range []struct {
-		chain string
-		res   *xds.Resources
-		types []string
-	}{
-		{"reach/" + role, reach, []string{resourcev3.ClusterType, resourcev3.EndpointType}},
-		{role, group, []string{resourcev3.ListenerType, resourcev3.RouteType}},
-	} {
-		for _, typ := range part.types {
-			ts, err := s.setLocked(part.chain, part.res, typ, func() []types.Resource { return part.res.ByType()[typ] })
-			if err != nil {
-				return nil, err
-			}
-			sets[typ] = ts
-		}
-	}
-	// SDS: the secrets of the reached clusters (upstream TLS) and the
-	// group's (listener TLS) in one type. Its version moves when a
-	// certificate does, and nothing else does: listeners and clusters name
-	// secrets, they do not hold them.
-	ts, err := s.setLocked("secrets/"+role, group, resourcev3.SecretType, func() []types.Resource {
-		secrets := append(reach.ByType()[resourcev3.SecretType], group.ByType()[resourcev3.SecretType]...)
-		slices.SortFunc(secrets, func(a, b types.Resource) int {
-			return strings.Compare(xds.ResourceName(a), xds.ResourceName(b))
-		})
-		return secrets
-	})
-	if err != nil {
-		return nil, err
-	}
-	sets[resourcev3.SecretType] = ts
-	return sets, nil
-}
-
-// roleLocked is what a key is served from: its role (a chain name:
-// "group/G", "proxyless" or "none"), its group part (nil if its group
-// failed and never translated cleanly) and the clusters, endpoints and
-// upstream secrets it reaches. A proxyless gRPC client whose node.cluster
-// names a proxyless group is served as that group (which may narrow it);
-// any other proxyless client as the proxyless clients in general.
-func (s *Server) roleLocked(key string) (role string, group, reach *xds.Resources) {
-	nodeCluster, proxyless := parseKey(key)
-	g := s.resolve(nodeCluster)
-	inGroup := s.out.Groups[g] != nil || s.out.Failed[g] != nil
-	switch {
-	case inGroup && (!proxyless || s.groupProxylessLocked(g)):
-		role, reach = "group/"+g, s.out.Reach[g]
-	case proxyless:
-		role, reach = "proxyless", s.out.ProxylessReach
-	default:
-		role, group, reach = "none", noResources, s.out.Unmatched
-	}
-	if group == nil {
-		group = s.lastGood[role]
-	}
-	if reach == nil {
-		reach = noResources // an Output made without reach
-	}
-	return role, group, reach
-}
-
-// groupProxylessLocked reports whether group g is declared proxyless.
-func (s *Server) groupProxylessLocked(g string) bool { return s.out.ProxylessGroups[g] }
-
-// setLocked returns the set of typ built from r's items, once per
-// translation, chained to the role's previous set of that type.
-func (s *Server) setLocked(role string, r *xds.Resources, typ string, items func() []types.Resource) (*typeSet, error) {
-	chain := role + "\x00" + typ
-	if s.usedChains == nil {
-		s.usedChains = map[string]bool{}
-	}
-	s.usedChains[chain] = true
-	if ts := s.built[r][typ]; ts != nil {
-		s.chains[chain] = ts
-		return ts, nil
-	}
-	ts, err := newTypeSet(typ, items(), s.chains[chain])
-	if err != nil {
-		return nil, err
-	}
-	s.chains[chain] = ts
-	if s.built == nil {
-		s.built = map[*xds.Resources]map[string]*typeSet{}
-	}
-	if s.built[r] == nil {
-		s.built[r] = map[string]*typeSet{}
-	}
-	s.built[r][typ] = ts
-	return ts, nil
 }

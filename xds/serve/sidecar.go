@@ -19,6 +19,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 )
 
 // Connect sidecars are known by node id, as with Consul's own xDS server:
@@ -179,7 +180,7 @@ type sidecarStream struct {
 	nodeID, consulNode, announced string
 	key                           string
 	// keyedNode is received, the last node a request carried, keyed: a
-	// stream's requests carry the same node (nodememo.go), so it is
+	// stream's requests carry the same node (package cache's nodememo.go), so it is
 	// copied once.
 	received, keyedNode *corev3.Node
 
@@ -237,7 +238,7 @@ func (st *sidecarStream) RecvMsg(m any) error {
 		}
 		return err
 	}
-	node := requestNode(m)
+	node := cache.RequestNode(m)
 	if node != nil {
 		if st.sc.wait && !st.keyed {
 			select {
@@ -254,7 +255,7 @@ func (st *sidecarStream) RecvMsg(m any) error {
 			st.close(err)
 			return err
 		}
-		setNode(m, keyed)
+		cache.SetNode(m, keyed)
 	}
 	return nil
 }
@@ -262,7 +263,7 @@ func (st *sidecarStream) RecvMsg(m any) error {
 // keyNode returns the node to serve the request as: node with its
 // cluster set to the stream's key, which is fixed at the first node the
 // stream sends. node itself is left as it is: a stream's requests share
-// the node they carry (nodememo.go), and the tracker and authorization
+// the node they carry (package cache's nodememo.go), and the tracker and authorization
 // keep it.
 func (st *sidecarStream) keyNode(node *corev3.Node) (*corev3.Node, error) {
 	sc := st.sc
@@ -310,7 +311,7 @@ func (st *sidecarStream) keyNode(node *corev3.Node) (*corev3.Node, error) {
 // looked up on every poll (no stream outlives a registration change).
 func (sc *sidecars) restKey(node *corev3.Node) (string, error) {
 	if !sc.wait {
-		return snapshotKey(node), nil
+		return cache.Key(node), nil
 	}
 	if strings.HasPrefix(node.GetCluster(), ir.SidecarGroupPrefix) {
 		return "", fmt.Errorf("node.cluster %q: names starting with %q are reserved for Connect sidecars, which are known by their node id: %w", node.GetCluster(), ir.SidecarGroupPrefix, errReservedCluster)
@@ -319,7 +320,7 @@ func (sc *sidecars) restKey(node *corev3.Node) (string, error) {
 	sc.mu.Lock()
 	n.Cluster, _, _ = sc.keyLocked(n.GetId(), n.GetMetadata().GetFields()[ConsulNodeMetadata].GetStringValue(), n.GetCluster())
 	sc.mu.Unlock()
-	return snapshotKey(n), nil
+	return cache.Key(n), nil
 }
 
 // errReservedCluster: a client announced a sidecar group's name itself.

@@ -2,12 +2,10 @@ package serve
 
 import (
 	"context"
-	"hash/maphash"
-	"iter"
-	"slices"
 	"strconv"
 	"sync"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
@@ -23,7 +21,7 @@ import (
 //
 // One difference, for cost: a request naming the resources the previous
 // one of its type did leaves the subscription as it was, so the cache
-// compares only what changed since the stream's last answer (answer.go)
+// compares only what changed since the stream's last answer (package cache's answer.go)
 // instead of every name, once per proxy per push.
 type sotwServer struct{ adsServer }
 
@@ -39,36 +37,12 @@ type sotwStream struct {
 	sent   map[string]string
 }
 
-// namesDigest identifies a set of resource names in any order, without
-// holding them (an edge proxy's request names every cluster): a sum of
-// seeded hashes (a client cannot aim at another set without the seed)
-// and the count.
-type namesDigest struct {
-	sum uint64
-	n   int
-}
-
-var namesSeed = maphash.MakeSeed()
-
 // sameSlice is whether a and b are the same slice of names.
 func sameSlice(a, b []string) bool {
 	return len(a) > 0 && len(a) == len(b) && &a[0] == &b[0]
 }
 
-func digestNames(names []string) namesDigest { return digestOf(slices.Values(names)) }
-
-// digestOf is the digest of the names seq yields (subscription.go
-// interns sets of names by it).
-func digestOf(names iter.Seq[string]) namesDigest {
-	var d namesDigest
-	for n := range names {
-		d.sum += maphash.String(namesSeed, n)
-		d.n++
-	}
-	return d
-}
-
-func newSotwServer(ctx context.Context, cache *serveCache, cb *callbacks) *sotwServer {
+func newSotwServer(ctx context.Context, cache *cache.Cache, cb *callbacks) *sotwServer {
 	return &sotwServer{adsServer{ctx: ctx, cache: cache, cb: cb}}
 }
 
@@ -90,9 +64,9 @@ func (st *sotwStream) send(r cachev3.Response, nonce int64) error {
 	st.sentMu.Lock()
 	st.sent[r.GetRequest().GetTypeUrl()] = resp.Nonce
 	st.sentMu.Unlock()
-	if sr, ok := r.(*sotwResponse); ok {
+	if sr, ok := r.(*cache.SotwResponse); ok {
 		// The names are the entries' (no decoding of what the cache built).
-		st.s.cb.response(streamKey{id: st.id}, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce(), len(resp.GetResources()), 0, sr.names)
+		st.s.cb.response(streamKey{id: st.id}, resp.GetTypeUrl(), resp.GetVersionInfo(), resp.GetNonce(), len(resp.GetResources()), 0, sr.Names)
 	} else {
 		st.s.cb.OnStreamResponse(r.GetContext(), st.id, r.GetRequest(), resp)
 	}
@@ -129,12 +103,12 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 		return err
 	}
 	names := req.GetResourceNames()
-	w, old := st.watchFor(typ, func() *subscription { return newSotwSubscription(names) })
+	w, old := st.watchFor(typ, func() *cache.Subscription { return cache.NewSotwSubscription(names) })
 	// An ACK repeating the names of the type's last request carries that
-	// request's slice (nodememo.go): its digest is the one before.
+	// request's slice (package cache's nodememo.go): its digest is the one before.
 	digest := w.names
 	if !sameSlice(names, w.digested) {
-		digest = digestNames(names)
+		digest = cache.DigestNames(names)
 	}
 	same := false
 	if old {
@@ -143,12 +117,12 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 		}
 		w.cancel()
 		if same = digest == w.names; !same {
-			ownHeld(w.sub) // it drops the names no longer wanted
-			w.sub.setNames(names)
+			cache.OwnHeld(w.sub) // it drops the names no longer wanted
+			w.sub.SetNames(names)
 		}
 	}
 	w.names, w.digested = digest, names
 	sub := w.sub
-	w.cancel = st.s.cache.openSotw(uint64(st.id), req, sub, same, func(r cachev3.Response) { st.deliver(sub, r.GetReturnedResources(), r) })
+	w.cancel = st.s.cache.OpenSotw(uint64(st.id), req, sub, same, func(r cachev3.Response) { st.deliver(sub, r.GetReturnedResources(), r) })
 	return nil
 }

@@ -5,7 +5,7 @@ import (
 	"slices"
 	"time"
 
-	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
 
@@ -42,8 +42,8 @@ const defaultStepTimeout = 5 * time.Second
 
 // staging is a key's update in progress.
 type staging struct {
-	target map[string]*typeSet // what the translation says
-	step   int                 // 1 adding, 2 switching
+	target map[string]*cache.Set // what the translation says
+	step   int                   // 1 adding, 2 switching
 	timer  *time.Timer
 }
 
@@ -52,24 +52,24 @@ type staging struct {
 // step stays in it with the new target (a health flip during a policy
 // change must not restart the wait, or a busy catalog would hold the
 // change back for ever): the step's deadline stands.
-func (s *Server) stageLocked(key string, target map[string]*typeSet) []string {
-	cur := s.cache.served(key)
+func (s *Server) stageLocked(key string, target map[string]*cache.Set) []string {
+	cur := s.cache.Served(key)
 	st := s.staged[key]
 	step := 0
-	if _, proxyless := parseKey(key); !proxyless && cur != nil {
-		routesChange := cur[resourcev3.ListenerType].version != target[resourcev3.ListenerType].version ||
-			cur[resourcev3.RouteType].version != target[resourcev3.RouteType].version
+	if _, proxyless := cache.ParseKey(key); !proxyless && cur != nil {
+		routesChange := cur[resourcev3.ListenerType].Version() != target[resourcev3.ListenerType].Version() ||
+			cur[resourcev3.RouteType].Version() != target[resourcev3.RouteType].Version()
 		switch {
 		case routesChange && st != nil && st.step == 1,
-			routesChange && adds(target, cur, resourcev3.ClusterType):
+			routesChange && cache.Adds(target[resourcev3.ClusterType], cur[resourcev3.ClusterType]):
 			step = 1 // new clusters, not acknowledged yet, for new routes
-		case adds(cur, target, resourcev3.ClusterType) && (routesChange || st != nil && st.step == 2):
+		case cache.Adds(cur[resourcev3.ClusterType], target[resourcev3.ClusterType]) && (routesChange || st != nil && st.step == 2):
 			step = 2 // routes that stop using clusters, not acknowledged yet
 		}
 	}
 	if step == 0 {
 		s.unstageLocked(key)
-		return s.cache.set(key, target)
+		return s.cache.Set(key, target)
 	}
 	if st == nil || st.step != step {
 		s.unstageLocked(key)
@@ -80,9 +80,9 @@ func (s *Server) stageLocked(key string, target map[string]*typeSet) []string {
 	}
 	st.target = target
 	if step == 1 {
-		s.tracker.expectEndpoints(key, newNames(target[resourcev3.EndpointType], cur[resourcev3.EndpointType]))
+		s.tracker.expectEndpoints(key, cache.NewNames(target[resourcev3.EndpointType], cur[resourcev3.EndpointType]))
 	}
-	changed := s.cache.set(key, s.stepSetsLocked(key, cur, st))
+	changed := s.cache.Set(key, s.stepSetsLocked(key, cur, st))
 	s.advanceLocked(key) // nothing to wait for if no stream is there
 	return changed
 }
@@ -90,10 +90,10 @@ func (s *Server) stageLocked(key string, target map[string]*typeSet) []string {
 // stepSetsLocked is what key is served in st's step: the target's
 // clusters, endpoints and secrets beside those it is served now, with its
 // current listeners and routes (step 1) or the target's (step 2).
-func (s *Server) stepSetsLocked(key string, cur map[string]*typeSet, st *staging) map[string]*typeSet {
+func (s *Server) stepSetsLocked(key string, cur map[string]*cache.Set, st *staging) map[string]*cache.Set {
 	sets := maps.Clone(st.target)
 	for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.SecretType} {
-		sets[typ] = s.unionLocked(key, typ, st.target[typ], cur[typ])
+		sets[typ] = s.unionLocked(key, st.target[typ], cur[typ])
 	}
 	if st.step == 1 {
 		sets[resourcev3.ListenerType], sets[resourcev3.RouteType] = cur[resourcev3.ListenerType], cur[resourcev3.RouteType]
@@ -120,52 +120,15 @@ func (s *Server) unstageLocked(key string) {
 	}
 }
 
-// newNames lists the names of a that b lacks.
-func newNames(a, b *typeSet) []string {
-	var out []string
-	for _, e := range a.order {
-		if b == nil || b.entries[e.name] == nil {
-			out = append(out, e.name)
-		}
-	}
-	return out
-}
-
-// unionLocked is target's resources of typ and those of cur that target
-// lacks, as a set chained to cur (so watches compare only the difference).
-func (s *Server) unionLocked(key, typ string, target, cur *typeSet) *typeSet {
-	if cur == nil || !adds(map[string]*typeSet{typ: cur}, map[string]*typeSet{typ: target}, typ) {
-		return target // cur's names are all in target
-	}
-	items := make([]types.Resource, 0, len(target.entries)+len(cur.entries))
-	for _, e := range target.order {
-		items = append(items, e.res)
-	}
-	for _, e := range cur.order {
-		if target.entries[e.name] == nil {
-			items = append(items, e.res)
-		}
-	}
-	ts, err := newTypeSet(typ, items, cur)
+// unionLocked is cache.Union, served in one step if it cannot be made.
+func (s *Server) unionLocked(key string, target, cur *cache.Set) *cache.Set {
+	ts, err := cache.Union(target, cur)
 	if err != nil {
 		// Names are unique by construction; never serve half a step.
 		s.log.Error().Err(err).Str("node_cluster", key).Msg("cannot stage update; serving it in one step")
 		return target
 	}
 	return ts
-}
-
-// adds reports whether a's set of typ has names b's lacks.
-func adds(a, b map[string]*typeSet, typ string) bool {
-	if a[typ] == nil {
-		return false
-	}
-	for name := range a[typ].entries {
-		if b[typ] == nil || b[typ].entries[name] == nil {
-			return true
-		}
-	}
-	return false
 }
 
 // streamAnswered is told every ACK and NACK: a staged key may go on. With
@@ -187,7 +150,7 @@ func (s *Server) advanceLocked(key string) {
 	if st == nil {
 		return
 	}
-	sets := s.cache.served(key)
+	sets := s.cache.Served(key)
 	if sets == nil {
 		s.unstageLocked(key) // the key is gone with its last stream
 		return
@@ -198,7 +161,7 @@ func (s *Server) advanceLocked(key string) {
 	}
 	versions := map[string]string{}
 	for _, typ := range need {
-		versions[typ] = sets[typ].version
+		versions[typ] = sets[typ].Version()
 	}
 	if !s.tracker.caughtUp(key, versions) {
 		return
@@ -208,20 +171,20 @@ func (s *Server) advanceLocked(key string) {
 
 func (s *Server) nextStepLocked(key string, st *staging) {
 	s.unstageLocked(key)
-	cur := s.cache.served(key)
+	cur := s.cache.Served(key)
 	if cur == nil {
 		return // the key is gone with its last stream
 	}
-	if st.step == 1 && adds(cur, st.target, resourcev3.ClusterType) {
+	if st.step == 1 && cache.Adds(cur[resourcev3.ClusterType], st.target[resourcev3.ClusterType]) {
 		st2 := &staging{step: 2, target: st.target}
 		st2.timer = time.AfterFunc(s.cfg.StepTimeout, func() { s.stepTimedOut(key, st2) })
 		s.staged[key] = st2
 		s.stagedKeys.Store(int32(len(s.staged)))
-		s.cache.set(key, s.stepSetsLocked(key, cur, st2))
+		s.cache.Set(key, s.stepSetsLocked(key, cur, st2))
 		s.advanceLocked(key)
 		return
 	}
-	s.cache.set(key, st.target)
+	s.cache.Set(key, st.target)
 }
 
 // stepTimedOut goes on without the proxies that did not answer in time.
@@ -258,7 +221,7 @@ func (t *tracker) expectEndpoints(key string, names []string) {
 	}
 	delete(t.expect, key)
 	for _, st := range t.streams {
-		if st.node != nil && snapshotKey(st.node) == key {
+		if st.node != nil && cache.Key(st.node) == key {
 			if ts := st.types[resourcev3.EndpointType]; ts != nil {
 				ts.got = nil
 			}
@@ -275,7 +238,7 @@ func (t *tracker) caughtUp(key string, versions map[string]string) bool {
 	defer t.mu.Unlock()
 	e := t.expect[key]
 	for _, st := range t.streams {
-		if st.node == nil || snapshotKey(st.node) != key {
+		if st.node == nil || cache.Key(st.node) != key {
 			continue
 		}
 		// A stream that rejected the clusters will not ask for their

@@ -175,7 +175,7 @@ func TestMakeBeforeBreakKeyGoneMidStep(t *testing.T) {
 	}
 	_ = c.Close()
 	s.closeStuck(t)
-	eventually(t, "edge to be forgotten", func() bool { return s.cache.served("edge") == nil }, func() string { return "still served" })
+	eventually(t, "edge to be forgotten", func() bool { return s.cache.Served("edge") == nil }, func() string { return "still served" })
 	s.mu.Lock()
 	staged = len(s.staged)
 	s.mu.Unlock()

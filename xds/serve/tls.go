@@ -9,9 +9,19 @@ import (
 	"sync"
 	"time"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/rs/zerolog"
 )
+
+// TLSFiles names the PEM files xDS is served with: the server's
+// certificate and key and, for mutual TLS, the CA its clients' certificates
+// must chain to. They are re-read when they change on disk (certReloader).
+// serve's own type, so that the runtime does not depend on the policy
+// package its callers read the settings from (policy.TLSFiles converts).
+type TLSFiles struct {
+	CertFile     string
+	KeyFile      string
+	ClientCAFile string
+}
 
 // certReloader serves the files' current contents: every handshake checks
 // whether a file changed (a stat, cheap next to a handshake) and reloads
@@ -19,7 +29,7 @@ import (
 // fails to load (half-written file, key not matching) is logged and the
 // last good pair keeps serving.
 type certReloader struct {
-	files policy.TLSFiles
+	files TLSFiles
 	log   zerolog.Logger
 
 	mu     sync.Mutex
@@ -27,7 +37,7 @@ type certReloader struct {
 	config *tls.Config
 }
 
-func newCertReloader(files policy.TLSFiles, log zerolog.Logger) (*certReloader, error) {
+func newCertReloader(files TLSFiles, log zerolog.Logger) (*certReloader, error) {
 	r := &certReloader{files: files, log: log}
 	if _, err := r.current(); err != nil {
 		return nil, err

@@ -15,7 +15,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/testpki"
-	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -41,10 +40,10 @@ func (ca *testCA) issue(t *testing.T, serial int64, dns []string, uris ...string
 
 // serverTLSFiles writes a server certificate for bridge.test from ca and
 // ca itself (for client certificates) and names them.
-func serverTLSFiles(t *testing.T, ca *testCA) policy.TLSFiles {
+func serverTLSFiles(t *testing.T, ca *testCA) TLSFiles {
 	t.Helper()
 	dir := t.TempDir()
-	files := policy.TLSFiles{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server-key.pem"), ClientCAFile: filepath.Join(dir, "ca.pem")}
+	files := TLSFiles{CertFile: filepath.Join(dir, "server.pem"), KeyFile: filepath.Join(dir, "server-key.pem"), ClientCAFile: filepath.Join(dir, "ca.pem")}
 	srvCert, srvKey := ca.issue(t, 10, []string{"bridge.test"})
 	writeFile(t, files.CertFile, srvCert)
 	writeFile(t, files.KeyFile, srvKey)

@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/protobuf/proto"
@@ -316,7 +317,7 @@ func (t *tracker) request(now time.Time, key streamKey, node *corev3.Node, typeU
 		return refuse(fmt.Sprintf("type URL of %d bytes is over the limit of %d", len(typeURL), maxTypeURLBytes))
 	case st.node == nil && node != nil && proto.Size(node) > maxNodeBytes:
 		return refuse(fmt.Sprintf("node of %d bytes (metadata included) is over the limit of %d", proto.Size(node), maxNodeBytes))
-	case st.node != nil && node != nil && snapshotKey(node) != snapshotKey(st.node), st.node != nil && node != nil && node.GetId() != st.node.GetId():
+	case st.node != nil && node != nil && cache.Key(node) != cache.Key(st.node), st.node != nil && node != nil && node.GetId() != st.node.GetId():
 		// A stream is one proxy: a new identity would be a new snapshot
 		// key per request, kept for the stream's life.
 		return refuse(fmt.Sprintf("node %q in %q cannot become node %q in %q within a stream", st.node.GetId(), st.node.GetCluster(), node.GetId(), node.GetCluster()))
@@ -425,7 +426,7 @@ func (t *tracker) response(now time.Time, key streamKey, typeURL, version, nonce
 	}
 	ts.sentVersion, ts.sentNonce, ts.sentAt, ts.sentResources = version, nonce, now, resources
 	if typeURL == resourcev3.EndpointType && st.node != nil && names != nil {
-		if e := t.expect[snapshotKey(st.node)]; e != nil {
+		if e := t.expect[cache.Key(st.node)]; e != nil {
 			if ts.got == nil {
 				ts.got = map[string]bool{}
 			}
@@ -467,7 +468,7 @@ func (t *tracker) nodeCluster(nodeID string) (string, bool) {
 	}
 	// The snapshot key, so a proxyless gRPC node's dump shows its API
 	// listeners rather than what an Envoy of the same node.cluster gets.
-	return snapshotKey(best.node), true
+	return cache.Key(best.node), true
 }
 
 func compareKeys(a, b streamKey) int {
@@ -497,7 +498,7 @@ func (t *tracker) snapshot(now time.Time, staleAfter time.Duration) []ProxyStatu
 		p := ProxyStatus{
 			NodeID:         st.node.GetId(),
 			NodeCluster:    st.node.GetCluster(),
-			key:            snapshotKey(st.node),
+			key:            cache.Key(st.node),
 			UserAgent:      userAgent(st.node),
 			RemoteAddress:  st.remote,
 			ConnectedSince: st.openedAt,

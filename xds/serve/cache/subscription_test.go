@@ -1,4 +1,4 @@
-package serve
+package cache
 
 import (
 	"fmt"
@@ -35,7 +35,7 @@ func TestSubscriptionFollowsGoControlPlane(t *testing.T) {
 		}
 		return m
 	}
-	same := func(t *testing.T, step string, ours *subscription, theirs *stream.Subscription) {
+	same := func(t *testing.T, step string, ours *Subscription, theirs *stream.Subscription) {
 		t.Helper()
 		if ours.IsWildcard() != theirs.IsWildcard() {
 			t.Fatalf("%s: wildcard %v, go-control-plane %v", step, ours.IsWildcard(), theirs.IsWildcard())
@@ -51,26 +51,26 @@ func TestSubscriptionFollowsGoControlPlane(t *testing.T) {
 		r := rand.New(rand.NewPCG(seed, 7))
 		if seed%2 == 0 { // SotW
 			first := pick(r)
-			ours, theirs := newSotwSubscription(first), stream.NewSotwSubscription(first, true)
+			ours, theirs := NewSotwSubscription(first), stream.NewSotwSubscription(first, true)
 			same(t, "sotw first", ours, &theirs)
 			for step := range 8 {
 				h := held(r)
 				ours.SetReturnedResources(maps.Clone(h))
 				theirs.SetReturnedResources(maps.Clone(h))
 				names := pick(r)
-				ours.setNames(names)
+				ours.SetNames(names)
 				theirs.SetResourceSubscription(names)
 				same(t, fmt.Sprintf("seed %d, sotw step %d %v", seed, step, names), ours, &theirs)
 			}
 			continue
 		}
 		sub, unsub, h := pick(r), pick(r), held(r)
-		ours := newDeltaSubscription(sub, unsub, maps.Clone(h))
+		ours := NewDeltaSubscription(sub, unsub, maps.Clone(h))
 		theirs := stream.NewDeltaSubscription(sub, unsub, maps.Clone(h), true)
 		same(t, "delta first", ours, &theirs)
 		for step := range 8 {
 			sub, unsub := pick(r), pick(r)
-			ours.update(sub, unsub)
+			ours.Update(sub, unsub)
 			theirs.UpdateResourceSubscriptions(sub, unsub)
 			same(t, fmt.Sprintf("seed %d, delta step %d +%v -%v", seed, step, sub, unsub), ours, &theirs)
 		}
@@ -81,14 +81,14 @@ func TestSubscriptionFollowsGoControlPlane(t *testing.T) {
 // in any order and by any route, hold one set; a change of names makes a
 // new set and leaves the others' as they were.
 func TestSubscriptionsShareTheirNames(t *testing.T) {
-	a := newSotwSubscription([]string{"x", "y", "z"})
-	b := newSotwSubscription([]string{"z", "x", "y"})
-	c := newDeltaSubscription([]string{"y"}, nil, nil)
-	c.update([]string{"x", "z"}, nil)
+	a := NewSotwSubscription([]string{"x", "y", "z"})
+	b := NewSotwSubscription([]string{"z", "x", "y"})
+	c := NewDeltaSubscription([]string{"y"}, nil, nil)
+	c.Update([]string{"x", "z"}, nil)
 	if a.names == nil || a.names != b.names || a.names != c.names {
 		t.Fatalf("equal subscriptions hold different sets: %p %p %p", a.names, b.names, c.names)
 	}
-	c.update(nil, []string{"y"})
+	c.Update(nil, []string{"y"})
 	if a.names == c.names || len(a.SubscribedResources()) != 3 {
 		t.Fatalf("unsubscribing edited the shared set: %v", a.SubscribedResources())
 	}
@@ -112,13 +112,13 @@ func TestUnusedNameSetsAreForgotten(t *testing.T) {
 		defer nameSets.mu.Unlock()
 		n := 0
 		for _, ns := range names {
-			n += len(nameSets.sets[digestNames(ns)])
+			n += len(nameSets.sets[DigestNames(ns)])
 		}
 		return n
 	}
-	subs := make([]*subscription, 0, len(names))
+	subs := make([]*Subscription, 0, len(names))
 	for _, ns := range names {
-		subs = append(subs, newSotwSubscription(ns))
+		subs = append(subs, NewSotwSubscription(ns))
 	}
 	if n := count(); n != len(names) {
 		t.Fatalf("%d sets interned, want %d", n, len(names))

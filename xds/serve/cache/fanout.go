@@ -1,4 +1,4 @@
-package serve
+package cache
 
 import (
 	"sync/atomic"
@@ -43,9 +43,9 @@ func (f *fanout) attach(r any, late bool) bool {
 	}
 	var slot **fanout
 	switch a := r.(type) {
-	case *sotwResponse:
+	case *SotwResponse:
 		slot = &a.fan
-	case *deltaResponse:
+	case *DeltaResponse:
 		slot = &a.fan
 	default:
 		return false
@@ -84,18 +84,18 @@ func (f *fanout) handed() {
 // fanned is an answer that may belong to an update's fan-out.
 type fanned interface{ fanout() *fanout }
 
-func (r *sotwResponse) fanout() *fanout  { return r.fan }
-func (r *deltaResponse) fanout() *fanout { return r.fan }
+func (r *SotwResponse) fanout() *fanout  { return r.fan }
+func (r *DeltaResponse) fanout() *fanout { return r.fan }
 
-// inFanout is whether r is an answer of an update's fan-out.
-func inFanout(r any) bool {
+// InFanout is whether r is an answer of an update's fan-out.
+func InFanout(r any) bool {
 	f, ok := r.(fanned)
 	return ok && f.fanout() != nil
 }
 
-// handedOver records that r was handed over or dropped, if it belongs to
+// HandedOver records that r was handed over or dropped, if it belongs to
 // an update's fan-out.
-func handedOver(r any) {
+func HandedOver(r any) {
 	if f, ok := r.(fanned); ok {
 		f.fanout().handed()
 	}

@@ -1,15 +1,18 @@
-package serve
+package cache
 
 import (
+	"hash/maphash"
+	"iter"
 	"maps"
 	"runtime"
+	"slices"
 	"sync"
 	"weak"
 
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
 
-// subscription is a stream's view of one type, as the bridge's servers
+// Subscription is a stream's view of one type, as the bridge's servers
 // keep it: what go-control-plane's stream.Subscription keeps (the names
 // subscribed, whether the stream is wildcard, what it holds at which
 // version) and the same rules (the xDS protocol's "How the client
@@ -20,7 +23,7 @@ import (
 // and a 50-cluster proxy's own map of its endpoints' names was ~2.2 KiB
 // of its heap (bench/README.md). A set is never written once shared: a
 // change of names makes a new one.
-type subscription struct {
+type Subscription struct {
 	wildcard bool
 	// legacyWildcard: the stream has not named a resource yet, so an
 	// empty request still means every resource.
@@ -29,43 +32,43 @@ type subscription struct {
 	returned       map[string]string
 }
 
-var _ cachev3.Subscription = (*subscription)(nil)
+var _ cachev3.Subscription = (*Subscription)(nil)
 
 // explicitWildcard is the name that subscribes to every resource.
 const explicitWildcard = "*"
 
-// newSotwSubscription is a SotW stream's subscription after its first
+// NewSotwSubscription is a SotW stream's subscription after its first
 // request of a type, which named names.
-func newSotwSubscription(names []string) *subscription {
-	s := &subscription{wildcard: len(names) == 0, legacyWildcard: true, returned: map[string]string{}}
-	s.setNames(names)
+func NewSotwSubscription(names []string) *Subscription {
+	s := &Subscription{wildcard: len(names) == 0, legacyWildcard: true, returned: map[string]string{}}
+	s.SetNames(names)
 	return s
 }
 
-// newDeltaSubscription is a delta stream's after its first request of a
+// NewDeltaSubscription is a delta stream's after its first request of a
 // type; held is what the client says it holds (initial_resource_versions),
 // nil for nothing.
-func newDeltaSubscription(subscribe, unsubscribe []string, held map[string]string) *subscription {
+func NewDeltaSubscription(subscribe, unsubscribe []string, held map[string]string) *Subscription {
 	if held == nil {
 		held = map[string]string{}
 	}
-	s := &subscription{wildcard: len(subscribe) == 0, legacyWildcard: true, returned: held}
-	s.update(subscribe, unsubscribe)
+	s := &Subscription{wildcard: len(subscribe) == 0, legacyWildcard: true, returned: held}
+	s.Update(subscribe, unsubscribe)
 	return s
 }
 
-func (s *subscription) SubscribedResources() map[string]struct{} { return s.names.set() }
-func (s *subscription) IsWildcard() bool                         { return s.wildcard }
-func (s *subscription) ReturnedResources() map[string]string     { return s.returned }
+func (s *Subscription) SubscribedResources() map[string]struct{} { return s.names.set() }
+func (s *Subscription) IsWildcard() bool                         { return s.wildcard }
+func (s *Subscription) ReturnedResources() map[string]string     { return s.returned }
 
 // SetReturnedResources sets what the stream holds (the cache's answers).
-func (s *subscription) SetReturnedResources(held map[string]string) { s.returned = held }
+func (s *Subscription) SetReturnedResources(held map[string]string) { s.returned = held }
 
-// setNames takes a SotW request's names: the full set it wants. What the
+// SetNames takes a SotW request's names: the full set it wants. What the
 // stream holds of names no longer wanted is forgotten (in place, as
 // go-control-plane's; the servers give the stream its own copy first),
 // so that subscribing again sends them again.
-func (s *subscription) setNames(names []string) {
+func (s *Subscription) SetNames(names []string) {
 	if s.legacyWildcard {
 		if len(names) == 0 {
 			return // still wildcard
@@ -92,11 +95,11 @@ func (s *subscription) setNames(names []string) {
 	s.names = internNames(set)
 }
 
-// update applies a delta request's subscribe and unsubscribe lists. A
+// Update applies a delta request's subscribe and unsubscribe lists. A
 // change of names copies the set (shared sets are never written): a
 // client that grows its subscription one name per request pays for the
 // set each time, where what it keeps is shared with every stream like it.
-func (s *subscription) update(subscribe, unsubscribe []string) {
+func (s *Subscription) Update(subscribe, unsubscribe []string) {
 	if s.legacyWildcard {
 		// Only subscribing ends the legacy behaviour (the protocol says
 		// nothing of unsubscribing).
@@ -165,8 +168,8 @@ func (n *nameSet) set() map[string]struct{} {
 // a client cannot grow the table beyond what the streams hold.
 var nameSets = struct {
 	mu   sync.Mutex
-	sets map[namesDigest][]weak.Pointer[nameSet]
-}{sets: map[namesDigest][]weak.Pointer[nameSet]{}}
+	sets map[NamesDigest][]weak.Pointer[nameSet]
+}{sets: map[NamesDigest][]weak.Pointer[nameSet]{}}
 
 // internNames returns the shared set equal to set (which it may keep),
 // nil for an empty one.
@@ -196,7 +199,7 @@ func internNames(set map[string]struct{}) *nameSet {
 }
 
 // dropNameSets forgets the collected sets of digest d.
-func dropNameSets(d namesDigest) {
+func dropNameSets(d NamesDigest) {
 	nameSets.mu.Lock()
 	defer nameSets.mu.Unlock()
 	live := nameSets.sets[d][:0]
@@ -210,4 +213,29 @@ func dropNameSets(d namesDigest) {
 		return
 	}
 	nameSets.sets[d] = live
+}
+
+// NamesDigest identifies a set of resource names in any order, without
+// holding them (an edge proxy's request names every cluster): a sum of
+// seeded hashes (a client cannot aim at another set without the seed)
+// and the count. Sets of names are interned by it (internNames), and the
+// SotW server tells by it whether a request names what the one before did.
+type NamesDigest struct {
+	sum uint64
+	n   int
+}
+
+var namesSeed = maphash.MakeSeed()
+
+// DigestNames is the digest of names, in any order.
+func DigestNames(names []string) NamesDigest { return digestOf(slices.Values(names)) }
+
+// digestOf is the digest of the names seq yields.
+func digestOf(names iter.Seq[string]) NamesDigest {
+	var d NamesDigest
+	for n := range names {
+		d.sum += maphash.String(namesSeed, n)
+		d.n++
+	}
+	return d
 }

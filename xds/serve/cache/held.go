@@ -1,4 +1,4 @@
-package serve
+package cache
 
 import (
 	"hash/maphash"
@@ -18,9 +18,9 @@ import (
 // Instead, the map an answer leaves is memoised in the set, keyed by the
 // map held before and the answer's names, and streams share it:
 //
-//   - a shared map carries sharedMark (its identity, for that key) and is
+//   - a shared map carries SharedMark (its identity, for that key) and is
 //     never written again. The bridge's servers give a stream its own copy
-//     before a request edits the map in place (ownHeld); answers to the
+//     before a request edits the map in place (OwnHeld); answers to the
 //     watches of other callers, which edit what they are given, copy it
 //     (own false);
 //   - a stream that held nothing, or a shared map, is answered with the
@@ -30,11 +30,11 @@ import (
 //     place, as before, and then looks for an equal shared map by content,
 //     so it shares again from then on.
 //
-// A set memoises at most maxHeldMaps maps; past that, answers leave maps of
+// A set memoises at most MaxHeldMaps maps; past that, answers leave maps of
 // their own, as before sharing existed.
-const sharedMark = "\x00shared"
+const SharedMark = "\x00shared"
 
-const maxHeldMaps = 256
+const MaxHeldMaps = 256
 
 // heldIDs numbers shared maps: a successor's key names its predecessor.
 var heldIDs atomic.Uint64
@@ -51,33 +51,35 @@ type heldKey struct{ prev, names string }
 // fullHeld stands for the predecessor of a SotW full-state answer.
 const fullHeld = "\x00full"
 
-func isShared(held map[string]string) bool {
-	_, ok := held[sharedMark]
+// IsShared reports whether held, what a stream holds, is a map streams
+// share: never to be written (OwnHeld copies it first).
+func IsShared(held map[string]string) bool {
+	_, ok := held[SharedMark]
 	return ok
 }
 
-// ownHeld gives sub a copy of its own of what it holds, if that is shared,
+// OwnHeld gives sub a copy of its own of what it holds, if that is shared,
 // before a request edits it in place (go-control-plane's subscription
 // drops unsubscribed names from it).
-func ownHeld(sub *subscription) {
-	if held := sub.ReturnedResources(); isShared(held) {
+func OwnHeld(sub *Subscription) {
+	if held := sub.ReturnedResources(); IsShared(held) {
 		own := maps.Clone(held)
-		delete(own, sharedMark)
+		delete(own, SharedMark)
 		sub.SetReturnedResources(own)
 	}
 }
 
 // heldAfter is what a stream holds once answered changed and removed
 // (names is their namesKey) from ts, having held prev. own: the caller
-// is the bridge's server, which never writes a shared map (ownHeld), and
+// is the bridge's server, which never writes a shared map (OwnHeld), and
 // a map of the stream's own (it carries the set mark) may be edited in
 // place. Called under the cache's lock.
-func (ts *typeSet) heldAfter(prev map[string]string, changed []*entry, removed []string, names string, own bool) map[string]string {
-	if id, shared := prev[sharedMark]; !own || shared || len(prev) == 0 {
+func (ts *Set) heldAfter(prev map[string]string, changed []*Entry, removed []string, names string, own bool) map[string]string {
+	if id, shared := prev[SharedMark]; !own || shared || len(prev) == 0 {
 		return ts.successor(heldKey{prev: id, names: names}, prev, changed, removed, own)
 	}
 	m := prev
-	if _, ours := prev[setMark]; !ours {
+	if _, ours := prev[SetMark]; !ours {
 		m = make(map[string]string, len(prev)+len(changed)+1)
 		maps.Copy(m, prev)
 	}
@@ -86,19 +88,19 @@ func (ts *typeSet) heldAfter(prev map[string]string, changed []*entry, removed [
 
 // fullHeldFor is what a stream holds after a SotW full-state answer that
 // sent send (names: their namesKey): only those, whatever it held.
-func (ts *typeSet) fullHeldFor(send []*entry, names string, own bool) map[string]string {
+func (ts *Set) fullHeldFor(send []*Entry, names string, own bool) map[string]string {
 	return ts.successor(heldKey{prev: fullHeld, names: names}, nil, send, nil, own)
 }
 
 // successor is prev (a shared map, or none) answered changed and removed:
 // the memoised map for key, or a new one, memoised if own.
-func (ts *typeSet) successor(key heldKey, prev map[string]string, changed []*entry, removed []string, own bool) map[string]string {
+func (ts *Set) successor(key heldKey, prev map[string]string, changed []*Entry, removed []string, own bool) map[string]string {
 	if m, ok := ts.held[key]; ok && own {
 		return m
 	}
 	m := make(map[string]string, len(prev)+len(changed)+1)
 	maps.Copy(m, prev)
-	delete(m, sharedMark) // its own, if the set has no room
+	delete(m, SharedMark) // its own, if the set has no room
 	ts.apply(m, changed, removed)
 	if !own {
 		return m
@@ -106,21 +108,21 @@ func (ts *typeSet) successor(key heldKey, prev map[string]string, changed []*ent
 	return ts.memo(key, m)
 }
 
-func (ts *typeSet) apply(m map[string]string, changed []*entry, removed []string) map[string]string {
+func (ts *Set) apply(m map[string]string, changed []*Entry, removed []string) map[string]string {
 	for _, name := range removed {
 		delete(m, name)
 	}
 	for _, e := range changed {
 		m[e.name] = e.version
 	}
-	m[setMark] = ts.mark
+	m[SetMark] = ts.mark
 	return m
 }
 
 // memo is keep, remembering the result under key when it is shared.
-func (ts *typeSet) memo(key heldKey, m map[string]string) map[string]string {
+func (ts *Set) memo(key heldKey, m map[string]string) map[string]string {
 	m = ts.keep(m)
-	if isShared(m) && len(ts.held) < maxHeldMaps {
+	if IsShared(m) && len(ts.held) < MaxHeldMaps {
 		if ts.held == nil {
 			ts.held = map[heldKey]map[string]string{}
 		}
@@ -133,8 +135,8 @@ func (ts *typeSet) memo(key heldKey, m map[string]string) map[string]string {
 // made shared if there is room, or m as it is. Looking by content is what
 // lets streams that came to the same names differently (a reconnect with
 // the versions it holds, a request that edited its map) share again.
-func (ts *typeSet) keep(m map[string]string) map[string]string {
-	if len(ts.heldByContent) >= maxHeldMaps {
+func (ts *Set) keep(m map[string]string) map[string]string {
+	if len(ts.heldByContent) >= MaxHeldMaps {
 		return m // full: not even hashed, as before sharing existed
 	}
 	sum := heldSum(m)
@@ -145,7 +147,7 @@ func (ts *typeSet) keep(m map[string]string) map[string]string {
 	if taken {
 		return m // a collision: m stays the stream's own
 	}
-	m[sharedMark] = strconv.FormatUint(heldIDs.Add(1), 36)
+	m[SharedMark] = strconv.FormatUint(heldIDs.Add(1), 36)
 	if ts.heldByContent == nil {
 		ts.heldByContent = map[uint64]map[string]string{}
 	}
@@ -159,7 +161,7 @@ func heldSum(m map[string]string) uint64 {
 	var h maphash.Hash
 	h.SetSeed(heldSeed)
 	for name, v := range m {
-		if marked(name) {
+		if Marked(name) {
 			continue
 		}
 		h.Reset()
@@ -176,7 +178,7 @@ func heldSum(m map[string]string) uint64 {
 func sameHeld(a, b map[string]string) bool {
 	n := 0
 	for name, v := range a {
-		if marked(name) {
+		if Marked(name) {
 			continue
 		}
 		n++
@@ -185,7 +187,7 @@ func sameHeld(a, b map[string]string) bool {
 		}
 	}
 	for name := range b {
-		if !marked(name) {
+		if !Marked(name) {
 			n--
 		}
 	}

@@ -1,4 +1,4 @@
-package serve
+package cache
 
 import (
 	"hash/maphash"
@@ -57,8 +57,12 @@ func nodeSum(b []byte) uint64 {
 	return h.Sum64()
 }
 
-// nodeDecodes counts the nodes decoded in full (tests).
+// nodeDecodes counts the nodes decoded in full.
 var nodeDecodes atomic.Int64
+
+// NodeDecodes is how many nodes this process decoded in full: what the
+// servers' tests read to see that a stream's node is decoded once.
+func NodeDecodes() int64 { return nodeDecodes.Load() }
 
 // nodeMemo is one stream's last node and, for SotW, the resource names
 // its last request carried: a SotW ACK repeats every name the stream
@@ -119,7 +123,7 @@ func (m *nodeMemo) remember(typeURL string, names []string) {
 }
 
 // memoRequest is what the servers' streams read a request into: the
-// codec (sharedCodec.Unmarshal) decodes the bytes into into, through
+// codec (Codec.Unmarshal) decodes the bytes into into, through
 // memo.
 type memoRequest struct {
 	memo *nodeMemo
@@ -138,16 +142,17 @@ func nodeSlot(m any) (protowire.Number, **corev3.Node) {
 	return 0, nil
 }
 
-// requestNode is the node a request carries, nil if none.
-func requestNode(m any) *corev3.Node {
+// RequestNode is the node a discovery request carries, nil if none (or
+// if m is no discovery request).
+func RequestNode(m any) *corev3.Node {
 	if _, slot := nodeSlot(m); slot != nil {
 		return *slot
 	}
 	return nil
 }
 
-// setNode gives a request node (nothing for other messages).
-func setNode(m any, node *corev3.Node) {
+// SetNode gives a discovery request node (nothing for other messages).
+func SetNode(m any, node *corev3.Node) {
 	if _, slot := nodeSlot(m); slot != nil {
 		*slot = node
 	}
@@ -171,8 +176,8 @@ func (m *nodeMemo) decode(b []byte, into proto.Message) error {
 		return err
 	}
 	if sameNode {
-		setNode(into, m.node)
-	} else if node := requestNode(into); node != nil {
+		SetNode(into, m.node)
+	} else if node := RequestNode(into); node != nil {
 		nodeDecodes.Add(1)
 		node.Extensions = nil
 		switch sc.nodes {
@@ -367,7 +372,7 @@ func (sc *requestScan) unmarshal(b []byte, into proto.Message, node, names bool)
 
 // Unmarshal decodes a memoRequest through its stream's memo, anything
 // else as gRPC's proto codec does.
-func (c sharedCodec) Unmarshal(data mem.BufferSlice, v any) error {
+func (c Codec) Unmarshal(data mem.BufferSlice, v any) error {
 	r, ok := v.(*memoRequest)
 	if !ok {
 		return c.CodecV2.Unmarshal(data, v)
@@ -399,8 +404,8 @@ func (s *memoStream) RecvMsg(m any) error {
 	return s.ServerStream.RecvMsg(m)
 }
 
-// nodeMemoInterceptor is the first of the server's interceptors, so
+// NodeMemoInterceptor is the first of the server's interceptors, so
 // every later one reads requests through the memo.
-func nodeMemoInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+func NodeMemoInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	return handler(srv, &memoStream{ServerStream: ss})
 }

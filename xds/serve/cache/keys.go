@@ -1,4 +1,4 @@
-package serve
+package cache
 
 import (
 	"strings"
@@ -7,8 +7,8 @@ import (
 )
 
 // Snapshot keys: what a node is served is decided by its key, its
-// node.cluster (rewritten to its group for a Connect sidecar, sidecar.go),
-// marked for proxyless gRPC clients.
+// node.cluster (rewritten to its group for a Connect sidecar by package
+// serve's sidecar.go), marked for proxyless gRPC clients.
 
 // proxylessKey prefixes the snapshot key of proxyless gRPC clients, so a
 // gRPC client and an Envoy announcing the same node.cluster get different
@@ -16,9 +16,9 @@ import (
 // a sensible node.cluster.
 const proxylessKey = "grpc\x1f"
 
-// snapshotKey is the cache key of a node: its node.cluster, marked for
+// Key is the cache key of a node: its node.cluster, marked for
 // proxyless gRPC clients (user agent "gRPC ..." / "grpc-go").
-func snapshotKey(node *corev3.Node) string {
+func Key(node *corev3.Node) string {
 	if isProxyless(node) {
 		return proxylessKey + node.GetCluster()
 	}
@@ -31,7 +31,9 @@ func isProxyless(node *corev3.Node) bool {
 	return len(ua) >= 4 && strings.EqualFold(ua[:4], "grpc")
 }
 
-func parseKey(key string) (nodeCluster string, proxyless bool) {
+// ParseKey is the node.cluster a key was made from, and whether its node
+// is a proxyless gRPC client.
+func ParseKey(key string) (nodeCluster string, proxyless bool) {
 	return strings.CutPrefix(key, proxylessKey)
 }
 

@@ -1,4 +1,4 @@
-package serve
+package cache
 
 import (
 	"encoding/binary"
@@ -55,11 +55,11 @@ type shareKey struct {
 // growing to many copies of the set.
 const maxSharedResponses = 64
 
-func (ts *typeSet) maxSharedBytes() int { return 4*ts.bytes + 64<<10 }
+func (ts *Set) maxSharedBytes() int { return 4*ts.bytes + 64<<10 }
 
 // sharedFor returns the memo under key for entries, calling build to make
 // it if there is room; nil if there is none.
-func (ts *typeSet) sharedFor(key shareKey, entries []*entry, build func() any) any {
+func (ts *Set) sharedFor(key shareKey, entries []*Entry, build func() any) any {
 	if v, ok := ts.shared[key]; ok {
 		return v
 	}
@@ -83,8 +83,8 @@ func (ts *typeSet) sharedFor(key shareKey, entries []*entry, build func() any) a
 // (no allocation: the common fan-out), else every name, each as a kind
 // byte (0 sent, 1 removed), its length and itself: no two lists share a
 // key, and a list's key holds a NUL, which neither a resource name nor a
-// name a client may use holds (clientName), so it is never a single name.
-func namesKey(entries []*entry, removed []string) string {
+// name a client may use holds (ClientName), so it is never a single name.
+func namesKey(entries []*Entry, removed []string) string {
 	if len(entries) == 1 && len(removed) == 0 {
 		return entries[0].name
 	}
@@ -104,8 +104,8 @@ func namesKey(entries []*entry, removed []string) string {
 
 // newSotwResponse is a SotW response of entries from ts, sharing its
 // encoding with every other stream answered the same under key.
-func newSotwResponse(req *cachev3.Request, ts *typeSet, key shareKey, entries []*entry, returned map[string]string) *sotwResponse {
-	r := &sotwResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: entries, returned: returned}
+func newSotwResponse(req *cachev3.Request, ts *Set, key shareKey, entries []*Entry, returned map[string]string) *SotwResponse {
+	r := &SotwResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: entries, returned: returned}
 	if sh, ok := ts.sharedFor(key, entries, func() any { return newSharedSotw(ts.version, ts.typeURL, entries) }).(*sharedSotw); ok {
 		r.shared = sh
 	}
@@ -119,7 +119,7 @@ type sharedSotw struct {
 	anys []*anypb.Any // len(entries), cap +1: the hidden element
 }
 
-func newSharedSotw(version, typeURL string, entries []*entry) *sharedSotw {
+func newSharedSotw(version, typeURL string, entries []*Entry) *sharedSotw {
 	anys := make([]*anypb.Any, len(entries), len(entries)+1)
 	for i, e := range entries {
 		anys[i] = e.any
@@ -147,7 +147,7 @@ type sharedDelta struct {
 	res  []*discoveryv3.Resource
 }
 
-func newSharedDelta(version, typeURL string, entries []*entry) *sharedDelta {
+func newSharedDelta(version, typeURL string, entries []*Entry) *sharedDelta {
 	res := make([]*discoveryv3.Resource, len(entries), len(entries)+1)
 	for i, e := range entries {
 		res[i] = e.delta
@@ -202,20 +202,28 @@ func deltaPrefix(m *discoveryv3.DeltaDiscoveryResponse) []byte {
 	return hidden.GetResource().GetValue()
 }
 
-// sharedSends counts responses sent from a shared encoding (tests).
+// sharedSends counts responses sent from a shared encoding.
 var sharedSends atomic.Int64
 
-// sharedCodec is gRPC's proto codec, except that a response carrying a
-// shared prefix is sent as that prefix plus its own remaining fields.
-type sharedCodec struct{ encoding.CodecV2 }
+// SharedSends is how many responses this process sent from a shared
+// encoding: what the servers' tests read to see that a fan-out shares.
+func SharedSends() int64 { return sharedSends.Load() }
 
-func newSharedCodec() sharedCodec { return sharedCodec{encoding.GetCodecV2("proto")} }
+// Codec is gRPC's proto codec, except that a response carrying a
+// shared prefix is sent as that prefix plus its own remaining fields.
+type Codec struct{ encoding.CodecV2 }
+
+// NewCodec is the codec, to be forced on the gRPC server
+// (grpc.ForceServerCodecV2) whose streams send the cache's answers.
+func NewCodec() Codec { return Codec{encoding.GetCodecV2("proto")} }
 
 // nonceField is the nonce's field number in DiscoveryResponse and in
 // DeltaDiscoveryResponse alike (TestNonceField).
 const nonceField protowire.Number = 5
 
-func (c sharedCodec) Marshal(v any) (mem.BufferSlice, error) {
+// Marshal encodes v as proto.Marshal would, from its shared prefix when
+// it carries one.
+func (c Codec) Marshal(v any) (mem.BufferSlice, error) {
 	var prefix []byte
 	var nonce string
 	// rest is the stream's fields besides the prefix when there is more

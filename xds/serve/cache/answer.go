@@ -1,4 +1,4 @@
-package serve
+package cache
 
 import (
 	"maps"
@@ -13,49 +13,49 @@ import (
 // comparing what it holds (its subscription's returned versions) with a
 // set.
 
-// setMark is the name under which an answer records, among the versions a
+// SetMark is the name under which an answer records, among the versions a
 // stream holds (its subscription's returned resources), the set it brought
 // the stream up to date with. The stream's server makes the map an answer
-// returns what the stream holds (adsStream.deliver), so a
+// returns what the stream holds (package serve's adsStream.deliver), so a
 // request that leaves the subscription as it was can be checked against
 // the names that changed since the set before (or none), instead of every
 // name the stream follows: that
 // full comparison, once per proxy per change, was the largest cost of a
 // push after the transport. No resource name starts with NUL; a name
 // that does is never compared, sent or removed.
-const setMark = "\x00set"
+const SetMark = "\x00set"
 
-func setMarkOf(id uint64) string { return setMark + strconv.FormatUint(id, 36) }
+func setMarkOf(id uint64) string { return SetMark + strconv.FormatUint(id, 36) }
 
-// marked is whether a name is the bridge's own (starts with NUL, as the
+// Marked is whether a name is the bridge's own (starts with NUL, as the
 // mark does): never compared, sent or removed.
-func marked(name string) bool { return strings.HasPrefix(name, "\x00") }
+func Marked(name string) bool { return strings.HasPrefix(name, "\x00") }
 
-// clientName is whether a client may put name among what a stream holds:
+// ClientName is whether a client may put name among what a stream holds:
 // in the versions it says it holds, or by unsubscribing a wildcard
 // stream's name (which go-control-plane records as held at version "").
 // Not a name with a NUL in it: one that starts with a NUL is the
 // bridge's own (a mark), and a forged mark would skip the stream's own
 // updates or pass for a map streams share (held.go). Subscribing such a
 // name is harmless: it is never compared, sent or removed.
-func clientName(name string) bool { return strings.IndexByte(name, 0) < 0 }
+func ClientName(name string) bool { return strings.IndexByte(name, 0) < 0 }
 
-// clientNames is names without those a client may not use.
-func clientNames(names []string) []string {
-	refused := func(n string) bool { return !clientName(n) }
+// ClientNames is names without those a client may not use.
+func ClientNames(names []string) []string {
+	refused := func(n string) bool { return !ClientName(n) }
 	if !slices.ContainsFunc(names, refused) {
 		return names
 	}
 	return slices.DeleteFunc(slices.Clone(names), refused)
 }
 
-// clientVersions is what a delta client's initial_resource_versions may
-// say it holds: only names it may put there (clientName).
-func clientVersions(v map[string]string) map[string]string {
+// ClientVersions is what a delta client's initial_resource_versions may
+// say it holds: only names it may put there (ClientName).
+func ClientVersions(v map[string]string) map[string]string {
 	for name := range v {
-		if !clientName(name) {
+		if !ClientName(name) {
 			v = maps.Clone(v)
-			maps.DeleteFunc(v, func(name, _ string) bool { return !clientName(name) })
+			maps.DeleteFunc(v, func(name, _ string) bool { return !ClientName(name) })
 			return v
 		}
 	}
@@ -63,7 +63,7 @@ func clientVersions(v map[string]string) map[string]string {
 }
 
 // markOrNone is ts's mark, "" for no set.
-func (ts *typeSet) markOrNone() string {
+func (ts *Set) markOrNone() string {
 	if ts == nil {
 		return ""
 	}
@@ -74,13 +74,13 @@ func (ts *typeSet) markOrNone() string {
 // date with, when its request leaves the subscription unchanged; ""
 // otherwise (a new stream, a type's first request, names subscribed or
 // unsubscribed). A client cannot set it: the versions a reconnecting
-// client says it holds lose any name with a NUL (clientVersions).
+// client says it holds lose any name with a NUL (ClientVersions).
 func heldMark(req *cachev3.DeltaRequest, sub cachev3.Subscription) string {
 	if req.GetResponseNonce() == "" || len(req.GetResourceNamesSubscribe()) > 0 ||
 		len(req.GetResourceNamesUnsubscribe()) > 0 || len(req.GetInitialResourceVersions()) > 0 {
 		return ""
 	}
-	return sub.ReturnedResources()[setMark]
+	return sub.ReturnedResources()[SetMark]
 }
 
 // changes compares what a stream holds with ts: the entries it lacks or
@@ -88,7 +88,7 @@ func heldMark(req *cachev3.DeltaRequest, sub cachev3.Subscription) string {
 // (among those it wants). seen is the mark of the set the stream was last
 // found up to date with ("" if unknown): ts itself means nothing changed,
 // ts's predecessor that only the names that changed since need a look.
-func changes(sub cachev3.Subscription, ts *typeSet, seen string) (changed []*entry, removed []string) {
+func changes(sub cachev3.Subscription, ts *Set, seen string) (changed []*Entry, removed []string) {
 	if seen != "" && seen == ts.mark {
 		return nil, nil
 	}
@@ -96,7 +96,7 @@ func changes(sub cachev3.Subscription, ts *typeSet, seen string) (changed []*ent
 	wild := sub.IsWildcard()
 	subscribed := sub.SubscribedResources()
 	// compare looks at one wanted name and its entry (nil: ts lacks it).
-	compare := func(name string, e *entry) {
+	compare := func(name string, e *Entry) {
 		v, isKnown := known[name]
 		switch {
 		case e == nil && isKnown:
@@ -107,7 +107,7 @@ func changes(sub cachev3.Subscription, ts *typeSet, seen string) (changed []*ent
 	}
 	if seen != "" && seen == ts.prevMark {
 		for _, name := range ts.diff {
-			if _, wanted := subscribed[name]; !marked(name) && (wild || wanted) {
+			if _, wanted := subscribed[name]; !Marked(name) && (wild || wanted) {
 				compare(name, ts.entries[name])
 			}
 		}
@@ -115,19 +115,19 @@ func changes(sub cachev3.Subscription, ts *typeSet, seen string) (changed []*ent
 	}
 	if !wild {
 		for name := range subscribed {
-			if !marked(name) {
+			if !Marked(name) {
 				compare(name, ts.entries[name])
 			}
 		}
 		return changed, removed
 	}
 	for name, e := range ts.entries {
-		if !marked(name) {
+		if !Marked(name) {
 			compare(name, e)
 		}
 	}
 	for name := range known {
-		if _, ok := ts.entries[name]; !ok && !marked(name) {
+		if _, ok := ts.entries[name]; !ok && !Marked(name) {
 			removed = append(removed, name)
 		}
 	}
@@ -140,7 +140,7 @@ func changes(sub cachev3.Subscription, ts *typeSet, seen string) (changed []*ent
 // return; for SotW it survives only on the bridge's own server, which
 // keeps a subscription as it is when a request names the same resources
 // (rebuilding it, as go-control-plane's did, drops the mark).
-func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts *typeSet, seen string, own bool) cachev3.Response {
+func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts *Set, seen string, own bool) cachev3.Response {
 	if ts == nil {
 		return nil
 	}
@@ -155,7 +155,7 @@ func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts *typeSet, see
 		send := ts.order
 		if !sub.IsWildcard() {
 			subscribed := sub.SubscribedResources()
-			send = slices.DeleteFunc(slices.Clone(ts.order), func(e *entry) bool {
+			send = slices.DeleteFunc(slices.Clone(ts.order), func(e *Entry) bool {
 				_, ok := subscribed[e.name]
 				return !ok
 			})
@@ -184,7 +184,7 @@ func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts *typeSet, see
 }
 
 // deltaAnswer is the response a delta watch gets from ts, nil if none.
-func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts *typeSet, seen string, own bool) cachev3.DeltaResponse {
+func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts *Set, seen string, own bool) cachev3.DeltaResponse {
 	if ts == nil {
 		return nil
 	}
@@ -199,7 +199,7 @@ func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts *typeSe
 	slices.Sort(removed)
 	names := namesKey(changed, removed)
 	returned := ts.heldAfter(sub.ReturnedResources(), changed, removed, names, own)
-	r := &deltaResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, removed: removed, returned: returned}
+	r := &DeltaResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, removed: removed, returned: returned}
 	build := func() any { return newSharedDelta(ts.version, ts.typeURL, changed) }
 	if sh, ok := ts.sharedFor(shareKey{delta: true, names: names}, changed, build).(*sharedDelta); ok {
 		r.shared = sh
@@ -207,4 +207,4 @@ func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts *typeSe
 	return r
 }
 
-func byName(a, b *entry) int { return strings.Compare(a.name, b.name) }
+func byName(a, b *Entry) int { return strings.Compare(a.name, b.name) }

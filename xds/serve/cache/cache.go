@@ -1,0 +1,470 @@
+package cache
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/types/known/anypb"
+)
+
+// keyState is the one record of a snapshot key (a node.cluster, marked
+// for proxyless clients): what it is served, the streams that announced it
+// and the watches open on it. sets is nil until the key is first set:
+// requests wait until then. The versions a key is served are its sets'.
+type keyState struct {
+	sets map[string]*Set
+	// streams counts the streams whose node announced the key (from their
+	// first request); the key is dropped with the last (leave).
+	streams int
+	sotw    map[string]map[*sotwWatch]struct{}  // type URL ->
+	delta   map[string]map[*deltaWatch]struct{} // type URL ->
+	// fan is the fan-out of the latest update that answered a watch.
+	fan *fanout
+}
+
+// A watch's order is its stream's (streams are numbered as they open):
+// set answers a key's watches in that order, so the streams handed an
+// update reach their proxies in the same order every time and each
+// proxy's pushes are as far apart as the builds (at most one per
+// debounce window, however long the fan-out takes). In map order, a
+// proxy last in one fan-out and first in the next got two pushes within
+// a fraction of a window.
+type sotwWatch struct {
+	order uint64
+	req   *cachev3.Request
+	sub   cachev3.Subscription
+	send  func(cachev3.Response) // as deltaWatch.send
+	seen  string                 // the mark of the set this watch was last found up to date with
+	// own: the bridge's SotW server, which lets answers edit the versions
+	// a stream holds in place (answer.go).
+	own bool
+}
+
+type deltaWatch struct {
+	order uint64
+	req   *cachev3.DeltaRequest
+	sub   cachev3.Subscription
+	// send hands an answer to the stream, under the cache's lock: it
+	// must not block (serve's adsStream.deliver queues it).
+	send func(cachev3.DeltaResponse)
+	seen string
+	own  bool // as sotwWatch.own
+}
+
+// Cache is the cache the xDS servers watch (see the package doc).
+type Cache struct {
+	mu   sync.Mutex
+	keys map[string]*keyState
+	cfg  Config
+}
+
+var _ cachev3.Cache = (*Cache)(nil)
+
+// Config is what a Cache tells its owner (see the package doc's lock
+// order for what each may do).
+type Config struct {
+	// Watched, if set, is told of every watch before it opens, under no
+	// lock (the server logs what a node asks for and is not served).
+	// namesChanged is false for a request that only acknowledges (its
+	// subscription is what was checked before): the names are not walked
+	// again once per proxy per push.
+	Watched func(node *corev3.Node, typeURL string, sub cachev3.Subscription, namesChanged bool)
+	// Fanned, if set, is told each update's fan-out time (fanout.go),
+	// by whichever goroutine hands over an update's last answer: possibly
+	// Set's, under the cache's lock, so it must not block.
+	Fanned func(time.Duration)
+}
+
+// New returns a cache holding the shared key "" (nodes that announce no
+// node.cluster), which is never dropped.
+func New(cfg Config) *Cache {
+	c := &Cache{keys: map[string]*keyState{}, cfg: cfg}
+	c.keyLocked("")
+	return c
+}
+
+// TypeOrder is the order one update is answered in on an ADS stream:
+// clusters before their endpoints, listeners before their routes (Envoy's
+// make-before-break order), secrets last (they only replace certificates
+// of resources that already name them).
+var TypeOrder = []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType, resourcev3.SecretType}
+
+func (c *Cache) keyLocked(key string) *keyState {
+	k := c.keys[key]
+	if k == nil {
+		k = &keyState{sotw: map[string]map[*sotwWatch]struct{}{}, delta: map[string]map[*deltaWatch]struct{}{}}
+		c.keys[key] = k
+	}
+	return k
+}
+
+// Set serves sets under an existing key (one that a stream joined, or
+// the shared key), answers the watches that now have something to
+// receive, and returns the type URLs whose set changed.
+func (c *Cache) Set(key string, sets map[string]*Set) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := c.keys[key]
+	if k == nil {
+		return nil // its last stream left while the update was building
+	}
+	old := k.sets
+	k.sets = sets
+	var fan *fanout
+	if c.cfg.Fanned != nil {
+		fan = newFanout(c.cfg.Fanned)
+	}
+	answered := false
+	var changed []string
+	for _, typ := range TypeOrder {
+		ts := sets[typ]
+		if old != nil && old[typ] == ts {
+			continue
+		}
+		if old == nil || old[typ].version != ts.version {
+			changed = append(changed, typ)
+		}
+		for _, w := range inOrder(k.sotw[typ]) {
+			if resp := sotwAnswer(w.req, w.sub, ts, w.seen, w.own); resp != nil {
+				delete(k.sotw[typ], w)
+				answered = fan.attach(resp, false) || answered
+				w.send(resp)
+				continue
+			}
+			w.seen = ts.mark
+		}
+		for _, w := range inOrder(k.delta[typ]) {
+			if resp := deltaAnswer(w.req, w.sub, ts, w.seen, w.own); resp != nil {
+				delete(k.delta[typ], w)
+				answered = fan.attach(resp, false) || answered
+				w.send(resp)
+				continue
+			}
+			w.seen = ts.mark
+		}
+	}
+	// The latest update's fan-out, for streams catching up with it; none
+	// if it answered nobody (an older one is not this update's).
+	k.fan = nil
+	if answered {
+		k.fan = fan
+		fan.handed() // the cache's own count: answering is over
+	}
+	return changed
+}
+
+// Keys lists every key, sorted.
+func (c *Cache) Keys() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Sorted(maps.Keys(c.keys))
+}
+
+// Join counts a stream that announced key and reports whether the key
+// still needs its sets.
+func (c *Cache) Join(key string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := c.keyLocked(key)
+	k.streams++
+	return k.sets == nil
+}
+
+// Leave uncounts a stream of key and drops the key with its last stream,
+// reporting whether it did
+// (watches are cancelled before the stream's close is reported). The
+// shared key stays. Counting and dropping under one lock means a stream
+// announcing the key again never finds it half forgotten.
+func (c *Cache) Leave(key string) (dropped bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := c.keys[key]
+	if k == nil {
+		return false
+	}
+	if k.streams--; k.streams > 0 || key == "" {
+		return false
+	}
+	for _, ws := range k.sotw {
+		if len(ws) > 0 {
+			return false
+		}
+	}
+	for _, ws := range k.delta {
+		if len(ws) > 0 {
+			return false
+		}
+	}
+	delete(c.keys, key)
+	return true
+}
+
+// Served returns what key is served, nil if it was never set.
+func (c *Cache) Served(key string) map[string]*Set {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if k := c.keys[key]; k != nil {
+		return k.sets
+	}
+	return nil
+}
+
+// Waiting counts the watches open on key (a stream waiting for its
+// next answer has one per type).
+func (c *Cache) Waiting(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	if k := c.keys[key]; k != nil {
+		for _, ws := range k.sotw {
+			n += len(ws)
+		}
+		for _, ws := range k.delta {
+			n += len(ws)
+		}
+	}
+	return n
+}
+
+// CreateWatch is go-control-plane's SotW watch, kept for the
+// cachev3.Cache interface and the tests that drive the cache the way
+// go-control-plane's SotW server did (answers copy the held versions);
+// the bridge's own SotW server (serve's sotw.go) calls OpenSotw.
+func (c *Cache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
+	return c.openSotwWatch(0, req, sub, "", false, func(r cachev3.Response) { ch <- r; HandedOver(r) }), nil
+}
+
+// OpenSotw is OpenDelta for SotW. sameNames says the request names what
+// the previous one of its type did, so the versions the stream holds are
+// what the last answer left (see heldMark).
+func (c *Cache) OpenSotw(order uint64, req *cachev3.Request, sub cachev3.Subscription, sameNames bool, send func(cachev3.Response)) func() {
+	seen := ""
+	if sameNames && req.GetResponseNonce() != "" {
+		seen = sub.ReturnedResources()[SetMark]
+	}
+	return c.openSotwWatch(order, req, sub, seen, true, send)
+}
+
+func (c *Cache) openSotwWatch(order uint64, req *cachev3.Request, sub cachev3.Subscription, held string, own bool, send func(cachev3.Response)) func() {
+	if c.cfg.Watched != nil {
+		c.cfg.Watched(req.GetNode(), req.GetTypeUrl(), sub, held == "")
+	}
+	w := &sotwWatch{order: order, req: trimRequest(req), sub: sub, send: send, own: own}
+	return c.open(req.GetNode(), req.GetTypeUrl(), held != "", func(ts *Set, fan *fanout) bool {
+		resp := sotwAnswer(req, sub, ts, held, own)
+		if resp != nil {
+			fan.attach(resp, true)
+			send(resp)
+		}
+		return resp != nil
+	}, func(k *keyState, seen string) func() {
+		w.seen = seen
+		return addLocked(c, k.sotw, req.GetTypeUrl(), w)
+	})
+}
+
+// CreateDeltaWatch is go-control-plane's delta watch, kept likewise; the
+// bridge's own delta server (serve's delta.go) calls OpenDelta.
+func (c *Cache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, ch chan cachev3.DeltaResponse) (func(), error) {
+	return c.openDeltaWatch(0, req, sub, false, func(r cachev3.DeltaResponse) { ch <- r; HandedOver(r) }), nil
+}
+
+// OpenDelta answers req at once through send if the stream lacks
+// something, or files a watch that set answers; it returns the cancel.
+func (c *Cache) OpenDelta(order uint64, req *cachev3.DeltaRequest, sub cachev3.Subscription, send func(cachev3.DeltaResponse)) func() {
+	return c.openDeltaWatch(order, req, sub, true, send)
+}
+
+func (c *Cache) openDeltaWatch(order uint64, req *cachev3.DeltaRequest, sub cachev3.Subscription, own bool, send func(cachev3.DeltaResponse)) func() {
+	held := heldMark(req, sub)
+	if c.cfg.Watched != nil {
+		c.cfg.Watched(req.GetNode(), req.GetTypeUrl(), sub, held == "")
+	}
+	w := &deltaWatch{order: order, req: trimDeltaRequest(req), sub: sub, send: send, own: own}
+	return c.open(req.GetNode(), req.GetTypeUrl(), held != "", func(ts *Set, fan *fanout) bool {
+		resp := deltaAnswer(req, sub, ts, held, own)
+		if resp != nil {
+			fan.attach(resp, true)
+			send(resp)
+		}
+		return resp != nil
+	}, func(k *keyState, seen string) func() {
+		w.seen = seen
+		return addLocked(c, k.delta, req.GetTypeUrl(), w)
+	})
+}
+
+// open answers a new watch at once if its key is served and answer finds
+// something to send; otherwise wait files it (with the set it is up to
+// date with, nil before the key is first set) and returns its cancel.
+//
+// answer is also given, when the request only acknowledges (acks: it
+// holds what it was sent), the key's latest update's fan-out (else nil):
+// an answer to a stream that had no watch filed when the update was
+// served (its proxy was still acknowledging the one before) belongs to
+// that update's fan-out while it is still open (fanout.attach).
+func (c *Cache) open(node *corev3.Node, typ string, acks bool, answer func(*Set, *fanout) bool, wait func(k *keyState, seen string) func()) func() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := c.keyLocked(Key(node))
+	var seen string
+	if k.sets != nil {
+		// Every type the bridge serves has a set (empty if it has nothing,
+		// answered so a proxy learns there are no listeners); a type it
+		// does not serve has none and is never answered, as
+		// go-control-plane's snapshot cache did. Answers are handed to
+		// the stream under the cache's lock and never block (the stream
+		// bounds its queue by holding back requests: serve's outbox.go).
+		var fan *fanout // catching up (fanout.go)
+		if acks {
+			fan = k.fan
+		}
+		if answer(k.sets[typ], fan) {
+			return func() {}
+		}
+		seen = k.sets[typ].markOrNone()
+	}
+	return wait(k, seen)
+}
+
+func (w *sotwWatch) orderKey() uint64  { return w.order }
+func (w *deltaWatch) orderKey() uint64 { return w.order }
+
+// inOrder lists watches by their order (see sotwWatch).
+func inOrder[W interface {
+	comparable
+	orderKey() uint64
+}](watches map[W]struct{}) []W {
+	ws := slices.Collect(maps.Keys(watches))
+	slices.SortFunc(ws, func(a, b W) int { return cmp.Compare(a.orderKey(), b.orderKey()) })
+	return ws
+}
+
+// addLocked files w among a key's watches of typ and returns its cancel.
+func addLocked[W comparable](c *Cache, watches map[string]map[W]struct{}, typ string, w W) func() {
+	if watches[typ] == nil {
+		watches[typ] = map[W]struct{}{}
+	}
+	watches[typ][w] = struct{}{}
+	return func() {
+		c.mu.Lock()
+		delete(watches[typ], w)
+		if len(watches[typ]) == 0 {
+			delete(watches, typ) // a made-up type URL leaves nothing behind
+		}
+		c.mu.Unlock()
+	}
+}
+
+// trimRequest is what a watch keeps of its request: the server reads the
+// type back from the response, and the subscription already holds the
+// names. An edge proxy's request names every cluster; keeping thousands of
+// them per waiting stream would double its memory.
+func trimRequest(r *cachev3.Request) *cachev3.Request {
+	return &discoveryv3.DiscoveryRequest{Node: r.GetNode(), TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetResponseNonce()}
+}
+
+func trimDeltaRequest(r *cachev3.DeltaRequest) *cachev3.DeltaRequest {
+	// A plain ACK holds nothing more than its trimmed copy would: kept
+	// as it is, one allocation fewer per proxy per change. Each request
+	// is a message of its own (gRPC's Recv allocates it), so nothing
+	// changes it later.
+	if len(r.GetResourceNamesSubscribe()) == 0 && len(r.GetResourceNamesUnsubscribe()) == 0 &&
+		len(r.GetResourceLocatorsSubscribe()) == 0 && len(r.GetResourceLocatorsUnsubscribe()) == 0 &&
+		len(r.GetInitialResourceVersions()) == 0 && r.GetErrorDetail() == nil && len(r.ProtoReflect().GetUnknown()) == 0 {
+		return r
+	}
+	return &discoveryv3.DeltaDiscoveryRequest{Node: r.GetNode(), TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetResponseNonce()}
+}
+
+// Fetch is the REST transport, which the bridge does not serve.
+func (c *Cache) Fetch(context.Context, *cachev3.Request) (cachev3.Response, error) {
+	return nil, errors.New("xds: REST fetch is not supported; use ADS or a gRPC xDS stream")
+}
+
+// SotwResponse is a SotW response built from shared entries; only the
+// DiscoveryResponse envelope is its own (the server sets its nonce).
+type SotwResponse struct {
+	req      *cachev3.Request
+	version  string
+	typeURL  string
+	entries  []*Entry
+	returned map[string]string
+	shared   *sharedSotw // nil: encoded on its own
+	fan      *fanout     // the update it answers; nil for a request's
+}
+
+var _ cachev3.Response = (*SotwResponse)(nil)
+
+func (r *SotwResponse) GetDiscoveryResponse() (*discoveryv3.DiscoveryResponse, error) {
+	if r.shared != nil {
+		return r.shared.response(r.version, r.typeURL), nil
+	}
+	anys := make([]*anypb.Any, len(r.entries))
+	for i, e := range r.entries {
+		anys[i] = e.any
+	}
+	return &discoveryv3.DiscoveryResponse{VersionInfo: r.version, Resources: anys, TypeUrl: r.typeURL}, nil
+}
+func (r *SotwResponse) GetRequest() *discoveryv3.DiscoveryRequest { return r.req }
+
+// names lists the resources r carries.
+func (r *SotwResponse) Names() []string {
+	out := make([]string, len(r.entries))
+	for i, e := range r.entries {
+		out[i] = e.name
+	}
+	return out
+}
+func (r *SotwResponse) GetVersion() (string, error)             { return r.version, nil }
+func (r *SotwResponse) GetResponseVersion() string              { return r.version }
+func (r *SotwResponse) GetReturnedResources() map[string]string { return r.returned }
+func (r *SotwResponse) GetContext() context.Context             { return context.Background() }
+
+// DeltaResponse is a delta response built from shared entries.
+type DeltaResponse struct {
+	req      *cachev3.DeltaRequest
+	version  string
+	typeURL  string
+	entries  []*Entry
+	removed  []string
+	returned map[string]string
+	shared   *sharedDelta // nil: encoded on its own
+	fan      *fanout      // the update it answers; nil for a request's
+}
+
+var _ cachev3.DeltaResponse = (*DeltaResponse)(nil)
+
+func (r *DeltaResponse) GetDeltaDiscoveryResponse() (*discoveryv3.DeltaDiscoveryResponse, error) {
+	if r.shared != nil {
+		return r.shared.response(r.version, r.typeURL, r.removed), nil
+	}
+	res := make([]*discoveryv3.Resource, len(r.entries))
+	for i, e := range r.entries {
+		res[i] = e.delta
+	}
+	return &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: r.version, Resources: res, RemovedResources: r.removed, TypeUrl: r.typeURL}, nil
+}
+func (r *DeltaResponse) GetDeltaRequest() *discoveryv3.DeltaDiscoveryRequest { return r.req }
+func (r *DeltaResponse) GetSystemVersion() (string, error)                   { return r.version, nil }
+func (r *DeltaResponse) GetResponseVersion() string                          { return r.version }
+func (r *DeltaResponse) GetNextVersionMap() map[string]string                { return r.returned }
+func (r *DeltaResponse) GetReturnedResources() map[string]string             { return r.returned }
+func (r *DeltaResponse) GetContext() context.Context                         { return context.Background() }
+
+// Entries lists the resources r carries, shared with the cache (not to be
+// modified).
+func (r *SotwResponse) Entries() []*Entry { return r.entries }
+
+// Entries lists the resources r carries, shared with the cache (not to be
+// modified).
+func (r *DeltaResponse) Entries() []*Entry { return r.entries }

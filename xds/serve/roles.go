@@ -1,0 +1,128 @@
+package serve
+
+import (
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
+	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+)
+
+// What a key is served from the current translation: its role (a group,
+// the proxyless clients, or none), and the sets of that role's resources,
+// built once per translation and chained to the role's previous sets so
+// that the cache compares only what changed. Everything here holds
+// Server.mu.
+
+// noResources is the group part of a node.cluster in no group.
+var noResources = &xds.Resources{}
+
+// errNoGoodState: the key's group failed and never translated cleanly.
+var errNoGoodState = errors.New("group has no last good state")
+
+// setsLocked returns the sets a key is served from the current
+// translation: the clusters and endpoints its role reaches, its group's
+// listeners and routes (the last good ones if the group failed), and the
+// secrets of both in one SDS type.
+func (s *Server) setsLocked(key string) (map[string]*cache.Set, error) {
+	if s.cfg.Relay {
+		return s.relaySetsLocked(key)
+	}
+	role, group, reach := s.roleLocked(key)
+	if group == nil {
+		return nil, errNoGoodState
+	}
+	sets := make(map[string]*cache.Set, len(cache.TypeOrder))
+	for _, part := range []struct {
+		chain string
+		res   *xds.Resources
+		types []string
+	}{
+		{"reach/" + role, reach, []string{resourcev3.ClusterType, resourcev3.EndpointType}},
+		{role, group, []string{resourcev3.ListenerType, resourcev3.RouteType}},
+	} {
+		for _, typ := range part.types {
+			ts, err := s.setLocked(part.chain, part.res, typ, func() []types.Resource { return part.res.ByType()[typ] })
+			if err != nil {
+				return nil, err
+			}
+			sets[typ] = ts
+		}
+	}
+	// SDS: the secrets of the reached clusters (upstream TLS) and the
+	// group's (listener TLS) in one type. Its version moves when a
+	// certificate does, and nothing else does: listeners and clusters name
+	// secrets, they do not hold them.
+	ts, err := s.setLocked("secrets/"+role, group, resourcev3.SecretType, func() []types.Resource {
+		secrets := append(reach.ByType()[resourcev3.SecretType], group.ByType()[resourcev3.SecretType]...)
+		slices.SortFunc(secrets, func(a, b types.Resource) int {
+			return strings.Compare(xds.ResourceName(a), xds.ResourceName(b))
+		})
+		return secrets
+	})
+	if err != nil {
+		return nil, err
+	}
+	sets[resourcev3.SecretType] = ts
+	return sets, nil
+}
+
+// roleLocked is what a key is served from: its role (a chain name:
+// "group/G", "proxyless" or "none"), its group part (nil if its group
+// failed and never translated cleanly) and the clusters, endpoints and
+// upstream secrets it reaches. A proxyless gRPC client whose node.cluster
+// names a proxyless group is served as that group (which may narrow it);
+// any other proxyless client as the proxyless clients in general.
+func (s *Server) roleLocked(key string) (role string, group, reach *xds.Resources) {
+	nodeCluster, proxyless := cache.ParseKey(key)
+	g := s.resolve(nodeCluster)
+	inGroup := s.out.Groups[g] != nil || s.out.Failed[g] != nil
+	switch {
+	case inGroup && (!proxyless || s.groupProxylessLocked(g)):
+		role, reach = "group/"+g, s.out.Reach[g]
+	case proxyless:
+		role, reach = "proxyless", s.out.ProxylessReach
+	default:
+		role, group, reach = "none", noResources, s.out.Unmatched
+	}
+	if group == nil {
+		group = s.lastGood[role]
+	}
+	if reach == nil {
+		reach = noResources // an Output made without reach
+	}
+	return role, group, reach
+}
+
+// groupProxylessLocked reports whether group g is declared proxyless.
+func (s *Server) groupProxylessLocked(g string) bool { return s.out.ProxylessGroups[g] }
+
+// setLocked returns the set of typ built from r's items, once per
+// translation, chained to the role's previous set of that type.
+func (s *Server) setLocked(role string, r *xds.Resources, typ string, items func() []types.Resource) (*cache.Set, error) {
+	chain := role + "\x00" + typ
+	if s.usedChains == nil {
+		s.usedChains = map[string]bool{}
+	}
+	s.usedChains[chain] = true
+	if ts := s.built[r][typ]; ts != nil {
+		s.chains[chain] = ts
+		return ts, nil
+	}
+	ts, err := cache.NewSet(typ, items(), s.chains[chain])
+	if err != nil {
+		return nil, err
+	}
+	s.chains[chain] = ts
+	if s.built == nil {
+		s.built = map[*xds.Resources]map[string]*cache.Set{}
+	}
+	if s.built[r] == nil {
+		s.built[r] = map[string]*cache.Set{}
+	}
+	s.built[r][typ] = ts
+	return ts, nil
+}

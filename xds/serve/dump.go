@@ -80,3 +80,7 @@ func (s *Server) ConfigDump(nodeID, nodeCluster string) (*xds.ConfigDump, error)
 	}
 	return d, nil
 }
+
+// ProxylessKey is the key ConfigDump takes for the proxyless gRPC clients
+// announcing nodeCluster: what they are served.
+func ProxylessKey(nodeCluster string) string { return cache.ProxylessKey(nodeCluster) }

@@ -112,6 +112,9 @@ func runCmd(args []string, stderr io.Writer) int {
 		return 2
 	}
 	cfg, _, diags := policy.LoadFiles(configs...)
+	if !diags.HasErrors() {
+		diags = append(diags, policy.CheckKeyTransport(cfg.Settings.XDS, cfg.Policy)...)
+	}
 	if diags.HasErrors() {
 		printDiagnostics(stderr, diags)
 		return 1
@@ -164,6 +167,7 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 		// What a reload would reject: the policy translated against the
 		// catalog (empty unless -catalog).
 		diags = append(diags, bridge.CheckTranslation(cat, cfg.Policy, nil)...)
+		diags = append(diags, policy.CheckKeyTransport(cfg.Settings.XDS, cfg.Policy)...)
 	}
 	if len(diags) > 0 {
 		printDiagnostics(stderr, diags)

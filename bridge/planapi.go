@@ -109,6 +109,8 @@ func (d *Daemon) servePlan(w http.ResponseWriter, r *http.Request) {
 		diags = append(diags, ds...)
 	}
 	if !diags.HasErrors() {
+		// What a reload would refuse: keys the xDS settings do not protect.
+		diags = append(diags, policy.CheckKeyTransport(d.cfg.Settings.XDS, cfg.Policy)...)
 		diags = append(diags, planFiles(cfg.Policy, base.policy)...)
 	}
 	var out *xds.Output

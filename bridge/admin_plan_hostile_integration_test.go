@@ -105,7 +105,10 @@ func TestConcurrentSlowPlans(t *testing.T) {
 	slow := strings.Repeat("a = <<EOT\n%{if x}\n", 480_000/18)
 	for i := range 8 {
 		wg.Go(func() {
-			code, _ := b.plan(fmt.Sprintf("slow-%d.hcl", i), fmt.Sprintf("# %d\n", i)+slow, 60*time.Second)
+			code, body := b.plan(fmt.Sprintf("slow-%d.hcl", i), fmt.Sprintf("# %d\n", i)+slow, 60*time.Second)
+			if code == http.StatusUnprocessableEntity && !strings.Contains(body, "too long to parse") {
+				t.Errorf("slow plan %d = 422 but not for its parse time: %.300s", i, body)
+			}
 			codes <- code
 		})
 	}

@@ -17,10 +17,9 @@ import (
 )
 
 // Who may reach what on the admin listener (docs/security.md):
-//   - every request must carry a Host naming the listener (its address,
-//     localhost on a loopback listener, any IP literal on a wildcard one)
+//   - every request must carry a Host that is an IP literal, localhost
 //     or one of admin.hosts: a web page that rebinds its own DNS name to
-//     the bridge sends its name and is refused;
+//     the bridge sends that name and is refused;
 //   - a request that is not GET or HEAD must be JSON (a form or a
 //     text/plain fetch cannot be) from no Origin or this one, so a web
 //     page in the operator's browser cannot post to the bridge;
@@ -88,44 +87,39 @@ func crossSite(r *http.Request) string {
 	return ""
 }
 
-// hostRule is which Host headers name the admin listener.
+// hostRule is which Host headers the admin API answers. DNS rebinding
+// needs a name the attacker controls, so names are what is checked: an
+// IP literal or localhost (any port: an SSH tunnel or a NAT may change
+// it) cannot be rebound and passes; any other name must be one of
+// admin.hosts.
 type hostRule struct {
-	unix     bool // a Unix socket: no browser reaches it, any Host goes
-	ip       net.IP
-	wildcard bool
-	port     string
-	names    []string
+	unix  bool // a Unix socket: no browser reaches it, any Host goes
+	names []string
 }
 
 func newHostRule(addr net.Addr, names []string) hostRule {
-	tcp, ok := addr.(*net.TCPAddr)
-	if !ok {
-		return hostRule{unix: true}
-	}
-	return hostRule{ip: tcp.IP, wildcard: tcp.IP.IsUnspecified(), port: fmt.Sprint(tcp.Port), names: names}
+	_, isTCP := addr.(*net.TCPAddr)
+	return hostRule{unix: !isTCP, names: names}
 }
 
 func (h hostRule) allows(host string) bool {
 	if h.unix {
 		return true
 	}
-	name, port, err := net.SplitHostPort(host)
+	name, _, err := net.SplitHostPort(host)
 	if err != nil {
-		name, port = host, ""
+		name = host
 	}
 	name = strings.TrimSuffix(strings.ToLower(name), ".")
+	if net.ParseIP(strings.Trim(name, "[]")) != nil || name == "localhost" {
+		return name != ""
+	}
 	for _, n := range h.names {
-		if strings.EqualFold(n, host) || strings.EqualFold(n, name) {
+		if strings.EqualFold(strings.TrimSuffix(n, "."), name) || strings.EqualFold(n, host) {
 			return true
 		}
 	}
-	if port != h.port {
-		return false
-	}
-	if ip := net.ParseIP(name); ip != nil {
-		return h.wildcard || ip.Equal(h.ip) || (ip.IsLoopback() && h.ip.IsLoopback())
-	}
-	return name == "localhost" && (h.wildcard || h.ip.IsLoopback())
+	return false
 }
 
 // adminToken reads the admin token from path; when the path is the

@@ -130,9 +130,9 @@ type AdminSettings struct {
 	// except /healthz, /readyz, /metrics and the console's static files
 	// must carry; unset, the bridge generates one (AdminTokenPath).
 	TokenFile string
-	// Hosts are names besides the listener's address that a request's
-	// Host may carry (a DNS name the admin API is reached by); any other
-	// Host is refused, which defeats DNS rebinding.
+	// Hosts are the DNS names a request's Host may carry besides IP
+	// addresses and localhost (a name the admin API is reached by); any
+	// other name is refused, which defeats DNS rebinding.
 	Hosts []string
 	// Pprof serves /debug/pprof/; off by default because profiles reveal
 	// internals and cost CPU.

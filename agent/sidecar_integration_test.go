@@ -117,7 +117,7 @@ func TestAgentRelaysConnectSidecars(t *testing.T) {
 
 	// The central bridge sees the relayed stream as web's sidecar on this
 	// Consul node (not as the agent's node id in group "web").
-	resp, err := http.Get("http://" + d.AdminAddr().String() + "/v1/proxies")
+	resp, err := centralAdminGet(d, "/v1/proxies")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,7 +133,7 @@ func TestAgentRelaysConnectSidecars(t *testing.T) {
 	}
 	// Agent mode: the central bridge serves the sidecar no secret (the
 	// leaf came from the agent), but its listeners.
-	resp, err = http.Get("http://" + d.AdminAddr().String() + "/v1/config_dump?node=web-sidecar-proxy")
+	resp, err = centralAdminGet(d, "/v1/config_dump?node=web-sidecar-proxy")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,4 +188,19 @@ func TestAgentKeysSidecarsFromSavedRegistrations(t *testing.T) {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+}
+
+// centralAdminGet GETs path from the central bridge's admin API with its
+// bearer token (on by default).
+func centralAdminGet(d *bridge.Daemon, path string) (*http.Response, error) {
+	tok, err := os.ReadFile(d.AdminTokenFile())
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequest(http.MethodGet, "http://"+d.AdminAddr().String()+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+	return http.DefaultClient.Do(req)
 }

@@ -88,6 +88,7 @@ func TestMinimalACLTokenWorksAndNeverLeaks(t *testing.T) {
 		t.Fatalf("KV policy not applied with the read-only token: %v", err)
 	}
 
+	trackAdmin(t, d)
 	base := "http://" + d.AdminAddr().String()
 	for _, path := range []string{"/v1/policy", "/v1/catalog", "/v1/proxies", "/v1/config_dump?cluster=anything", "/metrics", "/readyz"} {
 		_, body := get(t, base+path)

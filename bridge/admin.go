@@ -2,15 +2,12 @@ package bridge
 
 import (
 	"context"
-	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"os"
-	"strings"
 	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
@@ -103,11 +100,8 @@ func (d *Daemon) serveAdmin(ctx context.Context, lis net.Listener) error {
 		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	}
-	handler, err := d.adminAuth(mux)
-	if err != nil {
-		return err
-	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	handler := &adminGuard{next: mux, token: d.adminToken, hosts: newHostRule(lis.Addr(), d.cfg.Settings.Admin.Hosts)}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, MaxHeaderBytes: 64 << 10}
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(lis) }()
 	d.log.Info().Str("addr", lis.Addr().String()).Msg("serving admin HTTP")
@@ -130,37 +124,6 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
-}
-
-// adminAuth requires "Authorization: Bearer <token>" on everything but the
-// probes and the console's static files (which hold no data and ask for
-// the token themselves) when admin.token_file is set. The token file is read once at start.
-func (d *Daemon) adminAuth(next http.Handler) (http.Handler, error) {
-	file := d.cfg.Settings.Admin.TokenFile
-	if file == "" {
-		return next, nil
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("admin token_file: %w", err)
-	}
-	want := strings.TrimSpace(string(b))
-	if want == "" {
-		return nil, fmt.Errorf("admin token_file %s is empty", file)
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/healthz" || r.URL.Path == "/readyz" || isConsolePath(r.URL.Path) {
-			next.ServeHTTP(w, r)
-			return
-		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(want)) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="consul-xds-bridge"`)
-			writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token"})
-			return
-		}
-		next.ServeHTTP(w, r)
-	}), nil
 }
 
 // notReadyReason says why /readyz fails, or "" when it succeeds. The

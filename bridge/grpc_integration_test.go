@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"maps"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -84,7 +83,7 @@ func startEchoBackends(t *testing.T, agent *consultest.Agent, service string, ta
 
 func proxies(t *testing.T, h *harness) []serve.ProxyStatus {
 	t.Helper()
-	resp, err := http.Get("http://" + h.daemon.AdminAddr().String() + "/v1/proxies")
+	resp, err := adminGet("http://" + h.daemon.AdminAddr().String() + "/v1/proxies")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -42,6 +44,13 @@ func startBridgeWith(t *testing.T, agent *consultest.Agent, fwd *consultest.Forw
 	s.Consul.WaitTime = 5 * time.Second
 	s.XDS.Listen = "127.0.0.1:0"
 	s.Admin.Listen = "127.0.0.1:0"
+	// Tests serve TLS keys to proxies on loopback over plaintext xDS; the
+	// refusal without this switch has its own tests (keytransport_*).
+	s.XDS.InsecureServeKeys = true
+	s.Admin.TokenFile = filepath.Join(t.TempDir(), "admin-token")
+	if err := os.WriteFile(s.Admin.TokenFile, []byte("tok-"+t.Name()+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	cfg := bridge.Config{
 		Settings: s,
 		Logger:   zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.InfoLevel),
@@ -70,7 +79,37 @@ func startBridgeWith(t *testing.T, agent *consultest.Agent, fwd *consultest.Forw
 	case <-time.After(10 * time.Second):
 		t.Fatal("bridge did not start")
 	}
+	trackAdmin(t, d)
 	return &harness{agent: agent, fwd: fwd, daemon: d}
+}
+
+// adminTokens maps a started daemon's admin address to its token, so
+// get and adminGet send it.
+var adminTokens sync.Map
+
+// trackAdmin records a started daemon's admin token for get and adminGet.
+func trackAdmin(t *testing.T, d *bridge.Daemon) {
+	t.Helper()
+	b, err := os.ReadFile(d.AdminTokenFile())
+	if err != nil {
+		t.Fatalf("admin token: %v", err)
+	}
+	addr := d.AdminAddr().String()
+	adminTokens.Store(addr, strings.TrimSpace(string(b)))
+	t.Cleanup(func() { adminTokens.Delete(addr) })
+}
+
+// adminGet is http.Get with the admin token of the daemon at the URL's
+// address, if known.
+func adminGet(rawURL string) (*http.Response, error) {
+	req, err := http.NewRequest(http.MethodGet, rawURL, nil)
+	if err != nil {
+		return nil, err
+	}
+	if tok, ok := adminTokens.Load(req.URL.Host); ok {
+		req.Header.Set("Authorization", "Bearer "+tok.(string))
+	}
+	return http.DefaultClient.Do(req)
 }
 
 // watcher records every endpoint set a client ever held for one cluster.
@@ -251,7 +290,7 @@ func TestNoPartialStateBeforeFirstSync(t *testing.T) {
 
 func getStatus(t *testing.T, url string) int {
 	t.Helper()
-	resp, err := http.Get(url)
+	resp, err := adminGet(url)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -104,7 +103,7 @@ func TestMeshSidecarFromRegistration(t *testing.T) {
 	verifyLeaf(t, st, roots, ir.SPIFFEID(td, "dc1", "web"))
 
 	// /v1/proxies shows the sidecar's destination and upstreams.
-	resp, err := http.Get("http://" + h.daemon.AdminAddr().String() + "/v1/proxies")
+	resp, err := adminGet("http://" + h.daemon.AdminAddr().String() + "/v1/proxies")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -51,26 +51,34 @@ type PlanChange struct {
 	Fields []string `json:"fields,omitempty"`
 }
 
-// servePlan plans the document in the request body (?name=SOURCE replaces
-// that active file or KV key; another name adds a document) against the
-// catalog of the last good build and diffs it with what is served now. It
-// changes nothing: the daemon's policy only ever comes from its files and
-// KV.
+// servePlan plans the document of a JSON request {"name", "document"}
+// (name SOURCE replaces that active file or KV key; another name adds a
+// document; ?name= works too) against the catalog of the last good build
+// and diffs it with what is served now. It changes nothing: the daemon's
+// policy only ever comes from its files and KV. Plans are bounded so that
+// no client, or eight, can slow what the bridge serves (planlimits.go):
+// the body is read within planReadTimeout before anything else, one plan
+// runs at a time, its parse has the daemon's ParseBudget, and files the
+// document names are never read (planFiles).
 func (d *Daemon) servePlan(w http.ResponseWriter, r *http.Request) {
 	base := d.planBase.Load()
 	if base == nil {
 		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "nothing served yet: the bridge has not completed its first sync"})
 		return
 	}
-	body, err := readPlanBody(w, r)
+	req, code, err := readPlanRequest(w, r)
 	if err != nil {
-		writeJSON(w, http.StatusRequestEntityTooLarge, map[string]string{"error": err.Error()})
+		writeJSON(w, code, map[string]string{"error": err.Error()})
 		return
 	}
-	name := r.URL.Query().Get("name")
-	if name == "" {
-		name = "console.hcl"
+	release, ok := d.acquirePlan()
+	if !ok {
+		w.Header().Set("Retry-After", "2")
+		writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "another plan is running; plans run one at a time, retry in a few seconds"})
+		return
 	}
+	defer release()
+	name, body := req.Name, []byte(req.Document)
 	res := &PlanResult{Document: name}
 	fromKV := false
 	for _, doc := range base.docs {
@@ -78,9 +86,15 @@ func (d *Daemon) servePlan(w http.ResponseWriter, r *http.Request) {
 			res.Replaces, fromKV = true, doc.FromKV
 		}
 	}
-	// Parsed with the daemon's budget, so a hostile paste costs at most
-	// one core for ParseBudget, like a hostile KV write.
-	doc, diags := newDocParser(d.clock, ParseBudget).Parse(name, body, fromKV)
+	// The plans' one parser, with the daemon's budget: a hostile paste
+	// costs at most one core for ParseBudget, like a hostile KV write.
+	doc, diags, busy := d.planParser.ParseWithin(name, body, fromKV, planWait)
+	d.planParser.endRead()
+	if busy {
+		w.Header().Set("Retry-After", "2")
+		writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "the plan parser is still busy with an earlier document that ran over its time budget; retry in a few seconds"})
+		return
+	}
 	var docs []*policy.Document
 	if doc != nil {
 		for _, old := range base.docs {
@@ -101,14 +115,16 @@ func (d *Daemon) servePlan(w http.ResponseWriter, r *http.Request) {
 		diags = append(diags, ds...)
 	}
 	if !diags.HasErrors() {
-		diags = append(diags, cfg.Policy.ReadFiles(d.clock.Now())...)
+		// What a reload would refuse: keys the xDS settings do not protect.
+		diags = append(diags, policy.CheckKeyTransport(d.cfg.Settings.XDS, cfg.Policy)...)
+		diags = append(diags, planFiles(cfg.Policy, base.policy)...)
 	}
 	var out *xds.Output
 	if !diags.HasErrors() {
-		w, err := pipeline.Compute(pipeline.Input{Catalog: base.catalog, Policy: cfg.Policy, Datacenter: d.cfg.Settings.Consul.Datacenter}, nil)
-		diags = append(diags, pipeline.Diagnose(w, err, cfg.Policy)...)
+		world, err := pipeline.Compute(pipeline.Input{Catalog: base.catalog, Policy: cfg.Policy, Datacenter: d.cfg.Settings.Consul.Datacenter}, nil)
+		diags = append(diags, pipeline.Diagnose(world, err, cfg.Policy)...)
 		if err == nil {
-			res.Warnings, out = w.Warnings, w.Output
+			res.Warnings, out = world.Warnings, world.Output
 		}
 	}
 	res.Diagnostics = policy.FormatDiagnostics(diags)

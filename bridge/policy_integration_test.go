@@ -3,7 +3,6 @@ package bridge_test
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -94,7 +93,7 @@ func routePrefixes(rc *routev3.RouteConfiguration) []string {
 
 func policyStatus(t *testing.T, h *harness) bridge.PolicyStatus {
 	t.Helper()
-	resp, err := http.Get("http://" + h.daemon.AdminAddr().String() + "/v1/policy")
+	resp, err := adminGet("http://" + h.daemon.AdminAddr().String() + "/v1/policy")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -111,6 +111,8 @@ func (l *loop) tryDocuments(r policyRead) attempt {
 		return a
 	}
 	a.cfg = cfg
+	// A reload may not start sending keys the xDS settings do not protect.
+	a.diags = append(a.diags, policy.CheckKeyTransport(l.d.cfg.Settings.XDS, cfg.Policy)...)
 	// The certificates, keys and CAs tls blocks name are part of the
 	// policy: a missing or broken one rejects the reload like a broken
 	// document, and the last good secrets keep serving.

@@ -20,6 +20,9 @@ type Mesh struct {
 	// default_policy is allow, deny otherwise.
 	DefaultIntention ir.IntentionAction
 	Source           string
+	// ModeRange is where mode is written (the block when it is not), for
+	// diagnostics about what central mode implies.
+	ModeRange hcl.Range
 }
 
 // Mesh modes.
@@ -48,7 +51,7 @@ func (r *resolver) mesh(docs []*Document) {
 			continue
 		}
 		prev = b
-		m := &Mesh{Mode: MeshAgent, Source: pos(b.DefRange)}
+		m := &Mesh{Mode: MeshAgent, Source: pos(b.DefRange), ModeRange: valueRange(b.Body, "mode", b.DefRange)}
 		if b.Mode != nil {
 			if !oneOf(*b.Mode, []string{MeshAgent, MeshCentral}) {
 				r.add(valueRange(b.Body, "mode", b.DefRange), "Invalid mesh mode",

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/hcl/v2"
+
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
 
@@ -40,6 +42,16 @@ func TestMesh(t *testing.T) {
 				t.Fatal(diags)
 			}
 			got := cfg.Policy.Mesh
+			if got != nil {
+				// ModeRange points at mode (the block without one), for
+				// CheckKeyTransport's diagnostics.
+				if want := map[bool]int{true: 2, false: 1}[name == "central"]; got.ModeRange.Start.Line != want {
+					t.Errorf("ModeRange %v, want line %d", got.ModeRange, want)
+				}
+				g := *got
+				g.ModeRange = hcl.Range{}
+				got = &g
+			}
 			if (got == nil) != (tc.want == nil) || got != nil && *got != *tc.want {
 				t.Fatalf("mesh = %+v, want %+v", got, tc.want)
 			}

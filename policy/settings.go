@@ -93,6 +93,11 @@ type XDSSettings struct {
 	// AuthorizeNodes checks the node a client claims against its client
 	// certificate (see README); it needs mTLS.
 	AuthorizeNodes bool
+	// InsecureServeKeys lets a policy serve private keys (central mesh
+	// leaves, edge and upstream TLS keys) over a connection that is
+	// neither mTLS with AuthorizeNodes nor a closed Unix socket
+	// (CheckKeyTransport). Lab only: it is warned about at every start.
+	InsecureServeKeys bool
 	// MaxInitialSyncs bounds how many proxies receive their initial state
 	// at once; 0 means no bound.
 	MaxInitialSyncs int
@@ -121,9 +126,14 @@ type TLSFiles struct {
 // AdminSettings is the `admin` block.
 type AdminSettings struct {
 	Listen string
-	// TokenFile, if set, holds a bearer token every admin request except
-	// /healthz and /readyz must carry.
+	// TokenFile, if set, holds the bearer token every admin request
+	// except /healthz, /readyz, /metrics and the console's static files
+	// must carry; unset, the bridge generates one (AdminTokenPath).
 	TokenFile string
+	// Hosts are the DNS names a request's Host may carry besides IP
+	// addresses and localhost (a name the admin API is reached by); any
+	// other name is refused, which defeats DNS rebinding.
+	Hosts []string
 	// Pprof serves /debug/pprof/; off by default because profiles reveal
 	// internals and cost CPU.
 	Pprof bool
@@ -199,6 +209,7 @@ type xdsBlock struct {
 	Listen         *string        `hcl:"listen,optional"`
 	TLS            *tlsFiles      `hcl:"tls,block"`
 	AuthorizeNodes *bool          `hcl:"authorize_nodes,optional"`
+	InsecureKeys   *bool          `hcl:"insecure_serve_keys,optional"`
 	MaxInitial     *int           `hcl:"max_initial_syncs,optional"`
 	HoldOff        hcl.Expression `hcl:"debounce_hold_off,optional"`
 	MaxDelay       hcl.Expression `hcl:"debounce_max_delay,optional"`
@@ -220,6 +231,7 @@ type tlsFiles struct {
 type adminBlock struct {
 	Listen    *string   `hcl:"listen,optional"`
 	TokenFile *string   `hcl:"token_file,optional"`
+	Hosts     []string  `hcl:"hosts,optional"`
 	Pprof     *bool     `hcl:"pprof,optional"`
 	Body      hcl.Body  `hcl:",body"`
 	DefRange  hcl.Range `hcl:",def_range"`
@@ -276,6 +288,7 @@ func (b *consulBlock) apply(s *ConsulSettings) hcl.Diagnostics {
 func (b *xdsBlock) apply(s *XDSSettings) hcl.Diagnostics {
 	set(&s.Listen, b.Listen)
 	set(&s.AuthorizeNodes, b.AuthorizeNodes)
+	set(&s.InsecureServeKeys, b.InsecureKeys)
 	set(&s.MaxInitialSyncs, b.MaxInitial)
 	diags := checkListen("xds", s.Listen, valueRange(b.Body, "listen", b.DefRange))
 	set(&s.SocketGroup, b.SocketGroup)
@@ -334,6 +347,9 @@ func (b *xdsBlock) apply(s *XDSSettings) hcl.Diagnostics {
 func (b *adminBlock) apply(s *AdminSettings) hcl.Diagnostics {
 	set(&s.Listen, b.Listen)
 	set(&s.TokenFile, b.TokenFile)
+	if b.Hosts != nil {
+		s.Hosts = b.Hosts
+	}
 	set(&s.Pprof, b.Pprof)
 	return checkListen("admin", s.Listen, valueRange(b.Body, "listen", b.DefRange))
 }

@@ -124,3 +124,26 @@ func TestSettingsDiagnostics(t *testing.T) {
 		})
 	}
 }
+
+// TestAdminHostsAndTokenPath: admin.hosts is read as written; the token
+// is admin.token_file if set, else admin-token in consul.state_dir.
+func TestAdminHostsAndTokenPath(t *testing.T) {
+	doc, diags := Parse("a.hcl", []byte("consul {\n  state_dir = \"/var/lib/b\"\n}\nadmin {\n  hosts = [\"bridge.internal\"]\n}\n"))
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	cfg, diags := Merge(doc)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if got := cfg.Settings.Admin.Hosts; len(got) != 1 || got[0] != "bridge.internal" {
+		t.Errorf("hosts = %v", got)
+	}
+	if p, gen, err := cfg.Settings.AdminTokenPath(); err != nil || p != "/var/lib/b/admin-token" || !gen {
+		t.Errorf("AdminTokenPath = %q, %v, %v; want the state dir's, generated", p, gen, err)
+	}
+	cfg.Settings.Admin.TokenFile = "/etc/b/admin-token"
+	if p, gen, _ := cfg.Settings.AdminTokenPath(); p != "/etc/b/admin-token" || gen {
+		t.Errorf("AdminTokenPath with token_file = %q, %v; want it, not generated", p, gen)
+	}
+}

@@ -136,8 +136,8 @@ function renderLogin(why) {
     },
   },
   h("h1", {}, "Sign in"),
-  h("p", { class: "muted" }, "This bridge's admin API requires a bearer token (admin { token_file }). ",
-    "It is kept in this tab's session storage only."),
+  h("p", { class: "muted" }, "This bridge's admin API requires a bearer token: the file the bridge logged at start as ",
+    "admin_token_file (admin { token_file }, else admin-token in its state directory). It is kept in this tab's session storage only."),
   h("label", { for: "token" }, "Admin token"), input,
   h("button", { class: "primary", type: "submit" }, "Sign in"),
   why && sessionStorage.getItem(TOKEN_KEY) ? h("p", { class: "diag" }, "That token was refused.") : null);
@@ -376,7 +376,10 @@ function renderPlan(st) {
     ev.preventDefault();
     out.replaceChildren(h("p", { class: "muted" }, "planning…"));
     try {
-      const res = await api("/v1/plan?name=" + encodeURIComponent(sel.value), { method: "POST", body: text.value, acceptStatus: [422] });
+      // JSON, so a page on another site cannot post the same (the bridge
+      // refuses any other body on a POST).
+      const res = await api("/v1/plan", { method: "POST", headers: { "Content-Type": "application/json" },
+        body: JSON.stringify({ name: sel.value, document: text.value }), acceptStatus: [422] });
       out.replaceChildren(renderPlanResult(res));
     } catch (e) {
       if (e instanceof AuthError) { renderLogin(e.message); return; }

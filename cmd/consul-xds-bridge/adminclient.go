@@ -36,29 +36,41 @@ type adminClient struct {
 	addr  string // as given, for messages
 	base  string // URL prefix
 	token string
-	http  *http.Client
+	// tokenFrom says where the token came from, for messages.
+	tokenFrom string
+	http      *http.Client
 }
 
 // newAdminClient picks the address (-admin, else the config's admin
 // block, else the default) and the token: -admin-token-file, else
-// $CONSUL_XDS_BRIDGE_ADMIN_TOKEN, else the config's admin.token_file (the
-// file the bridge itself reads; the environment comes first because an
-// operator may not be allowed to read the daemon's file). The token is
-// never printed.
-func newAdminClient(f adminFlags, admin *policy.AdminSettings) (*adminClient, error) {
-	if admin == nil {
-		admin = &policy.AdminSettings{Listen: policy.DefaultAdminListen}
+// $CONSUL_XDS_BRIDGE_ADMIN_TOKEN, else the file the bridge itself reads
+// (admin.token_file, else the admin-token it generated in its state
+// directory: policy.Settings.AdminTokenPath). The environment comes
+// before the bridge's file because an operator may not be allowed to read
+// it. The token is never printed.
+func newAdminClient(f adminFlags, settings *policy.Settings) (*adminClient, error) {
+	if settings == nil {
+		s := policy.DefaultSettings()
+		settings = &s
 	}
 	addr := f.addr
 	if addr == "" {
-		addr = admin.Listen
+		addr = settings.Admin.Listen
 	}
 	c := &adminClient{addr: addr, base: "http://" + addr, http: &http.Client{Timeout: 10 * time.Second}}
 	tokenFile := f.tokenFile
 	if env := strings.TrimSpace(os.Getenv(adminTokenEnv)); tokenFile == "" && env != "" {
-		c.token = env
+		c.token, c.tokenFrom = env, "$"+adminTokenEnv
 	} else if tokenFile == "" {
-		tokenFile = admin.TokenFile
+		path, generated, err := settings.AdminTokenPath()
+		if err == nil {
+			tokenFile = path
+		}
+		if _, statErr := os.Stat(path); generated && statErr != nil {
+			// The bridge has not generated it (yet), or runs as
+			// another user: ask without a token and say how.
+			tokenFile = ""
+		}
 	}
 	if tokenFile != "" {
 		b, err := os.ReadFile(tokenFile)
@@ -68,6 +80,7 @@ func newAdminClient(f adminFlags, admin *policy.AdminSettings) (*adminClient, er
 		if c.token = strings.TrimSpace(string(b)); c.token == "" {
 			return nil, fmt.Errorf("admin token file %s is empty", tokenFile)
 		}
+		c.tokenFrom = tokenFile
 	}
 	if path, ok := strings.CutPrefix(addr, "unix://"); ok {
 		// The host part of the URL is then only a placeholder.
@@ -80,9 +93,9 @@ func newAdminClient(f adminFlags, admin *policy.AdminSettings) (*adminClient, er
 	return c, nil
 }
 
-// adminSettings loads the admin block of the -config files, or nil
+// adminSettings loads the settings of the -config files, or nil
 // without any.
-func adminSettings(configs []string) (*policy.AdminSettings, error) {
+func adminSettings(configs []string) (*policy.Settings, error) {
 	if len(configs) == 0 {
 		return nil, nil
 	}
@@ -90,7 +103,7 @@ func adminSettings(configs []string) (*policy.AdminSettings, error) {
 	if diags.HasErrors() {
 		return nil, fmt.Errorf("%s", strings.Join(policy.FormatDiagnostics(diags), "\n"))
 	}
-	return &cfg.Settings.Admin, nil
+	return &cfg.Settings, nil
 }
 
 // getJSON fetches an admin endpoint into v.
@@ -108,9 +121,9 @@ func (c *adminClient) getJSON(path string, v any) error {
 	}
 	defer resp.Body.Close()
 	if resp.StatusCode == http.StatusUnauthorized {
-		hint := "give the admin token with -admin-token-file, the config's admin.token_file or $" + adminTokenEnv
+		hint := "give the admin token with -admin-token-file or $" + adminTokenEnv + " (the bridge logs the file it reads as admin_token_file), or -config with the bridge's files"
 		if c.token != "" {
-			hint = "the admin token given was refused"
+			hint = "the admin token from " + c.tokenFrom + " was refused; give another with -admin-token-file or $" + adminTokenEnv
 		}
 		return fmt.Errorf("GET %s: %s: %s", path, resp.Status, hint)
 	}

@@ -74,3 +74,41 @@ func TestStatusAndPlanWithAdminToken(t *testing.T) {
 		t.Errorf("plan with a wrong token: exit %d, want 1\n%s", code, out)
 	}
 }
+
+// TestStatusAndPlanFindGeneratedToken: with no admin.token_file the
+// bridge generates its token in consul.state_dir, and status and plan
+// given the same -config find it there; with -admin alone (no config,
+// no token) status fails with a hint naming the ways to give one.
+func TestStatusAndPlanFindGeneratedToken(t *testing.T) {
+	agent := consultest.Start(t)
+	agent.RegisterTTL(t, "web", "web-1", 1001, []string{"v1"}, nil)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config.hcl")
+	sock := filepath.Join(dir, "admin.sock")
+	src := strings.Replace(planPolicy, "address = \"%CONSUL%\"", "address = \""+agent.HTTPAddr()+"\"\n  state_dir = \""+dir+"\"", 1) +
+		"admin {\n  listen = \"unix://" + sock + "\"\n}\n"
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	d := runDaemon(t, file)
+	if want := filepath.Join(dir, "admin-token"); d.AdminTokenFile() != want {
+		t.Fatalf("token file %q, want %q", d.AdminTokenFile(), want)
+	}
+	cmd := func(args ...string) (int, string) {
+		t.Helper()
+		t.Setenv(adminTokenEnv, "")
+		t.Setenv("XDG_CONFIG_HOME", t.TempDir()) // no stray default token
+		var out, errOut bytes.Buffer
+		code := realMain(args, &out, &errOut)
+		return code, out.String() + errOut.String()
+	}
+	if code, out := cmd("status", "-config", file); code != 0 {
+		t.Errorf("status -config with a generated token: exit %d\n%s", code, out)
+	}
+	if code, out := cmd("plan", "-config", file); code != 0 || !strings.Contains(out, "No changes.") {
+		t.Errorf("plan -config with a generated token: exit %d\n%s", code, out)
+	}
+	if code, out := cmd("status", "-admin", "unix://"+sock); code != 1 || !strings.Contains(out, "401") || !strings.Contains(out, "-admin-token-file") {
+		t.Errorf("status without any token: exit %d, want 1 with a hint\n%s", code, out)
+	}
+}

@@ -114,6 +114,9 @@ func runCmd(args []string, stderr io.Writer) int {
 		return 2
 	}
 	cfg, _, diags := policy.LoadFiles(configs...)
+	if !diags.HasErrors() {
+		diags = append(diags, policy.CheckKeyTransport(cfg.Settings.XDS, cfg.Policy)...)
+	}
 	if diags.HasErrors() {
 		printDiagnostics(stderr, diags)
 		return 1
@@ -188,8 +191,10 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 	cfg, _, diags := policy.LoadFiles(policyFiles...)
 	diags = append(agentDiags, diags...)
 	if !diags.HasErrors() && cfg != nil {
-		// What `run` refuses at start: the files its settings name.
+		// What `run` refuses at start: the files its settings name, and
+		// keys the xDS settings would send unprotected.
 		diags = append(diags, checkSettingFiles(policyFiles, cfg.Settings)...)
+		diags = append(diags, policy.CheckKeyTransport(cfg.Settings.XDS, cfg.Policy)...)
 	}
 	var warnings []string
 	if !diags.HasErrors() && cfg != nil {

@@ -52,7 +52,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		printDiagnostics(stderr, diags)
 		return 1
 	}
-	admin, err := newAdminClient(af, &cfg.Settings.Admin)
+	admin, err := newAdminClient(af, &cfg.Settings)
 	if err != nil {
 		fmt.Fprintf(stderr, "plan: %v\n", err)
 		return 1

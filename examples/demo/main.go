@@ -151,6 +151,10 @@ func run(consulBin, useConsul, bridgeBin, config string) error {
 	if err := bridge.Start(); err != nil {
 		return fmt.Errorf("start bridge: %w", err)
 	}
+	tokenFile, _, err := s.AdminTokenPath()
+	if err != nil {
+		return fmt.Errorf("admin token: %w", err)
+	}
 	grpcClient, err := startGRPCClient(ctx, s.XDS.Listen)
 	if err != nil {
 		return fmt.Errorf("gRPC client: %w", err)
@@ -161,6 +165,7 @@ consul-xds-bridge is running:
   console:          http://%[2]s/ui/
   xDS (ADS, gRPC):  %[1]s
   admin HTTP:       http://%[2]s/readyz   http://%[2]s/v1/policy
+  admin token:      in %[4]s (the console asks for it; status and plan read it)
 A proxyless gRPC client ("demo-grpc-client") calls xds:///echo through the
 bridge once a second; it shows on the console's Proxies page.
 Point an Envoy at it (node.cluster "edge" gets the demo's listener on :8080):
@@ -169,7 +174,7 @@ Point an Envoy at it (node.cluster "edge" gets the demo's listener on :8080):
 Press Ctrl-C to stop; the demo deregisters its services and stops the
 agent it started.
 
-`, s.XDS.Listen, s.Admin.Listen, bridgeBin)
+`, s.XDS.Listen, s.Admin.Listen, bridgeBin, tokenFile)
 	err = bridge.Wait()
 	if ctx.Err() != nil {
 		return nil

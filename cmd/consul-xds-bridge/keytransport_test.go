@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/testpki"
 )
 
 // TestValidateAndRunRefuseKeysOverPlaintext: validate rejects a central
@@ -27,7 +29,15 @@ func TestValidateAndRunRefuseKeysOverPlaintext(t *testing.T) {
 			t.Errorf("%s: exit %d, want 1 with %s:5: naming authorize_nodes and insecure_serve_keys\n%s%s", args[0], code, file, out.String(), msg)
 		}
 	}
-	mtls := "xds {\n  listen = \"0.0.0.0:18000\"\n  authorize_nodes = true\n  tls {\n    cert_file = \"s.pem\"\n    key_file = \"s-key.pem\"\n    client_ca_file = \"ca.pem\"\n  }\n}\nmesh {\n  mode = \"central\"\n}\n"
+	// validate reads the TLS files as run does: real ones.
+	ca := testpki.New(t)
+	cert, key := ca.Issue(testpki.Leaf{DNS: []string{"bridge"}})
+	for name, b := range map[string][]byte{"s.pem": cert, "s-key.pem": key, "ca.pem": ca.PEM} {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mtls := "xds {\n  listen = \"0.0.0.0:18000\"\n  authorize_nodes = true\n  tls {\n    cert_file = \"" + filepath.Join(dir, "s.pem") + "\"\n    key_file = \"" + filepath.Join(dir, "s-key.pem") + "\"\n    client_ca_file = \"" + filepath.Join(dir, "ca.pem") + "\"\n  }\n}\nmesh {\n  mode = \"central\"\n}\n"
 	if err := os.WriteFile(file, []byte(mtls), 0o644); err != nil {
 		t.Fatal(err)
 	}

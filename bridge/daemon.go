@@ -232,6 +232,12 @@ func (d *Daemon) Run(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("xds listen on %s: %w", s.XDS.Listen, err)
 	}
+	if strings.HasPrefix(s.XDS.Listen, "unix://") && s.XDS.SocketMode&0o007 != 0 {
+		// Every local user may connect and claim any node: say so, as a
+		// TCP port on 0.0.0.0 would be obvious.
+		d.log.Warn().Str("setting", "xds.socket_mode").Str("mode", fmt.Sprintf("%#o", s.XDS.SocketMode)).
+			Msg("the xDS socket lets every local user connect and claim any node (no private key is sent over it); use 0660 with socket_group")
+	}
 	adminLis, err := listen(s.Admin.Listen, 0, "")
 	if err != nil {
 		xdsLis.Close()

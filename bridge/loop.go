@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"maps"
-	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -522,7 +521,7 @@ func (l *loop) readDocuments(kv *consul.KVUpdate, ce *configDocs) ([]*policy.Doc
 		sources []SourceStatus
 	)
 	for _, f := range l.d.cfg.ConfigFiles {
-		src, err := os.ReadFile(f)
+		src, err := policy.ReadBoundedFile(context.Background(), f, policy.MaxDocumentBytes)
 		if err != nil {
 			diags = append(diags, readError(f, err))
 			continue

@@ -1,8 +1,8 @@
 package policy
 
 import (
+	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -250,7 +250,7 @@ func LoadWith(paths []string, extra []*Document) (*Config, map[string][]byte, hc
 		}}
 	}
 	for _, p := range paths {
-		src, err := os.ReadFile(p)
+		src, err := ReadBoundedFile(context.Background(), p, MaxDocumentBytes)
 		if err != nil {
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError,

@@ -55,7 +55,7 @@ func RegexProgramSize(pattern string) (int, error) {
 // at most the first 40 bytes of the pattern.
 func CheckRegex(pattern string) error {
 	if len(pattern) > MaxRegexBytes {
-		return fmt.Errorf("%s is %d bytes, longer than any pattern Envoy accepts (its RE2 program size limit is %d); simplify it or split the route", quoteShort(pattern), len(pattern), MaxRegexProgramSize)
+		return fmt.Errorf("%s is %d bytes long, longer than any pattern Envoy accepts (its RE2 program size limit is %d); simplify it or split the route", quoteShort(pattern), len(pattern), MaxRegexProgramSize)
 	}
 	size, err := RegexProgramSize(pattern)
 	if err != nil {
@@ -78,7 +78,7 @@ func quoteShort(s string) string {
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}
-	return fmt.Sprintf("%q… (%d bytes)", s[:cut], len(s))
+	return fmt.Sprintf("%q…", s[:cut])
 }
 
 func anchoredStart(re *syntax.Regexp) bool {

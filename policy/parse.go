@@ -307,7 +307,10 @@ func FormatDiagnostics(diags hcl.Diagnostics) []string {
 		if d.Severity == hcl.DiagWarning {
 			msg = "warning: " + msg
 		}
-		out = append(out, pos+msg)
+		// A secret pasted into the wrong field (a private key as a path)
+		// is echoed by the diagnostic about it; these lines go to the log
+		// and the admin pages.
+		out = append(out, RedactSecrets(pos+msg))
 	}
 	return out
 }

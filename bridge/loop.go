@@ -91,6 +91,10 @@ type policyRead struct {
 	docs    []*policy.Document
 	diags   hclDiagnostics
 	sources []SourceStatus
+	// merged: docs were merged into cfg (nil if that failed) and the
+	// files cfg names read, off the loop (see prepare in files.go).
+	merged bool
+	cfg    *policy.Config
 }
 
 const pendingGrace = 2 * time.Second
@@ -354,7 +358,9 @@ func (l *loop) reloadPolicy(trigger string) {
 	kv, ce := l.kvDocs, l.ce.docs
 	go func() {
 		docs, diags, sources := l.readDocuments(kv, ce)
-		l.readDone <- policyRead{trigger: trigger, kv: kv, docs: docs, diags: diags, sources: sources}
+		r := policyRead{trigger: trigger, kv: kv, docs: docs, diags: diags, sources: sources}
+		r.prepare(l.d.clock.Now())
+		l.readDone <- r
 	}()
 }
 
@@ -407,23 +413,14 @@ func (l *loop) tryPolicy(kv *consul.KVUpdate) attempt {
 
 // tryDocuments is tryPolicy on documents already read.
 func (l *loop) tryDocuments(r policyRead) attempt {
-	a := attempt{kv: r.kv, diags: r.diags, sources: r.sources, docs: r.docs}
+	if !r.merged {
+		r.prepare(l.d.clock.Now()) // tryPolicy's read, on the loop at start
+	}
+	a := attempt{kv: r.kv, diags: r.diags, sources: r.sources, docs: r.docs, cfg: r.cfg}
 	if a.diags.HasErrors() {
 		return a
 	}
-	cfg, ds := policy.Merge(r.docs...)
-	a.diags = append(a.diags, ds...)
-	if a.diags.HasErrors() {
-		return a
-	}
-	a.cfg = cfg
-	// The certificates, keys and CAs tls blocks name are part of the
-	// policy: a missing or broken one rejects the reload like a broken
-	// document, and the last good secrets keep serving.
-	a.diags = append(a.diags, cfg.Policy.ReadFiles(l.d.clock.Now())...)
-	if a.diags.HasErrors() {
-		return a
-	}
+	cfg := r.cfg
 	var cat *consul.Catalog
 	if l.catalog != nil {
 		cat = l.catalog.Catalog

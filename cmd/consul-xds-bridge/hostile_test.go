@@ -46,8 +46,9 @@ func (l *lockedBuffer) String() string {
 //   - its state file (state_dir/kv-policy.json) is a FIFO and a KV document
 //     is broken at start, so the state file is looked for: the bridge says
 //     why it is not ready instead of waiting for a writer forever;
-//   - a private key pasted into a cert_file and into a service name never
-//     appears on /v1/policy or in the log;
+//   - a private key pasted into a cert_file, a service name (KV) or an
+//     instance's address (catalog) never appears on /v1/policy or in the
+//     log;
 //   - a KV document naming a FIFO as cert_file is rejected;
 //   - SIGTERM stops it at once, FIFOs or not.
 func TestHostileFilesAndSecretsInTheRealBinary(t *testing.T) {
@@ -144,6 +145,12 @@ func TestHostileFilesAndSecretsInTheRealBinary(t *testing.T) {
 		waitPolicy("key pasted into cert_file", `"failed_reloads": 2`, "pasted.hcl:6:21")
 		put("pasted.hcl", "proxy \"edge\" {\n  listener \"http\" {\n    port = 8080\n    virtual_host \"v\" {\n      domains = [\"*\"]\n      route {\n        service = \""+body+"\"\n      }\n    }\n  }\n}\n")
 		waitPolicy("key pasted into a service name", "pasted.hcl:7")
+		// From the catalog: an instance whose address is the key reaches
+		// the build's warnings (/v1/policy "warnings" and the log).
+		if err := agent.Client().Agent().ServiceRegister(&api.AgentServiceRegistration{ID: "web-key", Name: "web", Address: body, Port: 1002}); err != nil {
+			t.Fatal(err)
+		}
+		waitPolicy("key pasted as an instance address", `"warnings"`, "web-key", "[REDACTED]")
 		time.Sleep(300 * time.Millisecond) // whatever the build logs about it
 		for where, text := range map[string]string{"/v1/policy": policyPage(), "the log": logs.String()} {
 			for _, l := range lines[1 : len(lines)-1] {

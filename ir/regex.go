@@ -47,7 +47,7 @@ func RegexProgramSize(pattern string) (int, error) {
 	if !anchoredStart(re) {
 		n += 2 // the unanchored prefix .*? (Alt and a byte range)
 	}
-	return n + progSize(re), nil
+	return n + sizer{}.size(re), nil
 }
 
 // CheckRegex returns an error saying what to do if pattern does not
@@ -97,7 +97,22 @@ func anchoredStart(re *syntax.Regexp) bool {
 	}
 }
 
-func progSize(re *syntax.Regexp) int {
+// sizer counts each shared subexpression once: Simplify expands x{1000}
+// into a thousand references to one x, and a class such as \pL costs a
+// walk of hundreds of ranges.
+type sizer map[*syntax.Regexp]int
+
+func (z sizer) size(re *syntax.Regexp) int {
+	if n, ok := z[re]; ok {
+		return n
+	}
+	n := z.count(re)
+	z[re] = n
+	return n
+}
+
+func (z sizer) count(re *syntax.Regexp) int {
+	progSize := z.size
 	switch re.Op {
 	case syntax.OpNoMatch, syntax.OpEmptyMatch:
 		return 0

@@ -88,3 +88,21 @@ func TestCheckRegex(t *testing.T) {
 		})
 	}
 }
+
+// FuzzRegexProgramSize: any pattern Go's regexp parses is estimated
+// without panicking, at least as large as Fail and Match.
+func FuzzRegexProgramSize(f *testing.F) {
+	for _, p := range []string{`^/api/v[0-9]+/.*`, `\p{L}`, `(?i)straße`, `(a*)*`, `[^\x00-\x{10FFFF}]`, `x{2,5}`, `\x{D800}`} {
+		f.Add(p)
+	}
+	f.Fuzz(func(t *testing.T, p string) {
+		if len(p) > ir.MaxRegexBytes {
+			return
+		}
+		n, err := ir.RegexProgramSize(p)
+		if err == nil && n < 2 {
+			t.Fatalf("%q: %d", p, n)
+		}
+		_ = ir.CheckRegex(p)
+	})
+}

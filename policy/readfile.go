@@ -51,8 +51,10 @@ var ErrReadTimeout = errors.New("read timed out")
 // A read that outlives the deadline is abandoned: its goroutine finishes
 // (and closes the file) when the kernel returns, but the caller goes on
 // with ErrReadTimeout. Errors name the path and the reason, never the
-// contents. Every file input of the bridge (policy files, JWKS, state
-// files) and /v1/plan's file reads go through here.
+// contents. Every file input of the daemon and the agent (-config files,
+// PEM and JWKS files, state files) goes through here; any other reader of
+// a path a user names (the /v1/plan API, CLI commands) should too, with
+// the limit of the kind of file it reads (see docs/input-limits.md).
 func ReadBoundedFile(ctx context.Context, path string, max int64) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, FileReadTimeout)
 	defer cancel()

@@ -189,5 +189,9 @@ func (r *policyRead) prepare(now time.Time) {
 		return
 	}
 	r.cfg = cfg
-	r.diags = append(r.diags, cfg.Policy.ReadFiles(now)...)
+	read := (*policy.Policy).ReadFiles
+	if r.readFiles != nil {
+		read = r.readFiles
+	}
+	r.diags = append(r.diags, read(cfg.Policy, now)...)
 }

@@ -73,6 +73,9 @@ type loop struct {
 	translate func(*ir.Model) (*xds.Output, error)
 	// lastCPU is the process's CPU time at the last build (debounce).
 	lastCPU time.Duration
+	// readFiles, if set, replaces policy.ReadFiles: the loop's tests
+	// make reading a policy's files slow with it.
+	readFiles func(*policy.Policy, time.Time) hclDiagnostics
 
 	// Policy documents are read and parsed off the loop (see docParser),
 	// so a slow document never holds catalog updates: reading is set while
@@ -95,6 +98,8 @@ type policyRead struct {
 	// files cfg names read, off the loop (see prepare in files.go).
 	merged bool
 	cfg    *policy.Config
+	// readFiles, if set, replaces policy.ReadFiles (tests stall it).
+	readFiles func(*policy.Policy, time.Time) hclDiagnostics
 }
 
 const pendingGrace = 2 * time.Second
@@ -358,7 +363,7 @@ func (l *loop) reloadPolicy(trigger string) {
 	kv, ce := l.kvDocs, l.ce.docs
 	go func() {
 		docs, diags, sources := l.readDocuments(kv, ce)
-		r := policyRead{trigger: trigger, kv: kv, docs: docs, diags: diags, sources: sources}
+		r := policyRead{trigger: trigger, kv: kv, docs: docs, diags: diags, sources: sources, readFiles: l.readFiles}
 		r.prepare(l.d.clock.Now())
 		l.readDone <- r
 	}()

@@ -7,6 +7,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -75,6 +76,10 @@ func ReadBoundedFile(ctx context.Context, path string, max int64) ([]byte, error
 	}
 }
 
+// stallRead, if set, runs before a read: tests make a read hang with it,
+// as one on a hung network file system does.
+var stallRead atomic.Pointer[func()]
+
 func readBounded(path string, max int64) ([]byte, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
@@ -95,6 +100,9 @@ func readBounded(path string, max int64) ([]byte, error) {
 	}
 	if err := checkRegular(path, fi, max); err != nil {
 		return nil, err
+	}
+	if stall := stallRead.Load(); stall != nil {
+		(*stall)()
 	}
 	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
@@ -96,7 +97,7 @@ func (s savedSidecars) index() map[string][]serve.SidecarInfo {
 
 // restore applies the saved registrations, if any.
 func (s *localSidecars) restore() bool {
-	b, err := os.ReadFile(s.file())
+	b, err := policy.ReadBoundedFile(context.Background(), s.file(), maxStateBytes)
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
 			s.a.log.Warn().Err(err).Msg("cannot read the saved sidecar registrations; waiting for the local Consul agent")

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -12,6 +13,8 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
 
 // maxStateBytes bounds one key's state file: a key's config is at most
@@ -73,13 +76,11 @@ func (s store) loadAll() (map[string][]*anypb.Any, []error) {
 			continue
 		}
 		p := filepath.Join(s.dir, e.Name())
-		if fi, err := e.Info(); err != nil || fi.Size() > maxStateBytes {
-			errs = append(errs, fmt.Errorf("%s: unreadable or over %d bytes; ignored", p, maxStateBytes))
-			continue
-		}
-		b, err := os.ReadFile(p)
+		// Bounded: a state file replaced by a link to /dev/zero, a FIFO
+		// or a huge sparse file must not hold or swamp the start.
+		b, err := policy.ReadBoundedFile(context.Background(), p, maxStateBytes)
 		if err != nil {
-			errs = append(errs, err)
+			errs = append(errs, fmt.Errorf("%w; ignored", err))
 			continue
 		}
 		var r discoveryv3.DiscoveryResponse

@@ -169,3 +169,29 @@ func (d *Daemon) watchPolicyFiles(pols ...*policy.Policy) {
 	}
 	d.policyFiles <- paths
 }
+
+// prepare merges the documents read and reads the files the merged
+// policy names (certificates, keys, CAs, JWKS). The reload runs it off the
+// loop, with the read and the parse, so that a file that is slow to read
+// never holds catalog updates; policy.ReadFiles bounds every read anyway
+// (regular files only, a size limit each, policy.FileReadTimeout for all).
+// The certificates, keys and CAs tls blocks name are part of the policy:
+// a missing or broken one rejects the reload like a broken document, and
+// the last good secrets keep serving.
+func (r *policyRead) prepare(now time.Time) {
+	r.merged = true
+	if r.diags.HasErrors() {
+		return
+	}
+	cfg, ds := policy.Merge(r.docs...)
+	r.diags = append(r.diags, ds...)
+	if r.diags.HasErrors() {
+		return
+	}
+	r.cfg = cfg
+	read := (*policy.Policy).ReadFiles
+	if r.readFiles != nil {
+		read = r.readFiles
+	}
+	r.diags = append(r.diags, read(cfg.Policy, now)...)
+}

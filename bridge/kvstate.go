@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,6 +24,12 @@ import (
 
 const kvStateFile = "kv-policy.json"
 
+// maxKVStateBytes bounds the state file, read at start: the accepted KV
+// documents as JSON. Real ones are a few documents of a few KB; a file
+// over the bound is not written, and one found over it (or a link to a
+// device, a FIFO or a huge sparse file) is ignored with an error.
+const maxKVStateBytes = 64 << 20
+
 type kvState struct {
 	Prefix    string              `json:"prefix"`
 	Documents []consul.KVDocument `json:"documents"`
@@ -34,6 +41,9 @@ func saveKVState(dir, prefix string, docs []consul.KVDocument) error {
 	b, err := json.MarshalIndent(kvState{Prefix: prefix, Documents: docs}, "", "  ")
 	if err != nil {
 		return err
+	}
+	if len(b) > maxKVStateBytes {
+		return fmt.Errorf("the accepted KV documents are %d bytes as JSON, over the state file's limit of %d; not saved", len(b), maxKVStateBytes)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -60,7 +70,7 @@ func saveKVState(dir, prefix string, docs []consul.KVDocument) error {
 // loadKVState reads the state file; (nil, nil) if there is none or it is
 // for another prefix.
 func loadKVState(dir, prefix string) (*kvState, error) {
-	b, err := os.ReadFile(filepath.Join(dir, kvStateFile))
+	b, err := policy.ReadBoundedFile(context.Background(), filepath.Join(dir, kvStateFile), maxKVStateBytes)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil, nil
 	}

@@ -73,6 +73,9 @@ type loop struct {
 	compute func(pipeline.Input, *pipeline.Memo) (*pipeline.World, error)
 	// lastCPU is the process's CPU time at the last build (debounce).
 	lastCPU time.Duration
+	// readFiles, if set, replaces policy.ReadFiles: the loop's tests
+	// make reading a policy's files slow with it.
+	readFiles func(*policy.Policy, time.Time) hclDiagnostics
 
 	// Policy documents are read and parsed off the loop (see docParser),
 	// so a slow document never holds catalog updates: reading is set while

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
 	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/hashicorp/hcl/v2"
 )
 
 // loopHarness runs the daemon loop without Consul: catalog updates come
@@ -387,5 +389,47 @@ func TestLoopLogsWhereAChangesTimeWent(t *testing.T) {
 		if ev[f] != v {
 			t.Errorf("snapshot updated: %s = %v ms, want %v (%v)", f, ev[f], v, ev)
 		}
+	}
+}
+
+// TestLoopSlowFilesDoNotHoldUpdates: the files a policy names are read off
+// the loop, with its documents: while they take long (a hung network file
+// system), a catalog change is still built and served, and the reload is
+// decided (here: rejected) when the read ends.
+func TestLoopSlowFilesDoNotHoldUpdates(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.hcl")
+	if err := os.WriteFile(file, []byte("export_all_services = true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var reads atomic.Int32
+	release := make(chan struct{})
+	var once sync.Once
+	unblock := func() { once.Do(func() { close(release) }) }
+	h := startLoopWith(t, func(c *Config, l *loop) {
+		c.ConfigFiles = []string{file}
+		l.readFiles = func(p *policy.Policy, now time.Time) hcl.Diagnostics {
+			reads.Add(1)
+			<-release
+			return hcl.Diagnostics{{Severity: hcl.DiagError, Summary: "Cannot read JWKS file", Detail: "read timed out", Subject: &hcl.Range{Filename: file}}}
+		}
+	})
+	t.Cleanup(unblock) // registered after the loop's: runs before it stops
+	h.send(8001)
+	h.eventually("the first build", func() bool { return h.builds() == 1 })
+	h.d.Reload()
+	h.eventually("the slow file read to start", func() bool { return reads.Load() == 1 })
+	h.clock.Advance(h.d.cfg.Settings.XDS.DebounceHoldOff)
+	h.send(8002)
+	h.eventually("a build during the slow file read", func() bool { return h.builds() == 2 })
+	if !strings.Contains(h.served(), `"port_value":8002`) {
+		t.Fatalf("served %s during a slow file read, want the new catalog (port 8002)", h.served())
+	}
+	if h.d.Policy().LastError != nil {
+		t.Fatal("the reload was decided before its files were read")
+	}
+	unblock()
+	h.eventually("the reload to be rejected after the read", func() bool { return h.d.Policy().LastError != nil })
+	if got := strings.Join(h.d.Policy().LastError.Diagnostics, "; "); !strings.Contains(got, "Cannot read JWKS file") {
+		t.Fatalf("rejection = %q, want the file read's diagnostic", got)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
 
 type hclDiagnostics = hcl.Diagnostics
@@ -81,4 +83,53 @@ func kvRejected(r string) *hcl.Diagnostic {
 		Detail:   reason + "; the policy is incomplete without it, so it is not applied.",
 		Subject:  &hcl.Range{Filename: key},
 	}
+}
+
+// redacted returns a copy of st with every text that may quote user input
+// passed through policy.RedactSecrets: a private key pasted into the
+// wrong field never appears on /v1/policy or the console. Diagnostics are
+// already redacted by policy.FormatDiagnostics; warnings, failed groups'
+// errors and route sources come from elsewhere.
+func (st *PolicyStatus) redacted() *PolicyStatus {
+	if st == nil {
+		return nil
+	}
+	out := *st
+	out.Waiting = policy.RedactSecrets(st.Waiting)
+	redact := func(in []string) []string {
+		if in == nil {
+			return nil
+		}
+		r := make([]string, len(in))
+		for i, s := range in {
+			r[i] = policy.RedactSecrets(s)
+		}
+		return r
+	}
+	out.PolicyWarnings, out.Warnings = redact(st.PolicyWarnings), redact(st.Warnings)
+	if st.LastError != nil {
+		le := *st.LastError
+		le.Diagnostics = redact(le.Diagnostics)
+		out.LastError = &le
+	}
+	if st.FailedGroups != nil {
+		out.FailedGroups = make([]GroupFailure, len(st.FailedGroups))
+		for i, g := range st.FailedGroups {
+			out.FailedGroups[i] = GroupFailure{Group: g.Group, Error: policy.RedactSecrets(g.Error)}
+		}
+	}
+	if st.Sources != nil {
+		out.Sources = make([]SourceStatus, len(st.Sources))
+		for i, s := range st.Sources {
+			s.Name = policy.RedactSecrets(s.Name)
+			out.Sources[i] = s
+		}
+	}
+	if st.RouteSources != nil {
+		out.RouteSources = make(map[string]string, len(st.RouteSources))
+		for k, v := range st.RouteSources {
+			out.RouteSources[policy.RedactSecrets(k)] = policy.RedactSecrets(v)
+		}
+	}
+	return &out
 }

@@ -1,11 +1,12 @@
 package bridge
 
 import (
+	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
+	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
@@ -25,6 +26,12 @@ type policyRead struct {
 	docs    []*policy.Document
 	diags   hclDiagnostics
 	sources []SourceStatus
+	// merged: docs were merged into cfg (nil if that failed) and the
+	// files cfg names read, off the loop (see prepare in files.go).
+	merged bool
+	cfg    *policy.Config
+	// readFiles, if set, replaces policy.ReadFiles (tests stall it).
+	readFiles func(*policy.Policy, time.Time) hclDiagnostics
 }
 
 // reloadPolicy re-reads the files and merges them with the latest KV
@@ -45,7 +52,9 @@ func (l *loop) reloadPolicy(trigger string) {
 	kv, ce := l.kvDocs, l.ce.docs
 	go func() {
 		docs, diags, sources := l.readDocuments(kv, ce)
-		l.readDone <- policyRead{trigger: trigger, kv: kv, docs: docs, diags: diags, sources: sources}
+		r := policyRead{trigger: trigger, kv: kv, docs: docs, diags: diags, sources: sources, readFiles: l.readFiles}
+		r.prepare(l.d.clock.Now())
+		l.readDone <- r
 	}()
 }
 
@@ -101,22 +110,16 @@ func (l *loop) tryPolicy(kv *consul.KVUpdate) attempt {
 
 // tryDocuments is tryPolicy on documents already read.
 func (l *loop) tryDocuments(r policyRead) attempt {
-	a := attempt{kv: r.kv, diags: r.diags, sources: r.sources, docs: r.docs}
+	if !r.merged {
+		r.prepare(l.d.clock.Now()) // tryPolicy's read, on the loop at start
+	}
+	a := attempt{kv: r.kv, diags: r.diags, sources: r.sources, docs: r.docs, cfg: r.cfg}
 	if a.diags.HasErrors() {
 		return a
 	}
-	cfg, ds := policy.Merge(r.docs...)
-	a.diags = append(a.diags, ds...)
-	if a.diags.HasErrors() {
-		return a
-	}
-	a.cfg = cfg
+	cfg := r.cfg
 	// A reload may not start sending keys the xDS settings do not protect.
 	a.diags = append(a.diags, policy.CheckKeyTransport(l.d.cfg.Settings.XDS, cfg.Policy)...)
-	// The certificates, keys and CAs tls blocks name are part of the
-	// policy: a missing or broken one rejects the reload like a broken
-	// document, and the last good secrets keep serving.
-	a.diags = append(a.diags, cfg.Policy.ReadFiles(l.d.clock.Now())...)
 	if a.diags.HasErrors() {
 		return a
 	}
@@ -224,7 +227,7 @@ func (l *loop) readDocuments(kv *consul.KVUpdate, ce *configDocs) ([]*policy.Doc
 		sources []SourceStatus
 	)
 	for _, f := range l.d.cfg.ConfigFiles {
-		src, err := os.ReadFile(f)
+		src, err := policy.ReadBoundedFile(context.Background(), f, policy.MaxDocumentBytes)
 		if err != nil {
 			diags = append(diags, readError(f, err))
 			continue

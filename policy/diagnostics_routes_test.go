@@ -1,5 +1,7 @@
 package policy
 
+import "strings"
+
 var routeDiagnosticCases = map[string]diagCase{
 	"zone aware percent out of range": {
 		docs:   []string{"service \"api\" {\n  zone_aware {\n    routing_percent = 150\n  }\n}\n"},
@@ -61,6 +63,16 @@ var routeDiagnosticCases = map[string]diagCase{
 		docs:   []string{inRoute("        service = \"web\"\n        match {\n          path_regex = \"/users/(\\\\d+\"\n        }", "")},
 		want:   "a.hcl:8:24: Invalid regular expression",
 		detail: "does not compile as RE2: error parsing regexp: missing closing )",
+	},
+	"path_regex over Envoy's RE2 program size limit": {
+		docs:   []string{inRoute("        service = \"web\"\n        match {\n          path_regex = \"/users/\\\\pL+\"\n        }", "")},
+		want:   "a.hcl:8:24: Invalid regular expression",
+		detail: "compiles to an RE2 program of about",
+	},
+	"path_regex of 100 KB": {
+		docs:   []string{inRoute("        service = \"web\"\n        match {\n          path_regex = \"/"+strings.Repeat("a", 100<<10)+"\"\n        }", "")},
+		want:   "a.hcl:8:24: Invalid regular expression",
+		detail: "is 102401 bytes long, longer than any pattern Envoy accepts",
 	},
 	"header regex that does not compile": {
 		docs:   []string{inRoute("        service = \"web\"\n        match {\n          header \"x-version\" {\n            regex = \"v[0-9\"\n          }\n        }", "")},

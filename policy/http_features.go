@@ -161,8 +161,8 @@ func (r *resolver) cors(b *corsBlock, inherit *ir.CORS) *ir.CORS {
 	if b.AllowOriginRegex != nil {
 		c.AllowOriginRegex = b.AllowOriginRegex
 		for i, re := range b.AllowOriginRegex {
-			if _, err := regexp.Compile(re); err != nil {
-				r.add(elemRange(b.Body, "allow_origin_regex", i, b.DefRange), "Invalid regular expression", "allow_origin_regex %q does not compile as RE2: %v.", re, err)
+			if err := ir.CheckRegex(re); err != nil {
+				r.add(elemRange(b.Body, "allow_origin_regex", i, b.DefRange), "Invalid regular expression", "allow_origin_regex %v.", err)
 			}
 		}
 	}

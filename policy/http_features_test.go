@@ -80,6 +80,11 @@ func TestHTTPFeatureDiagnostics(t *testing.T) {
 			want:   "a.hcl:8:33: Invalid regular expression",
 			detail: "does not compile as RE2",
 		},
+		"cors origin regex over RE2's limit": {
+			docs:   []string{inRoute("        service = \"web\"\n        cors {\n          allow_origin_regex = [\"^https://\\\\pL+$\"]\n        }", "")},
+			want:   "a.hcl:8:33: Invalid regular expression",
+			detail: "over Envoy's limit of 100",
+		},
 		"cors lower-case method": {
 			docs:   []string{inVHost("      cors {\n        allow_origins = [\"*\"]\n        allow_methods = [\"GET\", \"post\"]\n      }")},
 			want:   "a.hcl:7:33: Invalid method",

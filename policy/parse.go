@@ -1,8 +1,8 @@
 package policy
 
 import (
+	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
@@ -250,7 +250,7 @@ func LoadWith(paths []string, extra []*Document) (*Config, map[string][]byte, hc
 		}}
 	}
 	for _, p := range paths {
-		src, err := os.ReadFile(p)
+		src, err := ReadBoundedFile(context.Background(), p, MaxDocumentBytes)
 		if err != nil {
 			diags = append(diags, &hcl.Diagnostic{
 				Severity: hcl.DiagError,
@@ -307,7 +307,10 @@ func FormatDiagnostics(diags hcl.Diagnostics) []string {
 		if d.Severity == hcl.DiagWarning {
 			msg = "warning: " + msg
 		}
-		out = append(out, pos+msg)
+		// A secret pasted into the wrong field (a private key as a path)
+		// is echoed by the diagnostic about it; these lines go to the log
+		// and the admin pages.
+		out = append(out, RedactSecrets(pos+msg))
 	}
 	return out
 }

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"regexp"
 	"strings"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
@@ -214,11 +213,12 @@ func (r *resolver) valueMatches(list []*valueMatcher, kind string, header bool) 
 	return out
 }
 
-// regex checks a pattern with Go's regexp, whose syntax is RE2's: what
-// compiles here compiles in Envoy's RE2 engine.
+// regex checks a pattern as Envoy's RE2 engine will: Go's regexp parses
+// RE2's syntax, and ir.CheckRegex refuses programs over Envoy's default
+// size limit, which would make Envoy reject the whole resource.
 func (r *resolver) regex(body hcl.Body, name, pattern string, def hcl.Range) {
-	if _, err := regexp.Compile(pattern); err != nil {
-		r.add(valueRange(body, name, def), "Invalid regular expression", "%s %q does not compile as RE2: %v.", name, pattern, err)
+	if err := ir.CheckRegex(pattern); err != nil {
+		r.add(valueRange(body, name, def), "Invalid regular expression", "%s %v.", name, err)
 	}
 }
 

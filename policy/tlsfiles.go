@@ -2,6 +2,7 @@ package policy
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
@@ -31,8 +32,15 @@ import (
 // encrypted key (errors); a key file that group or others may read, a
 // certificate not valid yet (warnings). Diagnostics never quote a file's
 // contents.
+//
+// Files are read with ReadBoundedFile: regular files only, PEM files up
+// to MaxPEMFileBytes and JWKS files up to MaxJWKSFileBytes, all of them
+// within FileReadTimeout together, so a policy naming /dev/zero, a FIFO
+// or a huge file is rejected at once and never holds the caller.
 func (p *Policy) ReadFiles(now time.Time) hcl.Diagnostics {
-	rd := &fileReader{now: now, files: map[string]*fileRead{}}
+	ctx, cancel := context.WithTimeout(context.Background(), FileReadTimeout)
+	defer cancel()
+	rd := &fileReader{ctx: ctx, now: now, files: map[string]*fileRead{}}
 	for _, s := range p.services() {
 		t := s.TLS
 		if t == nil {
@@ -77,6 +85,7 @@ func (p *Policy) proxies() []*Proxy {
 
 type fileReader struct {
 	diags
+	ctx   context.Context
 	now   time.Time
 	files map[string]*fileRead
 }
@@ -92,7 +101,7 @@ func (rd *fileReader) read(f *PEMFile) ([]byte, fs.FileMode, bool) {
 	r, ok := rd.files[f.Path]
 	if !ok {
 		r = &fileRead{}
-		r.data, r.err = os.ReadFile(f.Path)
+		r.data, r.err = ReadBoundedFile(rd.ctx, f.Path, MaxPEMFileBytes)
 		if r.err == nil {
 			if fi, err := os.Stat(f.Path); err == nil {
 				r.mode = fi.Mode()
@@ -282,7 +291,7 @@ func certSubject(c *x509.Certificate) string {
 // Set with at least one key (RFC 7517): Envoy would otherwise reject the
 // listener, or verify no token.
 func (rd *fileReader) jwks(f *JWKSFile) (string, bool) {
-	data, err := os.ReadFile(f.Path)
+	data, err := ReadBoundedFile(rd.ctx, f.Path, MaxJWKSFileBytes)
 	if err != nil {
 		rd.add(f.Range, "Cannot read JWKS file", "%v.", unwrapPathError(err))
 		return "", false

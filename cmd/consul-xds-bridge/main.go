@@ -369,6 +369,9 @@ func newLogger(s policy.LogSettings, w io.Writer) (zerolog.Logger, error) {
 	if err != nil {
 		return zerolog.Logger{}, fmt.Errorf("log level %q: %w", s.Level, err)
 	}
+	// Whatever a log line quotes of user input, a private key or token
+	// pasted there never reaches the log.
+	w = policy.NewRedactingWriter(w)
 	if s.Format == "console" {
 		w = zerolog.ConsoleWriter{Out: w, TimeFormat: logTimeFormat}
 	}

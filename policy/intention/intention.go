@@ -19,7 +19,6 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -299,14 +298,14 @@ func toRule(at string, s *Source) (ir.IntentionRule, error) {
 }
 
 // checkRegex rejects what RE2 (Envoy's safe_regex engine, whose syntax
-// Go's regexp shares) would reject, so a bad pattern fails here with its
-// source named rather than as a NACK of the whole listener.
+// Go's regexp shares) would reject, including programs over Envoy's size
+// limit, so a bad pattern fails here with its source named rather than as
+// a NACK of the whole listener.
 func checkRegex(re string) error {
 	if re == "" {
 		return nil
 	}
-	_, err := regexp.Compile(re)
-	return err
+	return ir.CheckRegex(re)
 }
 
 func checkAction(at string, a ir.IntentionAction) error {

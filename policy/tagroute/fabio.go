@@ -82,6 +82,12 @@ func fabio(services []Service, owners Owners) ([]Route, []string) {
 				// Fabio removes the prefix; Envoy's prefix rewrite would
 				// leave "//x" for prefix "/api" on "/api/x".
 				rt.Rewrite = &ir.Rewrite{Regex: "^" + regexp.QuoteMeta(strings.TrimSuffix(r.strip, "/")) + "/?", Substitution: "/"}
+				// A long strip prefix makes a program Envoy refuses,
+				// which would NACK the whole route configuration.
+				if err := ir.CheckRegex(rt.Rewrite.Regex); err != nil {
+					warnings = append(warnings, fmt.Sprintf("%s: strip: %v; route left out", r.source, err))
+					continue
+				}
 			}
 		}
 		out = append(out, Route{Host: r.host, Route: rt, Services: r.services, priority: len(r.path), order: r.source})

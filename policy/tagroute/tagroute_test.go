@@ -1,6 +1,7 @@
 package tagroute
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -101,4 +102,33 @@ func FuzzRoutes(f *testing.F) {
 			Routes(format, []Service{{Name: "s", Tags: []string{tag}}, {Name: "t", Tags: []string{tag}}}, Owners{Domains: []string{"*.a", "b*"}}) // must not panic
 		}
 	})
+}
+
+// TestTagRouteRegexLimit: strip prefixes long enough to make a rewrite
+// pattern over Envoy's RE2 program size limit leave their route out with
+// a warning, instead of a route configuration every Envoy would refuse.
+func TestTagRouteRegexLimit(t *testing.T) {
+	long := "/" + strings.Repeat("p", 200)
+	routes, warnings := Routes("fabio", []Service{{Name: "api", Tags: []string{"urlprefix-" + long + " strip=" + long, "urlprefix-/ok strip=/ok"}}}, Owners{})
+	if len(routes) != 1 || routes[0].Route.Match.PathPrefix != "/ok" {
+		t.Errorf("fabio routes = %+v, want only /ok", routes)
+	}
+	if w := strings.Join(warnings, "\n"); !strings.Contains(w, "over Envoy's limit") && !strings.Contains(w, "longer than any pattern") {
+		t.Errorf("fabio warnings lack the regex limit:\n%s", w)
+	}
+	var prefixes []string
+	for i := range 30 {
+		prefixes = append(prefixes, fmt.Sprintf("/%c%d-service", 'a'+i%26, i*7919))
+	}
+	routes, warnings = Routes("traefik", []Service{{Name: "api", Tags: []string{
+		"traefik.http.routers.api.rule=PathPrefix(`/api`)",
+		"traefik.http.routers.api.middlewares=strip",
+		"traefik.http.middlewares.strip.stripprefix.prefixes=" + strings.Join(prefixes, ","),
+	}}}, Owners{})
+	if len(routes) != 0 {
+		t.Errorf("traefik routes = %+v, want none", routes)
+	}
+	if w := strings.Join(warnings, "\n"); !strings.Contains(w, "make a rewrite pattern Envoy refuses") {
+		t.Errorf("traefik warnings lack the regex limit:\n%s", w)
+	}
 }

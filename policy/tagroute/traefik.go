@@ -208,6 +208,11 @@ func (r *traefikRouter) routes(middlewares map[string]map[string]*traefikMiddlew
 				alts = append(alts, regexp.QuoteMeta(strings.TrimSuffix(p, "/")))
 			}
 			rt.Rewrite = &ir.Rewrite{Regex: "^(" + strings.Join(alts, "|") + ")/?", Substitution: "/"}
+			// Many or long prefixes make a program Envoy refuses, which
+			// would NACK the whole route configuration.
+			if err := ir.CheckRegex(rt.Rewrite.Regex); err != nil {
+				return nil, fmt.Errorf("middleware %q: its stripPrefix prefixes make a rewrite pattern Envoy refuses: %w", name, err)
+			}
 		}
 	}
 	priority := r.priority

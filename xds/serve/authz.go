@@ -138,9 +138,10 @@ func (s *authzStream) check(m any) error {
 		return nil
 	}
 	if s.checked && (node.GetId() != s.id || node.GetCluster() != s.cluster) {
-		s.log.Warn().Str("node", node.GetId()).Str("node_cluster", node.GetCluster()).Str("first_node", s.id).
+		// Client-chosen strings of any length: cut, in the log and the answer.
+		s.log.Warn().Str("node", truncate(node.GetId(), 256)).Str("node_cluster", truncate(node.GetCluster(), 256)).Str("first_node", truncate(s.id, 256)).
 			Str("certificate", certIdentity(s.cert)).Msg("refused xDS client: node changed within a stream")
-		return status.Errorf(codes.PermissionDenied, "node %q in group %q cannot become node %q in group %q within a stream", s.id, s.cluster, node.GetId(), node.GetCluster())
+		return status.Errorf(codes.PermissionDenied, "node %q in group %q cannot become node %q in group %q within a stream", truncate(s.id, 256), truncate(s.cluster, 256), truncate(node.GetId(), 256), truncate(node.GetCluster(), 256))
 	}
 	ok, why := s.authorize(s.cert, node)
 	if ok {
@@ -150,9 +151,9 @@ func (s *authzStream) check(m any) error {
 		s.last = node
 		return nil
 	}
-	s.log.Warn().Str("node", node.GetId()).Str("node_cluster", node.GetCluster()).
+	s.log.Warn().Str("node", truncate(node.GetId(), 256)).Str("node_cluster", truncate(node.GetCluster(), 256)).
 		Str("certificate", certIdentity(s.cert)).Msg("refused xDS client: certificate does not authorize this node")
-	return status.Errorf(codes.PermissionDenied, "certificate %s does not authorize node %q in group %q%s", certIdentity(s.cert), node.GetId(), node.GetCluster(), why)
+	return status.Errorf(codes.PermissionDenied, "certificate %s does not authorize node %q in group %q%s", certIdentity(s.cert), truncate(node.GetId(), 256), truncate(node.GetCluster(), 256), why)
 }
 
 func peerCert(ctx context.Context) *x509.Certificate {

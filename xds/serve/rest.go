@@ -145,9 +145,9 @@ func (s *Server) authorizeREST(ctx context.Context, node *corev3.Node) (int, str
 	}
 	cert := st.PeerCertificates[0]
 	if ok, why := s.authorizeNode(cert, node); !ok {
-		s.log.Warn().Str("node", node.GetId()).Str("node_cluster", node.GetCluster()).
+		s.log.Warn().Str("node", truncate(node.GetId(), 256)).Str("node_cluster", truncate(node.GetCluster(), 256)).
 			Str("certificate", certIdentity(cert)).Str("transport", "REST").Msg("refused xDS client: certificate does not authorize this node")
-		return http.StatusForbidden, fmt.Sprintf("certificate %s does not authorize node %q in group %q%s", certIdentity(cert), node.GetId(), node.GetCluster(), why)
+		return http.StatusForbidden, fmt.Sprintf("certificate %s does not authorize node %q in group %q%s", certIdentity(cert), truncate(node.GetId(), 256), truncate(node.GetCluster(), 256), why)
 	}
 	return 0, ""
 }

@@ -105,3 +105,25 @@ func TestValidateReadsAgentConfigs(t *testing.T) {
 		}
 	}
 }
+
+// TestValidateRefusesWhatEnvoyRefuses: a path_regex whose RE2 program is
+// over Envoy's default limit (re2.max_program_size.error_level, 100) is
+// an error at its position (validate used to say "1 file(s) valid", and
+// every Envoy would then NACK the route configuration); a common one
+// passes.
+func TestValidateRefusesWhatEnvoyRefuses(t *testing.T) {
+	policy := func(re string) string {
+		return "proxy \"edge\" {\n  listener \"http\" {\n    port = 8080\n    virtual_host \"all\" {\n      route {\n        match {\n          path_regex = \"" + re + "\"\n        }\n        service = \"web\"\n      }\n    }\n  }\n}\n"
+	}
+	var out, errOut bytes.Buffer
+	big := writeTemp(t, "big.hcl", policy("^/(alpha|beta|gamma|delta|epsilon|zeta|eta|theta|iota|kappa|lambda|mu)/[a-z0-9]{3,12}/(x|y|z)+$"))
+	if code := realMain([]string{"validate", big}, &out, &errOut); code != 1 || !strings.Contains(errOut.String(), big+":7:") {
+		t.Errorf("an over-limit path_regex: exit %d, stderr %q; want 1 at line 7", code, errOut.String())
+	}
+	out.Reset()
+	errOut.Reset()
+	ok := writeTemp(t, "ok.hcl", policy("^/api/v[0-9]+/.*"))
+	if code := realMain([]string{"validate", ok}, &out, &errOut); code != 0 {
+		t.Errorf("a common path_regex: exit %d, stderr %q", code, errOut.String())
+	}
+}

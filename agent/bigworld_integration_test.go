@@ -21,12 +21,14 @@ import (
 )
 
 // bigListenerPolicy writes a policy whose group edge-big has one listener
-// of about n MB: n JWT providers, each with a key set file of ~900 KB
-// (under any per-file bound) that the bridge inlines into the listener.
-func bigListenerPolicy(t *testing.T, n int) string {
+// of about n MB: 5n JWT providers, each with a key set file of ~200 KB
+// (under the 256 KiB a JWKS file may have) that the bridge inlines into
+// the listener.
+func bigListenerPolicy(t *testing.T, mb int) string {
 	t.Helper()
 	dir := t.TempDir()
-	key := base64.RawURLEncoding.EncodeToString(make([]byte, 675<<10)) // ~900 KB of text
+	n := 5 * mb
+	key := base64.RawURLEncoding.EncodeToString(make([]byte, 150<<10)) // ~200 KB of text
 	var hcl strings.Builder
 	hcl.WriteString("proxy \"edge-big\" {\n  listener \"http\" {\n    port = 8080\n")
 	for i := range n {

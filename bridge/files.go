@@ -189,6 +189,13 @@ func (r *policyRead) prepare(now time.Time) {
 		return
 	}
 	r.cfg = cfg
+	// Keys the xDS settings would send unprotected are refused before any
+	// key file is read: the reason to reject is the transport, whatever
+	// the files hold.
+	r.diags = append(r.diags, policy.CheckKeyTransport(r.xds, cfg.Policy)...)
+	if r.diags.HasErrors() {
+		return
+	}
 	read := (*policy.Policy).ReadFiles
 	if r.readFiles != nil {
 		read = r.readFiles

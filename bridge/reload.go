@@ -32,6 +32,9 @@ type policyRead struct {
 	cfg    *policy.Config
 	// readFiles, if set, replaces policy.ReadFiles (tests stall it).
 	readFiles func(*policy.Policy, time.Time) hclDiagnostics
+	// xds are the daemon's xDS settings, which decide whether the policy
+	// may serve private keys (policy.CheckKeyTransport).
+	xds policy.XDSSettings
 }
 
 // reloadPolicy re-reads the files and merges them with the latest KV
@@ -52,7 +55,7 @@ func (l *loop) reloadPolicy(trigger string) {
 	kv, ce := l.kvDocs, l.ce.docs
 	go func() {
 		docs, diags, sources := l.readDocuments(kv, ce)
-		r := policyRead{trigger: trigger, kv: kv, docs: docs, diags: diags, sources: sources, readFiles: l.readFiles}
+		r := policyRead{trigger: trigger, kv: kv, docs: docs, diags: diags, sources: sources, readFiles: l.readFiles, xds: l.d.cfg.Settings.XDS}
 		r.prepare(l.d.clock.Now())
 		l.readDone <- r
 	}()
@@ -111,18 +114,16 @@ func (l *loop) tryPolicy(kv *consul.KVUpdate) attempt {
 // tryDocuments is tryPolicy on documents already read.
 func (l *loop) tryDocuments(r policyRead) attempt {
 	if !r.merged {
+		r.xds = l.d.cfg.Settings.XDS
 		r.prepare(l.d.clock.Now()) // tryPolicy's read, on the loop at start
 	}
+	// prepare merged the documents, refused keys the xDS settings do not
+	// protect and read the files the policy names.
 	a := attempt{kv: r.kv, diags: r.diags, sources: r.sources, docs: r.docs, cfg: r.cfg}
 	if a.diags.HasErrors() {
 		return a
 	}
 	cfg := r.cfg
-	// A reload may not start sending keys the xDS settings do not protect.
-	a.diags = append(a.diags, policy.CheckKeyTransport(l.d.cfg.Settings.XDS, cfg.Policy)...)
-	if a.diags.HasErrors() {
-		return a
-	}
 	// The gate computes exactly what a build would serve (the mesh's
 	// data joined), on a fork of the daemon's memo: a rejected candidate
 	// leaves the served memory as it was; an accepted one's fork becomes

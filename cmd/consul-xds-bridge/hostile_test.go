@@ -81,9 +81,11 @@ func TestHostileFilesAndSecretsInTheRealBinary(t *testing.T) {
 		}
 	}
 	put("base.hcl", "export_all_services = \n") // broken at start
+	// insecure_serve_keys: the key file below must be read (and refused
+	// as a FIFO), not refused first for the plaintext transport.
 	admin, xdsAddr := freeAddr(t), freeAddr(t)
 	cfg := filepath.Join(dir, "config.hcl")
-	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("consul {\n  address = %q\n  kv_prefix = %q\n  state_dir = %q\n}\nxds {\n  listen = %q\n}\nadmin {\n  listen = %q\n}\n",
+	if err := os.WriteFile(cfg, []byte(fmt.Sprintf("consul {\n  address = %q\n  kv_prefix = %q\n  state_dir = %q\n}\nxds {\n  listen = %q\n  insecure_serve_keys = true\n}\nadmin {\n  listen = %q\n}\n",
 		agent.HTTPAddr(), prefix, state, xdsAddr, admin)), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,11 @@ func TestHostileFilesAndSecretsInTheRealBinary(t *testing.T) {
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 
 	policyPage := func() string {
-		resp, err := http.Get("http://" + admin + "/v1/policy")
+		// The admin token the bridge generates in its state directory.
+		tok, _ := os.ReadFile(filepath.Join(state, "admin-token"))
+		req, _ := http.NewRequest(http.MethodGet, "http://"+admin+"/v1/policy", nil)
+		req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
+		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
 			return ""
 		}

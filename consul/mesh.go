@@ -50,6 +50,11 @@ type Mesh struct {
 	// name; Protocols the service-defaults protocol of each service.
 	Intentions []*api.ServiceIntentionsConfigEntry `json:"-"`
 	Protocols  map[string]string                   `json:"protocols,omitempty"`
+	// UpstreamOverrides are, by downstream service (the service-defaults
+	// entry's name), its upstream_config overrides: how that service's
+	// sidecars reach each upstream, which Consul applies to no other
+	// caller.
+	UpstreamOverrides map[string][]*api.UpstreamConfig `json:"-"`
 	// Natives are the Connect-native services (connect { native = true }:
 	// proxyless gRPC servers in the mesh), sorted.
 	Natives []string `json:"natives,omitempty"`
@@ -583,4 +588,36 @@ func (m *Mesh) upstreams(extra ...ServiceKey) []ServiceKey {
 		}
 	}
 	return slices.SortedFunc(maps.Keys(set), compareKeys)
+}
+
+// addOverrides files d's upstream_config overrides under d's name.
+func (m *Mesh) addOverrides(d *api.ServiceConfigEntry) {
+	if d.UpstreamConfig == nil || len(d.UpstreamConfig.Overrides) == 0 {
+		return
+	}
+	if m.UpstreamOverrides == nil {
+		m.UpstreamOverrides = map[string][]*api.UpstreamConfig{}
+	}
+	m.UpstreamOverrides[d.Name] = d.UpstreamConfig.Overrides
+}
+
+// SetEntries sets the mesh's part of the config entries: the intentions
+// (sorted by name), each service-defaults protocol and upstream overrides.
+func (m *Mesh) SetEntries(entries []api.ConfigEntry) {
+	m.Intentions, m.Protocols, m.UpstreamOverrides = nil, nil, nil
+	for _, e := range entries {
+		switch c := e.(type) {
+		case *api.ServiceIntentionsConfigEntry:
+			m.Intentions = append(m.Intentions, c)
+		case *api.ServiceConfigEntry:
+			if c.Protocol != "" {
+				if m.Protocols == nil {
+					m.Protocols = map[string]string{}
+				}
+				m.Protocols[c.Name] = c.Protocol
+			}
+			m.addOverrides(c)
+		}
+	}
+	slices.SortFunc(m.Intentions, func(a, b *api.ServiceIntentionsConfigEntry) int { return strings.Compare(a.Name, b.Name) })
 }

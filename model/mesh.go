@@ -349,6 +349,7 @@ func (mb *meshBuilder) finish(groups []ir.Group) {
 			t := *c.TLS
 			t.CertificateSecret = ir.LeafSecretPrefix + local
 			cc.TLS = &t
+			applyOverride(&cc, mb.mesh.UpstreamOverrides[local])
 			if len(locals) > 1 {
 				cc.Name = base + "/" + local
 			}

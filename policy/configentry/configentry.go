@@ -53,6 +53,10 @@ func (e *Entries) Add(entry api.ConfigEntry) error {
 		setIn(&e.HTTPRoutes, c.Name, c)
 	case *api.TCPRouteConfigEntry:
 		setIn(&e.TCPRoutes, c.Name, c)
+	case *api.ServiceIntentionsConfigEntry:
+		return fmt.Errorf("%s %q: intentions are not policy; a bridge with a mesh block follows them from Consul as its sidecars' RBAC", entry.GetKind(), entry.GetName())
+	case *api.ProxyConfigEntry, *api.MeshConfigEntry, *api.ExportedServicesConfigEntry, *api.TerminatingGatewayConfigEntry:
+		return fmt.Errorf("%s %q: a service mesh setting the bridge's policy has no equivalent for; not translated", entry.GetKind(), entry.GetName())
 	default:
 		return fmt.Errorf("%s %q: not a kind the bridge reads (service-defaults, service-resolver, service-splitter, service-router, ingress-gateway, api-gateway, http-route, tcp-route)", entry.GetKind(), entry.GetName())
 	}

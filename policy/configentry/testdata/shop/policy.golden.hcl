@@ -28,16 +28,6 @@ service "api" {
 
 # consul-config:service-defaults/billing
 service "billing" {
-  connect_timeout = "2s"
-  circuit_breaker {
-    max_connections      = 100
-    max_pending_requests = 10
-    max_requests         = 50
-  }
-  outlier_detection {
-    consecutive_5xx = 5
-    interval        = "10s"
-  }
 }
 
 # consul-config:service-defaults/echo,service-resolver/echo

@@ -1,0 +1,76 @@
+package configentry_test
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy/configentry"
+)
+
+// TestServiceDefaultsFromConsulHaveNoFalseNotes: a service-defaults entry
+// written to a real Consul and read back (Consul fills in
+// "TransparentProxy": {}, "MeshGateway": {}, "Expose": {}) translates
+// without a note about settings it never set (issue 39, item 3).
+func TestServiceDefaultsFromConsulHaveNoFalseNotes(t *testing.T) {
+	agent := consultest.Start(t)
+	c := agent.Client()
+	if _, _, err := c.ConfigEntries().Set(&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "api", Protocol: "http"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	entries, _, err := c.ConfigEntries().List(api.ServiceDefaults, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var e configentry.Entries
+	for _, entry := range entries {
+		if err := e.Add(entry); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if d := e.Defaults["api"]; d == nil || d.TransparentProxy == nil {
+		t.Fatalf("Consul 1.15 returns an empty TransparentProxy object; read %+v (the test no longer covers the defect)", d)
+	}
+	docs, notes := configentry.ToHCL(e)
+	if len(notes) > 0 {
+		t.Errorf("notes for an entry that sets only its protocol: %v", notes)
+	}
+	if len(docs) != 1 {
+		t.Fatalf("docs = %v", docs)
+	}
+	// A setting is still noted.
+	e.Defaults["api"].Mode = api.ProxyModeTransparent
+	if _, notes := configentry.ToHCL(e); len(notes) != 1 || !strings.Contains(notes[0].Text, "transparent proxy mode") {
+		t.Errorf("mode transparent: notes %v, want one about transparent proxy mode", notes)
+	}
+}
+
+// TestUpstreamOverridesAreNotTheUpstreamsSettings: web's
+// upstream_config.overrides for api are how web's sidecars reach api;
+// they do not become api's service block (every caller's settings), and a
+// note says where they apply (issue 39, item 4).
+func TestUpstreamOverridesAreNotTheUpstreamsSettings(t *testing.T) {
+	three := 3
+	for _, mesh := range []bool{false, true} {
+		e := configentry.Entries{Mesh: mesh, Defaults: map[string]*api.ServiceConfigEntry{
+			"web": {Kind: api.ServiceDefaults, Name: "web", UpstreamConfig: &api.UpstreamConfiguration{Overrides: []*api.UpstreamConfig{
+				{Name: "api", ConnectTimeoutMs: 7000, Limits: &api.UpstreamLimits{MaxConnections: &three}}}}},
+			"api": {Kind: api.ServiceDefaults, Name: "api", Protocol: "http"},
+		}}
+		docs, notes := configentry.ToHCL(e)
+		for _, d := range docs {
+			if s := string(d.Source); strings.Contains(s, "connect_timeout") || strings.Contains(s, "circuit_breaker") {
+				t.Errorf("mesh %v: %s carries web's overrides for api:\n%s", mesh, d.Name, s)
+			}
+		}
+		want := "apply nowhere"
+		if mesh {
+			want = "apply to web's sidecars' mesh cluster of api only"
+		}
+		if len(notes) != 1 || notes[0].Entry != "service-defaults/web" || !strings.Contains(notes[0].Text, want) {
+			t.Errorf("mesh %v: notes %v, want one at service-defaults/web saying %q", mesh, notes, want)
+		}
+	}
+}

@@ -68,6 +68,11 @@ type Proxy struct {
 	Node       string
 	Datacenter string
 	NodeMeta   map[string]string `json:",omitempty"`
+	// Tags and Meta are the proxy registration's own (a sidecar_service
+	// inherits its service's unless it sets its own): what a
+	// service-resolver subset filter tests in Consul's mesh.
+	Tags []string          `json:",omitempty"`
+	Meta map[string]string `json:",omitempty"`
 	// Address is the proxy's service address, or its node's;
 	// ServiceAddress the service address alone ("" if unset).
 	Address        string

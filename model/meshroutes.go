@@ -18,9 +18,9 @@ import (
 
 // dial records that local's sidecars dial the mesh cluster base (the
 // sidecars of service in dc), making the cluster on first use.
-func (mb *meshBuilder) dial(base, service, dc, localDC, protocol, local string) {
+func (mb *meshBuilder) dial(base, service, subset, dc, localDC, protocol, local string) {
 	if c, ok := mb.clusters["mesh\x00"+base]; !ok {
-		mb.clusters["mesh\x00"+base] = mb.meshCluster(base, service, dc, localDC, protocol)
+		mb.clusters["mesh\x00"+base] = mb.meshCluster(base, service, subset, dc, localDC, protocol)
 	} else if http2 := protocol == "http2" || protocol == "grpc"; c.HTTP2 != http2 {
 		// One cluster serves every dialer: upstreams that disagree on
 		// HTTP/2 (a per-upstream protocol) cannot all be served as asked.
@@ -58,8 +58,8 @@ func (mb *meshBuilder) upstreamRoutes(who, group string, upstream int, u *ir.Mes
 		rt := b.route(r)
 		rt.Name = routeName(u.Service, i)
 		for j, t := range r.Targets {
-			base := ir.MeshClusterName(t.Service, dc, mb.mesh.TrustDomain)
-			mb.dial(base, t.Service, dc, dc, mb.targetProtocol(who, t.Service, u), local)
+			base := ir.MeshSubsetClusterName(t.Subset, t.Service, dc, mb.mesh.TrustDomain)
+			mb.dial(base, t.Service, t.Subset, dc, dc, mb.targetProtocol(who, t.Service, u), local)
 			rt.Clusters[j].Name = base
 			mb.refs = append(mb.refs, meshRef{group: group, upstream: upstream, route: i, target: j, base: base, local: local})
 		}

@@ -130,8 +130,9 @@ func ToHCL(e Entries) ([]Document, []Note) {
 type translator struct {
 	e     Entries
 	notes []Note
-	// mesh is set while mesh_routes are written: mesh clusters are per
-	// service, so subsets are dropped (with a note).
+	// mesh is set while mesh_routes are written: a subset whose filter
+	// has no equivalent is dropped there (with a note) rather than
+	// refusing the entry.
 	mesh          bool
 	usedRouters   map[string]bool
 	usedSplitters map[string]bool

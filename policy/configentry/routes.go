@@ -61,11 +61,28 @@ func (t *translator) leaf(svc, subset string) target {
 			subset = r.DefaultSubset
 		}
 	}
-	if t.mesh && subset != "" {
-		t.note(api.ServiceResolver, svc, "subset %q is not applied between sidecars (mesh clusters are per service): mesh traffic goes to every instance of %s", subset, svc)
+	if t.mesh && subset != "" && !t.translatableSubset(svc, subset) {
+		// Its filter has no equivalent (noted at the resolver): the
+		// mesh keeps serving the service rather than refusing the entry.
+		t.note(api.ServiceResolver, svc, "subset %q is not translated, so mesh traffic for it goes to every instance of %s", subset, svc)
 		subset = ""
 	}
 	return target{service: label(svc), subset: subset, weight: 1}
+}
+
+// translatableSubset reports whether svc's resolver declares subset with a
+// filter the service block can carry.
+func (t *translator) translatableSubset(svc, subset string) bool {
+	r := t.e.Resolvers[svc]
+	if r == nil {
+		return false
+	}
+	s, ok := r.Subsets[subset]
+	if !ok {
+		return false
+	}
+	_, _, ok = parseFilter(s.Filter)
+	return ok
 }
 
 // merge joins targets of the same service and subset (a split over two
@@ -367,6 +384,13 @@ func (t *translator) routeDocs() []Document {
 	for n := range t.e.Splitters {
 		names[n] = true
 	}
+	// A resolver's default subset is where the chain sends the service's
+	// traffic even without a router or splitter.
+	for n, r := range t.e.Resolvers {
+		if r.DefaultSubset != "" {
+			names[n] = true
+		}
+	}
 	for _, svc := range slices.Sorted(maps.Keys(names)) {
 		proto := t.protocol(svc)
 		grpc := proto == "grpc" // only a service-defaults entry says grpc
@@ -384,6 +408,9 @@ func (t *translator) routeDocs() []Document {
 			t.mesh = false
 		}
 		var from []string
+		if t.e.Routers[svc] == nil && t.e.Splitters[svc] == nil {
+			from = append(from, api.ServiceResolver+"/"+svc+"#default_subset")
+		}
 		if t.e.Routers[svc] != nil {
 			from = append(from, api.ServiceRouter+"/"+svc)
 		}

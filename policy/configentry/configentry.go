@@ -130,10 +130,13 @@ func ToHCL(e Entries) ([]Document, []Note) {
 type translator struct {
 	e     Entries
 	notes []Note
-	// mesh is set while mesh_routes are written: a subset whose filter
-	// has no equivalent is dropped there (with a note) rather than
-	// refusing the entry.
-	mesh          bool
+	// mesh is set while mesh_routes and chain blocks are written: a
+	// subset whose filter has no equivalent is dropped there (with a
+	// note) rather than refusing the entry.
+	mesh bool
+	// expanded is set while an ingress gateway's routes are written: they
+	// are the chain already, so they say chain = false.
+	expanded      bool
 	usedRouters   map[string]bool
 	usedSplitters map[string]bool
 }

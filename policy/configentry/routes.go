@@ -64,7 +64,7 @@ func (t *translator) leaf(svc, subset string) target {
 	if t.mesh && subset != "" && !t.translatableSubset(svc, subset) {
 		// Its filter has no equivalent (noted at the resolver): the
 		// mesh keeps serving the service rather than refusing the entry.
-		t.note(api.ServiceResolver, svc, "subset %q is not translated, so mesh traffic for it goes to every instance of %s", subset, svc)
+		t.note(api.ServiceResolver, svc, "subset %q is not translated, so the chain's traffic for it goes to every instance of %s", subset, svc)
 		subset = ""
 	}
 	return target{service: label(svc), subset: subset, weight: 1}
@@ -83,6 +83,14 @@ func (t *translator) translatableSubset(svc, subset string) bool {
 	}
 	_, _, ok = parseFilter(s.Filter)
 	return ok
+}
+
+// chainOptOut marks a route the translation already sent through the
+// chain (an ingress gateway's) so the policy does not apply it twice.
+func (t *translator) chainOptOut(b *hclwrite.Body) {
+	if t.expanded {
+		b.SetAttributeValue("chain", cty.False)
+	}
 }
 
 // merge joins targets of the same service and subset (a split over two
@@ -165,6 +173,7 @@ func (t *translator) routes(vh *hclwrite.Body, svc string, grpc bool) {
 	}
 	b := vh.AppendNewBlock("route", nil).Body()
 	setAction(b, t.dest(svc, "", 0))
+	t.chainOptOut(b)
 	if timeout != "" {
 		b.SetAttributeValue("timeout", cty.StringVal(timeout))
 	}
@@ -197,6 +206,7 @@ func (t *translator) route(vh *hclwrite.Body, svc string, i int, r api.ServiceRo
 			to = svc
 		}
 		setAction(b, t.dest(to, d.ServiceSubset, 0))
+		t.chainOptOut(b)
 		switch {
 		case d.RequestTimeout > 0:
 			b.SetAttributeValue("timeout", cty.StringVal(d.RequestTimeout.String()))
@@ -364,7 +374,9 @@ func (t *translator) ingressDoc(g *api.IngressGatewayConfigEntry) Document {
 				hosts = []string{s.Name + ".ingress.*"}
 			}
 			vh.SetAttributeValue("domains", strList(hosts))
+			t.expanded = true
 			t.routes(vh, s.Name, false)
+			t.expanded = false
 		}
 	}
 	return render(f, api.IngressGateway+"/"+g.Name)
@@ -394,11 +406,17 @@ func (t *translator) routeDocs() []Document {
 	for _, svc := range slices.Sorted(maps.Keys(names)) {
 		proto := t.protocol(svc)
 		grpc := proto == "grpc" // only a service-defaults entry says grpc
-		mesh := t.e.Mesh && (proto == "http" || proto == "http2" || proto == "grpc")
-		if !grpc && !mesh {
+		l7 := proto == "http" || proto == "http2" || proto == "grpc"
+		mesh := t.e.Mesh && l7
+		if !l7 {
 			continue
 		}
 		f := hclwrite.NewEmptyFile()
+		// The chain itself, which proxy listener routes to svc follow
+		// (Consul applies it wherever svc is a target).
+		t.mesh = true
+		t.routes(f.Body().AppendNewBlock("chain", []string{svc}).Body(), svc, false)
+		t.mesh = false
 		if grpc {
 			t.routes(f.Body().AppendNewBlock("grpc_service", []string{svc}).Body(), svc, true)
 		}

@@ -1,12 +1,15 @@
 package configentry_test
 
 import (
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy/configentry"
 )
 
@@ -71,6 +74,56 @@ func TestUpstreamOverridesAreNotTheUpstreamsSettings(t *testing.T) {
 		}
 		if len(notes) != 1 || notes[0].Entry != "service-defaults/web" || !strings.Contains(notes[0].Text, want) {
 			t.Errorf("mesh %v: notes %v, want one at service-defaults/web saying %q", mesh, notes, want)
+		}
+	}
+}
+
+// TestGatewayRoutesFollowTheChain: an api-gateway's http-route to api
+// follows api's chain (90/10 over its subsets) once the documents are
+// merged, as Consul's gateways route; an ingress gateway's routes, made
+// through the chain already, are not split twice.
+func TestGatewayRoutesFollowTheChain(t *testing.T) {
+	e := configentry.Entries{}
+	for _, entry := range []api.ConfigEntry{
+		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "api", Protocol: "http"},
+		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "api", Subsets: map[string]api.ServiceResolverSubset{
+			"v1": {Filter: `"v1" in Service.Tags`}, "v2": {Filter: `"v2" in Service.Tags`}}},
+		&api.ServiceSplitterConfigEntry{Kind: api.ServiceSplitter, Name: "api", Splits: []api.ServiceSplit{{Weight: 90, ServiceSubset: "v1"}, {Weight: 10, ServiceSubset: "v2"}}},
+		&api.APIGatewayConfigEntry{Kind: api.APIGateway, Name: "gw", Listeners: []api.APIGatewayListener{{Name: "http", Port: 8080, Protocol: "http"}}},
+		&api.HTTPRouteConfigEntry{Kind: api.HTTPRoute, Name: "r", Parents: []api.ResourceReference{{Kind: api.APIGateway, Name: "gw"}},
+			Rules: []api.HTTPRouteRule{{Services: []api.HTTPService{{Name: "api"}}}}},
+		&api.IngressGatewayConfigEntry{Kind: api.IngressGateway, Name: "ing", Listeners: []api.IngressListener{{Port: 9090, Protocol: "http", Services: []api.IngressService{{Name: "api"}}}}},
+	} {
+		if err := e.Add(entry); err != nil {
+			t.Fatal(err)
+		}
+	}
+	docs, _ := configentry.ToHCL(e)
+	var parsed []*policy.Document
+	for _, d := range docs {
+		doc, diags := policy.ParseKV(d.Name, d.Source)
+		if diags.HasErrors() {
+			t.Fatalf("%s: %v\n%s", d.Name, diags, d.Source)
+		}
+		parsed = append(parsed, doc)
+	}
+	cfg, diags := policy.Merge(parsed...)
+	if diags.HasErrors() {
+		t.Fatal(policy.FormatDiagnostics(diags))
+	}
+	for _, gw := range []string{"gw", "ing"} {
+		p := cfg.Policy.ProxyFor(gw)
+		if p == nil || len(p.Listeners) == 0 || len(p.Listeners[0].VirtualHosts) == 0 {
+			t.Fatalf("no listener routes for %s: %+v", gw, p)
+		}
+		routes := p.Listeners[0].VirtualHosts[0].Routes
+		last := routes[len(routes)-1]
+		var got []string
+		for _, tg := range last.Targets {
+			got = append(got, fmt.Sprintf("%s.%s=%d", tg.Service, tg.Subset, tg.Weight))
+		}
+		if want := []string{"api.v1=90", "api.v2=10"}; !slices.Equal(got, want) {
+			t.Errorf("%s: last route targets %v, want %v", gw, got, want)
 		}
 	}
 }

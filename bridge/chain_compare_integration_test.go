@@ -26,7 +26,8 @@ import (
 // each with its sidecar (which inherits the instance's tags), and the
 // canary in config entries: api speaks http, its resolver has subsets v1
 // and v2 by tag (default v1), its splitter sends 90/10 between them and
-// its router sends requests with x-canary: 1 to v2 (2 s timeout).
+// its router sends requests with x-canary: 1 to v2 (2 s timeout); the
+// resolver also sets a 3 s connect timeout and least_request balancing.
 func registerCanary(t *testing.T, agent *consultest.Agent) {
 	t.Helper()
 	sidecar := func() *api.AgentServiceConnect {
@@ -44,8 +45,9 @@ func registerCanary(t *testing.T, agent *consultest.Agent) {
 	}
 	for _, e := range []api.ConfigEntry{
 		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "api", Protocol: "http"},
-		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "api", DefaultSubset: "v1", Subsets: map[string]api.ServiceResolverSubset{
-			"v1": {Filter: `"v1" in Service.Tags`}, "v2": {Filter: `"v2" in Service.Tags`}}},
+		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "api", DefaultSubset: "v1", ConnectTimeout: 3 * time.Second,
+			LoadBalancer: &api.LoadBalancer{Policy: "least_request"}, Subsets: map[string]api.ServiceResolverSubset{
+				"v1": {Filter: `"v1" in Service.Tags`}, "v2": {Filter: `"v2" in Service.Tags`}}},
 		&api.ServiceSplitterConfigEntry{Kind: api.ServiceSplitter, Name: "api", Splits: []api.ServiceSplit{
 			{Weight: 90, ServiceSubset: "v1"}, {Weight: 10, ServiceSubset: "v2"}}},
 		&api.ServiceRouterConfigEntry{Kind: api.ServiceRouter, Name: "api", Routes: []api.ServiceRoute{{
@@ -133,7 +135,8 @@ func chainViewOf(st adsclient.State) chainView {
 			sni = m[1]
 		}
 		sans := slices.Compact(slices.Sorted(slices.Values(spiffeRE.FindAllString(string(b), -1))))
-		v.clusters = append(v.clusters, fmt.Sprintf("%s sni=%s sans=%v", n, sni, sans))
+		c := st.Cluster(n)
+		v.clusters = append(v.clusters, fmt.Sprintf("%s sni=%s sans=%v lb=%v connect_timeout=%s", n, sni, sans, c.GetLbPolicy(), c.GetConnectTimeout().AsDuration()))
 		for _, ep := range st.Endpoints(n) {
 			v.endpoints[n] = append(v.endpoints[n], ep.Address)
 		}
@@ -146,7 +149,8 @@ func chainViewOf(st adsclient.State) chainView {
 // reaches web's sidecar through the bridge as through Consul 1.15.4's own
 // xDS server for the same registrations and entries: the same routes
 // (header route to v2 with its timeout, then v1 90 % / v2 10 %), the same
-// subset clusters (v1.api.default.dc1.internal.TD: names, SNI, SANs) and
+// subset clusters (v1.api.default.dc1.internal.TD: names, SNI, SANs, load
+// balancer, connect timeout) and
 // each subset cluster's endpoints the sidecar of the instance with its
 // tag. Any other difference fails the test.
 func TestMeshCanaryMatchesConsulXDS(t *testing.T) {

@@ -209,3 +209,91 @@ func TestMeshCanaryMatchesConsulXDS(t *testing.T) {
 		}
 	}
 }
+
+// TestMeshRedirectMatchesConsulXDS: a service-resolver redirect (api to
+// api-new, whose resolver's default subset is blue) gives web's sidecar
+// the same route, subset cluster, SNI, SANs (api-new's SPIFFE id) and
+// endpoints (api-new's blue sidecar only) from the bridge as from Consul
+// 1.15.4's own xDS server.
+func TestMeshRedirectMatchesConsulXDS(t *testing.T) {
+	agent := consultest.Start(t)
+	sidecar := func() *api.AgentServiceConnect {
+		return &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}
+	}
+	for _, reg := range []*api.AgentServiceRegistration{
+		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
+			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "api", LocalBindPort: 9191}}}}}},
+		{Name: "api", Port: 9090, Connect: sidecar()},
+		{Name: "api-new", ID: "api-new-blue", Port: 9094, Tags: []string{"blue"}, Connect: sidecar()},
+		{Name: "api-new", ID: "api-new-green", Port: 9095, Tags: []string{"green"}, Connect: sidecar()},
+	} {
+		if err := agent.Client().Agent().ServiceRegister(reg); err != nil {
+			t.Fatalf("register %s: %v", reg.Name, err)
+		}
+	}
+	for _, e := range []api.ConfigEntry{
+		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "api", Protocol: "http"},
+		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "api-new", Protocol: "http"},
+		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "api", Redirect: &api.ServiceResolverRedirect{Service: "api-new"}},
+		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "api-new", DefaultSubset: "blue", Subsets: map[string]api.ServiceResolverSubset{
+			"blue": {Filter: `"blue" in Service.Tags`}, "green": {Filter: `"green" in Service.Tags`}}},
+	} {
+		if _, _, err := agent.Client().ConfigEntries().Set(e, nil); err != nil {
+			t.Fatalf("write %s/%s: %v", e.GetKind(), e.GetName(), err)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "policy.hcl")
+	if err := os.WriteFile(file, []byte("mesh {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
+		c.ConfigFiles = []string{file}
+		c.Policy = loadPolicy(t, file)
+		c.Settings.Consul.ConfigEntries = true
+	})
+	roots, _, err := agent.Client().Connect().CARoots(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blue := ir.MeshSubsetClusterName("blue", "api-new", "dc1", roots.TrustDomain)
+	var blueAddr string
+	svcs, _, err := agent.Client().Catalog().Service("api-new-sidecar-proxy", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range svcs {
+		if s.ServiceID == "api-new-blue-sidecar-proxy" {
+			blueAddr = fmt.Sprintf("%s:%d", cmp.Or(s.ServiceAddress, s.Address), s.ServicePort)
+		}
+	}
+	dial := func(addr string) chainView {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: "web-sidecar-proxy", Cluster: "web", Mode: adsclient.Delta, InitialFetchTimeout: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		st, err := c.Wait(ctx, func(s adsclient.State) bool {
+			v := chainViewOf(s)
+			return len(v.routes) >= 1 && len(v.endpoints[blue]) > 0
+		})
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", addr, err, c.Snapshot())
+		}
+		return chainViewOf(st)
+	}
+	consul, ours := dial(agent.GRPCAddr()), dial(h.daemon.XDSAddr().String())
+	t.Logf("Consul: %+v", consul)
+	t.Logf("bridge: %+v", ours)
+	if !slices.Equal(consul.routes, ours.routes) {
+		t.Errorf("routes:\nConsul %q\nbridge %q", consul.routes, ours.routes)
+	}
+	if !slices.Equal(consul.clusters, ours.clusters) {
+		t.Errorf("mesh clusters:\nConsul %q\nbridge %q", consul.clusters, ours.clusters)
+	}
+	if want := []string{blueAddr}; !slices.Equal(consul.endpoints[blue], want) || !slices.Equal(ours.endpoints[blue], want) {
+		t.Errorf("%s endpoints: want %v; Consul %v, bridge %v", blue, want, consul.endpoints[blue], ours.endpoints[blue])
+	}
+}

@@ -86,7 +86,7 @@ func TestGatewayRoutesFollowTheChain(t *testing.T) {
 	e := configentry.Entries{}
 	for _, entry := range []api.ConfigEntry{
 		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "api", Protocol: "http"},
-		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "api", Subsets: map[string]api.ServiceResolverSubset{
+		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "api", DefaultSubset: "v1", Subsets: map[string]api.ServiceResolverSubset{
 			"v1": {Filter: `"v1" in Service.Tags`}, "v2": {Filter: `"v2" in Service.Tags`}}},
 		&api.ServiceSplitterConfigEntry{Kind: api.ServiceSplitter, Name: "api", Splits: []api.ServiceSplit{{Weight: 90, ServiceSubset: "v1"}, {Weight: 10, ServiceSubset: "v2"}}},
 		&api.APIGatewayConfigEntry{Kind: api.APIGateway, Name: "gw", Listeners: []api.APIGatewayListener{{Name: "http", Port: 8080, Protocol: "http"}}},
@@ -125,5 +125,39 @@ func TestGatewayRoutesFollowTheChain(t *testing.T) {
 		if want := []string{"api.v1=90", "api.v2=10"}; !slices.Equal(got, want) {
 			t.Errorf("%s: last route targets %v, want %v", gw, got, want)
 		}
+	}
+}
+
+// TestResolverRedirectFollowed: a service-resolver redirect to another
+// service in this datacenter is where the chain sends the service's
+// traffic (to that service's resolver, its default subset here), in the
+// chain block and the mesh's routes, without a "not translated" note.
+func TestResolverRedirectFollowed(t *testing.T) {
+	e := configentry.Entries{Mesh: true}
+	for _, entry := range []api.ConfigEntry{
+		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "api", Protocol: "http"},
+		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "api", Redirect: &api.ServiceResolverRedirect{Service: "api-new"}},
+		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "api-new", DefaultSubset: "blue", Subsets: map[string]api.ServiceResolverSubset{
+			"blue": {Filter: `"blue" in Service.Tags`}}},
+	} {
+		if err := e.Add(entry); err != nil {
+			t.Fatal(err)
+		}
+	}
+	docs, notes := configentry.ToHCL(e)
+	for _, n := range notes {
+		if strings.Contains(n.Text, "redirect") {
+			t.Errorf("note about a redirect the chain follows: %s", n)
+		}
+	}
+	var src string
+	for _, d := range docs {
+		if strings.Contains(string(d.Source), `chain "api"`) {
+			src = string(d.Source)
+		}
+	}
+	want := "route {\n    service = \"api-new\"\n    subset  = \"blue\"\n  }"
+	if strings.Count(src, want) != 2 || !strings.Contains(src, `mesh_routes "api"`) {
+		t.Errorf("chain and mesh_routes of api do not both send to api-new's default subset:\n%s", src)
 	}
 }

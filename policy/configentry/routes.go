@@ -1,6 +1,7 @@
 package configentry
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -39,7 +40,7 @@ func (t *translator) dest(svc, subset string, depth int) []target {
 			}
 			var sub []target
 			if to == svc {
-				sub = []target{t.leaf(to, s.ServiceSubset)}
+				sub = []target{t.leaf(to, s.ServiceSubset, 0)}
 			} else {
 				sub = t.dest(to, s.ServiceSubset, depth+1)
 			}
@@ -52,10 +53,18 @@ func (t *translator) dest(svc, subset string, depth int) []target {
 			return reduce(out)
 		}
 	}
-	return []target{t.leaf(svc, subset)}
+	return []target{t.leaf(svc, subset, 0)}
 }
 
-func (t *translator) leaf(svc, subset string) target {
+// leaf is where the resolver of svc sends a target: a redirect to
+// another service (or subset) in this datacenter is followed to that
+// service's resolver, as Consul's chain does (its router and splitter are
+// not); then the default subset.
+func (t *translator) leaf(svc, subset string, depth int) target {
+	if r := t.e.Resolvers[svc]; r != nil && localRedirect(r.Redirect) && depth < 8 {
+		rd := r.Redirect
+		return t.leaf(cmp.Or(rd.Service, svc), rd.ServiceSubset, depth+1)
+	}
 	if subset == "" {
 		if r := t.e.Resolvers[svc]; r != nil {
 			subset = r.DefaultSubset
@@ -68,6 +77,27 @@ func (t *translator) leaf(svc, subset string) target {
 		subset = ""
 	}
 	return target{service: label(svc), subset: subset, weight: 1}
+}
+
+// hasChain reports whether svc gets a chain block: an L7 service (http,
+// http2 or grpc, from its service-defaults) with a router, a splitter, a
+// default subset or a redirect the chain follows.
+func (t *translator) hasChain(svc string) bool {
+	switch t.protocol(svc) {
+	case "http", "http2", "grpc":
+	default:
+		return false
+	}
+	r := t.e.Resolvers[svc]
+	return t.e.Routers[svc] != nil || t.e.Splitters[svc] != nil || (r != nil && (r.DefaultSubset != "" || localRedirect(r.Redirect)))
+}
+
+// localRedirect reports whether rd redirects to another service or subset
+// in this datacenter, which the chain follows (a datacenter alone is the
+// service block's datacenter; peers and sameness groups have no
+// equivalent).
+func localRedirect(rd *api.ServiceResolverRedirect) bool {
+	return rd != nil && (rd.Service != "" || rd.ServiceSubset != "") && rd.Datacenter == "" && rd.Peer == "" && rd.SamenessGroup == "" && rd.Namespace == "" && rd.Partition == ""
 }
 
 // translatableSubset reports whether svc's resolver declares subset with a
@@ -399,18 +429,16 @@ func (t *translator) routeDocs() []Document {
 	// A resolver's default subset is where the chain sends the service's
 	// traffic even without a router or splitter.
 	for n, r := range t.e.Resolvers {
-		if r.DefaultSubset != "" {
+		if r.DefaultSubset != "" || localRedirect(r.Redirect) {
 			names[n] = true
 		}
 	}
 	for _, svc := range slices.Sorted(maps.Keys(names)) {
-		proto := t.protocol(svc)
-		grpc := proto == "grpc" // only a service-defaults entry says grpc
-		l7 := proto == "http" || proto == "http2" || proto == "grpc"
-		mesh := t.e.Mesh && l7
-		if !l7 {
+		if !t.hasChain(svc) {
 			continue
 		}
+		grpc := t.protocol(svc) == "grpc" // only a service-defaults entry says grpc
+		mesh := t.e.Mesh
 		f := hclwrite.NewEmptyFile()
 		// The chain itself, which proxy listener routes to svc follow
 		// (Consul applies it wherever svc is a target).
@@ -427,7 +455,7 @@ func (t *translator) routeDocs() []Document {
 		}
 		var from []string
 		if t.e.Routers[svc] == nil && t.e.Splitters[svc] == nil {
-			from = append(from, api.ServiceResolver+"/"+svc+"#default_subset")
+			from = append(from, api.ServiceResolver+"/"+svc+"#chain")
 		}
 		if t.e.Routers[svc] != nil {
 			from = append(from, api.ServiceRouter+"/"+svc)

@@ -109,8 +109,8 @@ func (t *translator) resolver(b *hclwrite.Body, r *api.ServiceResolverConfigEntr
 	if rd := r.Redirect; rd != nil {
 		if rd.Datacenter != "" && rd.Service == "" && rd.ServiceSubset == "" && rd.Peer == "" && rd.SamenessGroup == "" {
 			b.SetAttributeValue("datacenter", cty.StringVal(rd.Datacenter))
-		} else {
-			t.note(api.ServiceResolver, r.Name, "redirect to another service, subset, peer or sameness group is not translated; route to the target instead")
+		} else if !localRedirect(rd) {
+			t.note(api.ServiceResolver, r.Name, "redirect to another datacenter's service, a peer, a sameness group, namespace or partition is not translated; route to the target instead")
 		}
 	}
 	if lb := r.LoadBalancer; lb != nil {

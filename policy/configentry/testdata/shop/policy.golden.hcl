@@ -156,7 +156,6 @@ proxy "public" {
         }
         split {
           service = "api"
-          subset  = "v1"
           weight  = 80
         }
         split {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	"github.com/hashicorp/consul/api"
 
@@ -57,6 +56,7 @@ type meshState struct {
 	// entries are the mesh's config entries; nil until the first read.
 	intentions []*api.ServiceIntentionsConfigEntry
 	protocols  map[string]string
+	overrides  map[string][]*api.UpstreamConfig
 	entriesSet bool
 }
 
@@ -65,21 +65,10 @@ func (s *meshState) waiting() bool { return s.needed && (s.mesh == nil || !s.ent
 // setEntries takes the mesh's part of a config-entry update, reporting
 // whether it changed.
 func (s *meshState) setEntries(entries []api.ConfigEntry) bool {
-	var in []*api.ServiceIntentionsConfigEntry
-	protocols := map[string]string{}
-	for _, e := range entries {
-		switch c := e.(type) {
-		case *api.ServiceIntentionsConfigEntry:
-			in = append(in, c)
-		case *api.ServiceConfigEntry:
-			if c.Protocol != "" {
-				protocols[c.Name] = c.Protocol
-			}
-		}
-	}
-	slices.SortFunc(in, func(a, b *api.ServiceIntentionsConfigEntry) int { return strings.Compare(a.Name, b.Name) })
-	changed := !s.entriesSet || !maps.Equal(protocols, s.protocols) || !sameJSON(in, s.intentions)
-	s.intentions, s.protocols, s.entriesSet = in, protocols, true
+	var m consul.Mesh
+	m.SetEntries(entries)
+	changed := !s.entriesSet || !maps.Equal(m.Protocols, s.protocols) || !sameJSON(m.Intentions, s.intentions) || !sameJSON(m.UpstreamOverrides, s.overrides)
+	s.intentions, s.protocols, s.overrides, s.entriesSet = m.Intentions, m.Protocols, m.UpstreamOverrides, true
 	return changed
 }
 
@@ -108,7 +97,7 @@ func (s *meshState) withMesh(cat *consul.Catalog) *consul.Catalog {
 		return cat
 	}
 	m := *s.mesh
-	m.Intentions, m.Protocols = s.intentions, s.protocols
+	m.Intentions, m.Protocols, m.UpstreamOverrides = s.intentions, s.protocols, s.overrides
 	c := *cat
 	c.Mesh = &m
 	return &c

@@ -136,6 +136,7 @@ func FetchMesh(ctx context.Context, client *api.Client, central bool, q QueryOpt
 					}
 					m.Protocols[c.Name] = c.Protocol
 				}
+				m.addOverrides(c)
 			}
 		}
 	}

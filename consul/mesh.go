@@ -50,6 +50,11 @@ type Mesh struct {
 	// name; Protocols the service-defaults protocol of each service.
 	Intentions []*api.ServiceIntentionsConfigEntry `json:"-"`
 	Protocols  map[string]string                   `json:"protocols,omitempty"`
+	// UpstreamOverrides are, by downstream service (the service-defaults
+	// entry's name), its upstream_config overrides: how that service's
+	// sidecars reach each upstream, which Consul applies to no other
+	// caller.
+	UpstreamOverrides map[string][]*api.UpstreamConfig `json:"-"`
 	// Natives are the Connect-native services (connect { native = true }:
 	// proxyless gRPC servers in the mesh), sorted.
 	Natives []string `json:"natives,omitempty"`
@@ -63,6 +68,11 @@ type Proxy struct {
 	Node       string
 	Datacenter string
 	NodeMeta   map[string]string `json:",omitempty"`
+	// Tags and Meta are the proxy registration's own (a sidecar_service
+	// inherits its service's unless it sets its own): what a
+	// service-resolver subset filter tests in Consul's mesh.
+	Tags []string          `json:",omitempty"`
+	Meta map[string]string `json:",omitempty"`
 	// Address is the proxy's service address, or its node's;
 	// ServiceAddress the service address alone ("" if unset).
 	Address        string

@@ -45,6 +45,7 @@ func NewProxies(entries []*api.ServiceEntry) []Proxy {
 		s, px := e.Service, e.Service.Proxy
 		p := Proxy{
 			ID: s.ID, Name: s.Service, Node: e.Node.Node, Datacenter: e.Node.Datacenter, NodeMeta: mapCopy(e.Node.Meta),
+			Tags: sortedTags(s.Tags), Meta: mapCopy(s.Meta),
 			Address: cmp.Or(s.Address, e.Node.Address), ServiceAddress: s.Address, Port: s.Port,
 			Service: px.DestinationServiceName, ServiceID: cmp.Or(px.DestinationServiceID, px.DestinationServiceName),
 			LocalAddress: px.LocalServiceAddress, LocalPort: px.LocalServicePort,
@@ -77,6 +78,7 @@ func newConnectEndpoints(entries []*api.ServiceEntry) []Proxy {
 		s := e.Service
 		out = append(out, Proxy{
 			ID: s.ID, Name: s.Service, Node: e.Node.Node, Datacenter: e.Node.Datacenter, NodeMeta: mapCopy(e.Node.Meta),
+			Tags: sortedTags(s.Tags), Meta: mapCopy(s.Meta),
 			Address: cmp.Or(s.Address, e.Node.Address), ServiceAddress: s.Address, Port: s.Port,
 			Service: s.Service, ServiceID: s.ID, Status: aggregate(e.Checks), Native: true,
 		})
@@ -93,7 +95,7 @@ func configString(m map[string]any, k string) string {
 func equalProxies(a, b []Proxy) bool {
 	return slices.EqualFunc(a, b, func(x, y Proxy) bool {
 		return x.ID == y.ID && x.Name == y.Name && x.Node == y.Node && x.Datacenter == y.Datacenter &&
-			maps.Equal(x.NodeMeta, y.NodeMeta) && x.Address == y.Address && x.ServiceAddress == y.ServiceAddress && x.Port == y.Port &&
+			maps.Equal(x.NodeMeta, y.NodeMeta) && slices.Equal(x.Tags, y.Tags) && maps.Equal(x.Meta, y.Meta) && x.Address == y.Address && x.ServiceAddress == y.ServiceAddress && x.Port == y.Port &&
 			x.Service == y.Service && x.ServiceID == y.ServiceID && x.LocalAddress == y.LocalAddress &&
 			x.LocalPort == y.LocalPort && x.Protocol == y.Protocol && x.Status == y.Status && x.Native == y.Native &&
 			slices.Equal(x.Upstreams, y.Upstreams)
@@ -106,4 +108,15 @@ func equalRoots(a, b *api.CARootList) bool {
 	}
 	return a.TrustDomain == b.TrustDomain && a.ActiveRootID == b.ActiveRootID &&
 		slices.EqualFunc(a.Roots, b.Roots, func(x, y *api.CARoot) bool { return x.ID == y.ID && x.RootCertPEM == y.RootCertPEM })
+}
+
+// sortedTags is a sorted copy of tags (nil for none), as instances keep
+// theirs for subset matching.
+func sortedTags(tags []string) []string {
+	if len(tags) == 0 {
+		return nil
+	}
+	out := slices.Clone(tags)
+	slices.Sort(out)
+	return out
 }

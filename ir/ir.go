@@ -88,10 +88,14 @@ const (
 type Cluster struct {
 	Name string
 	// Service and Subset say where the endpoints come from, for operators.
-	Service          string
-	Subset           string
-	ConnectTimeout   time.Duration
-	LBPolicy         LBPolicy
+	Service        string
+	Subset         string
+	ConnectTimeout time.Duration
+	LBPolicy       LBPolicy
+	// LBPolicies, if set, is gRFC A52's load_balancing_policy list in
+	// order of preference (proxyless copies only: ProxylessClusterPrefix);
+	// LBPolicy stays the legacy field for clients that do not read it.
+	LBPolicies       []LBPolicy `json:",omitempty"`
 	HTTP2            bool
 	CircuitBreaker   *CircuitBreaker
 	OutlierDetection *OutlierDetection
@@ -264,7 +268,7 @@ func (c *Cluster) Equal(o *Cluster) bool {
 // same Envoy Cluster.
 func (c *Cluster) SettingsEqual(o *Cluster) bool {
 	return c.Name == o.Name && c.Service == o.Service && c.Subset == o.Subset &&
-		c.ConnectTimeout == o.ConnectTimeout && c.LBPolicy == o.LBPolicy && c.HTTP2 == o.HTTP2 &&
+		c.ConnectTimeout == o.ConnectTimeout && c.LBPolicy == o.LBPolicy && slices.Equal(c.LBPolicies, o.LBPolicies) && c.HTTP2 == o.HTTP2 &&
 		ptrEqual(c.CircuitBreaker, o.CircuitBreaker) && ptrEqual(c.OutlierDetection, o.OutlierDetection) &&
 		ptrEqual(c.HealthCheck, o.HealthCheck) && c.TLS.Equal(o.TLS) && ptrEqual(c.ZoneAware, o.ZoneAware)
 }

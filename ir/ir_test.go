@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/netip"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -54,6 +55,10 @@ func TestClusterEqualSeesEveryField(t *testing.T) {
 			}
 			f.Set(p)
 		case reflect.Slice:
+			if typ.Field(i).Name == "LBPolicies" {
+				b.LBPolicies = append(slices.Clone(b.LBPolicies), LBLeastRequest)
+				break
+			}
 			b.Endpoints = []Endpoint{{Address: netip.MustParseAddr("10.0.0.1"), Port: 80, Weight: 2}}
 		default:
 			t.Fatalf("field %s: kind %s not covered by this test", typ.Field(i).Name, f.Kind())

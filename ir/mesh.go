@@ -151,6 +151,16 @@ func MeshClusterName(service, datacenter, trustDomain string) string {
 	return service + ".default." + datacenter + ".internal." + trustDomain
 }
 
+// MeshSubsetClusterName is the name (and SNI) of the mesh cluster of a
+// service-resolver subset of a service's sidecars, as Consul names it:
+// SUBSET.SERVICE.default.DC.internal.TRUST-DOMAIN.
+func MeshSubsetClusterName(subset, service, datacenter, trustDomain string) string {
+	if subset == "" {
+		return MeshClusterName(service, datacenter, trustDomain)
+	}
+	return subset + "." + MeshClusterName(service, datacenter, trustDomain)
+}
+
 // Mesh is the mesh-wide part of the model; nil when no sidecar is
 // registered and the policy declares no mesh.
 type Mesh struct {

@@ -68,7 +68,11 @@ func MeshGRPCClusterName(service, datacenter, trustDomain string) string {
 // GRPCOnly reports whether only proxyless gRPC clients can take c: its
 // TLS names a gRPC certificate provider instance, which an Envoy does not
 // have (it would reject the cluster, and with it the whole CDS update).
-func (c *Cluster) GRPCOnly() bool { return c.TLS != nil && c.TLS.CertificateProvider != "" }
+// A proxyless clients' copy of a cluster (IsProxylessCopy) is theirs
+// alone too.
+func (c *Cluster) GRPCOnly() bool {
+	return (c.TLS != nil && c.TLS.CertificateProvider != "") || IsProxylessCopy(c.Name)
+}
 
 // validateMeshGRPC checks the mesh's gRPC servers: sorted by listener
 // name, unique, with a trust domain to name their callers by.

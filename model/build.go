@@ -63,7 +63,12 @@ func Build(cat *consul.Catalog, pol *policy.Policy) (*ir.Model, []string) {
 		m.Groups = append(m.Groups, b.group(p, tags))
 	}
 	slices.SortFunc(m.Groups, func(a, b ir.Group) int { return strings.Compare(a.Name, b.Name) })
-	m.Proxyless = b.proxyless(m.Clusters)
+	var copies []ir.Cluster
+	m.Proxyless, copies = b.proxyless(m.Clusters)
+	if len(copies) > 0 {
+		m.Clusters = append(m.Clusters, copies...)
+		slices.SortFunc(m.Clusters, func(a, b ir.Cluster) int { return strings.Compare(a.Name, b.Name) })
+	}
 	b.reach(m)
 	b.mesh(m)
 	return m, b.warnings

@@ -114,6 +114,10 @@ type meshRef struct {
 	route, target int
 	base          string // Consul's name of the cluster
 	local         string // the dialing sidecar's service
+	// named: the reference only names the cluster (an upstream whose
+	// routes send elsewhere keeps its own cluster's name); the group does
+	// not get the cluster for it.
+	named bool
 }
 
 func (mb *meshBuilder) group(name string, p consul.Proxy) (ir.Group, bool) {
@@ -192,9 +196,14 @@ func (mb *meshBuilder) group(name string, p consul.Proxy) (ir.Group, bool) {
 			BindAddress: cmp.Or(u.BindAddress, "127.0.0.1"), BindPort: uint32(u.BindPort),
 			Protocol: mb.protocol(who, u.Protocol, u.Service),
 		}
-		mb.dial(base, u.Service, udc, dc, mu.Protocol, p.Service)
-		mb.refs = append(mb.refs, meshRef{group: name, upstream: len(sc.Upstreams), route: -1, base: base, local: p.Service})
 		mu.Routes = mb.upstreamRoutes(who, name, len(sc.Upstreams), &mu, udc, dc, p.Service)
+		// An upstream with routes dials what they target, as Consul's
+		// chain does: its own cluster only if a route sends there.
+		own := mu.Routes == nil
+		if own {
+			mb.dial(base, u.Service, "", udc, dc, mu.Protocol, p.Service)
+		}
+		mb.refs = append(mb.refs, meshRef{group: name, upstream: len(sc.Upstreams), route: -1, base: base, local: p.Service, named: !own})
 		sc.Upstreams = append(sc.Upstreams, mu)
 	}
 	g := ir.Group{Name: name, Sidecar: sc, Listeners: nil, Clusters: []string{local.Name}}
@@ -221,7 +230,7 @@ func (mb *meshBuilder) protocol(who, proxy, service string) string {
 // meshCluster is the cluster of service's sidecars in dc: TLS to the
 // sidecars with the roots and the service's SPIFFE id. The client
 // certificate is filled in finish, once its dialers are known.
-func (mb *meshBuilder) meshCluster(name, service, dc, localDC, protocol string) ir.Cluster {
+func (mb *meshBuilder) meshCluster(name, service, subset, dc, localDC, protocol string) ir.Cluster {
 	b := mb.b
 	s := meshServiceSettings(b.pol, service)
 	// A local target fails over as the service's policy says (failover
@@ -246,7 +255,7 @@ func (mb *meshBuilder) meshCluster(name, service, dc, localDC, protocol string) 
 		TLS: &ir.UpstreamTLS{SNI: name, CASecret: ir.RootsSecretName, MatchURISANs: sans},
 	}
 	for prio, d := range dcs {
-		for _, ep := range mb.meshEndpoints(name, service, s, d, localDC) {
+		for _, ep := range mb.meshEndpoints(name, service, subset, s, d, localDC) {
 			ep.Priority = uint32(prio)
 			c.Endpoints = append(c.Endpoints, ep)
 		}
@@ -260,7 +269,7 @@ func (mb *meshBuilder) meshCluster(name, service, dc, localDC, protocol string) 
 // ("" is the local datacenter). A service absent from a mesh read from
 // Consul has not been read (yet) and gets none. Without any (a mesh read
 // from a fixture), the registered sidecars of the service.
-func (mb *meshBuilder) meshEndpoints(name, service string, s *policy.Service, dc, localDC string) []ir.Endpoint {
+func (mb *meshBuilder) meshEndpoints(name, service, subset string, s *policy.Service, dc, localDC string) []ir.Endpoint {
 	b := mb.b
 	keyDC := dc
 	if dc == localDC {
@@ -276,6 +285,18 @@ func (mb *meshBuilder) meshEndpoints(name, service string, s *policy.Service, dc
 		}
 	}
 	sidecars = slices.DeleteFunc(slices.Clone(sidecars), func(p consul.Proxy) bool { return p.Datacenter != dc })
+	if subset != "" {
+		// Consul tests a subset's filter on the proxy's own registration
+		// (which a sidecar_service inherits from its service).
+		sub := s.SubsetNamed(subset)
+		if sub == nil {
+			b.warn("mesh cluster %q: service %q declares no subset %q; no endpoints", name, service, subset)
+			return nil
+		}
+		sidecars = slices.DeleteFunc(sidecars, func(p consul.Proxy) bool {
+			return !matchesSubset(consul.Instance{Tags: p.Tags, Meta: p.Meta}, sub)
+		})
+	}
 	if len(sidecars) == 0 {
 		b.warn("mesh cluster %q: service %q has no Connect sidecar in datacenter %q (yet)", name, service, dc)
 	}
@@ -349,6 +370,7 @@ func (mb *meshBuilder) finish(groups []ir.Group) {
 			t := *c.TLS
 			t.CertificateSecret = ir.LeafSecretPrefix + local
 			cc.TLS = &t
+			applyOverride(&cc, mb.mesh.UpstreamOverrides[local])
 			if len(locals) > 1 {
 				cc.Name = base + "/" + local
 			}
@@ -367,7 +389,9 @@ func (mb *meshBuilder) finish(groups []ir.Group) {
 		} else {
 			u.Cluster = name
 		}
-		g.Clusters = append(g.Clusters, name)
+		if !r.named {
+			g.Clusters = append(g.Clusters, name)
+		}
 	}
 	for _, g := range byName {
 		slices.Sort(g.Clusters)

@@ -1,6 +1,11 @@
 package model
 
 import (
+	"slices"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
@@ -13,9 +18,9 @@ import (
 
 // dial records that local's sidecars dial the mesh cluster base (the
 // sidecars of service in dc), making the cluster on first use.
-func (mb *meshBuilder) dial(base, service, dc, localDC, protocol, local string) {
+func (mb *meshBuilder) dial(base, service, subset, dc, localDC, protocol, local string) {
 	if c, ok := mb.clusters["mesh\x00"+base]; !ok {
-		mb.clusters["mesh\x00"+base] = mb.meshCluster(base, service, dc, localDC, protocol)
+		mb.clusters["mesh\x00"+base] = mb.meshCluster(base, service, subset, dc, localDC, protocol)
 	} else if http2 := protocol == "http2" || protocol == "grpc"; c.HTTP2 != http2 {
 		// One cluster serves every dialer: upstreams that disagree on
 		// HTTP/2 (a per-upstream protocol) cannot all be served as asked.
@@ -53,8 +58,8 @@ func (mb *meshBuilder) upstreamRoutes(who, group string, upstream int, u *ir.Mes
 		rt := b.route(r)
 		rt.Name = routeName(u.Service, i)
 		for j, t := range r.Targets {
-			base := ir.MeshClusterName(t.Service, dc, mb.mesh.TrustDomain)
-			mb.dial(base, t.Service, dc, dc, mb.targetProtocol(who, t.Service, u), local)
+			base := ir.MeshSubsetClusterName(t.Subset, t.Service, dc, mb.mesh.TrustDomain)
+			mb.dial(base, t.Service, t.Subset, dc, dc, mb.targetProtocol(who, t.Service, u), local)
 			rt.Clusters[j].Name = base
 			mb.refs = append(mb.refs, meshRef{group: group, upstream: upstream, route: i, target: j, base: base, local: local})
 		}
@@ -95,4 +100,49 @@ func MeshWatchTargets(pol *policy.Policy) []consul.ServiceKey {
 		}
 	}
 	return out
+}
+
+// applyOverride applies to c (a mesh cluster as one downstream's sidecars
+// dial it) that downstream's service-defaults upstream_config override
+// for c's service, as Consul does for that downstream's sidecars only:
+// connect timeout, limits (as a circuit breaker) and passive health (as
+// outlier detection). Unset fields keep the service's own settings.
+func applyOverride(c *ir.Cluster, overrides []*api.UpstreamConfig) {
+	i := slices.IndexFunc(overrides, func(o *api.UpstreamConfig) bool { return o != nil && o.Name == c.Service })
+	if i < 0 {
+		return
+	}
+	o := overrides[i]
+	if o.ConnectTimeoutMs > 0 {
+		c.ConnectTimeout = time.Duration(o.ConnectTimeoutMs) * time.Millisecond
+	}
+	if l := o.Limits; l != nil && (l.MaxConnections != nil || l.MaxPendingRequests != nil || l.MaxConcurrentRequests != nil) {
+		cb := ir.CircuitBreaker{}
+		if c.CircuitBreaker != nil {
+			cb = *c.CircuitBreaker
+		}
+		for _, f := range []struct {
+			v  *int
+			to *uint32
+		}{{l.MaxConnections, &cb.MaxConnections}, {l.MaxPendingRequests, &cb.MaxPendingRequests}, {l.MaxConcurrentRequests, &cb.MaxRequests}} {
+			if f.v != nil && *f.v >= 0 {
+				*f.to = uint32(*f.v)
+			}
+		}
+		c.CircuitBreaker = &cb
+	}
+	if p := o.PassiveHealthCheck; p != nil {
+		// Consul's defaults for what the check leaves unset.
+		od := ir.OutlierDetection{Consecutive5xx: p.MaxFailures, Interval: 10 * time.Second, BaseEjectionTime: 30 * time.Second, MaxEjectionPercent: 10}
+		if p.Interval > 0 {
+			od.Interval = p.Interval
+		}
+		if p.BaseEjectionTime != nil && *p.BaseEjectionTime > 0 {
+			od.BaseEjectionTime = *p.BaseEjectionTime
+		}
+		if p.MaxEjectionPercent != nil {
+			od.MaxEjectionPercent = *p.MaxEjectionPercent
+		}
+		c.OutlierDetection = &od
+	}
 }

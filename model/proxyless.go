@@ -26,8 +26,9 @@ func grpcTargets(pol *policy.Policy) []policy.Target {
 // proxyless builds the API listeners proxyless gRPC clients get: one per
 // grpc_service block, and for every service cluster (not subsets) that no
 // grpc_service names, a default one sending every call to that cluster, so
-// xds:///SERVICE works without any policy.
-func (b *builder) proxyless(clusters []ir.Cluster) []ir.Listener {
+// xds:///SERVICE works without any policy. The clusters returned are the
+// proxyless copies its routes send to instead (see proxylessCopies).
+func (b *builder) proxyless(clusters []ir.Cluster) ([]ir.Listener, []ir.Cluster) {
 	var out []ir.Listener
 	for _, g := range b.pol.GRPCServices {
 		vh := ir.VirtualHost{Name: g.Name, Domains: []string{"*"}}
@@ -62,5 +63,45 @@ func (b *builder) proxyless(clusters []ir.Cluster) []ir.Listener {
 		})
 	}
 	slices.SortFunc(out, func(a, b ir.Listener) int { return strings.Compare(a.Name, b.Name) })
+	return out, proxylessCopies(out, clusters)
+}
+
+// proxylessCopies points the API listeners' routes at a copy of each
+// cluster balanced least_request (gRFC A48), which grpc-node and gRPC
+// C-core NACK: the copy (ir.ProxylessClusterPrefix) has the same
+// endpoints, lb_policy round_robin, and gRFC A52's list [least_request,
+// round_robin], so a client that reads the list and implements
+// least_request (grpc-go, grpc-java) keeps it and every other one balances
+// round robin. Envoys keep the cluster as the policy says.
+func proxylessCopies(listeners []ir.Listener, clusters []ir.Cluster) []ir.Cluster {
+	byName := map[string]*ir.Cluster{}
+	for i := range clusters {
+		byName[clusters[i].Name] = &clusters[i]
+	}
+	made := map[string]bool{}
+	var out []ir.Cluster
+	for li := range listeners {
+		for vi := range listeners[li].VirtualHosts {
+			routes := listeners[li].VirtualHosts[vi].Routes
+			for ri := range routes {
+				for ci := range routes[ri].Clusters {
+					wc := &routes[ri].Clusters[ci]
+					c := byName[wc.Name]
+					if c == nil || c.LBPolicy != ir.LBLeastRequest {
+						continue
+					}
+					wc.Name = ir.ProxylessClusterPrefix + c.Name
+					if made[wc.Name] {
+						continue
+					}
+					made[wc.Name] = true
+					cp := *c
+					cp.Name, cp.LBPolicy = wc.Name, ir.LBRoundRobin
+					cp.LBPolicies = []ir.LBPolicy{ir.LBLeastRequest, ir.LBRoundRobin}
+					out = append(out, cp)
+				}
+			}
+		}
+	}
 	return out
 }

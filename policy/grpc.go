@@ -142,9 +142,9 @@ func (r *resolver) checkGRPCTargets() {
 		}
 		switch {
 		case s.LBPolicy == ir.LBLeastRequest:
-			r.add(ref.rng, "lb_policy not supported by every gRPC client",
-				"grpc_service %q routes to service %q, whose lb_policy \"least_request\" grpc-node and gRPC C-core (Python, Ruby, PHP, C++) reject with a NACK of the cluster (only grpc-java and grpc-go implement it, gRFC A48); use round_robin or ring_hash for services gRPC clients call (at %s). See the README's proxyless support matrix.",
-				ref.grpcService, s.Name, s.Source)
+			r.warn(ref.rng, "least_request falls back to round_robin for some gRPC clients",
+				"grpc_service %q routes to service %q, whose lb_policy is \"least_request\" (at %s): %s See the README's proxyless support matrix.",
+				ref.grpcService, s.Name, s.Source, leastRequestFallback(s.Name))
 		case !oneOf(s.LBPolicy, grpcLBPolicies):
 			r.add(ref.rng, "lb_policy not supported by gRPC",
 				"grpc_service %q routes to service %q, whose lb_policy %q gRPC's xDS client rejects (it supports round_robin and ring_hash); change the service's lb_policy (at %s).",
@@ -203,10 +203,21 @@ func (r *resolver) checkDefaultAPIListeners() {
 		if b == nil || routed[s.Name] || r.pol.GRPCService(s.Name) != nil || oneOf(s.LBPolicy, grpcLBPolicies) {
 			continue
 		}
+		if s.LBPolicy == ir.LBLeastRequest {
+			r.warn(valueRange(b.Body, "lb_policy", b.DefRange), "least_request falls back to round_robin for some gRPC clients",
+				"service %q has lb_policy \"least_request\", and this policy serves gRPC clients (xds:///%s): %s", s.Name, s.Name, leastRequestFallback(s.Name))
+			continue
+		}
 		r.warn(valueRange(b.Body, "lb_policy", b.DefRange), "Default API listener gRPC clients reject",
 			"service %q has lb_policy %q, and this policy serves gRPC clients: a client dialing xds:///%s gets its default API listener and rejects the cluster (%s). Use round_robin or ring_hash if gRPC clients call it.",
 			s.Name, s.LBPolicy, s.Name, grpcLBRejection(s.LBPolicy))
 	}
+}
+
+// leastRequestFallback says what gRPC clients get for a least_request
+// service (model: proxylessCopies).
+func leastRequestFallback(service string) string {
+	return fmt.Sprintf("gRPC clients get the copy %s%s of its cluster: lb_policy round_robin with gRFC A52's load_balancing_policy list [least_request, round_robin], so grpc-go and grpc-java (which read the list and implement least_request) balance least_request, grpc-node takes round_robin from the list, and gRPC C-core before 1.55 (which ignores the list) round_robin from lb_policy; Envoys keep least_request.", ir.ProxylessClusterPrefix, service)
 }
 
 // grpcLBRejection says which gRPC implementations NACK a cluster with lb.

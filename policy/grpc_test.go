@@ -117,16 +117,16 @@ func TestServiceSettingsGRPCRejectsAreAllowedOutsideGRPCService(t *testing.T) {
 	}
 }
 
-// least_request is refused for gRPC clients (issue 15): grpc-node and
-// C-core NACK the cluster. The error points at the route's service.
-func TestGRPCServiceRefusesLeastRequest(t *testing.T) {
+// least_request is served to gRPC clients with a fallback (issue 39): a
+// warning at the route's service says what each implementation gets.
+func TestGRPCServiceLeastRequestFallsBack(t *testing.T) {
 	_, diags := loadDocs(false, inGRPC(`    service = "echo"`, "service \"echo\" {\n  lb_policy = \"least_request\"\n}\n"))
-	if !diags.HasErrors() {
-		t.Fatalf("no error for a grpc_service route to a least_request service:\n%s", strings.Join(FormatDiagnostics(diags), "\n"))
+	if diags.HasErrors() || len(diags) != 1 {
+		t.Fatalf("want one warning:\n%s", strings.Join(FormatDiagnostics(diags), "\n"))
 	}
 	d := diags[0]
-	if firstLine(d) != "a.hcl:3:15: lb_policy not supported by every gRPC client" ||
-		!strings.Contains(d.Detail, "grpc-node and gRPC C-core") || !strings.Contains(d.Detail, "(at a.hcl:6:1)") {
+	if firstLine(d) != "a.hcl:3:15: least_request falls back to round_robin for some gRPC clients" ||
+		!strings.Contains(d.Detail, "grpc:echo") || !strings.Contains(d.Detail, "grpc-node takes round_robin") || !strings.Contains(d.Detail, "(at a.hcl:6:1)") {
 		t.Fatalf("diagnostic = %s (%s)", firstLine(d), d.Detail)
 	}
 }
@@ -180,7 +180,7 @@ func TestDefaultAPIListenerRejectedByGRPCWarns(t *testing.T) {
 		want  []string
 	}{
 		"envoys only":     {"", nil},
-		"proxyless group": {"proxy \"grpc-*\" {\n  proxyless = true\n}\n", []string{"a.hcl:2:15: Default API listener gRPC clients reject", "a.hcl:5:15: Default API listener gRPC clients reject"}},
+		"proxyless group": {"proxy \"grpc-*\" {\n  proxyless = true\n}\n", []string{"a.hcl:2:15: least_request falls back to round_robin for some gRPC clients", "a.hcl:5:15: Default API listener gRPC clients reject"}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, diags := loadDocs(false, services+tc.extra)
@@ -194,7 +194,7 @@ func TestDefaultAPIListenerRejectedByGRPCWarns(t *testing.T) {
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("diagnostics = %q, want %q", got, tc.want)
 			}
-			if len(diags) > 0 && !strings.Contains(diags[0].Detail, "grpc-node and gRPC C-core") {
+			if len(diags) > 0 && (!strings.Contains(diags[0].Detail, "grpc:api") || !strings.Contains(diags[1].Detail, "every gRPC implementation")) {
 				t.Errorf("detail = %q", diags[0].Detail)
 			}
 		})

@@ -108,16 +108,9 @@ func (r *resolver) meshRoute(service string, b *routeBlock) *Route {
 	unsupported := func(rng hcl.Range, what, why string) {
 		r.add(rng, "Unsupported in mesh_routes", "%s: %s: %s", where, what, why)
 	}
-	// Mesh clusters are per service (the SNI and SPIFFE id name the
-	// service, not a subset of its instances).
-	if b.Subset != nil {
-		unsupported(valueRange(b.Body, "subset", b.DefRange), "subset", "mesh clusters are per service (its sidecars); route to another Consul service (e.g. \"api-canary\") instead of a subset.")
-	}
-	for _, sp := range b.Splits {
-		if sp.Subset != nil {
-			unsupported(valueRange(sp.Body, "subset", sp.DefRange), "subset", "mesh clusters are per service (its sidecars); split to another Consul service (e.g. \"api-canary\") instead of a subset.")
-		}
-	}
+	// A subset is a mesh cluster of its own, as Consul's
+	// service-resolver subsets are (SUBSET.SERVICE.default.DC.internal.TD,
+	// the sidecars whose registration has the subset's tags and meta).
 	if b.Mirror != nil {
 		unsupported(b.Mirror.DefRange, "mirror", "mirroring to a mesh service is not supported yet; mirror from a proxy listener route instead.")
 	}
@@ -127,13 +120,16 @@ func (r *resolver) meshRoute(service string, b *routeBlock) *Route {
 	for _, f := range routeFilters(b) {
 		unsupported(f.rng, f.what, "a sidecar's upstream listener runs no HTTP filters but fault injection and the router; apply it at the destination (or in a proxy listener).")
 	}
-	// Subset checks are not wanted here (a subset is already refused), so
-	// the targets r.route records for them are dropped.
+	// Targets are Consul services, which need no service block: only a
+	// subset is checked (declared in the service block of that name).
 	n := len(r.targets)
 	rt := r.route(b, where)
-	r.targets = r.targets[:n]
-	for i := range rt.Targets {
-		rt.Targets[i].Subset = ""
+	kept := r.targets[:n]
+	for _, ref := range r.targets[n:] {
+		if ref.Subset != "" {
+			kept = append(kept, ref)
+		}
 	}
+	r.targets = kept
 	return rt
 }

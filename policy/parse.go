@@ -42,6 +42,7 @@ type Document struct {
 	routeTests     []*routeTestBlock
 	mesh           *meshBlock
 	meshRoutes     []*meshRoutesBlock
+	chains         []*chainBlock
 }
 
 type documentSchema struct {
@@ -57,6 +58,7 @@ type documentSchema struct {
 	RouteTests        []*routeTestBlock   `hcl:"route_test,block"`
 	Mesh              *meshBlock          `hcl:"mesh,block"`
 	MeshRoutes        []*meshRoutesBlock  `hcl:"mesh_routes,block"`
+	Chains            []*chainBlock       `hcl:"chain,block"`
 	Body              hcl.Body            `hcl:",body"`
 }
 
@@ -90,7 +92,7 @@ func Parse(name string, src []byte) (*Document, hcl.Diagnostics) {
 	d := &Document{
 		Name: name, consul: raw.Consul, xds: raw.XDS, admin: raw.Admin, log: raw.Log,
 		exportAll: raw.ExportAllServices, unmatched: raw.UnmatchedNodes, services: raw.Services, proxies: raw.Proxies,
-		grpcServices: raw.GRPCServices, routeTests: raw.RouteTests, mesh: raw.Mesh, meshRoutes: raw.MeshRoutes,
+		grpcServices: raw.GRPCServices, routeTests: raw.RouteTests, mesh: raw.Mesh, meshRoutes: raw.MeshRoutes, chains: raw.Chains,
 	}
 	if d.exportAll != nil {
 		d.exportAllRange = valueRange(raw.Body, "export_all_services", hcl.Range{Filename: name})

@@ -38,6 +38,9 @@ type Policy struct {
 	// MeshRoutes are the routes mesh callers of a service take, by
 	// service, sorted by service (meshroutes.go).
 	MeshRoutes []*MeshRoutes
+	// Chains are Consul's discovery chains by service (chain blocks, from
+	// config entries), which proxy listener routes to the service follow.
+	Chains []*Chain
 }
 
 // What nodes in no proxy group get (Policy.UnmatchedNodes).

@@ -37,6 +37,8 @@ type resolver struct {
 	// targets that name a subset, with where the subset is written; they
 	// are checked once every service is known.
 	targets []targetRef
+	// noChain are the routes that say chain = false.
+	noChain map[*Route]bool
 	// grpcTargets are the services grpc_service routes send calls to.
 	grpcTargets []grpcTargetRef
 	// grpcClusters are the services HTTP filters call over gRPC (access
@@ -114,6 +116,7 @@ func resolvePolicy(docs []*Document) (*Policy, hcl.Diagnostics) {
 	slices.SortFunc(r.pol.GRPCServices, func(a, b *GRPCService) int { return strings.Compare(a.Name, b.Name) })
 	r.mesh(docs)
 	r.meshRoutes(docs)
+	r.chains(docs)
 	names := make([]string, 0, len(r.services))
 	for n := range r.services {
 		names = append(names, n)
@@ -122,6 +125,7 @@ func resolvePolicy(docs []*Document) (*Policy, hcl.Diagnostics) {
 	for _, n := range names {
 		r.pol.Services = append(r.pol.Services, r.service(r.services[n]))
 	}
+	r.applyChains(r.noChain)
 	// Services the listeners' filters call (collectors) become clusters.
 	r.filterServices()
 	// Targets are checked after every service is known, whatever the order

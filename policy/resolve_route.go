@@ -12,6 +12,12 @@ import (
 
 func (r *resolver) route(b *routeBlock, where string) *Route {
 	rt := &Route{Source: pos(b.DefRange), Range: b.DefRange}
+	if b.Chain != nil && !*b.Chain {
+		if r.noChain == nil {
+			r.noChain = map[*Route]bool{}
+		}
+		r.noChain[rt] = true
+	}
 	where = where + " at " + rt.Source
 	other := 0
 	if b.Redirect != nil {

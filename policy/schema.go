@@ -220,8 +220,11 @@ type routeBlock struct {
 	ExtAuthz        *bool                 `hcl:"ext_authz,optional"`
 	JWT             *jwtBlock             `hcl:"jwt,block"`
 	GlobalRL        *globalRateLimitBlock `hcl:"global_rate_limit,block"`
-	Body            hcl.Body              `hcl:",body"`
-	DefRange        hcl.Range             `hcl:",def_range"`
+	// Chain false keeps a route to a service with a discovery chain (a
+	// chain block) as written: every instance, no router or splitter.
+	Chain    *bool     `hcl:"chain,optional"`
+	Body     hcl.Body  `hcl:",body"`
+	DefRange hcl.Range `hcl:",def_range"`
 }
 
 type matchBlock struct {

@@ -3,10 +3,13 @@ package xds
 import (
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	leastrequestv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/least_request/v3"
+	roundrobinv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/load_balancing_policies/round_robin/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	httpv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/upstreams/http/v3"
 	matcherv3 "github.com/envoyproxy/go-control-plane/envoy/type/matcher/v3"
 	typev3 "github.com/envoyproxy/go-control-plane/envoy/type/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/wrapperspb"
@@ -39,6 +42,10 @@ func buildCluster(c *ir.Cluster) *clusterv3.Cluster {
 		EdsClusterConfig: &clusterv3.Cluster_EdsClusterConfig{EdsConfig: adsSource()},
 		ConnectTimeout:   durationpb.New(c.ConnectTimeout),
 		LbPolicy:         lbPolicies[c.LBPolicy],
+		// gRFC A52's list (proxyless copies): a client takes the first
+		// policy it implements; LbPolicy above is for those that do not
+		// read it.
+		LoadBalancingPolicy: loadBalancingPolicy(c.LBPolicies),
 		CommonLbConfig: &clusterv3.Cluster_CommonLbConfig{
 			// Consul already tells us which endpoints are unhealthy; Envoy's
 			// default panic mode (route to all hosts once half are unhealthy)
@@ -166,4 +173,31 @@ func sniMatcher(sni string) []*tlsv3.SubjectAltNameMatcher {
 		SanType: tlsv3.SubjectAltNameMatcher_DNS,
 		Matcher: &matcherv3.StringMatcher{MatchPattern: &matcherv3.StringMatcher_Exact{Exact: sni}},
 	}}
+}
+
+// a52Policies are the typed configs of the policies a gRFC A52 list may
+// name; each is the extension's default configuration.
+var a52Policies = map[ir.LBPolicy]struct {
+	name string
+	cfg  proto.Message
+}{
+	ir.LBLeastRequest: {"envoy.load_balancing_policies.least_request", &leastrequestv3.LeastRequest{}},
+	ir.LBRoundRobin:   {"envoy.load_balancing_policies.round_robin", &roundrobinv3.RoundRobin{}},
+}
+
+func loadBalancingPolicy(list []ir.LBPolicy) *clusterv3.LoadBalancingPolicy {
+	if len(list) == 0 {
+		return nil
+	}
+	out := &clusterv3.LoadBalancingPolicy{}
+	for _, p := range list {
+		a, ok := a52Policies[p]
+		if !ok {
+			continue // the model lists only these
+		}
+		out.Policies = append(out.Policies, &clusterv3.LoadBalancingPolicy_Policy{
+			TypedExtensionConfig: &corev3.TypedExtensionConfig{Name: a.name, TypedConfig: mustAny(a.cfg)},
+		})
+	}
+	return out
 }

@@ -17,6 +17,8 @@ import (
 //     1.56 (gRFC A63) NACKs;
 //   - weighted clusters summing to 100, which C-core before total_weight's
 //     deprecation requires;
+//   - an inverted value match preceded by a present match of the same
+//     header, so a request without it matches in no implementation;
 //   - the deadline as max_stream_duration (gRFC A31), never timeout;
 //   - clusters grpc_service routes reach balanced round robin or ring
 //     hash, which every implementation accepts (grpc-node and C-core NACK
@@ -39,7 +41,14 @@ func TestProxylessServesWhatEveryGRPCClientParses(t *testing.T) {
 			for _, vh := range rc.GetVirtualHosts() {
 				for _, r := range vh.GetRoutes() {
 					where := name + ": " + rc.GetName() + "/" + r.GetName()
+					present := map[string]bool{}
 					for _, h := range r.GetMatch().GetHeaders() {
+						if h.GetPresentMatch() && !h.GetInvertMatch() {
+							present[h.GetName()] = true
+						}
+						if h.GetInvertMatch() && !h.GetPresentMatch() && !present[h.GetName()] {
+							t.Errorf("%s: header %q inverted without a present match before it: grpc-go and grpc-node do not match a request without the header, an implementation inverting the failed match would (issue 39, item 7)", where, h.GetName())
+						}
 						headers++
 						switch h.GetHeaderMatchSpecifier().(type) {
 						case *routev3.HeaderMatcher_ExactMatch, *routev3.HeaderMatcher_PrefixMatch,
@@ -75,7 +84,12 @@ func TestProxylessServesWhatEveryGRPCClientParses(t *testing.T) {
 						if c == nil {
 							continue // the consistency check covers it
 						}
-						if lb := c.GetLbPolicy(); (lb != clusterv3.Cluster_ROUND_ROBIN && lb != clusterv3.Cluster_RING_HASH) || c.GetLoadBalancingPolicy() != nil {
+						// A52's list is read by some clients only: it must end
+						// in round_robin, and lb_policy say round_robin too.
+						lbp := c.GetLoadBalancingPolicy().GetPolicies()
+						listOK := len(lbp) == 0 || (c.GetLbPolicy() == clusterv3.Cluster_ROUND_ROBIN &&
+							lbp[len(lbp)-1].GetTypedExtensionConfig().GetName() == "envoy.load_balancing_policies.round_robin")
+						if lb := c.GetLbPolicy(); (lb != clusterv3.Cluster_ROUND_ROBIN && lb != clusterv3.Cluster_RING_HASH) || !listOK {
 							t.Errorf("%s: cluster %s has lb_policy %v (load_balancing_policy %v); not every gRPC client accepts it", where, n, lb, c.GetLoadBalancingPolicy())
 						}
 					}

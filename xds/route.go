@@ -97,6 +97,16 @@ func buildMatch(m *ir.RouteMatch, proxyless bool) *routev3.RouteMatch {
 		})
 	}
 	for _, h := range m.Headers {
+		if proxyless && h.Invert && !h.Present {
+			// An inverted value match on a request without the header:
+			// grpc-go and grpc-node (and Envoy, treat_missing_header_as_empty
+			// off) do not match: an absent header fails a value matcher
+			// before inversion. An implementation that inverts the failed
+			// match, as a literal reading of gRFC A28's invert_match
+			// gives, would. Requiring the header first means the same to
+			// every reader: grpc-go's and grpc-node's meaning.
+			rm.Headers = append(rm.Headers, &routev3.HeaderMatcher{Name: h.Name, HeaderMatchSpecifier: &routev3.HeaderMatcher_PresentMatch{PresentMatch: true}})
+		}
 		hm := &routev3.HeaderMatcher{Name: h.Name, InvertMatch: h.Invert}
 		switch {
 		case h.Present:

@@ -26,12 +26,18 @@ func importCmd(args []string, stdout, stderr io.Writer) int {
 		return usageExit(err)
 	}
 	var e configentry.Entries
+	// Entries of kinds the policy does not take (intentions, proxy
+	// defaults, ...) are named and skipped, never the end of the import:
+	// `consul config read` of a whole Consul lists them next to the rest.
+	var skipped []string
 	if len(files) > 0 {
 		for _, f := range files {
-			if err := readEntryFile(&e, f); err != nil {
+			s, err := readEntryFile(&e, f)
+			if err != nil {
 				fmt.Fprintf(stderr, "import: %v\n", err)
 				return 1
 			}
+			skipped = append(skipped, s...)
 		}
 	} else {
 		client, err := consul.NewClient(consul.ClientConfig{Address: *addr})
@@ -61,6 +67,9 @@ func importCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stdout, "# REJECTED %s\n", r)
 		fmt.Fprintf(stderr, "import: %s\n", r)
 	}
+	for _, s := range skipped {
+		fmt.Fprintf(stdout, "# NOTE %s\n", s)
+	}
 	for _, n := range notes {
 		fmt.Fprintf(stdout, "# NOTE %s\n", n)
 	}
@@ -72,26 +81,28 @@ func importCmd(args []string, stdout, stderr io.Writer) int {
 }
 
 // readEntryFile reads one entry, or a JSON list of them, as `consul config
-// read -kind K -name N` prints it.
-func readEntryFile(e *configentry.Entries, path string) error {
+// read -kind K -name N` prints it. Entries of kinds the policy does not
+// take are returned as notes ("path: kind "name": why"); a file that is not
+// entries is an error.
+func readEntryFile(e *configentry.Entries, path string) (skipped []string, err error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	raws := []json.RawMessage{b}
 	if bytes.HasPrefix(bytes.TrimSpace(b), []byte("[")) {
 		if err := json.Unmarshal(b, &raws); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 	}
 	for _, r := range raws {
 		entry, err := api.DecodeConfigEntryFromJSON(r)
 		if err != nil {
-			return fmt.Errorf("%s: %w", path, err)
+			return nil, fmt.Errorf("%s: %w", path, err)
 		}
 		if err := e.Add(entry); err != nil {
-			return fmt.Errorf("%s: %w", path, err)
+			skipped = append(skipped, fmt.Sprintf("%s: %v; skipped", path, err))
 		}
 	}
-	return nil
+	return skipped, nil
 }

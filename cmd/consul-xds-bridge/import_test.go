@@ -56,3 +56,28 @@ func TestRouteTestsSeeTagRoutes(t *testing.T) {
 		t.Fatalf("exit %d:\n%s%s", code, out.String(), errOut.String())
 	}
 }
+
+// TestImportSkipsKindsItDoesNotTranslate: a list of entries as a whole
+// Consul holds them, with service-intentions and proxy-defaults next to a
+// resolver, imports the resolver and names the others in NOTE lines
+// rather than aborting (issue 39, item 5).
+func TestImportSkipsKindsItDoesNotTranslate(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "all.json")
+	entries := `[
+  {"Kind": "proxy-defaults", "Name": "global", "Config": {"protocol": "http"}},
+  {"Kind": "service-intentions", "Name": "api", "Sources": [{"Name": "web", "Action": "allow"}]},
+  {"Kind": "service-resolver", "Name": "api", "ConnectTimeout": "3s"}
+]`
+	if err := os.WriteFile(file, []byte(entries), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	if code := realMain([]string{"import", file}, &out, &errOut); code != 0 {
+		t.Fatalf("import exited %d: %s", code, errOut.String())
+	}
+	for _, want := range []string{`service "api" {`, `connect_timeout = "3s"`, `# NOTE ` + file + `: proxy-defaults "global"`, `# NOTE ` + file + `: service-intentions "api"`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("import output lacks %q:\n%s", want, out.String())
+		}
+	}
+}

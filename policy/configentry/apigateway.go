@@ -96,7 +96,13 @@ func (t *translator) httpRoute(vh *hclwrite.Body, r *api.HTTPRouteConfigEntry) {
 			t.httpMatch(b, m)
 			var ts []target
 			for _, s := range rule.Services {
-				x := t.leaf(s.Name, "") // the service's resolver default subset, as Consul's chain
+				// The service's chain block (router, splitter, resolver)
+				// applies to the route in the policy; without one, its
+				// resolver's default subset or redirect, as Consul's chain.
+				x := target{service: label(s.Name), weight: 1}
+				if !t.hasChain(s.Name) {
+					x = t.leaf(s.Name, "", 0)
+				}
 				x.weight = int64(max(s.Weight, 1))
 				ts = append(ts, x)
 				if len(s.Filters.Headers) > 0 || s.Filters.URLRewrite != nil {

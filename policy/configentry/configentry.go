@@ -53,6 +53,10 @@ func (e *Entries) Add(entry api.ConfigEntry) error {
 		setIn(&e.HTTPRoutes, c.Name, c)
 	case *api.TCPRouteConfigEntry:
 		setIn(&e.TCPRoutes, c.Name, c)
+	case *api.ServiceIntentionsConfigEntry:
+		return fmt.Errorf("%s %q: intentions are not policy; a bridge with a mesh block follows them from Consul as its sidecars' RBAC", entry.GetKind(), entry.GetName())
+	case *api.ProxyConfigEntry, *api.MeshConfigEntry, *api.ExportedServicesConfigEntry, *api.TerminatingGatewayConfigEntry:
+		return fmt.Errorf("%s %q: a service mesh setting the bridge's policy has no equivalent for; not translated", entry.GetKind(), entry.GetName())
 	default:
 		return fmt.Errorf("%s %q: not a kind the bridge reads (service-defaults, service-resolver, service-splitter, service-router, ingress-gateway, api-gateway, http-route, tcp-route)", entry.GetKind(), entry.GetName())
 	}
@@ -126,9 +130,13 @@ func ToHCL(e Entries) ([]Document, []Note) {
 type translator struct {
 	e     Entries
 	notes []Note
-	// mesh is set while mesh_routes are written: mesh clusters are per
-	// service, so subsets are dropped (with a note).
-	mesh          bool
+	// mesh is set while mesh_routes and chain blocks are written: a
+	// subset whose filter has no equivalent is dropped there (with a
+	// note) rather than refusing the entry.
+	mesh bool
+	// expanded is set while an ingress gateway's routes are written: they
+	// are the chain already, so they say chain = false.
+	expanded      bool
 	usedRouters   map[string]bool
 	usedSplitters map[string]bool
 }

@@ -1,6 +1,7 @@
 package configentry
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"math"
@@ -39,7 +40,7 @@ func (t *translator) dest(svc, subset string, depth int) []target {
 			}
 			var sub []target
 			if to == svc {
-				sub = []target{t.leaf(to, s.ServiceSubset)}
+				sub = []target{t.leaf(to, s.ServiceSubset, 0)}
 			} else {
 				sub = t.dest(to, s.ServiceSubset, depth+1)
 			}
@@ -52,20 +53,74 @@ func (t *translator) dest(svc, subset string, depth int) []target {
 			return reduce(out)
 		}
 	}
-	return []target{t.leaf(svc, subset)}
+	return []target{t.leaf(svc, subset, 0)}
 }
 
-func (t *translator) leaf(svc, subset string) target {
+// leaf is where the resolver of svc sends a target: a redirect to
+// another service (or subset) in this datacenter is followed to that
+// service's resolver, as Consul's chain does (its router and splitter are
+// not); then the default subset.
+func (t *translator) leaf(svc, subset string, depth int) target {
+	if r := t.e.Resolvers[svc]; r != nil && localRedirect(r.Redirect) && depth < 8 {
+		rd := r.Redirect
+		return t.leaf(cmp.Or(rd.Service, svc), rd.ServiceSubset, depth+1)
+	}
 	if subset == "" {
 		if r := t.e.Resolvers[svc]; r != nil {
 			subset = r.DefaultSubset
 		}
 	}
-	if t.mesh && subset != "" {
-		t.note(api.ServiceResolver, svc, "subset %q is not applied between sidecars (mesh clusters are per service): mesh traffic goes to every instance of %s", subset, svc)
+	if t.mesh && subset != "" && !t.translatableSubset(svc, subset) {
+		// Its filter has no equivalent (noted at the resolver): the
+		// mesh keeps serving the service rather than refusing the entry.
+		t.note(api.ServiceResolver, svc, "subset %q is not translated, so the chain's traffic for it goes to every instance of %s", subset, svc)
 		subset = ""
 	}
 	return target{service: label(svc), subset: subset, weight: 1}
+}
+
+// hasChain reports whether svc gets a chain block: an L7 service (http,
+// http2 or grpc, from its service-defaults) with a router, a splitter, a
+// default subset or a redirect the chain follows.
+func (t *translator) hasChain(svc string) bool {
+	switch t.protocol(svc) {
+	case "http", "http2", "grpc":
+	default:
+		return false
+	}
+	r := t.e.Resolvers[svc]
+	return t.e.Routers[svc] != nil || t.e.Splitters[svc] != nil || (r != nil && (r.DefaultSubset != "" || localRedirect(r.Redirect)))
+}
+
+// localRedirect reports whether rd redirects to another service or subset
+// in this datacenter, which the chain follows (a datacenter alone is the
+// service block's datacenter; peers and sameness groups have no
+// equivalent).
+func localRedirect(rd *api.ServiceResolverRedirect) bool {
+	return rd != nil && (rd.Service != "" || rd.ServiceSubset != "") && rd.Datacenter == "" && rd.Peer == "" && rd.SamenessGroup == "" && rd.Namespace == "" && rd.Partition == ""
+}
+
+// translatableSubset reports whether svc's resolver declares subset with a
+// filter the service block can carry.
+func (t *translator) translatableSubset(svc, subset string) bool {
+	r := t.e.Resolvers[svc]
+	if r == nil {
+		return false
+	}
+	s, ok := r.Subsets[subset]
+	if !ok {
+		return false
+	}
+	_, _, ok = parseFilter(s.Filter)
+	return ok
+}
+
+// chainOptOut marks a route the translation already sent through the
+// chain (an ingress gateway's) so the policy does not apply it twice.
+func (t *translator) chainOptOut(b *hclwrite.Body) {
+	if t.expanded {
+		b.SetAttributeValue("chain", cty.False)
+	}
 }
 
 // merge joins targets of the same service and subset (a split over two
@@ -148,6 +203,7 @@ func (t *translator) routes(vh *hclwrite.Body, svc string, grpc bool) {
 	}
 	b := vh.AppendNewBlock("route", nil).Body()
 	setAction(b, t.dest(svc, "", 0))
+	t.chainOptOut(b)
 	if timeout != "" {
 		b.SetAttributeValue("timeout", cty.StringVal(timeout))
 	}
@@ -180,6 +236,7 @@ func (t *translator) route(vh *hclwrite.Body, svc string, i int, r api.ServiceRo
 			to = svc
 		}
 		setAction(b, t.dest(to, d.ServiceSubset, 0))
+		t.chainOptOut(b)
 		switch {
 		case d.RequestTimeout > 0:
 			b.SetAttributeValue("timeout", cty.StringVal(d.RequestTimeout.String()))
@@ -347,7 +404,9 @@ func (t *translator) ingressDoc(g *api.IngressGatewayConfigEntry) Document {
 				hosts = []string{s.Name + ".ingress.*"}
 			}
 			vh.SetAttributeValue("domains", strList(hosts))
+			t.expanded = true
 			t.routes(vh, s.Name, false)
+			t.expanded = false
 		}
 	}
 	return render(f, api.IngressGateway+"/"+g.Name)
@@ -367,14 +426,25 @@ func (t *translator) routeDocs() []Document {
 	for n := range t.e.Splitters {
 		names[n] = true
 	}
+	// A resolver's default subset is where the chain sends the service's
+	// traffic even without a router or splitter.
+	for n, r := range t.e.Resolvers {
+		if r.DefaultSubset != "" || localRedirect(r.Redirect) {
+			names[n] = true
+		}
+	}
 	for _, svc := range slices.Sorted(maps.Keys(names)) {
-		proto := t.protocol(svc)
-		grpc := proto == "grpc" // only a service-defaults entry says grpc
-		mesh := t.e.Mesh && (proto == "http" || proto == "http2" || proto == "grpc")
-		if !grpc && !mesh {
+		if !t.hasChain(svc) {
 			continue
 		}
+		grpc := t.protocol(svc) == "grpc" // only a service-defaults entry says grpc
+		mesh := t.e.Mesh
 		f := hclwrite.NewEmptyFile()
+		// The chain itself, which proxy listener routes to svc follow
+		// (Consul applies it wherever svc is a target).
+		t.mesh = true
+		t.routes(f.Body().AppendNewBlock("chain", []string{svc}).Body(), svc, false)
+		t.mesh = false
 		if grpc {
 			t.routes(f.Body().AppendNewBlock("grpc_service", []string{svc}).Body(), svc, true)
 		}
@@ -384,6 +454,9 @@ func (t *translator) routeDocs() []Document {
 			t.mesh = false
 		}
 		var from []string
+		if t.e.Routers[svc] == nil && t.e.Splitters[svc] == nil {
+			from = append(from, api.ServiceResolver+"/"+svc+"#chain")
+		}
 		if t.e.Routers[svc] != nil {
 			from = append(from, api.ServiceRouter+"/"+svc)
 		}

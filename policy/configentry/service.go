@@ -3,7 +3,6 @@ package configentry
 import (
 	"regexp"
 	"strings"
-	"time"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/hcl/v2/hclwrite"
@@ -32,7 +31,6 @@ func (t *translator) serviceDoc(svc string) *Document {
 		from = append(from, api.ServiceResolver+"/"+svc)
 		t.resolver(b, r)
 	}
-	t.upstreamOverrides(b, svc)
 	d := render(f, from...)
 	return &d
 }
@@ -54,7 +52,9 @@ func (t *translator) defaults(b *hclwrite.Body, d *api.ServiceConfigEntry) {
 		{d.LocalRequestTimeoutMs != 0, "local_request_timeout_ms"},
 		{d.MeshGateway.Mode != "", "mesh_gateway"},
 		{len(d.Expose.Paths) > 0 || d.Expose.Checks, "expose"},
-		{d.TransparentProxy != nil || d.Mode != "", "transparent proxy mode"},
+		// Consul returns "TransparentProxy": {} and "Mode": "" for an
+		// entry that never set them: only a setting is a setting.
+		{transparentProxySet(d), "transparent proxy mode"},
 		{d.MutualTLSMode != "", "mutual_tls_mode"},
 		{d.Destination != nil, "destination (terminating gateway)"},
 		{d.RateLimits != nil, "rate_limits"},
@@ -65,45 +65,37 @@ func (t *translator) defaults(b *hclwrite.Body, d *api.ServiceConfigEntry) {
 			t.note(api.ServiceDefaults, d.Name, "%s: service mesh setting, not translated", unsupported.what)
 		}
 	}
+	t.upstreamOverrides(d)
 }
 
-// upstreamOverrides applies, to svc, the upstream_config overrides other
-// services' service-defaults set for it (limits and passive health are
-// about svc as an upstream). The first, by entry name, wins.
-func (t *translator) upstreamOverrides(b *hclwrite.Body, svc string) {
-	for _, from := range sortedKeys(t.e.Defaults) {
-		uc := t.e.Defaults[from].UpstreamConfig
-		if uc == nil {
+// transparentProxySet reports whether d sets transparent proxy mode:
+// Consul returns an empty TransparentProxy object (and Mode "") for every
+// entry that does not.
+func transparentProxySet(d *api.ServiceConfigEntry) bool {
+	tp := d.TransparentProxy
+	return (d.Mode != "" && d.Mode != api.ProxyModeDefault) || (tp != nil && (tp.OutboundListenerPort != 0 || tp.DialedDirectly))
+}
+
+// upstreamOverrides notes where d's upstream_config overrides apply. In
+// Consul they are about d's own sidecars (how web's sidecar reaches api),
+// not about the upstream: written into api's service block they would
+// change what every caller of api gets. With the mesh the model applies
+// them to d's sidecars' mesh cluster of the upstream only
+// (consul.Mesh.UpstreamOverrides); without it the bridge serves no
+// sidecar of d, so they apply nowhere.
+func (t *translator) upstreamOverrides(d *api.ServiceConfigEntry) {
+	if d.UpstreamConfig == nil {
+		return
+	}
+	for _, o := range d.UpstreamConfig.Overrides {
+		if o == nil {
 			continue
 		}
-		for _, o := range uc.Overrides {
-			if o == nil || o.Name != svc {
-				continue
-			}
-			if o.ConnectTimeoutMs > 0 && t.e.Resolvers[svc] == nil {
-				b.SetAttributeValue("connect_timeout", cty.StringVal((time.Duration(o.ConnectTimeoutMs) * time.Millisecond).String()))
-			}
-			if l := o.Limits; l != nil && (l.MaxConnections != nil || l.MaxPendingRequests != nil || l.MaxConcurrentRequests != nil) {
-				cb := b.AppendNewBlock("circuit_breaker", nil).Body()
-				setInt(cb, "max_connections", l.MaxConnections)
-				setInt(cb, "max_pending_requests", l.MaxPendingRequests)
-				setInt(cb, "max_requests", l.MaxConcurrentRequests)
-			}
-			if p := o.PassiveHealthCheck; p != nil {
-				od := b.AppendNewBlock("outlier_detection", nil).Body()
-				od.SetAttributeValue("consecutive_5xx", cty.NumberIntVal(int64(p.MaxFailures)))
-				if p.Interval > 0 {
-					od.SetAttributeValue("interval", cty.StringVal(p.Interval.String()))
-				}
-			}
-			return
+		if t.e.Mesh {
+			t.note(api.ServiceDefaults, d.Name, "upstream_config.overrides for %q apply to %s's sidecars' mesh cluster of %s only, as in Consul (connect timeout, limits, passive health); other callers of %s keep its own settings", o.Name, d.Name, o.Name, o.Name)
+		} else {
+			t.note(api.ServiceDefaults, d.Name, "upstream_config.overrides for %q are about %s's sidecars (Consul applies them to no other caller); without a mesh block the bridge serves no sidecar, so they apply nowhere", o.Name, d.Name)
 		}
-	}
-}
-
-func setInt(b *hclwrite.Body, name string, v *int) {
-	if v != nil {
-		b.SetAttributeValue(name, cty.NumberIntVal(int64(*v)))
 	}
 }
 
@@ -117,8 +109,8 @@ func (t *translator) resolver(b *hclwrite.Body, r *api.ServiceResolverConfigEntr
 	if rd := r.Redirect; rd != nil {
 		if rd.Datacenter != "" && rd.Service == "" && rd.ServiceSubset == "" && rd.Peer == "" && rd.SamenessGroup == "" {
 			b.SetAttributeValue("datacenter", cty.StringVal(rd.Datacenter))
-		} else {
-			t.note(api.ServiceResolver, r.Name, "redirect to another service, subset, peer or sameness group is not translated; route to the target instead")
+		} else if !localRedirect(rd) {
+			t.note(api.ServiceResolver, r.Name, "redirect to another datacenter's service, a peer, a sameness group, namespace or partition is not translated; route to the target instead")
 		}
 	}
 	if lb := r.LoadBalancer; lb != nil {

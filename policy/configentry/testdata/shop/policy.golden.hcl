@@ -28,16 +28,6 @@ service "api" {
 
 # consul-config:service-defaults/billing
 service "billing" {
-  connect_timeout = "2s"
-  circuit_breaker {
-    max_connections      = 100
-    max_pending_requests = 10
-    max_requests         = 50
-  }
-  outlier_detection {
-    consecutive_5xx = 5
-    interval        = "10s"
-  }
 }
 
 # consul-config:service-defaults/echo,service-resolver/echo
@@ -60,6 +50,7 @@ proxy "edge" {
           method      = "GET"
         }
         service = "billing"
+        chain   = false
         timeout = "2s"
         retry {
           attempts = 3
@@ -75,6 +66,7 @@ proxy "edge" {
           method      = "POST"
         }
         service = "billing"
+        chain   = false
         timeout = "2s"
         retry {
           attempts = 3
@@ -100,6 +92,7 @@ proxy "edge" {
         }
         service = "api"
         subset  = "v2"
+        chain   = false
         request_headers {
           set = {
             x-routed = "canary"
@@ -117,12 +110,14 @@ proxy "edge" {
           subset  = "v2"
           weight  = 10
         }
+        chain = false
       }
     }
     virtual_host "billing" {
       domains = ["billing.ingress.*"]
       route {
         service = "billing"
+        chain   = false
       }
     }
   }
@@ -161,7 +156,6 @@ proxy "public" {
         }
         split {
           service = "api"
-          subset  = "v1"
           weight  = 80
         }
         split {
@@ -194,7 +188,110 @@ proxy "public" {
   }
 }
 
+# consul-config:service-router/api,service-splitter/api
+chain "api" {
+  route {
+    match {
+      path_prefix = "/billing/"
+      method      = "GET"
+    }
+    service = "billing"
+    timeout = "2s"
+    retry {
+      attempts = 3
+      on       = ["connect-failure"]
+    }
+    rewrite {
+      prefix = "/"
+    }
+  }
+  route {
+    match {
+      path_prefix = "/billing/"
+      method      = "POST"
+    }
+    service = "billing"
+    timeout = "2s"
+    retry {
+      attempts = 3
+      on       = ["connect-failure"]
+    }
+    rewrite {
+      prefix = "/"
+    }
+  }
+  route {
+    match {
+      path = "/canary"
+      header "x-debug" {
+        present = true
+      }
+      header "x-env" {
+        regex  = ".*\\.test"
+        invert = true
+      }
+      query "v" {
+        exact = "2"
+      }
+    }
+    service = "api"
+    subset  = "v2"
+    request_headers {
+      set = {
+        x-routed = "canary"
+      }
+    }
+  }
+  route {
+    split {
+      service = "api"
+      subset  = "v1"
+      weight  = 90
+    }
+    split {
+      service = "api"
+      subset  = "v2"
+      weight  = 10
+    }
+  }
+}
+
 # consul-config:service-router/echo,service-splitter/echo
+chain "echo" {
+  route {
+    match {
+      path_prefix = "/echo.Echo/Slow"
+      header "x-tier" {
+        exact = "gold"
+      }
+    }
+    split {
+      service = "echo"
+      weight  = 75
+    }
+    split {
+      service = "echo"
+      subset  = "canary"
+      weight  = 25
+    }
+    timeout = "500ms"
+    retry {
+      attempts = 2
+      on       = ["unavailable", "5xx"]
+    }
+  }
+  route {
+    split {
+      service = "echo"
+      weight  = 75
+    }
+    split {
+      service = "echo"
+      subset  = "canary"
+      weight  = 25
+    }
+  }
+}
 grpc_service "echo" {
   route {
     match {

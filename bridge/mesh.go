@@ -25,8 +25,9 @@ import (
 // sidecars join the catalog watcher's targets (a mesh endpoint is healthy
 // only when its destination instance passes too).
 
-// meshKinds are the config entry kinds the mesh reads.
-var meshKinds = []string{api.ServiceDefaults, api.ServiceIntentions}
+// meshKinds are the config entry kinds the mesh reads (the mesh entry
+// for transparent proxies' mesh_destinations_only).
+var meshKinds = []string{api.ServiceDefaults, api.ServiceIntentions, api.MeshConfig}
 
 // meshWanted reports whether a policy uses the mesh, which the daemon
 // decides at start (the watchers run for its life).
@@ -57,7 +58,9 @@ type meshState struct {
 	// entries are the mesh's config entries; nil until the first read.
 	intentions []*api.ServiceIntentionsConfigEntry
 	protocols  map[string]string
-	entriesSet bool
+	// destinationsOnly is the mesh entry's mesh_destinations_only.
+	destinationsOnly bool
+	entriesSet       bool
 }
 
 func (s *meshState) waiting() bool { return s.needed && (s.mesh == nil || !s.entriesSet) }
@@ -67,8 +70,11 @@ func (s *meshState) waiting() bool { return s.needed && (s.mesh == nil || !s.ent
 func (s *meshState) setEntries(entries []api.ConfigEntry) bool {
 	var in []*api.ServiceIntentionsConfigEntry
 	protocols := map[string]string{}
+	destinationsOnly := false
 	for _, e := range entries {
 		switch c := e.(type) {
+		case *api.MeshConfigEntry:
+			destinationsOnly = c.TransparentProxy.MeshDestinationsOnly
 		case *api.ServiceIntentionsConfigEntry:
 			in = append(in, c)
 		case *api.ServiceConfigEntry:
@@ -78,8 +84,8 @@ func (s *meshState) setEntries(entries []api.ConfigEntry) bool {
 		}
 	}
 	slices.SortFunc(in, func(a, b *api.ServiceIntentionsConfigEntry) int { return strings.Compare(a.Name, b.Name) })
-	changed := !s.entriesSet || !maps.Equal(protocols, s.protocols) || !sameJSON(in, s.intentions)
-	s.intentions, s.protocols, s.entriesSet = in, protocols, true
+	changed := !s.entriesSet || !maps.Equal(protocols, s.protocols) || !sameJSON(in, s.intentions) || destinationsOnly != s.destinationsOnly
+	s.intentions, s.protocols, s.destinationsOnly, s.entriesSet = in, protocols, destinationsOnly, true
 	return changed
 }
 
@@ -108,7 +114,7 @@ func (s *meshState) withMesh(cat *consul.Catalog) *consul.Catalog {
 		return cat
 	}
 	m := *s.mesh
-	m.Intentions, m.Protocols = s.intentions, s.protocols
+	m.Intentions, m.Protocols, m.MeshDestinationsOnly = s.intentions, s.protocols, s.destinationsOnly
 	c := *cat
 	c.Mesh = &m
 	return &c
@@ -156,6 +162,10 @@ func sidecarIndex(m *ir.Model) map[string][]serve.SidecarInfo {
 		}
 		info := serve.SidecarInfo{Node: sc.Node, Service: sc.Service}
 		for _, u := range sc.Upstreams {
+			if u.Implicit() {
+				info.Upstreams = append(info.Upstreams, fmt.Sprintf("%s@%s (transparent)", u.Service, strings.Join(u.VirtualIPs, ",")))
+				continue
+			}
 			info.Upstreams = append(info.Upstreams, fmt.Sprintf("%s@%s:%d", u.Service, u.BindAddress, u.BindPort))
 		}
 		idx[sc.ProxyID] = append(idx[sc.ProxyID], info)

@@ -50,6 +50,10 @@ func NewProxies(entries []*api.ServiceEntry) []Proxy {
 			LocalAddress: px.LocalServiceAddress, LocalPort: px.LocalServicePort,
 			Protocol: configString(px.Config, "protocol"),
 			Status:   aggregate(e.Checks),
+			Mode:     string(px.Mode), VirtualIP: s.TaggedAddresses[VirtualIPTag].Address,
+		}
+		if px.TransparentProxy != nil {
+			p.OutboundPort = px.TransparentProxy.OutboundListenerPort
 		}
 		for _, u := range px.Upstreams {
 			p.Upstreams = append(p.Upstreams, Upstream{
@@ -79,6 +83,7 @@ func newConnectEndpoints(entries []*api.ServiceEntry) []Proxy {
 			ID: s.ID, Name: s.Service, Node: e.Node.Node, Datacenter: e.Node.Datacenter, NodeMeta: mapCopy(e.Node.Meta),
 			Address: cmp.Or(s.Address, e.Node.Address), ServiceAddress: s.Address, Port: s.Port,
 			Service: s.Service, ServiceID: s.ID, Status: aggregate(e.Checks), Native: true,
+			VirtualIP: s.TaggedAddresses[VirtualIPTag].Address,
 		})
 	}
 	slices.SortFunc(out, func(a, b Proxy) int { return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID)) })
@@ -96,6 +101,7 @@ func equalProxies(a, b []Proxy) bool {
 			maps.Equal(x.NodeMeta, y.NodeMeta) && x.Address == y.Address && x.ServiceAddress == y.ServiceAddress && x.Port == y.Port &&
 			x.Service == y.Service && x.ServiceID == y.ServiceID && x.LocalAddress == y.LocalAddress &&
 			x.LocalPort == y.LocalPort && x.Protocol == y.Protocol && x.Status == y.Status && x.Native == y.Native &&
+			x.Mode == y.Mode && x.OutboundPort == y.OutboundPort && x.VirtualIP == y.VirtualIP &&
 			slices.Equal(x.Upstreams, y.Upstreams)
 	})
 }

@@ -587,23 +587,3 @@ func rootsPEM(roots *api.CARootList) string {
 	}
 	return pem.String()
 }
-
-// upstreams are the service upstreams of every proxy and the extra
-// targets, sorted. A transparent proxy may dial every service of the
-// mesh (its implicit upstreams), so with one registered every sidecar's
-// destination is followed too (TransparentTargets).
-func (m *Mesh) upstreams(extra ...ServiceKey) []ServiceKey {
-	set := map[ServiceKey]bool{}
-	for _, k := range extra {
-		set[k] = true
-	}
-	for _, p := range m.Proxies {
-		for _, k := range p.upstreamKeys() {
-			set[k] = true
-		}
-	}
-	for _, k := range m.TransparentTargets() {
-		set[k] = true
-	}
-	return slices.SortedFunc(maps.Keys(set), compareKeys)
-}

@@ -113,3 +113,23 @@ func equalRoots(a, b *api.CARootList) bool {
 	return a.TrustDomain == b.TrustDomain && a.ActiveRootID == b.ActiveRootID &&
 		slices.EqualFunc(a.Roots, b.Roots, func(x, y *api.CARoot) bool { return x.ID == y.ID && x.RootCertPEM == y.RootCertPEM })
 }
+
+// upstreams are the service upstreams of every proxy and the extra
+// targets, sorted. A transparent proxy may dial every service of the
+// mesh (its implicit upstreams), so with one registered every sidecar's
+// destination is followed too (TransparentTargets).
+func (m *Mesh) upstreams(extra ...ServiceKey) []ServiceKey {
+	set := map[ServiceKey]bool{}
+	for _, k := range extra {
+		set[k] = true
+	}
+	for _, p := range m.Proxies {
+		for _, k := range p.upstreamKeys() {
+			set[k] = true
+		}
+	}
+	for _, k := range m.TransparentTargets() {
+		set[k] = true
+	}
+	return slices.SortedFunc(maps.Keys(set), compareKeys)
+}

@@ -98,7 +98,8 @@ func chainCluster(st adsclient.State, fc *listenerv3.FilterChain) string {
 // IP and sent to its mesh cluster (none for db, which has a listener of
 // its own, or for web itself), and a passthrough default chain to the
 // ORIGINAL_DST cluster "original-destination"; the mesh entry's
-// mesh_destinations_only and a deny intention change both the same way.
+// mesh_destinations_only, an L7 intention and a deny intention change
+// both the same way.
 func TestTransparentMatchesConsulXDS(t *testing.T) {
 	agent := consultest.Start(t)
 	c := agent.Client()
@@ -238,7 +239,15 @@ func TestTransparentMatchesConsulXDS(t *testing.T) {
 		}
 	}
 
-	// An intention denying web -> api takes api's chain away on both.
+	// An L7 intention (permissions) from web to pay keeps pay's chain
+	// (Consul counts it as allowed: the permissions are enforced per
+	// request by pay's sidecar); an intention denying web -> api, written
+	// after it, takes api's chain away on both.
+	if _, _, err := c.ConfigEntries().Set(&api.ServiceIntentionsConfigEntry{Kind: api.ServiceIntentions, Name: "pay",
+		Sources: []*api.SourceIntention{{Name: "web", Permissions: []*api.IntentionPermission{{Action: api.IntentionActionAllow, HTTP: &api.IntentionHTTPPermission{PathPrefix: "/pay"}}}}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond)
 	if _, _, err := c.ConfigEntries().Set(&api.ServiceIntentionsConfigEntry{Kind: api.ServiceIntentions, Name: "api",
 		Sources: []*api.SourceIntention{{Name: "web", Action: api.IntentionActionDeny}}}, nil); err != nil {
 		t.Fatal(err)

@@ -31,7 +31,10 @@ func TestRedirectTrafficCommand(t *testing.T) {
 	name := fmt.Sprintf("xdsb-cmd-%d", os.Getpid())
 	_ = exec.Command("ip", "netns", "del", name).Run()
 	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		t.Fatalf("ip netns add: %v: %s", err, out)
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("ip netns add: %v: %s (CI=true)", err, out)
+		}
+		t.Skipf("cannot create a network namespace (root without CAP_SYS_ADMIN?): %v: %s", err, out)
 	}
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", name).Run() })
 	path := "/var/run/netns/" + name

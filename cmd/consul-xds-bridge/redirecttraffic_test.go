@@ -9,7 +9,10 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/hashicorp/consul/api"
+
 	"github.com/consul-xds-bridge/consul-xds-bridge/agent/redirect"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
 )
 
 // TestRedirectTrafficCommand runs the subcommand as an operator would
@@ -79,4 +82,33 @@ func TestRedirectTrafficCommand(t *testing.T) {
 	if code := realMain([]string{"agent", "redirect-traffic", "-proxy-uid", "envoy", "-proxy-inbound-port", "21000", "-netns", path}, &out, &errb); code != 2 || !strings.Contains(errb.String(), `-proxy-uid "envoy"`) {
 		t.Errorf("exit %d, %q; want 2 naming -proxy-uid", code, errb.String())
 	}
+
+	// -proxy-id: the ports come from the registration in the local
+	// Consul agent (the sidecar's port, its outbound_listener_port).
+	agent := consultest.Start(t)
+	if err := agent.Client().Agent().ServiceRegister(&api.AgentServiceRegistration{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{
+		SidecarService: &api.AgentServiceRegistration{Port: 21042, Proxy: &api.AgentServiceConnectProxyConfig{
+			Mode: api.ProxyModeTransparent, TransparentProxy: &api.TransparentProxyConfig{OutboundListenerPort: 15002}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CONSUL_HTTP_ADDR", agent.HTTPAddr())
+	errb.Reset()
+	if code := realMain([]string{"agent", "redirect-traffic", "-proxy-uid", "5678", "-proxy-id", "web-sidecar-proxy", "-netns", path}, &out, &errb); code != 0 {
+		t.Fatalf("-proxy-id: exit %d: %s", code, errb.String())
+	}
+	got = strings.Join(ours(), "\n")
+	for _, w := range []string{
+		"-A CONSUL_PROXY_REDIRECT -p tcp -j REDIRECT --to-ports 15002",
+		"-A CONSUL_PROXY_IN_REDIRECT -p tcp -j REDIRECT --to-ports 21042",
+	} {
+		if !strings.Contains(got, w) {
+			t.Errorf("-proxy-id: want %q in:\n%s", w, got)
+		}
+	}
+	errb.Reset()
+	if code := realMain([]string{"agent", "redirect-traffic", "-proxy-uid", "5678", "-proxy-id", "web", "-netns", path}, &out, &errb); code != 1 || !strings.Contains(errb.String(), `"web" is not a connect-proxy`) {
+		t.Errorf("-proxy-id of a non-proxy: exit %d, %q", code, errb.String())
+	}
+	_ = realMain([]string{"agent", "redirect-traffic", "-remove", "-netns", path}, &out, &errb)
+
 }

@@ -11,7 +11,7 @@ LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
 # Integration tests start several Consul agents; keep them from starving on 2 cores.
 TESTFLAGS ?= -count=1 -timeout 20m
 
-.PHONY: race-serve all build consul node-deps chromium test unit vet fmt-check route-test run clean package
+.PHONY: race-serve all build consul node-deps chromium iptables test unit vet fmt-check route-test run clean package
 
 all: build
 
@@ -34,10 +34,18 @@ node-deps:
 chromium:
 	./scripts/install-chromium.sh
 
+# Debian's iptables (and ip) for the transparent-proxy tests, which run
+# `agent redirect-traffic` in network namespaces they create (as root).
+# Fails under CI=true when it cannot be installed; elsewhere those tests
+# skip.
+iptables:
+	./scripts/install-iptables.sh
+
 # Everything: vet, formatting, the sample policy's route tests, unit and
 # integration tests against a real Consul (with grpc-go and grpc-node as
-# proxyless clients, and Chromium for the console).
-test: consul node-deps chromium fmt-check vet route-test race-serve
+# proxyless clients, Chromium for the console, iptables for
+# redirect-traffic).
+test: consul node-deps chromium iptables fmt-check vet route-test race-serve
 	CONSUL_BIN=$(CONSUL) $(GO) test $(TESTFLAGS) ./...
 
 # The xDS servers under the race detector: their streams share state

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	"github.com/hashicorp/consul/api"
 
@@ -24,8 +25,9 @@ import (
 // sidecars join the catalog watcher's targets (a mesh endpoint is healthy
 // only when its destination instance passes too).
 
-// meshKinds are the config entry kinds the mesh reads.
-var meshKinds = []string{api.ServiceDefaults, api.ServiceIntentions}
+// meshKinds are the config entry kinds the mesh reads (the mesh entry
+// for transparent proxies' mesh_destinations_only).
+var meshKinds = []string{api.ServiceDefaults, api.ServiceIntentions, api.MeshConfig}
 
 // meshWanted reports whether a policy uses the mesh, which the daemon
 // decides at start (the watchers run for its life).
@@ -57,7 +59,9 @@ type meshState struct {
 	intentions []*api.ServiceIntentionsConfigEntry
 	protocols  map[string]string
 	overrides  map[string][]*api.UpstreamConfig
-	entriesSet bool
+	// destinationsOnly is the mesh entry's mesh_destinations_only.
+	destinationsOnly bool
+	entriesSet       bool
 }
 
 func (s *meshState) waiting() bool { return s.needed && (s.mesh == nil || !s.entriesSet) }
@@ -67,8 +71,9 @@ func (s *meshState) waiting() bool { return s.needed && (s.mesh == nil || !s.ent
 func (s *meshState) setEntries(entries []api.ConfigEntry) bool {
 	var m consul.Mesh
 	m.SetEntries(entries)
-	changed := !s.entriesSet || !maps.Equal(m.Protocols, s.protocols) || !sameJSON(m.Intentions, s.intentions) || !sameJSON(m.UpstreamOverrides, s.overrides)
-	s.intentions, s.protocols, s.overrides, s.entriesSet = m.Intentions, m.Protocols, m.UpstreamOverrides, true
+	changed := !s.entriesSet || !maps.Equal(m.Protocols, s.protocols) || !sameJSON(m.Intentions, s.intentions) ||
+		!sameJSON(m.UpstreamOverrides, s.overrides) || m.MeshDestinationsOnly != s.destinationsOnly
+	s.intentions, s.protocols, s.overrides, s.destinationsOnly, s.entriesSet = m.Intentions, m.Protocols, m.UpstreamOverrides, m.MeshDestinationsOnly, true
 	return changed
 }
 
@@ -97,7 +102,7 @@ func (s *meshState) withMesh(cat *consul.Catalog) *consul.Catalog {
 		return cat
 	}
 	m := *s.mesh
-	m.Intentions, m.Protocols, m.UpstreamOverrides = s.intentions, s.protocols, s.overrides
+	m.Intentions, m.Protocols, m.UpstreamOverrides, m.MeshDestinationsOnly = s.intentions, s.protocols, s.overrides, s.destinationsOnly
 	c := *cat
 	c.Mesh = &m
 	return &c
@@ -145,6 +150,10 @@ func sidecarIndex(m *ir.Model) map[string][]serve.SidecarInfo {
 		}
 		info := serve.SidecarInfo{Node: sc.Node, Service: sc.Service}
 		for _, u := range sc.Upstreams {
+			if u.Implicit() {
+				info.Upstreams = append(info.Upstreams, fmt.Sprintf("%s@%s (transparent)", u.Service, strings.Join(u.VirtualIPs, ",")))
+				continue
+			}
 			info.Upstreams = append(info.Upstreams, fmt.Sprintf("%s@%s:%d", u.Service, u.BindAddress, u.BindPort))
 		}
 		idx[sc.ProxyID] = append(idx[sc.ProxyID], info)

@@ -120,13 +120,15 @@ func FetchMesh(ctx context.Context, client *api.Client, central bool, q QueryOpt
 	default:
 		return nil, fmt.Errorf("agent ACL settings: %w", err)
 	}
-	for _, kind := range []string{api.ServiceIntentions, api.ServiceDefaults} {
+	for _, kind := range []string{api.ServiceIntentions, api.ServiceDefaults, api.MeshConfig} {
 		entries, _, err := client.ConfigEntries().List(kind, opts(""))
 		if err != nil {
 			return nil, fmt.Errorf("config entries %s: %w", kind, err)
 		}
 		for _, e := range entries {
 			switch c := e.(type) {
+			case *api.MeshConfigEntry:
+				m.MeshDestinationsOnly = c.TransparentProxy.MeshDestinationsOnly
 			case *api.ServiceIntentionsConfigEntry:
 				m.Intentions = append(m.Intentions, c)
 			case *api.ServiceConfigEntry:

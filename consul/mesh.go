@@ -58,6 +58,11 @@ type Mesh struct {
 	// Natives are the Connect-native services (connect { native = true }:
 	// proxyless gRPC servers in the mesh), sorted.
 	Natives []string `json:"natives,omitempty"`
+	// MeshDestinationsOnly is the mesh config entry's
+	// transparent_proxy.mesh_destinations_only: transparent proxies
+	// refuse destinations outside the mesh instead of passing them
+	// through. The config-entry watcher sets it, as Intentions.
+	MeshDestinationsOnly bool `json:"mesh_destinations_only,omitempty"`
 }
 
 // Proxy is one registered connect-proxy instance.
@@ -92,6 +97,13 @@ type Proxy struct {
 	// Native marks a Connect-native instance (no sidecar: the service
 	// itself speaks mTLS); Service and ServiceID are then its own.
 	Native bool `json:",omitempty"`
+	// Mode is proxy.mode ("transparent", "direct" or "" for the default),
+	// OutboundPort its transparent_proxy.outbound_listener_port (0: unset).
+	Mode         string `json:",omitempty"`
+	OutboundPort int    `json:",omitempty"`
+	// VirtualIP is the virtual IP Consul assigned the destination
+	// service (tagged address "consul-virtual"), "" if none.
+	VirtualIP string `json:",omitempty"`
 }
 
 // Upstream is one upstream of a proxy registration.
@@ -419,13 +431,19 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 			upstreams[k.String()] = k
 		}
 		services := map[string]bool{}
+		var all []Proxy
 		for _, ps := range proxies {
+			all = append(all, ps...)
 			for _, p := range ps {
 				services[p.Service] = true
 				for _, k := range p.upstreamKeys() {
 					upstreams[k.String()] = k
 				}
 			}
+		}
+		// A transparent proxy's implicit upstreams (tproxy.go).
+		for _, k := range (&Mesh{Proxies: all, Natives: nativeList}).TransparentTargets() {
+			upstreams[k.String()] = k
 		}
 		for s, mw := range connectW {
 			if _, ok := upstreams[s]; !ok {
@@ -578,19 +596,4 @@ func rootsPEM(roots *api.CARootList) string {
 		pem.WriteString("\n")
 	}
 	return pem.String()
-}
-
-// upstreams are the service upstreams of every proxy and the extra
-// targets, sorted.
-func (m *Mesh) upstreams(extra ...ServiceKey) []ServiceKey {
-	set := map[ServiceKey]bool{}
-	for _, k := range extra {
-		set[k] = true
-	}
-	for _, p := range m.Proxies {
-		for _, k := range p.upstreamKeys() {
-			set[k] = true
-		}
-	}
-	return slices.SortedFunc(maps.Keys(set), compareKeys)
 }

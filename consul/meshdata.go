@@ -51,6 +51,10 @@ func NewProxies(entries []*api.ServiceEntry) []Proxy {
 			LocalAddress: px.LocalServiceAddress, LocalPort: px.LocalServicePort,
 			Protocol: configString(px.Config, "protocol"),
 			Status:   aggregate(e.Checks),
+			Mode:     string(px.Mode), VirtualIP: s.TaggedAddresses[VirtualIPTag].Address,
+		}
+		if px.TransparentProxy != nil {
+			p.OutboundPort = px.TransparentProxy.OutboundListenerPort
 		}
 		for _, u := range px.Upstreams {
 			p.Upstreams = append(p.Upstreams, Upstream{
@@ -81,6 +85,7 @@ func newConnectEndpoints(entries []*api.ServiceEntry) []Proxy {
 			Tags: sortedTags(s.Tags), Meta: mapCopy(s.Meta),
 			Address: cmp.Or(s.Address, e.Node.Address), ServiceAddress: s.Address, Port: s.Port,
 			Service: s.Service, ServiceID: s.ID, Status: aggregate(e.Checks), Native: true,
+			VirtualIP: s.TaggedAddresses[VirtualIPTag].Address,
 		})
 	}
 	slices.SortFunc(out, func(a, b Proxy) int { return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID)) })
@@ -98,6 +103,7 @@ func equalProxies(a, b []Proxy) bool {
 			maps.Equal(x.NodeMeta, y.NodeMeta) && slices.Equal(x.Tags, y.Tags) && maps.Equal(x.Meta, y.Meta) && x.Address == y.Address && x.ServiceAddress == y.ServiceAddress && x.Port == y.Port &&
 			x.Service == y.Service && x.ServiceID == y.ServiceID && x.LocalAddress == y.LocalAddress &&
 			x.LocalPort == y.LocalPort && x.Protocol == y.Protocol && x.Status == y.Status && x.Native == y.Native &&
+			x.Mode == y.Mode && x.OutboundPort == y.OutboundPort && x.VirtualIP == y.VirtualIP &&
 			slices.Equal(x.Upstreams, y.Upstreams)
 	})
 }
@@ -119,4 +125,24 @@ func sortedTags(tags []string) []string {
 	out := slices.Clone(tags)
 	slices.Sort(out)
 	return out
+}
+
+// upstreams are the service upstreams of every proxy and the extra
+// targets, sorted. A transparent proxy may dial every service of the
+// mesh (its implicit upstreams), so with one registered every sidecar's
+// destination is followed too (TransparentTargets).
+func (m *Mesh) upstreams(extra ...ServiceKey) []ServiceKey {
+	set := map[ServiceKey]bool{}
+	for _, k := range extra {
+		set[k] = true
+	}
+	for _, p := range m.Proxies {
+		for _, k := range p.upstreamKeys() {
+			set[k] = true
+		}
+	}
+	for _, k := range m.TransparentTargets() {
+		set[k] = true
+	}
+	return slices.SortedFunc(maps.Keys(set), compareKeys)
 }

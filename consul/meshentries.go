@@ -24,9 +24,11 @@ func (m *Mesh) addOverrides(d *api.ServiceConfigEntry) {
 // SetEntries sets the mesh's part of the config entries: the intentions
 // (sorted by name), each service-defaults protocol and upstream overrides.
 func (m *Mesh) SetEntries(entries []api.ConfigEntry) {
-	m.Intentions, m.Protocols, m.UpstreamOverrides = nil, nil, nil
+	m.Intentions, m.Protocols, m.UpstreamOverrides, m.MeshDestinationsOnly = nil, nil, nil, false
 	for _, e := range entries {
 		switch c := e.(type) {
+		case *api.MeshConfigEntry:
+			m.MeshDestinationsOnly = c.TransparentProxy.MeshDestinationsOnly
 		case *api.ServiceIntentionsConfigEntry:
 			m.Intentions = append(m.Intentions, c)
 		case *api.ServiceConfigEntry:

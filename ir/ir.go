@@ -103,7 +103,11 @@ type Cluster struct {
 	TLS              *UpstreamTLS
 	// ZoneAware, if set, makes proxies prefer endpoints in their own zone.
 	ZoneAware *ZoneAware `json:",omitempty"`
-	Endpoints []Endpoint
+	// OriginalDestination makes the cluster Envoy's ORIGINAL_DST: it
+	// connects to where the connection was headed, has no endpoints and
+	// no EDS (a transparent proxy's passthrough, tproxy.go).
+	OriginalDestination bool `json:",omitempty"`
+	Endpoints           []Endpoint
 }
 
 // ZoneAware is Envoy's zone aware routing for a cluster: a proxy sends
@@ -270,7 +274,8 @@ func (c *Cluster) SettingsEqual(o *Cluster) bool {
 	return c.Name == o.Name && c.Service == o.Service && c.Subset == o.Subset &&
 		c.ConnectTimeout == o.ConnectTimeout && c.LBPolicy == o.LBPolicy && slices.Equal(c.LBPolicies, o.LBPolicies) && c.HTTP2 == o.HTTP2 &&
 		ptrEqual(c.CircuitBreaker, o.CircuitBreaker) && ptrEqual(c.OutlierDetection, o.OutlierDetection) &&
-		ptrEqual(c.HealthCheck, o.HealthCheck) && c.TLS.Equal(o.TLS) && ptrEqual(c.ZoneAware, o.ZoneAware)
+		ptrEqual(c.HealthCheck, o.HealthCheck) && c.TLS.Equal(o.TLS) && ptrEqual(c.ZoneAware, o.ZoneAware) &&
+		c.OriginalDestination == o.OriginalDestination
 }
 
 func ptrEqual[T comparable](a, b *T) bool { return a == b || (a != nil && b != nil && *a == *b) }

@@ -52,6 +52,10 @@ type Sidecar struct {
 	Upstreams []MeshUpstream
 	// Intentions decide who may call Service, in evaluation order.
 	Intentions Intentions
+	// Transparent, for a proxy registered in transparent mode, is its
+	// outbound listener (tproxy.go); its implicit upstreams are the
+	// Upstreams without a BindPort.
+	Transparent *TransparentOutbound `json:",omitempty"`
 }
 
 // MeshUpstream is one upstream of a sidecar: a local listener that
@@ -60,9 +64,12 @@ type MeshUpstream struct {
 	// Service is the destination service; Datacenter "" is the local one.
 	Service    string
 	Datacenter string
-	// BindAddress (default 127.0.0.1) and BindPort are the local listener's.
+	// BindAddress (default 127.0.0.1) and BindPort are the local listener's;
+	// BindPort 0 marks an implicit upstream of a transparent proxy,
+	// matched by VirtualIPs on its outbound listener instead (tproxy.go).
 	BindAddress string
 	BindPort    uint32
+	VirtualIPs  []string `json:",omitempty"`
 	// Protocol is the upstream service's protocol ("tcp", "http", "http2",
 	// "grpc"); HTTP upstreams take the policy's routes for that service.
 	Protocol string

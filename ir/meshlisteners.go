@@ -49,7 +49,7 @@ func (m *Model) SidecarClusters() map[string]bool {
 		}
 	}
 	for _, c := range m.Clusters {
-		if c.TLS != nil && strings.HasPrefix(c.TLS.CertificateSecret, LeafSecretPrefix) {
+		if c.TLS != nil && strings.HasPrefix(c.TLS.CertificateSecret, LeafSecretPrefix) || c.OriginalDestination {
 			out[c.Name] = true
 		}
 	}
@@ -78,11 +78,15 @@ func meshALPN(protocol string) []string {
 }
 
 // Listeners are the sidecar's listeners in group: the public one, then
-// one per upstream in the order of Upstreams.
+// one per upstream with a bind port in the order of Upstreams (implicit
+// upstreams are filter chains of the transparent outbound listener:
+// OutboundChains).
 func (s *Sidecar) Listeners(group string) []Listener {
 	out := []Listener{s.publicListener(group)}
 	for i := range s.Upstreams {
-		out = append(out, s.Upstreams[i].listener(group))
+		if !s.Upstreams[i].Implicit() {
+			out = append(out, s.Upstreams[i].listener(group))
+		}
 	}
 	return out
 }
@@ -191,7 +195,7 @@ func (m *Model) validateMesh() []error {
 				errs = append(errs, fmt.Errorf("%s %d: no service: %w", at, i, ErrSidecar))
 			case u.Cluster == "":
 				errs = append(errs, fmt.Errorf("%s: no cluster: %w", uat, ErrSidecar))
-			case u.BindPort == 0 || u.BindPort > 65535:
+			case u.BindPort > 65535:
 				errs = append(errs, fmt.Errorf("%s: bind port %d: %w", uat, u.BindPort, ErrSidecar))
 			case u.Protocol != "tcp" && !HTTPProtocol(u.Protocol):
 				errs = append(errs, fmt.Errorf("%s: protocol %q: must be tcp, http, http2 or grpc: %w", uat, u.Protocol, ErrSidecar))
@@ -199,6 +203,7 @@ func (m *Model) validateMesh() []error {
 				errs = append(errs, fmt.Errorf("%s: HTTP routes for a tcp upstream: %w", uat, ErrSidecar))
 			}
 		}
+		errs = append(errs, s.validateTransparent(at)...)
 		names := map[string]bool{}
 		type bind struct {
 			addr string
@@ -215,6 +220,11 @@ func (m *Model) validateMesh() []error {
 				errs = append(errs, fmt.Errorf("%s: listeners %q and %q both bind %s:%d: %w", at, prev, l.Name, l.Address, l.Port, ErrSidecar))
 			}
 			binds[b] = l.Name
+		}
+		if t := s.Transparent; t != nil {
+			if prev, ok := binds[bind{"127.0.0.1", t.Port}]; ok {
+				errs = append(errs, fmt.Errorf("%s: listener %q binds the transparent outbound port 127.0.0.1:%d: %w", at, prev, t.Port, ErrSidecar))
+			}
 		}
 	}
 	return errs

@@ -207,6 +207,9 @@ func (mb *meshBuilder) group(name string, p consul.Proxy) (ir.Group, bool) {
 		sc.Upstreams = append(sc.Upstreams, mu)
 	}
 	g := ir.Group{Name: name, Sidecar: sc, Listeners: nil, Clusters: []string{local.Name}}
+	if p.Transparent() {
+		g.Clusters = append(g.Clusters, mb.transparent(who, name, p, sc)...)
+	}
 	if m := mb.m.Mesh; m.Central {
 		leaf := mb.mesh.Leaves[p.Service]
 		g.Secrets = append(g.Secrets, ir.Secret{Name: ir.LeafSecretPrefix + p.Service, CertificateChain: []byte(leaf.CertPEM), PrivateKey: leaf.KeyPEM})

@@ -35,6 +35,9 @@ var lbPolicies = map[ir.LBPolicy]clusterv3.Cluster_LbPolicy{
 }
 
 func buildCluster(c *ir.Cluster) *clusterv3.Cluster {
+	if c.OriginalDestination {
+		return originalDestinationCluster(c) // tproxy.go
+	}
 	out := &clusterv3.Cluster{
 		Name:                 c.Name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},

@@ -44,8 +44,10 @@ func sidecarAware(g *ir.Group) ([]ir.Listener, []meshRole) {
 	s := g.Sidecar
 	ls := slices.Concat(g.Listeners, s.Listeners(g.Name))
 	roles = append(roles, meshRole{direction: corev3.TrafficDirection_INBOUND, intentions: &s.Intentions, protocol: s.Protocol})
-	for range s.Upstreams {
-		roles = append(roles, meshRole{direction: corev3.TrafficDirection_OUTBOUND})
+	for i := range s.Upstreams {
+		if !s.Upstreams[i].Implicit() { // implicit ones are chains of the outbound listener (tproxy.go)
+			roles = append(roles, meshRole{direction: corev3.TrafficDirection_OUTBOUND})
+		}
 	}
 	order := make([]int, len(ls))
 	for i := range order {

@@ -53,7 +53,9 @@ func (x *reachIndex) reach(names []string, withSecrets bool) *Resources {
 			continue
 		}
 		r.Clusters = append(r.Clusters, mc.cluster)
-		r.Endpoints = append(r.Endpoints, mc.endpoint)
+		if mc.endpoint != nil { // an ORIGINAL_DST cluster has none
+			r.Endpoints = append(r.Endpoints, mc.endpoint)
+		}
 	}
 	if withSecrets {
 		for _, n := range x.model.SecretsOf(names) {

@@ -244,7 +244,9 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 			fresh.Clusters = append(fresh.Clusters, mc.cluster)
 		}
 		eps := mc.in.Endpoints
-		if !ok || !slices.Equal(eps, c.Endpoints) {
+		if c.OriginalDestination {
+			mc.endpoint = nil // no EDS: Envoy connects where the connection was headed
+		} else if !ok || !slices.Equal(eps, c.Endpoints) || mc.endpoint == nil {
 			mc.endpoint = buildLoadAssignment(c)
 			fresh.Endpoints = append(fresh.Endpoints, mc.endpoint)
 			eps = slices.Clone(c.Endpoints)
@@ -253,7 +255,9 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 		mc.in.Endpoints = eps
 		clusters[c.Name] = mc
 		out.Shared.Clusters = append(out.Shared.Clusters, mc.cluster)
-		out.Shared.Endpoints = append(out.Shared.Endpoints, mc.endpoint)
+		if mc.endpoint != nil {
+			out.Shared.Endpoints = append(out.Shared.Endpoints, mc.endpoint)
+		}
 	}
 	for i := range m.Secrets {
 		out.Shared.Secrets = append(out.Shared.Secrets, t.secret("", &m.Secrets[i], secrets, fresh))
@@ -352,6 +356,9 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 			if ml.route != nil {
 				r.Routes = append(r.Routes, ml.route)
 			}
+		}
+		if err := addTransparentOutbound(g, r, fresh); err != nil { // tproxy.go
+			errs = append(errs, err)
 		}
 		for j := range g.Secrets {
 			r.Secrets = append(r.Secrets, t.secret(g.Name, &g.Secrets[j], groupSecrets, fresh))

@@ -38,6 +38,10 @@ const usage = `Usage: consul-xds-bridge <command> [flags]
 Commands:
   run -config FILE [-config FILE ...]   run the daemon
   agent -config FILE                    run the per-VM agent: local proxies over a Unix socket, relayed from the central bridge
+  agent redirect-traffic -proxy-uid UID (-proxy-inbound-port N | -proxy-id ID) [-proxy-outbound-port N]
+            [-exclude-inbound-port P] [-exclude-outbound-port P] [-exclude-outbound-cidr CIDR] [-exclude-uid UID]
+            [-consul-dns-ip IP] [-consul-dns-port N] [-netns PATH] [-remove]
+                                        install (or -remove) a transparent proxy's iptables rules, as consul connect redirect-traffic
   import [-consul ADDR | FILE...]       print policy HCL equivalent to Consul's L7 config entries (from Consul, or files of "consul config read")
   validate FILE...                      check configuration files; print file:line:col problems
   test [-catalog FILE] [-run REGEXP] FILE...
@@ -70,6 +74,9 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	case "run":
 		return runCmd(args[1:], stderr)
 	case "agent":
+		if len(args) > 1 && args[1] == "redirect-traffic" {
+			return redirectTrafficCmd(args[2:], stdout, stderr)
+		}
 		return agentCmd(args[1:], stderr)
 	case "import":
 		return importCmd(args[1:], stdout, stderr)

@@ -44,8 +44,8 @@ package main
 import (
 	"encoding/json"
 	"flag"
-	"io"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"

@@ -225,9 +225,13 @@ func TestEnvoyHotRestart(t *testing.T) {
 	if st.HotRestarts != 1 {
 		t.Fatalf("status %+v, want one hot restart", st)
 	}
-	// Epoch 0 still answers its open connection, encouraging it to close.
-	if body, conn := old.get(t); !strings.HasPrefix(body, "epoch 0") || conn != "close" {
-		t.Fatalf("the old connection got %q (Connection %q), want epoch 0 draining it", body, conn)
+	// Once epoch 1 has told it to drain, epoch 0 still answers its open
+	// connection, encouraging it to close.
+	eventually(t, 5*time.Second, "epoch 1 to tell epoch 0 to drain", func() bool {
+		return len(find(readEvents(t, s.record), func(e envoyEvent) bool { return e.Event == "hot_restart_drain" })) == 1
+	})
+	if body, conn := old.get(t); !strings.HasPrefix(body, "epoch 0") || !conn {
+		t.Fatalf("the old connection got %q (Connection: close %v), want epoch 0 draining it", body, conn)
 	}
 	if body, _ := dialKept(t, traffic).get(t); !strings.HasPrefix(body, "epoch 1") {
 		t.Fatalf("a new connection got %q, want epoch 1", body)

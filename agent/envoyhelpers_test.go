@@ -170,8 +170,9 @@ func dialKept(t *testing.T, addr string) *keptConn {
 	return &keptConn{c: c, r: bufio.NewReader(c)}
 }
 
-// get sends GET / on the connection: the body and the Connection header.
-func (k *keptConn) get(t *testing.T) (string, string) {
+// get sends GET / on the connection: the body and whether the response
+// says Connection: close.
+func (k *keptConn) get(t *testing.T) (string, bool) {
 	t.Helper()
 	_ = k.c.SetDeadline(time.Now().Add(5 * time.Second))
 	if _, err := io.WriteString(k.c, "GET / HTTP/1.1\r\nHost: test\r\n\r\n"); err != nil {
@@ -183,5 +184,5 @@ func (k *keptConn) get(t *testing.T) (string, string) {
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	return strings.TrimSpace(string(b)), resp.Header.Get("Connection")
+	return strings.TrimSpace(string(b)), resp.Close
 }

@@ -148,6 +148,27 @@ func TestEnvoyNotReadyUntilLive(t *testing.T) {
 	}
 }
 
+// TestEnvoyNotReadyUntilAcked: an Envoy LIVE without its first config
+// (its initial fetch timed out: nothing to relay, the central is
+// unreachable and nothing is saved) is not ready.
+func TestEnvoyNotReadyUntilAcked(t *testing.T) {
+	dir := t.TempDir()
+	record := filepath.Join(dir, "record.jsonl")
+	cfg := agent.EnvoyConfig{Name: "web", Binary: fakeEnvoyBinary(t), NodeID: "vm-1-web", Cluster: "web", AdminPort: freePort(t),
+		DrainTime: time.Second, ParentShutdownTime: 2 * time.Second, DrainStrategy: "immediate",
+		Args: []string{"--x-fake-record", record, "--x-fake-initial-fetch-timeout", "100ms"}}
+	cfg.BaseID = cfg.AdminPort
+	ag := startAgentWith(t, dir, func(c *agent.Config) { c.Envoys = []agent.EnvoyConfig{cfg} }) // upstream: nothing listens
+	eventually(t, 10*time.Second, "Envoy LIVE", func() bool { return envoyStatus(t, ag).Live })
+	time.Sleep(1500 * time.Millisecond)
+	if st := envoyStatus(t, ag); st.Ready || st.Acked || !strings.Contains(st.Reason, "has not ACKed its first config") {
+		t.Fatalf("status %+v: want not ready until its first config is ACKed", st)
+	}
+	if code, _ := agentReadyz(t, ag); code != 503 {
+		t.Fatalf("/readyz %d", code)
+	}
+}
+
 // TestEnvoyRestartedWhenKilled: a killed Envoy is started again (epoch
 // 0: nothing is left to hot-restart from), /readyz and the status say
 // why, and an Envoy crashing in a loop is restarted with a growing,

@@ -36,7 +36,9 @@
 // event (start with the arguments, live, admin requests, drain, exit);
 // --x-fake-listen ADDR is a "listener" answering HTTP with its epoch (the
 // stand-in for listeners from LDS); --x-fake-never-live stays
-// INITIALIZING; --x-fake-exit-after D exits 1 after D;
+// INITIALIZING; --x-fake-initial-fetch-timeout D goes LIVE after D
+// without its first config, as Envoy does when a config source's
+// initial_fetch_timeout expires; --x-fake-exit-after D exits 1 after D;
 // --x-fake-stats TEXT is appended to /stats/prometheus; --x-fake-version V
 // is /server_info's version.
 package main
@@ -67,7 +69,7 @@ type options struct {
 	concurrency                                 int
 	record, listen, stats, version              string
 	neverLive                                   bool
-	exitAfter                                   time.Duration
+	exitAfter, initialFetchTimeout              time.Duration
 }
 
 func parse(args []string) (*options, error) {
@@ -91,6 +93,7 @@ func parse(args []string) (*options, error) {
 	fs.StringVar(&o.version, "x-fake-version", "fake0000/1.31.2/Clean/RELEASE/BoringSSL", "")
 	fs.BoolVar(&o.neverLive, "x-fake-never-live", false, "")
 	fs.DurationVar(&o.exitAfter, "x-fake-exit-after", 0, "")
+	fs.DurationVar(&o.initialFetchTimeout, "x-fake-initial-fetch-timeout", 0, "")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -202,9 +205,22 @@ func (e *envoy) run() error {
 	}
 	e.setState("INITIALIZING")
 	go func() {
-		if err := e.initialize(); err != nil {
-			e.record("init_error", map[string]any{"error": err.Error()})
-			return
+		fetched := make(chan error, 1)
+		go func() { fetched <- e.initialize() }()
+		var timeout <-chan time.Time
+		if e.o.initialFetchTimeout > 0 {
+			timeout = time.After(e.o.initialFetchTimeout)
+		}
+		select {
+		case err := <-fetched:
+			if err != nil {
+				e.record("init_error", map[string]any{"error": err.Error()})
+				return
+			}
+		case <-timeout:
+			// Envoy moves on with initialization when a config source's
+			// initial_fetch_timeout expires (ConfigSource docs).
+			e.record("initial_fetch_timeout", nil)
 		}
 		if e.o.neverLive {
 			return

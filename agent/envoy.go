@@ -9,8 +9,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -197,11 +197,11 @@ func (r *envoyRunner) run(ctx context.Context) {
 			retry = time.After(wait)
 		case next := <-r.reload:
 			hash := fileHash(next.Binary)
-			if reflect.DeepEqual(next, cfg) && hash == r.binHash {
+			if sameEnvoy(next, cfg) && hash == r.binHash {
 				r.log.Info().Msg("reload: Envoy's block and binary are unchanged")
 				continue
 			}
-			r.log.Info().Bool("block_changed", !reflect.DeepEqual(next, cfg)).Bool("binary_changed", hash != r.binHash).
+			r.log.Info().Bool("block_changed", !sameEnvoy(next, cfg)).Bool("binary_changed", hash != r.binHash).
 				Msg("reload: hot-restarting Envoy with a new epoch")
 			cfg = next
 			if r.cur == nil {
@@ -316,6 +316,7 @@ func (r *envoyRunner) start(cfg EnvoyConfig) error {
 	epoch := r.nextEpoch()
 	cmd := exec.Command(cfg.Binary, envoyArgs(cfg, file, epoch)...)
 	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr // Envoy's own log goes where the agent's does (journald)
+	cmd.Env = envoyEnv(os.Environ())
 	// Its own process group: a signal to the agent's terminal group does
 	// not reach Envoy behind the agent's drain.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -336,6 +337,20 @@ func (r *envoyRunner) start(cfg EnvoyConfig) error {
 		s.Draining = len(r.parents)
 	})
 	return nil
+}
+
+// envoyEnv is Envoy's environment: the agent's without Consul's and the
+// bridge's variables (CONSUL_HTTP_TOKEN, CONSUL_XDS_BRIDGE_ADMIN_TOKEN...),
+// which Envoy never needs: a token must not reach a process that does
+// not use it.
+func envoyEnv(env []string) []string {
+	out := env[:0:0]
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "CONSUL_") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }
 
 // fileHash identifies the binary, so SIGHUP after an upgrade in place

@@ -63,6 +63,7 @@ func (s *envoySetup) waitReady(t *testing.T, epoch int) agent.EnvoyStatus {
 // drain flags, and once Envoy is LIVE and has ACKed, /readyz is 200 and
 // /v1/proxies shows its version from /server_info.
 func TestEnvoyBootstrapAndFlags(t *testing.T) {
+	t.Setenv("CONSUL_HTTP_TOKEN", "agent-token") // the agent's, not Envoy's
 	s := startEnvoyAgent(t, nil)
 	st := s.waitReady(t, 0)
 	if code, body := agentReadyz(t, s.ag); code != 200 {
@@ -115,6 +116,9 @@ func TestEnvoyBootstrapAndFlags(t *testing.T) {
 		"--parent-shutdown-time-s", "2", "--drain-strategy", "immediate", "--concurrency", "2", "--x-fake-record", s.record, "-l", "info"}
 	if len(starts) != 1 || !slices.Equal(starts[0].Args, want) {
 		t.Fatalf("Envoy started %d times with %+v, want once with %q", len(starts), starts, want)
+	}
+	if len(starts[0].ConsulEnv) != 0 {
+		t.Errorf("Envoy got the agent's Consul variables %q", starts[0].ConsulEnv)
 	}
 	if !strings.Contains(st.Version, "/1.31.2/") || st.State != "LIVE" || st.PID != starts[0].PID {
 		t.Errorf("status %+v: want the version and state from /server_info and the pid", st)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -43,6 +44,15 @@ type EnvoyConfig struct {
 	// Args are more arguments for Envoy (log level, component log
 	// levels...); the flags the agent owns are refused.
 	Args []string
+	// DeclRange is the block's position (for diagnostics; not compared
+	// when a reload decides whether the block changed).
+	DeclRange hcl.Range
+}
+
+// sameEnvoy reports whether two configs of a block run the same Envoy.
+func sameEnvoy(a, b EnvoyConfig) bool {
+	a.DeclRange, b.DeclRange = hcl.Range{}, hcl.Range{}
+	return reflect.DeepEqual(a, b)
 }
 
 // Envoy block defaults.
@@ -102,7 +112,7 @@ func parseEnvoys(blocks []envoyBlock, c *Config, diags hcl.Diagnostics) ([]Envoy
 			bad(rng, "Invalid envoy name", "%q: letters, digits, '.', '_' and '-' (it names the bootstrap file).", b.Name)
 		}
 		e := EnvoyConfig{Name: b.Name, Binary: DefaultEnvoyBinary, AdminPort: DefaultEnvoyAdminPort, DrainTime: DefaultEnvoyDrainTime,
-			DrainStrategy: "immediate", Args: b.Args}
+			DrainStrategy: "immediate", Args: b.Args, DeclRange: rng}
 		str := func(dst *string, v *string) {
 			if v != nil {
 				*dst = *v

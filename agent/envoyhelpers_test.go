@@ -69,6 +69,8 @@ type envoyEvent struct {
 	State    string   `json:"state"`
 	Graceful bool     `json:"graceful"`
 	Why      string   `json:"why"`
+	// ConsulEnv names the CONSUL_* variables Envoy was started with.
+	ConsulEnv []string `json:"consul_env"`
 }
 
 func readEvents(t *testing.T, file string) []envoyEvent {

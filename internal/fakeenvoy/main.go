@@ -120,7 +120,13 @@ func main() {
 		os.Exit(1)
 	}
 	e := &envoy{o: o, state: "PRE_INITIALIZING", pid: os.Getpid()}
-	e.record("start", map[string]any{"args": os.Args[1:]})
+	var consulEnv []string // names only: which of Consul's variables reached Envoy
+	for _, kv := range os.Environ() {
+		if name, _, _ := strings.Cut(kv, "="); strings.HasPrefix(name, "CONSUL_") {
+			consulEnv = append(consulEnv, name)
+		}
+	}
+	e.record("start", map[string]any{"args": os.Args[1:], "consul_env": consulEnv})
 	if err := e.run(); err != nil {
 		e.record("exit", map[string]any{"error": err.Error()})
 		fmt.Fprintf(os.Stderr, "critical: %v\n", err)

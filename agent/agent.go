@@ -187,7 +187,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	cancel()
 	// Envoys drain (drain_time) while the admin API still answers.
-	a.envoys.wg.Wait()
+	a.envoys.wait()
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer scancel()
 	_ = hs.Shutdown(sctx)

@@ -88,6 +88,7 @@ type EnvoyStatus struct {
 
 type envoyRunner struct {
 	a      *Agent
+	name   string
 	log    zerolog.Logger
 	reload chan EnvoyConfig // the newest config wins (buffer 1)
 	exited chan *envoyProc
@@ -96,6 +97,8 @@ type envoyRunner struct {
 	mu  sync.Mutex
 	st  EnvoyStatus
 	cfg EnvoyConfig // the config of the current epoch (for /metrics)
+	// removed: its block is gone (its metrics go when it has stopped).
+	removed bool
 
 	// run's goroutine only.
 	cur     *envoyProc
@@ -105,7 +108,7 @@ type envoyRunner struct {
 
 func newEnvoyRunner(a *Agent, cfg EnvoyConfig) *envoyRunner {
 	return &envoyRunner{
-		a: a, log: a.log.With().Str("envoy", cfg.Name).Logger(), reload: make(chan EnvoyConfig, 1),
+		a: a, name: cfg.Name, log: a.log.With().Str("envoy", cfg.Name).Logger(), reload: make(chan EnvoyConfig, 1),
 		exited: make(chan *envoyProc, 4), done: make(chan struct{}), cfg: cfg,
 		st: EnvoyStatus{Name: cfg.Name, NodeID: cfg.NodeID, NodeCluster: cfg.Cluster, Reason: "not started yet"},
 	}
@@ -128,7 +131,7 @@ func (r *envoyRunner) update(f func(*EnvoyStatus)) {
 	if ready {
 		v = 1
 	}
-	r.a.envoys.ready.WithLabelValues(r.st.Name).Set(v)
+	r.a.envoys.ready.WithLabelValues(r.name).Set(v)
 }
 
 // offer hands run a config (SIGHUP): the newest replaces one not taken.
@@ -442,4 +445,10 @@ func (r *envoyRunner) stop() {
 	}
 	r.cur, r.parents = nil, nil
 	r.update(func(s *EnvoyStatus) { s.Live, s.PID, s.Reason, s.Draining = false, 0, "stopped", 0 })
+	r.a.envoys.mu.Lock()
+	removed := r.removed
+	r.a.envoys.mu.Unlock()
+	if removed {
+		r.a.envoys.ready.DeleteLabelValues(r.name)
+	}
 }

@@ -22,6 +22,7 @@ type envoys struct {
 	runners map[string]*envoyRunner
 	cancels map[string]context.CancelFunc
 	wg      sync.WaitGroup
+	closed  bool // Run is ending: no runner is started any more
 
 	restarts    *prometheus.CounterVec
 	ready       *prometheus.GaugeVec
@@ -57,7 +58,7 @@ func (a *Agent) ReloadEnvoys(cfgs []EnvoyConfig) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	ctx := a.ctx
-	if ctx == nil || ctx.Err() != nil {
+	if ctx == nil || e.closed {
 		return
 	}
 	keep := map[string]bool{}
@@ -79,8 +80,7 @@ func (a *Agent) ReloadEnvoys(cfgs []EnvoyConfig) {
 			e.cancels[name]()
 			delete(e.runners, name)
 			delete(e.cancels, name)
-			e.ready.DeleteLabelValues(name)
-			_ = r
+			r.removed = true
 		}
 	}
 }
@@ -110,7 +110,7 @@ func (a *Agent) envoyRunners() []*envoyRunner {
 	for _, r := range e.runners {
 		out = append(out, r)
 	}
-	slices.SortFunc(out, func(x, y *envoyRunner) int { return strings.Compare(x.st.Name, y.st.Name) })
+	slices.SortFunc(out, func(x, y *envoyRunner) int { return strings.Compare(x.name, y.name) })
 	return out
 }
 
@@ -213,3 +213,11 @@ func (a *Agent) metricsHandler() http.Handler {
 }
 
 func label(name, value string) *dto.LabelPair { return &dto.LabelPair{Name: &name, Value: &value} }
+
+// wait ends the runners' starts and waits until every Envoy is stopped.
+func (e *envoys) wait() {
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
+	e.wg.Wait()
+}

@@ -3,6 +3,7 @@ package agent_test
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -356,4 +357,41 @@ func TestEnvoyRemovedBlockIsDrained(t *testing.T) {
 	if code, _ := agentReadyz(t, s.ag); code != http.StatusOK {
 		t.Fatalf("/readyz %d after the block was removed", code)
 	}
+}
+
+// TestEnvoyHostileAdminPort: stats too large to merge are left out and
+// counted, and /metrics still answers; a process holding an Envoy's
+// admin port and claiming LIVE does not make the agent ready: Envoy
+// cannot start (restarted with back-off) and nothing of that node id has
+// ACKed a config.
+func TestEnvoyHostileAdminPort(t *testing.T) {
+	t.Run("stats too large", func(t *testing.T) {
+		s := startEnvoyAgent(t, func(c *agent.EnvoyConfig) { c.Args = append(c.Args, "--x-fake-stats-pad", strconv.Itoa(40<<20)) })
+		s.waitReady(t, 0)
+		m := getText(t, "http://"+s.ag.AdminAddr().String()+"/metrics")
+		if strings.Contains(m, "envoy_pad") || !strings.Contains(m, `consul_xds_bridge_agent_envoy_stats_errors_total{envoy="web"} 1`) ||
+			!strings.Contains(m, `consul_xds_bridge_agent_envoy_ready{envoy="web"} 1`) {
+			t.Fatalf("/metrics with oversized Envoy stats:\n%.2000s", m)
+		}
+	})
+	t.Run("port squatter", func(t *testing.T) {
+		port := freePort(t)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "LIVE") })}
+		go srv.Serve(l)
+		t.Cleanup(func() { srv.Close() })
+		s := startEnvoyAgent(t, func(c *agent.EnvoyConfig) { c.AdminPort, c.BaseID = port, port })
+		eventually(t, 10*time.Second, "Envoy to fail and be restarted", func() bool { return envoyStatus(t, s.ag).Restarts >= 2 })
+		time.Sleep(1200 * time.Millisecond)
+		st := envoyStatus(t, s.ag)
+		if st.Ready || !strings.Contains(st.LastExit, "exited with status 1") {
+			t.Fatalf("status %+v: want not ready, Envoy exiting as it cannot bind its admin port", st)
+		}
+		if code, _ := agentReadyz(t, s.ag); code != 503 {
+			t.Fatalf("/readyz %d with a squatter on the admin port", code)
+		}
+	})
 }

@@ -148,15 +148,9 @@ const (
 // leaves that Envoy out of this scrape.
 func (a *Agent) metricsHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		fams, err := a.reg.Gather()
-		if err != nil {
-			http.Error(w, err.Error(), http.StatusInternalServerError)
-			return
-		}
-		merged := map[string]*dto.MetricFamily{}
-		for _, f := range fams {
-			merged[f.GetName()] = f
-		}
+		// Envoys first, so the agent's own metrics (gathered after) count
+		// this scrape's failures.
+		fromEnvoys := map[string]*dto.MetricFamily{}
 		for _, r := range a.envoyRunners() {
 			st := r.status()
 			r.mu.Lock()
@@ -187,14 +181,23 @@ func (a *Agent) metricsHandler() http.Handler {
 					m.Label = append(m.Label, ours...)
 					sort.Slice(m.Label, func(i, j int) bool { return m.Label[i].GetName() < m.Label[j].GetName() })
 				}
-				if ex := merged[name]; ex != nil {
+				if ex := fromEnvoys[name]; ex != nil {
 					if ex.GetType() == mf.GetType() {
 						ex.Metric = append(ex.Metric, mf.Metric...)
 					}
 					continue
 				}
-				merged[name] = mf
+				fromEnvoys[name] = mf
 			}
+		}
+		fams, err := a.reg.Gather()
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		merged := fromEnvoys
+		for _, f := range fams {
+			merged[f.GetName()] = f // never envoy_*: the agent's names start with consul_xds_bridge_
 		}
 		format := expfmt.NewFormat(expfmt.TypeTextPlain)
 		w.Header().Set("Content-Type", string(format))

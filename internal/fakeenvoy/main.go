@@ -39,7 +39,8 @@
 // INITIALIZING; --x-fake-initial-fetch-timeout D goes LIVE after D
 // without its first config, as Envoy does when a config source's
 // initial_fetch_timeout expires; --x-fake-exit-after D exits 1 after D;
-// --x-fake-stats TEXT is appended to /stats/prometheus; --x-fake-version V
+// --x-fake-stats TEXT is appended to /stats/prometheus, and
+// --x-fake-stats-pad N pads it by about N bytes; --x-fake-version V
 // is /server_info's version.
 package main
 
@@ -66,7 +67,7 @@ import (
 type options struct {
 	config, socketPath, drainStrategy, logLevel string
 	epoch, baseID, drainTime, parentShutdown    int
-	concurrency                                 int
+	concurrency, statsPad                       int
 	record, listen, stats, version              string
 	neverLive                                   bool
 	exitAfter, initialFetchTimeout              time.Duration
@@ -90,6 +91,7 @@ func parse(args []string) (*options, error) {
 	fs.StringVar(&o.record, "x-fake-record", "", "")
 	fs.StringVar(&o.listen, "x-fake-listen", "", "")
 	fs.StringVar(&o.stats, "x-fake-stats", "", "")
+	fs.IntVar(&o.statsPad, "x-fake-stats-pad", 0, "")
 	fs.StringVar(&o.version, "x-fake-version", "fake0000/1.31.2/Clean/RELEASE/BoringSSL", "")
 	fs.BoolVar(&o.neverLive, "x-fake-never-live", false, "")
 	fs.DurationVar(&o.exitAfter, "x-fake-exit-after", 0, "")
@@ -296,6 +298,9 @@ func (e *envoy) adminHandler() http.Handler {
 		fmt.Fprintf(w, "# TYPE envoy_cluster_upstream_rq_total counter\nenvoy_cluster_upstream_rq_total{envoy_cluster_name=\"xds_cluster\"} 7\n")
 		if e.o.stats != "" {
 			fmt.Fprintln(w, e.o.stats)
+		}
+		for i := 0; i < e.o.statsPad/64; i++ { // 64-byte samples
+			fmt.Fprintf(w, "envoy_pad{i=\"%040d\"} 1\n", i)
 		}
 	})
 	mux.HandleFunc("/drain_listeners", post(func(w http.ResponseWriter, r *http.Request) {

@@ -362,8 +362,10 @@ func TestEnvoyRemovedBlockIsDrained(t *testing.T) {
 // TestEnvoyHostileAdminPort: stats too large to merge are left out and
 // counted, and /metrics still answers; a process holding an Envoy's
 // admin port and claiming LIVE does not make the agent ready: Envoy
-// cannot start (restarted with back-off) and nothing of that node id has
-// ACKed a config.
+// cannot bind its admin port and exits, and is restarted with back-off,
+// the status saying so. (A squatter answering while the Envoy it
+// displaced still runs is caught by the ACK gate,
+// TestEnvoyNotReadyUntilAcked.)
 func TestEnvoyHostileAdminPort(t *testing.T) {
 	t.Run("stats too large", func(t *testing.T) {
 		s := startEnvoyAgent(t, func(c *agent.EnvoyConfig) { c.Args = append(c.Args, "--x-fake-stats-pad", strconv.Itoa(40<<20)) })

@@ -363,9 +363,7 @@ func TestEnvoyRemovedBlockIsDrained(t *testing.T) {
 // counted, and /metrics still answers; a process holding an Envoy's
 // admin port and claiming LIVE does not make the agent ready: Envoy
 // cannot bind its admin port and exits, and is restarted with back-off,
-// the status saying so. (A squatter answering while the Envoy it
-// displaced still runs is caught by the ACK gate,
-// TestEnvoyNotReadyUntilAcked.)
+// the status saying so.
 func TestEnvoyHostileAdminPort(t *testing.T) {
 	t.Run("stats too large", func(t *testing.T) {
 		s := startEnvoyAgent(t, func(c *agent.EnvoyConfig) { c.Args = append(c.Args, "--x-fake-stats-pad", strconv.Itoa(40<<20)) })

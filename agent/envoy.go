@@ -161,7 +161,7 @@ func (r *envoyRunner) run(ctx context.Context) {
 			if err := r.start(cfg); err != nil {
 				wait := backoff
 				backoff = min(2*backoff, r.a.cfg.EnvoyBackoffMax)
-				r.log.Error().Err(err).Dur("retry_in", wait).Msg("cannot start Envoy")
+				r.log.Error().Err(err).Stringer("retry_in", wait).Msg("cannot start Envoy")
 				r.update(func(s *EnvoyStatus) {
 					s.Live, s.PID, s.Reason = false, 0, fmt.Sprintf("cannot start: %v; retrying in %s", err, wait)
 				})
@@ -188,7 +188,7 @@ func (r *envoyRunner) run(ctx context.Context) {
 			wait := backoff
 			backoff = min(2*backoff, r.a.cfg.EnvoyBackoffMax)
 			why := fmt.Sprintf("epoch %d %s after %s", p.epoch, exitText(p.err), ran.Round(time.Millisecond))
-			r.log.Warn().Int("epoch", p.epoch).Int("pid", p.cmd.Process.Pid).Str("exit", exitText(p.err)).Dur("ran", ran).Dur("restart_in", wait).
+			r.log.Warn().Int("epoch", p.epoch).Int("pid", p.cmd.Process.Pid).Str("exit", exitText(p.err)).Stringer("ran", ran.Round(time.Millisecond)).Stringer("restart_in", wait).
 				Msg("Envoy exited; restarting it after the back-off")
 			r.cur = nil
 			r.a.envoys.restarts.WithLabelValues(cfg.Name).Inc()
@@ -420,7 +420,7 @@ func (r *envoyRunner) stop() {
 		if err := r.adminPost(cfg, "/drain_listeners?graceful"); err != nil {
 			r.log.Warn().Err(err).Msg("cannot ask Envoy to drain; stopping it without a drain")
 		} else {
-			r.log.Info().Int("epoch", p.epoch).Dur("drain_time", cfg.DrainTime).Msg("draining Envoy before stopping it")
+			r.log.Info().Int("epoch", p.epoch).Stringer("drain_time", cfg.DrainTime).Msg("draining Envoy before stopping it")
 			waitExit(p, cfg.DrainTime)
 		}
 		if alive[p] {
@@ -432,7 +432,7 @@ func (r *envoyRunner) stop() {
 				}
 			}
 		}
-		r.log.Info().Int("epoch", p.epoch).Dur("took", time.Since(start)).Str("exit", exitText(p.err)).Msg("Envoy stopped")
+		r.log.Info().Int("epoch", p.epoch).Stringer("took", time.Since(start).Round(time.Millisecond)).Str("exit", exitText(p.err)).Msg("Envoy stopped")
 	}
 	for p := range alive {
 		_ = p.cmd.Process.Signal(syscall.SIGTERM)

@@ -206,9 +206,15 @@ func (r *envoyRunner) run(ctx context.Context) {
 			}
 			r.log.Info().Bool("block_changed", !sameEnvoy(next, cfg)).Bool("binary_changed", hash != r.binHash).
 				Msg("reload: hot-restarting Envoy with a new epoch")
+			prev := cfg
 			cfg = next
 			if r.cur == nil {
 				continue // starts with the new config (now or after the back-off)
+			}
+			if why := r.coldRestartNeeded(ctx, prev, next); why != "" {
+				r.log.Warn().Str("reason", why).Msg("reload: Envoy cannot hot-restart; draining it and starting it afresh at epoch 0")
+				r.stop()
+				continue
 			}
 			old := r.cur
 			old.retireBy = time.Now().Add(cfg.ParentShutdownTime + envoyParentGrace)
@@ -250,6 +256,37 @@ func exitText(err error) string {
 		return "exited with status " + strconv.Itoa(ee.ExitCode())
 	}
 	return err.Error()
+}
+
+// coldRestartNeeded says why the running Envoy (prev) cannot be
+// hot-restarted into next, "" if it can: Envoy hot-restarts only within
+// one base id and between binaries whose hot restart compatibility
+// versions (`envoy --hot-restart-version`, GET /hot_restart_version)
+// match. If either version cannot be read, a hot restart is tried.
+func (r *envoyRunner) coldRestartNeeded(ctx context.Context, prev, next EnvoyConfig) string {
+	if prev.BaseID != next.BaseID {
+		return fmt.Sprintf("base_id changed (%d to %d): Envoy hot-restarts only within one base id", prev.BaseID, next.BaseID)
+	}
+	if prev.Binary == next.Binary && fileHash(next.Binary) == r.binHash {
+		return ""
+	}
+	code, running, err := adminGet(ctx, prev, "/hot_restart_version", 4<<10)
+	if err != nil || code != 200 {
+		return ""
+	}
+	vctx, cancel := context.WithTimeout(ctx, envoyStopGrace)
+	defer cancel()
+	cmd := exec.CommandContext(vctx, next.Binary, "--hot-restart-version")
+	cmd.Env = envoyEnv(os.Environ())
+	out, err := cmd.Output()
+	if err != nil {
+		r.log.Warn().Err(err).Str("binary", next.Binary).Msg("cannot read the new binary's hot restart version; trying a hot restart")
+		return ""
+	}
+	if a, b := strings.TrimSpace(string(running)), strings.TrimSpace(string(out)); a != b {
+		return fmt.Sprintf("the new binary's hot restart version %q differs from the running Envoy's %q", b, a)
+	}
+	return ""
 }
 
 // nextEpoch is the epoch to start: one past the newest epoch still

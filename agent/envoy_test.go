@@ -293,6 +293,38 @@ func TestEnvoyHotRestart(t *testing.T) {
 	s.waitReady(t, 2)
 }
 
+// TestEnvoyColdRestartWhenIncompatible: a binary whose hot restart
+// version differs from the running Envoy's cannot hot-restart it; the
+// agent drains the old Envoy, stops it and starts the new one at epoch 0
+// (a new epoch would fail against the old one).
+func TestEnvoyColdRestartWhenIncompatible(t *testing.T) {
+	var bin string
+	s := startEnvoyAgent(t, func(c *agent.EnvoyConfig) {
+		bin = filepath.Join(t.TempDir(), "envoy")
+		if err := copyFile(c.Binary, bin); err != nil {
+			t.Fatal(err)
+		}
+		c.Binary = bin
+	})
+	first := s.waitReady(t, 0)
+	buildFakeEnvoy(t, bin+".new", "12.0")
+	if err := os.Rename(bin+".new", bin); err != nil {
+		t.Fatal(err)
+	}
+	s.ag.ReloadEnvoys([]agent.EnvoyConfig{s.cfg})
+	var st agent.EnvoyStatus
+	eventually(t, 20*time.Second, "the new binary ready", func() bool {
+		st = envoyStatus(t, s.ag)
+		return st.Ready && st.PID != first.PID
+	})
+	evs := readEvents(t, s.record)
+	starts := find(evs, func(e envoyEvent) bool { return e.Event == "start" })
+	drain := find(evs, func(e envoyEvent) bool { return e.Event == "drain_listeners" && e.PID == first.PID })
+	if st.Epoch != 0 || len(starts) != 2 || starts[1].Args[3] != "0" || len(drain) != 1 || !drain[0].Graceful || drain[0].T > starts[1].T {
+		t.Fatalf("status %+v, starts %+v, drains %+v: want the old Envoy drained, then the new one at epoch 0", st, starts, drain)
+	}
+}
+
 // TestEnvoyDrainedOnStop: stopping the agent drains Envoy first (POST
 // /drain_listeners?graceful), waits drain_time, then asks it to quit.
 func TestEnvoyDrainedOnStop(t *testing.T) {

@@ -49,6 +49,17 @@ func fakeEnvoyBinary(t *testing.T) string {
 	return fakeEnvoy.path
 }
 
+// buildFakeEnvoy builds the stand-in with another hot restart
+// compatibility version (a binary Envoy cannot hot-restart into).
+func buildFakeEnvoy(t *testing.T, out, hotRestartVersion string) {
+	t.Helper()
+	cmd := exec.Command("go", "build", "-ldflags", "-X main.hotRestartVersion="+hotRestartVersion, "-o", out, "./internal/fakeenvoy")
+	cmd.Dir = modroot.Dir()
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("building the stand-in: %v\n%s", err, b)
+	}
+}
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")

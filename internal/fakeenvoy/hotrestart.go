@@ -27,6 +27,9 @@ type rpcMsg struct {
 	OK      bool   `json:"ok,omitempty"`
 	Error   string `json:"error,omitempty"`
 	HasFD   bool   `json:"has_fd,omitempty"`
+	// Version is the sender's hot restart compatibility version: a parent
+	// refuses a child of another one (they cannot share the protocol).
+	Version string `json:"version,omitempty"`
 }
 
 // parentConn is the child's side of the RPC with its parent epoch.
@@ -51,7 +54,7 @@ func dialParent(o *options) (*parentConn, error) {
 }
 
 func (p *parentConn) call(req string) error {
-	b, _ := json.Marshal(rpcMsg{Request: req})
+	b, _ := json.Marshal(rpcMsg{Request: req, Version: hotRestartVersion})
 	if _, err := p.c.Write(b); err != nil {
 		return err
 	}
@@ -115,6 +118,10 @@ func (e *envoy) serveChild(c *net.UnixConn) {
 			return
 		}
 		reply, oob := rpcMsg{OK: true}, []byte(nil)
+		if m.Version != hotRestartVersion {
+			_, _, _ = c.WriteMsgUnix(mustJSON(rpcMsg{Error: fmt.Sprintf("hot restart version mismatch: parent %s, child %s", hotRestartVersion, m.Version)}), nil, nil)
+			return
+		}
 		switch m.Request {
 		case "shutdown_admin":
 			e.shutdownAdmin()

@@ -2,7 +2,9 @@
 // lifecycle tests (no Envoy binary can be installed where they run). It is
 // written from Envoy's documentation, not from what the agent does:
 //
-//   - Command line (operations/cli): -c/--config-path, --restart-epoch,
+//   - Command line (operations/cli): --hot-restart-version (prints the
+//     binary's hot restart compatibility version, also GET
+//     /hot_restart_version), -c/--config-path, --restart-epoch,
 //     --base-id, --drain-time-s, --parent-shutdown-time-s,
 //     --drain-strategy (gradual|immediate), --concurrency, --socket-path,
 //     -l/--log-level. An unknown flag is a parse error (exit 1), as in
@@ -64,12 +66,16 @@ import (
 	"sigs.k8s.io/yaml"
 )
 
+// hotRestartVersion is this build's hot restart compatibility version
+// (tests build an incompatible one with -ldflags -X).
+var hotRestartVersion = "11.104"
+
 type options struct {
 	config, socketPath, drainStrategy, logLevel string
 	epoch, baseID, drainTime, parentShutdown    int
 	concurrency, statsPad                       int
 	record, listen, stats, version              string
-	neverLive                                   bool
+	neverLive, hotRestartVersion                bool
 	exitAfter, initialFetchTimeout              time.Duration
 }
 
@@ -94,6 +100,7 @@ func parse(args []string) (*options, error) {
 	fs.IntVar(&o.statsPad, "x-fake-stats-pad", 0, "")
 	fs.StringVar(&o.version, "x-fake-version", "fake0000/1.31.2/Clean/RELEASE/BoringSSL", "")
 	fs.BoolVar(&o.neverLive, "x-fake-never-live", false, "")
+	fs.BoolVar(&o.hotRestartVersion, "hot-restart-version", false, "")
 	fs.DurationVar(&o.exitAfter, "x-fake-exit-after", 0, "")
 	fs.DurationVar(&o.initialFetchTimeout, "x-fake-initial-fetch-timeout", 0, "")
 	if err := fs.Parse(args); err != nil {
@@ -101,6 +108,9 @@ func parse(args []string) (*options, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if o.hotRestartVersion {
+		return o, nil
 	}
 	if o.config == "" {
 		return nil, fmt.Errorf("at least one of --config-path or --config-yaml or Options::configProto() should be non-empty")
@@ -120,6 +130,12 @@ func main() {
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "PARSE ERROR: %v\n", err)
 		os.Exit(1)
+	}
+	if o.hotRestartVersion {
+		// "Outputs an opaque hot restart compatibility version for the
+		// binary", to match against GET /hot_restart_version.
+		fmt.Println(hotRestartVersion)
+		return
 	}
 	e := &envoy{o: o, state: "PRE_INITIALIZING", pid: os.Getpid()}
 	var consulEnv []string // names only: which of Consul's variables reached Envoy
@@ -283,7 +299,7 @@ func (e *envoy) adminHandler() http.Handler {
 		node, _ := protojson.Marshal(e.bs.GetNode())
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(map[string]any{
-			"version": e.o.version, "state": s, "hot_restart_version": "11.104", "node": json.RawMessage(node),
+			"version": e.o.version, "state": s, "hot_restart_version": hotRestartVersion, "node": json.RawMessage(node),
 			"command_line_options": map[string]any{
 				"base_id": fmt.Sprint(e.o.baseID), "restart_epoch": e.o.epoch, "concurrency": e.o.concurrency,
 				"drain_time": fmt.Sprintf("%ds", e.o.drainTime), "parent_shutdown_time": fmt.Sprintf("%ds", e.o.parentShutdown),
@@ -291,6 +307,7 @@ func (e *envoy) adminHandler() http.Handler {
 			},
 		})
 	})
+	mux.HandleFunc("/hot_restart_version", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, hotRestartVersion) })
 	mux.HandleFunc("/stats/prometheus", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		fmt.Fprintf(w, "# TYPE envoy_server_hot_restart_epoch gauge\nenvoy_server_hot_restart_epoch{} %d\n", e.o.epoch)

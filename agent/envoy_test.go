@@ -325,6 +325,27 @@ func TestEnvoyColdRestartWhenIncompatible(t *testing.T) {
 	}
 }
 
+// TestEnvoyColdRestartOnNewBaseID: Envoy hot-restarts only within one
+// base id, so a changed base_id (or admin_port, its default) drains and
+// restarts Envoy at epoch 0.
+func TestEnvoyColdRestartOnNewBaseID(t *testing.T) {
+	s := startEnvoyAgent(t, nil)
+	first := s.waitReady(t, 0)
+	next := s.cfg
+	next.AdminPort = freePort(t)
+	next.BaseID = next.AdminPort
+	s.ag.ReloadEnvoys([]agent.EnvoyConfig{next})
+	var st agent.EnvoyStatus
+	eventually(t, 20*time.Second, "Envoy on its new base id", func() bool {
+		st = envoyStatus(t, s.ag)
+		return st.Ready && st.PID != first.PID
+	})
+	starts := find(readEvents(t, s.record), func(e envoyEvent) bool { return e.Event == "start" })
+	if st.Epoch != 0 || st.HotRestarts != 0 || len(starts) != 2 || !slices.Contains(starts[1].Args, strconv.Itoa(next.BaseID)) {
+		t.Fatalf("status %+v, starts %+v: want a fresh start at epoch 0 with the new base id", st, starts)
+	}
+}
+
 // TestEnvoyDrainedOnStop: stopping the agent drains Envoy first (POST
 // /drain_listeners?graceful), waits drain_time, then asks it to quit.
 func TestEnvoyDrainedOnStop(t *testing.T) {

@@ -23,7 +23,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/types/known/anypb"
 
@@ -57,6 +56,8 @@ type Agent struct {
 	// are who may act for each connect service (set by Run).
 	gate  *leafGate
 	peers map[string]peerSet
+	// envoys are the local Envoys the agent runs (envoy blocks).
+	envoys *envoys
 }
 
 type agentMetrics struct {
@@ -68,6 +69,12 @@ type agentMetrics struct {
 func New(cfg *Config, log zerolog.Logger) *Agent {
 	if cfg.RelayLinger <= 0 {
 		cfg.RelayLinger = DefaultRelayLinger
+	}
+	if cfg.EnvoyBackoffInitial <= 0 {
+		cfg.EnvoyBackoffInitial = time.Second
+	}
+	if cfg.EnvoyBackoffMax < cfg.EnvoyBackoffInitial {
+		cfg.EnvoyBackoffMax = max(30*time.Second, cfg.EnvoyBackoffInitial)
 	}
 	reg := prometheus.NewRegistry()
 	a := &Agent{
@@ -81,6 +88,7 @@ func New(cfg *Config, log zerolog.Logger) *Agent {
 		},
 	}
 	reg.MustRegister(a.metrics.connected, a.metrics.reconnects)
+	a.envoys = newEnvoys(reg)
 	a.gate = newLeafGate(a, reg)
 	if len(cfg.ConnectServices) > 0 {
 		a.connect = &connectCerts{a: a, services: cfg.ConnectServices, leaves: map[string]*tlsv3.Secret{}, changed: a.reserveAll}
@@ -170,6 +178,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	a.log.Info().Str("socket", a.cfg.Socket).Str("tcp", a.cfg.TCP).Str("admin", a.addrs.admin.String()).
 		Int("restored_node_clusters", len(saved)).Msg("agent serving")
+	a.startEnvoys()
 	close(a.started)
 	var first error
 	select {
@@ -177,6 +186,8 @@ func (a *Agent) Run(ctx context.Context) error {
 	case first = <-errc:
 	}
 	cancel()
+	// Envoys drain (drain_time) while the admin API still answers.
+	a.envoys.wait()
 	sctx, scancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer scancel()
 	_ = hs.Shutdown(sctx)
@@ -406,10 +417,18 @@ func (a *Agent) adminMux() *http.ServeMux {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
 		keys := a.keys()
 		code, status := readiness(keys)
-		writeJSON(w, code, map[string]any{"status": status, "node_clusters": keys})
+		envoys := a.envoyStatuses()
+		if c, s := envoyReadiness(envoys); c != 200 && code == 200 {
+			code, status = c, s
+		}
+		out := map[string]any{"status": status, "node_clusters": keys}
+		if len(envoys) > 0 {
+			out["envoys"] = envoys
+		}
+		writeJSON(w, code, out)
 	})
 	mux.HandleFunc("GET /v1/proxies", func(w http.ResponseWriter, _ *http.Request) { writeJSON(w, 200, a.proxies()) })
-	mux.Handle("GET /metrics", promhttp.HandlerFor(a.reg, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", a.metricsHandler())
 	return mux
 }
 

@@ -74,6 +74,12 @@ type Config struct {
 	// RelayLinger is how long a node.cluster is still relayed after its
 	// last local proxy has gone (default 10m).
 	RelayLinger time.Duration
+
+	// Envoys are the local Envoys the agent runs (envoy blocks, envoy.go);
+	// EnvoyBackoffInitial and EnvoyBackoffMax bound the wait before
+	// restarting one that exited (defaults 1s and 30s).
+	Envoys                               []EnvoyConfig
+	EnvoyBackoffInitial, EnvoyBackoffMax time.Duration
 }
 
 // UpstreamTLS is how the agent reaches the central bridge: verified with
@@ -94,6 +100,7 @@ type fileSchema struct {
 	Admin         *adminBlock   `hcl:"admin,block"`
 	Connect       *connectBlock `hcl:"connect,block"`
 	LogLevel      *string       `hcl:"log_level,optional"`
+	Envoys        []envoyBlock  `hcl:"envoy,block"`
 }
 
 type listenBlock struct {
@@ -245,6 +252,7 @@ func ParseConfig(name string, src []byte) (*Config, hcl.Diagnostics) {
 	if c.NodeID == "" {
 		bad(whole, "No node_id", "the host name is unknown; set node_id.")
 	}
+	c.Envoys, diags = parseEnvoys(raw.Envoys, c, diags)
 	return c, diags
 }
 

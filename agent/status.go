@@ -41,14 +41,23 @@ func readiness(keys []keyStatus) (int, string) {
 type proxyView struct {
 	serve.ProxyStatus
 	Relay *keyStatus `json:"relay,omitempty"`
+	// Envoy is set for a proxy the agent runs (an envoy block): its
+	// epoch, version (from /server_info), readiness and restarts.
+	Envoy *EnvoyStatus `json:"envoy,omitempty"`
 }
 
 func (a *Agent) proxies() []proxyView {
 	keys := a.keys()
 	ps := a.server.Proxies()
+	envoys := a.envoyStatuses()
 	out := make([]proxyView, len(ps))
 	for i, p := range ps {
 		out[i].ProxyStatus = p
+		for j := range envoys {
+			if envoys[j].NodeID == p.NodeID {
+				out[i].Envoy = &envoys[j]
+			}
+		}
 		for j := range keys {
 			if keys[j].NodeCluster == p.NodeCluster {
 				out[i].Relay = &keys[j]

@@ -10,6 +10,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/rs/zerolog"
+
 	"github.com/consul-xds-bridge/consul-xds-bridge/agent"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
@@ -44,10 +46,46 @@ func agentCmd(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.Info().Str("version", version).Str("config", *file).Msg("starting agent")
-	if err := agent.New(cfg, log).Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	ag := agent.New(cfg, log)
+	go reloadEnvoysOnHUP(ctx, ag, *file, log)
+	if err := ag.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error().Err(err).Msg("agent stopped with an error")
 		return 1
 	}
 	log.Info().Msg("agent stopped")
 	return 0
+}
+
+// reloadEnvoysOnHUP re-reads the configuration on SIGHUP and applies its
+// envoy blocks (a changed block or binary hot-restarts that Envoy); the
+// other settings need an agent restart. A configuration with errors is
+// refused and the running Envoys stay as they are.
+func reloadEnvoysOnHUP(ctx context.Context, ag *agent.Agent, file string, log zerolog.Logger) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
+	select {
+	case <-ag.Started():
+	case <-ctx.Done():
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-hup:
+		}
+		src, err := os.ReadFile(file)
+		if err != nil {
+			log.Error().Err(err).Str("config", file).Msg("SIGHUP: cannot read the configuration; Envoys unchanged")
+			continue
+		}
+		cfg, diags := agent.ParseConfig(file, src)
+		if diags.HasErrors() {
+			log.Error().Strs("diagnostics", policy.FormatDiagnostics(diags)).Str("config", file).Msg("SIGHUP: the configuration has errors; Envoys unchanged")
+			continue
+		}
+		log.Info().Str("config", file).Int("envoys", len(cfg.Envoys)).Msg("SIGHUP: applying the envoy blocks (other settings take effect on restart)")
+		ag.ReloadEnvoys(cfg.Envoys)
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,5 +126,27 @@ func TestValidateRefusesWhatEnvoyRefuses(t *testing.T) {
 	ok := writeTemp(t, "ok.hcl", policy("^/api/v[0-9]+/.*"))
 	if code := realMain([]string{"validate", ok}, &out, &errOut); code != 0 {
 		t.Errorf("a common path_regex: exit %d, stderr %q", code, errOut.String())
+	}
+}
+
+// TestValidateAgentEnvoyBinary: an envoy block whose binary is missing
+// or not executable is an error at the block, as the agent could not
+// start that Envoy.
+func TestValidateAgentEnvoyBinary(t *testing.T) {
+	dir := t.TempDir()
+	notExec := filepath.Join(dir, "envoy")
+	if err := os.WriteFile(notExec, []byte("#!/bin/sh\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := filepath.Join(dir, "agent.hcl")
+	src := fmt.Sprintf("allow_groups = [\"web\"]\ndata_dir = %q\nupstream {\n  addresses = [\"b:1\"]\n}\nenvoy \"web\" {\n  cluster = \"web\"\n  binary = %q\n}\nenvoy \"gone\" {\n  cluster = \"web\"\n  admin_port = 19002\n  binary = \"/nonexistent/envoy\"\n}\n", dir, notExec)
+	if err := os.WriteFile(cfg, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var out, errOut bytes.Buffer
+	code := realMain([]string{"validate", cfg}, &out, &errOut)
+	got := errOut.String()
+	if code != 1 || !strings.Contains(got, "agent.hcl:6:1: Envoy binary not executable: envoy \"web\"") || !strings.Contains(got, "agent.hcl:10:1: Envoy binary not executable: envoy \"gone\"") {
+		t.Fatalf("exit %d, stderr:\n%s\nwant both envoy blocks refused at their lines", code, got)
 	}
 }

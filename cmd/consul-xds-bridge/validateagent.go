@@ -4,6 +4,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/hashicorp/hcl/v2"
@@ -87,5 +88,24 @@ func validateAgent(name string) hcl.Diagnostics {
 			bad(strings.Split(d.attr, "."), "Directory not writable", fmt.Sprintf("%s = %q: %v; create it, writable by the agent's user.", d.attr, d.dir, err))
 		}
 	}
+	for _, e := range cfg.Envoys {
+		if err := executableFile(e.Binary); err != nil {
+			rng := e.DeclRange
+			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "Envoy binary not executable", Subject: &rng,
+				Detail: fmt.Sprintf("envoy %q binary = %q: %v; the agent could not start this Envoy (it would retry with back-off). Install Envoy there or fix the path.", e.Name, e.Binary, err)})
+		}
+	}
 	return diags
+}
+
+// executableFile checks that name is a regular file someone may execute.
+func executableFile(name string) error {
+	fi, err := os.Stat(name)
+	if err != nil {
+		return err
+	}
+	if !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return fmt.Errorf("not an executable file (mode %s)", fi.Mode())
+	}
+	return nil
 }

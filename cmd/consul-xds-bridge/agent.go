@@ -44,7 +44,10 @@ func agentCmd(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.Info().Str("version", version).Str("config", *file).Msg("starting agent")
-	if err := agent.New(cfg, log).Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
+	a := agent.New(cfg, log)
+	// Under systemd (Type=notify): ready when /readyz would answer 200.
+	go notifySystemd(ctx, log, a.Started(), a.NotReadyReason)
+	if err := a.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error().Err(err).Msg("agent stopped with an error")
 		return 1
 	}

@@ -127,6 +127,8 @@ func runCmd(args []string, stderr io.Writer) int {
 	defer stop()
 	log.Info().Str("version", version).Strs("config", configs).Msg("starting")
 	d := bridge.New(bridge.Config{ConfigFiles: configs, Settings: cfg.Settings, Policy: cfg.Policy, Logger: log})
+	// Under systemd (Type=notify): ready when /readyz would answer 200.
+	go notifySystemd(ctx, log, d.Started(), d.NotReadyReason)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -15,12 +14,11 @@ import (
 )
 
 // agentCmd runs the per-VM agent (package agent).
-func agentCmd(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	file := fs.String("config", "", "agent configuration file (HCL)")
-	if _, err := parseAnywhere(fs, args); err != nil {
-		return usageExit(err)
+func agentCmd(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("agent", stderr)
+	file := fs.String("config", "", "agent configuration `FILE` (HCL)")
+	if _, code, ok := parseCommand(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if *file == "" {
 		fmt.Fprintln(stderr, "agent: -config FILE is required")

@@ -5,7 +5,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -68,9 +67,9 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "run":
-		return runCmd(args[1:], stderr)
+		return runCmd(args[1:], stdout, stderr)
 	case "agent":
-		return agentCmd(args[1:], stderr)
+		return agentCmd(args[1:], stdout, stderr)
 	case "import":
 		return importCmd(args[1:], stdout, stderr)
 	case "validate":
@@ -101,16 +100,15 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-func runCmd(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var configs stringList
-	fs.Var(&configs, "config", "configuration file (HCL); repeat for several")
-	if _, err := parseAnywhere(fs, args); err != nil {
-		return usageExit(err)
+func runCmd(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("run", stderr)
+	var configs configPaths
+	fs.Var(&configs, "config", "configuration `FILE` (HCL), or a directory standing for its *.hcl files in name order; repeat for several")
+	if _, code, ok := parseCommand(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if len(configs) == 0 {
-		fmt.Fprintln(stderr, "run: at least one -config FILE is required")
+		fmt.Fprintln(stderr, "run: at least one -config FILE or DIR is required (consul-xds-bridge run -h)")
 		return 2
 	}
 	cfg, _, diags := policy.LoadFiles(configs...)
@@ -147,17 +145,21 @@ func runCmd(args []string, stderr io.Writer) int {
 }
 
 func validateCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("validate", stderr)
 	catalogFile := fs.String("catalog", "", "catalog fixture (Consul API JSON) to translate the policy against (default: an empty catalog); services the policy names that it lacks are warned about")
 	strict := fs.Bool("strict", false, "fail (exit 1) on any warning, for CI")
 	agentFlag := fs.Bool("agent", false, "the files are per-VM agent configurations (recognised without it by allow_groups or an upstream block)")
-	args, err := parseAnywhere(fs, args)
-	if err != nil {
-		return usageExit(err)
+	args, code, ok := parseCommand(fs, args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "validate: name at least one configuration file")
+		fmt.Fprintln(stderr, "validate: name at least one configuration file or directory (consul-xds-bridge validate -h)")
+		return 2
+	}
+	args, err := expandConfigs(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "validate: %v\n", err)
 		return 2
 	}
 	// Agent configurations (-agent, or recognised by what only they
@@ -243,32 +245,34 @@ func validateWarnings(all []string, withCatalog bool) []string {
 var noInstancesRE = regexp.MustCompile(`^service "[^"]*" has no instances in `)
 
 func bootstrapCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("bootstrap", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("bootstrap", stderr)
 	var c xds.BootstrapConfig
 	var servers stringList
 	fs.StringVar(&c.NodeID, "node-id", "", "Envoy node id (unique per proxy)")
 	fs.StringVar(&c.Cluster, "cluster", "", "node.cluster: the proxy group whose listeners this Envoy gets")
-	fs.Var(&servers, "xds", "bridge xDS address HOST:PORT; repeat for replicas")
-	fs.StringVar(&c.XDSUnix, "xds-unix", "", "bridge xDS Unix socket path (instead of -xds)")
+	fs.Var(&servers, "xds", "bridge xDS `ADDRESS`: HOST:PORT, or with a scheme (http://, https://, grpc://, grpcs://, dns:///, unix:///PATH); repeat for replicas")
+	fs.StringVar(&c.XDSUnix, "xds-unix", "", "bridge xDS Unix socket `PATH` (instead of -xds)")
 	fs.IntVar(&c.AdminPort, "admin-port", 19000, "Envoy admin port on 127.0.0.1")
 	fs.StringVar(&c.LocalService, "local-service", "", "the service this Envoy belongs to: its endpoints become the local cluster that zone aware routing needs (policy: proxy local_service, service zone_aware)")
 	fs.StringVar(&c.Region, "region", "", "this proxy's locality region: the Consul datacenter (for zone aware routing)")
 	fs.StringVar(&c.ConsulNode, "consul-node", "", "for a Connect sidecar (-node-id PROXY-ID): the Consul node its registration is on, sent as node metadata consul_node")
 	fs.StringVar(&c.Zone, "zone", "", "this proxy's locality zone: its Consul node's zone meta (for zone aware routing)")
-	fs.StringVar(&c.TLSCAFile, "tls-ca", "", "CA file to verify the bridge's TLS certificate")
-	fs.StringVar(&c.TLSCertFile, "tls-cert", "", "client certificate file the proxy presents to the bridge (mTLS; with -tls-key and -tls-ca)")
-	fs.StringVar(&c.TLSKeyFile, "tls-key", "", "private key file of -tls-cert")
+	fs.StringVar(&c.TLSCAFile, "tls-ca", "", "CA `FILE` to verify the bridge's TLS certificate (written as an absolute path)")
+	fs.StringVar(&c.TLSCertFile, "tls-cert", "", "client certificate `FILE` the proxy presents to the bridge (mTLS; with -tls-key and -tls-ca)")
+	fs.StringVar(&c.TLSKeyFile, "tls-key", "", "private key `FILE` of -tls-cert")
 	fs.StringVar(&c.TLSServerName, "tls-server-name", "", "the bridge's name in its certificate, sent as SNI and required as SAN (default: the host of the first -xds; gRPC: must be that host)")
 	fs.BoolVar(&c.REST, "rest", false, "poll CDS and LDS with REST-JSON (HTTP/1.1, same bridge port) instead of ADS; endpoints, routes and secrets stay on ADS")
 	fs.DurationVar(&c.RESTRefresh, "rest-refresh", time.Second, "with -rest: how often Envoy polls")
 	fs.StringVar(&c.MeshCertDir, "mesh-cert-dir", "", "with -grpc: the service's Connect certificate directory the agent writes (agent connect.cert_dir/SERVICE); adds the file_watcher certificate provider \""+xds.MeshCertProvider+"\" and the xDS server listener template (proxyless mesh)")
 	fs.DurationVar(&c.MeshCertRefresh, "mesh-cert-refresh", xds.DefaultMeshCertRefresh, "with -mesh-cert-dir: how often gRPC re-reads the certificate files")
 	grpcClient := fs.Bool("grpc", false, "print the xDS bootstrap JSON of a proxyless gRPC client (GRPC_XDS_BOOTSTRAP) instead; -cluster is optional")
-	if _, err := parseAnywhere(fs, args); err != nil {
-		return usageExit(err)
+	if _, code, ok := parseCommand(fs, args, stdout, stderr); !ok {
+		return code
 	}
-	c.XDS = servers
+	if err := normaliseBootstrap(&c, servers); err != nil {
+		fmt.Fprintf(stderr, "bootstrap: %v\n", err)
+		return 2
+	}
 	if c.MeshCertDir != "" && !*grpcClient {
 		fmt.Fprintln(stderr, "bootstrap: -mesh-cert-dir is for gRPC (-grpc); Envoy takes its mesh certificates over SDS")
 		return 2

@@ -1,5 +1,7 @@
 package agent
 
+import "github.com/prometheus/client_golang/prometheus"
+
 // NotReadyReason says why the agent is not ready, as /readyz does, or ""
 // when /readyz answers 200. The CLI reports it to systemd (STATUS=) and
 // sends READY=1 when it turns "". Valid after Started.
@@ -9,3 +11,7 @@ func (a *Agent) NotReadyReason() string {
 	}
 	return ""
 }
+
+// Registerer is the registry served on the agent's /metrics, for metrics
+// the CLI adds (build_info).
+func (a *Agent) Registerer() prometheus.Registerer { return a.reg }

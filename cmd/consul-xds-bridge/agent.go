@@ -43,6 +43,7 @@ func agentCmd(args []string, stdout, stderr io.Writer) int {
 	defer stop()
 	log.Info().Str("version", version).Str("config", *file).Msg("starting agent")
 	a := agent.New(cfg, log)
+	registerBuildInfo(a.Registerer())
 	// Under systemd (Type=notify): ready when /readyz would answer 200.
 	go notifySystemd(ctx, log, a.Started(), a.NotReadyReason)
 	if err := a.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {

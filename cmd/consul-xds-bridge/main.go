@@ -10,13 +10,14 @@ import (
 	"os"
 	"os/signal"
 	"regexp"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"golang.org/x/term"
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
 
@@ -124,7 +125,9 @@ func runCmd(args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.Info().Str("version", version).Strs("config", configs).Msg("starting")
-	d := bridge.New(bridge.Config{ConfigFiles: configs, Settings: cfg.Settings, Policy: cfg.Policy, Logger: log})
+	reg := prometheus.NewRegistry()
+	registerBuildInfo(reg)
+	d := bridge.New(bridge.Config{ConfigFiles: configs, Settings: cfg.Settings, Policy: cfg.Policy, Logger: log, Registry: reg})
 	// Under systemd (Type=notify): ready when /readyz would answer 200.
 	go notifySystemd(ctx, log, d.Started(), d.NotReadyReason)
 	hup := make(chan os.Signal, 1)
@@ -370,29 +373,27 @@ func newLogger(s policy.LogSettings, w io.Writer) (zerolog.Logger, error) {
 	if err != nil {
 		return zerolog.Logger{}, fmt.Errorf("log level %q: %w", s.Level, err)
 	}
+	// Durations print with their unit ("build":"8.939ms"), not as a bare
+	// number of milliseconds.
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
 	if s.Format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: logTimeFormat}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: logTimeFormat, NoColor: !colorful(w)}
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
 }
 
 func printVersion(w io.Writer) {
-	gcp := "unknown"
-	rev := commit
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, dep := range bi.Deps {
-			if dep.Path == "github.com/envoyproxy/go-control-plane" {
-				gcp = dep.Version
-			}
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && rev == "" {
-				rev = s.Value
-			}
-		}
+	ver, rev, gcp := buildInfo()
+	fmt.Fprintf(w, "consul-xds-bridge %s\ncommit: %s\ngo-control-plane: %s\n", ver, rev, gcp)
+}
+
+// colorful says whether console logs to w may use ANSI colours: only on
+// a terminal, and not when $NO_COLOR is set to anything (no-color.org).
+// A file or journald gets plain text.
+func colorful(w io.Writer) bool {
+	if _, set := os.LookupEnv("NO_COLOR"); set {
+		return false
 	}
-	if rev == "" {
-		rev = "unknown"
-	}
-	fmt.Fprintf(w, "consul-xds-bridge %s\ncommit: %s\ngo-control-plane: %s\n", version, rev, gcp)
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

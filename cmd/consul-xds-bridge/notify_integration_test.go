@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -45,8 +46,19 @@ func TestRunNotifiesSystemdWhenReady(t *testing.T) {
 	}
 
 	t.Run("consul down", func(t *testing.T) {
-		_, msgs, logs := start(freeAddr(t)) // nothing listens there
-		seen := waitFor(t, msgs, "STATUS=waiting", 10*time.Second)
+		down := freeAddr(t) // nothing listens there
+		admin, msgs, logs := start(down)
+		// systemctl status and /readyz say which address fails, and why.
+		seen := waitFor(t, msgs, "STATUS=waiting for the first complete Consul sync; Consul at "+down+": ", 10*time.Second)
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusServiceUnavailable || !strings.Contains(string(body), "Consul at "+down+": ") || !strings.Contains(string(body), "connection refused") {
+			t.Errorf("/readyz with Consul down: %d %s", resp.StatusCode, body)
+		}
 		deadline := time.After(3 * time.Second)
 		for {
 			select {
@@ -72,6 +84,16 @@ func TestRunNotifiesSystemdWhenReady(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != http.StatusOK {
 			t.Errorf("READY=1 sent while /readyz answers %d\n%s", resp.StatusCode, logs)
+		}
+		// The build is on /metrics.
+		resp, err = http.Get("http://" + admin + "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if !strings.Contains(string(body), `consul_xds_bridge_build_info{go_control_plane="`) || !strings.Contains(string(body), `version="dev"} 1`) {
+			t.Errorf("no build_info on /metrics:\n%s", body)
 		}
 	})
 }

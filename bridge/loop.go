@@ -295,10 +295,12 @@ func (l *loop) build(ctx context.Context) {
 		if !onlyEndpoints(changed) {
 			ev = l.d.log.Info()
 		}
+		// Microseconds are precision enough: "8.939ms", not "8.939026ms".
+		us := func(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
 		ev = ev.Strs("types", changed).Int("clusters", len(out.Shared.Clusters)).
-			Dur("build", updateStart.Sub(start)).Dur("update", updated.Sub(updateStart))
+			Dur("build", us(updateStart.Sub(start))).Dur("update", us(updated.Sub(updateStart)))
 		if !l.changedAt.IsZero() {
-			ev = ev.Dur("since_consul_change", l.d.clock.Since(l.changedAt)).Dur("waited", buildStart.Sub(l.changedAt))
+			ev = ev.Dur("since_consul_change", us(l.d.clock.Since(l.changedAt))).Dur("waited", us(buildStart.Sub(l.changedAt)))
 		}
 		ev.Msg("snapshot updated")
 		l.summary.add(l.d.log, l.d.clock.Now(), changed, updateStart.Sub(start))

@@ -34,7 +34,8 @@ func TestUnitsHardened(t *testing.T) {
 				t.Errorf("%s: exposure %.1f, want <= %.1f:\n%s", unit, score, maxExposure, out)
 			}
 			src := readFile(t, "deb", unit)
-			for _, want := range []string{"Type=notify", "NotifyAccess=main", "WatchdogSec=", "User=consul-xds-bridge"} {
+			// socket_group chowns the socket: the filter must leave chown(2).
+			for _, want := range []string{"Type=notify", "NotifyAccess=main", "WatchdogSec=", "User=consul-xds-bridge", "SystemCallFilter=@chown"} {
 				if !strings.Contains(src, want) {
 					t.Errorf("%s lacks %s", unit, want)
 				}

@@ -18,9 +18,11 @@ const maxExposure = 3.0
 // with a watchdog, so `systemctl start` returns when the daemon is ready.
 func TestUnitsHardened(t *testing.T) {
 	analyze := need(t, "systemd-analyze", "scripts/install-debtools.sh")
-	for _, unit := range []string{"consul-xds-bridge.service", "consul-xds-bridge-agent.service"} {
+	// The packaged units, and the samples for installing by hand.
+	for _, unit := range []string{"deb/consul-xds-bridge.service", "deb/consul-xds-bridge-agent.service",
+		"../examples/vm/consul-xds-bridge.service", "../examples/vm/consul-xds-bridge-agent.service"} {
 		t.Run(unit, func(t *testing.T) {
-			out, err := exec.Command(analyze, "security", "--offline=true", "--no-pager", "./deb/"+unit).CombinedOutput()
+			out, err := exec.Command(analyze, "security", "--offline=true", "--no-pager", "./"+unit).CombinedOutput()
 			if err != nil {
 				t.Fatalf("systemd-analyze security %s: %v\n%s", unit, err, out)
 			}
@@ -33,7 +35,7 @@ func TestUnitsHardened(t *testing.T) {
 			if score > maxExposure {
 				t.Errorf("%s: exposure %.1f, want <= %.1f:\n%s", unit, score, maxExposure, out)
 			}
-			src := readFile(t, "deb", unit)
+			src := readFile(t, ".", unit)
 			// socket_group chowns the socket: the filter must leave chown(2).
 			for _, want := range []string{"Type=notify", "NotifyAccess=main", "WatchdogSec=", "User=consul-xds-bridge", "SystemCallFilter=@chown"} {
 				if !strings.Contains(src, want) {

@@ -8,10 +8,16 @@ BIN      := $(CURDIR)/bin/consul-xds-bridge
 VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 COMMIT   ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 LDFLAGS  := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+# The package's version, which dpkg orders (0.3.1 on tag v0.3.1, then
+# 0.3.2~git<time>.<n>.g<hash>), its binary and the pinned packager.
+PKGVERSION ?= $(shell ./packaging/version.sh 2>/dev/null || echo 0.0.0)
+PKGBIN   ?= $(CURDIR)/bin/pkg/consul-xds-bridge
+NFPM_VERSION := v2.48.0
+NFPM     ?= $(TOOLS)/nfpm-$(NFPM_VERSION)
 # Integration tests start several Consul agents; keep them from starving on 2 cores.
 TESTFLAGS ?= -count=1 -timeout 20m
 
-.PHONY: race-serve all build consul node-deps chromium iptables test unit vet fmt-check route-test run clean package
+.PHONY: race-serve all build consul node-deps chromium iptables deb-tools nfpm test unit vet fmt-check route-test run clean package package-bin
 
 all: build
 
@@ -41,12 +47,25 @@ chromium:
 iptables:
 	./scripts/install-iptables.sh
 
+# Debian's lintian, systemd-analyze and systemd-sysusers for the packaging
+# tests (packaging/). Fails under CI=true when it cannot install them;
+# elsewhere those tests skip.
+deb-tools:
+	./scripts/install-debtools.sh
+
+# nfpm, the packager, built from its Go module at a pinned version.
+nfpm: $(NFPM)
+
+$(NFPM):
+	NFPM_VERSION=$(NFPM_VERSION) ./scripts/install-nfpm.sh $(TOOLS)
+
 # Everything: vet, formatting, the sample policy's route tests, unit and
 # integration tests against a real Consul (with grpc-go and grpc-node as
 # proxyless clients, Chromium for the console, iptables for
-# redirect-traffic).
-test: consul node-deps chromium iptables fmt-check vet route-test race-serve
-	CONSUL_BIN=$(CONSUL) $(GO) test $(TESTFLAGS) ./...
+# redirect-traffic, and the Debian package built, linted, scored and
+# installed into a throwaway root).
+test: consul node-deps chromium iptables deb-tools nfpm fmt-check vet route-test race-serve
+	CONSUL_BIN=$(CONSUL) NFPM=$(NFPM) $(GO) test $(TESTFLAGS) ./...
 
 # The xDS servers under the race detector: their streams share state
 # between a stream's reader, its sender, the cache's fan-out and the
@@ -74,10 +93,19 @@ fmt-check:
 run: build consul
 	$(GO) run ./examples/demo -consul-bin $(CONSUL) -bridge $(BIN) -config config.hcl
 
-# The Debian package (binary, systemd unit, default config, system user)
-# into dist/. Install it with apt-get install ./dist/consul-xds-bridge_*.deb.
-package: build
-	./packaging/build-deb.sh $(BIN) $(VERSION) $(CURDIR)/dist
+# The Debian package (stripped PIE binary, the bridge's and the agent's
+# systemd units, default config, system user, manual page, samples) into
+# dist/, built by nfpm. Its version is release-style and ordered by dpkg
+# (packaging/version.sh). Install it with
+# apt-get install ./dist/consul-xds-bridge_*.deb.
+package: package-bin $(NFPM)
+	NFPM=$(NFPM) ./packaging/build-deb.sh $(PKGBIN) $(PKGVERSION) $(CURDIR)/dist
+
+# The binary as the package ships it: PIE (with RELRO), stripped,
+# reproducible paths, no cgo.
+package-bin:
+	CGO_ENABLED=0 $(GO) build -buildmode=pie -trimpath \
+		-ldflags "-s -w -X main.version=$(PKGVERSION) -X main.commit=$(COMMIT)" -o $(PKGBIN) ./cmd/consul-xds-bridge
 
 clean:
 	rm -rf bin dist

@@ -133,6 +133,9 @@ func (d *Daemon) notReadyReason() string {
 	case !d.Ready() && st.Waiting != "":
 		return st.Waiting
 	case !d.Ready():
+		if failure := d.consulFailure(); failure != "" {
+			return "waiting for the first complete Consul sync; " + failure
+		}
 		return "waiting for the first complete Consul sync"
 	default:
 		return d.consulStale()

@@ -134,7 +134,8 @@ func (d *Daemon) consulStale() string {
 	if !lastOK.IsZero() {
 		last = lastOK.UTC().Format(time.RFC3339)
 	}
-	return fmt.Sprintf("Consul unreachable for %s (last successful request: %s); serving the last known state", down.Round(time.Second), last)
+	return fmt.Sprintf("Consul at %s unreachable for %s (last successful request: %s; last error: %v); serving the last known state",
+		d.consulAddress(), down.Round(time.Second), last, d.outages.lastError(""))
 }
 
 // catalogView is the catalog the daemon serves from, for /v1/catalog.

@@ -55,6 +55,7 @@ type loop struct {
 	// plan (a pasted document replaces one of them).
 	docs         []*policy.Document
 	changedAt    time.Time
+	summary      changeSummary
 	debounce     debounce
 	pendingSince time.Time
 	timer        clockwork.Timer
@@ -291,12 +292,21 @@ func (l *loop) build(ctx context.Context) {
 		// Where a change's time went before the fan-out: waiting for
 		// its build (debounce, a build before it), building and
 		// translating, then serving (answering every waiting watch).
-		ev := l.d.log.Info().Strs("types", changed).Int("clusters", len(out.Shared.Clusters)).
-			Dur("build", updateStart.Sub(start)).Dur("update", updated.Sub(updateStart))
+		// Endpoint churn is logged at debug, with a summary at info
+		// (changesummary.go); anything else at info as it happens.
+		ev := l.d.log.Debug()
+		if !onlyEndpoints(changed) {
+			ev = l.d.log.Info()
+		}
+		// Microseconds are precision enough: "8.939ms", not "8.939026ms".
+		us := func(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
+		ev = ev.Strs("types", changed).Int("clusters", len(out.Shared.Clusters)).
+			Dur("build", us(updateStart.Sub(start))).Dur("update", us(updated.Sub(updateStart)))
 		if !l.changedAt.IsZero() {
-			ev = ev.Dur("since_consul_change", l.d.clock.Since(l.changedAt)).Dur("waited", buildStart.Sub(l.changedAt))
+			ev = ev.Dur("since_consul_change", us(l.d.clock.Since(l.changedAt))).Dur("waited", us(buildStart.Sub(l.changedAt)))
 		}
 		ev.Msg("snapshot updated")
+		l.summary.add(l.d.log, l.d.clock.Now(), changed, updateStart.Sub(start))
 	}
 	l.changedAt = time.Time{}
 	l.change = nil

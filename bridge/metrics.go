@@ -78,9 +78,14 @@ func newMetrics(reg prometheus.Registerer, notReady func() string, consulUp func
 		}),
 	}
 	// Both results exist from the start, so alerts on "failed" work before
-	// the first failure.
+	// the first failure; so do the Consul endpoints' request and error
+	// counters (a fixed set: the label never carries a service name).
 	m.reloads.WithLabelValues("ok")
 	m.reloads.WithLabelValues("failed")
+	for _, e := range consulEndpoints {
+		m.consulRequests.WithLabelValues(e)
+		m.consulErrors.WithLabelValues(e)
+	}
 	queryGauge := func(name, help string, pick func(slots, inUse, waiting int) int) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, func() float64 {
 			f := m.queryStats.Load()
@@ -120,10 +125,17 @@ func newMetrics(reg prometheus.Registerer, notReady func() string, consulUp func
 	return m
 }
 
+// consulEndpoints are the endpoint labels of the Consul request metrics:
+// the watchers' queries (consul.WatcherConfig.OnQuery and its kin) and
+// the leader check.
+var consulEndpoints = []string{"catalog_services", "health_service", "health_state", "health_connect",
+	"connect_ca_roots", "connect_ca_leaf", "config_entries", "kv_list", "status_leader"}
+
 func (m *metrics) consulQuery(endpoint string, err error, d time.Duration) {
 	m.consulRequests.WithLabelValues(endpoint).Inc()
 	m.consulLatency.WithLabelValues(endpoint).Observe(d.Seconds())
+	errs := m.consulErrors.WithLabelValues(endpoint) // exists from the first request on
 	if err != nil {
-		m.consulErrors.WithLabelValues(endpoint).Inc()
+		errs.Inc()
 	}
 }

@@ -33,6 +33,7 @@ type dcState struct {
 	failingSince    time.Time // first failed request (answered or not) since the last success
 	lastSuccess     time.Time
 	holdUntil       time.Time
+	lastErr         error // the last failed request's error, nil after a success
 }
 
 func newOutages(after, hold time.Duration) *outages {
@@ -61,6 +62,7 @@ func (o *outages) record(dc string, err error, now time.Time, holdArms bool) tim
 		st = &dcState{}
 		o.dcs[dc] = st
 	}
+	st.lastErr = err
 	if err == nil {
 		st.failingSince, st.lastSuccess = time.Time{}, now
 	} else if st.failingSince.IsZero() {
@@ -104,6 +106,16 @@ func (o *outages) failing(dc string) (since, lastSuccess time.Time) {
 		return st.failingSince, st.lastSuccess
 	}
 	return time.Time{}, time.Time{}
+}
+
+// lastError is the error of dc's last request while it fails, else nil.
+func (o *outages) lastError(dc string) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if st := o.dcs[dc]; st != nil {
+		return st.lastErr
+	}
+	return nil
 }
 
 // holding returns the datacenters whose health downgrades are held at now

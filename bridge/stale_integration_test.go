@@ -2,6 +2,8 @@ package bridge_test
 
 import (
 	"net/http"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -41,7 +43,11 @@ func TestReadinessTurnsStaleWhenConsulIsUnreachable(t *testing.T) {
 	waitReadyz(http.StatusOK, "true")
 
 	fwd.Stop()
-	waitReadyz(http.StatusServiceUnavailable, "Consul unreachable for")
+	// The reason names the address the bridge cannot reach, and why.
+	waitReadyz(http.StatusServiceUnavailable, "Consul at "+fwd.Addr()+" unreachable for")
+	if _, body := get(t, url); !strings.Contains(body, "last error: ") || !strings.Contains(body, fwd.Addr()) {
+		t.Errorf("/readyz does not say what failed: %s", body)
+	}
 	_, body := get(t, "http://"+h.daemon.AdminAddr().String()+"/metrics")
 	if v := metricValue(body, "consul_xds_bridge_ready"); v != 0 {
 		t.Errorf("consul_xds_bridge_ready = %v while /readyz is 503", v)
@@ -54,7 +60,7 @@ func TestReadinessTurnsStaleWhenConsulIsUnreachable(t *testing.T) {
 		}
 		_, body = get(t, "http://"+h.daemon.AdminAddr().String()+"/metrics")
 	}
-	if v := metricValue(body, "consul_xds_bridge_consul_request_errors_total"); v <= 0 {
+	if v := metricSum(body, "consul_xds_bridge_consul_request_errors_total"); v <= 0 {
 		t.Errorf("consul_xds_bridge_consul_request_errors_total = %v during the outage", v)
 	}
 	// Still serving: a new proxy gets the last good world.
@@ -108,4 +114,15 @@ func TestReadinessSeesAFrozenConsul(t *testing.T) {
 	agent.Thaw()
 	thawed = true
 	wait(http.StatusOK, 20*time.Second)
+}
+
+// metricSum is the sum of every series of a metric (its labels
+// pre-initialised at 0, the first series may not be the one that moved).
+func metricSum(body, name string) float64 {
+	sum := 0.0
+	for _, m := range regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(name)+`(\{[^}]*\})? ([0-9.e+-]+)$`).FindAllStringSubmatch(body, -1) {
+		v, _ := strconv.ParseFloat(m[2], 64)
+		sum += v
+	}
+	return sum
 }

@@ -148,7 +148,7 @@ func (v *view[T]) run(ctx context.Context, emit func(data T, index uint64, at ti
 			if failures == 1 {
 				ev = v.log.Error()
 			}
-			ev.Err(err).Str("query", v.id).Int("failures", failures).Dur("retry_in", d).
+			ev.Err(err).Str("query", v.id).Int("failures", failures).Dur("retry_in", d.Round(time.Millisecond)).
 				Msg("consul query failed; keeping last good data")
 			if v.failed != nil {
 				v.failed(err)

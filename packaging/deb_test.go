@@ -2,125 +2,243 @@ package packaging
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
+	"regexp"
+	"runtime"
 	"strings"
 	"testing"
 )
 
-// TestDebianPackage builds the .deb as `make package` does and inspects
-// it with dpkg-deb: the binary, the systemd unit running it as the
-// package's system user, the default config as a conffile that the
-// packaged binary validates, and maintainer scripts that create the user
-// and the admin token.
+// TestDebianPackage builds the .deb as `make package` does (the PIE,
+// stripped binary of `make package-bin`, nfpm), then checks it as Debian
+// would: lintian reports no error, two builds' versions sort as their
+// commits, and installed into a throwaway root (dpkg --root with
+// $DPKG_ROOT-aware maintainer scripts) it has its files, its system user
+// and its enabled units; purged, nothing of it is left.
 func TestDebianPackage(t *testing.T) {
 	if testing.Short() {
-		t.Skip("builds the binary and a package")
+		t.Skip("builds the binary and a package (about 2 minutes)")
 	}
-	if _, err := exec.LookPath("dpkg-deb"); err != nil {
-		if ci, _ := strconv.ParseBool(os.Getenv("CI")); ci {
-			t.Fatal("dpkg-deb not found (Debian's dpkg); CI builds the package")
-		}
-		t.Skip("dpkg-deb not found (Debian's dpkg)")
+	if runtime.GOOS != "linux" {
+		t.Skip("Debian packages are built on Linux")
 	}
+	need(t, "dpkg-deb", "scripts/install-debtools.sh")
+	need(t, "make", "apt-get install make")
+	nf := nfpm(t)
 	dir := t.TempDir()
 	bin := filepath.Join(dir, "consul-xds-bridge")
-	run(t, "go", "build", "-o", bin, "../cmd/consul-xds-bridge")
-	deb := strings.TrimSpace(run(t, "./build-deb.sh", bin, "v1.2.3-4-gabc", filepath.Join(dir, "out")))
-	if filepath.Base(deb) != "consul-xds-bridge_1.2.3+4+gabc_"+arch(t)+".deb" {
-		t.Errorf("package file %s", deb)
+	run(t, "make", "-s", "-C", "..", "package-bin", "PKGBIN="+bin, "PKGVERSION=0.4.1")
+	build := func(version string) string {
+		t.Helper()
+		return strings.TrimSpace(runEnv(t, []string{"NFPM=" + nf}, "./build-deb.sh", bin, version, filepath.Join(dir, "out")))
 	}
 
+	t.Run("versions sort", func(t *testing.T) {
+		// Two builds: a snapshot after 0.4.0 and the 0.4.1 release; an
+		// upgrade from one to the other must be one to apt.
+		older := build("0.4.1~git20261201T120000.7.gf00d123")
+		newer := build("0.4.1")
+		vo := strings.TrimSpace(run(t, "dpkg-deb", "-f", older, "Version"))
+		vn := strings.TrimSpace(run(t, "dpkg-deb", "-f", newer, "Version"))
+		if vo != "0.4.1~git20261201T120000.7.gf00d123" || vn != "0.4.1" {
+			t.Fatalf("Version fields %q, %q", vo, vn)
+		}
+		if !dpkgLess(t, vo, vn) {
+			t.Errorf("dpkg orders %q after %q", vo, vn)
+		}
+	})
+
+	deb := build("0.4.1")
+	if want := "consul-xds-bridge_0.4.1_" + strings.TrimSpace(run(t, "dpkg", "--print-architecture")) + ".deb"; filepath.Base(deb) != want {
+		t.Errorf("package file %s, want %s", deb, want)
+	}
+
+	t.Run("lintian", func(t *testing.T) {
+		lintian := need(t, "lintian", "scripts/install-debtools.sh")
+		out := runEnv(t, nil, lintian, "--fail-on", "error", "--display-info", deb)
+		t.Logf("lintian:\n%s", out)
+		if regexp.MustCompile(`(?m)^E: `).MatchString(out) {
+			t.Errorf("lintian reports errors:\n%s", out)
+		}
+	})
+
 	fields := run(t, "dpkg-deb", "-f", deb, "Package", "Version", "Depends")
-	for _, want := range []string{"Package: consul-xds-bridge", "Version: 1.2.3+4+gabc", "Depends: adduser"} {
+	for _, want := range []string{"Package: consul-xds-bridge", "Version: 0.4.1", "libc6", "systemd"} {
 		if !strings.Contains(fields, want) {
 			t.Errorf("control lacks %q:\n%s", want, fields)
 		}
 	}
-	contents := run(t, "dpkg-deb", "-c", deb)
-	for _, want := range []string{
-		"-rwxr-xr-x root/root", "./usr/bin/consul-xds-bridge",
-		"./lib/systemd/system/consul-xds-bridge.service",
-		"-rw-r----- root/root", "./etc/consul-xds-bridge/config.hcl",
-		"./usr/share/doc/consul-xds-bridge/examples/config-central.hcl",
+
+	t.Run("install into a throwaway root", func(t *testing.T) {
+		if os.Getuid() != 0 {
+			t.Skip("dpkg --root installs as root")
+		}
+		need(t, "systemd-sysusers", "scripts/install-debtools.sh")
+		need(t, "deb-systemd-helper", "scripts/install-debtools.sh")
+		root := filepath.Join(dir, "root")
+		for _, d := range []string{"var/lib/dpkg/info", "var/lib/dpkg/updates", "etc"} {
+			if err := os.MkdirAll(filepath.Join(root, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, f := range []string{"var/lib/dpkg/status", "var/lib/dpkg/available"} {
+			if err := os.WriteFile(filepath.Join(root, f), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dpkg := func(args ...string) string {
+			return run(t, "dpkg", append([]string{"--root=" + root, "--force-script-chrootless", "--force-depends"}, args...)...)
+		}
+		dpkg("-i", deb)
+		checkInstalled(t, root)
+		// An upgrade (a reinstall) keeps the admin token it wrote.
+		token := readFile(t, root, "etc/consul-xds-bridge/admin-token")
+		dpkg("-i", deb)
+		if got := readFile(t, root, "etc/consul-xds-bridge/admin-token"); got != token {
+			t.Errorf("reinstall replaced the admin token")
+		}
+		dpkg("--purge", "consul-xds-bridge")
+		for _, p := range []string{"usr/bin/consul-xds-bridge", "etc/consul-xds-bridge", "lib/systemd/system/consul-xds-bridge.service",
+			"etc/systemd/system/multi-user.target.wants/consul-xds-bridge.service", "usr/share/doc/consul-xds-bridge"} {
+			if _, err := os.Lstat(filepath.Join(root, p)); err == nil {
+				t.Errorf("%s left after purge", p)
+			}
+		}
+	})
+}
+
+// checkInstalled checks a root the package was installed into.
+func checkInstalled(t *testing.T, root string) {
+	t.Helper()
+	// The system user and group, from sysusers.d, with no login.
+	passwd := readFile(t, root, "etc/passwd")
+	user := regexp.MustCompile(`(?m)^consul-xds-bridge:x:(\d+):(\d+):[^:]*:/var/lib/consul-xds-bridge:/usr/sbin/nologin$`).FindStringSubmatch(passwd)
+	if user == nil {
+		t.Fatalf("no consul-xds-bridge system user in /etc/passwd:\n%s", passwd)
+	}
+	if !regexp.MustCompile(`(?m)^consul-xds-bridge:x:` + user[2] + `:`).MatchString(readFile(t, root, "etc/group")) {
+		t.Errorf("no consul-xds-bridge group %s in /etc/group", user[2])
+	}
+
+	// The files, with the modes and owners an operator expects.
+	for p, want := range map[string]os.FileMode{
+		"usr/bin/consul-xds-bridge":                          0o755,
+		"etc/consul-xds-bridge":                              os.ModeDir | 0o750,
+		"etc/consul-xds-bridge/config.hcl":                   0o644,
+		"etc/consul-xds-bridge/admin-token":                  0o640,
+		"lib/systemd/system/consul-xds-bridge.service":       0o644,
+		"lib/systemd/system/consul-xds-bridge-agent.service": 0o644,
+		"usr/lib/sysusers.d/consul-xds-bridge.conf":          0o644,
+		"usr/share/man/man1/consul-xds-bridge.1.gz":          0o644,
+		"usr/share/doc/consul-xds-bridge/copyright":          0o644,
+		"usr/share/doc/consul-xds-bridge/changelog.gz":       0o644,
 	} {
-		if !strings.Contains(contents, want) {
-			t.Errorf("package lacks %q:\n%s", want, contents)
+		fi, err := os.Stat(filepath.Join(root, p))
+		if err != nil {
+			t.Errorf("not installed: %v", err)
+			continue
+		}
+		if fi.Mode()&(os.ModeDir|os.ModePerm) != want {
+			t.Errorf("%s mode %v, want %v", p, fi.Mode(), want)
+		}
+	}
+	for _, p := range []string{"etc/consul-xds-bridge", "etc/consul-xds-bridge/admin-token"} {
+		if gid := fileGID(t, filepath.Join(root, p)); gid != user[2] {
+			t.Errorf("%s group %s, want consul-xds-bridge (%s)", p, gid, user[2])
+		}
+	}
+	if tok := strings.TrimSpace(readFile(t, root, "etc/consul-xds-bridge/admin-token")); len(tok) < 40 {
+		t.Errorf("admin token %d characters, want 43 random ones", len(tok))
+	}
+
+	// The units, enabled as dh_installsystemd enables them.
+	for _, u := range []string{"consul-xds-bridge.service", "consul-xds-bridge-agent.service"} {
+		link, err := os.Readlink(filepath.Join(root, "etc/systemd/system/multi-user.target.wants", u))
+		if err != nil || link != "/lib/systemd/system/"+u {
+			t.Errorf("%s not enabled: %q %v", u, link, err)
+		}
+	}
+	unit := readFile(t, root, "lib/systemd/system/consul-xds-bridge.service")
+	for _, want := range []string{"Type=notify", "WatchdogSec=", "User=consul-xds-bridge",
+		"ExecStart=/usr/bin/consul-xds-bridge run -config /etc/consul-xds-bridge/config.hcl", "StateDirectory=consul-xds-bridge", "WantedBy=multi-user.target"} {
+		if !strings.Contains(unit, want) {
+			t.Errorf("bridge unit lacks %q", want)
+		}
+	}
+	agentUnit := readFile(t, root, "lib/systemd/system/consul-xds-bridge-agent.service")
+	for _, want := range []string{"Type=notify", "ExecStart=/usr/bin/consul-xds-bridge agent -config /etc/consul-xds-bridge/agent.hcl",
+		"ConditionPathExists=/etc/consul-xds-bridge/agent.hcl"} {
+		if !strings.Contains(agentUnit, want) {
+			t.Errorf("agent unit lacks %q", want)
 		}
 	}
 
-	x := filepath.Join(dir, "x")
-	run(t, "dpkg-deb", "-x", deb, x)
-	run(t, "dpkg-deb", "-e", deb, filepath.Join(x, "DEBIAN"))
-	read := func(p string) string {
-		b, err := os.ReadFile(filepath.Join(x, p))
+	// The binary runs, accepts the packaged config (loopback, admin
+	// token) and the shipped route tests pass against the shipped fixture.
+	bin := filepath.Join(root, "usr/bin/consul-xds-bridge")
+	if out := run(t, bin, "version"); !strings.Contains(out, "consul-xds-bridge 0.4.1") {
+		t.Errorf("version = %q", out)
+	}
+	cfg := readFile(t, root, "etc/consul-xds-bridge/config.hcl")
+	if !strings.Contains(cfg, `token_file = "/etc/consul-xds-bridge/admin-token"`) || !strings.Contains(cfg, `listen = "127.0.0.1:18000"`) {
+		t.Errorf("default config is not loopback with an admin token:\n%s", cfg)
+	}
+	// validate reads the files the config names: point them into the root.
+	rooted := filepath.Join(t.TempDir(), "config.hcl")
+	if err := os.WriteFile(rooted, []byte(strings.ReplaceAll(cfg, `"/etc/`, `"`+root+`/etc/`)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run(t, bin, "validate", rooted)
+	ex := filepath.Join(root, "usr/share/doc/consul-xds-bridge/examples")
+	run(t, bin, "test", "-catalog", filepath.Join(ex, "edge-gateway.catalog.json"), filepath.Join(ex, "edge-gateway.hcl"), filepath.Join(ex, "edge-gateway.test.hcl"))
+	for _, f := range []string{"agent.hcl", "config-central.hcl", "config-local.hcl", "README.md", "sidecar.hcl"} {
+		if _, err := os.Stat(filepath.Join(ex, f)); err != nil {
+			t.Errorf("sample missing: %v", err)
+		}
+	}
+	if envoy := readFile(t, root, "usr/share/doc/consul-xds-bridge/examples/envoy.service"); strings.Contains(envoy, "/usr/local/bin/consul-xds-bridge") || !strings.Contains(envoy, "/usr/bin/consul-xds-bridge bootstrap") {
+		t.Errorf("sample envoy.service does not call the packaged /usr/bin/consul-xds-bridge:\n%s", envoy)
+	}
+
+	// Every packaged path the docs name exists.
+	for _, p := range docPaths(t) {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("the docs name %s, which the package does not install", p)
+		}
+	}
+}
+
+// docPaths are the paths under /usr/share/doc/consul-xds-bridge, /etc and
+// /lib/systemd that the README, docs/ and the packaged files mention.
+func docPaths(t *testing.T) []string {
+	t.Helper()
+	files := []string{"../README.md", "../examples/vm/README.md", "deb/config.hcl", "deb/consul-xds-bridge.1"}
+	more, _ := filepath.Glob("../docs/*/*.md")
+	more2, _ := filepath.Glob("../docs/*.md")
+	files = append(append(files, more...), more2...)
+	re := regexp.MustCompile("/usr/share/doc/consul-xds-bridge/[A-Za-z0-9._/-]*[A-Za-z0-9]|/lib/systemd/system/consul-xds-bridge[a-z-]*\\.service")
+	seen := map[string]bool{}
+	var out []string
+	for _, f := range files {
+		b, err := os.ReadFile(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		return string(b)
-	}
-	if c := read("DEBIAN/conffiles"); strings.TrimSpace(c) != "/etc/consul-xds-bridge/config.hcl" {
-		t.Errorf("conffiles = %q", c)
-	}
-	unit := read("lib/systemd/system/consul-xds-bridge.service")
-	for _, want := range []string{"User=consul-xds-bridge", "ExecStart=/usr/bin/consul-xds-bridge run -config /etc/consul-xds-bridge/config.hcl", "StateDirectory=consul-xds-bridge", "WantedBy=multi-user.target"} {
-		if !strings.Contains(unit, want) {
-			t.Errorf("unit lacks %q", want)
+		for _, m := range re.FindAllString(string(b), -1) {
+			if !seen[m] {
+				seen[m] = true
+				out = append(out, strings.TrimPrefix(m, "/"))
+			}
 		}
 	}
-	post := read("DEBIAN/postinst")
-	for _, want := range []string{"adduser --system", "admin-token", "systemctl enable"} {
-		if !strings.Contains(post, want) {
-			t.Errorf("postinst lacks %q", want)
-		}
-	}
-	for _, s := range []string{"postinst", "prerm", "postrm"} {
-		run(t, "sh", "-n", filepath.Join(x, "DEBIAN", s))
-	}
-	// The packaged binary runs and accepts the packaged config; that
-	// config is secure by default (admin token on loopback).
-	if out := run(t, filepath.Join(x, "usr/bin/consul-xds-bridge"), "version"); !strings.Contains(out, "consul-xds-bridge") {
-		t.Errorf("version = %q", out)
-	}
-	// validate fails on an admin token file that does not exist, as run
-	// does: check the config with the token postinst writes at install,
-	// here in a scratch file at the same place in the config.
-	token := filepath.Join(t.TempDir(), "admin-token")
-	if err := os.WriteFile(token, []byte("t0ken\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cfg := filepath.Join(t.TempDir(), "config.hcl")
-	if err := os.WriteFile(cfg, []byte(strings.Replace(read("etc/consul-xds-bridge/config.hcl"), "/etc/consul-xds-bridge/admin-token", token, 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	run(t, filepath.Join(x, "usr/bin/consul-xds-bridge"), "validate", cfg)
-	if out, err := exec.Command(filepath.Join(x, "usr/bin/consul-xds-bridge"), "validate", filepath.Join(x, "etc/consul-xds-bridge/config.hcl")).CombinedOutput(); err == nil && !fileExists("/etc/consul-xds-bridge/admin-token") {
-		t.Errorf("validate accepted a config whose admin token file does not exist (run refuses it):\n%s", out)
-	}
-	if c := read("etc/consul-xds-bridge/config.hcl"); !strings.Contains(c, `token_file = "/etc/consul-xds-bridge/admin-token"`) || !strings.Contains(c, `listen = "127.0.0.1:18000"`) {
-		t.Errorf("default config is not loopback with an admin token:\n%s", c)
-	}
+	return out
 }
 
-func arch(t *testing.T) string {
-	out, err := exec.Command("dpkg", "--print-architecture").Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-func run(t *testing.T, name string, args ...string) string {
+func readFile(t *testing.T, root, p string) string {
 	t.Helper()
-	out, err := exec.Command(name, args...).CombinedOutput()
+	b, err := os.ReadFile(filepath.Join(root, p))
 	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+		t.Fatal(err)
 	}
-	return string(out)
-}
-
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
+	return string(b)
 }

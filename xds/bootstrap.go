@@ -378,7 +378,13 @@ func GRPCBootstrap(c BootstrapConfig) ([]byte, error) {
 	}
 	var servers []server
 	for _, u := range uris {
-		servers = append(servers, server{ServerURI: u, ChannelCreds: []creds{cr}, ServerFeatures: []string{"xds_v3"}})
+		// ignore_resource_deletion (gRFC A53): a listener or cluster that
+		// vanishes from a response (a bridge restarting with a partial
+		// policy, a bad push) leaves the client serving the last one it
+		// had instead of failing its RPCs; the bridge never pushes a world
+		// without a complete Consul sync, so real removals are rare and
+		// this is the safe side.
+		servers = append(servers, server{ServerURI: u, ChannelCreds: []creds{cr}, ServerFeatures: []string{"xds_v3", "ignore_resource_deletion"}})
 	}
 	type provider struct {
 		PluginName string         `json:"plugin_name"`

@@ -203,8 +203,8 @@ func TestGRPCBootstrap(t *testing.T) {
 	}
 	want := map[string]any{
 		"xds_servers": []any{
-			map[string]any{"server_uri": "127.0.0.1:18000", "channel_creds": []any{map[string]any{"type": "insecure"}}, "server_features": []any{"xds_v3"}},
-			map[string]any{"server_uri": "bridge-b.internal:18000", "channel_creds": []any{map[string]any{"type": "insecure"}}, "server_features": []any{"xds_v3"}},
+			map[string]any{"server_uri": "127.0.0.1:18000", "channel_creds": []any{map[string]any{"type": "insecure"}}, "server_features": []any{"xds_v3", "ignore_resource_deletion"}},
+			map[string]any{"server_uri": "bridge-b.internal:18000", "channel_creds": []any{map[string]any{"type": "insecure"}}, "server_features": []any{"xds_v3", "ignore_resource_deletion"}},
 		},
 		// locality, empty: grpc-node refuses a node without one.
 		"node": map[string]any{"id": "app-1", "cluster": "grpc-app", "locality": map[string]any{}},

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,12 +16,11 @@ import (
 )
 
 // agentCmd runs the per-VM agent (package agent).
-func agentCmd(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("agent", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	file := fs.String("config", "", "agent configuration file (HCL)")
-	if _, err := parseAnywhere(fs, args); err != nil {
-		return usageExit(err)
+func agentCmd(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("agent", stderr)
+	file := fs.String("config", "", "agent configuration `FILE` (HCL)")
+	if _, code, ok := parseCommand(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if *file == "" {
 		fmt.Fprintln(stderr, "agent: -config FILE is required")
@@ -47,7 +45,10 @@ func agentCmd(args []string, stderr io.Writer) int {
 	defer stop()
 	log.Info().Str("version", version).Str("config", *file).Msg("starting agent")
 	ag := agent.New(cfg, log)
+	registerBuildInfo(ag.Registerer())
 	go reloadEnvoysOnHUP(ctx, ag, *file, log)
+	// Under systemd (Type=notify): ready when /readyz would answer 200.
+	go notifySystemd(ctx, log, ag.Started(), ag.NotReadyReason)
 	if err := ag.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		log.Error().Err(err).Msg("agent stopped with an error")
 		return 1

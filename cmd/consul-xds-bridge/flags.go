@@ -1,8 +1,12 @@
 package main
 
 import (
-	"errors"
 	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
 )
 
 // parseAnywhere parses fs's flags wherever they stand among the arguments
@@ -30,11 +34,49 @@ func parseAnywhere(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-// usageExit is the exit code of a subcommand whose flags did not parse:
-// 0 for -h (the help the operator asked for is printed), 2 otherwise.
-func usageExit(err error) int {
-	if errors.Is(err, flag.ErrHelp) {
-		return 0
+// configPaths is a repeatable -config flag: a FILE, or a DIR standing for
+// the *.hcl files in it, in name order (as Consul and Nomad read a
+// configuration directory: 00-base.hcl before 10-edge.hcl).
+type configPaths []string
+
+func (c *configPaths) String() string { return strings.Join(*c, ",") }
+func (c *configPaths) Set(v string) error {
+	files, err := expandConfig(v)
+	if err != nil {
+		return err
 	}
-	return 2
+	*c = append(*c, files...)
+	return nil
+}
+
+// expandConfig is path itself, or the *.hcl files of the directory path
+// names, sorted. A directory without one is an error: the daemon would
+// otherwise start with no configuration at all.
+func expandConfig(path string) ([]string, error) {
+	fi, err := os.Stat(path)
+	if err != nil || !fi.IsDir() {
+		return []string{path}, nil // a file; reading it reports what is wrong
+	}
+	files, err := filepath.Glob(filepath.Join(path, "*.hcl"))
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("directory %s has no *.hcl file: put the configuration in files named *.hcl there, or name a file", path)
+	}
+	sort.Strings(files)
+	return files, nil
+}
+
+// expandConfigs is expandConfig of each path, in order.
+func expandConfigs(paths []string) ([]string, error) {
+	var out []string
+	for _, p := range paths {
+		files, err := expandConfig(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, files...)
+	}
+	return out, nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
@@ -31,7 +32,7 @@ func TestBootstrapGRPC(t *testing.T) {
 		t.Fatalf("output is not JSON: %v\n%s", err, out.String())
 	}
 	if len(b.XDSServers) != 1 || b.XDSServers[0].ServerURI != "127.0.0.1:18000" || b.XDSServers[0].ChannelCreds[0].Type != "insecure" ||
-		len(b.XDSServers[0].ServerFeatures) != 1 || b.XDSServers[0].ServerFeatures[0] != "xds_v3" {
+		!slices.Equal(b.XDSServers[0].ServerFeatures, []string{"xds_v3", "ignore_resource_deletion"}) {
 		t.Errorf("xds_servers = %+v", b.XDSServers)
 	}
 	if b.Node["id"] != "app-1" || b.Node["cluster"] != "grpc-app" || b.Node["user_agent_name"] != nil {

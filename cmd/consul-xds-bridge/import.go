@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,13 +16,12 @@ import (
 // importCmd prints the policy HCL equivalent to a Consul's L7 config
 // entries, read from Consul or from files `consul config read` wrote.
 func importCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("import", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("import", stderr)
 	addr := fs.String("consul", "", "Consul HTTP address to read the entries from (default CONSUL_HTTP_ADDR or 127.0.0.1:8500; token from CONSUL_HTTP_TOKEN(_FILE))")
 	mesh := fs.Bool("mesh", false, "also translate routers and splitters of http, http2 and grpc services into mesh_routes (the routes Connect sidecars' upstreams take), as the bridge does with a mesh block")
-	files, err := parseAnywhere(fs, args)
-	if err != nil {
-		return usageExit(err)
+	files, code, ok := parseCommand(fs, args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	var e configentry.Entries
 	// Entries of kinds the policy does not take (intentions, proxy

@@ -5,19 +5,19 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
 	"regexp"
-	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
 
 	"github.com/hashicorp/hcl/v2"
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"golang.org/x/term"
 	"google.golang.org/protobuf/encoding/protojson"
 	"sigs.k8s.io/yaml"
 
@@ -72,12 +72,12 @@ func realMain(args []string, stdout, stderr io.Writer) int {
 	}
 	switch args[0] {
 	case "run":
-		return runCmd(args[1:], stderr)
+		return runCmd(args[1:], stdout, stderr)
 	case "agent":
 		if len(args) > 1 && args[1] == "redirect-traffic" {
 			return redirectTrafficCmd(args[2:], stdout, stderr)
 		}
-		return agentCmd(args[1:], stderr)
+		return agentCmd(args[1:], stdout, stderr)
 	case "import":
 		return importCmd(args[1:], stdout, stderr)
 	case "validate":
@@ -108,16 +108,15 @@ type stringList []string
 func (s *stringList) String() string     { return strings.Join(*s, ",") }
 func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
-func runCmd(args []string, stderr io.Writer) int {
-	fs := flag.NewFlagSet("run", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var configs stringList
-	fs.Var(&configs, "config", "configuration file (HCL); repeat for several")
-	if _, err := parseAnywhere(fs, args); err != nil {
-		return usageExit(err)
+func runCmd(args []string, stdout, stderr io.Writer) int {
+	fs := newFlagSet("run", stderr)
+	var configs configPaths
+	fs.Var(&configs, "config", "configuration `FILE` (HCL), or a directory standing for its *.hcl files in name order; repeat for several")
+	if _, code, ok := parseCommand(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	if len(configs) == 0 {
-		fmt.Fprintln(stderr, "run: at least one -config FILE is required")
+		fmt.Fprintln(stderr, "run: at least one -config FILE or DIR is required (consul-xds-bridge run -h)")
 		return 2
 	}
 	cfg, _, diags := policy.LoadFiles(configs...)
@@ -136,7 +135,11 @@ func runCmd(args []string, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log.Info().Str("version", version).Strs("config", configs).Msg("starting")
-	d := bridge.New(bridge.Config{ConfigFiles: configs, Settings: cfg.Settings, Policy: cfg.Policy, Logger: log})
+	reg := prometheus.NewRegistry()
+	registerBuildInfo(reg)
+	d := bridge.New(bridge.Config{ConfigFiles: configs, Settings: cfg.Settings, Policy: cfg.Policy, Logger: log, Registry: reg})
+	// Under systemd (Type=notify): ready when /readyz would answer 200.
+	go notifySystemd(ctx, log, d.Started(), d.NotReadyReason)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -155,17 +158,21 @@ func runCmd(args []string, stderr io.Writer) int {
 }
 
 func validateCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("validate", stderr)
 	catalogFile := fs.String("catalog", "", "catalog fixture (Consul API JSON) to translate the policy against (default: an empty catalog); services the policy names that it lacks are warned about")
 	strict := fs.Bool("strict", false, "fail (exit 1) on any warning, for CI")
 	agentFlag := fs.Bool("agent", false, "the files are per-VM agent configurations (recognised without it by allow_groups or an upstream block)")
-	args, err := parseAnywhere(fs, args)
-	if err != nil {
-		return usageExit(err)
+	args, code, ok := parseCommand(fs, args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "validate: name at least one configuration file")
+		fmt.Fprintln(stderr, "validate: name at least one configuration file or directory (consul-xds-bridge validate -h)")
+		return 2
+	}
+	args, err := expandConfigs(args)
+	if err != nil {
+		fmt.Fprintf(stderr, "validate: %v\n", err)
 		return 2
 	}
 	// Agent configurations (-agent, or recognised by what only they
@@ -253,32 +260,34 @@ func validateWarnings(all []string, withCatalog bool) []string {
 var noInstancesRE = regexp.MustCompile(`^service "[^"]*" has no instances in `)
 
 func bootstrapCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("bootstrap", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("bootstrap", stderr)
 	var c xds.BootstrapConfig
 	var servers stringList
 	fs.StringVar(&c.NodeID, "node-id", "", "Envoy node id (unique per proxy)")
 	fs.StringVar(&c.Cluster, "cluster", "", "node.cluster: the proxy group whose listeners this Envoy gets")
-	fs.Var(&servers, "xds", "bridge xDS address HOST:PORT; repeat for replicas")
-	fs.StringVar(&c.XDSUnix, "xds-unix", "", "bridge xDS Unix socket path (instead of -xds)")
+	fs.Var(&servers, "xds", "bridge xDS `ADDRESS`: HOST:PORT, or with a scheme (http://, https://, grpc://, grpcs://, dns:///, unix:///PATH); repeat for replicas")
+	fs.StringVar(&c.XDSUnix, "xds-unix", "", "bridge xDS Unix socket `PATH` (instead of -xds)")
 	fs.IntVar(&c.AdminPort, "admin-port", 19000, "Envoy admin port on 127.0.0.1")
 	fs.StringVar(&c.LocalService, "local-service", "", "the service this Envoy belongs to: its endpoints become the local cluster that zone aware routing needs (policy: proxy local_service, service zone_aware)")
 	fs.StringVar(&c.Region, "region", "", "this proxy's locality region: the Consul datacenter (for zone aware routing)")
 	fs.StringVar(&c.ConsulNode, "consul-node", "", "for a Connect sidecar (-node-id PROXY-ID): the Consul node its registration is on, sent as node metadata consul_node")
 	fs.StringVar(&c.Zone, "zone", "", "this proxy's locality zone: its Consul node's zone meta (for zone aware routing)")
-	fs.StringVar(&c.TLSCAFile, "tls-ca", "", "CA file to verify the bridge's TLS certificate")
-	fs.StringVar(&c.TLSCertFile, "tls-cert", "", "client certificate file the proxy presents to the bridge (mTLS; with -tls-key and -tls-ca)")
-	fs.StringVar(&c.TLSKeyFile, "tls-key", "", "private key file of -tls-cert")
+	fs.StringVar(&c.TLSCAFile, "tls-ca", "", "CA `FILE` to verify the bridge's TLS certificate (written as an absolute path)")
+	fs.StringVar(&c.TLSCertFile, "tls-cert", "", "client certificate `FILE` the proxy presents to the bridge (mTLS; with -tls-key and -tls-ca)")
+	fs.StringVar(&c.TLSKeyFile, "tls-key", "", "private key `FILE` of -tls-cert")
 	fs.StringVar(&c.TLSServerName, "tls-server-name", "", "the bridge's name in its certificate, sent as SNI and required as SAN (default: the host of the first -xds; gRPC: must be that host)")
 	fs.BoolVar(&c.REST, "rest", false, "poll CDS and LDS with REST-JSON (HTTP/1.1, same bridge port) instead of ADS; endpoints, routes and secrets stay on ADS")
 	fs.DurationVar(&c.RESTRefresh, "rest-refresh", time.Second, "with -rest: how often Envoy polls")
 	fs.StringVar(&c.MeshCertDir, "mesh-cert-dir", "", "with -grpc: the service's Connect certificate directory the agent writes (agent connect.cert_dir/SERVICE); adds the file_watcher certificate provider \""+xds.MeshCertProvider+"\" and the xDS server listener template (proxyless mesh)")
 	fs.DurationVar(&c.MeshCertRefresh, "mesh-cert-refresh", xds.DefaultMeshCertRefresh, "with -mesh-cert-dir: how often gRPC re-reads the certificate files")
 	grpcClient := fs.Bool("grpc", false, "print the xDS bootstrap JSON of a proxyless gRPC client (GRPC_XDS_BOOTSTRAP) instead; -cluster is optional")
-	if _, err := parseAnywhere(fs, args); err != nil {
-		return usageExit(err)
+	if _, code, ok := parseCommand(fs, args, stdout, stderr); !ok {
+		return code
 	}
-	c.XDS = servers
+	if err := normaliseBootstrap(&c, servers); err != nil {
+		fmt.Fprintf(stderr, "bootstrap: %v\n", err)
+		return 2
+	}
 	if c.MeshCertDir != "" && !*grpcClient {
 		fmt.Fprintln(stderr, "bootstrap: -mesh-cert-dir is for gRPC (-grpc); Envoy takes its mesh certificates over SDS")
 		return 2
@@ -379,29 +388,27 @@ func newLogger(s policy.LogSettings, w io.Writer) (zerolog.Logger, error) {
 	// Whatever a log line quotes of user input, a private key or token
 	// pasted there never reaches the log.
 	w = policy.NewRedactingWriter(w)
+	// Durations print with their unit ("build":"8.939ms"), not as a bare
+	// number of milliseconds.
+	zerolog.DurationFieldFormat = zerolog.DurationFormatString
 	if s.Format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: logTimeFormat}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: logTimeFormat, NoColor: !colorful(w)}
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
 }
 
 func printVersion(w io.Writer) {
-	gcp := "unknown"
-	rev := commit
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, dep := range bi.Deps {
-			if dep.Path == "github.com/envoyproxy/go-control-plane" {
-				gcp = dep.Version
-			}
-		}
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && rev == "" {
-				rev = s.Value
-			}
-		}
+	ver, rev, gcp := buildInfo()
+	fmt.Fprintf(w, "consul-xds-bridge %s\ncommit: %s\ngo-control-plane: %s\n", ver, rev, gcp)
+}
+
+// colorful says whether console logs to w may use ANSI colours: only on
+// a terminal, and not when $NO_COLOR is set to anything (no-color.org).
+// A file or journald gets plain text.
+func colorful(w io.Writer) bool {
+	if _, set := os.LookupEnv("NO_COLOR"); set {
+		return false
 	}
-	if rev == "" {
-		rev = "unknown"
-	}
-	fmt.Fprintf(w, "consul-xds-bridge %s\ncommit: %s\ngo-control-plane: %s\n", version, rev, gcp)
+	f, ok := w.(*os.File)
+	return ok && term.IsTerminal(int(f.Fd()))
 }

@@ -85,10 +85,19 @@ func TestBootstrapGRPCMesh(t *testing.T) {
 
 	for _, args := range [][]string{
 		{"bootstrap", "-node-id", "e", "-cluster", "g", "-xds", "127.0.0.1:1", "-mesh-cert-dir", dir}, // Envoy: SDS
-		{"bootstrap", "-grpc", "-node-id", "e", "-xds", "127.0.0.1:1", "-mesh-cert-dir", "relative"},
 	} {
 		if code := realMain(args, &bytes.Buffer{}, &bytes.Buffer{}); code != 2 {
 			t.Errorf("%q: exit %d, want 2", args, code)
 		}
+	}
+	// A relative directory is written absolute: gRPC reads the files from
+	// its own working directory.
+	var rel bytes.Buffer
+	if code := realMain([]string{"bootstrap", "-grpc", "-node-id", "e", "-xds", "127.0.0.1:1", "-mesh-cert-dir", "relative"}, &rel, &bytes.Buffer{}); code != 0 {
+		t.Fatalf("relative -mesh-cert-dir: exit %d", code)
+	}
+	wd, _ := os.Getwd()
+	if !strings.Contains(rel.String(), `"`+filepath.Join(wd, "relative", xds.MeshCertFile)+`"`) {
+		t.Errorf("relative -mesh-cert-dir not written absolute:\n%s", rel.String())
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -26,18 +25,17 @@ import (
 // planCmd exits 0 with no changes, 2 with changes, 1 on error, so scripts
 // can gate a policy push on it.
 func planCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("plan", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var configs stringList
-	fs.Var(&configs, "config", "configuration file (HCL) with the policy to plan; repeat for several")
+	fs := newFlagSet("plan", stderr)
+	var configs configPaths
+	fs.Var(&configs, "config", "configuration `FILE` (HCL) with the policy to plan, or a directory of *.hcl files; repeat for several")
 	cluster := fs.String("cluster", "", "print only the roles with this node.cluster (every role is still planned: the exit code covers them all)")
 	node := fs.String("node", "", "print only the role of the connected proxy with this node id")
 	var af adminFlags
 	af.register(fs)
 	kvKey := fs.String("kv-key", "", "plan a new version of this KV policy document (full key under kv_prefix), read from the FILE argument")
-	rest, err := parseAnywhere(fs, args)
-	if err != nil {
-		return usageExit(err)
+	rest, code, ok := parseCommand(fs, args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	if len(configs) == 0 {
 		fmt.Fprintln(stderr, "plan: at least one -config FILE is required (the files the bridge runs with)")

@@ -3,7 +3,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -26,8 +25,7 @@ func (s *stringsFlag) Set(v string) error { *s = append(*s, v); return nil }
 // `consul connect redirect-traffic` (the same flags and iptables rules),
 // plus -remove.
 func redirectTrafficCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("agent redirect-traffic", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("agent redirect-traffic", stderr)
 	var c redirect.Config
 	var inEx, outEx, cidrEx, uidEx stringsFlag
 	fs.StringVar(&c.ProxyUID, "proxy-uid", "", "the proxy's user id, whose traffic is not redirected (required)")
@@ -43,8 +41,8 @@ func redirectTrafficCmd(args []string, stdout, stderr io.Writer) int {
 	netns := fs.String("netns", "", "apply the rules in this network namespace (a path, e.g. /var/run/netns/NAME)")
 	remove := fs.Bool("remove", false, "remove the rules (and chains) instead of installing them")
 	iptablesBin := fs.String("iptables", "", "the iptables binary (default: iptables on $PATH)")
-	if rest, err := parseAnywhere(fs, args); err != nil {
-		return usageExit(err)
+	if rest, code, ok := parseCommand(fs, args, stdout, stderr); !ok {
+		return code
 	} else if len(rest) > 0 {
 		fmt.Fprintf(stderr, "agent redirect-traffic: unexpected arguments %q\n", rest)
 		return 2

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"strings"
@@ -12,14 +11,13 @@ import (
 )
 
 func statusCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("status", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("status", stderr)
 	var af adminFlags
 	af.register(fs)
-	var configs stringList
-	fs.Var(&configs, "config", "configuration file to take the admin address from")
-	if _, err := parseAnywhere(fs, args); err != nil {
-		return usageExit(err)
+	var configs configPaths
+	fs.Var(&configs, "config", "configuration `FILE` or directory to take the admin address from")
+	if _, code, ok := parseCommand(fs, args, stdout, stderr); !ok {
+		return code
 	}
 	settings, err := adminSettings(configs)
 	if err != nil {

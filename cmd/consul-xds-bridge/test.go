@@ -1,7 +1,6 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -16,14 +15,13 @@ import (
 // the translator generates from the same files' policy. Exit 0: every test
 // passed; 1: a test failed or the files are invalid; 2: usage.
 func testCmd(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("test", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+	fs := newFlagSet("test", stderr)
 	catalogFile := fs.String("catalog", "", "catalog fixture (Consul API JSON) for expectations on endpoints")
 	run := fs.String("run", "", "run only the tests whose name matches this regular expression")
 	// Flags may come before, between or after the files.
-	files, err := parseAnywhere(fs, args)
-	if err != nil {
-		return usageExit(err)
+	files, code, ok := parseCommand(fs, args, stdout, stderr)
+	if !ok {
+		return code
 	}
 	if len(files) == 0 {
 		fmt.Fprintln(stderr, "test: name the policy files and the files with route_test blocks")

@@ -6,9 +6,9 @@ import "fmt"
 // service block closest to a name that has no instances, for the most
 // common policy mistake: `service = "wbe"` beside `service "web"`, a 503
 // in production. "" when nothing is close (an edit distance of at most a
-// third of the name, and 2).
+// third of the name, at least 1 and at most 2; a swap of neighbours is 1).
 func (b *builder) didYouMean(name, dc string) string {
-	best, bestDist := "", min(2, len(name)/3)+1
+	best, bestDist := "", max(1, min(2, len(name)/3))+1
 	consider := func(c string) {
 		if c == name {
 			return
@@ -33,24 +33,30 @@ func (b *builder) didYouMean(name, dc string) string {
 	return fmt.Sprintf(" (did you mean %q?)", best)
 }
 
-// editDistance is the Levenshtein distance between a and b, by bytes
-// (service names are ASCII).
+// editDistance is the optimal string alignment distance between a and b,
+// by bytes (service names are ASCII): Levenshtein's insertions,
+// deletions and substitutions, and a swap of two neighbours counting
+// one, the typo "wbe" for "web" is.
 func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
+	d := make([][]int, len(a)+1)
+	for i := range d {
+		d[i] = make([]int, len(b)+1)
+		d[i][0] = i
+	}
+	for j := range d[0] {
+		d[0][j] = j
 	}
 	for i := 1; i <= len(a); i++ {
-		cur[0] = i
 		for j := 1; j <= len(b); j++ {
 			cost := 1
 			if a[i-1] == b[j-1] {
 				cost = 0
 			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+			d[i][j] = min(d[i-1][j]+1, d[i][j-1]+1, d[i-1][j-1]+cost)
+			if i > 1 && j > 1 && a[i-1] == b[j-2] && a[i-2] == b[j-1] {
+				d[i][j] = min(d[i][j], d[i-2][j-2]+1)
+			}
 		}
-		prev, cur = cur, prev
 	}
-	return prev[len(b)]
+	return d[len(a)][len(b)]
 }

@@ -22,6 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
@@ -161,6 +162,7 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("validate", stderr)
 	catalogFile := fs.String("catalog", "", "catalog fixture (Consul API JSON) to translate the policy against (default: an empty catalog); services the policy names that it lacks are warned about")
 	strict := fs.Bool("strict", false, "fail (exit 1) on any warning, for CI")
+	consulAddr := fs.String("consul", "", "read the live catalog (every local service) from the Consul agent at `HOST:PORT` instead of -catalog; the config's consul block gives the datacenter and token")
 	agentFlag := fs.Bool("agent", false, "the files are per-VM agent configurations (recognised without it by allow_groups or an upstream block)")
 	args, code, ok := parseCommand(fs, args, stdout, stderr)
 	if !ok {
@@ -204,6 +206,12 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, _, diags := policy.LoadFiles(policyFiles...)
 	diags = append(agentDiags, diags...)
+	if *consulAddr != "" && !diags.HasErrors() && cfg != nil {
+		if cat, err = liveCatalog(*consulAddr, cfg); err != nil {
+			fmt.Fprintf(stderr, "validate: -consul: %v\n", err)
+			return 1
+		}
+	}
 	if !diags.HasErrors() && cfg != nil {
 		// What `run` refuses at start: the files its settings name, and
 		// keys the xDS settings would send unprotected.
@@ -411,4 +419,20 @@ func colorful(w io.Writer) bool {
 	}
 	f, ok := w.(*os.File)
 	return ok && term.IsTerminal(int(f.Fd()))
+}
+
+// liveCatalog reads the catalog validate checks against from the Consul
+// agent at addr: every local service (so a misspelt name gets "did you
+// mean"), and the mesh when the policy uses it.
+func liveCatalog(addr string, cfg *policy.Config) (*consul.Catalog, error) {
+	s := cfg.Settings.Consul
+	client, err := consul.NewClient(consul.ClientConfig{Address: addr, Datacenter: s.Datacenter, TokenFile: s.TokenFile})
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	live := *cfg
+	live.Settings.Consul.Address = addr
+	return readConsulWorld(ctx, client, &live, true)
 }

@@ -72,24 +72,11 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
-	q := consul.QueryOptions{Datacenter: s.Datacenter, Stale: s.Stale}
-	targets := model.WatchTargets(cfg.Policy)
-	var mesh *consul.Mesh
-	if cfg.Policy.UsesMesh() {
-		// The daemon joins the mesh's registrations, CA, intentions and
-		// protocols to the catalog; so does the plan, read once.
-		if mesh, err = consul.FetchMesh(ctx, client, cfg.Policy.CentralMesh(), q, model.MeshWatchTargets(cfg.Policy)); err != nil {
-			fmt.Fprintf(stderr, "plan: reading Consul's mesh: %v\n", err)
-			return 1
-		}
-		targets.Services = append(targets.Services, mesh.Services()...)
-	}
-	cat, err := consul.FetchCatalog(ctx, client, targets, q)
+	cat, err := readConsulWorld(ctx, client, cfg, false)
 	if err != nil {
-		fmt.Fprintf(stderr, "plan: reading Consul: %v\n", err)
+		fmt.Fprintf(stderr, "plan: %v\n", err)
 		return 1
 	}
-	cat.Mesh = mesh
 	world, err := pipeline.Compute(pipeline.Input{Catalog: cat, Policy: cfg.Policy, Datacenter: s.Datacenter}, nil)
 	if err != nil {
 		fmt.Fprintf(stderr, "plan: %v\n", err)
@@ -199,4 +186,30 @@ func withKV(ctx context.Context, client *api.Client, files []string, s policy.Co
 	}
 	printDiagnostics(stderr, diags)
 	return nil, fmt.Errorf("the policy with the KV documents is invalid")
+}
+
+// readConsulWorld reads once what the daemon watches for cfg's policy:
+// the services it names (every local one too with allLocal) and, when
+// the policy uses the mesh, the mesh's registrations, CA, intentions and
+// protocols, joined to the catalog as the daemon joins them.
+func readConsulWorld(ctx context.Context, client *api.Client, cfg *policy.Config, allLocal bool) (*consul.Catalog, error) {
+	s := cfg.Settings.Consul
+	q := consul.QueryOptions{Datacenter: s.Datacenter, Stale: s.Stale}
+	targets := model.WatchTargets(cfg.Policy)
+	targets.AllLocal = targets.AllLocal || allLocal
+	var mesh *consul.Mesh
+	if cfg.Policy.UsesMesh() {
+		m, err := consul.FetchMesh(ctx, client, cfg.Policy.CentralMesh(), q, model.MeshWatchTargets(cfg.Policy))
+		if err != nil {
+			return nil, fmt.Errorf("reading Consul's mesh: %w", err)
+		}
+		mesh = m
+		targets.Services = append(targets.Services, mesh.Services()...)
+	}
+	cat, err := consul.FetchCatalog(ctx, client, targets, q)
+	if err != nil {
+		return nil, fmt.Errorf("reading Consul at %s: %w", s.Address, err)
+	}
+	cat.Mesh = mesh
+	return cat, nil
 }

@@ -116,6 +116,11 @@ func routeView(r *routev3.Route) string {
 	return fmt.Sprintf("[%s] -> %s timeout %s", strings.Join(hs, ","), strings.Join(ts, ","), a.GetTimeout().AsDuration())
 }
 
+// meshClusterNames is the names of the mesh clusters st holds, sorted.
+func meshClusterNames(st adsclient.State) []string {
+	return slices.DeleteFunc(st.ClusterNames(), func(n string) bool { return !strings.Contains(n, ".internal.") })
+}
+
 func chainViewOf(st adsclient.State) chainView {
 	v := chainView{endpoints: map[string][]string{}}
 	for _, n := range st.RouteConfigNames() {
@@ -183,7 +188,10 @@ func TestMeshCanaryMatchesConsulXDS(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close() })
 		st, err := c.Wait(ctx, func(s adsclient.State) bool {
 			v := chainViewOf(s)
-			return len(v.routes) >= 2 && len(v.endpoints[v1]) > 0 && len(v.endpoints[v2]) > 0
+			// Converged: a bridge that got the entries after the sidecar
+			// connected moves it in steps, the old cluster going last.
+			return len(v.routes) >= 2 && len(v.endpoints[v1]) > 0 && len(v.endpoints[v2]) > 0 &&
+				slices.Equal(meshClusterNames(s), []string{v1, v2})
 		})
 		if err != nil {
 			t.Fatalf("%s: %v\n%s", addr, err, c.Snapshot())
@@ -295,5 +303,72 @@ func TestMeshRedirectMatchesConsulXDS(t *testing.T) {
 	}
 	if want := []string{blueAddr}; !slices.Equal(consul.endpoints[blue], want) || !slices.Equal(ours.endpoints[blue], want) {
 		t.Errorf("%s endpoints: want %v; Consul %v, bridge %v", blue, want, consul.endpoints[blue], ours.endpoints[blue])
+	}
+}
+
+// TestMeshCanaryReachesAConnectedSidecar: the canary written while web's
+// sidecar is connected reaches it in steps (subset clusters, then routes,
+// then the old cluster goes) well within a step's timeout: every step is
+// acknowledged, none is waited out.
+func TestMeshCanaryReachesAConnectedSidecar(t *testing.T) {
+	agent := consultest.Start(t)
+	sidecar := func() *api.AgentServiceConnect {
+		return &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}
+	}
+	for _, reg := range []*api.AgentServiceRegistration{
+		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
+			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "api", LocalBindPort: 9191}}}}}},
+		{Name: "api", ID: "api-1", Port: 9090, Tags: []string{"v1"}, Connect: sidecar()},
+		{Name: "api", ID: "api-2", Port: 9092, Tags: []string{"v2"}, Connect: sidecar()},
+	} {
+		if err := agent.Client().Agent().ServiceRegister(reg); err != nil {
+			t.Fatalf("register %s: %v", reg.Name, err)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "policy.hcl")
+	if err := os.WriteFile(file, []byte("mesh {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
+		c.ConfigFiles = []string{file}
+		c.Policy = loadPolicy(t, file)
+		c.Settings.Consul.ConfigEntries = true
+	})
+	roots, _, err := agent.Client().Connect().CARoots(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := ir.MeshClusterName("api", "dc1", roots.TrustDomain)
+	v1, v2 := ir.MeshSubsetClusterName("v1", "api", "dc1", roots.TrustDomain), ir.MeshSubsetClusterName("v2", "api", "dc1", roots.TrustDomain)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var clients []*adsclient.Client
+	for _, mode := range []adsclient.Mode{adsclient.Delta, adsclient.SotW} {
+		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: h.daemon.XDSAddr().String(), NodeID: "web-sidecar-proxy", Cluster: "web", Mode: mode,
+			InitialFetchTimeout: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		if _, err := c.Wait(ctx, func(s adsclient.State) bool { return len(s.Endpoints(plain)) == 2 && len(s.ListenerNames()) == 2 }); err != nil {
+			t.Fatalf("%v: before the canary: %v\n%s", mode, err, c.Snapshot())
+		}
+		clients = append(clients, c)
+	}
+	start := time.Now()
+	registerCanary(t, agent)
+	for i, c := range clients {
+		_, err := c.Wait(ctx, func(s adsclient.State) bool {
+			v := chainViewOf(s)
+			return len(v.routes) == 2 && slices.Equal(meshClusterNames(s), []string{v1, v2})
+		})
+		if err != nil {
+			t.Fatalf("client %d: the canary did not arrive: %v\n%s", i, err, c.Snapshot())
+		}
+	}
+	// A step waited out takes StepTimeout (5 s); all three steps
+	// acknowledged take a few round trips after Consul's answer.
+	if took := time.Since(start); took > 4*time.Second {
+		t.Errorf("the canary took %v to reach connected sidecars: a step was waited out instead of acknowledged", took)
 	}
 }

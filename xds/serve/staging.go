@@ -163,7 +163,7 @@ func (s *Server) advanceLocked(key string) {
 	for _, typ := range need {
 		versions[typ] = sets[typ].Version()
 	}
-	if !s.tracker.caughtUp(key, versions) {
+	if !s.tracker.caughtUp(key, versions, s.cache.UpToDate(key)) {
 		return
 	}
 	s.nextStepLocked(key, st)
@@ -233,11 +233,11 @@ func (t *tracker) expectEndpoints(key string, names []string) {
 // a response of each of the types in versions at that version, and was
 // sent the endpoints expectEndpoints names. A stream that never asked for
 // a type is not waited for.
-func (t *tracker) caughtUp(key string, versions map[string]string) bool {
+func (t *tracker) caughtUp(key string, versions map[string]string, upToDate map[cache.Filed]bool) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	e := t.expect[key]
-	for _, st := range t.streams {
+	for sk, st := range t.streams {
 		if st.node == nil || cache.Key(st.node) != key {
 			continue
 		}
@@ -250,7 +250,11 @@ func (t *tracker) caughtUp(key string, versions map[string]string) bool {
 			if ts == nil || typ == resourcev3.EndpointType && rejectedClusters {
 				continue
 			}
-			if ts.sentVersion != versions[typ] || (ts.ackedNonce != ts.sentNonce && ts.nackedNonce != ts.sentNonce) {
+			answered := ts.ackedNonce == ts.sentNonce || ts.nackedNonce == ts.sentNonce
+			// Sent nothing of this version because it lacks nothing: its
+			// request is answered and its watch waits, up to date.
+			current := answered && upToDate[cache.Filed{Order: uint64(sk.id), Delta: sk.delta, Type: typ}]
+			if !current && (ts.sentVersion != versions[typ] || !answered) {
 				return false
 			}
 			if typ == resourcev3.EndpointType && e != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"sync"
 	"testing"
@@ -29,6 +30,12 @@ import (
 // upstreams listed them).
 func routedTo(t *testing.T, target string, services ...string) *xds.Output {
 	t.Helper()
+	return routedToWith(t, nil, target, services...)
+}
+
+// routedToWith is routedTo with adjust applied to the model first.
+func routedToWith(t *testing.T, adjust func(*ir.Model), target string, services ...string) *xds.Output {
+	t.Helper()
 	route := irtest.RouteTo("/", ir.WeightedCluster{Name: target, Weight: 1})
 	route.Name = "all/0" // as the model names it: virtual host, position
 	m := &ir.Model{Groups: []ir.Group{{Name: "edge", Listeners: []ir.Listener{irtest.HTTPListener("edge.http", route)}}}}
@@ -37,6 +44,9 @@ func routedTo(t *testing.T, target string, services ...string) *xds.Output {
 	}
 	irtest.Reach(m)
 	m.Groups[0].Clusters = slices.Sorted(slices.Values(services))
+	if adjust != nil {
+		adjust(m)
+	}
 	out, err := xds.Translate(m)
 	if err != nil {
 		t.Fatal(err)
@@ -68,6 +78,22 @@ func brokenRoutes(st adsclient.State) []string {
 	return broken
 }
 
+// missingLeaf has every cluster present the certificate "leaf", which
+// the bridge does not serve: translated, then taken out of the output,
+// as a mesh leaf the per-VM agent serves is.
+func missingLeaf(t *testing.T, target string, services ...string) *xds.Output {
+	out := routedToWith(t, func(m *ir.Model) {
+		m.Secrets = append(m.Secrets, irtest.CertSecret("leaf", "v"))
+		for i := range m.Clusters {
+			m.Clusters[i].TLS = &ir.UpstreamTLS{SNI: m.Clusters[i].Name + ".internal", CertificateSecret: "leaf"}
+		}
+	}, target, services...)
+	for _, r := range append([]*xds.Resources{out.Shared}, slices.Collect(maps.Values(out.Reach))...) {
+		r.Secrets = nil
+	}
+	return out
+}
+
 // withPort sets the port of every endpoint of out's clusters.
 func withPort(out *xds.Output, port uint32) *xds.Output {
 	for _, cla := range out.Shared.Endpoints {
@@ -90,26 +116,37 @@ func TestMakeBeforeBreak(t *testing.T) {
 		before, after func(t *testing.T) *xds.Output
 		want          string   // where the route ends up
 		clusters      []string // what the proxy ends up holding
+		// noWarmWait asks for listeners at once, as an Envoy does once
+		// initial_fetch_timeout passes with clusters still warming.
+		noWarmWait bool
 	}{
 		"move": {
 			func(t *testing.T) *xds.Output { return routedTo(t, "api", "api") },
 			func(t *testing.T) *xds.Output { return routedTo(t, "web", "web") },
-			"web", []string{"web"},
+			"web", []string{"web"}, false,
 		},
 		"add": {
 			func(t *testing.T) *xds.Output { return routedTo(t, "api", "api") },
 			func(t *testing.T) *xds.Output { return routedTo(t, "web", "api", "web") },
-			"web", []string{"api", "web"},
+			"web", []string{"api", "web"}, false,
 		},
 		"remove": {
 			func(t *testing.T) *xds.Output { return routedTo(t, "web", "api", "web") },
 			func(t *testing.T) *xds.Output { return routedTo(t, "api", "api") },
-			"api", []string{"api"},
+			"api", []string{"api"}, false,
+		},
+		// The proxy wants a secret the bridge does not have (a leaf
+		// not issued yet): a delta stream is never sent it, nor anything
+		// else of SDS, and still lacks nothing it can be given.
+		"secret not there": {
+			func(t *testing.T) *xds.Output { return missingLeaf(t, "api", "api") },
+			func(t *testing.T) *xds.Output { return missingLeaf(t, "web", "web") },
+			"web", []string{"web"}, true,
 		},
 		"other endpoints change": {
 			func(t *testing.T) *xds.Output { return routedTo(t, "api", "api", "db") },
 			func(t *testing.T) *xds.Output { return withPort(routedTo(t, "web", "db", "web"), 9999) },
-			"web", []string{"db", "web"},
+			"web", []string{"db", "web"}, false,
 		},
 	} {
 		for _, mode := range []adsclient.Mode{adsclient.SotW, adsclient.Delta} {
@@ -119,7 +156,11 @@ func TestMakeBeforeBreak(t *testing.T) {
 				var mu sync.Mutex
 				var broken []string
 				states := 0
-				c := dial(t, s, adsclient.Config{NodeID: "edge-1", Cluster: "edge", Mode: mode, OnUpdate: func(u adsclient.Update) {
+				var fetch time.Duration
+				if tc.noWarmWait {
+					fetch = -1
+				}
+				c := dial(t, s, adsclient.Config{NodeID: "edge-1", Cluster: "edge", Mode: mode, InitialFetchTimeout: fetch, OnUpdate: func(u adsclient.Update) {
 					mu.Lock()
 					defer mu.Unlock()
 					states++

@@ -235,6 +235,45 @@ func (c *Cache) Waiting(key string) int {
 	return n
 }
 
+// Filed names one stream's waiting watch of a type (UpToDate).
+type Filed struct {
+	Order uint64 // the stream's order (its id)
+	Delta bool
+	Type  string
+}
+
+// UpToDate lists the watches filed on key that were found, against the
+// set key is served now, to lack nothing: their streams hold all of that
+// type they want. A stream's version of a type alone cannot say so: a
+// delta stream (or a SotW stream of endpoints, routes or secrets) that
+// wants none of what changed is sent nothing, so it keeps the version it
+// was last sent, and one that subscribed only to names the set lacks was
+// never sent any (serve's staging waits on this).
+func (c *Cache) UpToDate(key string) map[Filed]bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	k := c.keys[key]
+	if k == nil || k.sets == nil {
+		return nil
+	}
+	out := map[Filed]bool{}
+	for typ, ws := range k.sotw {
+		for w := range ws {
+			if ts := k.sets[typ]; ts != nil && w.seen == ts.mark {
+				out[Filed{Order: w.order, Type: typ}] = true
+			}
+		}
+	}
+	for typ, ws := range k.delta {
+		for w := range ws {
+			if ts := k.sets[typ]; ts != nil && w.seen == ts.mark {
+				out[Filed{Order: w.order, Delta: true, Type: typ}] = true
+			}
+		}
+	}
+	return out
+}
+
 // CreateWatch is go-control-plane's SotW watch, kept for the
 // cachev3.Cache interface and the tests that drive the cache the way
 // go-control-plane's SotW server did (answers copy the held versions);

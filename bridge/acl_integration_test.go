@@ -19,7 +19,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 )
 
-// minimalPolicy is the read-only ACL policy the README documents.
+// minimalPolicy is the read-only ACL policy docs/operations/acls.md documents.
 const minimalPolicy = `
 service_prefix "" { policy = "read" }
 node_prefix ""    { policy = "read" }

@@ -24,7 +24,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 )
 
-var screenshots = flag.Bool("screenshots", false, "write the console's screenshots into docs/ (the README embeds them)")
+var screenshots = flag.Bool("screenshots", false, "write the console's screenshots into docs/ (docs/console.md embeds them)")
 
 const consolePolicy = `
 service "web" {

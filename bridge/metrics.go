@@ -119,7 +119,7 @@ func newMetrics(reg prometheus.Registerer, notReady func() string, consulUp func
 			func(slots, _, _ int) int { return slots }),
 		queryGauge("consul_xds_bridge_consul_queries_in_flight", "Consul requests in flight (each watched service holds a blocking query).",
 			func(_, inUse, _ int) int { return inUse }),
-		queryGauge("consul_xds_bridge_consul_queries_waiting", "Watches waiting for a free query slot: above 0 for long, more services are watched than consul.max_queries allows at once (see README, Scaling).",
+		queryGauge("consul_xds_bridge_consul_queries_waiting", "Watches waiting for a free query slot: above 0 for long, more services are watched than consul.max_queries allows at once (see docs/scaling.md).",
 			func(_, _, waiting int) int { return waiting }),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m

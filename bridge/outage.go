@@ -11,7 +11,7 @@ import (
 )
 
 // outages follows, per datacenter ("" is the local one), whether Consul
-// answers, and the hold window that follows a real outage (see README,
+// answers, and the hold window that follows a real outage (see docs/operations/failure-behaviour.md,
 // "When Consul restarts"). A single failed request is not an outage: the
 // hold arms only when a datacenter gave no answer for at least `after`, or
 // refused connections (its agent was down: a restart, however quick, is

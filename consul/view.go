@@ -22,7 +22,7 @@ type QueryOptions struct {
 	// Consul 1.10) the agent follows each service over one gRPC stream
 	// from the servers instead of one blocking query per reader, and
 	// shares it with every other local reader of that service. Local
-	// datacenter only; see README ("Consul load") for the trade-off.
+	// datacenter only; see docs/scaling.md for the trade-off.
 	UseCache bool
 	// WaitTime is how long one blocking query may block (Consul caps it at 10m).
 	WaitTime time.Duration

@@ -131,7 +131,7 @@ func (r *resolver) grpcRoute(name string, b *routeBlock) *Route {
 // checkGRPCTargets flags service settings that some gRPC implementation
 // rejects (the whole cluster: calls to it would fail) or that every one
 // ignores, for the services grpc_service routes send calls to; the
-// README's proxyless support matrix is the reference. A service only
+// proxyless support matrix (docs/reference/proxyless-grpc.md) is the reference. A service only
 // proxies use may keep them; see checkDefaultAPIListeners.
 func (r *resolver) checkGRPCTargets() {
 	warned := map[string]bool{} // service: ignored settings warned about once
@@ -143,7 +143,7 @@ func (r *resolver) checkGRPCTargets() {
 		switch {
 		case s.LBPolicy == ir.LBLeastRequest:
 			r.warn(ref.rng, "least_request falls back to round_robin for some gRPC clients",
-				"grpc_service %q routes to service %q, whose lb_policy is \"least_request\" (at %s): %s See the README's proxyless support matrix.",
+				"grpc_service %q routes to service %q, whose lb_policy is \"least_request\" (at %s): %s See the proxyless support matrix in docs/reference/proxyless-grpc.md.",
 				ref.grpcService, s.Name, s.Source, leastRequestFallback(s.Name))
 		case !oneOf(s.LBPolicy, grpcLBPolicies):
 			r.add(ref.rng, "lb_policy not supported by gRPC",

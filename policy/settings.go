@@ -44,17 +44,17 @@ type ConsulSettings struct {
 	// turns 503; xDS keeps serving the last good state regardless.
 	StaleAfter time.Duration
 	// ReconnectHold is how long, after Consul answers again following an
-	// outage, health downgrades are held back (see README); 0 disables it.
+	// outage, health downgrades are held back (see docs/operations/failure-behaviour.md); 0 disables it.
 	ReconnectHold time.Duration
 	// ReconnectHoldAfter is how long a datacenter's Consul must have given
 	// no answer for its return to arm ReconnectHold: a single failed
 	// request retried at once is not an outage.
 	ReconnectHoldAfter time.Duration
 	// MaxQueries bounds the Consul requests in flight at once (each
-	// watched service holds one blocking query); see README, Scaling.
+	// watched service holds one blocking query); see docs/scaling.md.
 	MaxQueries int
 	// UseCache reads service health through the agent's cache (?cached),
-	// streaming-backed on client agents; see README, Scaling.
+	// streaming-backed on client agents; see docs/scaling.md.
 	UseCache bool
 	// ConfigEntries reads Consul's L7 config entries (service-defaults,
 	// -resolver, -splitter, -router, ingress-gateway) as policy documents
@@ -91,7 +91,7 @@ type XDSSettings struct {
 	// clients must present a certificate signed by it (mTLS).
 	TLS TLSFiles
 	// AuthorizeNodes checks the node a client claims against its client
-	// certificate (see README); it needs mTLS.
+	// certificate (see docs/operations/securing-the-xds-port.md); it needs mTLS.
 	AuthorizeNodes bool
 	// InsecureServeKeys lets a policy serve private keys (central mesh
 	// leaves, edge and upstream TLS keys) over a connection that is

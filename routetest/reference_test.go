@@ -8,25 +8,16 @@ import (
 	"testing"
 )
 
-// TestREADMEDocumentsEveryName keeps the README's "Route tests" section in
-// step with the schema: every attribute and block of a route_test must
-// appear there, as written in HCL or in the expectations table.
-func TestREADMEDocumentsEveryName(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+// TestDocsDocumentEveryName keeps the route tests reference
+// (docs/reference/route-tests.md) in step with the schema: every
+// attribute and block of a route_test must appear there, as written in
+// HCL or in the expectations table.
+func TestDocsDocumentEveryName(t *testing.T) {
+	page, err := os.ReadFile("../docs/reference/route-tests.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	start := strings.Index(string(readme), "### Route tests")
-	if start < 0 {
-		t.Fatal(`README lacks a "Route tests" section`)
-	}
-	section := string(readme[start:])
-	if end := strings.Index(section[1:], "\n## "); end > 0 {
-		section = section[:end]
-	}
-	if end := strings.Index(section[1:], "\n### "); end > 0 {
-		section = section[:end]
-	}
+	section := string(page)
 	var names []string
 	for _, typ := range []reflect.Type{reflect.TypeOf(testSchema{}), reflect.TypeOf(requestSchema{}), reflect.TypeOf(expectSchema{})} {
 		for i := range typ.NumField() {
@@ -46,7 +37,7 @@ func TestREADMEDocumentsEveryName(t *testing.T) {
 		hcl := regexp.MustCompile(`(?m)^\s*` + regexp.QuoteMeta(name) + `\s*(=|\{)`)
 		table := regexp.MustCompile("(?m)^\\| .*`" + regexp.QuoteMeta(name) + "`")
 		if !hcl.MatchString(section) && !table.MatchString(section) {
-			t.Errorf("README's Route tests section does not show %q", name)
+			t.Errorf("docs/reference/route-tests.md does not show %q", name)
 		}
 	}
 }

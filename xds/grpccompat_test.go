@@ -11,7 +11,7 @@ import (
 
 // TestProxylessServesWhatEveryGRPCClientParses checks, on every golden
 // world, that the routes served to gRPC clients use only what every gRPC
-// implementation in the README's support matrix parses (issue 15):
+// implementation in the support matrix (docs/reference/proxyless-grpc.md) parses (issue 15):
 //   - header matchers: exact_match, prefix_match, safe_regex_match,
 //     present_match (gRFC A28), never string_match, which C-core before
 //     1.56 (gRFC A63) NACKs;

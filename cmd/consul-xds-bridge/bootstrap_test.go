@@ -43,7 +43,7 @@ func TestBootstrapIsValidEnvoyConfig(t *testing.T) {
 			if dr.GetAdsConfig().GetGrpcServices()[0].GetEnvoyGrpc().GetClusterName() != "xds_cluster" {
 				t.Errorf("no ADS stream to xds_cluster: %v", dr)
 			}
-			// The README promises Envoy sends its node (its extension
+			// docs/scaling.md promises Envoy sends its node (its extension
 			// list: 10–25 KiB) with a stream's first request only.
 			if !dr.GetAdsConfig().GetSetNodeOnFirstMessageOnly() {
 				t.Error("ads_config does not set set_node_on_first_message_only")

@@ -258,7 +258,7 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-// The server's pool counts a send left blocked in the metric the README
+// The server's pool counts a send left blocked in the metric docs/reference/admin-http.md
 // lists.
 func TestBlockedSendsAreAMetric(t *testing.T) {
 	reg := prometheus.NewRegistry()

@@ -230,6 +230,7 @@ func TestConsoleInBrowser(t *testing.T) {
 		agent.SetTTL(t, "service:api-1", "critical")
 		waitEval(t, ctx, `document.querySelector("#chart-change-to-push")?.dataset.points ?? ""`, wait, func(s string) bool { n, _ := strconv.Atoi(s); return n > c2p })
 		waitEval(t, ctx, `document.querySelector("#chart-fanout")?.dataset.points ?? ""`, wait, func(s string) bool { n, _ := strconv.Atoi(s); return n > fan })
+		browsertest.WaitText(t, ctx, "#builds tbody tr", wait, func(s string) bool { return strings.Contains(s, "EDS") })
 		if v := latest("change-to-push", func(v float64) bool { return v > 0 }); v > 10000 {
 			t.Errorf("latest change → push %v ms", v)
 		}

@@ -64,6 +64,13 @@ function chart(id, title, unit, points, opts) {
     svg("svg", { viewBox: "0 0 " + W + " " + H, role: "img", "aria-label": title }, kids));
 }
 
+// shortType names a type URL as its xDS service does (CDS, EDS, ...).
+function shortType(url) {
+  const names = { Cluster: "CDS", ClusterLoadAssignment: "EDS", Listener: "LDS", RouteConfiguration: "RDS", Secret: "SDS" };
+  const last = String(url).split(".").pop();
+  return names[last] || last;
+}
+
 function renderActivity(hist) {
   const builds = (hist.builds || []).map((b) => Object.assign({}, b, { t: new Date(b.at) }));
   const samples = (hist.samples || []).map((s) => Object.assign({}, s, { t: new Date(s.at) }));
@@ -86,7 +93,7 @@ function renderActivity(hist) {
       h("thead", {}, h("tr", {}, ["When", "Change → push", "Build", "Update", "Types"].map((c) => h("th", {}, c)))),
       h("tbody", {}, builds.length ? builds.slice(-20).reverse().map((b) => h("tr", {},
         h("td", { title: b.at }, ago(b.at) + " ago"), h("td", {}, b.change_to_push_ms === undefined ? "-" : fmtNum(b.change_to_push_ms) + " ms"),
-        h("td", {}, fmtNum(b.build_ms) + " ms"), h("td", {}, fmtNum(b.update_ms) + " ms"), h("td", { class: "mono" }, (b.types || []).join(" "))))
+        h("td", {}, fmtNum(b.build_ms) + " ms"), h("td", {}, fmtNum(b.update_ms) + " ms"), h("td", { class: "mono" }, (b.types || []).map(shortType).join(" "))))
         : h("tr", {}, h("td", { colspan: 5, class: "muted" }, "No build changed anything yet."))))));
 }
 

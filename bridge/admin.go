@@ -86,6 +86,12 @@ func (d *Daemon) serveAdmin(ctx context.Context, lis net.Listener) error {
 			UsedBy map[string]*ServiceUsage `json:"used_by,omitempty"`
 		}{cv, time.Since(cv.ReceivedAt).Seconds(), usage})
 	})
+	mux.HandleFunc("GET /v1/history", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, d.history.snapshot())
+	})
+	mux.HandleFunc("GET /v1/consul", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, d.consulStatus())
+	})
 	mux.HandleFunc("POST /v1/plan", d.servePlan)
 	mux.HandleFunc("GET /v1/try", d.serveTry)
 	mux.Handle("GET /ui/", consoleHandler())

@@ -75,14 +75,20 @@ func TestAdminToken(t *testing.T) {
 	if code, _ := (adminCall{method: "GET", url: base + "/v1/policy", token: "s3cret-admin"}).do(t); code != http.StatusOK {
 		t.Fatalf("/v1/policy with token = %d", code)
 	}
+	// The console's history and Consul state: GET with the token alone.
+	for _, path := range []string{"/v1/history", "/v1/consul"} {
+		if code, body := (adminCall{method: "GET", url: base + path, token: "s3cret-admin"}).do(t); code != http.StatusOK || !strings.Contains(body, "{") {
+			t.Errorf("%s with token = %d %s", path, code, body)
+		}
+	}
 	// The console's files hold no data and load without the token (the
 	// page asks for it); every endpoint it calls needs it.
-	for _, path := range []string{"/ui/", "/ui/app.js", "/ui/style.css"} {
+	for _, path := range []string{"/ui/", "/ui/app.js", "/ui/insight.js", "/ui/style.css"} {
 		if code, body := (adminCall{method: "GET", url: base + path}).do(t); code != http.StatusOK || len(body) < 100 {
 			t.Errorf("%s without token = %d (%d bytes), want the console's file", path, code, len(body))
 		}
 	}
-	for _, path := range []string{"/v1/policy", "/v1/proxies", "/v1/catalog", "/v1/config_dump?cluster=x", "/debug/pprof/"} {
+	for _, path := range []string{"/v1/policy", "/v1/proxies", "/v1/catalog", "/v1/config_dump?cluster=x", "/v1/history", "/v1/consul", "/debug/pprof/"} {
 		for _, tok := range []string{"", "wrong"} {
 			if code, _ := (adminCall{method: "GET", url: base + path, token: tok}).do(t); code != http.StatusUnauthorized {
 				t.Errorf("%s with token %q = %d, want 401", path, tok, code)

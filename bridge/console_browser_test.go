@@ -74,30 +74,36 @@ func TestConsoleInBrowser(t *testing.T) {
 	tokenFile := filepath.Join(dir, "admin-token")
 	writeFile(t, file, consolePolicy)
 	writeFile(t, tokenFile, "console-s3cret\n")
-	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
+	fwd := consultest.NewForwarder(t, agent.HTTPAddr())
+	h := startBridgeWith(t, agent, fwd, func(c *bridge.Config) {
 		c.ConfigFiles = []string{file}
 		c.Policy = loadPolicy(t, file)
 		c.Settings.Admin.TokenFile = tokenFile
 	})
 	edge := dialAs(t, h, adsclient.SotW, "edge", nil)
-	dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	picky, err := adsclient.Dial(dctx, adsclient.Config{
-		Addr: h.daemon.XDSAddr().String(), NodeID: "picky-1", Cluster: "edge", UserAgent: "envoy/1.31.0",
-		NACK: func(typeURL, _ string, res []*anypb.Any) error {
-			for _, r := range res {
-				var c clusterv3.Cluster
-				if typeURL == adsclient.ClusterType && r.UnmarshalTo(&c) == nil && c.GetName() == "api" {
-					return errors.New("cluster api: unsupported setting (console test)")
+	// dialPicky connects a proxy of group edge that NACKs the api cluster.
+	dialPicky := func(node string) *adsclient.Client {
+		dctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		picky, err := adsclient.Dial(dctx, adsclient.Config{
+			Addr: h.daemon.XDSAddr().String(), NodeID: node, Cluster: "edge", UserAgent: "envoy/1.31.0",
+			NACK: func(typeURL, _ string, res []*anypb.Any) error {
+				for _, r := range res {
+					var c clusterv3.Cluster
+					if typeURL == adsclient.ClusterType && r.UnmarshalTo(&c) == nil && c.GetName() == "api" {
+						return errors.New("cluster api: unsupported setting (console test)")
+					}
 				}
-			}
-			return nil
-		},
-	})
-	if err != nil {
-		t.Fatal(err)
+				return nil
+			},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = picky.Close() })
+		return picky
 	}
-	t.Cleanup(func() { _ = picky.Close() })
+	dialPicky("picky-1")
 	waitEndpoints(t, "web", join(ep(1001, "HEALTHY"), ep(1002, "HEALTHY")), edge)
 	base := "http://" + h.daemon.AdminAddr().String()
 	const wait = 10 * time.Second
@@ -191,6 +197,79 @@ func TestConsoleInBrowser(t *testing.T) {
 		shot(t, ctx, "console-catalog.png")
 	})
 
+	t.Run("activity charts from live data", func(t *testing.T) {
+		goTo(t, ctx, "#/activity")
+		points := func(chart string) int {
+			n, err := strconv.Atoi(waitEval(t, ctx, `document.querySelector("#chart-`+chart+`")?.dataset.points ?? ""`, wait, func(s string) bool { return s != "" }))
+			if err != nil {
+				t.Fatal(err)
+			}
+			return n
+		}
+		latest := func(chart string, ok func(float64) bool) float64 {
+			t.Helper()
+			var v float64
+			waitEval(t, ctx, `document.querySelector("#chart-`+chart+`")?.dataset.latest ?? ""`, wait, func(s string) bool {
+				f, err := strconv.ParseFloat(s, 64)
+				v = f
+				return err == nil && ok(f)
+			})
+			return v
+		}
+		// Two proxies are connected; picky-1's NACK is counted.
+		latest("proxies", func(v float64) bool { return v == 2 })
+		nacks := waitEval(t, ctx, `document.querySelector("#chart-nacks")?.dataset.total ?? ""`, wait, func(s string) bool { return s != "" && s != "0" })
+		browsertest.WaitText(t, ctx, "#chart-proxies svg", wait, any)
+		c2p, fan := points("change-to-push"), points("fanout")
+		if c2p == 0 {
+			t.Error("no change → push point before the flip: the first build served the catalog")
+		}
+		// A health flip is one more build, pushed and fanned out: both
+		// charts gain a point, without a reload.
+		evalBool(t, ctx, `window.__noReload = true`)
+		agent.SetTTL(t, "service:api-1", "critical")
+		waitEval(t, ctx, `document.querySelector("#chart-change-to-push")?.dataset.points ?? ""`, wait, func(s string) bool { n, _ := strconv.Atoi(s); return n > c2p })
+		waitEval(t, ctx, `document.querySelector("#chart-fanout")?.dataset.points ?? ""`, wait, func(s string) bool { n, _ := strconv.Atoi(s); return n > fan })
+		browsertest.WaitText(t, ctx, "#builds tbody tr", wait, func(s string) bool { return strings.Contains(s, "EDS") })
+		if v := latest("change-to-push", func(v float64) bool { return v > 0 }); v > 10000 {
+			t.Errorf("latest change → push %v ms", v)
+		}
+		// A third proxy that NACKs too: the proxies chart reaches 3, the
+		// NACK count grows and a bar is drawn for it.
+		picky2 := dialPicky("picky-2")
+		latest("proxies", func(v float64) bool { return v == 3 })
+		waitEval(t, ctx, `document.querySelector("#chart-nacks")?.dataset.total ?? ""`, wait, func(s string) bool { a, _ := strconv.Atoi(s); b, _ := strconv.Atoi(nacks); return a > b })
+		waitEval(t, ctx, `String(document.querySelectorAll("#chart-nacks rect.bar").length)`, wait, func(s string) bool { return s != "0" })
+		shot(t, ctx, "console-activity.png")
+		_ = picky2.Close()
+		latest("proxies", func(v float64) bool { return v == 2 })
+		agent.SetTTL(t, "service:api-1", "passing")
+		if !evalBool(t, ctx, `window.__noReload === true`) {
+			t.Fatal("the page reloaded to draw the charts")
+		}
+	})
+
+	t.Run("reach of a group", func(t *testing.T) {
+		// The group column links to the group's reach.
+		goTo(t, ctx, "#/proxies")
+		run(t, ctx, chromedp.Click(chromedp.CSS(`tr.proxy[data-node="test-sotw-edge"] a.group-link`)))
+		browsertest.WaitText(t, ctx, `#reach [data-listener]`, wait, func(s string) bool { return strings.Contains(s, "8080") })
+		// web-1 (v1) failed its check above; web-2 (v2) passes.
+		v2 := browsertest.WaitText(t, ctx, `#reach .reach-route [data-cluster="web.v2"]`, wait, func(s string) bool { return strings.Contains(s, "healthy") })
+		if !strings.Contains(v2, "service web") || !strings.Contains(v2, "1/1 healthy") {
+			t.Errorf("reach of web.v2 = %q, want service web with 1/1 healthy", v2)
+		}
+		web := browsertest.WaitText(t, ctx, `#reach .reach-route [data-cluster="web"]`, wait, func(s string) bool { return strings.Contains(s, "healthy") })
+		if !strings.Contains(web, "service web") || !strings.Contains(web, "1/2 healthy") {
+			t.Errorf("reach of web = %q, want service web with 1/2 healthy", web)
+		}
+		routes := browsertest.WaitText(t, ctx, `#reach [data-vhost]`, wait, any)
+		if !strings.Contains(routes, "prefix /v2/") || !strings.Contains(routes, "prefix /api/") || !strings.Contains(routes, "service api") {
+			t.Errorf("reach routes = %q, want each route's match and its service", routes)
+		}
+		shot(t, ctx, "console-reach.png")
+	})
+
 	t.Run("policy rejected reload", func(t *testing.T) {
 		goTo(t, ctx, "#/policy")
 		browsertest.WaitText(t, ctx, "#sources", wait, func(s string) bool { return strings.Contains(s, file) })
@@ -259,6 +338,45 @@ func TestConsoleInBrowser(t *testing.T) {
 			return regexp.MustCompile(regexp.QuoteMeta(file) + `:\d+:\d+: `).MatchString(s)
 		})
 	})
+
+	t.Run("consul unreachable banner", func(t *testing.T) {
+		goTo(t, ctx, "#/catalog")
+		browsertest.WaitText(t, ctx, `li[data-instance="web-2"] .eds-status`, wait, any)
+		if waitEval(t, ctx, `String(document.querySelector("#consul-banner").hidden)`, wait, any) != "true" {
+			t.Fatal("the Consul banner shows while Consul answers")
+		}
+		fwd.Stop()
+		text := browsertest.WaitText(t, ctx, "#consul-banner:not([hidden])", 20*time.Second, func(s string) bool { return strings.Contains(s, "unreachable") })
+		if !strings.Contains(text, "Consul at "+fwd.Addr()+" is unreachable since ") {
+			t.Errorf("banner = %q, want the address and since when", text)
+		}
+		// On every page.
+		goTo(t, ctx, "#/policy")
+		browsertest.WaitText(t, ctx, "#sources", wait, any)
+		browsertest.WaitText(t, ctx, "#consul-banner:not([hidden])", wait, func(s string) bool { return strings.Contains(s, fwd.Addr()) })
+		shot(t, ctx, "console-consul-down.png")
+		fwd.Start()
+		browsertest.WaitText(t, ctx, "#consul-banner[hidden]", 20*time.Second, any)
+	})
+}
+
+// waitEval polls a JavaScript expression (a string) until ok accepts it.
+func waitEval(t *testing.T, ctx context.Context, js string, timeout time.Duration, ok func(string) bool) string {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[string](js))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ok(v) {
+			return v
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s = %q after %s", js, v, timeout)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func is(want string) func(string) bool {

@@ -95,6 +95,8 @@ type Daemon struct {
 	// outages follows whether each datacenter's Consul answers, and the
 	// hold windows after real outages.
 	outages *outages
+	// history is the console's recent history (history.go).
+	history history
 }
 
 // consulQuery records every Consul request's outcome for metrics, for
@@ -313,6 +315,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	wg.Go(func() { fail(d.watchFiles(ctx)) })
 	wg.Go(func() { fail(d.xds.Serve(ctx, xdsLis)) })
 	wg.Go(func() { fail(d.serveAdmin(ctx, adminLis)) })
+	wg.Go(func() { d.sampleHistory(ctx) })
 	var ce configEntries
 	mesh := meshState{needed: meshWanted(d.cfg.Policy), central: centralMesh(d.cfg.Policy)}
 	if kinds := configKinds(s.Consul.ConfigEntries, mesh.needed); len(kinds) > 0 {

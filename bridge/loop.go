@@ -306,6 +306,12 @@ func (l *loop) build(ctx context.Context) {
 			ev = ev.Dur("since_consul_change", us(l.d.clock.Since(l.changedAt))).Dur("waited", us(buildStart.Sub(l.changedAt)))
 		}
 		ev.Msg("snapshot updated")
+		sample := BuildSample{At: updated, BuildMs: ms(updateStart.Sub(start)), UpdateMs: ms(updated.Sub(updateStart)), Types: slices.Clone(changed)}
+		if !l.changedAt.IsZero() {
+			c2p := ms(l.d.clock.Since(l.changedAt))
+			sample.ChangeToPushMs = &c2p
+		}
+		l.d.history.addBuild(sample)
 		l.summary.add(l.d.log, l.d.clock.Now(), changed, updateStart.Sub(start))
 	}
 	l.changedAt = time.Time{}
@@ -371,3 +377,6 @@ func (l *loop) noteChange(at time.Time) {
 		l.changedAt = at
 	}
 }
+
+// ms is d in milliseconds, for the console's history.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -139,3 +139,14 @@ func (o *outages) holding(now time.Time) (map[string]bool, time.Time) {
 	}
 	return held, next
 }
+
+// unanswered returns since when dc has given no answer (zero while it
+// answers).
+func (o *outages) unanswered(dc string) time.Time {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if st := o.dcs[dc]; st != nil {
+		return st.unansweredSince
+	}
+	return time.Time{}
+}

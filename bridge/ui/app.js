@@ -93,6 +93,8 @@ const views = {
   policy: { load: () => api("/v1/policy"), render: renderPolicy },
   plan: { load: () => api("/v1/policy"), render: renderPlan, static: true },
   try: { load: () => api("/v1/proxies"), render: renderTry, static: true },
+  activity: { load: () => api("/v1/history"), render: renderActivity }, // insight.js
+  group: { load: loadReach, render: renderReach }, // insight.js
 };
 
 function route() {
@@ -106,7 +108,8 @@ async function refresh(full) {
   const v = views[r.name];
   const gen = ++generation;
   document.querySelectorAll("[data-nav]").forEach((a) =>
-    a.classList.toggle("active", a.dataset.nav === r.name || (r.name === "proxy" && a.dataset.nav === "proxies")));
+    a.classList.toggle("active", a.dataset.nav === r.name || ((r.name === "proxy" || r.name === "group") && a.dataset.nav === "proxies")));
+  updateBanner(); // insight.js: on every page, whatever the view
   // The plan form keeps what the operator typed: it is drawn once per visit.
   if (v.static && !full) return;
   try {
@@ -173,7 +176,7 @@ function renderProxies(proxies) {
     rows.push(h("tr", { class: "proxy" + (p.status === "NACKED" ? " nacked" : ""), "data-node": p.node_id },
       h("td", {}, h("a", { href: "#/proxy/" + encodeURIComponent(p.node_id) }, p.node_id),
         p.group_error ? h("div", { class: "diag" }, "group kept at last good state: " + p.group_error) : null),
-      h("td", {}, p.group || h("span", { class: "muted" }, "none"),
+      h("td", {}, p.group ? h("a", { class: "group-link", href: "#/group/" + encodeURIComponent(p.group) }, p.group) : h("span", { class: "muted" }, "none"),
         p.node_cluster !== p.group ? h("div", { class: "muted" }, "node.cluster " + p.node_cluster) : null),
       h("td", {}, badge(p.status, "proxy-status")),
       h("td", { class: "hide-narrow" }, p.kind),

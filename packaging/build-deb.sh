@@ -34,6 +34,9 @@ install -d "$ex"
 install -m 0644 "$ROOT/README.md" "$ROOT/SECURITY.md" "$doc/"
 gzip -9n < "$ROOT/CHANGELOG.md" > "$doc/CHANGELOG.md.gz"
 install -m 0644 "$HERE/deb/copyright" "$doc/copyright"
+# The docs tree beside the README, so the README's links work offline.
+(cd "$ROOT" && find docs -type f \( -name '*.md' -o -name '*.png' \) -print0 | sort -z) |
+  while IFS= read -r -d '' f; do install -D -m 0644 "$ROOT/$f" "$doc/$f"; done
 # A native package's changelog, in Debian's format, dated by the commit
 # so that two builds of one commit are the same.
 when="$(git -C "$ROOT" log -1 --format=%cD 2>/dev/null || date -R)"

@@ -200,6 +200,12 @@ func checkInstalled(t *testing.T, root string) {
 		t.Errorf("sample envoy.service does not call the packaged /usr/bin/consul-xds-bridge:\n%s", envoy)
 	}
 
+	// The README's and the docs' links to docs pages work in the package.
+	docRoot := filepath.Join(root, "usr/share/doc/consul-xds-bridge")
+	for _, broken := range brokenDocLinks(t, docRoot) {
+		t.Errorf("packaged docs link to what the package lacks: %s", broken)
+	}
+
 	// Every packaged path the docs name exists.
 	for _, p := range docPaths(t) {
 		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
@@ -232,6 +238,44 @@ func docPaths(t *testing.T) []string {
 		}
 	}
 	return out
+}
+
+// brokenDocLinks lists the links of the packaged README.md and docs/ pages
+// to docs/ pages (or images) that are not installed: the README points
+// there first, and an operator reads it offline.
+func brokenDocLinks(t *testing.T, docRoot string) []string {
+	t.Helper()
+	pages := []string{filepath.Join(docRoot, "README.md")}
+	if err := filepath.WalkDir(filepath.Join(docRoot, "docs"), func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".md") {
+			pages = append(pages, p)
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("the package has no docs tree: %v", err)
+	}
+	if len(pages) < 10 {
+		t.Fatalf("the package holds %d docs pages", len(pages))
+	}
+	link := regexp.MustCompile(`\]\(([^)#\s]+)(#[^)]*)?\)|src="([^"]+)"`)
+	var broken []string
+	for _, page := range pages {
+		for _, m := range link.FindAllStringSubmatch(readFile(t, "/", page), -1) {
+			target := m[1] + m[3]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			abs := filepath.Join(filepath.Dir(page), target)
+			rel, err := filepath.Rel(filepath.Join(docRoot, "docs"), abs)
+			if err != nil || strings.HasPrefix(rel, "..") {
+				continue // not a docs page: source files stay in the repository
+			}
+			if _, err := os.Stat(abs); err != nil {
+				broken = append(broken, strings.TrimPrefix(page, docRoot+"/")+" -> "+target)
+			}
+		}
+	}
+	return broken
 }
 
 func readFile(t *testing.T, root, p string) string {

@@ -87,7 +87,7 @@ func readMarkdown(t *testing.T, rel string) []mdLine {
 }
 
 var (
-	linkRE       = regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	linkRE       = regexp.MustCompile(`\]\(([^)\s]+)\)|<img [^>]*src="([^"]+)"`)
 	codeSpanRE   = regexp.MustCompile("`[^`]*`")
 	headingRE    = regexp.MustCompile(`^(#{1,6})\s+(.*?)\s*#*\s*$`)
 	anchorDropRE = regexp.MustCompile(`[^\p{L}\p{N} _-]`)
@@ -127,7 +127,7 @@ func links(lines []mdLine) (out []struct {
 			out = append(out, struct {
 				n      int
 				target string
-			}{l.n, m[1]})
+			}{l.n, m[1] + m[2]})
 		}
 	}
 	return out

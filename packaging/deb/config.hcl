@@ -1,7 +1,7 @@
 # consul-xds-bridge: the package's default configuration. Edit it, check it
 # with `consul-xds-bridge validate /etc/consul-xds-bridge/config.hcl`, and
 # `systemctl reload consul-xds-bridge` (policy) or restart (settings).
-# Reference: /usr/share/doc/consul-xds-bridge/README.md.
+# Reference: /usr/share/doc/consul-xds-bridge/README.md and docs/reference/daemon-settings.md there.
 
 consul {
   address = "127.0.0.1:8500"

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/hex"
@@ -14,6 +15,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
 
 // Who may reach what on the admin listener (docs/security.md):
@@ -122,16 +125,21 @@ func (h hostRule) allows(host string) bool {
 	return false
 }
 
+// maxTokenFileBytes bounds an admin token file: a token is a line.
+const maxTokenFileBytes = 4 << 10
+
 // adminToken reads the admin token from path; when the path is the
 // bridge's own (generated), a missing file is created first with a new
 // random token, readable by the bridge's user only.
 func adminToken(path string, generated bool) (string, error) {
-	b, err := os.ReadFile(path)
+	// Bounded like every file the bridge reads: a token file swapped for
+	// a FIFO or /dev/zero must not hang or fill the start.
+	b, err := policy.ReadBoundedFile(context.Background(), path, maxTokenFileBytes)
 	if errors.Is(err, fs.ErrNotExist) && generated {
 		if err := writeNewToken(path); err != nil {
 			return "", fmt.Errorf("admin token: creating %s: %w (set admin { token_file } or consul { state_dir } to a writable place)", path, err)
 		}
-		b, err = os.ReadFile(path)
+		b, err = policy.ReadBoundedFile(context.Background(), path, maxTokenFileBytes)
 	}
 	if err != nil {
 		return "", fmt.Errorf("admin token_file: %w", err)

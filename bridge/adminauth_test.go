@@ -1,10 +1,17 @@
 package bridge
 
 import (
+	"errors"
 	"net"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
 
 func TestHostRule(t *testing.T) {
@@ -77,5 +84,38 @@ func TestCrossSite(t *testing.T) {
 				t.Errorf("crossSite = %q, want refused=%v", why, tc.refused)
 			}
 		})
+	}
+}
+
+// TestAdminTokenFileIsBounded: a token file swapped for a FIFO (no
+// writer) or a device is refused at once with the path and why, not
+// waited on or read without end.
+func TestAdminTokenFileIsBounded(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Skip(err)
+	}
+	for _, path := range []string{fifo, "/dev/zero"} {
+		start := time.Now()
+		_, err := adminToken(path, false)
+		if err == nil || !strings.Contains(err.Error(), path) || !errors.Is(err, policy.ErrNotRegularFile) {
+			t.Errorf("adminToken(%s) = %v, want a not-a-regular-file error naming it", path, err)
+		}
+		if took := time.Since(start); took > time.Second {
+			t.Errorf("adminToken(%s) took %v", path, took)
+		}
+	}
+	big := filepath.Join(dir, "big")
+	if err := os.WriteFile(big, make([]byte, maxTokenFileBytes+1), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := adminToken(big, false); !errors.Is(err, policy.ErrFileTooLarge) {
+		t.Errorf("adminToken(a %d-byte file) = %v, want too large", maxTokenFileBytes+1, err)
+	}
+	// A missing generated token is still created.
+	gen := filepath.Join(dir, "admin-token")
+	if tok, err := adminToken(gen, true); err != nil || len(tok) < 32 {
+		t.Errorf("generated token = %q, %v", tok, err)
 	}
 }

@@ -25,6 +25,9 @@ type adminFlags struct {
 	tokenFile string
 }
 
+// maxTokenFileBytes bounds the admin token file the CLI reads (a line).
+const maxTokenFileBytes = 4 << 10
+
 func (f *adminFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.addr, "admin", "", "bridge admin address host:port or unix:///path (default: from -config, else "+policy.DefaultAdminListen+")")
 	fs.StringVar(&f.tokenFile, "admin-token-file", "", "file holding the admin bearer token (default: $"+adminTokenEnv+", else the config's admin.token_file)")
@@ -73,7 +76,7 @@ func newAdminClient(f adminFlags, settings *policy.Settings) (*adminClient, erro
 		}
 	}
 	if tokenFile != "" {
-		b, err := os.ReadFile(tokenFile)
+		b, err := policy.ReadBoundedFile(context.Background(), tokenFile, maxTokenFileBytes)
 		if err != nil {
 			return nil, fmt.Errorf("admin token: %w (or set $%s)", err, adminTokenEnv)
 		}

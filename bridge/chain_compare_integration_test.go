@@ -12,6 +12,7 @@ import (
 	"time"
 
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
+	aggregatev3 "github.com/envoyproxy/go-control-plane/envoy/extensions/clusters/aggregate/v3"
 	"github.com/hashicorp/consul/api"
 	"google.golang.org/protobuf/encoding/protojson"
 
@@ -141,7 +142,13 @@ func chainViewOf(st adsclient.State) chainView {
 		}
 		sans := slices.Compact(slices.Sorted(slices.Values(spiffeRE.FindAllString(string(b), -1))))
 		c := st.Cluster(n)
-		v.clusters = append(v.clusters, fmt.Sprintf("%s sni=%s sans=%v lb=%v connect_timeout=%s", n, sni, sans, c.GetLbPolicy(), c.GetConnectTimeout().AsDuration()))
+		view := fmt.Sprintf("%s sni=%s sans=%v lb=%v connect_timeout=%s", n, sni, sans, c.GetLbPolicy(), c.GetConnectTimeout().AsDuration())
+		if ct := c.GetClusterType(); ct != nil {
+			agg := &aggregatev3.ClusterConfig{}
+			_ = ct.GetTypedConfig().UnmarshalTo(agg)
+			view += fmt.Sprintf(" %s=%v", ct.GetName(), agg.GetClusters())
+		}
+		v.clusters = append(v.clusters, view)
 		for _, ep := range st.Endpoints(n) {
 			v.endpoints[n] = append(v.endpoints[n], ep.Address)
 		}

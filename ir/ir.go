@@ -107,7 +107,13 @@ type Cluster struct {
 	// connects to where the connection was headed, has no endpoints and
 	// no EDS (a transparent proxy's passthrough, tproxy.go).
 	OriginalDestination bool `json:",omitempty"`
-	Endpoints           []Endpoint
+	// Aggregate makes the cluster Envoy's aggregate cluster: it sends to
+	// the first of these clusters that has healthy endpoints (a mesh
+	// failover, as Consul serves it: the target itself, then its failover
+	// targets, each a FailoverTargetPrefix cluster of its own SNI and
+	// identity). It has no endpoints, no EDS and no TLS of its own.
+	Aggregate []string `json:",omitempty"`
+	Endpoints []Endpoint
 }
 
 // ZoneAware is Envoy's zone aware routing for a cluster: a proxy sends
@@ -275,7 +281,7 @@ func (c *Cluster) SettingsEqual(o *Cluster) bool {
 		c.ConnectTimeout == o.ConnectTimeout && c.LBPolicy == o.LBPolicy && slices.Equal(c.LBPolicies, o.LBPolicies) && c.HTTP2 == o.HTTP2 &&
 		ptrEqual(c.CircuitBreaker, o.CircuitBreaker) && ptrEqual(c.OutlierDetection, o.OutlierDetection) &&
 		ptrEqual(c.HealthCheck, o.HealthCheck) && c.TLS.Equal(o.TLS) && ptrEqual(c.ZoneAware, o.ZoneAware) &&
-		c.OriginalDestination == o.OriginalDestination
+		c.OriginalDestination == o.OriginalDestination && slices.Equal(c.Aggregate, o.Aggregate)
 }
 
 func ptrEqual[T comparable](a, b *T) bool { return a == b || (a != nil && b != nil && *a == *b) }

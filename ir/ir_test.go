@@ -59,6 +59,10 @@ func TestClusterEqualSeesEveryField(t *testing.T) {
 				b.LBPolicies = append(slices.Clone(b.LBPolicies), LBLeastRequest)
 				break
 			}
+			if typ.Field(i).Name == "Aggregate" {
+				b.Aggregate = append(slices.Clone(b.Aggregate), FailoverTargetPrefix+"x")
+				break
+			}
 			b.Endpoints = []Endpoint{{Address: netip.MustParseAddr("10.0.0.1"), Port: 80, Weight: 2}}
 		default:
 			t.Fatalf("field %s: kind %s not covered by this test", typ.Field(i).Name, f.Kind())

@@ -158,6 +158,11 @@ func MeshClusterName(service, datacenter, trustDomain string) string {
 	return service + ".default." + datacenter + ".internal." + trustDomain
 }
 
+// FailoverTargetPrefix starts the name of a mesh failover target's
+// cluster under the aggregate cluster that fails over to it, as Consul
+// names them: failover-target~SNI.
+const FailoverTargetPrefix = "failover-target~"
+
 // MeshSubsetClusterName is the name (and SNI) of the mesh cluster of a
 // service-resolver subset of a service's sidecars, as Consul names it:
 // SUBSET.SERVICE.default.DC.internal.TRUST-DOMAIN.

@@ -49,7 +49,8 @@ func (m *Model) SidecarClusters() map[string]bool {
 		}
 	}
 	for _, c := range m.Clusters {
-		if c.TLS != nil && strings.HasPrefix(c.TLS.CertificateSecret, LeafSecretPrefix) || c.OriginalDestination {
+		// An aggregate cluster is only ever a mesh failover's.
+		if c.TLS != nil && strings.HasPrefix(c.TLS.CertificateSecret, LeafSecretPrefix) || c.OriginalDestination || len(c.Aggregate) > 0 {
 			out[c.Name] = true
 		}
 	}

@@ -95,6 +95,11 @@ func WatchTargets(pol *policy.Policy) consul.Targets {
 		for _, dc := range s.FailoverDatacenters {
 			add(consul.ServiceKey{Datacenter: dc, Name: s.ConsulName})
 		}
+		for _, subset := range slices.Sorted(maps.Keys(s.Failover)) {
+			for _, ft := range s.FailoverFor(subset) {
+				add(consul.ServiceKey{Datacenter: ft.Datacenter, Name: ft.Service})
+			}
+		}
 	}
 	slices.SortFunc(t.Services, func(a, b consul.ServiceKey) int {
 		return strings.Compare(a.Datacenter+"\x00"+a.Name, b.Datacenter+"\x00"+b.Name)
@@ -214,13 +219,13 @@ func (b *builder) service(name string) {
 		TLS:              b.upstreamTLS(s),
 	}
 	c := base
-	c.Endpoints = b.endpoints(s, tiers, nil)
+	c.Endpoints = b.failoverEndpoints(s, tiers, nil)
 	b.addCluster(c, fmt.Sprintf("Consul service %q", s.ConsulName))
 	for _, sub := range s.Subsets {
 		c := base
 		c.Name = s.Name + "." + sub.Name
 		c.Subset = sub.Name
-		c.Endpoints = b.endpoints(s, tiers, &sub)
+		c.Endpoints = b.failoverEndpoints(s, tiers, &sub)
 		b.addCluster(c, fmt.Sprintf("subset %q of service %q", sub.Name, s.Name))
 	}
 }

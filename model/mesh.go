@@ -234,8 +234,7 @@ func (mb *meshBuilder) protocol(who, proxy, service string) string {
 // sidecars with the roots and the service's SPIFFE id. The client
 // certificate is filled in finish, once its dialers are known.
 func (mb *meshBuilder) meshCluster(name, service, subset, dc, localDC, protocol string) ir.Cluster {
-	b := mb.b
-	s := meshServiceSettings(b.pol, service)
+	s := meshServiceSettings(mb.b.pol, service)
 	// A local target fails over as the service's policy says (failover
 	// datacenters, one priority each); each datacenter's sidecars carry
 	// that datacenter's SPIFFE id.
@@ -247,6 +246,13 @@ func (mb *meshBuilder) meshCluster(name, service, subset, dc, localDC, protocol 
 			}
 		}
 	}
+	return mb.meshClusterIn(name, service, subset, dcs, localDC, protocol)
+}
+
+// meshClusterIn is the cluster of service's sidecars in dcs, a priority
+// each in that order.
+func (mb *meshBuilder) meshClusterIn(name, service, subset string, dcs []string, localDC, protocol string) ir.Cluster {
+	s := meshServiceSettings(mb.b.pol, service)
 	sans := make([]string, len(dcs))
 	for i, d := range dcs {
 		sans[i] = ir.SPIFFEID(mb.mesh.TrustDomain, d, service)
@@ -360,6 +366,7 @@ func (mb *meshBuilder) finish(groups []ir.Group) {
 			byName[m.Groups[i].Name] = &m.Groups[i]
 		}
 	}
+	mb.shareAggregateDialers()
 	out := map[string]ir.Cluster{}
 	for k, c := range mb.clusters {
 		base, ok := strings.CutPrefix(k, "mesh\x00")
@@ -370,10 +377,18 @@ func (mb *meshBuilder) finish(groups []ir.Group) {
 		locals := slices.Sorted(maps.Keys(mb.dialers[base]))
 		for _, local := range locals {
 			cc := c
-			t := *c.TLS
-			t.CertificateSecret = ir.LeafSecretPrefix + local
-			cc.TLS = &t
-			applyOverride(&cc, mb.mesh.UpstreamOverrides[local])
+			if c.TLS != nil {
+				t := *c.TLS
+				t.CertificateSecret = ir.LeafSecretPrefix + local
+				cc.TLS = &t
+				applyOverride(&cc, mb.mesh.UpstreamOverrides[local])
+			}
+			if len(c.Aggregate) > 0 {
+				cc.Aggregate = make([]string, len(c.Aggregate))
+				for i, m := range c.Aggregate {
+					cc.Aggregate[i] = mb.memberName(m, local)
+				}
+			}
 			if len(locals) > 1 {
 				cc.Name = base + "/" + local
 			}
@@ -394,6 +409,9 @@ func (mb *meshBuilder) finish(groups []ir.Group) {
 		}
 		if !r.named {
 			g.Clusters = append(g.Clusters, name)
+			for _, m := range mb.clusters["mesh\x00"+r.base].Aggregate {
+				g.Clusters = append(g.Clusters, mb.memberName(m, r.local))
+			}
 		}
 	}
 	for _, g := range byName {

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"maps"
 	"slices"
 	"time"
 
@@ -20,7 +21,7 @@ import (
 // sidecars of service in dc), making the cluster on first use.
 func (mb *meshBuilder) dial(base, service, subset, dc, localDC, protocol, local string) {
 	if c, ok := mb.clusters["mesh\x00"+base]; !ok {
-		mb.clusters["mesh\x00"+base] = mb.meshCluster(base, service, subset, dc, localDC, protocol)
+		mb.clusters["mesh\x00"+base] = mb.meshTarget(base, service, subset, dc, localDC, protocol)
 	} else if http2 := protocol == "http2" || protocol == "grpc"; c.HTTP2 != http2 {
 		// One cluster serves every dialer: upstreams that disagree on
 		// HTTP/2 (a per-upstream protocol) cannot all be served as asked.
@@ -86,7 +87,8 @@ func (mb *meshBuilder) targetProtocol(who, service string, u *ir.MeshUpstream) s
 // upstreams: the mesh_routes targets, in the local datacenter (where
 // mesh_routes apply), and the failover datacenters of the services the
 // policy declares (a mesh cluster of such a service fails over to their
-// sidecars there; remote reads never hold back the local mesh).
+// sidecars there; remote reads never hold back the local mesh), and
+// their other failover targets.
 func MeshWatchTargets(pol *policy.Policy) []consul.ServiceKey {
 	var out []consul.ServiceKey
 	for _, s := range pol.MeshRouteTargets() {
@@ -96,6 +98,13 @@ func MeshWatchTargets(pol *policy.Policy) []consul.ServiceKey {
 		for _, s := range pol.Services {
 			for _, dc := range s.FailoverDatacenters {
 				out = append(out, consul.ServiceKey{Datacenter: dc, Name: s.ConsulName})
+			}
+			// Failover targets elsewhere (meshfailover.go); "" is the
+			// local datacenter, as the watcher keys it.
+			for _, subset := range slices.Sorted(maps.Keys(s.Failover)) {
+				for _, t := range s.FailoverFor(subset) {
+					out = append(out, consul.ServiceKey{Datacenter: t.Datacenter, Name: t.Service})
+				}
 			}
 		}
 	}

@@ -441,12 +441,22 @@ var diagnosticCases = map[string]diagCase{
 	"failover with empty list": {
 		docs:   []string{"service \"api\" {\n  failover {\n    datacenters = []\n  }\n}\n"},
 		want:   "a.hcl:3:19: Empty failover",
-		detail: `datacenters = ["dc2"], or remove the failover block`,
+		detail: `name a service or subset, or remove the failover block`,
 	},
 	"failover datacenter repeated": {
 		docs:   []string{"service \"api\" {\n  failover {\n    datacenters = [\"dc2\", \"dc3\", \"dc2\"]\n  }\n}\n"},
 		want:   "a.hcl:3:34: Invalid failover datacenter",
 		detail: "list each other datacenter once",
+	},
+	"failover mixing targets and names": {
+		docs:   []string{"service \"api\" {\n  failover {\n    service = \"b\"\n    target {\n      service = \"c\"\n    }\n  }\n}\n"},
+		want:   "a.hcl:2:3: Conflicting failover",
+		detail: "move them into target blocks",
+	},
+	"failover target that is the service itself": {
+		docs:   []string{"service \"api\" {\n  subset \"v1\" {\n    tags = [\"v1\"]\n    failover {\n      target {\n        subset = \"v1\"\n      }\n    }\n  }\n}\n"},
+		want:   "a.hcl:5:7: Invalid failover target",
+		detail: "the failing one itself",
 	},
 
 	// --- proxies and listeners ---

@@ -75,7 +75,21 @@ type Service struct {
 	// FailoverDatacenters are tried in order when the service has no
 	// healthy instance in its own datacenter.
 	FailoverDatacenters []string
-	Source              string
+	// Failover is where the mesh sends a target's traffic when none of
+	// its sidecars is healthy, as Consul's service-resolver failover, by
+	// the subset it applies to ("" is every other subset: Consul's "*"):
+	// the targets in order, each its own cluster under an aggregate one,
+	// as Consul serves them. A "*" failover to the service's own sidecars
+	// in other datacenters only is FailoverDatacenters instead.
+	Failover map[string][]FailoverTarget
+	Source   string
+}
+
+// FailoverTarget is one place a failover sends traffic: a service (""
+// is the failing one), its subset ("" is all of it) and datacenter (""
+// is the failing target's).
+type FailoverTarget struct {
+	Service, Subset, Datacenter string
 }
 
 // Subset selects instances of a service by tags and metadata; it becomes

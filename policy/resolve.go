@@ -228,6 +228,9 @@ func (r *resolver) service(b *serviceBlock) *Service {
 			r.add(sb.DefRange, "Empty subset", "subset %q selects every instance; give it tags or meta to select by.", sb.Name)
 		}
 		s.Subsets = append(s.Subsets, Subset{Name: sb.Name, Tags: slices.Sorted(slices.Values(sb.Tags)), Meta: sb.Meta})
+		if sb.Failover != nil {
+			r.failover(sb.Failover, s, sb.Name)
+		}
 	}
 	slices.SortFunc(s.Subsets, func(a, b Subset) int { return strings.Compare(a.Name, b.Name) })
 	if cb := b.CircuitBreaker; cb != nil {
@@ -302,17 +305,7 @@ func (r *resolver) service(b *serviceBlock) *Service {
 		s.TLS = u
 	}
 	if f := b.Failover; f != nil {
-		if len(f.Datacenters) == 0 {
-			r.add(valueRange(f.Body, "datacenters", f.DefRange), "Empty failover", "failover needs at least one datacenter: list them in order, e.g. datacenters = [\"dc2\"], or remove the failover block.")
-		}
-		seen := map[string]bool{}
-		for i, dc := range f.Datacenters {
-			if dc == "" || seen[dc] || dc == s.Datacenter {
-				r.add(elemRange(f.Body, "datacenters", i, f.DefRange), "Invalid failover datacenter", "datacenter %q is empty, repeated, or the service's own datacenter; list each other datacenter once.", dc)
-			}
-			seen[dc] = true
-		}
-		s.FailoverDatacenters = f.Datacenters
+		r.failover(f, s, "")
 	}
 	return s
 }

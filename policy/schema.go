@@ -38,10 +38,13 @@ type hashPolicyBlock struct {
 }
 
 type subsetBlock struct {
-	Name     string            `hcl:"name,label"`
-	Tags     []string          `hcl:"tags,optional"`
-	Meta     map[string]string `hcl:"meta,optional"`
-	DefRange hcl.Range         `hcl:",def_range"`
+	Name string            `hcl:"name,label"`
+	Tags []string          `hcl:"tags,optional"`
+	Meta map[string]string `hcl:"meta,optional"`
+	// Failover is this subset's own (Consul's Failover["SUBSET"]); the
+	// service's failover block is for every other subset ("*").
+	Failover *failoverBlock `hcl:"failover,block"`
+	DefRange hcl.Range      `hcl:",def_range"`
 }
 
 type circuitBreakerBlock struct {
@@ -91,9 +94,20 @@ type tlsBlock struct {
 }
 
 type failoverBlock struct {
-	Datacenters []string  `hcl:"datacenters"`
-	Body        hcl.Body  `hcl:",body"`
-	DefRange    hcl.Range `hcl:",def_range"`
+	Datacenters []string               `hcl:"datacenters,optional"`
+	Service     *string                `hcl:"service,optional"`
+	Subset      *string                `hcl:"subset,optional"`
+	Targets     []*failoverTargetBlock `hcl:"target,block"`
+	Body        hcl.Body               `hcl:",body"`
+	DefRange    hcl.Range              `hcl:",def_range"`
+}
+
+type failoverTargetBlock struct {
+	Service    *string   `hcl:"service,optional"`
+	Subset     *string   `hcl:"subset,optional"`
+	Datacenter *string   `hcl:"datacenter,optional"`
+	Body       hcl.Body  `hcl:",body"`
+	DefRange   hcl.Range `hcl:",def_range"`
 }
 
 type proxyBlock struct {

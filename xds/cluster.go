@@ -38,6 +38,9 @@ func buildCluster(c *ir.Cluster) *clusterv3.Cluster {
 	if c.OriginalDestination {
 		return originalDestinationCluster(c) // tproxy.go
 	}
+	if len(c.Aggregate) > 0 {
+		return aggregateCluster(c) // failover.go
+	}
 	out := &clusterv3.Cluster{
 		Name:                 c.Name,
 		ClusterDiscoveryType: &clusterv3.Cluster_Type{Type: clusterv3.Cluster_EDS},

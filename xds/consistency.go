@@ -58,7 +58,8 @@ type references struct {
 	eds     string // "" for a cluster that is not EDS, and for listeners
 	rds     []string
 	secrets []string
-	// clusters a listener's filters call (access log collectors).
+	// clusters a listener's filters call (access log collectors), or
+	// an aggregate cluster sends to.
 	clusters []string
 	err      error
 }
@@ -68,6 +69,7 @@ func refsOf(r types.Resource) references {
 	switch r := r.(type) {
 	case *clusterv3.Cluster:
 		refs.eds, _ = edsName(r)
+		refs.clusters, refs.err = aggregateMembers(r)
 	case *listenerv3.Listener:
 		refs.rds, refs.err = routeReferences(r)
 		refs.clusters = listenerClusters(r)
@@ -82,6 +84,10 @@ func refsOf(r types.Resource) references {
 func sharedConsistent(shared *Resources, ref func(types.Resource) references) error {
 	var errs []error
 	eds := make([]string, 0, len(shared.Clusters))
+	served := make(map[string]bool, len(shared.Clusters))
+	for _, c := range shared.Clusters {
+		served[c.GetName()] = true
+	}
 	for _, c := range shared.Clusters {
 		r := ref(c)
 		if r.err != nil {
@@ -89,6 +95,11 @@ func sharedConsistent(shared *Resources, ref func(types.Resource) references) er
 		}
 		if r.eds != "" {
 			eds = append(eds, r.eds)
+		}
+		for _, m := range r.clusters {
+			if !served[m] {
+				errs = append(errs, fmt.Errorf("aggregate cluster %q sends to cluster %q, which is not served", c.GetName(), m))
+			}
 		}
 	}
 	errs = append(errs, sameNames("cluster", "endpoints", eds, names(shared.Endpoints)))

@@ -244,8 +244,10 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 			fresh.Clusters = append(fresh.Clusters, mc.cluster)
 		}
 		eps := mc.in.Endpoints
-		if c.OriginalDestination {
-			mc.endpoint = nil // no EDS: Envoy connects where the connection was headed
+		if c.OriginalDestination || len(c.Aggregate) > 0 {
+			// No EDS: Envoy connects where the connection was headed, or
+			// through the aggregate's clusters.
+			mc.endpoint = nil
 		} else if !ok || !slices.Equal(eps, c.Endpoints) || mc.endpoint == nil {
 			mc.endpoint = buildLoadAssignment(c)
 			fresh.Endpoints = append(fresh.Endpoints, mc.endpoint)

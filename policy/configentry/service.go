@@ -128,6 +128,7 @@ func (t *translator) resolver(b *hclwrite.Body, r *api.ServiceResolverConfigEntr
 			t.note(api.ServiceResolver, r.Name, "only_passing is set on some subsets; the bridge applies it to the whole service")
 		}
 	}
+	subsets := map[string]*hclwrite.Body{}
 	for _, name := range sortedKeys(r.Subsets) {
 		tags, meta, ok := parseFilter(r.Subsets[name].Filter)
 		if !ok {
@@ -135,6 +136,7 @@ func (t *translator) resolver(b *hclwrite.Body, r *api.ServiceResolverConfigEntr
 			continue
 		}
 		sb := b.AppendNewBlock("subset", []string{name}).Body()
+		subsets[name] = sb
 		if len(tags) > 0 {
 			sb.SetAttributeValue("tags", strList(tags))
 		}
@@ -150,14 +152,14 @@ func (t *translator) resolver(b *hclwrite.Body, r *api.ServiceResolverConfigEntr
 		t.note(api.ServiceResolver, r.Name, "default_subset %q: the routes made from entries use it; routes in HCL naming the service without a subset reach every instance", r.DefaultSubset)
 	}
 	for _, key := range sortedKeys(r.Failover) {
-		fo := r.Failover[key]
-		if key != "*" || fo.Service != "" || fo.ServiceSubset != "" || len(fo.Targets) > 0 || fo.SamenessGroup != "" || fo.Policy != nil {
-			t.note(api.ServiceResolver, r.Name, "failover %q: only datacenter lists for every subset (\"*\") are translated", key)
-			continue
+		fb := b
+		if key != "*" {
+			if fb = subsets[key]; fb == nil {
+				t.note(api.ServiceResolver, r.Name, "failover %q: no such subset is translated; failover dropped", key)
+				continue
+			}
 		}
-		if len(fo.Datacenters) > 0 {
-			b.AppendNewBlock("failover", nil).Body().SetAttributeValue("datacenters", strList(fo.Datacenters))
-		}
+		t.failover(fb, r.Name, key, r.Failover[key])
 	}
 	if r.PrioritizeByLocality != nil {
 		t.note(api.ServiceResolver, r.Name, "prioritize_by_locality is not translated")

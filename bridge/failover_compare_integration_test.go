@@ -1,0 +1,132 @@
+package bridge_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
+)
+
+// TestMeshFailoverMatchesConsulXDS (issue 39): service-resolver failovers
+// to another subset (api's v1 to v2), to another service (api's other
+// subsets to api-backup) and by Targets (db to db-backup) reach web's
+// sidecar through the bridge as through Consul 1.15.4's own xDS server:
+// each failing target's cluster an aggregate over failover-target~
+// clusters in the same order, each of those with its target's SNI,
+// SPIFFE id, connect timeout and endpoints (its target's sidecars only).
+// Any other difference fails the test.
+func TestMeshFailoverMatchesConsulXDS(t *testing.T) {
+	agent := consultest.Start(t)
+	sidecar := func() *api.AgentServiceConnect {
+		return &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}
+	}
+	for _, reg := range []*api.AgentServiceRegistration{
+		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
+			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "api", LocalBindPort: 9191}, {DestinationName: "db", LocalBindPort: 9192}}}}}},
+		{Name: "api", ID: "api-1", Port: 9090, Tags: []string{"v1"}, Connect: sidecar()},
+		{Name: "api", ID: "api-2", Port: 9092, Tags: []string{"v2"}, Connect: sidecar()},
+		{Name: "api-backup", Port: 9093, Connect: sidecar()},
+		{Name: "db", Port: 5432, Connect: sidecar()},
+		{Name: "db-backup", Port: 5433, Connect: sidecar()},
+	} {
+		if err := agent.Client().Agent().ServiceRegister(reg); err != nil {
+			t.Fatalf("register %s: %v", reg.Name, err)
+		}
+	}
+	for _, e := range []api.ConfigEntry{
+		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "api", Protocol: "http"},
+		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "api-backup", Protocol: "http"},
+		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "api", DefaultSubset: "v1", ConnectTimeout: 3 * time.Second,
+			LoadBalancer: &api.LoadBalancer{Policy: "least_request"},
+			Subsets:      map[string]api.ServiceResolverSubset{"v1": {Filter: `"v1" in Service.Tags`}, "v2": {Filter: `"v2" in Service.Tags`}},
+			Failover:     map[string]api.ServiceResolverFailover{"v1": {ServiceSubset: "v2"}, "*": {Service: "api-backup"}}},
+		// v2 is reached too (by header), so its "*" failover is served.
+		&api.ServiceRouterConfigEntry{Kind: api.ServiceRouter, Name: "api", Routes: []api.ServiceRoute{{
+			Match:       &api.ServiceRouteMatch{HTTP: &api.ServiceRouteHTTPMatch{Header: []api.ServiceRouteHTTPMatchHeader{{Name: "x-canary", Exact: "1"}}}},
+			Destination: &api.ServiceRouteDestination{ServiceSubset: "v2"},
+		}}},
+		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "db",
+			Failover: map[string]api.ServiceResolverFailover{"*": {Targets: []api.ServiceResolverFailoverTarget{{Service: "db-backup"}}}}},
+	} {
+		if _, _, err := agent.Client().ConfigEntries().Set(e, nil); err != nil {
+			t.Fatalf("write %s/%s: %v", e.GetKind(), e.GetName(), err)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "policy.hcl")
+	if err := os.WriteFile(file, []byte("mesh {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
+		c.ConfigFiles = []string{file}
+		c.Policy = loadPolicy(t, file)
+		c.Settings.Consul.ConfigEntries = true
+	})
+	roots, _, err := agent.Client().Connect().CARoots(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	td := roots.TrustDomain
+	v1, v2 := ir.MeshSubsetClusterName("v1", "api", "dc1", td), ir.MeshSubsetClusterName("v2", "api", "dc1", td)
+	backup, db, dbBackup := ir.MeshClusterName("api-backup", "dc1", td), ir.MeshClusterName("db", "dc1", td), ir.MeshClusterName("db-backup", "dc1", td)
+	ft := func(n string) string { return ir.FailoverTargetPrefix + n }
+	wantClusters := slices.Sorted(slices.Values([]string{v1, v2, db, ft(v1), ft(v2), ft(backup), ft(db), ft(dbBackup)}))
+	// Each failover target's endpoints are its own target's sidecars.
+	wantEndpoints := map[string][]string{
+		ft(v1):       {apiSidecarAddr(t, agent, "api-1-sidecar-proxy")},
+		ft(v2):       {apiSidecarAddr(t, agent, "api-2-sidecar-proxy")},
+		ft(backup):   {sidecarAddr(t, agent, "api-backup-sidecar-proxy")},
+		ft(db):       {sidecarAddr(t, agent, "db-sidecar-proxy")},
+		ft(dbBackup): {sidecarAddr(t, agent, "db-backup-sidecar-proxy")},
+	}
+	dial := func(addr string) chainView {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: "web-sidecar-proxy", Cluster: "web", Mode: adsclient.Delta, InitialFetchTimeout: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		st, err := c.Wait(ctx, func(s adsclient.State) bool {
+			v := chainViewOf(s)
+			for n := range wantEndpoints {
+				if len(v.endpoints[n]) == 0 {
+					return false
+				}
+			}
+			return len(v.routes) >= 2 && slices.Equal(meshClusterNames(s), wantClusters)
+		})
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", addr, err, c.Snapshot())
+		}
+		return chainViewOf(st)
+	}
+	consul, ours := dial(agent.GRPCAddr()), dial(h.daemon.XDSAddr().String())
+	t.Logf("Consul: %+v", consul)
+	t.Logf("bridge: %+v", ours)
+	if !slices.Equal(consul.routes, ours.routes) {
+		t.Errorf("routes:\nConsul %q\nbridge %q", consul.routes, ours.routes)
+	}
+	if !slices.Equal(consul.clusters, ours.clusters) {
+		t.Errorf("mesh clusters:\nConsul %q\nbridge %q", consul.clusters, ours.clusters)
+	}
+	for name, eps := range wantEndpoints {
+		if !slices.Equal(consul.endpoints[name], eps) || !slices.Equal(ours.endpoints[name], eps) {
+			t.Errorf("%s endpoints: want %v (its target's sidecars); Consul %v, bridge %v", name, eps, consul.endpoints[name], ours.endpoints[name])
+		}
+	}
+	for _, agg := range []string{v1, v2, db} {
+		if len(ours.endpoints[agg]) != 0 {
+			t.Errorf("aggregate cluster %s has endpoints of its own: %v", agg, ours.endpoints[agg])
+		}
+	}
+}

@@ -1,0 +1,115 @@
+package model
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+)
+
+// Mesh failover to other targets, as Consul 1.15 serves a
+// service-resolver's failover: the target's cluster becomes an aggregate
+// cluster (same name, so routes are unchanged) over
+// failover-target~TARGET, then failover-target~ each failover target,
+// each an EDS mesh cluster with the target's own SNI, SPIFFE id and
+// endpoints, and the failing target's connect timeout and load balancer
+// (TestMeshFailoverMatchesConsulXDS). Envoy sends to the first with healthy hosts. A
+// failover of the service's own sidecars to other datacenters only stays
+// one cluster with a priority per datacenter (meshCluster).
+
+// meshTarget is the cluster base of service's sidecars (subset, dc), an
+// aggregate over its failover targets when the policy gives it some; it
+// adds the member clusters to mb.clusters.
+func (mb *meshBuilder) meshTarget(base, service, subset, dc, localDC, protocol string) ir.Cluster {
+	targets := meshServiceSettings(mb.b.pol, service).FailoverFor(subset)
+	if len(targets) == 0 {
+		return mb.meshCluster(base, service, subset, dc, localDC, protocol)
+	}
+	first := mb.meshClusterIn(base, service, subset, []string{dc}, localDC, protocol)
+	agg := ir.Cluster{Name: base, Service: service, Subset: subset, ConnectTimeout: first.ConnectTimeout}
+	add := func(c ir.Cluster) {
+		name := ir.FailoverTargetPrefix + c.Name
+		if slices.Contains(agg.Aggregate, name) {
+			return
+		}
+		agg.Aggregate = append(agg.Aggregate, name)
+		if _, ok := mb.clusters["mesh\x00"+name]; !ok {
+			c.Name = name // the SNI stays the target's name
+			mb.clusters["mesh\x00"+name] = c
+		}
+	}
+	add(first)
+	for _, t := range targets {
+		tdc := cmp.Or(t.Datacenter, dc)
+		name := ir.MeshSubsetClusterName(t.Subset, t.Service, tdc, mb.mesh.TrustDomain)
+		if _, ok := mb.clusters["mesh\x00"+ir.FailoverTargetPrefix+name]; ok {
+			add(ir.Cluster{Name: name})
+			continue
+		}
+		c := mb.meshClusterIn(name, t.Service, t.Subset, []string{tdc}, localDC, protocol)
+		// Consul 1.15 applies the failing target's resolver to all of its
+		// failover targets: connect timeout and load balancer.
+		c.ConnectTimeout, c.LBPolicy = first.ConnectTimeout, first.LBPolicy
+		add(c)
+	}
+	return agg
+}
+
+// shareAggregateDialers gives each failover target's cluster the
+// dialers of the aggregates that send to it: each dialer's sidecars
+// present their own leaf to every target.
+func (mb *meshBuilder) shareAggregateDialers() {
+	for k, c := range mb.clusters {
+		base := k[len("mesh\x00"):]
+		for _, m := range c.Aggregate {
+			if mb.dialers[m] == nil {
+				mb.dialers[m] = map[string]bool{}
+			}
+			for local := range mb.dialers[base] {
+				mb.dialers[m][local] = true
+			}
+		}
+	}
+}
+
+// memberName is the name of an aggregate's member cluster as local's
+// sidecars dial it (see finish).
+func (mb *meshBuilder) memberName(member, local string) string {
+	if len(mb.dialers[member]) > 1 {
+		return member + "/" + local
+	}
+	return member
+}
+
+// failoverEndpoints are the endpoints of service s's cluster (of subset
+// sub, nil for all of it) outside the mesh: its own datacenter tiers, or,
+// where the policy fails it over to other targets, its local instances
+// then each target's healthy instances a priority lower than the last,
+// the same order the mesh's aggregate cluster tries them in.
+func (b *builder) failoverEndpoints(s *policy.Service, tiers [][]consul.Instance, sub *policy.Subset) []ir.Endpoint {
+	subset := ""
+	if sub != nil {
+		subset = sub.Name
+	}
+	targets := s.FailoverFor(subset)
+	if len(targets) == 0 {
+		return b.endpoints(s, tiers, sub)
+	}
+	out := b.endpoints(s, tiers[:1], sub)
+	for i, t := range targets {
+		var tsub *policy.Subset
+		if t.Subset != "" {
+			if tsub = meshServiceSettings(b.pol, t.Service).SubsetNamed(t.Subset); tsub == nil {
+				b.warn("service %q fails over to subset %q of %q, which declares no such subset; that target adds no endpoints", s.Name, t.Subset, t.Service)
+				continue
+			}
+		}
+		for _, ep := range b.endpoints(s, [][]consul.Instance{b.instances(t.Datacenter, t.Service)}, tsub) {
+			ep.Priority = uint32(i + 1)
+			out = append(out, ep)
+		}
+	}
+	return out
+}

@@ -66,7 +66,14 @@ func registerCanary(t *testing.T, agent *consultest.Agent) {
 // sidecars of api's two instances share the name api-sidecar-proxy).
 func apiSidecarAddr(t *testing.T, agent *consultest.Agent, id string) string {
 	t.Helper()
-	svcs, _, err := agent.Client().Catalog().Service("api-sidecar-proxy", "", nil)
+	return instanceSidecarAddr(t, agent, "api", id)
+}
+
+// instanceSidecarAddr is the endpoint of service's sidecar with service
+// id id.
+func instanceSidecarAddr(t *testing.T, agent *consultest.Agent, service, id string) string {
+	t.Helper()
+	svcs, _, err := agent.Client().Catalog().Service(service+"-sidecar-proxy", "", nil)
 	if err != nil {
 		t.Fatal(err)
 	}

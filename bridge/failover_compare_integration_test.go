@@ -2,9 +2,12 @@ package bridge_test
 
 import (
 	"context"
+	"google.golang.org/protobuf/encoding/protojson"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -130,3 +133,108 @@ func TestMeshFailoverMatchesConsulXDS(t *testing.T) {
 		}
 	}
 }
+
+// TestMeshTCPResolverMatchesConsulXDS (issue 39): a TCP service's
+// resolver applies to its sidecars' upstreams as in Consul, though
+// routers and splitters do not: db's default subset (v1) and cache's
+// redirect (to cache-new) give web's sidecar the same tcp_proxy
+// clusters, cluster settings and endpoints from the bridge as from
+// Consul 1.15.4's own xDS server.
+func TestMeshTCPResolverMatchesConsulXDS(t *testing.T) {
+	agent := consultest.Start(t)
+	sidecar := func() *api.AgentServiceConnect {
+		return &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}
+	}
+	for _, reg := range []*api.AgentServiceRegistration{
+		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
+			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "db", LocalBindPort: 9192}, {DestinationName: "cache", LocalBindPort: 9193}}}}}},
+		{Name: "db", ID: "db-1", Port: 5432, Tags: []string{"v1"}, Connect: sidecar()},
+		{Name: "db", ID: "db-2", Port: 5433, Tags: []string{"v2"}, Connect: sidecar()},
+		{Name: "cache", Port: 6379, Connect: sidecar()},
+		{Name: "cache-new", Port: 6380, Connect: sidecar()},
+	} {
+		if err := agent.Client().Agent().ServiceRegister(reg); err != nil {
+			t.Fatalf("register %s: %v", reg.Name, err)
+		}
+	}
+	for _, e := range []api.ConfigEntry{
+		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "db", DefaultSubset: "v1",
+			Subsets: map[string]api.ServiceResolverSubset{"v1": {Filter: `"v1" in Service.Tags`}, "v2": {Filter: `"v2" in Service.Tags`}}},
+		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "cache", Redirect: &api.ServiceResolverRedirect{Service: "cache-new"}},
+	} {
+		if _, _, err := agent.Client().ConfigEntries().Set(e, nil); err != nil {
+			t.Fatalf("write %s/%s: %v", e.GetKind(), e.GetName(), err)
+		}
+	}
+	file := filepath.Join(t.TempDir(), "policy.hcl")
+	if err := os.WriteFile(file, []byte("mesh {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
+		c.ConfigFiles = []string{file}
+		c.Policy = loadPolicy(t, file)
+		c.Settings.Consul.ConfigEntries = true
+	})
+	roots, _, err := agent.Client().Connect().CARoots(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v1, cacheNew := ir.MeshSubsetClusterName("v1", "db", "dc1", roots.TrustDomain), ir.MeshClusterName("cache-new", "dc1", roots.TrustDomain)
+	wantEndpoints := map[string][]string{v1: {instanceSidecarAddr(t, agent, "db", "db-1-sidecar-proxy")}, cacheNew: {sidecarAddr(t, agent, "cache-new-sidecar-proxy")}}
+	dial := func(addr string) (chainView, []string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: "web-sidecar-proxy", Cluster: "web", Mode: adsclient.Delta, InitialFetchTimeout: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		st, err := c.Wait(ctx, func(s adsclient.State) bool {
+			v := chainViewOf(s)
+			return len(v.endpoints[v1]) > 0 && len(v.endpoints[cacheNew]) > 0 && slices.Equal(meshClusterNames(s), []string{cacheNew, v1}) &&
+				len(tcpDialed(s)) == 2
+		})
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", addr, err, c.Snapshot())
+		}
+		return chainViewOf(st), tcpDialed(st)
+	}
+	consul, consulDialed := dial(agent.GRPCAddr())
+	ours, ourDialed := dial(h.daemon.XDSAddr().String())
+	t.Logf("Consul: %+v dials %v", consul, consulDialed)
+	t.Logf("bridge: %+v dials %v", ours, ourDialed)
+	if want := []string{cacheNew, v1}; !slices.Equal(consulDialed, want) {
+		t.Fatalf("Consul's own sidecar dials %v, want %v: the reference changed", consulDialed, want)
+	}
+	if !slices.Equal(consulDialed, ourDialed) {
+		t.Errorf("tcp_proxy clusters: Consul %v, bridge %v", consulDialed, ourDialed)
+	}
+	if !slices.Equal(consul.clusters, ours.clusters) {
+		t.Errorf("mesh clusters:\nConsul %q\nbridge %q", consul.clusters, ours.clusters)
+	}
+	for name, eps := range wantEndpoints {
+		if !slices.Equal(consul.endpoints[name], eps) || !slices.Equal(ours.endpoints[name], eps) {
+			t.Errorf("%s endpoints: want %v; Consul %v, bridge %v", name, eps, consul.endpoints[name], ours.endpoints[name])
+		}
+	}
+}
+
+// tcpDialed is the mesh clusters st's listeners' tcp_proxy filters name,
+// sorted.
+func tcpDialed(st adsclient.State) []string {
+	var dialed []string
+	for _, n := range st.ListenerNames() {
+		b, _ := protojson.Marshal(st.Listener(n))
+		for _, m := range tcpClusterRE.FindAllStringSubmatch(string(b), -1) {
+			if strings.Contains(m[1], ".internal.") {
+				dialed = append(dialed, m[1])
+			}
+		}
+	}
+	slices.Sort(dialed)
+	return dialed
+}
+
+// tcpClusterRE finds the clusters a listener's tcp_proxy filters name.
+var tcpClusterRE = regexp.MustCompile(`"cluster":"([^"]+)"`)

@@ -200,7 +200,10 @@ func (mb *meshBuilder) group(name string, p consul.Proxy) (ir.Group, bool) {
 		// An upstream with routes dials what they target, as Consul's
 		// chain does: its own cluster only if a route sends there.
 		own := mu.Routes == nil
-		if own {
+		if t := tcpChainTarget(b.pol.MeshRoutesFor(u.Service)); own && t != nil && !ir.HTTPProtocol(mu.Protocol) && udc == dc {
+			base = ir.MeshSubsetClusterName(t.Subset, t.Service, udc, mb.mesh.TrustDomain)
+			mb.dial(base, t.Service, t.Subset, udc, dc, mu.Protocol, p.Service)
+		} else if own {
 			mb.dial(base, u.Service, "", udc, dc, mu.Protocol, p.Service)
 		}
 		mb.refs = append(mb.refs, meshRef{group: name, upstream: len(sc.Upstreams), route: -1, base: base, local: p.Service, named: !own})

@@ -45,6 +45,8 @@ func (mb *meshBuilder) upstreamRoutes(who, group string, upstream int, u *ir.Mes
 		return nil
 	}
 	switch {
+	case !ir.HTTPProtocol(u.Protocol) && tcpChainTarget(mr) != nil && udc == dc:
+		return nil // the resolver's target: tcpChainTarget
 	case !ir.HTTPProtocol(u.Protocol):
 		b.warn("%s: upstream %q is protocol %q, so mesh_routes %q (at %s) do not apply (routes need protocol http, http2 or grpc: set it in the service's service-defaults or the upstream's config); everything goes to %s's sidecars",
 			who, u.Service, u.Protocol, mr.Service, mr.Source, u.Service)
@@ -154,4 +156,21 @@ func applyOverride(c *ir.Cluster, overrides []*api.UpstreamConfig) {
 		}
 		c.OutlierDetection = &od
 	}
+}
+
+// tcpChainTarget is where mesh_routes send a TCP upstream: the one target
+// of one route that matches everything, which is what a service's
+// resolver alone (a default subset, a redirect) makes. Consul applies a
+// resolver to every upstream of the service, routers and splitters to
+// HTTP ones only. Nil for any other mesh_routes.
+func tcpChainTarget(mr *policy.MeshRoutes) *policy.Target {
+	if mr == nil || len(mr.Routes) != 1 {
+		return nil
+	}
+	r := mr.Routes[0]
+	m := r.Match
+	if len(r.Targets) != 1 || m.Path != "" || m.PathRegex != "" || m.PathPrefix != "" && m.PathPrefix != "/" || m.Method != "" || len(m.Headers) > 0 || len(m.Query) > 0 {
+		return nil
+	}
+	return &r.Targets[0]
 }

@@ -434,7 +434,11 @@ func (t *translator) routeDocs() []Document {
 		}
 	}
 	for _, svc := range slices.Sorted(maps.Keys(names)) {
-		if !t.hasChain(svc) {
+		l7 := t.hasChain(svc)
+		// A TCP service's chain is its resolver alone (Consul applies
+		// routers and splitters to HTTP only): its sidecars' upstreams
+		// still go to the default subset or redirect target.
+		if !l7 && !(t.e.Mesh && t.e.Routers[svc] == nil && t.e.Splitters[svc] == nil) {
 			continue
 		}
 		grpc := t.protocol(svc) == "grpc" // only a service-defaults entry says grpc
@@ -442,9 +446,11 @@ func (t *translator) routeDocs() []Document {
 		f := hclwrite.NewEmptyFile()
 		// The chain itself, which proxy listener routes to svc follow
 		// (Consul applies it wherever svc is a target).
-		t.mesh = true
-		t.routes(f.Body().AppendNewBlock("chain", []string{svc}).Body(), svc, false)
-		t.mesh = false
+		if l7 {
+			t.mesh = true
+			t.routes(f.Body().AppendNewBlock("chain", []string{svc}).Body(), svc, false)
+			t.mesh = false
+		}
 		if grpc {
 			t.routes(f.Body().AppendNewBlock("grpc_service", []string{svc}).Body(), svc, true)
 		}

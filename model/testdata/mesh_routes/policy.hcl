@@ -44,8 +44,16 @@ mesh_routes "api" {
   }
 }
 
-# db is a tcp upstream: its mesh_routes are ignored, with a warning.
+# db is a tcp upstream: mesh_routes that match requests are ignored, with
+# a warning (one route to one target, what a resolver alone makes, is
+# where a tcp upstream goes, as in Consul).
 mesh_routes "db" {
+  route {
+    match {
+      path_prefix = "/v2"
+    }
+    service = "db"
+  }
   route {
     service = "db"
   }

@@ -48,6 +48,10 @@ func (b *builder) proxyless(clusters []ir.Cluster) ([]ir.Listener, []ir.Cluster)
 		if c.Subset != "" || b.pol.GRPCService(c.Name) != nil {
 			continue
 		}
+		if l, ok := b.chainAPIListener(c.Name); ok {
+			out = append(out, l)
+			continue
+		}
 		rt := ir.Route{
 			Name:     routeName(c.Name, 0),
 			Source:   defaultGRPCRoute,
@@ -104,4 +108,33 @@ func proxylessCopies(listeners []ir.Listener, clusters []ir.Cluster) []ir.Cluste
 		}
 	}
 	return out
+}
+
+// chainAPIListener is the default API listener of service when it has a
+// chain (Consul's discovery chain: its router's routes, its splitter's
+// split, its resolver's default subset): gRPC clients dialing
+// xds:///SERVICE follow it as Envoys and sidecars do. A chain with a
+// route gRPC clients cannot be served (a rewrite, header changes, ...)
+// is not followed, with a warning: the calls reach every instance.
+func (b *builder) chainAPIListener(service string) (ir.Listener, bool) {
+	ch := b.pol.ChainFor(service)
+	if ch == nil {
+		return ir.Listener{}, false
+	}
+	vh := ir.VirtualHost{Name: service, Domains: []string{"*"}}
+	for i, r := range ch.Routes {
+		if why := policy.GRPCUnsupported(r); why != "" {
+			b.warn("gRPC clients dialing xds:///%s do not follow its chain (at %s): route %d has %s, which gRPC's xDS clients do not implement; their calls reach every instance of %s. Add a grpc_service %q block to route them.", service, ch.Source, i, why, service, service)
+			return ir.Listener{}, false
+		}
+		rt := b.route(r)
+		rt.Name = routeName(service, i)
+		if rt.Retry != nil && len(rt.Retry.On) == 0 {
+			// The proxies' default conditions (5xx, reset) mean nothing to
+			// gRPC, which would not retry at all (as grpcRoute).
+			rt.Retry.On = []string{"unavailable"}
+		}
+		vh.Routes = append(vh.Routes, rt)
+	}
+	return ir.Listener{Name: service, VirtualHosts: []ir.VirtualHost{vh}}, true
 }

@@ -2,6 +2,7 @@ package model
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
@@ -122,5 +123,63 @@ grpc_service "search" {
 	}
 	if !slices.Equal(names, []string{"echo", "unrouted", "web"}) {
 		t.Errorf("API listeners without policy = %v", names)
+	}
+}
+
+// TestProxylessChainNotFollowable: a chain with a route gRPC clients
+// cannot be served (a rewrite) is not followed by xds:///echo's default
+// API listener, which keeps sending every call to echo, and a warning
+// says so and names the route; a chain they can follow is.
+func TestProxylessChainNotFollowable(t *testing.T) {
+	cat := consul.NewCatalog([]*consul.Service{{Name: "echo", Instances: []consul.Instance{
+		{ID: "e1", Address: "10.0.0.1", Port: 50051, Tags: []string{"v1"}, Status: consul.StatusPassing, Datacenter: "dc1"}}}})
+	chain := func(extra string) *policy.Policy {
+		return meshPolicy(t, `proxy "grpc-*" {
+  proxyless = true
+}
+service "echo" {
+  subset "v1" {
+    tags = ["v1"]
+  }
+}
+chain "echo" {
+  route {
+    match {
+      path_prefix = "/admin"
+    }
+    service = "echo"
+    subset  = "v1"
+`+extra+`
+  }
+  route {
+    service = "echo"
+    subset  = "v1"
+  }
+}
+`)
+	}
+	routes := func(m *ir.Model) []string {
+		var out []string
+		for _, l := range m.Proxyless {
+			if l.Name == "echo" {
+				for _, r := range l.VirtualHosts[0].Routes {
+					out = append(out, r.Clusters[0].Name)
+				}
+			}
+		}
+		return out
+	}
+	m, warnings := Build(cat, chain("    rewrite {\n      prefix = \"/\"\n    }\n"))
+	if got := routes(m); !slices.Equal(got, []string{ir.ProxylessClusterPrefix + "echo"}) && !slices.Equal(got, []string{"echo"}) {
+		t.Errorf("xds:///echo routes to %v, want every instance of echo", got)
+	}
+	if !slices.ContainsFunc(warnings, func(w string) bool {
+		return strings.Contains(w, "xds:///echo do not follow its chain") && strings.Contains(w, "a rewrite")
+	}) {
+		t.Errorf("no warning that gRPC clients do not follow echo's chain: %q", warnings)
+	}
+	m, warnings = Build(cat, chain(""))
+	if got := routes(m); len(got) != 2 || !strings.HasSuffix(got[0], "echo.v1") {
+		t.Errorf("xds:///echo routes to %v, want the chain's two routes to echo.v1 (warnings %q)", got, warnings)
 	}
 }

@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"context"
+	"fmt"
 	"google.golang.org/protobuf/encoding/protojson"
 	"os"
 	"path/filepath"
@@ -238,3 +239,71 @@ func tcpDialed(st adsclient.State) []string {
 
 // tcpClusterRE finds the clusters a listener's tcp_proxy filters name.
 var tcpClusterRE = regexp.MustCompile(`"cluster":"([^"]+)"`)
+
+// TestMeshDatacenterFailoverPinned pins the one failover divergence from
+// Consul 1.15.4 (docs/reference/mesh.md): a resolver failing over to
+// other datacenters only ("*": Datacenters) is, in Consul's xDS, an
+// aggregate cluster over failover-target~ clusters per datacenter; the
+// bridge serves one EDS cluster with a priority per datacenter and both
+// datacenters' SPIFFE ids, which fails over the same way (Envoy moves to
+// the next priority when the first has no healthy host). If either side
+// changes, this fails.
+func TestMeshDatacenterFailoverPinned(t *testing.T) {
+	agent := consultest.Start(t)
+	for _, reg := range []*api.AgentServiceRegistration{
+		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
+			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "db", LocalBindPort: 9192}}}}}},
+		{Name: "db", Port: 5432, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}},
+	} {
+		if err := agent.Client().Agent().ServiceRegister(reg); err != nil {
+			t.Fatalf("register %s: %v", reg.Name, err)
+		}
+	}
+	entry := &api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "db",
+		Failover: map[string]api.ServiceResolverFailover{"*": {Datacenters: []string{"dc2"}}}}
+	if _, _, err := agent.Client().ConfigEntries().Set(entry, nil); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(t.TempDir(), "policy.hcl")
+	if err := os.WriteFile(file, []byte("mesh {}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
+		c.ConfigFiles = []string{file}
+		c.Policy = loadPolicy(t, file)
+		c.Settings.Consul.ConfigEntries = true
+	})
+	roots, _, err := agent.Client().Connect().CARoots(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	td := roots.TrustDomain
+	db1, db2 := ir.MeshClusterName("db", "dc1", td), ir.MeshClusterName("db", "dc2", td)
+	ft := func(n string) string { return ir.FailoverTargetPrefix + n }
+	view := func(addr string, want []string) chainView {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: "web-sidecar-proxy", Cluster: "web", Mode: adsclient.Delta, InitialFetchTimeout: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		st, err := c.Wait(ctx, func(s adsclient.State) bool {
+			return slices.Equal(meshClusterNames(s), want) && len(tcpDialed(s)) == 1 && s.Cluster(db1) != nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", addr, err, c.Snapshot())
+		}
+		return chainViewOf(st)
+	}
+	consul := view(agent.GRPCAddr(), []string{db1, ft(db1), ft(db2)})
+	if c := consul.clusters[0]; !strings.Contains(c, "envoy.clusters.aggregate=["+ft(db1)+" "+ft(db2)+"]") {
+		t.Errorf("Consul's db cluster %q is not the aggregate over dc1 then dc2: the reference changed", c)
+	}
+	ours := view(h.daemon.XDSAddr().String(), []string{db1})
+	sans := fmt.Sprintf("sans=[%s %s]", ir.SPIFFEID(td, "dc1", "db"), ir.SPIFFEID(td, "dc2", "db"))
+	if c := ours.clusters[0]; !strings.Contains(c, "sni="+db1+" ") || !strings.Contains(c, sans) || strings.Contains(c, "aggregate") {
+		t.Errorf("the bridge's db cluster %q: want one EDS cluster, SNI %s, %s", c, db1, sans)
+	}
+}

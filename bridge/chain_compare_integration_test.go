@@ -4,8 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -16,7 +14,6 @@ import (
 	"github.com/hashicorp/consul/api"
 	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
@@ -31,20 +28,22 @@ import (
 // resolver also sets a 3 s connect timeout and least_request balancing.
 func registerCanary(t *testing.T, agent *consultest.Agent) {
 	t.Helper()
-	sidecar := func() *api.AgentServiceConnect {
-		return &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}
-	}
-	for _, reg := range []*api.AgentServiceRegistration{
-		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
-			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "api", LocalBindPort: 9191}}}}}},
-		{Name: "api", ID: "api-1", Port: 9090, Tags: []string{"v1"}, Connect: sidecar()},
-		{Name: "api", ID: "api-2", Port: 9092, Tags: []string{"v2"}, Connect: sidecar()},
-	} {
-		if err := agent.Client().Agent().ServiceRegister(reg); err != nil {
-			t.Fatalf("register %s: %v", reg.Name, err)
-		}
-	}
-	for _, e := range []api.ConfigEntry{
+	registerCanaryServices(t, agent)
+	writeCanaryEntries(t, agent)
+}
+
+// registerCanaryServices registers web and api's two instances, v1 and v2.
+func registerCanaryServices(t *testing.T, agent *consultest.Agent) {
+	t.Helper()
+	registerServices(t, agent, webWithUpstreams(api.Upstream{DestinationName: "api", LocalBindPort: 9191}),
+		&api.AgentServiceRegistration{Name: "api", ID: "api-1", Port: 9090, Tags: []string{"v1"}, Connect: withSidecar()},
+		&api.AgentServiceRegistration{Name: "api", ID: "api-2", Port: 9092, Tags: []string{"v2"}, Connect: withSidecar()})
+}
+
+// writeCanaryEntries writes the canary's config entries.
+func writeCanaryEntries(t *testing.T, agent *consultest.Agent) {
+	t.Helper()
+	writeEntries(t, agent,
 		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "api", Protocol: "http"},
 		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "api", DefaultSubset: "v1", ConnectTimeout: 3 * time.Second,
 			LoadBalancer: &api.LoadBalancer{Policy: "least_request"}, Subsets: map[string]api.ServiceResolverSubset{
@@ -54,12 +53,7 @@ func registerCanary(t *testing.T, agent *consultest.Agent) {
 		&api.ServiceRouterConfigEntry{Kind: api.ServiceRouter, Name: "api", Routes: []api.ServiceRoute{{
 			Match:       &api.ServiceRouteMatch{HTTP: &api.ServiceRouteHTTPMatch{Header: []api.ServiceRouteHTTPMatchHeader{{Name: "x-canary", Exact: "1"}}}},
 			Destination: &api.ServiceRouteDestination{ServiceSubset: "v2", RequestTimeout: 2 * time.Second},
-		}}},
-	} {
-		if _, _, err := agent.Client().ConfigEntries().Set(e, nil); err != nil {
-			t.Fatalf("write %s/%s: %v", e.GetKind(), e.GetName(), err)
-		}
-	}
+		}}})
 }
 
 // apiSidecarAddr is the endpoint of api's sidecar with service id id (the
@@ -175,61 +169,24 @@ func chainViewOf(st adsclient.State) chainView {
 func TestMeshCanaryMatchesConsulXDS(t *testing.T) {
 	agent := consultest.Start(t)
 	registerCanary(t, agent)
-	file := filepath.Join(t.TempDir(), "policy.hcl")
-	if err := os.WriteFile(file, []byte("mesh {}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
-		c.ConfigFiles = []string{file}
-		c.Policy = loadPolicy(t, file)
-		c.Settings.Consul.ConfigEntries = true
-	})
-	roots, _, err := agent.Client().Connect().CARoots(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v1, v2 := ir.MeshSubsetClusterName("v1", "api", "dc1", roots.TrustDomain), ir.MeshSubsetClusterName("v2", "api", "dc1", roots.TrustDomain)
+	h := startEntriesBridge(t, agent, "mesh {}\n")
+	td := trustDomain(t, agent)
+	v1, v2 := ir.MeshSubsetClusterName("v1", "api", "dc1", td), ir.MeshSubsetClusterName("v2", "api", "dc1", td)
 	want := map[string][]string{v1: {apiSidecarAddr(t, agent, "api-1-sidecar-proxy")}, v2: {apiSidecarAddr(t, agent, "api-2-sidecar-proxy")}}
-	dial := func(addr string) chainView {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: "web-sidecar-proxy", Cluster: "web", Mode: adsclient.Delta,
-			InitialFetchTimeout: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		st, err := c.Wait(ctx, func(s adsclient.State) bool {
-			v := chainViewOf(s)
-			// Converged: a bridge that got the entries after the sidecar
-			// connected moves it in steps, the old cluster going last.
-			return len(v.routes) >= 2 && len(v.endpoints[v1]) > 0 && len(v.endpoints[v2]) > 0 &&
-				slices.Equal(meshClusterNames(s), []string{v1, v2})
-		})
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", addr, err, c.Snapshot())
-		}
-		return chainViewOf(st)
+	ready := func(s adsclient.State) bool {
+		v := chainViewOf(s)
+		// Converged: a bridge that got the entries after the sidecar
+		// connected moves it in steps, the old cluster going last.
+		return len(v.routes) >= 2 && len(v.endpoints[v1]) > 0 && len(v.endpoints[v2]) > 0 &&
+			slices.Equal(meshClusterNames(s), []string{v1, v2})
 	}
-	consul, ours := dial(agent.GRPCAddr()), dial(h.daemon.XDSAddr().String())
-	t.Logf("Consul: %+v", consul)
-	t.Logf("bridge: %+v", ours)
+	consul := chainViewOf(webSidecarState(t, agent.GRPCAddr(), ready))
+	ours := chainViewOf(webSidecarState(t, h.daemon.XDSAddr().String(), ready))
 	canary := fmt.Sprintf("[] -> %s=0.90,%s=0.10 timeout 0s", v1, v2)
 	if !slices.Contains(consul.routes, canary) {
 		t.Fatalf("Consul's own routes %v lack the 90/10 canary %q: the reference changed", consul.routes, canary)
 	}
-	if !slices.Equal(consul.routes, ours.routes) {
-		t.Errorf("routes:\nConsul %q\nbridge %q", consul.routes, ours.routes)
-	}
-	if !slices.Equal(consul.clusters, ours.clusters) {
-		t.Errorf("mesh clusters:\nConsul %q\nbridge %q", consul.clusters, ours.clusters)
-	}
-	for name, eps := range want {
-		if !slices.Equal(consul.endpoints[name], eps) || !slices.Equal(ours.endpoints[name], eps) {
-			t.Errorf("%s endpoints: want %v (its tag's sidecar); Consul %v, bridge %v", name, eps, consul.endpoints[name], ours.endpoints[name])
-		}
-	}
+	sameChain(t, consul, ours, want)
 }
 
 // TestMeshRedirectMatchesConsulXDS: a service-resolver redirect (api to
@@ -239,85 +196,26 @@ func TestMeshCanaryMatchesConsulXDS(t *testing.T) {
 // 1.15.4's own xDS server.
 func TestMeshRedirectMatchesConsulXDS(t *testing.T) {
 	agent := consultest.Start(t)
-	sidecar := func() *api.AgentServiceConnect {
-		return &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}
-	}
-	for _, reg := range []*api.AgentServiceRegistration{
-		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
-			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "api", LocalBindPort: 9191}}}}}},
-		{Name: "api", Port: 9090, Connect: sidecar()},
-		{Name: "api-new", ID: "api-new-blue", Port: 9094, Tags: []string{"blue"}, Connect: sidecar()},
-		{Name: "api-new", ID: "api-new-green", Port: 9095, Tags: []string{"green"}, Connect: sidecar()},
-	} {
-		if err := agent.Client().Agent().ServiceRegister(reg); err != nil {
-			t.Fatalf("register %s: %v", reg.Name, err)
-		}
-	}
-	for _, e := range []api.ConfigEntry{
+	registerServices(t, agent, webWithUpstreams(api.Upstream{DestinationName: "api", LocalBindPort: 9191}),
+		&api.AgentServiceRegistration{Name: "api", Port: 9090, Connect: withSidecar()},
+		&api.AgentServiceRegistration{Name: "api-new", ID: "api-new-blue", Port: 9094, Tags: []string{"blue"}, Connect: withSidecar()},
+		&api.AgentServiceRegistration{Name: "api-new", ID: "api-new-green", Port: 9095, Tags: []string{"green"}, Connect: withSidecar()})
+	writeEntries(t, agent,
 		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "api", Protocol: "http"},
 		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "api-new", Protocol: "http"},
 		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "api", Redirect: &api.ServiceResolverRedirect{Service: "api-new"}},
 		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "api-new", DefaultSubset: "blue", Subsets: map[string]api.ServiceResolverSubset{
-			"blue": {Filter: `"blue" in Service.Tags`}, "green": {Filter: `"green" in Service.Tags`}}},
-	} {
-		if _, _, err := agent.Client().ConfigEntries().Set(e, nil); err != nil {
-			t.Fatalf("write %s/%s: %v", e.GetKind(), e.GetName(), err)
-		}
+			"blue": {Filter: `"blue" in Service.Tags`}, "green": {Filter: `"green" in Service.Tags`}}})
+	h := startEntriesBridge(t, agent, "mesh {}\n")
+	blue := ir.MeshSubsetClusterName("blue", "api-new", "dc1", trustDomain(t, agent))
+	blueAddr := instanceSidecarAddr(t, agent, "api-new", "api-new-blue-sidecar-proxy")
+	ready := func(s adsclient.State) bool {
+		v := chainViewOf(s)
+		return len(v.routes) >= 1 && len(v.endpoints[blue]) > 0
 	}
-	file := filepath.Join(t.TempDir(), "policy.hcl")
-	if err := os.WriteFile(file, []byte("mesh {}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
-		c.ConfigFiles = []string{file}
-		c.Policy = loadPolicy(t, file)
-		c.Settings.Consul.ConfigEntries = true
-	})
-	roots, _, err := agent.Client().Connect().CARoots(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	blue := ir.MeshSubsetClusterName("blue", "api-new", "dc1", roots.TrustDomain)
-	var blueAddr string
-	svcs, _, err := agent.Client().Catalog().Service("api-new-sidecar-proxy", "", nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range svcs {
-		if s.ServiceID == "api-new-blue-sidecar-proxy" {
-			blueAddr = fmt.Sprintf("%s:%d", cmp.Or(s.ServiceAddress, s.Address), s.ServicePort)
-		}
-	}
-	dial := func(addr string) chainView {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: "web-sidecar-proxy", Cluster: "web", Mode: adsclient.Delta, InitialFetchTimeout: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		st, err := c.Wait(ctx, func(s adsclient.State) bool {
-			v := chainViewOf(s)
-			return len(v.routes) >= 1 && len(v.endpoints[blue]) > 0
-		})
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", addr, err, c.Snapshot())
-		}
-		return chainViewOf(st)
-	}
-	consul, ours := dial(agent.GRPCAddr()), dial(h.daemon.XDSAddr().String())
-	t.Logf("Consul: %+v", consul)
-	t.Logf("bridge: %+v", ours)
-	if !slices.Equal(consul.routes, ours.routes) {
-		t.Errorf("routes:\nConsul %q\nbridge %q", consul.routes, ours.routes)
-	}
-	if !slices.Equal(consul.clusters, ours.clusters) {
-		t.Errorf("mesh clusters:\nConsul %q\nbridge %q", consul.clusters, ours.clusters)
-	}
-	if want := []string{blueAddr}; !slices.Equal(consul.endpoints[blue], want) || !slices.Equal(ours.endpoints[blue], want) {
-		t.Errorf("%s endpoints: want %v; Consul %v, bridge %v", blue, want, consul.endpoints[blue], ours.endpoints[blue])
-	}
+	consul := chainViewOf(webSidecarState(t, agent.GRPCAddr(), ready))
+	ours := chainViewOf(webSidecarState(t, h.daemon.XDSAddr().String(), ready))
+	sameChain(t, consul, ours, map[string][]string{blue: {blueAddr}})
 }
 
 // TestMeshCanaryReachesAConnectedSidecar: the canary written while web's
@@ -326,34 +224,11 @@ func TestMeshRedirectMatchesConsulXDS(t *testing.T) {
 // acknowledged, none is waited out.
 func TestMeshCanaryReachesAConnectedSidecar(t *testing.T) {
 	agent := consultest.Start(t)
-	sidecar := func() *api.AgentServiceConnect {
-		return &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}
-	}
-	for _, reg := range []*api.AgentServiceRegistration{
-		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
-			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "api", LocalBindPort: 9191}}}}}},
-		{Name: "api", ID: "api-1", Port: 9090, Tags: []string{"v1"}, Connect: sidecar()},
-		{Name: "api", ID: "api-2", Port: 9092, Tags: []string{"v2"}, Connect: sidecar()},
-	} {
-		if err := agent.Client().Agent().ServiceRegister(reg); err != nil {
-			t.Fatalf("register %s: %v", reg.Name, err)
-		}
-	}
-	file := filepath.Join(t.TempDir(), "policy.hcl")
-	if err := os.WriteFile(file, []byte("mesh {}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
-		c.ConfigFiles = []string{file}
-		c.Policy = loadPolicy(t, file)
-		c.Settings.Consul.ConfigEntries = true
-	})
-	roots, _, err := agent.Client().Connect().CARoots(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	plain := ir.MeshClusterName("api", "dc1", roots.TrustDomain)
-	v1, v2 := ir.MeshSubsetClusterName("v1", "api", "dc1", roots.TrustDomain), ir.MeshSubsetClusterName("v2", "api", "dc1", roots.TrustDomain)
+	registerCanaryServices(t, agent)
+	h := startEntriesBridge(t, agent, "mesh {}\n")
+	td := trustDomain(t, agent)
+	plain := ir.MeshClusterName("api", "dc1", td)
+	v1, v2 := ir.MeshSubsetClusterName("v1", "api", "dc1", td), ir.MeshSubsetClusterName("v2", "api", "dc1", td)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var clients []*adsclient.Client
@@ -370,7 +245,7 @@ func TestMeshCanaryReachesAConnectedSidecar(t *testing.T) {
 		clients = append(clients, c)
 	}
 	start := time.Now()
-	registerCanary(t, agent)
+	writeCanaryEntries(t, agent)
 	for i, c := range clients {
 		_, err := c.Wait(ctx, func(s adsclient.State) bool {
 			v := chainViewOf(s)

@@ -1,11 +1,7 @@
 package bridge_test
 
 import (
-	"context"
 	"fmt"
-	"google.golang.org/protobuf/encoding/protojson"
-	"os"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -13,8 +9,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/consul/api"
+	"google.golang.org/protobuf/encoding/protojson"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
@@ -30,23 +26,14 @@ import (
 // Any other difference fails the test.
 func TestMeshFailoverMatchesConsulXDS(t *testing.T) {
 	agent := consultest.Start(t)
-	sidecar := func() *api.AgentServiceConnect {
-		return &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}
-	}
-	for _, reg := range []*api.AgentServiceRegistration{
-		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
-			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "api", LocalBindPort: 9191}, {DestinationName: "db", LocalBindPort: 9192}}}}}},
-		{Name: "api", ID: "api-1", Port: 9090, Tags: []string{"v1"}, Connect: sidecar()},
-		{Name: "api", ID: "api-2", Port: 9092, Tags: []string{"v2"}, Connect: sidecar()},
-		{Name: "api-backup", Port: 9093, Connect: sidecar()},
-		{Name: "db", Port: 5432, Connect: sidecar()},
-		{Name: "db-backup", Port: 5433, Connect: sidecar()},
-	} {
-		if err := agent.Client().Agent().ServiceRegister(reg); err != nil {
-			t.Fatalf("register %s: %v", reg.Name, err)
-		}
-	}
-	for _, e := range []api.ConfigEntry{
+	registerServices(t, agent,
+		webWithUpstreams(api.Upstream{DestinationName: "api", LocalBindPort: 9191}, api.Upstream{DestinationName: "db", LocalBindPort: 9192}),
+		&api.AgentServiceRegistration{Name: "api", ID: "api-1", Port: 9090, Tags: []string{"v1"}, Connect: withSidecar()},
+		&api.AgentServiceRegistration{Name: "api", ID: "api-2", Port: 9092, Tags: []string{"v2"}, Connect: withSidecar()},
+		&api.AgentServiceRegistration{Name: "api-backup", Port: 9093, Connect: withSidecar()},
+		&api.AgentServiceRegistration{Name: "db", Port: 5432, Connect: withSidecar()},
+		&api.AgentServiceRegistration{Name: "db-backup", Port: 5433, Connect: withSidecar()})
+	writeEntries(t, agent,
 		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "api", Protocol: "http"},
 		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "api-backup", Protocol: "http"},
 		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "api", DefaultSubset: "v1", ConnectTimeout: 3 * time.Second,
@@ -59,26 +46,9 @@ func TestMeshFailoverMatchesConsulXDS(t *testing.T) {
 			Destination: &api.ServiceRouteDestination{ServiceSubset: "v2"},
 		}}},
 		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "db",
-			Failover: map[string]api.ServiceResolverFailover{"*": {Targets: []api.ServiceResolverFailoverTarget{{Service: "db-backup"}}}}},
-	} {
-		if _, _, err := agent.Client().ConfigEntries().Set(e, nil); err != nil {
-			t.Fatalf("write %s/%s: %v", e.GetKind(), e.GetName(), err)
-		}
-	}
-	file := filepath.Join(t.TempDir(), "policy.hcl")
-	if err := os.WriteFile(file, []byte("mesh {}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
-		c.ConfigFiles = []string{file}
-		c.Policy = loadPolicy(t, file)
-		c.Settings.Consul.ConfigEntries = true
-	})
-	roots, _, err := agent.Client().Connect().CARoots(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	td := roots.TrustDomain
+			Failover: map[string]api.ServiceResolverFailover{"*": {Targets: []api.ServiceResolverFailoverTarget{{Service: "db-backup"}}}}})
+	h := startEntriesBridge(t, agent, "mesh {}\n")
+	td := trustDomain(t, agent)
 	v1, v2 := ir.MeshSubsetClusterName("v1", "api", "dc1", td), ir.MeshSubsetClusterName("v2", "api", "dc1", td)
 	backup, db, dbBackup := ir.MeshClusterName("api-backup", "dc1", td), ir.MeshClusterName("db", "dc1", td), ir.MeshClusterName("db-backup", "dc1", td)
 	ft := func(n string) string { return ir.FailoverTargetPrefix + n }
@@ -91,43 +61,18 @@ func TestMeshFailoverMatchesConsulXDS(t *testing.T) {
 		ft(db):       {sidecarAddr(t, agent, "db-sidecar-proxy")},
 		ft(dbBackup): {sidecarAddr(t, agent, "db-backup-sidecar-proxy")},
 	}
-	dial := func(addr string) chainView {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: "web-sidecar-proxy", Cluster: "web", Mode: adsclient.Delta, InitialFetchTimeout: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		st, err := c.Wait(ctx, func(s adsclient.State) bool {
-			v := chainViewOf(s)
-			for n := range wantEndpoints {
-				if len(v.endpoints[n]) == 0 {
-					return false
-				}
+	ready := func(s adsclient.State) bool {
+		v := chainViewOf(s)
+		for n := range wantEndpoints {
+			if len(v.endpoints[n]) == 0 {
+				return false
 			}
-			return len(v.routes) >= 2 && slices.Equal(meshClusterNames(s), wantClusters)
-		})
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", addr, err, c.Snapshot())
 		}
-		return chainViewOf(st)
+		return len(v.routes) >= 2 && slices.Equal(meshClusterNames(s), wantClusters)
 	}
-	consul, ours := dial(agent.GRPCAddr()), dial(h.daemon.XDSAddr().String())
-	t.Logf("Consul: %+v", consul)
-	t.Logf("bridge: %+v", ours)
-	if !slices.Equal(consul.routes, ours.routes) {
-		t.Errorf("routes:\nConsul %q\nbridge %q", consul.routes, ours.routes)
-	}
-	if !slices.Equal(consul.clusters, ours.clusters) {
-		t.Errorf("mesh clusters:\nConsul %q\nbridge %q", consul.clusters, ours.clusters)
-	}
-	for name, eps := range wantEndpoints {
-		if !slices.Equal(consul.endpoints[name], eps) || !slices.Equal(ours.endpoints[name], eps) {
-			t.Errorf("%s endpoints: want %v (its target's sidecars); Consul %v, bridge %v", name, eps, consul.endpoints[name], ours.endpoints[name])
-		}
-	}
+	consul := chainViewOf(webSidecarState(t, agent.GRPCAddr(), ready))
+	ours := chainViewOf(webSidecarState(t, h.daemon.XDSAddr().String(), ready))
+	sameChain(t, consul, ours, wantEndpoints)
 	for _, agg := range []string{v1, v2, db} {
 		if len(ours.endpoints[agg]) != 0 {
 			t.Errorf("aggregate cluster %s has endpoints of its own: %v", agg, ours.endpoints[agg])
@@ -143,66 +88,29 @@ func TestMeshFailoverMatchesConsulXDS(t *testing.T) {
 // Consul 1.15.4's own xDS server.
 func TestMeshTCPResolverMatchesConsulXDS(t *testing.T) {
 	agent := consultest.Start(t)
-	sidecar := func() *api.AgentServiceConnect {
-		return &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}
-	}
-	for _, reg := range []*api.AgentServiceRegistration{
-		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
-			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "db", LocalBindPort: 9192}, {DestinationName: "cache", LocalBindPort: 9193}}}}}},
-		{Name: "db", ID: "db-1", Port: 5432, Tags: []string{"v1"}, Connect: sidecar()},
-		{Name: "db", ID: "db-2", Port: 5433, Tags: []string{"v2"}, Connect: sidecar()},
-		{Name: "cache", Port: 6379, Connect: sidecar()},
-		{Name: "cache-new", Port: 6380, Connect: sidecar()},
-	} {
-		if err := agent.Client().Agent().ServiceRegister(reg); err != nil {
-			t.Fatalf("register %s: %v", reg.Name, err)
-		}
-	}
-	for _, e := range []api.ConfigEntry{
+	registerServices(t, agent,
+		webWithUpstreams(api.Upstream{DestinationName: "db", LocalBindPort: 9192}, api.Upstream{DestinationName: "cache", LocalBindPort: 9193}),
+		&api.AgentServiceRegistration{Name: "db", ID: "db-1", Port: 5432, Tags: []string{"v1"}, Connect: withSidecar()},
+		&api.AgentServiceRegistration{Name: "db", ID: "db-2", Port: 5433, Tags: []string{"v2"}, Connect: withSidecar()},
+		&api.AgentServiceRegistration{Name: "cache", Port: 6379, Connect: withSidecar()},
+		&api.AgentServiceRegistration{Name: "cache-new", Port: 6380, Connect: withSidecar()})
+	writeEntries(t, agent,
 		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "db", DefaultSubset: "v1",
 			Subsets: map[string]api.ServiceResolverSubset{"v1": {Filter: `"v1" in Service.Tags`}, "v2": {Filter: `"v2" in Service.Tags`}}},
-		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "cache", Redirect: &api.ServiceResolverRedirect{Service: "cache-new"}},
-	} {
-		if _, _, err := agent.Client().ConfigEntries().Set(e, nil); err != nil {
-			t.Fatalf("write %s/%s: %v", e.GetKind(), e.GetName(), err)
-		}
-	}
-	file := filepath.Join(t.TempDir(), "policy.hcl")
-	if err := os.WriteFile(file, []byte("mesh {}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
-		c.ConfigFiles = []string{file}
-		c.Policy = loadPolicy(t, file)
-		c.Settings.Consul.ConfigEntries = true
-	})
-	roots, _, err := agent.Client().Connect().CARoots(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	v1, cacheNew := ir.MeshSubsetClusterName("v1", "db", "dc1", roots.TrustDomain), ir.MeshClusterName("cache-new", "dc1", roots.TrustDomain)
+		&api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "cache", Redirect: &api.ServiceResolverRedirect{Service: "cache-new"}})
+	h := startEntriesBridge(t, agent, "mesh {}\n")
+	td := trustDomain(t, agent)
+	v1, cacheNew := ir.MeshSubsetClusterName("v1", "db", "dc1", td), ir.MeshClusterName("cache-new", "dc1", td)
 	wantEndpoints := map[string][]string{v1: {instanceSidecarAddr(t, agent, "db", "db-1-sidecar-proxy")}, cacheNew: {sidecarAddr(t, agent, "cache-new-sidecar-proxy")}}
-	dial := func(addr string) (chainView, []string) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: "web-sidecar-proxy", Cluster: "web", Mode: adsclient.Delta, InitialFetchTimeout: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		st, err := c.Wait(ctx, func(s adsclient.State) bool {
-			v := chainViewOf(s)
-			return len(v.endpoints[v1]) > 0 && len(v.endpoints[cacheNew]) > 0 && slices.Equal(meshClusterNames(s), []string{cacheNew, v1}) &&
-				len(tcpDialed(s)) == 2
-		})
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", addr, err, c.Snapshot())
-		}
-		return chainViewOf(st), tcpDialed(st)
+	ready := func(s adsclient.State) bool {
+		v := chainViewOf(s)
+		return len(v.endpoints[v1]) > 0 && len(v.endpoints[cacheNew]) > 0 && slices.Equal(meshClusterNames(s), []string{cacheNew, v1}) &&
+			len(tcpDialed(s)) == 2
 	}
-	consul, consulDialed := dial(agent.GRPCAddr())
-	ours, ourDialed := dial(h.daemon.XDSAddr().String())
+	cst := webSidecarState(t, agent.GRPCAddr(), ready)
+	ost := webSidecarState(t, h.daemon.XDSAddr().String(), ready)
+	consul, consulDialed := chainViewOf(cst), tcpDialed(cst)
+	ours, ourDialed := chainViewOf(ost), tcpDialed(ost)
 	t.Logf("Consul: %+v dials %v", consul, consulDialed)
 	t.Logf("bridge: %+v dials %v", ours, ourDialed)
 	if want := []string{cacheNew, v1}; !slices.Equal(consulDialed, want) {
@@ -250,58 +158,24 @@ var tcpClusterRE = regexp.MustCompile(`"cluster":"([^"]+)"`)
 // changes, this fails.
 func TestMeshDatacenterFailoverPinned(t *testing.T) {
 	agent := consultest.Start(t)
-	for _, reg := range []*api.AgentServiceRegistration{
-		{Name: "web", Port: 8080, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{
-			Proxy: &api.AgentServiceConnectProxyConfig{Upstreams: []api.Upstream{{DestinationName: "db", LocalBindPort: 9192}}}}}},
-		{Name: "db", Port: 5432, Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}},
-	} {
-		if err := agent.Client().Agent().ServiceRegister(reg); err != nil {
-			t.Fatalf("register %s: %v", reg.Name, err)
-		}
-	}
-	entry := &api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "db",
-		Failover: map[string]api.ServiceResolverFailover{"*": {Datacenters: []string{"dc2"}}}}
-	if _, _, err := agent.Client().ConfigEntries().Set(entry, nil); err != nil {
-		t.Fatal(err)
-	}
-	file := filepath.Join(t.TempDir(), "policy.hcl")
-	if err := os.WriteFile(file, []byte("mesh {}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
-		c.ConfigFiles = []string{file}
-		c.Policy = loadPolicy(t, file)
-		c.Settings.Consul.ConfigEntries = true
-	})
-	roots, _, err := agent.Client().Connect().CARoots(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	td := roots.TrustDomain
+	registerServices(t, agent, webWithUpstreams(api.Upstream{DestinationName: "db", LocalBindPort: 9192}),
+		&api.AgentServiceRegistration{Name: "db", Port: 5432, Connect: withSidecar()})
+	writeEntries(t, agent, &api.ServiceResolverConfigEntry{Kind: api.ServiceResolver, Name: "db",
+		Failover: map[string]api.ServiceResolverFailover{"*": {Datacenters: []string{"dc2"}}}})
+	h := startEntriesBridge(t, agent, "mesh {}\n")
+	td := trustDomain(t, agent)
 	db1, db2 := ir.MeshClusterName("db", "dc1", td), ir.MeshClusterName("db", "dc2", td)
 	ft := func(n string) string { return ir.FailoverTargetPrefix + n }
-	view := func(addr string, want []string) chainView {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: "web-sidecar-proxy", Cluster: "web", Mode: adsclient.Delta, InitialFetchTimeout: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		st, err := c.Wait(ctx, func(s adsclient.State) bool {
+	ready := func(want ...string) func(adsclient.State) bool {
+		return func(s adsclient.State) bool {
 			return slices.Equal(meshClusterNames(s), want) && len(tcpDialed(s)) == 1 && s.Cluster(db1) != nil
-		})
-		if err != nil {
-			t.Fatalf("%s: %v\n%s", addr, err, c.Snapshot())
 		}
-		return chainViewOf(st)
 	}
-	consul := view(agent.GRPCAddr(), []string{db1, ft(db1), ft(db2)})
+	consul := chainViewOf(webSidecarState(t, agent.GRPCAddr(), ready(db1, ft(db1), ft(db2))))
 	if c := consul.clusters[0]; !strings.Contains(c, "envoy.clusters.aggregate=["+ft(db1)+" "+ft(db2)+"]") {
 		t.Errorf("Consul's db cluster %q is not the aggregate over dc1 then dc2: the reference changed", c)
 	}
-	ours := view(h.daemon.XDSAddr().String(), []string{db1})
+	ours := chainViewOf(webSidecarState(t, h.daemon.XDSAddr().String(), ready(db1)))
 	sans := fmt.Sprintf("sans=[%s %s]", ir.SPIFFEID(td, "dc1", "db"), ir.SPIFFEID(td, "dc2", "db"))
 	if c := ours.clusters[0]; !strings.Contains(c, "sni="+db1+" ") || !strings.Contains(c, sans) || strings.Contains(c, "aggregate") {
 		t.Errorf("the bridge's db cluster %q: want one EDS cluster, SNI %s, %s", c, db1, sans)

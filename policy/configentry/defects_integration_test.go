@@ -9,7 +9,6 @@ import (
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
-	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy/configentry"
 )
 
@@ -98,21 +97,9 @@ func TestGatewayRoutesFollowTheChain(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	docs, _ := configentry.ToHCL(e)
-	var parsed []*policy.Document
-	for _, d := range docs {
-		doc, diags := policy.ParseKV(d.Name, d.Source)
-		if diags.HasErrors() {
-			t.Fatalf("%s: %v\n%s", d.Name, diags, d.Source)
-		}
-		parsed = append(parsed, doc)
-	}
-	cfg, diags := policy.Merge(parsed...)
-	if diags.HasErrors() {
-		t.Fatal(policy.FormatDiagnostics(diags))
-	}
+	pol, _ := policyOf(t, e)
 	for _, gw := range []string{"gw", "ing"} {
-		p := cfg.Policy.ProxyFor(gw)
+		p := pol.ProxyFor(gw)
 		if p == nil || len(p.Listeners) == 0 || len(p.Listeners[0].VirtualHosts) == 0 {
 			t.Fatalf("no listener routes for %s: %+v", gw, p)
 		}

@@ -32,20 +32,7 @@ func TestFailoverTranslated(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	docs, notes := configentry.ToHCL(e)
-	var parsed []*policy.Document
-	for _, d := range docs {
-		doc, diags := policy.Parse(d.Name, d.Source)
-		if diags.HasErrors() {
-			t.Fatalf("%s: %v\n%s", d.Name, diags, d.Source)
-		}
-		parsed = append(parsed, doc)
-	}
-	cfg, diags := policy.Merge(parsed...)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	pol := cfg.Policy
+	pol, notes := policyOf(t, e)
 	for _, tc := range []struct {
 		service, subset string
 		want            []policy.FailoverTarget
@@ -64,4 +51,24 @@ func TestFailoverTranslated(t *testing.T) {
 	if slices.ContainsFunc(notes, func(n configentry.Note) bool { return strings.Contains(n.String(), "only datacenter lists") }) {
 		t.Errorf("a note that failovers are not translated: %v", notes)
 	}
+}
+
+// policyOf is the policy e translates to, read as the daemon reads it
+// (KV documents, merged), and the translation's notes.
+func policyOf(t *testing.T, e configentry.Entries) (*policy.Policy, []configentry.Note) {
+	t.Helper()
+	docs, notes := configentry.ToHCL(e)
+	var parsed []*policy.Document
+	for _, d := range docs {
+		doc, diags := policy.ParseKV(d.Name, d.Source)
+		if diags.HasErrors() {
+			t.Fatalf("%s: %v\n%s", d.Name, diags, d.Source)
+		}
+		parsed = append(parsed, doc)
+	}
+	cfg, diags := policy.Merge(parsed...)
+	if diags.HasErrors() {
+		t.Fatal(policy.FormatDiagnostics(diags))
+	}
+	return cfg.Policy, notes
 }

@@ -147,6 +147,20 @@ admin {
 			t.Fatal("bridge process did not start within 20s")
 		}
 	}
+	// Ready: its first complete Consul sync is served (a proxy may get
+	// endpoints before that, and /v1/plan answers 503 until then).
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		resp, err := http.Get("http://" + b.admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("bridge process not ready within 20s: %v", err)
+		}
+	}
 	return b
 }
 

@@ -133,6 +133,8 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 			l.reloadPolicy("kv")
 		case u := <-l.ce.updates:
 			if l.mesh.needed && l.mesh.setEntries(u.Entries) {
+				l.followLeaves()
+				l.watcher.SetTargets(l.mesh.watchTargets(l.policy))
 				l.noteChange(u.ChangedAt)
 				l.noteWhat(consul.Change{})
 				l.schedule()
@@ -147,6 +149,7 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 			}
 		case mu := <-l.meshUpdates:
 			l.mesh.mesh = mu.Mesh
+			l.followLeaves()
 			l.watcher.SetTargets(l.mesh.watchTargets(l.policy))
 			l.noteChange(mu.ChangedAt)
 			l.noteWhat(consul.Change{})

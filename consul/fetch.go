@@ -120,13 +120,15 @@ func FetchMesh(ctx context.Context, client *api.Client, central bool, q QueryOpt
 	default:
 		return nil, fmt.Errorf("agent ACL settings: %w", err)
 	}
-	for _, kind := range []string{api.ServiceIntentions, api.ServiceDefaults, api.MeshConfig} {
+	for _, kind := range []string{api.ServiceIntentions, api.ServiceDefaults, api.MeshConfig, api.TerminatingGateway} {
 		entries, _, err := client.ConfigEntries().List(kind, opts(""))
 		if err != nil {
 			return nil, fmt.Errorf("config entries %s: %w", kind, err)
 		}
 		for _, e := range entries {
 			switch c := e.(type) {
+			case *api.TerminatingGatewayConfigEntry:
+				m.setTerminatingGateway(c)
 			case *api.MeshConfigEntry:
 				m.MeshDestinationsOnly = c.TransparentProxy.MeshDestinationsOnly
 			case *api.ServiceIntentionsConfigEntry:
@@ -145,15 +147,21 @@ func FetchMesh(ctx context.Context, client *api.Client, central bool, q QueryOpt
 	slices.SortFunc(m.Intentions, func(a, b *api.ServiceIntentionsConfigEntry) int { return cmp.Compare(a.Name, b.Name) })
 	if central {
 		m.Leaves = map[string]Leaf{}
+		var services []string
 		for _, p := range m.Proxies {
-			if _, ok := m.Leaves[p.Service]; ok {
+			if !p.IsGateway() {
+				services = append(services, p.Service)
+			}
+		}
+		for _, s := range append(services, m.LinkedServices()...) {
+			if _, ok := m.Leaves[s]; ok {
 				continue
 			}
-			l, _, err := client.Agent().ConnectCALeaf(p.Service, (&api.QueryOptions{}).WithContext(ctx))
+			l, _, err := client.Agent().ConnectCALeaf(s, (&api.QueryOptions{}).WithContext(ctx))
 			if err != nil {
-				return nil, fmt.Errorf("leaf of %s: %w", p.Service, err)
+				return nil, fmt.Errorf("leaf of %s: %w", s, err)
 			}
-			m.Leaves[p.Service] = Leaf{CertPEM: l.CertPEM, KeyPEM: ir.Redacted(l.PrivateKeyPEM), ServiceURI: l.ServiceURI, ValidBefore: l.ValidBefore}
+			m.Leaves[s] = Leaf{CertPEM: l.CertPEM, KeyPEM: ir.Redacted(l.PrivateKeyPEM), ServiceURI: l.ServiceURI, ValidBefore: l.ValidBefore}
 		}
 	}
 	return m, nil

@@ -34,7 +34,9 @@ func (m *Mesh) TransparentTargets() []ServiceKey {
 	}
 	set := map[ServiceKey]bool{}
 	for _, p := range m.Proxies {
-		set[ServiceKey{Name: p.Service}] = true
+		if !p.IsGateway() {
+			set[ServiceKey{Name: p.Service}] = true
+		}
 	}
 	for _, n := range m.Natives {
 		set[ServiceKey{Name: n}] = true

@@ -58,6 +58,9 @@ func (b *builder) mesh(m *ir.Model) {
 
 	var groups []ir.Group
 	for _, p := range mesh.Proxies {
+		if p.IsGateway() {
+			continue // gateways.go
+		}
 		name := ir.SidecarGroupName(p.Node, p.ID)
 		if g, ok := mb.group(name, p); ok {
 			groups = append(groups, g)
@@ -82,6 +85,7 @@ func (b *builder) mesh(m *ir.Model) {
 		}
 	}
 	mb.finish(groups)
+	mb.gateways()
 }
 
 type meshBuilder struct {

@@ -314,7 +314,7 @@ func (mb *meshBuilder) meshEndpoints(name, service, subset string, s *policy.Ser
 		// A sidecar forwards to its destination instance: it is healthy
 		// only when both pass (Consul's sidecar_service adds an alias
 		// check for this; a hand-registered proxy may lack it).
-		if !p.Native {
+		if !p.Native && !p.IsGateway() { // a gateway's health is its own
 			in.Status = worse(in.Status, destinationStatus(dest, p))
 		}
 		ep, warn := endpoint(in, s.OnlyPassing)

@@ -1,0 +1,186 @@
+package model
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/consul/api"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+)
+
+// gatewayCatalog is meshCatalog plus two external services (ext1: one
+// passing and one critical instance; ext2), a terminating gateway "tgw"
+// on vm-c linking both (ext2 with TLS files), web's sidecar dialing ext1
+// through it, and intentions for ext1: web allowed, ops denied.
+func gatewayCatalog() *consul.Catalog {
+	cat := meshCatalog(consul.StatusPassing, consul.StatusPassing)
+	ext := func(id string, port int, st consul.Status) consul.Instance {
+		return consul.Instance{ID: id, Node: "external", Datacenter: "dc1", Address: "192.0.2.9", Port: port, Status: st}
+	}
+	mesh := *cat.Mesh
+	cat = consul.NewCatalog(append(slices.Clone(cat.Services),
+		&consul.Service{Name: "ext1", Instances: []consul.Instance{ext("ext1-a", 5432, consul.StatusPassing), ext("ext1-b", 5433, consul.StatusCritical)}},
+		&consul.Service{Name: "ext2", Instances: []consul.Instance{ext("ext2", 6443, consul.StatusPassing)}},
+	))
+	mesh.Proxies = append(slices.Clone(mesh.Proxies), consul.Proxy{Kind: consul.KindTerminatingGateway, ID: "tgw-1", Name: "tgw", Node: "vm-c", Datacenter: "dc1", Address: "10.0.0.3", Port: 9443})
+	mesh.Proxies[1].Upstreams = append(slices.Clone(mesh.Proxies[1].Upstreams), consul.Upstream{Service: "ext1", BindPort: 9192})
+	// What /v1/health/connect answers: api's sidecars; for ext1, the
+	// gateway that fronts it.
+	mesh.Endpoints = map[string][]consul.Proxy{"api": {mesh.Proxies[0], mesh.Proxies[2]}, "ext1": {mesh.Proxies[3]}}
+	mesh.TerminatingGateways = map[string][]consul.LinkedService{"tgw": {
+		{Name: "ext1"},
+		{Name: "ext2", CAFile: "/etc/tgw/ca.pem", CertFile: "/etc/tgw/cert.pem", KeyFile: "/etc/tgw/key.pem", SNI: "ext2.example.com"},
+	}}
+	mesh.Intentions = []*api.ServiceIntentionsConfigEntry{{Kind: api.ServiceIntentions, Name: "ext1", Sources: []*api.SourceIntention{
+		{Name: "web", Action: api.IntentionActionAllow}, {Name: "ops", Action: api.IntentionActionDeny},
+	}}}
+	mesh.Leaves = map[string]consul.Leaf{
+		"web": mesh.Leaves["web"], "api": mesh.Leaves["api"],
+		"ext1": {CertPEM: "EXT1CERT", KeyPEM: ir.Redacted("EXT1KEY")}, "ext2": {CertPEM: "EXT2CERT", KeyPEM: ir.Redacted("EXT2KEY")},
+	}
+	cat.Mesh = &mesh
+	return cat
+}
+
+func gatewayGroup(t *testing.T, m *ir.Model, name string) *ir.Group {
+	t.Helper()
+	g := groupNamed(m, name)
+	if g == nil || g.Gateway == nil {
+		t.Fatalf("no gateway group %q", name)
+	}
+	return g
+}
+
+// TestTerminatingGatewayGroup: the gateway is the group of its service id
+// on its node, with one chain per linked service, matched by that
+// service's mesh SNI (Consul's name), presenting that service's leaf and
+// enforcing that service's intentions; its clusters are the external
+// instances with the entry's TLS files, and do not take the name of web's
+// cluster of ext1 (whose endpoints are the gateway).
+func TestTerminatingGatewayGroup(t *testing.T) {
+	m, warns := Build(gatewayCatalog(), meshPolicy(t, "mesh {}\n"))
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := gatewayGroup(t, m, ir.SidecarGroupName("vm-c", "tgw-1"))
+	gw := g.Gateway
+	if gw == nil || gw.Kind != ir.GatewayTerminating || gw.Port != 9443 || gw.Address != "0.0.0.0" || gw.Service != "tgw" {
+		t.Fatalf("gateway %+v", gw)
+	}
+	sni1, sni2 := ir.MeshClusterName("ext1", "dc1", td), ir.MeshClusterName("ext2", "dc1", td)
+	if len(gw.Chains) != 2 || gw.Chains[0].SNI != sni1 || gw.Chains[1].SNI != sni2 {
+		t.Fatalf("chains %+v", gw.Chains)
+	}
+	c1, c2 := gw.Chains[0], gw.Chains[1]
+	if c1.CertificateSecret != ir.LeafSecretPrefix+"ext1" || c2.CertificateSecret != ir.LeafSecretPrefix+"ext2" {
+		t.Errorf("chain certificates %q %q: each chain presents its own service's leaf", c1.CertificateSecret, c2.CertificateSecret)
+	}
+	if len(c1.Intentions.Rules) != 2 || c1.Intentions.Rules[0].Source != "web" && c1.Intentions.Rules[1].Source != "web" || len(c2.Intentions.Rules) != 0 {
+		t.Errorf("intentions: ext1 %+v, ext2 %+v", c1.Intentions, c2.Intentions)
+	}
+	// web's sidecar dials ext1 through the gateway under Consul's name;
+	// the gateway's own cluster of ext1 is qualified by the gateway.
+	if c1.Cluster != sni1+"/tgw" || c2.Cluster != sni2 {
+		t.Errorf("gateway clusters %q %q", c1.Cluster, c2.Cluster)
+	}
+	if web := m.Cluster(sni1); web == nil || len(web.Endpoints) != 1 || web.Endpoints[0].Address.String() != "10.0.0.3" || web.Endpoints[0].Port != 9443 || web.Endpoints[0].Health != ir.Healthy {
+		t.Errorf("web's cluster of ext1 must reach the gateway, healthy: %+v", web)
+	}
+	if !slices.Equal(g.Clusters, []string{sni1 + "/tgw", sni2}) {
+		t.Errorf("group clusters %v", g.Clusters)
+	}
+	ext1 := m.Cluster(sni1 + "/tgw")
+	if ext1 == nil || ext1.TLS != nil || len(ext1.Endpoints) != 2 || ext1.Endpoints[0].Health != ir.Healthy || ext1.Endpoints[1].Health != ir.Unhealthy {
+		t.Errorf("ext1 cluster %+v", ext1)
+	}
+	ext2 := m.Cluster(sni2)
+	if ext2 == nil || ext2.TLS == nil || *ext2.TLS.Files != (ir.TLSFiles{CA: "/etc/tgw/ca.pem", Cert: "/etc/tgw/cert.pem", Key: "/etc/tgw/key.pem"}) || ext2.TLS.SNI != "ext2.example.com" {
+		t.Errorf("ext2 cluster %+v", ext2)
+	}
+	if len(g.Secrets) != 0 {
+		t.Errorf("agent mode: the gateway group holds secrets %v", g.Secrets)
+	}
+	if !m.SidecarClusters()[sni2] {
+		t.Error("a gateway's cluster (TLS files on the gateway's host) may be handed to other proxies")
+	}
+	if len(warns) != 0 {
+		t.Errorf("warnings: %q", warns)
+	}
+}
+
+// TestTerminatingGatewayKeys: in central mode the gateway's group holds
+// the leaves of the services it links (and the roots), no other; no
+// sidecar gets a linked service's leaf; a linked service whose leaf has
+// not been read gets no chain (and a warning) rather than a chain
+// waiting for a certificate.
+func TestTerminatingGatewayKeys(t *testing.T) {
+	cat := gatewayCatalog()
+	pol := meshPolicy(t, "mesh {\n  mode = \"central\"\n}\n")
+	m, _ := Build(cat, pol)
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	names := func(ss []ir.Secret) []string {
+		var out []string
+		for _, s := range ss {
+			out = append(out, s.Name)
+		}
+		return out
+	}
+	g := gatewayGroup(t, m, ir.SidecarGroupName("vm-c", "tgw-1"))
+	if got, want := names(g.Secrets), []string{ir.LeafSecretPrefix + "ext1", ir.LeafSecretPrefix + "ext2", ir.RootsSecretName}; !slices.Equal(got, want) {
+		t.Errorf("gateway secrets %v, want %v", got, want)
+	}
+	for _, sg := range m.Groups {
+		if sg.Gateway != nil {
+			continue
+		}
+		for _, s := range sg.Secrets {
+			if strings.HasPrefix(s.Name, ir.LeafSecretPrefix+"ext") {
+				t.Errorf("group %q holds %q", sg.Name, s.Name)
+			}
+		}
+	}
+	mesh := *cat.Mesh
+	mesh.Leaves = map[string]consul.Leaf{"web": mesh.Leaves["web"], "api": mesh.Leaves["api"], "ext2": mesh.Leaves["ext2"]}
+	cat.Mesh = &mesh
+	m, warns := Build(cat, pol)
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g = gatewayGroup(t, m, ir.SidecarGroupName("vm-c", "tgw-1"))
+	if len(g.Gateway.Chains) != 1 || g.Gateway.Chains[0].Service != "ext2" {
+		t.Errorf("chains without ext1's leaf: %+v", g.Gateway.Chains)
+	}
+	if got, want := names(g.Secrets), []string{ir.LeafSecretPrefix + "ext2", ir.RootsSecretName}; !slices.Equal(got, want) {
+		t.Errorf("gateway secrets %v, want %v", got, want)
+	}
+	if !slices.ContainsFunc(warns, func(w string) bool { return strings.Contains(w, `no leaf certificate of "ext1"`) }) {
+		t.Errorf("no warning of ext1's missing leaf: %q", warns)
+	}
+}
+
+// TestTerminatingGatewayWildcard: the wildcard link is warned about and
+// serves nothing (the bridge links services by name only).
+func TestTerminatingGatewayWildcard(t *testing.T) {
+	cat := gatewayCatalog()
+	mesh := *cat.Mesh
+	// What /v1/health/connect answers: api's sidecars; for ext1, the
+	// gateway that fronts it.
+	mesh.Endpoints = map[string][]consul.Proxy{"api": {mesh.Proxies[0], mesh.Proxies[2]}, "ext1": {mesh.Proxies[3]}}
+	mesh.TerminatingGateways = map[string][]consul.LinkedService{"tgw": {{Name: "*"}}}
+	cat.Mesh = &mesh
+	m, warns := Build(cat, meshPolicy(t, "mesh {}\n"))
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if g := gatewayGroup(t, m, ir.SidecarGroupName("vm-c", "tgw-1")); len(g.Gateway.Chains) != 0 {
+		t.Errorf("chains %+v", g.Gateway.Chains)
+	}
+	if !slices.ContainsFunc(warns, func(w string) bool { return strings.Contains(w, "wildcard") }) {
+		t.Errorf("no warning of the wildcard: %q", warns)
+	}
+}

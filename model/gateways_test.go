@@ -25,7 +25,7 @@ func gatewayCatalog() *consul.Catalog {
 		&consul.Service{Name: "ext1", Instances: []consul.Instance{ext("ext1-a", 5432, consul.StatusPassing), ext("ext1-b", 5433, consul.StatusCritical)}},
 		&consul.Service{Name: "ext2", Instances: []consul.Instance{ext("ext2", 6443, consul.StatusPassing)}},
 	))
-	mesh.Proxies = append(slices.Clone(mesh.Proxies), consul.Proxy{Kind: consul.KindTerminatingGateway, ID: "tgw-1", Name: "tgw", Node: "vm-c", Datacenter: "dc1", Address: "10.0.0.3", Port: 9443})
+	mesh.Proxies = append(slices.Clone(mesh.Proxies), consul.Proxy{Kind: consul.KindTerminatingGateway, ID: "tgw-1", Name: "tgw", Node: "vm-c", Datacenter: "dc1", Address: "10.0.0.3", Port: 9443, Status: consul.StatusPassing})
 	mesh.Proxies[1].Upstreams = append(slices.Clone(mesh.Proxies[1].Upstreams), consul.Upstream{Service: "ext1", BindPort: 9192})
 	// What /v1/health/connect answers: api's sidecars; for ext1, the
 	// gateway that fronts it.

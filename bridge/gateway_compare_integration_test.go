@@ -172,7 +172,9 @@ func chainListener(t *testing.T, st adsclient.State) *listenerv3.Listener {
 func TestTerminatingGatewayMatchesConsulXDS(t *testing.T) {
 	agent := consultest.Start(t)
 	registerTerminatingGateway(t, agent)
-	h := startMeshBridge(t, agent, "mesh {}\n")
+	// Not every service: the linked ones are followed because they are
+	// linked.
+	h := startMeshBridge(t, agent, "export_all_services = false\nmesh {}\n")
 	_, consul := dialGateway(t, agent.GRPCAddr(), "tgw", 2)
 	bc, ours := dialGateway(t, h.daemon.XDSAddr().String(), "tgw", 2)
 	cv, bv := gatewayViewOf(consul), gatewayViewOf(ours)

@@ -11,10 +11,12 @@ import (
 	"time"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"github.com/hashicorp/consul/api"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
@@ -216,5 +218,125 @@ func TestTerminatingGatewayMatchesConsulXDS(t *testing.T) {
 	}
 	if st := bc.Snapshot(); len(st.SecretNames()) != 0 {
 		t.Errorf("agent mode: the bridge served the gateway secrets %v (leaves stay with the per-VM agent)", st.SecretNames())
+	}
+}
+
+// meshGatewayView is what a mesh gateway routes: by SNI, the endpoints
+// the connection goes to (and whether it goes there in the clear, TLS
+// passed through), plus its binds and catch-all chain.
+type meshGatewayView struct {
+	binds    []string
+	routes   []string // "SNI -> ENDPOINTS tls=..."
+	fallback string
+	// renamed are the bridge's clusters whose name is not their SNI.
+	renamed []string
+}
+
+func routeLine(st adsclient.State, sni, cluster string) string {
+	var eps []string
+	for _, ep := range st.Endpoints(cluster) {
+		eps = append(eps, ep.Address+"/"+ep.Health)
+	}
+	slices.Sort(eps)
+	return fmt.Sprintf("%s -> %s tls=%v", sni, strings.Join(eps, ","), st.Cluster(cluster).GetTransportSocket() != nil)
+}
+
+// consulMeshGatewayView: Consul routes with sni_cluster, so an SNI goes
+// to the cluster of that name.
+func consulMeshGatewayView(st adsclient.State) meshGatewayView {
+	v := gatewayViewOf(st)
+	mv := meshGatewayView{binds: v.binds, fallback: v.fallback}
+	for _, n := range st.ClusterNames() {
+		if strings.Contains(n, ".internal.") {
+			mv.routes = append(mv.routes, routeLine(st, n, n))
+		}
+	}
+	slices.Sort(mv.routes)
+	return mv
+}
+
+// bridgeMeshGatewayView: the bridge routes with a chain per SNI.
+func bridgeMeshGatewayView(t *testing.T, st adsclient.State) meshGatewayView {
+	v := gatewayViewOf(st)
+	mv := meshGatewayView{binds: v.binds, fallback: v.fallback}
+	for _, n := range st.ListenerNames() {
+		for _, fc := range st.Listener(n).GetFilterChains() {
+			sn := fc.GetFilterChainMatch().GetServerNames()
+			if len(sn) != 1 || len(fc.GetFilters()) != 1 {
+				continue
+			}
+			tp := &tcpproxyv3.TcpProxy{}
+			if err := fc.GetFilters()[0].GetTypedConfig().UnmarshalTo(tp); err != nil {
+				t.Fatal(err)
+			}
+			mv.routes = append(mv.routes, routeLine(st, sn[0], tp.GetCluster()))
+			if tp.GetCluster() != sn[0] {
+				mv.renamed = append(mv.renamed, tp.GetCluster())
+			}
+		}
+	}
+	slices.Sort(mv.routes)
+	return mv
+}
+
+// TestMeshGatewayMatchesConsulXDS: for web and api with sidecars (web
+// dials api) and a mesh gateway "mgw", Consul 1.15.4's own xDS server and
+// the bridge give the gateway the same bind and route the same SNIs (each
+// local service's mesh name) to the same endpoints (its sidecars), in
+// the clear (TLS passes through end to end). Pinned divergences
+// (docs/gateways.md): Consul routes with one sni_cluster chain, the
+// bridge with one chain per SNI and a deny-all catch-all; and the
+// bridge's cluster to api is named Consul's name + "/mgw", because web's
+// sidecar's mTLS cluster to api has Consul's name (the SNI matched is
+// Consul's either way).
+func TestMeshGatewayMatchesConsulXDS(t *testing.T) {
+	agent := consultest.Start(t)
+	agent.RegisterWebAPIMesh(t)
+	if err := agent.Client().Agent().ServiceRegister(&api.AgentServiceRegistration{Kind: api.ServiceKindMeshGateway, ID: "mgw", Name: "mgw", Address: "127.0.0.1", Port: 8443}); err != nil {
+		t.Fatal(err)
+	}
+	h := startMeshBridge(t, agent, "export_all_services = false\nmesh {}\n")
+	dial := func(addr string, ready func(adsclient.State) bool) adsclient.State {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: "mgw", Cluster: "mgw", Mode: adsclient.Delta, InitialFetchTimeout: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		st, err := c.Wait(ctx, ready)
+		if err != nil {
+			t.Fatalf("%s: %v", addr, err)
+		}
+		return st
+	}
+	theirs := consulMeshGatewayView(dial(agent.GRPCAddr(), func(s adsclient.State) bool {
+		v := consulMeshGatewayView(s)
+		return len(v.binds) == 1 && len(v.routes) == 2 && !strings.Contains(strings.Join(v.routes, " "), "->  ")
+	}))
+	ours := bridgeMeshGatewayView(t, dial(h.daemon.XDSAddr().String(), func(s adsclient.State) bool {
+		v := bridgeMeshGatewayView(t, s)
+		return len(v.binds) == 1 && len(v.routes) == 2 && !strings.Contains(strings.Join(v.routes, " "), "->  ")
+	}))
+	t.Logf("Consul: %+v", theirs)
+	t.Logf("bridge: %+v", ours)
+	if !slices.Equal(theirs.binds, ours.binds) || len(ours.binds) != 1 {
+		t.Errorf("binds: Consul %v, bridge %v", theirs.binds, ours.binds)
+	}
+	if !slices.Equal(theirs.routes, ours.routes) {
+		t.Errorf("routes:\nConsul %q\nbridge %q", theirs.routes, ours.routes)
+	}
+	if theirs.fallback != "envoy.filters.network.sni_cluster,envoy.filters.network.tcp_proxy" {
+		t.Errorf("Consul's catch-all chain is %q: the pinned divergence has moved", theirs.fallback)
+	}
+	if ours.fallback != "envoy.filters.network.rbac,envoy.filters.network.tcp_proxy" {
+		t.Errorf("bridge's catch-all chain is %q, want deny-all RBAC then tcp_proxy", ours.fallback)
+	}
+	roots, _, err := agent.Client().Connect().CARoots(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{ir.MeshClusterName("api", "dc1", roots.TrustDomain) + "/mgw"}; !slices.Equal(ours.renamed, want) {
+		t.Errorf("renamed clusters %v, want only %v (web's sidecar holds api's name)", ours.renamed, want)
 	}
 }

@@ -55,6 +55,17 @@ func (mb *meshBuilder) gateways() {
 			groups = append(groups, g)
 		}
 	}
+	for n := range clusters {
+		taken[n] = true
+	}
+	for _, p := range mb.mesh.Proxies {
+		if p.Kind != consul.KindMeshGateway {
+			continue
+		}
+		if g, ok := mb.meshGateway(p, taken, clusters); ok { // meshgateway.go
+			groups = append(groups, g)
+		}
+	}
 	for _, n := range slices.Sorted(maps.Keys(clusters)) {
 		m.Clusters = append(m.Clusters, clusters[n])
 	}
@@ -70,6 +81,11 @@ func (mb *meshBuilder) terminating(p consul.Proxy, taken map[string]bool, linker
 	if p.Port <= 0 || p.Port > 65535 {
 		b.warn("%s: port %d is out of range; skipped", who, p.Port)
 		return ir.Group{}, false
+	}
+	if !mb.m.Mesh.Central {
+		// Its chains name the linked services' leaves, which in agent mode
+		// only a per-VM agent would serve, and it serves them to sidecars.
+		b.warn("%s: the linked services' leaves are served in central mode only (mesh { mode = \"central\" }); until then its chains wait for certificates", who)
 	}
 	name := ir.SidecarGroupName(p.Node, p.ID)
 	gw := &ir.Gateway{

@@ -1,6 +1,7 @@
 package model
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -106,7 +107,8 @@ func TestTerminatingGatewayGroup(t *testing.T) {
 	if !m.SidecarClusters()[sni2] {
 		t.Error("a gateway's cluster (TLS files on the gateway's host) may be handed to other proxies")
 	}
-	if len(warns) != 0 {
+	// One warning: the leaves are not served in agent mode.
+	if len(warns) != 1 || !strings.Contains(warns[0], "central mode only") {
 		t.Errorf("warnings: %q", warns)
 	}
 }
@@ -182,5 +184,59 @@ func TestTerminatingGatewayWildcard(t *testing.T) {
 	}
 	if !slices.ContainsFunc(warns, func(w string) bool { return strings.Contains(w, "wildcard") }) {
 		t.Errorf("no warning of the wildcard: %q", warns)
+	}
+}
+
+// TestMeshGatewayGroup: a mesh gateway is the group of its service id,
+// with one passthrough chain per local service with sidecars (matched by
+// its mesh SNI) to a cluster of those sidecars, plain TCP (the caller's
+// TLS passes through); it holds no key, even in central mode, and gets
+// no chain for a service without sidecars (ext1, behind a terminating
+// gateway).
+func TestMeshGatewayGroup(t *testing.T) {
+	cat := gatewayCatalog()
+	mesh := *cat.Mesh
+	// With a mesh gateway the watcher reads every local service's
+	// Connect endpoints (consul.Mesh.TransparentTargets).
+	mesh.Endpoints = maps.Clone(mesh.Endpoints)
+	mesh.Endpoints["web"] = []consul.Proxy{mesh.Proxies[1]}
+	mesh.Proxies = append(slices.Clone(mesh.Proxies), consul.Proxy{Kind: consul.KindMeshGateway, ID: "mgw-1", Name: "mgw", Node: "vm-d", Datacenter: "dc1", Address: "10.0.0.4", ServiceAddress: "10.0.0.4", Port: 8443, Status: consul.StatusPassing})
+	cat.Mesh = &mesh
+	m, _ := Build(cat, meshPolicy(t, "mesh {\n  mode = \"central\"\n}\n"))
+	if err := m.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	g := gatewayGroup(t, m, ir.SidecarGroupName("vm-d", "mgw-1"))
+	gw := g.Gateway
+	if gw.Kind != ir.GatewayMesh || gw.Address != "10.0.0.4" || gw.Port != 8443 {
+		t.Fatalf("gateway %+v", gw)
+	}
+	api, web := ir.MeshClusterName("api", "dc1", td), ir.MeshClusterName("web", "dc1", td)
+	if len(gw.Chains) != 2 || gw.Chains[0].SNI != api || gw.Chains[1].SNI != web {
+		t.Fatalf("chains %+v", gw.Chains)
+	}
+	// web's sidecar holds api's name (its mTLS cluster); web's is free.
+	if gw.Chains[0].Cluster != api+"/mgw" || gw.Chains[1].Cluster != web {
+		t.Errorf("clusters %q %q", gw.Chains[0].Cluster, gw.Chains[1].Cluster)
+	}
+	for _, c := range gw.Chains {
+		if c.CertificateSecret != "" || len(c.Intentions.Rules) != 0 {
+			t.Errorf("mesh gateway chain %s terminates TLS or checks intentions: %+v", c.Service, c)
+		}
+		cl := m.Cluster(c.Cluster)
+		if cl == nil || cl.TLS != nil {
+			t.Fatalf("cluster %q: %+v", c.Cluster, cl)
+		}
+		var got []string
+		for _, ep := range cl.Endpoints {
+			got = append(got, ep.Address.String())
+		}
+		want := map[string][]string{"api": {"10.0.0.1", "10.0.0.2"}, "web": {"10.0.0.1"}}[c.Service]
+		if slices.Sort(got); !slices.Equal(got, want) {
+			t.Errorf("%s endpoints %v, want its sidecars %v", c.Service, got, want)
+		}
+	}
+	if len(g.Secrets) != 0 {
+		t.Errorf("mesh gateway holds secrets %v", g.Secrets)
 	}
 }

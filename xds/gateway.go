@@ -41,8 +41,16 @@ func addGatewayListener(g *ir.Group, r, fresh *Resources, rbacs rbacMemo) error 
 			ConfigType: &listenerv3.ListenerFilter_TypedConfig{TypedConfig: mustAny(&tlsinspectorv3.TlsInspector{})},
 		}},
 	}
+	if gw.Kind == ir.GatewayMesh {
+		// Consul's mesh gateway listener has no traffic direction.
+		l.TrafficDirection = corev3.TrafficDirection_UNSPECIFIED
+	}
 	for i := range gw.Chains {
 		c := &gw.Chains[i]
+		if gw.Kind == ir.GatewayMesh {
+			l.FilterChains = append(l.FilterChains, passthroughChain(c))
+			continue
+		}
 		fc, route, err := terminatingChain(name, c, rbacs)
 		if err != nil {
 			return fmt.Errorf("gateway listener %q chain %q: %w", name, c.SNI, err)
@@ -55,7 +63,7 @@ func addGatewayListener(g *ir.Group, r, fresh *Resources, rbacs rbacMemo) error 
 			fresh.Routes = append(fresh.Routes, rc)
 		}
 	}
-	fallback, err := denyAllChain(name)
+	fallback, err := denyAllChain(name, gw.Kind)
 	if err != nil {
 		return err
 	}
@@ -112,16 +120,33 @@ func terminatingChain(listener string, c *ir.GatewayChain, rbacs rbacMemo) (*lis
 	return fc, route, nil
 }
 
+// passthroughChain is a mesh gateway's chain of one service: the
+// connection, TLS untouched, to the service's sidecars.
+func passthroughChain(c *ir.GatewayChain) *listenerv3.FilterChain {
+	tp := &tcpproxyv3.TcpProxy{StatPrefix: "mesh_gateway_local." + c.SNI, ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: c.Cluster}}
+	return &listenerv3.FilterChain{
+		Name:             c.SNI,
+		FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: []string{c.SNI}},
+		Filters:          []*listenerv3.Filter{{Name: wellknown.TCPProxy, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(tp)}}},
+	}
+}
+
 // denyAllChain takes the connections no service's chain matches, so the
 // port answers (health checks connect) but nothing passes. Consul puts an
-// sni_cluster passthrough here; the bridge refuses instead, since that
-// passthrough would reach, by the SNI it is sent, any cluster of the
-// gateway without its chain's mutual TLS and intentions.
-func denyAllChain(listener string) (*listenerv3.FilterChain, error) {
+// sni_cluster passthrough here; the bridge refuses instead: on a
+// terminating gateway that passthrough would reach, by the SNI it is
+// sent, any cluster of the gateway without its chain's mutual TLS and
+// intentions, and a mesh gateway has a chain for every service it
+// routes to.
+func denyAllChain(listener, kind string) (*listenerv3.FilterChain, error) {
 	// An ALLOW RBAC with no policy matches nobody: every connection is
 	// closed before the TCP proxy runs.
 	rbac := &rbacnetworkv3.RBAC{StatPrefix: rbacStatPrefix, Rules: &rbacv3.RBAC{Action: rbacv3.RBAC_ALLOW}}
-	tp := &tcpproxyv3.TcpProxy{StatPrefix: "terminating_gateway.", ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: ""}}
+	prefix := "terminating_gateway."
+	if kind == ir.GatewayMesh {
+		prefix = "mesh_gateway_local."
+	}
+	tp := &tcpproxyv3.TcpProxy{StatPrefix: prefix, ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: ""}}
 	return &listenerv3.FilterChain{
 		Name: listener + "/no-match",
 		Filters: []*listenerv3.Filter{

@@ -231,3 +231,47 @@ func TestGatewayModelChecks(t *testing.T) {
 		t.Error("unsorted chains accepted")
 	}
 }
+
+// TestMeshGatewayListener: a mesh gateway's chains match each service's
+// SNI and only forward (no TLS termination, no RBAC: the caller's mutual
+// TLS reaches the destination's sidecar, which checks the intentions);
+// connections for any other name meet the deny-all catch-all.
+func TestMeshGatewayListener(t *testing.T) {
+	api := ir.MeshClusterName("api", "dc1", gwTD)
+	group := ir.SidecarGroupName("vm-d", "mgw-1")
+	m := &ir.Model{
+		Mesh:     &ir.Mesh{TrustDomain: gwTD},
+		Clusters: []ir.Cluster{{Name: api + "/mgw", Service: "api", ConnectTimeout: time.Second, Endpoints: []ir.Endpoint{{Address: netip.MustParseAddr("10.0.0.1"), Port: 21001, Health: ir.Healthy, Weight: 1}}}},
+		Groups: []ir.Group{{Name: group, Clusters: []string{api + "/mgw"}, Gateway: &ir.Gateway{Kind: ir.GatewayMesh, ProxyID: "mgw-1", Node: "vm-d", Service: "mgw", Datacenter: "dc1", Address: "10.0.0.4", Port: 8443,
+			Chains: []ir.GatewayChain{{SNI: api, Service: "api", Cluster: api + "/mgw"}}}}},
+	}
+	out, err := xds.Translate(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.Failed[group] != nil {
+		t.Fatal(out.Failed[group])
+	}
+	l := listenerNamed(t, out.Groups[group], ir.GatewayListenerName(group))
+	if fs := l.GetListenerFilters(); len(fs) != 1 || fs[0].GetName() != "envoy.filters.listener.tls_inspector" {
+		t.Errorf("listener filters %v, want the TLS inspector", fs)
+	}
+	chains := l.GetFilterChains()
+	if len(chains) != 2 {
+		t.Fatalf("%d chains", len(chains))
+	}
+	c := chains[0]
+	if !slices.Equal(c.GetFilterChainMatch().GetServerNames(), []string{api}) || c.GetTransportSocket() != nil ||
+		len(c.GetFilters()) != 1 || c.GetFilters()[0].GetName() != "envoy.filters.network.tcp_proxy" ||
+		!strings.Contains(c.GetFilters()[0].GetTypedConfig().String(), api+"/mgw") {
+		t.Errorf("api chain %v: want SNI match, no TLS, tcp_proxy to %s/mgw", c, api)
+	}
+	for _, src := range []string{"web", "api"} {
+		if rbacAllows(t, chainRBAC(t, chains[1]), ir.SPIFFEID(gwTD, "dc1", src), intention.Request{Source: src}) {
+			t.Errorf("catch-all lets %s through", src)
+		}
+	}
+	if len(out.Groups[group].Secrets) != 0 {
+		t.Errorf("secrets %v", out.Groups[group].Secrets)
+	}
+}

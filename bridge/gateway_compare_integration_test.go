@@ -202,6 +202,14 @@ func TestTerminatingGatewayMatchesConsulXDS(t *testing.T) {
 		t.Errorf("bridge's catch-all chain is %q, want deny-all RBAC then tcp_proxy", bv.fallback)
 	}
 
+	// What sidecars dialing a linked service reach: Consul answers the
+	// service's Connect endpoints with the gateway (which the bridge's
+	// sidecars then dial, judged by the gateway's own health).
+	conn, _, err := agent.Client().Health().Connect("ext1", "", false, nil)
+	if err != nil || len(conn) != 1 || conn[0].Service.ID != "tgw" || conn[0].Service.Kind != api.ServiceKindTerminatingGateway {
+		t.Errorf("/v1/health/connect/ext1: %v %+v", err, conn)
+	}
+
 	// /v1/proxies shows the gateway, keyed by its service id.
 	_, body := get(t, "http://"+h.daemon.AdminAddr().String()+"/v1/proxies")
 	var proxies []serve.ProxyStatus

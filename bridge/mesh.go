@@ -116,12 +116,11 @@ func (s *meshState) withMesh(cat *consul.Catalog) *consul.Catalog {
 func (s *meshState) watchTargets(p *policy.Policy) consul.Targets {
 	t := model.WatchTargets(p)
 	if s.mesh != nil {
-		t.Services = append(t.Services, s.mesh.Services()...)
-		// A terminating gateway's linked services: their instances are
-		// its endpoints (gateways.go).
-		for _, n := range s.linkedServices() {
-			t.Services = append(t.Services, consul.ServiceKey{Name: n})
-		}
+		// With the entries the loop holds: a terminating gateway's linked
+		// services are its endpoints (gateways.go).
+		m := *s.mesh
+		m.TerminatingGateways = s.terminating
+		t.Services = append(t.Services, m.CatalogTargets()...)
 	}
 	return t
 }

@@ -88,6 +88,18 @@ func (m *Mesh) LinkedServices() []string {
 	return slices.Sorted(maps.Keys(set))
 }
 
+// CatalogTargets are the services whose catalog health the mesh needs
+// besides the policy's: what Services lists, and the services linked to
+// terminating gateways (their instances are the gateways' endpoints). The
+// daemon and one-shot commands (plan) both follow exactly these.
+func (m *Mesh) CatalogTargets() []ServiceKey {
+	out := m.Services()
+	for _, n := range m.LinkedServices() {
+		out = append(out, ServiceKey{Name: n})
+	}
+	return out
+}
+
 // SetLeafServices sets the services whose leaves the watcher follows in
 // central mode besides its sidecars' (the services linked to terminating
 // gateways, which only the config entries name). Safe from any

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
+	hcmv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/http_connection_manager/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"github.com/hashicorp/consul/api"
 	"google.golang.org/protobuf/encoding/protojson"
@@ -48,6 +49,23 @@ func gatewayViewOf(st adsclient.State) gatewayView {
 			var names []string
 			for _, f := range fc.GetFilters() {
 				names = append(names, f.GetName())
+				hcm := &hcmv3.HttpConnectionManager{}
+				if f.GetTypedConfig().UnmarshalTo(hcm) != nil {
+					continue
+				}
+				// An HTTP chain: its HTTP filters, whom it tells the caller,
+				// and where its route configuration sends requests.
+				var hfs, targets []string
+				for _, hf := range hcm.GetHttpFilters() {
+					hfs = append(hfs, hf.GetName())
+				}
+				for _, vh := range st.RouteConfig(hcm.GetRds().GetRouteConfigName()).GetVirtualHosts() {
+					for _, r := range vh.GetRoutes() {
+						targets = append(targets, r.GetMatch().GetPrefix()+"->"+r.GetRoute().GetCluster())
+					}
+				}
+				names = append(names, fmt.Sprintf("(rds=%s http=%s xfcc=%s routes=%s)", hcm.GetRds().GetRouteConfigName(), strings.Join(hfs, ","),
+					hcm.GetForwardClientCertDetails(), strings.Join(targets, ",")))
 			}
 			sn := fc.GetFilterChainMatch().GetServerNames()
 			if len(sn) == 0 {
@@ -93,8 +111,8 @@ func sniOf(js string) string {
 }
 
 // registerTerminatingGateway registers, as an operator would, two
-// external services (ext1 plain TCP, ext2 TLS with the entry's files and
-// SNI) on a node of their own, a terminating gateway "tgw" on the agent
+// external services (ext1 plain TCP, ext2 HTTP over TLS with the entry's
+// files and SNI) on a node of their own, a terminating gateway "tgw" on the agent
 // (port 9443) and its config entry linking both; and intentions for ext1:
 // web allowed, ops denied.
 func registerTerminatingGateway(t *testing.T, agent *consultest.Agent) {
@@ -113,6 +131,7 @@ func registerTerminatingGateway(t *testing.T, agent *consultest.Agent) {
 		t.Fatal(err)
 	}
 	for _, e := range []api.ConfigEntry{
+		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "ext2", Protocol: "http"},
 		&api.TerminatingGatewayConfigEntry{Kind: api.TerminatingGateway, Name: "tgw", Services: []api.LinkedService{
 			{Name: "ext1"},
 			{Name: "ext2", CAFile: "/etc/tgw/ext2-ca.pem", CertFile: "/etc/tgw/client.pem", KeyFile: "/etc/tgw/client-key.pem", SNI: "ext2.example.com"},
@@ -143,7 +162,8 @@ func dialGateway(t *testing.T, addr, nodeID string, want int) (*adsclient.Client
 	t.Cleanup(func() { _ = c.Close() })
 	st, err := c.Wait(ctx, func(s adsclient.State) bool {
 		v := gatewayViewOf(s)
-		return len(v.chains) >= want && len(v.endpoints) >= want
+		// An HTTP chain's view is complete with its route configuration.
+		return len(v.chains) >= want && len(v.endpoints) >= want && !strings.Contains(strings.Join(v.chains, " "), "routes=)")
 	})
 	if err != nil {
 		t.Fatalf("%s: %v", addr, err)

@@ -131,7 +131,7 @@ func upstreamTLS(t *ir.UpstreamTLS, http2 bool) *corev3.TransportSocket {
 		return meshGRPCUpstreamTLS(t) // proxyless gRPC: no SDS
 	}
 	if t.Files != nil {
-		return upstreamTLSFiles(t, http2) // gateway.go
+		return upstreamTLSFiles(t) // gateway.go
 	}
 	ctx := &tlsv3.UpstreamTlsContext{Sni: t.SNI, CommonTlsContext: &tlsv3.CommonTlsContext{}}
 	if http2 {

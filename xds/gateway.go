@@ -108,13 +108,14 @@ func terminatingChain(listener string, c *ir.GatewayChain, rbacs rbacMemo) (*lis
 		}},
 	}}}
 	hcm := buildHCM(route)
-	hcm.HttpFilters = append([]*hcmv3.HttpFilter{rbac}, hcm.HttpFilters...)
-	if c.Protocol != "grpc" {
-		// Tell the service who called, as Consul's gateway does.
-		hcm.ForwardClientCertDetails = hcmv3.HttpConnectionManager_APPEND_FORWARD
-		hcm.SetCurrentClientCertDetails = &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{
-			Subject: wrapperspb.Bool(true), Cert: true, Chain: true, Dns: true, Uri: true,
-		}
+	// The RBAC, then the router, as Consul: the gateway's one route has
+	// no per-route configuration for other filters to act on.
+	hcm.HttpFilters = []*hcmv3.HttpFilter{rbac, routerHTTPFilter()}
+	// Tell the service who called, as Consul's terminating gateway does
+	// for every HTTP-like protocol (gRPC included, unlike its sidecars).
+	hcm.ForwardClientCertDetails = hcmv3.HttpConnectionManager_APPEND_FORWARD
+	hcm.SetCurrentClientCertDetails = &hcmv3.HttpConnectionManager_SetCurrentClientCertDetails{
+		Subject: wrapperspb.Bool(true), Cert: true, Chain: true, Dns: true, Uri: true,
 	}
 	fc.Filters = []*listenerv3.Filter{{Name: wellknown.HTTPConnectionManager, ConfigType: &listenerv3.Filter_TypedConfig{TypedConfig: mustAny(hcm)}}}
 	return fc, route, nil
@@ -161,7 +162,7 @@ func denyAllChain(listener, kind string) (*listenerv3.FilterChain, error) {
 // verifies the peer (and the SNI, when given, is the name its
 // certificate must carry), the certificate and key are presented when
 // both are given.
-func upstreamTLSFiles(t *ir.UpstreamTLS, http2 bool) *corev3.TransportSocket {
+func upstreamTLSFiles(t *ir.UpstreamTLS) *corev3.TransportSocket {
 	file := func(p string) *corev3.DataSource {
 		return &corev3.DataSource{Specifier: &corev3.DataSource_Filename{Filename: p}}
 	}
@@ -176,8 +177,7 @@ func upstreamTLSFiles(t *ir.UpstreamTLS, http2 bool) *corev3.TransportSocket {
 	if t.Files.Cert != "" && t.Files.Key != "" {
 		common.TlsCertificates = []*tlsv3.TlsCertificate{{CertificateChain: file(t.Files.Cert), PrivateKey: file(t.Files.Key)}}
 	}
-	if http2 {
-		common.AlpnProtocols = []string{"h2"}
-	}
+	// No ALPN, as Consul: an http2 or grpc service's cluster speaks HTTP/2
+	// by its protocol options.
 	return tlsSocket(&tlsv3.UpstreamTlsContext{Sni: t.SNI, CommonTlsContext: common})
 }

@@ -308,10 +308,12 @@ func bridgeMeshGatewayView(t *testing.T, st adsclient.State) meshGatewayView {
 }
 
 // TestMeshGatewayMatchesConsulXDS: for web and api with sidecars (web
-// dials api) and a mesh gateway "mgw", Consul 1.15.4's own xDS server and
-// the bridge give the gateway the same bind and route the same SNIs (each
-// local service's mesh name) to the same endpoints (its sidecars), in
-// the clear (TLS passes through end to end). Pinned divergences
+// dials api), a terminating gateway "tgw" linking ext1 and ext2, and a
+// mesh gateway "mgw", Consul 1.15.4's own xDS server and the bridge give
+// the mesh gateway the same bind and route the same SNIs (each local
+// service's mesh name) to the same endpoints (its sidecars; for ext1 and
+// ext2 the terminating gateway), in the clear (TLS passes through end to
+// end). Pinned divergences
 // (docs/gateways.md): Consul routes with one sni_cluster chain, the
 // bridge with one chain per SNI and a deny-all catch-all; and the
 // bridge's cluster to api is named Consul's name + "/mgw", because web's
@@ -320,6 +322,7 @@ func bridgeMeshGatewayView(t *testing.T, st adsclient.State) meshGatewayView {
 func TestMeshGatewayMatchesConsulXDS(t *testing.T) {
 	agent := consultest.Start(t)
 	agent.RegisterWebAPIMesh(t)
+	registerTerminatingGateway(t, agent)
 	if err := agent.Client().Agent().ServiceRegister(&api.AgentServiceRegistration{Kind: api.ServiceKindMeshGateway, ID: "mgw", Name: "mgw", Address: "127.0.0.1", Port: 8443}); err != nil {
 		t.Fatal(err)
 	}
@@ -340,11 +343,11 @@ func TestMeshGatewayMatchesConsulXDS(t *testing.T) {
 	}
 	theirs := consulMeshGatewayView(dial(agent.GRPCAddr(), func(s adsclient.State) bool {
 		v := consulMeshGatewayView(s)
-		return len(v.binds) == 1 && len(v.routes) == 2 && !strings.Contains(strings.Join(v.routes, " "), "->  ")
+		return len(v.binds) == 1 && len(v.routes) == 4 && !strings.Contains(strings.Join(v.routes, " "), "->  ")
 	}))
 	ours := bridgeMeshGatewayView(t, dial(h.daemon.XDSAddr().String(), func(s adsclient.State) bool {
 		v := bridgeMeshGatewayView(t, s)
-		return len(v.binds) == 1 && len(v.routes) == 2 && !strings.Contains(strings.Join(v.routes, " "), "->  ")
+		return len(v.binds) == 1 && len(v.routes) == 4 && !strings.Contains(strings.Join(v.routes, " "), "->  ")
 	}))
 	t.Logf("Consul: %+v", theirs)
 	t.Logf("bridge: %+v", ours)
@@ -364,7 +367,8 @@ func TestMeshGatewayMatchesConsulXDS(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{ir.MeshClusterName("api", "dc1", roots.TrustDomain) + "/mgw"}; !slices.Equal(ours.renamed, want) {
-		t.Errorf("renamed clusters %v, want only %v (web's sidecar holds api's name)", ours.renamed, want)
+	td := roots.TrustDomain
+	if want := []string{ir.MeshClusterName("api", "dc1", td) + "/mgw", ir.MeshClusterName("ext1", "dc1", td) + "/mgw", ir.MeshClusterName("ext2", "dc1", td) + "/mgw"}; !slices.Equal(ours.renamed, want) {
+		t.Errorf("renamed clusters %v, want only %v (web's sidecar holds api's name, the terminating gateway ext1's and ext2's)", ours.renamed, want)
 	}
 }

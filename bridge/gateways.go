@@ -1,7 +1,11 @@
 package bridge
 
 import (
+	"slices"
+
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/model"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
 
@@ -24,14 +28,40 @@ func (s *meshState) linkedServices() []string {
 	return m.LinkedServices()
 }
 
-// followLeaves tells the mesh watcher, in central mode, which linked
-// services' leaves to follow (no-op otherwise: the per-VM agent serves
-// leaves from its local Consul agent).
+// followLeaves tells the mesh watcher what the entries add to what it
+// follows: in central mode the linked services' leaves (the per-VM agent
+// serves leaves otherwise), and with a mesh gateway their Connect
+// endpoints (meshTargets).
 func (l *loop) followLeaves() {
-	if l.meshWatcher == nil || !l.mesh.central {
+	if l.meshWatcher == nil {
 		return
 	}
-	l.meshWatcher.SetLeafServices(l.mesh.linkedServices())
+	if l.mesh.central {
+		l.meshWatcher.SetLeafServices(l.mesh.linkedServices())
+	}
+	l.setMeshTargets(l.policy)
+}
+
+// setMeshTargets gives the mesh watcher the services it follows besides
+// the registrations' upstreams: the policy's mesh_routes targets (which
+// no sidecar may dial directly) and, with a mesh gateway, the services
+// linked to terminating gateways. Only a change is passed on: the
+// watcher publishes after each, and each publication comes back here.
+func (l *loop) setMeshTargets(p *policy.Policy) {
+	if l.meshWatcher == nil {
+		return
+	}
+	t := model.MeshWatchTargets(p)
+	if l.mesh.mesh != nil {
+		m := *l.mesh.mesh
+		m.TerminatingGateways = l.mesh.terminating
+		t = append(t, m.MeshGatewayTargets()...)
+	}
+	if l.meshTargetsSet && slices.Equal(t, l.meshTargets) {
+		return
+	}
+	l.meshTargets, l.meshTargetsSet = t, true
+	l.meshWatcher.SetTargets(t)
 }
 
 // gatewayIndex adds the gateway groups of m to a sidecar index: serve

@@ -44,6 +44,10 @@ type loop struct {
 	// meshWatcher, when the mesh is followed, takes the policy's
 	// mesh_routes targets on reload.
 	meshWatcher *consul.MeshWatcher
+	// meshTargets are the targets last given the mesh watcher
+	// (setMeshTargets), once meshTargetsSet.
+	meshTargets    []consul.ServiceKey
+	meshTargetsSet bool
 	// kvAccepted is set once a policy with the KV documents was accepted:
 	// before, no proxy is answered (a policy lacking a document would
 	// serve its groups nothing).

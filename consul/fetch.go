@@ -95,16 +95,6 @@ func FetchMesh(ctx context.Context, client *api.Client, central bool, q QueryOpt
 		m.Proxies = append(m.Proxies, NewProxies(entries)...)
 	}
 	slices.SortFunc(m.Proxies, func(a, b Proxy) int { return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID)) })
-	for _, k := range m.upstreams(targets...) {
-		entries, _, err := client.Health().Connect(k.Name, "", false, opts(k.Datacenter))
-		if err != nil {
-			if k.Datacenter != "" {
-				continue
-			}
-			return nil, fmt.Errorf("connect health of %s: %w", k, err)
-		}
-		m.Endpoints[k.String()] = newConnectEndpoints(entries)
-	}
 	roots, _, err := client.Connect().CARoots(opts(""))
 	if err != nil {
 		return nil, fmt.Errorf("connect CA roots: %w", err)
@@ -145,6 +135,19 @@ func FetchMesh(ctx context.Context, client *api.Client, central bool, q QueryOpt
 		}
 	}
 	slices.SortFunc(m.Intentions, func(a, b *api.ServiceIntentionsConfigEntry) int { return cmp.Compare(a.Name, b.Name) })
+	// After the entries: a mesh gateway routes to the services linked to
+	// terminating gateways too (MeshGatewayTargets).
+	targets = append(slices.Clone(targets), m.MeshGatewayTargets()...)
+	for _, k := range m.upstreams(targets...) {
+		entries, _, err := client.Health().Connect(k.Name, "", false, opts(k.Datacenter))
+		if err != nil {
+			if k.Datacenter != "" {
+				continue
+			}
+			return nil, fmt.Errorf("connect health of %s: %w", k, err)
+		}
+		m.Endpoints[k.String()] = newConnectEndpoints(entries)
+	}
 	if central {
 		m.Leaves = map[string]Leaf{}
 		var services []string

@@ -100,6 +100,21 @@ func (m *Mesh) CatalogTargets() []ServiceKey {
 	return out
 }
 
+// MeshGatewayTargets are, with a mesh gateway registered, the services
+// linked to terminating gateways: a mesh gateway routes to them too (their
+// Connect endpoints are those gateways, as Consul answers), so their
+// Connect health is followed like a sidecar upstream's. Nil otherwise.
+func (m *Mesh) MeshGatewayTargets() []ServiceKey {
+	if m == nil || !slices.ContainsFunc(m.Proxies, func(p Proxy) bool { return p.Kind == KindMeshGateway }) {
+		return nil
+	}
+	var out []ServiceKey
+	for _, n := range m.LinkedServices() {
+		out = append(out, ServiceKey{Name: n})
+	}
+	return out
+}
+
 // SetLeafServices sets the services whose leaves the watcher follows in
 // central mode besides its sidecars' (the services linked to terminating
 // gateways, which only the config entries name). Safe from any

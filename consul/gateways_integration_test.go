@@ -55,6 +55,11 @@ func TestGatewaysFetchedAndWatched(t *testing.T) {
 	if fetched.Leaves["ext1"].CertPEM == "" || len(fetched.Leaves["ext1"].KeyPEM) == 0 || len(fetched.Leaves) != 1 {
 		t.Errorf("leaves %v, want ext1's only", fetched.Leaves)
 	}
+	// With a mesh gateway, the linked service's Connect endpoints (the
+	// terminating gateway) are read too.
+	if eps := fetched.Endpoints["ext1"]; len(eps) != 1 || eps[0].ID != "tgw" || eps[0].Kind != KindTerminatingGateway {
+		t.Errorf("ext1's Connect endpoints %+v, want the terminating gateway", eps)
+	}
 	if got := fetched.CatalogTargets(); !slices.Contains(got, ServiceKey{Name: "ext1"}) {
 		t.Errorf("catalog targets %v lack ext1", got)
 	}

@@ -188,11 +188,11 @@ func TestTerminatingGatewayWildcard(t *testing.T) {
 }
 
 // TestMeshGatewayGroup: a mesh gateway is the group of its service id,
-// with one passthrough chain per local service with sidecars (matched by
-// its mesh SNI) to a cluster of those sidecars, plain TCP (the caller's
-// TLS passes through); it holds no key, even in central mode, and gets
-// no chain for a service without sidecars (ext1, behind a terminating
-// gateway).
+// with one passthrough chain per local service with Connect instances
+// (matched by its mesh SNI) to a cluster of those instances, plain TCP
+// (the caller's TLS passes through): sidecars, or for ext1 the
+// terminating gateway that fronts it; none for ext2, whose Connect
+// instances were not read. It holds no key, even in central mode.
 func TestMeshGatewayGroup(t *testing.T) {
 	cat := gatewayCatalog()
 	mesh := *cat.Mesh
@@ -211,13 +211,14 @@ func TestMeshGatewayGroup(t *testing.T) {
 	if gw.Kind != ir.GatewayMesh || gw.Address != "10.0.0.4" || gw.Port != 8443 {
 		t.Fatalf("gateway %+v", gw)
 	}
-	api, web := ir.MeshClusterName("api", "dc1", td), ir.MeshClusterName("web", "dc1", td)
-	if len(gw.Chains) != 2 || gw.Chains[0].SNI != api || gw.Chains[1].SNI != web {
+	api, ext1, web := ir.MeshClusterName("api", "dc1", td), ir.MeshClusterName("ext1", "dc1", td), ir.MeshClusterName("web", "dc1", td)
+	if len(gw.Chains) != 3 || gw.Chains[0].SNI != api || gw.Chains[1].SNI != ext1 || gw.Chains[2].SNI != web {
 		t.Fatalf("chains %+v", gw.Chains)
 	}
-	// web's sidecar holds api's name (its mTLS cluster); web's is free.
-	if gw.Chains[0].Cluster != api+"/mgw" || gw.Chains[1].Cluster != web {
-		t.Errorf("clusters %q %q", gw.Chains[0].Cluster, gw.Chains[1].Cluster)
+	// web's sidecar holds api's and ext1's names (its mTLS clusters);
+	// web's is free.
+	if gw.Chains[0].Cluster != api+"/mgw" || gw.Chains[1].Cluster != ext1+"/mgw" || gw.Chains[2].Cluster != web {
+		t.Errorf("clusters %q %q %q", gw.Chains[0].Cluster, gw.Chains[1].Cluster, gw.Chains[2].Cluster)
 	}
 	for _, c := range gw.Chains {
 		if c.CertificateSecret != "" || len(c.Intentions.Rules) != 0 {
@@ -231,7 +232,7 @@ func TestMeshGatewayGroup(t *testing.T) {
 		for _, ep := range cl.Endpoints {
 			got = append(got, ep.Address.String())
 		}
-		want := map[string][]string{"api": {"10.0.0.1", "10.0.0.2"}, "web": {"10.0.0.1"}}[c.Service]
+		want := map[string][]string{"api": {"10.0.0.1", "10.0.0.2"}, "ext1": {"10.0.0.3"}, "web": {"10.0.0.1"}}[c.Service]
 		if slices.Sort(got); !slices.Equal(got, want) {
 			t.Errorf("%s endpoints %v, want its sidecars %v", c.Service, got, want)
 		}

@@ -62,8 +62,9 @@ func (mb *meshBuilder) meshGateway(p consul.Proxy, taken map[string]bool, cluste
 }
 
 // localConnectServices are the local services with Connect instances the
-// bridge knows of: the destinations of registered sidecars and the
-// Connect-native services, sorted.
+// bridge knows of: the destinations of registered sidecars, the
+// Connect-native services and the services linked to terminating
+// gateways (whose Connect instances are those gateways), sorted.
 func (mb *meshBuilder) localConnectServices() []string {
 	set := map[string]bool{}
 	for _, p := range mb.mesh.Proxies {
@@ -71,7 +72,7 @@ func (mb *meshBuilder) localConnectServices() []string {
 			set[p.Service] = true
 		}
 	}
-	for _, n := range mb.mesh.Natives {
+	for _, n := range slices.Concat(mb.mesh.Natives, mb.mesh.LinkedServices()) {
 		if ir.QueryableServiceName(n) {
 			set[n] = true
 		}

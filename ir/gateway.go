@@ -78,6 +78,14 @@ var ErrGateway = errors.New("invalid gateway")
 // callers it cannot identify, and the RBAC would see no principal).
 func (m *Model) validateGateways() []error {
 	var errs []error
+	for _, c := range m.Clusters {
+		// TLS from files: a CA (else the peer is not verified), a
+		// certificate only with its key, and no SDS secret besides (one
+		// or the other says what Envoy presents and trusts).
+		if f := c.TLS.files(); f != nil && (f.CA == "" || (f.Cert == "") != (f.Key == "") || c.TLS.CertificateSecret != "" || c.TLS.CASecret != "") {
+			errs = append(errs, fmt.Errorf("cluster %q: TLS files %+v must name a CA, a certificate with its key, and no SDS secret besides: %w", c.Name, *f, ErrSecret))
+		}
+	}
 	for gi := range m.Groups {
 		g := &m.Groups[gi]
 		gw := g.Gateway
@@ -126,6 +134,13 @@ func (m *Model) gatewayClusters(out map[string]bool) {
 			}
 		}
 	}
+}
+
+func (t *UpstreamTLS) files() *TLSFiles {
+	if t == nil {
+		return nil
+	}
+	return t.Files
 }
 
 // gatewayTargets are the gateway's clusters as TCP targets, for the

@@ -220,8 +220,9 @@ type UpstreamTLS struct {
 	Files *TLSFiles `json:",omitempty"`
 }
 
-// TLSFiles are paths on a proxy's host. CA "" means no TLS from files;
-// Cert and Key are presented only together.
+// TLSFiles are paths on a proxy's host: CA verifies the peer (required:
+// without a CA file Consul originates no TLS, and neither does the
+// model), Cert and Key are presented only together.
 type TLSFiles struct {
 	CA, Cert, Key string
 }

@@ -216,9 +216,17 @@ func TestTerminatingGatewayRBAC(t *testing.T) {
 	}
 }
 
-// TestGatewayModelChecks: a terminating chain without a certificate, or
-// chains out of order, is refused by the model.
+// TestGatewayModelChecks: a terminating chain without a certificate,
+// chains out of order, or TLS files without a CA or with a certificate
+// but no key, are refused by the model.
 func TestGatewayModelChecks(t *testing.T) {
+	for name, f := range map[string]ir.TLSFiles{"no CA": {Cert: "c", Key: "k"}, "no key": {CA: "ca", Cert: "c"}} {
+		m := gatewayModel()
+		m.Clusters[0].TLS.Files = &f
+		if err := m.Validate(); err == nil || !strings.Contains(err.Error(), "TLS files") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
 	m := gatewayModel()
 	m.Groups[0].Gateway.Chains[1].CertificateSecret = ""
 	if err := m.Validate(); err == nil || !strings.Contains(err.Error(), "no certificate") {

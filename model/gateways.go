@@ -82,11 +82,6 @@ func (mb *meshBuilder) terminating(p consul.Proxy, taken map[string]bool, linker
 		b.warn("%s: port %d is out of range; skipped", who, p.Port)
 		return ir.Group{}, false
 	}
-	if !mb.m.Mesh.Central {
-		// Its chains name the linked services' leaves, which in agent mode
-		// only a per-VM agent would serve, and it serves them to sidecars.
-		b.warn("%s: the linked services' leaves are served in central mode only (mesh { mode = \"central\" }); until then its chains wait for certificates", who)
-	}
 	name := ir.SidecarGroupName(p.Node, p.ID)
 	gw := &ir.Gateway{
 		Kind: ir.GatewayTerminating, ProxyID: p.ID, Node: p.Node, Service: p.Name, Datacenter: p.Datacenter,

@@ -116,6 +116,12 @@ func TestAgentServesTerminatingGatewayLeaves(t *testing.T) {
 		t.Errorf("gateway leaves %v, want ext1 only (ext2 is not in connect.services)", got)
 	}
 	consultest.VerifyConnectLeaf(t, []byte(st.Secret(ir.LeafSecretPrefix+"ext1").GetTlsCertificate().GetCertificateChain().GetInlineString()), roots, ir.SPIFFEID(td, "dc1", "ext1"))
+	// Asked for by name, the gateway gets its linked service's leaf and
+	// the roots, not ext2's (not in connect.services) nor web's.
+	asked := []string{ir.LeafSecretPrefix + "ext1", ir.LeafSecretPrefix + "ext2", ir.LeafSecretPrefix + "web", ir.RootsSecretName}
+	if ans := askSecrets("unix://"+ag.SocketAddr().String(), "tgw", "tgw", asked, 3*time.Second); !slices.Equal(ans.Got, []string{ir.LeafSecretPrefix + "ext1", ir.RootsSecretName}) {
+		t.Errorf("gateway asking by name got %+v", ans)
+	}
 	if !strings.Contains(logs.String(), `"proxy_id":"tgw","service":"ext2"`) {
 		t.Errorf("no warning about ext2's leaf:\n%s", logs.String())
 	}

@@ -111,8 +111,10 @@ func (a *Agent) leafServices(key string) []string {
 	k := serve.ParseRelayKey(key)
 	var out []string
 	if a.sidecars != nil && strings.HasPrefix(k.NodeCluster, ir.SidecarGroupPrefix) {
-		if _, svc, _, ok := a.upstreamNode(k); ok && slices.Contains(a.cfg.ConnectServices, svc) {
-			out = append(out, svc)
+		for _, svc := range a.actsFor(k) { // gateways.go
+			if slices.Contains(a.cfg.ConnectServices, svc) {
+				out = append(out, svc)
+			}
 		}
 		return out // a sidecar group is no proxy group of the config
 	}

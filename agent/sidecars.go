@@ -75,13 +75,14 @@ type savedSidecar struct {
 	Group     string   `json:"group"`
 	Service   string   `json:"service"`
 	Upstreams []string `json:"upstreams,omitempty"`
+	Kind      string   `json:"kind,omitempty"` // a gateway's
 }
 
 func toSaved(node string, index map[string][]serve.SidecarInfo) savedSidecars {
 	out := savedSidecars{Node: node, Proxies: []savedSidecar{}}
 	for _, id := range slices.Sorted(maps.Keys(index)) {
 		for _, in := range index[id] {
-			out.Proxies = append(out.Proxies, savedSidecar{ProxyID: id, Group: in.Group(id), Service: in.Service, Upstreams: in.Upstreams})
+			out.Proxies = append(out.Proxies, savedSidecar{ProxyID: id, Group: in.Group(id), Service: in.Service, Upstreams: in.Upstreams, Kind: in.Kind})
 		}
 	}
 	return out
@@ -90,7 +91,7 @@ func toSaved(node string, index map[string][]serve.SidecarInfo) savedSidecars {
 func (s savedSidecars) index() map[string][]serve.SidecarInfo {
 	index := map[string][]serve.SidecarInfo{}
 	for _, p := range s.Proxies {
-		index[p.ProxyID] = append(index[p.ProxyID], serve.SidecarInfo{Node: s.Node, Service: p.Service, Upstreams: p.Upstreams})
+		index[p.ProxyID] = append(index[p.ProxyID], serve.SidecarInfo{Node: s.Node, Service: p.Service, Upstreams: p.Upstreams, Kind: p.Kind})
 	}
 	return index
 }
@@ -169,13 +170,21 @@ func (s *localSidecars) read(ctx context.Context) error {
 		s.liveNode = name
 	}
 	node := s.liveNode
-	services, err := s.client.Agent().ServicesWithFilterOpts(`Kind == "connect-proxy"`, q)
+	services, err := s.client.Agent().ServicesWithFilterOpts(`Kind == "connect-proxy" or Kind == "terminating-gateway" or Kind == "mesh-gateway"`, q)
 	if err != nil {
 		return fmt.Errorf("local connect-proxy registrations: %w", err)
 	}
 	index := map[string][]serve.SidecarInfo{}
 	for _, id := range slices.Sorted(maps.Keys(services)) {
 		svc := services[id]
+		if svc.Kind != api.ServiceKindConnectProxy {
+			info, err := s.gateway(node, id, svc, q) // gateways.go
+			if err != nil {
+				return err
+			}
+			index[id] = []serve.SidecarInfo{info}
+			continue
+		}
 		if svc.Proxy == nil || svc.Proxy.DestinationServiceName == "" {
 			continue
 		}

@@ -334,7 +334,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	wg.Go(func() {
 		l := &loop{d: d, watcher: watcher, policy: d.cfg.Policy, kvNeeded: kv != nil, ce: ce,
-			policyEntries: s.Consul.ConfigEntries, mesh: mesh, meshUpdates: meshUpdates, meshWatcher: mw}
+			policyEntries: s.Consul.ConfigEntries, mesh: mesh, meshUpdates: meshUpdates, meshWatcher: mw,
+			// What the mesh watcher starts with (MeshConfig.Targets).
+			meshTargets: model.MeshWatchTargets(d.cfg.Policy), meshTargetsSet: mw != nil}
 		l.run(ctx, watcher.Updates(), kvUpdates)
 	})
 	wg.Wait()

@@ -44,6 +44,10 @@ type loop struct {
 	// meshWatcher, when the mesh is followed, takes the policy's
 	// mesh_routes targets on reload.
 	meshWatcher *consul.MeshWatcher
+	// meshTargets are the targets last given the mesh watcher
+	// (setMeshTargets), once meshTargetsSet.
+	meshTargets    []consul.ServiceKey
+	meshTargetsSet bool
 	// kvAccepted is set once a policy with the KV documents was accepted:
 	// before, no proxy is answered (a policy lacking a document would
 	// serve its groups nothing).
@@ -133,6 +137,8 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 			l.reloadPolicy("kv")
 		case u := <-l.ce.updates:
 			if l.mesh.needed && l.mesh.setEntries(u.Entries) {
+				l.followLeaves()
+				l.watcher.SetTargets(l.mesh.watchTargets(l.policy))
 				l.noteChange(u.ChangedAt)
 				l.noteWhat(consul.Change{})
 				l.schedule()
@@ -147,6 +153,7 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 			}
 		case mu := <-l.meshUpdates:
 			l.mesh.mesh = mu.Mesh
+			l.followLeaves()
 			l.watcher.SetTargets(l.mesh.watchTargets(l.policy))
 			l.noteChange(mu.ChangedAt)
 			l.noteWhat(consul.Change{})

@@ -27,7 +27,7 @@ import (
 
 // meshKinds are the config entry kinds the mesh reads (the mesh entry
 // for transparent proxies' mesh_destinations_only).
-var meshKinds = []string{api.ServiceDefaults, api.ServiceIntentions, api.MeshConfig}
+var meshKinds = []string{api.ServiceDefaults, api.ServiceIntentions, api.MeshConfig, api.TerminatingGateway}
 
 // meshWanted reports whether a policy uses the mesh, which the daemon
 // decides at start (the watchers run for its life).
@@ -61,7 +61,9 @@ type meshState struct {
 	overrides  map[string][]*api.UpstreamConfig
 	// destinationsOnly is the mesh entry's mesh_destinations_only.
 	destinationsOnly bool
-	entriesSet       bool
+	// terminating are the terminating-gateway entries' links by gateway.
+	terminating map[string][]consul.LinkedService
+	entriesSet  bool
 }
 
 func (s *meshState) waiting() bool { return s.needed && (s.mesh == nil || !s.entriesSet) }
@@ -72,8 +74,9 @@ func (s *meshState) setEntries(entries []api.ConfigEntry) bool {
 	var m consul.Mesh
 	m.SetEntries(entries)
 	changed := !s.entriesSet || !maps.Equal(m.Protocols, s.protocols) || !sameJSON(m.Intentions, s.intentions) ||
-		!sameJSON(m.UpstreamOverrides, s.overrides) || m.MeshDestinationsOnly != s.destinationsOnly
+		!sameJSON(m.UpstreamOverrides, s.overrides) || m.MeshDestinationsOnly != s.destinationsOnly || !sameJSON(m.TerminatingGateways, s.terminating)
 	s.intentions, s.protocols, s.overrides, s.destinationsOnly, s.entriesSet = m.Intentions, m.Protocols, m.UpstreamOverrides, m.MeshDestinationsOnly, true
+	s.terminating = m.TerminatingGateways
 	return changed
 }
 
@@ -103,6 +106,7 @@ func (s *meshState) withMesh(cat *consul.Catalog) *consul.Catalog {
 	}
 	m := *s.mesh
 	m.Intentions, m.Protocols, m.UpstreamOverrides, m.MeshDestinationsOnly = s.intentions, s.protocols, s.overrides, s.destinationsOnly
+	m.TerminatingGateways = s.terminating
 	c := *cat
 	c.Mesh = &m
 	return &c
@@ -112,7 +116,11 @@ func (s *meshState) withMesh(cat *consul.Catalog) *consul.Catalog {
 func (s *meshState) watchTargets(p *policy.Policy) consul.Targets {
 	t := model.WatchTargets(p)
 	if s.mesh != nil {
-		t.Services = append(t.Services, s.mesh.Services()...)
+		// With the entries the loop holds: a terminating gateway's linked
+		// services are its endpoints (gateways.go).
+		m := *s.mesh
+		m.TerminatingGateways = s.terminating
+		t.Services = append(t.Services, m.CatalogTargets()...)
 	}
 	return t
 }
@@ -143,6 +151,7 @@ func (s *meshState) pendingTargets(p *policy.Policy) []string {
 // serve's keying and /v1/proxies.
 func sidecarIndex(m *ir.Model) map[string][]serve.SidecarInfo {
 	idx := map[string][]serve.SidecarInfo{}
+	gatewayIndex(m, idx) // gateways.go
 	for _, g := range m.Groups {
 		sc := g.Sidecar
 		if sc == nil || g.Name != ir.SidecarGroupName(sc.Node, sc.ProxyID) {

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
-	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
@@ -191,10 +190,8 @@ func (l *loop) accept(trigger string, a attempt) {
 	}
 	l.d.watchPolicyFiles(cfg.Policy)
 	l.watcher.SetTargets(l.mesh.watchTargets(cfg.Policy))
-	if l.meshWatcher != nil {
-		// mesh_routes may name services no sidecar dials: follow them.
-		l.meshWatcher.SetTargets(model.MeshWatchTargets(cfg.Policy))
-	}
+	// mesh_routes may name services no sidecar dials: follow them.
+	l.setMeshTargets(cfg.Policy) // gateways.go
 	l.recordPolicy(append(a.sources, tlsSources(cfg.Policy)...), a.diags)
 	l.d.metrics.reloads.WithLabelValues("ok").Inc()
 	l.d.log.Info().Str("trigger", trigger).Int("sources", len(a.sources)).Msg("policy loaded")

@@ -95,16 +95,6 @@ func FetchMesh(ctx context.Context, client *api.Client, central bool, q QueryOpt
 		m.Proxies = append(m.Proxies, NewProxies(entries)...)
 	}
 	slices.SortFunc(m.Proxies, func(a, b Proxy) int { return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID)) })
-	for _, k := range m.upstreams(targets...) {
-		entries, _, err := client.Health().Connect(k.Name, "", false, opts(k.Datacenter))
-		if err != nil {
-			if k.Datacenter != "" {
-				continue
-			}
-			return nil, fmt.Errorf("connect health of %s: %w", k, err)
-		}
-		m.Endpoints[k.String()] = newConnectEndpoints(entries)
-	}
 	roots, _, err := client.Connect().CARoots(opts(""))
 	if err != nil {
 		return nil, fmt.Errorf("connect CA roots: %w", err)
@@ -120,13 +110,15 @@ func FetchMesh(ctx context.Context, client *api.Client, central bool, q QueryOpt
 	default:
 		return nil, fmt.Errorf("agent ACL settings: %w", err)
 	}
-	for _, kind := range []string{api.ServiceIntentions, api.ServiceDefaults, api.MeshConfig} {
+	for _, kind := range []string{api.ServiceIntentions, api.ServiceDefaults, api.MeshConfig, api.TerminatingGateway} {
 		entries, _, err := client.ConfigEntries().List(kind, opts(""))
 		if err != nil {
 			return nil, fmt.Errorf("config entries %s: %w", kind, err)
 		}
 		for _, e := range entries {
 			switch c := e.(type) {
+			case *api.TerminatingGatewayConfigEntry:
+				m.setTerminatingGateway(c)
 			case *api.MeshConfigEntry:
 				m.MeshDestinationsOnly = c.TransparentProxy.MeshDestinationsOnly
 			case *api.ServiceIntentionsConfigEntry:
@@ -143,17 +135,36 @@ func FetchMesh(ctx context.Context, client *api.Client, central bool, q QueryOpt
 		}
 	}
 	slices.SortFunc(m.Intentions, func(a, b *api.ServiceIntentionsConfigEntry) int { return cmp.Compare(a.Name, b.Name) })
-	if central {
-		m.Leaves = map[string]Leaf{}
-		for _, p := range m.Proxies {
-			if _, ok := m.Leaves[p.Service]; ok {
+	// After the entries: a mesh gateway routes to the services linked to
+	// terminating gateways too (MeshGatewayTargets).
+	targets = append(slices.Clone(targets), m.MeshGatewayTargets()...)
+	for _, k := range m.upstreams(targets...) {
+		entries, _, err := client.Health().Connect(k.Name, "", false, opts(k.Datacenter))
+		if err != nil {
+			if k.Datacenter != "" {
 				continue
 			}
-			l, _, err := client.Agent().ConnectCALeaf(p.Service, (&api.QueryOptions{}).WithContext(ctx))
-			if err != nil {
-				return nil, fmt.Errorf("leaf of %s: %w", p.Service, err)
+			return nil, fmt.Errorf("connect health of %s: %w", k, err)
+		}
+		m.Endpoints[k.String()] = newConnectEndpoints(entries)
+	}
+	if central {
+		m.Leaves = map[string]Leaf{}
+		var services []string
+		for _, p := range m.Proxies {
+			if !p.IsGateway() {
+				services = append(services, p.Service)
 			}
-			m.Leaves[p.Service] = Leaf{CertPEM: l.CertPEM, KeyPEM: ir.Redacted(l.PrivateKeyPEM), ServiceURI: l.ServiceURI, ValidBefore: l.ValidBefore}
+		}
+		for _, s := range append(services, m.LinkedServices()...) {
+			if _, ok := m.Leaves[s]; ok {
+				continue
+			}
+			l, _, err := client.Agent().ConnectCALeaf(s, (&api.QueryOptions{}).WithContext(ctx))
+			if err != nil {
+				return nil, fmt.Errorf("leaf of %s: %w", s, err)
+			}
+			m.Leaves[s] = Leaf{CertPEM: l.CertPEM, KeyPEM: ir.Redacted(l.PrivateKeyPEM), ServiceURI: l.ServiceURI, ValidBefore: l.ValidBefore}
 		}
 	}
 	return m, nil

@@ -25,8 +25,11 @@ import (
 // config-entry watcher follows and sets here (Intentions, Protocols).
 // Never mutated once published.
 type Mesh struct {
-	// Proxies sorted by (Node, ID).
+	// Proxies sorted by (Node, ID): sidecars, and gateways (Kind set).
 	Proxies []Proxy `json:"proxies"`
+	// TerminatingGateways are, by gateway service name, the services its
+	// terminating-gateway config entry links (gateways.go).
+	TerminatingGateways map[string][]LinkedService `json:"terminating_gateways,omitempty"`
 	// TrustDomain is the Connect CA's ("<cluster id>.consul").
 	TrustDomain string `json:"trust_domain"`
 	// RootsPEM holds every root the CA lists (sorted by id), so a peer
@@ -69,7 +72,9 @@ type Mesh struct {
 type Proxy struct {
 	// ID is the proxy's service id (the Envoy's node id), Name its
 	// service name.
-	ID, Name   string
+	ID, Name string
+	// Kind is "" for a connect-proxy, else the gateway's (gateways.go).
+	Kind       string `json:",omitempty"`
 	Node       string
 	Datacenter string
 	NodeMeta   map[string]string `json:",omitempty"`
@@ -106,26 +111,6 @@ type Proxy struct {
 	VirtualIP string `json:",omitempty"`
 }
 
-// Upstream is one upstream of a proxy registration.
-type Upstream struct {
-	// Type is "service" ("" in Consul's API) or "prepared_query".
-	Type        string `json:",omitempty"`
-	Service     string
-	Datacenter  string `json:",omitempty"`
-	BindAddress string `json:",omitempty"`
-	BindPort    int
-	Protocol    string `json:",omitempty"`
-}
-
-// Leaf is a service's Connect leaf certificate.
-type Leaf struct {
-	CertPEM string
-	KeyPEM  ir.Redacted
-	// ServiceURI is its SPIFFE id; ValidBefore when it expires.
-	ServiceURI  string
-	ValidBefore time.Time
-}
-
 // Services lists, sorted, every service the mesh's sidecars front or
 // dial: their destinations' health is what the watcher must read
 // besides the proxies' (a mesh endpoint is healthy only when both pass).
@@ -138,6 +123,9 @@ func (m *Mesh) Services() []ServiceKey {
 		set[ServiceKey{Name: n}] = true // proxyless gRPC servers: their instances are the servers
 	}
 	for _, p := range m.Proxies {
+		if p.Kind != "" {
+			continue // a gateway fronts no destination of its own
+		}
 		set[ServiceKey{Name: p.Service}] = true
 		for _, k := range p.upstreamKeys() {
 			set[k] = true
@@ -201,6 +189,7 @@ type MeshWatcher struct {
 	retarget chan struct{}
 	mu       sync.Mutex
 	targets  []ServiceKey
+	leaves   []string // SetLeafServices (gateways.go)
 }
 
 // NewMeshWatcher returns a watcher; Run starts it.
@@ -230,8 +219,9 @@ func (w *MeshWatcher) currentTargets() []ServiceKey {
 // Updates delivers the newest mesh; an unread one is replaced.
 func (w *MeshWatcher) Updates() <-chan MeshUpdate { return w.updates }
 
-// proxyFilter selects connect-proxy services from the catalog list.
-const proxyFilter = `ServiceKind == "connect-proxy"`
+// proxyFilter selects connect-proxy and gateway services from the
+// catalog list.
+const proxyFilter = `ServiceKind == "connect-proxy" or ServiceKind == "terminating-gateway" or ServiceKind == "mesh-gateway"`
 
 // nativeFilter selects Connect-native registrations in the same list.
 const nativeFilter = "ServiceConnect.Native == true"
@@ -435,7 +425,9 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 		for _, ps := range proxies {
 			all = append(all, ps...)
 			for _, p := range ps {
-				services[p.Service] = true
+				if p.Kind == "" {
+					services[p.Service] = true
+				}
 				for _, k := range p.upstreamKeys() {
 					upstreams[k.String()] = k
 				}
@@ -461,6 +453,9 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 		}
 		if !w.cfg.Central {
 			return
+		}
+		for _, s := range w.leafServices() {
+			services[s] = true
 		}
 		for s, mw := range leafW {
 			if !services[s] {

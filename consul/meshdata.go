@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"maps"
 	"slices"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 
@@ -12,6 +13,26 @@ import (
 
 // Normalising what Consul says of the mesh: sorted, copied, compared by
 // content, as for the catalog (catalog.go).
+
+// Upstream is one upstream of a proxy registration.
+type Upstream struct {
+	// Type is "service" ("" in Consul's API) or "prepared_query".
+	Type        string `json:",omitempty"`
+	Service     string
+	Datacenter  string `json:",omitempty"`
+	BindAddress string `json:",omitempty"`
+	BindPort    int
+	Protocol    string `json:",omitempty"`
+}
+
+// Leaf is a service's Connect leaf certificate.
+type Leaf struct {
+	CertPEM string
+	KeyPEM  ir.Redacted
+	// ServiceURI is its SPIFFE id; ValidBefore when it expires.
+	ServiceURI  string
+	ValidBefore time.Time
+}
 
 // aclDefault reads /v1/agent/self's DebugConfig: Consul's default
 // intention is allow with ACLs disabled, else the ACL default_policy.
@@ -39,7 +60,14 @@ func aclDefault(self map[string]map[string]any) ir.IntentionAction {
 func NewProxies(entries []*api.ServiceEntry) []Proxy {
 	var out []Proxy
 	for _, e := range entries {
-		if e == nil || e.Node == nil || e.Service == nil || e.Service.Kind != api.ServiceKindConnectProxy || e.Service.Proxy == nil {
+		if e == nil || e.Node == nil || e.Service == nil {
+			continue
+		}
+		if g, ok := newGateway(e); ok {
+			out = append(out, g)
+			continue
+		}
+		if e.Service.Kind != api.ServiceKindConnectProxy || e.Service.Proxy == nil {
 			continue
 		}
 		s, px := e.Service, e.Service.Proxy
@@ -99,7 +127,7 @@ func configString(m map[string]any, k string) string {
 
 func equalProxies(a, b []Proxy) bool {
 	return slices.EqualFunc(a, b, func(x, y Proxy) bool {
-		return x.ID == y.ID && x.Name == y.Name && x.Node == y.Node && x.Datacenter == y.Datacenter &&
+		return x.ID == y.ID && x.Name == y.Name && x.Kind == y.Kind && x.Node == y.Node && x.Datacenter == y.Datacenter &&
 			maps.Equal(x.NodeMeta, y.NodeMeta) && slices.Equal(x.Tags, y.Tags) && maps.Equal(x.Meta, y.Meta) && x.Address == y.Address && x.ServiceAddress == y.ServiceAddress && x.Port == y.Port &&
 			x.Service == y.Service && x.ServiceID == y.ServiceID && x.LocalAddress == y.LocalAddress &&
 			x.LocalPort == y.LocalPort && x.Protocol == y.Protocol && x.Status == y.Status && x.Native == y.Native &&

@@ -24,9 +24,11 @@ func (m *Mesh) addOverrides(d *api.ServiceConfigEntry) {
 // SetEntries sets the mesh's part of the config entries: the intentions
 // (sorted by name), each service-defaults protocol and upstream overrides.
 func (m *Mesh) SetEntries(entries []api.ConfigEntry) {
-	m.Intentions, m.Protocols, m.UpstreamOverrides, m.MeshDestinationsOnly = nil, nil, nil, false
+	m.Intentions, m.Protocols, m.UpstreamOverrides, m.MeshDestinationsOnly, m.TerminatingGateways = nil, nil, nil, false, nil
 	for _, e := range entries {
 		switch c := e.(type) {
+		case *api.TerminatingGatewayConfigEntry:
+			m.setTerminatingGateway(c)
 		case *api.MeshConfigEntry:
 			m.MeshDestinationsOnly = c.TransparentProxy.MeshDestinationsOnly
 		case *api.ServiceIntentionsConfigEntry:

@@ -25,16 +25,19 @@ func (p Proxy) Transparent() bool { return p.Mode == ProxyModeTransparent }
 
 // TransparentTargets are the services a transparent proxy may reach
 // without naming them: every local service fronted by a registered
-// sidecar (or Connect-native), when at least one proxy is transparent;
-// nil otherwise. The mesh watcher follows their Connect endpoints, which
+// sidecar (or Connect-native), when at least one proxy is transparent or
+// a mesh gateway is registered (which routes to each of them); nil
+// otherwise. The mesh watcher follows their Connect endpoints, which
 // carry the virtual IPs.
 func (m *Mesh) TransparentTargets() []ServiceKey {
-	if m == nil || !slices.ContainsFunc(m.Proxies, Proxy.Transparent) {
+	if m == nil || !slices.ContainsFunc(m.Proxies, func(p Proxy) bool { return p.Transparent() || p.Kind == KindMeshGateway }) {
 		return nil
 	}
 	set := map[ServiceKey]bool{}
 	for _, p := range m.Proxies {
-		set[ServiceKey{Name: p.Service}] = true
+		if !p.IsGateway() {
+			set[ServiceKey{Name: p.Service}] = true
+		}
 	}
 	for _, n := range m.Natives {
 		set[ServiceKey{Name: n}] = true

@@ -71,6 +71,9 @@ type Group struct {
 	// proxies get the sidecar's public and upstream listeners
 	// (Sidecar.Listeners, meshlisteners.go).
 	Sidecar *Sidecar `json:",omitempty"`
+	// Gateway, if set, makes this the group of one Consul gateway
+	// (gateway.go): its one listener is derived from it.
+	Gateway *Gateway `json:",omitempty"`
 }
 
 // LBPolicy is a cluster's load-balancing algorithm.
@@ -238,6 +241,7 @@ func (m *Model) Validate() error {
 		}
 	}
 	errs = append(errs, m.validateMesh()...)
+	errs = append(errs, m.validateGateways()...)
 	errs = append(errs, m.validateReach()...)
 	errs = append(errs, m.validateMeshGRPC()...)
 	for i, l := range m.Proxyless {
@@ -292,5 +296,6 @@ func (t *UpstreamTLS) Equal(o *UpstreamTLS) bool {
 		return t == o
 	}
 	return t.SNI == o.SNI && t.CertificateSecret == o.CertificateSecret && t.CASecret == o.CASecret &&
-		t.CertificateProvider == o.CertificateProvider && slices.Equal(t.MatchURISANs, o.MatchURISANs)
+		t.CertificateProvider == o.CertificateProvider && slices.Equal(t.MatchURISANs, o.MatchURISANs) &&
+		ptrEqual(t.Files, o.Files)
 }

@@ -54,6 +54,7 @@ func (m *Model) SidecarClusters() map[string]bool {
 			out[c.Name] = true
 		}
 	}
+	m.gatewayClusters(out)
 	return out
 }
 

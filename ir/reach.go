@@ -37,6 +37,11 @@ func (m *Model) validateReach() []error {
 		if g.Proxyless {
 			listeners = m.ProxylessFor(&g)
 		}
+		if g.Gateway != nil {
+			// The gateway's chains are not ir listeners; their clusters
+			// are checked as a listener's would be.
+			listeners = append(slices.Clone(listeners), Listener{Name: GatewayListenerName(g.Name), TCP: gatewayTargets(g.Gateway)})
+		}
 		check(fmt.Sprintf("group %q", g.Name), g.Clusters, listeners)
 	}
 	check("proxyless", m.ProxylessClusters, m.Proxyless)

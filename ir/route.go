@@ -214,4 +214,15 @@ type UpstreamTLS struct {
 	// client certificate and the CA, instead of CertificateSecret and
 	// CASecret: proxyless gRPC has no SDS (meshgrpc.go).
 	CertificateProvider string `json:",omitempty"`
+	// Files, if set, are PEM files on the proxy's own host instead of
+	// SDS secrets (a terminating gateway's link to an external service,
+	// as its config entry names them): no key travels.
+	Files *TLSFiles `json:",omitempty"`
+}
+
+// TLSFiles are paths on a proxy's host: CA verifies the peer (required:
+// without a CA file Consul originates no TLS, and neither does the
+// model), Cert and Key are presented only together.
+type TLSFiles struct {
+	CA, Cert, Key string
 }

@@ -58,6 +58,9 @@ func (b *builder) mesh(m *ir.Model) {
 
 	var groups []ir.Group
 	for _, p := range mesh.Proxies {
+		if p.IsGateway() {
+			continue // gateways.go
+		}
 		name := ir.SidecarGroupName(p.Node, p.ID)
 		if g, ok := mb.group(name, p); ok {
 			groups = append(groups, g)
@@ -82,6 +85,7 @@ func (b *builder) mesh(m *ir.Model) {
 		}
 	}
 	mb.finish(groups)
+	mb.gateways()
 }
 
 type meshBuilder struct {
@@ -319,7 +323,7 @@ func (mb *meshBuilder) meshEndpoints(name, service, subset string, s *policy.Ser
 		// A sidecar forwards to its destination instance: it is healthy
 		// only when both pass (Consul's sidecar_service adds an alias
 		// check for this; a hand-registered proxy may lack it).
-		if !p.Native {
+		if !p.Native && !p.IsGateway() { // a gateway's health is its own
 			in.Status = worse(in.Status, destinationStatus(dest, p))
 		}
 		ep, warn := endpoint(in, s.OnlyPassing)

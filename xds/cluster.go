@@ -133,6 +133,9 @@ func upstreamTLS(t *ir.UpstreamTLS, http2 bool) *corev3.TransportSocket {
 	if t.CertificateProvider != "" {
 		return meshGRPCUpstreamTLS(t) // proxyless gRPC: no SDS
 	}
+	if t.Files != nil {
+		return upstreamTLSFiles(t) // gateway.go
+	}
 	ctx := &tlsv3.UpstreamTlsContext{Sni: t.SNI, CommonTlsContext: &tlsv3.CommonTlsContext{}}
 	if http2 {
 		ctx.CommonTlsContext.AlpnProtocols = []string{"h2"}

@@ -362,6 +362,9 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 		if err := addTransparentOutbound(g, r, fresh); err != nil { // tproxy.go
 			errs = append(errs, err)
 		}
+		if err := addGatewayListener(g, r, fresh, rbacs); err != nil { // gateway.go
+			errs = append(errs, err)
+		}
 		for j := range g.Secrets {
 			r.Secrets = append(r.Secrets, t.secret(g.Name, &g.Secrets[j], groupSecrets, fresh))
 		}

@@ -204,7 +204,7 @@ func readConsulWorld(ctx context.Context, client *api.Client, cfg *policy.Config
 			return nil, fmt.Errorf("reading Consul's mesh: %w", err)
 		}
 		mesh = m
-		targets.Services = append(targets.Services, mesh.Services()...)
+		targets.Services = append(targets.Services, mesh.CatalogTargets()...)
 	}
 	cat, err := consul.FetchCatalog(ctx, client, targets, q)
 	if err != nil {

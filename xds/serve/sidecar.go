@@ -46,6 +46,9 @@ type SidecarInfo struct {
 	// Service is the destination service; Upstreams "SERVICE@ADDR:PORT".
 	Service   string   `json:"destination"`
 	Upstreams []string `json:"upstreams,omitempty"`
+	// Kind is a gateway's ("terminating-gateway", "mesh-gateway"); ""
+	// for a sidecar. A gateway's Service is its own name.
+	Kind string `json:"kind,omitempty"`
 }
 
 // Group is the name of the group serving proxyID's registration on
@@ -56,7 +59,7 @@ func (i SidecarInfo) Group(proxyID string) string { return ir.SidecarGroupName(i
 func SameSidecarIndex(a, b map[string][]SidecarInfo) bool {
 	return maps.EqualFunc(a, b, func(x, y []SidecarInfo) bool {
 		return slices.EqualFunc(x, y, func(p, q SidecarInfo) bool {
-			return p.Node == q.Node && p.Service == q.Service && slices.Equal(p.Upstreams, q.Upstreams)
+			return p.Node == q.Node && p.Service == q.Service && p.Kind == q.Kind && slices.Equal(p.Upstreams, q.Upstreams)
 		})
 	})
 }

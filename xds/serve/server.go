@@ -79,6 +79,9 @@ type ServerConfig struct {
 	// names its node, so the relay can start fetching it.
 	Relay bool
 	OnKey func(RelayKey)
+	// OnKey and OnKeyGone are told keys without their Envoy version
+	// class (RelayKey.Key, cache.BaseKey): one for all the classes of
+	// a node.cluster, which the server rewrites itself.
 	// OnKeyGone, if set, is told a key when its last stream has gone.
 	OnKeyGone func(key string)
 	// AllowNode, if set, is asked about every stream's node when it is
@@ -117,6 +120,9 @@ type Server struct {
 	scope   *scopeLog // scope.go
 	// sidecars keys Connect sidecars by node id (sidecar.go).
 	sidecars *sidecars
+	// bases counts the keys of each node.cluster (one per Envoy version
+	// class, compat.go), so OnKey and OnKeyGone are told once for all.
+	bases baseKeys
 
 	mu      sync.Mutex
 	out     *xds.Output
@@ -132,7 +138,11 @@ type Server struct {
 	chains map[string]*cache.Set
 	// built memoises the current translation's sets per resource set, so
 	// keys sharing resources share sets.
-	built map[*xds.Resources]map[string]*cache.Set
+	built map[builtKey]map[string]*builtSet
+	// downgraded is, per key of an older Envoy's class, what it is served
+	// differently (compat.go); warned, the node ids logged about it.
+	downgraded map[string][]string
+	warned     map[string]bool
 	// usedChains are the chains the current translation built; the others
 	// (groups gone from the policy) are dropped after each Update.
 	usedChains map[string]bool
@@ -182,6 +192,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.cb.history = s.history
 	s.cb.answered = s.streamAnswered
 	s.cb.allow = cfg.AllowNode
+	s.cb.oldEnvoy = s.warnOldEnvoy
 	s.health = newHealthService()
 	s.senders = newSendPool(clockwork.NewRealClock(), s.metrics.sendsBlocked.Inc)
 	return s
@@ -208,6 +219,7 @@ func (s *Server) Proxies() []ProxyStatus {
 			p.GroupError = err.Error()
 		}
 		p.Sidecar = s.sidecars.status(p.NodeID, p.key)
+		p.Downgraded = s.downgraded[p.key]
 		sets := s.cache.Served(p.key)
 		for _, ts := range p.Types {
 			if set := sets[ts.TypeURL]; set != nil {
@@ -412,7 +424,7 @@ func (s *Server) Update(ctx context.Context, out *xds.Output, resolve func(nodeC
 	s.out, s.resolve = out, resolve
 	s.keepLastGoodLocked()
 	s.setScopeViewLocked()
-	s.built = map[*xds.Resources]map[string]*cache.Set{}
+	s.built = map[builtKey]map[string]*builtSet{}
 	s.usedChains = map[string]bool{}
 	changed := map[string]bool{}
 	var errs []error
@@ -470,7 +482,7 @@ func (s *Server) sawNode(key string) {
 		return
 	}
 	if s.cfg.OnKey != nil {
-		s.cfg.OnKey(ParseRelayKey(key))
+		s.bases.join(key, func() { s.cfg.OnKey(ParseRelayKey(key)) })
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -489,9 +501,10 @@ func (s *Server) forgetKey(key string) {
 	if s.cache.Leave(key) {
 		s.mu.Lock()
 		s.unstageLocked(key) // nobody left to wait for
+		delete(s.downgraded, key)
 		s.mu.Unlock()
 		if s.cfg.OnKeyGone != nil {
-			s.cfg.OnKeyGone(key)
+			s.bases.leave(key, func() { s.cfg.OnKeyGone(cache.BaseKey(key)) })
 		}
 	}
 }

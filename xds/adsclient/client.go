@@ -285,11 +285,11 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		conn:   conn,
 		stream: stream,
 		node: &corev3.Node{
-			Id:                   cfg.NodeID,
-			Cluster:              cfg.Cluster,
-			Metadata:             nodeMetadata(cfg.Metadata),
-			UserAgentName:        cfg.UserAgent,
-			Extensions:           cfg.Extensions,
+			Id:            cfg.NodeID,
+			Cluster:       cfg.Cluster,
+			Metadata:      nodeMetadata(cfg.Metadata),
+			UserAgentName: cfg.UserAgent,
+			Extensions:    cfg.Extensions,
 			// Client features every current Envoy advertises; some control
 			// planes look at them.
 			ClientFeatures: []string{
@@ -566,4 +566,3 @@ func nodeMetadata(m map[string]string) *structpb.Struct {
 	}
 	return st
 }
-

@@ -17,16 +17,28 @@ import (
 // (setLocked memoises them per class and translation). What its key was
 // served differently is kept here for /v1/proxies and the log.
 
-// setDowngradedLocked records what key is served differently.
+// setDowngradedLocked records what key is served differently. When a
+// translation makes an already served key miss more (a policy starts
+// using a newer feature), its proxies were warned about something else:
+// it warns again, once for the key.
 func (s *Server) setDowngradedLocked(key string, notes map[string]bool) {
-	if len(notes) == 0 {
-		delete(s.downgraded, key)
+	if cache.KeyClass(key).Current() {
 		return
 	}
 	if s.downgraded == nil {
 		s.downgraded = map[string][]string{}
 	}
-	s.downgraded[key] = slices.Sorted(maps.Keys(notes))
+	prev, served := s.downgraded[key]
+	next := slices.Sorted(maps.Keys(notes))
+	s.downgraded[key] = next
+	if !served {
+		return // its proxies are told as they connect (warnOldEnvoy)
+	}
+	if more := slices.DeleteFunc(slices.Clone(next), func(n string) bool { return slices.Contains(prev, n) }); len(more) > 0 {
+		nc, _ := cache.ParseKey(key)
+		s.log.Warn().Str("node_cluster", nc).Str("envoy_class", cache.KeyClass(key).String()).Strs("downgraded", next).Strs("new", more).
+			Msg("the proxies of an older Envoy now miss more of what they are served (downgraded lists it all)")
+	}
 }
 
 // maxWarnedNodes bounds the node ids remembered as warned about (node ids
@@ -52,13 +64,27 @@ func (s *Server) warnOldEnvoy(node *corev3.Node) {
 	}
 	s.warned[node.GetId()] = true
 	s.mu.Unlock()
-	ev := s.log.Warn().Str("node", node.GetId()).Str("group", node.GetCluster()).Str("envoy_version", v.String()).
+	below := v.Less(envoycompat.Oldest)
+	lvl := s.log.Warn()
+	if len(notes) == 0 && !below {
+		lvl = s.log.Info() // nothing it is served needs a newer Envoy, yet
+	}
+	ev := lvl.Str("node", node.GetId()).Str("group", node.GetCluster()).Str("envoy_version", v.String()).
 		Str("oldest_supported", envoycompat.Oldest.String()).Strs("downgraded", notes)
-	if v.Less(envoycompat.Oldest) {
+	if below {
 		ev.Msg("proxy runs an Envoy older than the oldest supported; it is served what that one understands")
 		return
 	}
 	ev.Msg("proxy runs an older Envoy; it is served a rewritten copy without the newer fields (downgraded lists what it misses)")
+}
+
+// downgradedOf is what /v1/proxies shows a proxy of Envoy version v
+// misses: its key's notes, after one saying so if v is below the range.
+func downgradedOf(v string, notes []string) []string {
+	if ver, ok := envoycompat.Parse(v); ok && ver.Less(envoycompat.Oldest) {
+		return append([]string{"Envoy " + v + " is older than the oldest supported, " + envoycompat.Oldest.String() + ": served as " + envoycompat.Oldest.String()}, notes...)
+	}
+	return notes
 }
 
 // envoyVersion is what /v1/proxies shows of a node's Envoy version.

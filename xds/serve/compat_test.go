@@ -14,6 +14,7 @@ import (
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/golden"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
@@ -157,4 +158,61 @@ func nodeOf(t *testing.T, s *testServer, id string) *corev3.Node {
 	}
 	t.Fatalf("%s is not connected", id)
 	return nil
+}
+
+// TestOldEnvoyWarnedOncePerNode: the log says once per node that its
+// Envoy is served a rewritten copy, and what it misses; the newest
+// Envoys are not mentioned. /v1/proxies names a version below the range.
+func TestOldEnvoyWarnedOncePerNode(t *testing.T) {
+	var logs syncbuffer.Buffer
+	s := startServerLogging(t, ServerConfig{}, &logs)
+	if _, err := s.Update(context.Background(), perClientOutput(t), resolveSame); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ { // the same node again: no second warning
+		for _, n := range []struct{ id, version string }{{"old", "1.22.3"}, {"new", "1.40.0"}, {"ancient", "1.20.1"}} {
+			c := dial(t, s, adsclient.Config{NodeID: n.id, Cluster: "edge", UserAgentVersion: n.version, InitialFetchTimeout: -1})
+			if _, err := c.Wait(waitCtx(t), func(st adsclient.State) bool { return len(st.Types[resourcev3.RouteType].Resources) > 0 }); err != nil {
+				t.Fatal(err)
+			}
+			if i == 0 && n.id == "ancient" {
+				if p := s.proxy("ancient"); p == nil || len(p.Downgraded) == 0 || !strings.Contains(p.Downgraded[0], "older than the oldest supported") {
+					t.Errorf("/v1/proxies of an Envoy 1.20: %+v", p)
+				}
+			}
+			_ = c.Close()
+		}
+	}
+	out := logs.String()
+	for node, want := range map[string]int{"old": 1, "ancient": 1, "new": 0} {
+		if got := strings.Count(out, `"node":"`+node+`","group":"edge","envoy_version"`); got != want {
+			t.Errorf("%d warnings about node %s, want %d:\n%s", got, node, want, out)
+		}
+	}
+	if !strings.Contains(out, "local rate-limit descriptors") {
+		t.Errorf("the warning does not say what the node misses:\n%s", out)
+	}
+}
+
+// TestOldSidecarKeepsItsStatus: a Connect sidecar running an older Envoy
+// is keyed by its node id as any sidecar, and /v1/proxies shows its
+// sidecar status with its version.
+func TestOldSidecarKeepsItsStatus(t *testing.T) {
+	s := startServer(t, ServerConfig{Sidecars: true})
+	if _, err := s.Update(context.Background(), sidecarOutput(t), resolveSidecars); err != nil {
+		t.Fatal(err)
+	}
+	s.SetSidecars(map[string][]SidecarInfo{"web-sidecar-proxy": {webInfo}})
+	c := dial(t, s, adsclient.Config{NodeID: "web-sidecar-proxy", Cluster: "edge", UserAgentVersion: "1.22.2", InitialFetchTimeout: -1})
+	st, err := c.Wait(waitCtx(t), func(st adsclient.State) bool { return len(listenerPorts(st)) > 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := listenerPorts(st); len(got) != 1 || got[0] != 21000 {
+		t.Fatalf("listener ports = %v, want the sidecar's [21000]", got)
+	}
+	p := s.waitStatus(t, "web-sidecar-proxy", "LDS", StatusSynced)
+	if p.Group != webSidecar || p.Sidecar == nil || p.Sidecar.Service != "web" || p.EnvoyVersion != "1.22" || p.Status != StatusSynced {
+		t.Fatalf("/v1/proxies entry = %+v", p)
+	}
 }

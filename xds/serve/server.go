@@ -219,7 +219,7 @@ func (s *Server) Proxies() []ProxyStatus {
 			p.GroupError = err.Error()
 		}
 		p.Sidecar = s.sidecars.status(p.NodeID, p.key)
-		p.Downgraded = s.downgraded[p.key]
+		p.Downgraded = downgradedOf(p.EnvoyVersion, s.downgraded[p.key])
 		sets := s.cache.Served(p.key)
 		for _, ts := range p.Types {
 			if set := sets[ts.TypeURL]; set != nil {

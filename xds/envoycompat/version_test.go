@@ -1,6 +1,8 @@
 package envoycompat
 
 import (
+	"os"
+	"strings"
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -65,6 +67,37 @@ func TestClassOf(t *testing.T) {
 	for _, f := range Features() {
 		if f.Since.Less(Oldest) || Newest.Less(f.Since) {
 			t.Errorf("feature %q since %v is outside the supported range %v-%v", f.Name, f.Since, Oldest, Newest)
+		}
+	}
+}
+
+// TestSupportMatrixListsEveryFeature: the docs' table names every
+// feature with the release that brought it, and the supported range.
+func TestSupportMatrixListsEveryFeature(t *testing.T) {
+	b, err := os.ReadFile("../../docs/support-matrix.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	_, section, ok := strings.Cut(doc, "## Envoy versions")
+	if !ok {
+		t.Fatal("docs/support-matrix.md has no Envoy versions section")
+	}
+	for _, f := range Features() {
+		row := "| " + f.Name
+		i := strings.Index(section, row)
+		if i < 0 {
+			t.Errorf("the table has no row for %q", f.Name)
+			continue
+		}
+		line, _, _ := strings.Cut(section[i:], "\n")
+		if !strings.Contains(line, "| "+f.Since.String()+" |") {
+			t.Errorf("row %q does not give release %v", line, f.Since)
+		}
+	}
+	for _, v := range []Version{Oldest, Newest} {
+		if !strings.Contains(section, "**Envoy "+v.String()+"**") {
+			t.Errorf("the section does not name Envoy %v as an end of the range", v)
 		}
 	}
 }

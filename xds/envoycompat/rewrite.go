@@ -18,25 +18,90 @@ import (
 // a rewritten copy: items are never modified. The current class gets
 // items itself.
 func Rewrite(c Class, items []types.Resource) ([]types.Resource, []string) {
+	return (*Memo)(nil).Rewrite(c, items)
+}
+
+// Memo remembers what each class was served of each translated resource
+// across translations. The daemon's Translator keeps the object of a
+// resource that did not change, so its rewritten copy is kept too, and
+// the serving cache, which compares objects first, does not encode
+// a thousand unchanged copies again for one endpoint that changed. It
+// keeps the copies the last two translations used (Next). Not safe for
+// concurrent use; the nil Memo remembers nothing.
+type Memo struct {
+	cur, prev map[memoKey]memoEntry
+}
+
+type memoKey struct {
+	class Class
+	res   types.Resource
+}
+
+type memoEntry struct {
+	res   types.Resource
+	notes []string
+}
+
+// Next starts a translation: copies of resources that neither it nor the
+// one before uses are forgotten.
+func (m *Memo) Next() { m.prev, m.cur = m.cur, nil }
+
+// Rewrite is the package's Rewrite, remembering each resource's copy.
+func (m *Memo) Rewrite(c Class, items []types.Resource) ([]types.Resource, []string) {
 	if c.Current() || len(items) == 0 {
 		return items, nil
 	}
-	r := &rewriter{c: c, notes: map[string]bool{}}
+	all := map[string]bool{}
 	var out []types.Resource // allocated on the first change
 	for i, it := range items {
-		next := r.resource(it)
-		if next == it && out == nil {
+		e := m.one(c, it)
+		for _, n := range e.notes {
+			all[n] = true
+		}
+		if e.res == it && out == nil {
 			continue
 		}
 		if out == nil {
 			out = slices.Clone(items[:i:i])
 		}
-		out = append(out, next)
+		out = append(out, e.res)
 	}
 	if out == nil {
 		out = items
 	}
-	return out, slices.Sorted(maps.Keys(r.notes))
+	return out, slices.Sorted(maps.Keys(all))
+}
+
+// one is what class c is served of it, remembered.
+func (m *Memo) one(c Class, it types.Resource) memoEntry {
+	switch it.(type) {
+	case *clusterv3.Cluster, *listenerv3.Listener, *routev3.RouteConfiguration:
+	default:
+		return memoEntry{res: it} // endpoints and secrets: nothing to rewrite
+	}
+	k := memoKey{c, it}
+	if m != nil {
+		if e, ok := m.cur[k]; ok {
+			return e
+		}
+		if e, ok := m.prev[k]; ok {
+			m.keep(k, e)
+			return e
+		}
+	}
+	r := &rewriter{c: c, notes: map[string]bool{}}
+	e := memoEntry{r.resource(it), slices.Sorted(maps.Keys(r.notes))}
+	if m != nil {
+		m.keep(k, e)
+	}
+	return e
+}
+
+func (m *Memo) keep(k memoKey, e memoEntry) {
+	if m.cur == nil {
+		m.cur = make(map[memoKey]memoEntry, len(m.prev))
+	}
+	m.cur[k] = e
 }
 
 // rewriter rewrites the resources of one class, collecting notes.

@@ -57,6 +57,7 @@ func (s *Server) SetRelay(key string, r *xds.Resources) ([]string, error) {
 	}
 	s.relay[key] = r
 	s.built = map[builtKey]map[string]*builtSet{}
+	s.compat.Next()
 	s.health.setServing()
 	// Every class of the node.cluster that has streams; the others are
 	// served when a stream of them arrives (sawNode).

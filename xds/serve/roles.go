@@ -137,7 +137,7 @@ func (s *Server) setLocked(role string, r *xds.Resources, class envoycompat.Clas
 		addNotes(notes, b.notes)
 		return b.set, nil
 	}
-	served, downgraded := envoycompat.Rewrite(class, items())
+	served, downgraded := s.compat.Rewrite(class, items())
 	ts, err := cache.NewSet(typ, served, s.chains[chain])
 	if err != nil {
 		return nil, err

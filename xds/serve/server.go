@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/envoycompat"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
@@ -139,6 +140,9 @@ type Server struct {
 	// built memoises the current translation's sets per resource set, so
 	// keys sharing resources share sets.
 	built map[builtKey]map[string]*builtSet
+	// compat keeps older Envoys' rewritten copies across translations
+	// (envoycompat.Memo): an unchanged resource keeps its copy.
+	compat envoycompat.Memo
 	// downgraded is, per key of an older Envoy's class, what it is served
 	// differently (compat.go); warned, the node ids logged about it.
 	downgraded map[string][]string
@@ -425,6 +429,7 @@ func (s *Server) Update(ctx context.Context, out *xds.Output, resolve func(nodeC
 	s.keepLastGoodLocked()
 	s.setScopeViewLocked()
 	s.built = map[builtKey]map[string]*builtSet{}
+	s.compat.Next()
 	s.usedChains = map[string]bool{}
 	changed := map[string]bool{}
 	var errs []error

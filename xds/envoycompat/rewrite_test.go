@@ -154,3 +154,35 @@ func TestRewriteCopies(t *testing.T) {
 		}
 	}
 }
+
+// TestMemoKeepsCopies: a resource the next translation keeps (the same
+// object) keeps its rewritten copy, so the serving cache need not encode
+// it again; copies no translation used for two rounds are forgotten.
+func TestMemoKeepsCopies(t *testing.T) {
+	clusters := served(t, "lb_policies")[resourcev3.ClusterType]
+	old := envoycompat.ClassOf(envoycompat.Oldest)
+	var m envoycompat.Memo
+	first, notes := m.Rewrite(old, clusters)
+	m.Next()
+	again, notes2 := m.Rewrite(old, clusters)
+	rewritten := 0
+	for i := range first {
+		if first[i] != clusters[i] {
+			rewritten++
+		}
+		if again[i] != first[i] {
+			t.Errorf("cluster %s: a new copy for the same translated object", xds.ResourceName(clusters[i]))
+		}
+	}
+	if rewritten == 0 || len(notes) == 0 || !slices.Equal(notes, notes2) {
+		t.Fatalf("%d clusters rewritten, notes %q then %q: the case must need a rewrite, noted alike", rewritten, notes, notes2)
+	}
+	m.Next()
+	m.Next() // two translations that did not use them
+	third, _ := m.Rewrite(old, clusters)
+	for i := range third {
+		if third[i] != clusters[i] && third[i] == first[i] {
+			t.Errorf("cluster %s: a copy outlived two translations without it", xds.ResourceName(clusters[i]))
+		}
+	}
+}

@@ -3,6 +3,7 @@ package envoycompat
 import (
 	"maps"
 	"slices"
+	"sync/atomic"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
@@ -89,6 +90,7 @@ func (m *Memo) one(c Class, it types.Resource) memoEntry {
 			return e
 		}
 	}
+	rewrites.Add(1)
 	r := &rewriter{c: c, notes: map[string]bool{}}
 	e := memoEntry{r.resource(it), slices.Sorted(maps.Keys(r.notes))}
 	if m != nil {
@@ -103,6 +105,14 @@ func (m *Memo) keep(k memoKey, e memoEntry) {
 	}
 	m.cur[k] = e
 }
+
+// rewrites counts the resources examined for a class (memo misses).
+var rewrites atomic.Int64
+
+// Rewrites is how many resources this process examined for an older
+// class, remembered copies not counted: what the serving tests read to
+// see that a class is rewritten once, not once per proxy.
+func Rewrites() int64 { return rewrites.Load() }
 
 // rewriter rewrites the resources of one class, collecting notes.
 type rewriter struct {

@@ -17,6 +17,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/envoycompat"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 )
 
@@ -69,7 +70,8 @@ func localLimits(t *testing.T, st adsclient.State) (configs, descriptors, perCli
 	return configs, descriptors, perClient
 }
 
-func resolveSame(nc string) string { return strings.TrimSuffix(nc, "-2") }
+// resolveSame serves node.clusters edge, edge-2, edge-3... as group edge.
+func resolveSame(nc string) string { g, _, _ := strings.Cut(nc, "-"); return g }
 
 // TestEnvoyVersionServed: a node claiming the oldest supported Envoy gets
 // no field newer than it (the per-client and descriptor buckets of the
@@ -133,12 +135,26 @@ func TestEnvoyVersionServed(t *testing.T) {
 	s.mu.Lock()
 	a, b, c := s.cache.Served("edge\x1e1.22"), s.cache.Served("edge-2\x1e1.22"), s.cache.Served(cache.Key(nodeOf(t, s, "below-range")))
 	cur := s.cache.Served("edge")
+	newest := s.cache.Served(cache.Key(nodeOf(t, s, "newest")))
 	s.mu.Unlock()
+	if newest[resourcev3.RouteType] != cur[resourcev3.RouteType] {
+		t.Errorf("the newest Envoy is not served the very sets of a node without a version")
+	}
 	if a == nil || a[resourcev3.RouteType] != b[resourcev3.RouteType] || a[resourcev3.RouteType] != c[resourcev3.RouteType] {
 		t.Errorf("the 1.22 class's route sets differ between its keys: not one copy")
 	}
 	if cur[resourcev3.RouteType] == a[resourcev3.RouteType] || cur[resourcev3.RouteType].Version() == a[resourcev3.RouteType].Version() {
 		t.Errorf("the newest Envoys are served the rewritten routes")
+	}
+	// Another node.cluster of the group and class: served from the
+	// class's copy, nothing examined again.
+	before := envoycompat.Rewrites()
+	c3 := dial(t, s, adsclient.Config{NodeID: "oldest-c", Cluster: "edge-3", UserAgentVersion: "1.22.4", InitialFetchTimeout: -1})
+	if _, err := c3.Wait(waitCtx(t), func(st adsclient.State) bool { return len(st.Types[resourcev3.RouteType].Resources) > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if n := envoycompat.Rewrites() - before; n != 0 {
+		t.Errorf("a third 1.22 node.cluster made %d resources be rewritten again", n)
 	}
 	// What needs no rewrite is shared, not copied: endpoints.
 	if ea, ec := a[resourcev3.EndpointType].Entries(), cur[resourcev3.EndpointType].Entries(); len(ea) == 0 || ea[0].Resource() != ec[0].Resource() {

@@ -18,7 +18,7 @@ import (
 )
 
 // rateLimitWorld is what the central bridge serves the edge group of the
-// golden case whose route limits each client (Envoy 1.34's per-client
+// golden case whose route limits each client (Envoy 1.35's per-client
 // buckets) and each partner key.
 func rateLimitWorld(t *testing.T) func(string) *xds.Resources {
 	t.Helper()

@@ -37,9 +37,12 @@ package envoycompat
 //   - envoy/v1.32.3 (2025-01-03) lacks, envoy/v1.35.0 (2025-07-22) has
 //     the local rate limit's dynamic descriptors (max_dynamic_descriptors:
 //     a descriptor entry without a value is a bucket per distinct value,
-//     i.e. per client); Envoy 1.34.0's release notes add them ("dynamic
-//     token buckets"). Before that, an entry without a value matches only
-//     an empty value: the per-client limit would silently limit nothing.
+//     i.e. per client). Envoy 1.33 and 1.34 came out between the two and
+//     v1.35.0 carries 1.35's API: it may be 1.33's, 1.34's or 1.35's, and
+//     1.35 is the first release certain to have it (it is often said
+//     to be 1.34's; a 1.34 Envoy then loses per-client buckets it has,
+//     the safe side). Before, an entry without a value matches only an
+//     empty value: the per-client limit would silently limit nothing.
 //   - envoy/v1.36.0 (2025-10-13) lacks, envoy/v1.37.0 (2026-01-13) has
 //     the OpenTelemetry access logger's own grpc_service and log_name
 //     (fields 9 and 10); before, they live in common_config, which
@@ -75,7 +78,7 @@ var features = []struct {
 	extAuthzAllowedHeaders:    {Version{1, 26}, "ext_authz allowed_headers"},
 	otelLogStatPrefix:         {Version{1, 31}, "OpenTelemetry access log stat_prefix"},
 	localRateLimitDescriptors: {Version{1, 33}, "local rate-limit descriptors (the filter's rate_limits)"},
-	localRateLimitPerClient:   {Version{1, 34}, "per-client local rate-limit buckets"},
+	localRateLimitPerClient:   {Version{1, 35}, "per-client local rate-limit buckets"},
 	otelLogTopLevel:           {Version{1, 37}, "OpenTelemetry access log grpc_service/log_name"},
 }
 

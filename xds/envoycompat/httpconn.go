@@ -113,7 +113,7 @@ func (r *rewriter) httpFilter(m proto.Message) bool {
 // localRateLimit leaves out what an older local rate limit cannot do:
 // before 1.33 it has no rate_limits of its own to fill descriptors
 // (its descriptor buckets never match, so they go, with the actions);
-// before 1.34 an entry without a value matches only an empty value, not
+// before 1.35 an entry without a value matches only an empty value, not
 // each client, so the per-client descriptors go.
 func (r *rewriter) localRateLimit(l *localratelimitv3.LocalRateLimit) bool {
 	switch {

@@ -78,7 +78,7 @@ func TestRewrite(t *testing.T) {
 		"jwt claim_to_headers":      {"http_jwt", v(1, 25), v(1, 26), []string{`"claimToHeaders"`}, []string{`"providers"`}, []string{`"claimToHeaders"`}},
 		"ext_authz allowed_headers": {"http_ext_authz", v(1, 25), v(1, 26), []string{`"allowedHeaders"`}, []string{"ExtAuthz"}, []string{`"allowedHeaders"`}},
 		"load_balancing_policy":     {"lb_policies", v(1, 22), v(1, 23), []string{`"loadBalancingPolicy"`}, []string{`"lbPolicy":"LEAST_REQUEST"`}, []string{`"loadBalancingPolicy"`}},
-		"per-client rate limit":     {"http_local_ratelimit", v(1, 33), v(1, 34), []string{`{"key":"remote_address"}`}, []string{`"value":"partner"`}, []string{`{"key":"remote_address"}`}},
+		"per-client rate limit":     {"http_local_ratelimit", v(1, 34), v(1, 35), []string{`{"key":"remote_address"}`}, []string{`"value":"partner"`}, []string{`{"key":"remote_address"}`}},
 		"rate limit descriptors":    {"http_local_ratelimit", v(1, 32), v(1, 33), []string{`"value":"partner"`}, []string{`"tokenBucket"`}, []string{`"value":"partner"`, `"descriptors"`}},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -23,7 +23,7 @@ import (
 
 // perClientOutput translates the golden case whose edge route limits
 // each client (a local rate-limit descriptor without a value, which
-// Envoy 1.34 brought) and each partner key.
+// Envoy 1.35 is certain to have) and each partner key.
 func perClientOutput(t *testing.T) *xds.Output {
 	t.Helper()
 	m, err := golden.ReadModel("../../model/testdata/http_local_ratelimit/" + golden.ModelFile)

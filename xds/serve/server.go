@@ -4,7 +4,8 @@
 // protocol rules and types), from its own per-resource cache (package
 // cache, which also owns the codec the servers speak). It decides what
 // each node.cluster key is served (server.go, roles.go, make-before-break
-// steps in staging.go, relay.go), keeps the protocol state of every
+// steps in staging.go, relay.go; an older Envoy's rewritten copy, per
+// version class, in compat.go), keeps the protocol state of every
 // stream (tracker.go), bounds initial syncs (admission.go), authorizes
 // nodes (authz.go), reloads its TLS files (tls.go), answers gRPC health
 // (health.go) and exports metrics. Everything here is long-running and

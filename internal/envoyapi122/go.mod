@@ -2,7 +2,10 @@ module github.com/consul-xds-bridge/consul-xds-bridge/internal/envoyapi122
 
 go 1.26.7
 
-require github.com/envoyproxy/go-control-plane v0.10.2-0.20220325020618-49ff273808a1
+require (
+	github.com/envoyproxy/go-control-plane v0.10.2-0.20220325020618-49ff273808a1
+	google.golang.org/protobuf v1.27.1
+)
 
 require (
 	github.com/census-instrumentation/opencensus-proto v0.2.1 // indirect
@@ -15,5 +18,4 @@ require (
 	golang.org/x/text v0.3.3 // indirect
 	google.golang.org/genproto v0.0.0-20200526211855-cb27e3aa2013 // indirect
 	google.golang.org/grpc v1.36.0 // indirect
-	google.golang.org/protobuf v1.27.1 // indirect
 )

@@ -232,3 +232,31 @@ func TestOldSidecarKeepsItsStatus(t *testing.T) {
 		t.Fatalf("/v1/proxies entry = %+v", p)
 	}
 }
+
+// TestOldEnvoyWarnedWhenPolicyNeedsMore: an Envoy 1.22 that connected
+// while nothing it was served needed a newer Envoy is warned about once
+// a policy starts using a newer feature, and only then.
+func TestOldEnvoyWarnedWhenPolicyNeedsMore(t *testing.T) {
+	var logs syncbuffer.Buffer
+	s := startServerLogging(t, ServerConfig{}, &logs)
+	s.update(t, testOutput(t, []string{"web"}, 8080))
+	c := dial(t, s, adsclient.Config{NodeID: "old", Cluster: "edge", UserAgentVersion: "1.22.1", InitialFetchTimeout: -1})
+	if _, err := c.Wait(waitCtx(t), func(st adsclient.State) bool { return len(st.Types[resourcev3.ListenerType].Resources) > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if p := s.proxy("old"); p == nil || len(p.Downgraded) != 0 || strings.Contains(logs.String(), `"level":"warn"`) {
+		t.Fatalf("nothing newer served yet, but: %+v\n%s", p, logs.String())
+	}
+	if _, err := s.Update(context.Background(), perClientOutput(t), resolveSame); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "now miss more"); n != 1 {
+		t.Errorf("%d warnings that the proxies of edge now miss more, want 1:\n%s", n, logs.String())
+	}
+	if _, err := s.Update(context.Background(), perClientOutput(t), resolveSame); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(logs.String(), "now miss more"); n != 1 {
+		t.Errorf("warned again for the same policy:\n%s", logs.String())
+	}
+}

@@ -30,7 +30,8 @@ func Rewrite(c Class, items []types.Resource) ([]types.Resource, []string) {
 // keeps the copies the last two translations used (Next). Not safe for
 // concurrent use; the nil Memo remembers nothing.
 type Memo struct {
-	cur, prev map[memoKey]memoEntry
+	m   map[memoKey]*memoEntry
+	gen uint64 // the translation being served (Next counts them)
 }
 
 type memoKey struct {
@@ -41,11 +42,20 @@ type memoKey struct {
 type memoEntry struct {
 	res   types.Resource
 	notes []string
+	used  uint64 // the last translation that used it
 }
 
 // Next starts a translation: copies of resources that neither it nor the
-// one before uses are forgotten.
-func (m *Memo) Next() { m.prev, m.cur = m.cur, nil }
+// one before uses are forgotten. Entries are marked, not moved, so a
+// translation that keeps its resources allocates nothing here.
+func (m *Memo) Next() {
+	m.gen++
+	for k, e := range m.m {
+		if e.used+1 < m.gen {
+			delete(m.m, k)
+		}
+	}
+}
 
 // Rewrite is the package's Rewrite, remembering each resource's copy.
 func (m *Memo) Rewrite(c Class, items []types.Resource) ([]types.Resource, []string) {
@@ -55,17 +65,17 @@ func (m *Memo) Rewrite(c Class, items []types.Resource) ([]types.Resource, []str
 	all := map[string]bool{}
 	var out []types.Resource // allocated on the first change
 	for i, it := range items {
-		e := m.one(c, it)
-		for _, n := range e.notes {
+		res, notes := m.one(c, it)
+		for _, n := range notes {
 			all[n] = true
 		}
-		if e.res == it && out == nil {
+		if res == it && out == nil {
 			continue
 		}
 		if out == nil {
 			out = slices.Clone(items[:i:i])
 		}
-		out = append(out, e.res)
+		out = append(out, res)
 	}
 	if out == nil {
 		out = items
@@ -74,36 +84,30 @@ func (m *Memo) Rewrite(c Class, items []types.Resource) ([]types.Resource, []str
 }
 
 // one is what class c is served of it, remembered.
-func (m *Memo) one(c Class, it types.Resource) memoEntry {
+func (m *Memo) one(c Class, it types.Resource) (types.Resource, []string) {
 	switch it.(type) {
 	case *clusterv3.Cluster, *listenerv3.Listener, *routev3.RouteConfiguration:
 	default:
-		return memoEntry{res: it} // endpoints and secrets: nothing to rewrite
+		return it, nil // endpoints and secrets: nothing to rewrite
 	}
 	k := memoKey{c, it}
 	if m != nil {
-		if e, ok := m.cur[k]; ok {
-			return e
-		}
-		if e, ok := m.prev[k]; ok {
-			m.keep(k, e)
-			return e
+		if e := m.m[k]; e != nil {
+			e.used = m.gen
+			return e.res, e.notes
 		}
 	}
 	rewrites.Add(1)
 	r := &rewriter{c: c, notes: map[string]bool{}}
-	e := memoEntry{r.resource(it), slices.Sorted(maps.Keys(r.notes))}
+	e := &memoEntry{res: r.resource(it), notes: slices.Sorted(maps.Keys(r.notes))}
 	if m != nil {
-		m.keep(k, e)
+		if m.m == nil {
+			m.m = map[memoKey]*memoEntry{}
+		}
+		e.used = m.gen
+		m.m[k] = e
 	}
-	return e
-}
-
-func (m *Memo) keep(k memoKey, e memoEntry) {
-	if m.cur == nil {
-		m.cur = make(map[memoKey]memoEntry, len(m.prev))
-	}
-	m.cur[k] = e
+	return e.res, e.notes
 }
 
 // rewrites counts the resources examined for a class (memo misses).

@@ -12,7 +12,9 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	localratelimitv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/http/local_ratelimit/v3"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/agent"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/golden"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 )
@@ -63,7 +65,8 @@ func descriptors(t *testing.T, s adsclient.State) int {
 // what the old one misses.
 func TestAgentServesOlderEnvoys(t *testing.T) {
 	cen := startStandIn(t, nil, rateLimitWorld(t))
-	ag := startAgent(t, t.TempDir(), cen.addr)
+	var logs syncbuffer.Buffer
+	ag := startAgentWith(t, t.TempDir(), func(c *agent.Config) { c.Upstreams = []string{cen.addr} }, &logs)
 	sock := "unix://" + ag.SocketAddr().String()
 	proxies := map[string]*adsclient.Client{}
 	for id, version := range map[string]string{"old": "1.22.9", "new": "1.40.0"} {
@@ -113,4 +116,14 @@ func TestAgentServesOlderEnvoys(t *testing.T) {
 	if len(ps) != 2 {
 		t.Errorf("/v1/proxies lists %d proxies, want 2", len(ps))
 	}
+	// The old one is warned about, whether it connected before the relay
+	// had its config (then for its node.cluster) or after (for itself).
+	eventually(t, 5*time.Second, "a warning naming what the Envoy 1.22 misses", func() bool {
+		for _, line := range strings.Split(logs.String(), "\n") {
+			if strings.Contains(line, `"level":"warn"`) && strings.Contains(line, "local rate-limit descriptors") && strings.Contains(line, "edge-rl") {
+				return true
+			}
+		}
+		return false
+	})
 }

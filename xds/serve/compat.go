@@ -54,7 +54,16 @@ func (s *Server) warnOldEnvoy(node *corev3.Node) {
 	}
 	key := cache.Key(node)
 	s.mu.Lock()
-	notes := s.downgraded[key]
+	notes, computed := s.downgraded[key]
+	if !computed {
+		// Not served yet (before the first sync, or an agent whose relay
+		// has nothing yet): what it misses is warned about for the key
+		// once it is (setDowngradedLocked).
+		if s.downgraded == nil {
+			s.downgraded = map[string][]string{}
+		}
+		s.downgraded[key] = nil
+	}
 	if s.warned[node.GetId()] {
 		s.mu.Unlock()
 		return
@@ -65,11 +74,12 @@ func (s *Server) warnOldEnvoy(node *corev3.Node) {
 	s.warned[node.GetId()] = true
 	s.mu.Unlock()
 	below := v.Less(envoycompat.Oldest)
-	lvl := s.log.Warn()
 	if len(notes) == 0 && !below {
-		lvl = s.log.Info() // nothing it is served needs a newer Envoy, yet
+		s.log.Info().Str("node", node.GetId()).Str("group", node.GetCluster()).Str("envoy_version", v.String()).
+			Msg("proxy runs an older Envoy; nothing it is served so far needs a newer one")
+		return
 	}
-	ev := lvl.Str("node", node.GetId()).Str("group", node.GetCluster()).Str("envoy_version", v.String()).
+	ev := s.log.Warn().Str("node", node.GetId()).Str("group", node.GetCluster()).Str("envoy_version", v.String()).
 		Str("oldest_supported", envoycompat.Oldest.String()).Strs("downgraded", notes)
 	if below {
 		ev.Msg("proxy runs an Envoy older than the oldest supported; it is served what that one understands")

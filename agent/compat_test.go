@@ -69,7 +69,9 @@ func TestAgentServesOlderEnvoys(t *testing.T) {
 	ag := startAgentWith(t, t.TempDir(), func(c *agent.Config) { c.Upstreams = []string{cen.addr} }, &logs)
 	sock := "unix://" + ag.SocketAddr().String()
 	proxies := map[string]*adsclient.Client{}
-	for id, version := range map[string]string{"old": "1.22.9", "new": "1.40.0"} {
+	// The old one first: it connects before the relay has its config.
+	for _, n := range []struct{ id, version string }{{"old", "1.22.9"}, {"new", "1.40.0"}} {
+		id, version := n.id, n.version
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: sock, NodeID: id, Cluster: "edge-rl", UserAgentVersion: version, Mode: adsclient.Delta})
 		cancel()

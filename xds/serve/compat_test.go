@@ -260,3 +260,22 @@ func TestOldEnvoyWarnedWhenPolicyNeedsMore(t *testing.T) {
 		t.Errorf("warned again for the same policy:\n%s", logs.String())
 	}
 }
+
+// TestOldEnvoyWarnedWhenConnectedBeforeSync: an Envoy 1.22 that connects
+// before the bridge has anything to serve is warned about (for its
+// node.cluster) once it is served what it misses.
+func TestOldEnvoyWarnedWhenConnectedBeforeSync(t *testing.T) {
+	var logs syncbuffer.Buffer
+	s := startServerLogging(t, ServerConfig{}, &logs)
+	c := dial(t, s, adsclient.Config{NodeID: "early", Cluster: "edge", UserAgentVersion: "1.22.1", InitialFetchTimeout: -1})
+	eventually(t, "the early node to be known", func() bool { return s.proxy("early") != nil }, func() string { return logs.String() })
+	if _, err := s.Update(context.Background(), perClientOutput(t), resolveSame); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Wait(waitCtx(t), func(st adsclient.State) bool { return len(st.Types[resourcev3.RouteType].Resources) > 0 }); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "now miss more") || !strings.Contains(logs.String(), "local rate-limit descriptors") {
+		t.Errorf("no warning for the early Envoy 1.22:\n%s", logs.String())
+	}
+}

@@ -175,7 +175,8 @@ function renderProxies(proxies) {
     const nacks = types.map((t) => [t, p.types[t]]).filter(([, ts]) => ts && ts.status === "NACKED" && ts.last_nack);
     rows.push(h("tr", { class: "proxy" + (p.status === "NACKED" ? " nacked" : ""), "data-node": p.node_id },
       h("td", {}, h("a", { href: "#/proxy/" + encodeURIComponent(p.node_id) }, p.node_id),
-        p.group_error ? h("div", { class: "diag" }, "group kept at last good state: " + p.group_error) : null),
+        p.group_error ? h("div", { class: "diag" }, "group kept at last good state: " + p.group_error) : null,
+        downgradedLine(p)),
       h("td", {}, p.group ? h("a", { class: "group-link", href: "#/group/" + encodeURIComponent(p.group) }, p.group) : h("span", { class: "muted" }, "none"),
         p.node_cluster !== p.group ? h("div", { class: "muted" }, "node.cluster " + p.node_cluster) : null),
       h("td", {}, badge(p.status, "proxy-status")),
@@ -205,6 +206,16 @@ function renderProxies(proxies) {
   setView(h("h1", {}, "Proxies"), cards, h("div", { class: "filters" }, nodeSearch, groupSel, statusSel), table);
   const f = document.getElementById("filter-node");
   if (state.node && f) { f.focus(); f.setSelectionRange(f.value.length, f.value.length); }
+}
+
+// downgradedLine says, under a proxy's node id, that its Envoy is older
+// than what it is served needs: what was rewritten or left out is in the
+// title and on the proxy's page.
+function downgradedLine(p) {
+  const d = p.downgraded || [];
+  if (!d.length) return null;
+  return h("div", { class: "diag downgraded", title: d.join("\n") },
+    "Envoy " + p.envoy_version + ": " + d.length + " newer feature" + (d.length > 1 ? "s" : "") + " rewritten or left out");
 }
 
 // tree renders JSON as nested <details>, keeping open the paths the
@@ -249,7 +260,9 @@ function renderProxy(data) {
       h("dt", {}, "user agent"), h("dd", {}, p.user_agent || "-"),
       h("dt", {}, "remote"), h("dd", {}, p.remote_address || "-"),
       h("dt", {}, "connected"), h("dd", {}, ago(p.connected_since) + " ago (" + p.connected_since + ")"),
-      p.group_error ? [h("dt", {}, "group error"), h("dd", { class: "diag" }, p.group_error)] : null),
+      p.group_error ? [h("dt", {}, "group error"), h("dd", { class: "diag" }, p.group_error)] : null,
+      p.envoy_version ? [h("dt", {}, "Envoy"), h("dd", {}, p.envoy_version,
+        (p.downgraded || []).length ? h("ul", { class: "plain diag downgraded" }, p.downgraded.map((d) => h("li", {}, d))) : null)] : null),
     h("h2", {}, "Per type: sent, ACKed, NACKed"),
     h("div", { class: "scroll" }, h("table", {},
       h("thead", {}, h("tr", {}, ["Type", "Status", "Sent", "ACKed", "Current", "Last NACK"].map((c) => h("th", {}, c)))),

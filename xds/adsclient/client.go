@@ -98,6 +98,9 @@ type Config struct {
 	Metadata map[string]string
 	// UserAgent is node.user_agent_name; empty means "envoy".
 	UserAgent string
+	// UserAgentVersion, if set, is node.user_agent_version ("1.22.11"):
+	// an Envoy of that version, which the bridge serves what it knows.
+	UserAgentVersion string
 	// Extensions is node.extensions, as an Envoy build lists them
 	// (internal/envoynode): what makes an Envoy's node 10–25 KiB.
 	Extensions []*corev3.Extension
@@ -315,6 +318,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 			Responses: map[string]int{},
 			NACKs:     map[string]int{},
 		},
+	}
+	if cfg.UserAgentVersion != "" {
+		c.node.UserAgentVersionType = &corev3.Node_UserAgentVersion{UserAgentVersion: cfg.UserAgentVersion}
 	}
 
 	c.mu.Lock()

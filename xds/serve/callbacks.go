@@ -32,6 +32,9 @@ type callbacks struct {
 	// answered, if set, is told the key of every stream that ACKed or
 	// NACKed a response (make-before-break waits for those).
 	answered func(key string)
+	// oldEnvoy, if set, is told every stream's node when it is first
+	// known, after joined (the server warns about old Envoys).
+	oldEnvoy func(*corev3.Node)
 	// allow, if set, vets a stream's node when it is first known.
 	allow     func(*corev3.Node) error
 	admission *admission
@@ -130,6 +133,9 @@ func (c *callbacks) request(key streamKey, n *corev3.Node, typeURL, version, non
 		}
 		c.log.Info().Stringer("stream", key).Str("kind", r.kindStr).Str("node", node.GetId()).Str("group", node.GetCluster()).
 			Str("user_agent", userAgent(node)).Msg("proxy connected")
+		if c.oldEnvoy != nil {
+			c.oldEnvoy(node)
+		}
 	}
 	switch r.kind {
 	case reqNACK:

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -33,10 +34,12 @@ func KeyOf(node *corev3.Node) RelayKey {
 	return ParseRelayKey(cache.Key(node))
 }
 
-// ParseRelayKey is the RelayKey of a snapshot key (as RelayKey.Key).
+// ParseRelayKey is the RelayKey of a snapshot key (as RelayKey.Key):
+// without its Envoy version class, since the relay fetches each
+// node.cluster once and the server rewrites it per class (relaySetsLocked).
 func ParseRelayKey(key string) RelayKey {
 	nc, proxyless := cache.ParseKey(key)
-	return RelayKey{Key: key, NodeCluster: nc, Proxyless: proxyless}
+	return RelayKey{Key: cache.BaseKey(key), NodeCluster: nc, Proxyless: proxyless}
 }
 
 // SetRelay makes key serve exactly r from now on (nil: stop serving it;
@@ -53,12 +56,23 @@ func (s *Server) SetRelay(key string, r *xds.Resources) ([]string, error) {
 		return nil, nil
 	}
 	s.relay[key] = r
-	s.built = map[*xds.Resources]map[string]*cache.Set{}
+	s.built = map[builtKey]map[string]*builtSet{}
+	s.compat.Next()
 	s.health.setServing()
-	if !slices.Contains(s.cache.Keys(), key) {
-		return nil, nil // served when a stream of it arrives (sawNode)
+	// Every class of the node.cluster that has streams; the others are
+	// served when a stream of them arrives (sawNode).
+	var changed []string
+	var errs []error
+	for _, k := range s.cache.Keys() {
+		if cache.BaseKey(k) != key {
+			continue
+		}
+		types, err := s.setKeyLocked(k)
+		changed = append(changed, types...)
+		errs = append(errs, err)
 	}
-	return s.setKeyLocked(key)
+	slices.Sort(changed)
+	return slices.Compact(changed), errors.Join(errs...)
 }
 
 // RelayKeys lists the keys set with SetRelay.
@@ -71,13 +85,18 @@ func (s *Server) RelayKeys() []string {
 // relaySetsLocked is setsLocked in relay mode: every type from the key's
 // relayed resources.
 func (s *Server) relaySetsLocked(key string) (map[string]*cache.Set, error) {
-	r := s.relay[key]
+	// The relay fetches a node.cluster once, for the newest Envoy, and
+	// rewrites it here for each older class among its local proxies.
+	r := s.relay[cache.BaseKey(key)]
 	if r == nil {
 		return nil, errNoGoodState // waits until the relay has it
 	}
+	class := cache.KeyClass(key)
+	notes := map[string]bool{}
+	defer s.setDowngradedLocked(key, notes)
 	sets := make(map[string]*cache.Set, len(cache.TypeOrder))
 	for _, typ := range cache.TypeOrder {
-		ts, err := s.setLocked("relay/"+key, r, typ, func() []types.Resource { return r.ByType()[typ] })
+		ts, err := s.setLocked("relay/"+cache.BaseKey(key), r, class, typ, notes, func() []types.Resource { return r.ByType()[typ] })
 		if err != nil {
 			return nil, fmt.Errorf("relayed %s: %w", shortType(typ), err)
 		}

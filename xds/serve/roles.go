@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/envoycompat"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
@@ -35,6 +36,8 @@ func (s *Server) setsLocked(key string) (map[string]*cache.Set, error) {
 	if group == nil {
 		return nil, errNoGoodState
 	}
+	class := cache.KeyClass(key)
+	notes := map[string]bool{}
 	sets := make(map[string]*cache.Set, len(cache.TypeOrder))
 	for _, part := range []struct {
 		chain string
@@ -45,7 +48,7 @@ func (s *Server) setsLocked(key string) (map[string]*cache.Set, error) {
 		{role, group, []string{resourcev3.ListenerType, resourcev3.RouteType}},
 	} {
 		for _, typ := range part.types {
-			ts, err := s.setLocked(part.chain, part.res, typ, func() []types.Resource { return part.res.ByType()[typ] })
+			ts, err := s.setLocked(part.chain, part.res, class, typ, notes, func() []types.Resource { return part.res.ByType()[typ] })
 			if err != nil {
 				return nil, err
 			}
@@ -56,7 +59,7 @@ func (s *Server) setsLocked(key string) (map[string]*cache.Set, error) {
 	// group's (listener TLS) in one type. Its version moves when a
 	// certificate does, and nothing else does: listeners and clusters name
 	// secrets, they do not hold them.
-	ts, err := s.setLocked("secrets/"+role, group, resourcev3.SecretType, func() []types.Resource {
+	ts, err := s.setLocked("secrets/"+role, group, class, resourcev3.SecretType, notes, func() []types.Resource {
 		secrets := append(reach.ByType()[resourcev3.SecretType], group.ByType()[resourcev3.SecretType]...)
 		slices.SortFunc(secrets, func(a, b types.Resource) int {
 			return strings.Compare(xds.ResourceName(a), xds.ResourceName(b))
@@ -67,6 +70,7 @@ func (s *Server) setsLocked(key string) (map[string]*cache.Set, error) {
 		return nil, err
 	}
 	sets[resourcev3.SecretType] = ts
+	s.setDowngradedLocked(key, notes)
 	return sets, nil
 }
 
@@ -100,29 +104,58 @@ func (s *Server) roleLocked(key string) (role string, group, reach *xds.Resource
 // groupProxylessLocked reports whether group g is declared proxyless.
 func (s *Server) groupProxylessLocked(g string) bool { return s.out.ProxylessGroups[g] }
 
-// setLocked returns the set of typ built from r's items, once per
-// translation, chained to the role's previous set of that type.
-func (s *Server) setLocked(role string, r *xds.Resources, typ string, items func() []types.Resource) (*cache.Set, error) {
+// builtKey is a translation's resource set as served to one Envoy
+// version class: keys of one class share it, so a rewrite is done once
+// per class and translation, never per proxy.
+type builtKey struct {
+	r     *xds.Resources
+	class envoycompat.Class
+}
+
+// builtSet is a set and what its class was served differently.
+type builtSet struct {
+	set   *cache.Set
+	notes []string
+}
+
+// setLocked returns the set of typ built from r's items as served to
+// Envoys of class (envoycompat's rewritten copies for an older one),
+// once per translation, chained to the role's previous set of that type
+// and class; it adds what the class was served differently to notes.
+func (s *Server) setLocked(role string, r *xds.Resources, class envoycompat.Class, typ string, notes map[string]bool, items func() []types.Resource) (*cache.Set, error) {
 	chain := role + "\x00" + typ
+	if !class.Current() {
+		chain += "\x00" + class.String()
+	}
 	if s.usedChains == nil {
 		s.usedChains = map[string]bool{}
 	}
 	s.usedChains[chain] = true
-	if ts := s.built[r][typ]; ts != nil {
-		s.chains[chain] = ts
-		return ts, nil
+	bk := builtKey{r, class}
+	if b := s.built[bk][typ]; b != nil {
+		s.chains[chain] = b.set
+		addNotes(notes, b.notes)
+		return b.set, nil
 	}
-	ts, err := cache.NewSet(typ, items(), s.chains[chain])
+	served, downgraded := s.compat.Rewrite(class, items())
+	ts, err := cache.NewSet(typ, served, s.chains[chain])
 	if err != nil {
 		return nil, err
 	}
 	s.chains[chain] = ts
 	if s.built == nil {
-		s.built = map[*xds.Resources]map[string]*cache.Set{}
+		s.built = map[builtKey]map[string]*builtSet{}
 	}
-	if s.built[r] == nil {
-		s.built[r] = map[string]*cache.Set{}
+	if s.built[bk] == nil {
+		s.built[bk] = map[string]*builtSet{}
 	}
-	s.built[r][typ] = ts
+	s.built[bk][typ] = &builtSet{ts, downgraded}
+	addNotes(notes, downgraded)
 	return ts, nil
+}
+
+func addNotes(to map[string]bool, notes []string) {
+	for _, n := range notes {
+		to[n] = true
+	}
 }

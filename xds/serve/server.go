@@ -4,7 +4,8 @@
 // protocol rules and types), from its own per-resource cache (package
 // cache, which also owns the codec the servers speak). It decides what
 // each node.cluster key is served (server.go, roles.go, make-before-break
-// steps in staging.go, relay.go), keeps the protocol state of every
+// steps in staging.go, relay.go; an older Envoy's rewritten copy, per
+// version class, in compat.go), keeps the protocol state of every
 // stream (tracker.go), bounds initial syncs (admission.go), authorizes
 // nodes (authz.go), reloads its TLS files (tls.go), answers gRPC health
 // (health.go) and exports metrics. Everything here is long-running and
@@ -30,6 +31,7 @@ import (
 	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/envoycompat"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	clusterservice "github.com/envoyproxy/go-control-plane/envoy/service/cluster/v3"
@@ -79,6 +81,9 @@ type ServerConfig struct {
 	// names its node, so the relay can start fetching it.
 	Relay bool
 	OnKey func(RelayKey)
+	// OnKey and OnKeyGone are told keys without their Envoy version
+	// class (RelayKey.Key, cache.BaseKey): one for all the classes of
+	// a node.cluster, which the server rewrites itself.
 	// OnKeyGone, if set, is told a key when its last stream has gone.
 	OnKeyGone func(key string)
 	// AllowNode, if set, is asked about every stream's node when it is
@@ -117,6 +122,9 @@ type Server struct {
 	scope   *scopeLog // scope.go
 	// sidecars keys Connect sidecars by node id (sidecar.go).
 	sidecars *sidecars
+	// bases counts the keys of each node.cluster (one per Envoy version
+	// class, compat.go), so OnKey and OnKeyGone are told once for all.
+	bases baseKeys
 
 	mu      sync.Mutex
 	out     *xds.Output
@@ -132,7 +140,14 @@ type Server struct {
 	chains map[string]*cache.Set
 	// built memoises the current translation's sets per resource set, so
 	// keys sharing resources share sets.
-	built map[*xds.Resources]map[string]*cache.Set
+	built map[builtKey]map[string]*builtSet
+	// compat keeps older Envoys' rewritten copies across translations
+	// (envoycompat.Memo): an unchanged resource keeps its copy.
+	compat envoycompat.Memo
+	// downgraded is, per key of an older Envoy's class, what it is served
+	// differently (compat.go); warned, the node ids logged about it.
+	downgraded map[string][]string
+	warned     map[string]bool
 	// usedChains are the chains the current translation built; the others
 	// (groups gone from the policy) are dropped after each Update.
 	usedChains map[string]bool
@@ -182,6 +197,7 @@ func NewServer(cfg ServerConfig) *Server {
 	s.cb.history = s.history
 	s.cb.answered = s.streamAnswered
 	s.cb.allow = cfg.AllowNode
+	s.cb.oldEnvoy = s.warnOldEnvoy
 	s.health = newHealthService()
 	s.senders = newSendPool(clockwork.NewRealClock(), s.metrics.sendsBlocked.Inc)
 	return s
@@ -208,6 +224,7 @@ func (s *Server) Proxies() []ProxyStatus {
 			p.GroupError = err.Error()
 		}
 		p.Sidecar = s.sidecars.status(p.NodeID, p.key)
+		p.Downgraded = downgradedOf(p.EnvoyVersion, s.downgraded[p.key])
 		sets := s.cache.Served(p.key)
 		for _, ts := range p.Types {
 			if set := sets[ts.TypeURL]; set != nil {
@@ -412,7 +429,8 @@ func (s *Server) Update(ctx context.Context, out *xds.Output, resolve func(nodeC
 	s.out, s.resolve = out, resolve
 	s.keepLastGoodLocked()
 	s.setScopeViewLocked()
-	s.built = map[*xds.Resources]map[string]*cache.Set{}
+	s.built = map[builtKey]map[string]*builtSet{}
+	s.compat.Next()
 	s.usedChains = map[string]bool{}
 	changed := map[string]bool{}
 	var errs []error
@@ -470,7 +488,7 @@ func (s *Server) sawNode(key string) {
 		return
 	}
 	if s.cfg.OnKey != nil {
-		s.cfg.OnKey(ParseRelayKey(key))
+		s.bases.join(key, func() { s.cfg.OnKey(ParseRelayKey(key)) })
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -489,9 +507,10 @@ func (s *Server) forgetKey(key string) {
 	if s.cache.Leave(key) {
 		s.mu.Lock()
 		s.unstageLocked(key) // nobody left to wait for
+		delete(s.downgraded, key)
 		s.mu.Unlock()
 		if s.cfg.OnKeyGone != nil {
-			s.cfg.OnKeyGone(key)
+			s.bases.leave(key, func() { s.cfg.OnKeyGone(cache.BaseKey(key)) })
 		}
 	}
 }

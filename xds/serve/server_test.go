@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"strconv"
 	"testing"
@@ -138,7 +139,13 @@ type testServer struct {
 // startServer serves s on a loopback port until the test ends.
 func startServer(t *testing.T, cfg ServerConfig) *testServer {
 	t.Helper()
-	cfg.Logger = zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel)
+	return startServerLogging(t, cfg, zerolog.NewTestWriter(t))
+}
+
+// startServerLogging is startServer logging warnings to w.
+func startServerLogging(t *testing.T, cfg ServerConfig, w io.Writer) *testServer {
+	t.Helper()
+	cfg.Logger = zerolog.New(w).Level(zerolog.WarnLevel)
 	if cfg.ShutdownGrace == 0 {
 		cfg.ShutdownGrace = time.Second
 	}

@@ -159,6 +159,7 @@ func (sc *sidecars) keyLocked(nodeID, consulNode, announced string) (string, *Si
 
 // status is the sidecar part of a /v1/proxies entry, nil for other nodes.
 func (sc *sidecars) status(nodeID, key string) *SidecarStatus {
+	key = cache.BaseKey(key) // an older Envoy's key carries its class
 	sc.mu.Lock()
 	defer sc.mu.Unlock()
 	for _, in := range sc.index[nodeID] {

@@ -62,6 +62,12 @@ type ProxyStatus struct {
 	// Sidecar is set for a Connect sidecar (sidecar.go): its destination
 	// and upstreams, or why its node id is not served as one.
 	Sidecar *SidecarStatus `json:"sidecar,omitempty"`
+	// EnvoyVersion is the Envoy release the node announces (major.minor);
+	// Downgraded, what an Envoy that old is served differently from the
+	// newest: each feature rewritten to its older form or left out
+	// (compat.go).
+	EnvoyVersion string   `json:"envoy_version,omitempty"`
+	Downgraded   []string `json:"downgraded,omitempty"`
 
 	key string // snapshot key the proxy is served from
 }
@@ -500,6 +506,7 @@ func (t *tracker) snapshot(now time.Time, staleAfter time.Duration) []ProxyStatu
 			NodeCluster:    st.node.GetCluster(),
 			key:            cache.Key(st.node),
 			UserAgent:      userAgent(st.node),
+			EnvoyVersion:   envoyVersion(st.node),
 			RemoteAddress:  st.remote,
 			ConnectedSince: st.openedAt,
 			Stream:         st.key.String(),
@@ -581,18 +588,4 @@ func proxyStatus(types map[string]*TypeStatus) string {
 		return StatusNotSent
 	}
 	return StatusSynced
-}
-
-func userAgent(n *corev3.Node) string {
-	name := n.GetUserAgentName()
-	v := n.GetUserAgentVersion()
-	if bv := n.GetUserAgentBuildVersion().GetVersion(); v == "" && bv != nil {
-		v = strconv.FormatUint(uint64(bv.GetMajorNumber()), 10) + "." +
-			strconv.FormatUint(uint64(bv.GetMinorNumber()), 10) + "." +
-			strconv.FormatUint(uint64(bv.GetPatch()), 10)
-	}
-	if name != "" && v != "" {
-		return name + "/" + v
-	}
-	return name
 }

@@ -6,6 +6,9 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/agent"
 )
 
 // maxExposure is the highest `systemd-analyze security` score a packaged
@@ -43,5 +46,52 @@ func TestUnitsHardened(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestAgentUnitLetsEnvoyDrain: the agent drains the Envoys it runs before
+// stopping them, so its unit must send SIGTERM to the agent alone
+// (KillMode=mixed; the default control-group kills the Envoys at once,
+// mid-request) and wait longer than the default drain time.
+func TestAgentUnitLetsEnvoyDrain(t *testing.T) {
+	for _, unit := range []string{"deb/consul-xds-bridge-agent.service", "../examples/vm/consul-xds-bridge-agent.service"} {
+		src := readFile(t, ".", unit)
+		if !regexp.MustCompile(`(?m)^KillMode=mixed$`).MatchString(src) {
+			t.Errorf("%s: no KillMode=mixed: stopping the agent would SIGTERM its Envoys without a drain", unit)
+		}
+		m := regexp.MustCompile(`(?m)^TimeoutStopSec=([0-9]+)$`).FindStringSubmatch(src)
+		if m == nil {
+			t.Errorf("%s: no TimeoutStopSec", unit)
+			continue
+		}
+		if sec, _ := strconv.Atoi(m[1]); time.Duration(sec)*time.Second < agent.DefaultEnvoyDrainTime+15*time.Second {
+			t.Errorf("%s: TimeoutStopSec=%d kills the agent before its Envoys' default drain (%v) and stop (15 s) end", unit, sec, agent.DefaultEnvoyDrainTime)
+		}
+		// What docs/agent-envoy.md says the unit of an agent running
+		// Envoys needs.
+		for _, want := range []string{"ExecReload=/bin/kill -HUP $MAINPID", "LimitNOFILE=1048576"} {
+			if !strings.Contains(src, want) {
+				t.Errorf("%s lacks %s", unit, want)
+			}
+		}
+		if regexp.MustCompile(`(?m)^MemoryDenyWriteExecute=yes`).MatchString(src) {
+			t.Errorf("%s: MemoryDenyWriteExecute holds for the Envoys the agent runs", unit)
+		}
+	}
+}
+
+// TestEnvoySampleDrains: the sample envoy.service drains Envoy through its
+// admin interface before systemd's SIGTERM (on which Envoy exits at once)
+// and says what it is still for.
+func TestEnvoySampleDrains(t *testing.T) {
+	src := readFile(t, ".", "../examples/vm/envoy.service")
+	if !regexp.MustCompile(`(?m)^ExecStop=.*POST .*/drain_listeners\?graceful`).MatchString(src) {
+		t.Error("envoy.service stops Envoy without POST /drain_listeners?graceful first")
+	}
+	if strings.Contains(src, "drains listeners on SIGTERM") {
+		t.Error("envoy.service claims Envoy drains on SIGTERM, which Envoy's docs contradict")
+	}
+	if !strings.Contains(src, "agent does not run") {
+		t.Error("envoy.service does not say what it is for beside the agent's envoy blocks")
 	}
 }

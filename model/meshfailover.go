@@ -29,30 +29,31 @@ func (mb *meshBuilder) meshTarget(base, service, subset, dc, localDC, protocol s
 	}
 	first := mb.meshClusterIn(base, service, subset, []string{dc}, localDC, protocol)
 	agg := ir.Cluster{Name: base, Service: service, Subset: subset, ConnectTimeout: first.ConnectTimeout}
-	add := func(c ir.Cluster) {
-		name := ir.FailoverTargetPrefix + c.Name
-		if slices.Contains(agg.Aggregate, name) {
+	// add appends target name's member, made (once for every aggregate
+	// that holds it) by mk.
+	add := func(name string, mk func() ir.Cluster) {
+		member := ir.FailoverTargetPrefix + name
+		if slices.Contains(agg.Aggregate, member) {
 			return
 		}
-		agg.Aggregate = append(agg.Aggregate, name)
-		if _, ok := mb.clusters["mesh\x00"+name]; !ok {
-			c.Name = name // the SNI stays the target's name
-			mb.clusters["mesh\x00"+name] = c
+		agg.Aggregate = append(agg.Aggregate, member)
+		if _, ok := mb.clusters["mesh\x00"+member]; !ok {
+			c := mk()
+			c.Name = member // the SNI stays the target's name
+			mb.clusters["mesh\x00"+member] = c
 		}
 	}
-	add(first)
+	add(base, func() ir.Cluster { return first })
 	for _, t := range targets {
 		tdc := cmp.Or(t.Datacenter, dc)
 		name := ir.MeshSubsetClusterName(t.Subset, t.Service, tdc, mb.mesh.TrustDomain)
-		if _, ok := mb.clusters["mesh\x00"+ir.FailoverTargetPrefix+name]; ok {
-			add(ir.Cluster{Name: name})
-			continue
-		}
-		c := mb.meshClusterIn(name, t.Service, t.Subset, []string{tdc}, localDC, protocol)
-		// Consul 1.15 applies the failing target's resolver to all of its
-		// failover targets: connect timeout and load balancer.
-		c.ConnectTimeout, c.LBPolicy = first.ConnectTimeout, first.LBPolicy
-		add(c)
+		add(name, func() ir.Cluster {
+			c := mb.meshClusterIn(name, t.Service, t.Subset, []string{tdc}, localDC, protocol)
+			// Consul 1.15 applies the failing target's resolver to all of
+			// its failover targets: connect timeout and load balancer.
+			c.ConnectTimeout, c.LBPolicy = first.ConnectTimeout, first.LBPolicy
+			return c
+		})
 	}
 	return agg
 }

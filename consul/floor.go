@@ -15,10 +15,17 @@ import "time"
 // after a query that did not block.
 
 // blockedAfter is how long a query must have taken to count as blocked:
-// a fifth of the floor, 10 ms by default, well over a local agent's
-// answer to a query it does not hold (about a millisecond). A remote
-// agent slower than that is floored after every query, as before.
-func blockedAfter(minInterval time.Duration) time.Duration { return minInterval / 5 }
+// a 25th of the floor, 2 ms by default (at least 1 ms), over a local
+// agent's answer to a query it does not hold (well under a millisecond
+// when idle). Back-to-back changes of a small fleet come 5–10 ms apart,
+// so 10 ms (a fifth of the floor) floored most of them (S9 at N = 100,
+// p50 18–54 ms with 10 ms, 7.5–9.7 ms with 2 ms, bench/README.md). An
+// agent slower than that to answer is floored after every query, as
+// before; a loaded one that answers a moved key in over 2 ms is not,
+// and is then read at most once per answer it gives.
+func blockedAfter(minInterval time.Duration) time.Duration {
+	return max(minInterval/25, time.Millisecond)
+}
 
 // nextFloor returns the time the view's next query may start after one
 // that started at start with waitIndex, answered after took: start +

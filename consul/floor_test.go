@@ -20,6 +20,7 @@ func TestNextFloor(t *testing.T) {
 	}{
 		"answered at once: the key keeps changing":             {took: time.Millisecond, waitIndex: 7, want: start.Add(minInterval)},
 		"blocked 20 ms: the first change after a quiet period": {took: 20 * time.Millisecond, waitIndex: 7},
+		"blocked 5 ms: back-to-back changes of a small fleet":  {took: 5 * time.Millisecond, waitIndex: 7},
 		"blocked a minute":                      {took: time.Minute, waitIndex: 7},
 		"a first read does not block by design": {took: time.Millisecond, waitIndex: 0},
 	} {
@@ -32,8 +33,8 @@ func TestNextFloor(t *testing.T) {
 }
 
 // TestViewFloorsOnlyAKeyThatKeepsChanging runs a view on a fake clock
-// against a fetch the test answers: after a query Consul held for 20 ms
-// (a change 20 ms after the one before: back-to-back changes) the next
+// against a fetch the test answers: after a query Consul held for 5 ms
+// (a change 5 ms after the one before: back-to-back changes) the next
 // query is sent at once, not at the 50 ms floor; after a query answered
 // at once (the data moved before it was sent) the next waits the floor.
 func TestViewFloorsOnlyAKeyThatKeepsChanging(t *testing.T) {
@@ -97,11 +98,11 @@ func TestViewFloorsOnlyAKeyThatKeepsChanging(t *testing.T) {
 	if c := next("the first blocking query"); !c.at.Equal(t0) || c.waitIndex != 1 {
 		t.Fatalf("first blocking query at +%v on index %d, want at once on 1", c.at.Sub(t0), c.waitIndex)
 	}
-	// Consul holds it 20 ms, then a change.
-	clock.Advance(20 * time.Millisecond)
+	// Consul holds it 5 ms, then a change (back-to-back changes).
+	clock.Advance(5 * time.Millisecond)
 	answers <- 2
-	if c := next("after a query that blocked"); !c.at.Equal(t0.Add(20 * time.Millisecond)) {
-		t.Errorf("query after one that blocked 20 ms at +%v, want at once (+20ms), not at the floor", c.at.Sub(t0))
+	if c := next("after a query that blocked"); !c.at.Equal(t0.Add(5 * time.Millisecond)) {
+		t.Errorf("query after one that blocked 5 ms at +%v, want at once (+5ms), not at the floor", c.at.Sub(t0))
 	}
 	// The data moved before the query was sent: answered at once.
 	answers <- 3
@@ -113,7 +114,7 @@ func TestViewFloorsOnlyAKeyThatKeepsChanging(t *testing.T) {
 	clock.Advance(minInterval - time.Millisecond)
 	noQuery("before the floor, after a query answered at once")
 	clock.Advance(minInterval/4 + time.Millisecond) // past the floor and its jitter
-	if c := next("after the floor"); c.at.Before(t0.Add(20*time.Millisecond + minInterval)) {
-		t.Errorf("query after one answered at once at +%v, want at least the floor (+70ms)", c.at.Sub(t0))
+	if c := next("after the floor"); c.at.Before(t0.Add(5*time.Millisecond + minInterval)) {
+		t.Errorf("query after one answered at once at +%v, want at least the floor (+55ms)", c.at.Sub(t0))
 	}
 }

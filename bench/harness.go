@@ -21,12 +21,24 @@ import (
 type Options struct {
 	ConsulBin string // consul binary (v1.15.x)
 	BridgeBin string // consul-xds-bridge binary
-	Self      string // this binary, for `baseline-server`
-	Dir       string // scratch dir for configs and logs
+	// BaseBridgeBin is a second bridge binary (another commit's) that the
+	// comparison runs as server "base", so a change is measured against
+	// the code before it in the same run, on the same Consul.
+	BaseBridgeBin string
+	Self          string // this binary, for `baseline-server`
+	Dir           string // scratch dir for configs and logs
 
 	Services  int // S: services in the catalog
 	Instances int // I: instances per service
 	Upstreams int // services routed by the policy / upstreams per peer sidecar
+	// Background services (of BackgroundInstances each) are registered
+	// after the world: a catalog no proxy follows. With any, the
+	// comparison's bridges export every service (they watch and build
+	// them all) while their proxies' group still reaches the routed ones.
+	Background, BackgroundInstances int
+	// CompareScenarios are the scenarios the comparison runs after S3:
+	// "s1", "s2", "s6", "s9" (back-to-back flips); nil: s1, s2, s6.
+	CompareScenarios []string
 
 	FleetSizes   []int    // N for the bridge fleet scenarios (S1–S7)
 	GroupSizes   []int    // N for the groups phase (S3, S8; groups.go)
@@ -149,6 +161,13 @@ func Run(ctx context.Context, o Options) ([]Row, error) {
 		return nil, fmt.Errorf("register world: %w", err)
 	}
 	o.logf("registered %d services × %d instances in %s (%d writes; the %d routed services Connect-native)", o.Services, o.Instances, time.Since(start).Round(time.Millisecond), c.writes, o.Upstreams)
+	if o.Background > 0 {
+		start = time.Now()
+		if err := c.RegisterServices(ctx, o.Services, o.Services+o.Background, max(o.BackgroundInstances, 1)); err != nil {
+			return nil, fmt.Errorf("register background services: %w", err)
+		}
+		o.logf("registered %d background services × %d instances in %s", o.Background, max(o.BackgroundInstances, 1), time.Since(start).Round(time.Millisecond))
+	}
 
 	var rows []Row
 	emit := func(r Row) {
@@ -270,16 +289,22 @@ func resetHealth(ctx context.Context, c *Consul, h map[[2]int]string) {
 // served configuration: Upstreams clusters per proxy.
 func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) error {
 	peerSidecars := 0
+	scenarios := o.CompareScenarios
+	if scenarios == nil {
+		scenarios = []string{"s1", "s2", "s6"}
+	}
 	for _, n := range o.CompareSizes {
-		for _, which := range o.Compare {
+		// A server may be listed more than once (A, B, A, B: interleaved
+		// runs on a shared machine); each run has a directory of its own.
+		for pos, which := range o.Compare {
 			server, modeName, _ := strings.Cut(which, "/")
 			mode := SotW
 			if modeName == "delta" {
 				mode = Delta
 			}
-			dir := filepath.Join(o.Dir, fmt.Sprintf("compare-%s-%s-%d", server, modeName, n))
+			dir := filepath.Join(o.Dir, fmt.Sprintf("compare-%s-%s-%d-%d", server, modeName, n, pos))
 			os.MkdirAll(dir, 0o755)
-			pol := Policy(false, o.Upstreams)
+			pol := Policy(o.Background > 0, o.Upstreams)
 			var (
 				t        *Target
 				replicas []*Target
@@ -288,6 +313,15 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 			switch server {
 			case "bridge":
 				t, err = StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel, o.BridgeXDS...)
+			case "base": // the same bridge settings, another build (BaseBridgeBin)
+				if o.BaseBridgeBin == "" {
+					err = fmt.Errorf("server base needs -base-bridge")
+					break
+				}
+				t, err = StartBridge(ctx, o.BaseBridgeBin, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel, o.BridgeXDS...)
+				if t != nil {
+					t.Name = "base"
+				}
 			case "bridge-2": // two replicas, the fleet split between them (replicas.go)
 				t, replicas, err = startReplicas(ctx, o, dir, c.HTTPAddr, pol)
 			case "bridge-fixed": // the bridge with a fixed 100ms debounce window: the adaptive window's baseline
@@ -337,10 +371,20 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 				row.Notes += "; " + sameVersions(r.f)
 			}
 			emitR(row)
-			if err == nil {
-				emitR(r.s1(ctx))
-				emitR(r.s2(ctx))
-				emitR(r.s6(ctx, cfg))
+			for _, sc := range scenarios {
+				if err != nil {
+					break
+				}
+				switch sc {
+				case "s1":
+					emitR(r.s1(ctx))
+				case "s2":
+					emitR(r.s2(ctx))
+				case "s6":
+					emitR(r.s6(ctx, cfg))
+				case "s9":
+					emitR(r.s9(ctx))
+				}
 			}
 			if r.f != nil {
 				r.f.Close()

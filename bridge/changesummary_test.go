@@ -16,7 +16,10 @@ import (
 // once a minute has passed.
 func TestEndpointChurnLogsASummaryAtInfo(t *testing.T) {
 	logs := &syncbuffer.Buffer{}
-	h := startLoopWith(t, func(c *Config, _ *loop) { c.Logger = zerolog.New(logs).Level(zerolog.InfoLevel) })
+	h := startLoopWith(t, func(c *Config, _ *loop) {
+		c.Logger = zerolog.New(logs).Level(zerolog.InfoLevel)
+		c.Settings.XDS.DebounceAdaptive = false // changes within a hold-off wait for it
+	})
 	holdOff := h.d.cfg.Settings.XDS.DebounceHoldOff
 	build := func(port int, wantBuilds float64, debounced bool) {
 		t.Helper()

@@ -48,8 +48,9 @@ type Config struct {
 	// Registry receives the daemon's metrics, served on /metrics; nil makes
 	// a private one.
 	Registry *prometheus.Registry
-	// CPUTime is the process's CPU time so far, which sets the debounce
-	// window (debounce.go); nil reads it from the OS. Tests pass a fake.
+	// CPUTime is the process's CPU time so far, which tells the idle
+	// collector when the bridge is idle (idlegc.go); nil reads it from the
+	// OS. Tests pass a fake.
 	CPUTime func() time.Duration
 }
 

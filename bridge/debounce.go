@@ -1,25 +1,28 @@
 package bridge
 
-import "time"
+import (
+	"math"
+	"time"
+)
 
 // debounce decides when a change is built. Its window is the least time
-// between two builds:
+// between two builds, and it never makes a change wait for nothing:
 //
-//   - it follows what a build costs: twice the CPU the bridge spent since
-//     the build before (the build, and the pushes to every proxy that
-//     followed it), at least minWindow, so a quiet fleet gets each change
-//     in milliseconds rather than a fixed hold-off later, and a large one
-//     spends at most about half a core on pushes however fast Consul
-//     changes;
-//   - it doubles with each change that arrives inside the window (changes
-//     faster than builds), up to debounce_hold_off, and is back to its
-//     cost after a change arrives two windows after a build;
-//   - a change after a quiet window builds at once; changes within a
-//     window of a build coalesce until a window after the latest one,
-//     capped at debounce_max_delay after the burst began.
+//   - a change that arrives a window or more after the last build builds
+//     at once; while changes are calm the window is zero, so every change
+//     builds at once (the loop still lets the previous build's fan-out to
+//     the proxies end first: fanwait.go);
+//   - the window grows toward debounce_hold_off only under sustained
+//     churn, measured as changes per second (a rate that decays over
+//     churnSpan), not as the CPU spent since the last build: that CPU
+//     includes whatever else the bridge did meanwhile (the idle
+//     collector, Consul reads, proxies' ACKs), and made back-to-back
+//     changes of a cheap world wait a whole hold-off (issue 40);
+//   - changes within a window of a build coalesce until a window after
+//     the latest one, capped at debounce_max_delay after the burst began.
 //
 // So builds are at least a window apart (at most one push per proxy per
-// window), and under continuous churn the bridge behaves as with a fixed
+// window), and under heavy churn the bridge behaves as with a fixed
 // hold-off. It reads no clock: every call is told the time.
 type debounce struct {
 	holdOff, maxDelay time.Duration
@@ -27,53 +30,65 @@ type debounce struct {
 	fixed      bool
 	burstStart time.Time // zero while no change waits
 	lastBuild  time.Time
-	cost       time.Duration // CPU of the last build-and-push cycle
-	churn      uint          // doublings of the window
+	// rate is the changes per second as of rateAt: each change adds
+	// 1/churnSpan, and it decays by e^(-t/churnSpan), so a steady stream
+	// of λ changes per second reads λ after a few churnSpans.
+	rate   float64
+	rateAt time.Time
 }
 
 const (
-	// minWindow is the floor of the window: below it, coalescing changes
-	// that arrive together (one Consul write touching several services)
-	// saves nothing.
-	minWindow = 5 * time.Millisecond
-	// costFactor: a window of twice a build's cost leaves the bridge idle
-	// at least half the time under churn.
-	costFactor = 2
-	maxChurn   = 16
+	// churnSpan is how long a change counts toward the churn rate.
+	churnSpan = time.Second
+	// calmPerHoldOff: up to this many changes per hold-off (50 per second
+	// with the default 100 ms) the window is zero. Back-to-back changes,
+	// each sent once the fleet holds the one before — a rolling deploy, a
+	// flapping check — arrive at tens per second and must not wait; the
+	// fan-out gate (fanwait.go) already keeps builds from overlapping.
+	// From there the window grows linearly and reaches the hold-off at
+	// twice this rate.
+	calmPerHoldOff = 5
 )
 
-// window is the current least spacing between builds.
-func (d *debounce) window() time.Duration {
+// decayedRate is the churn rate at now.
+func (d *debounce) decayedRate(now time.Time) float64 {
+	if d.rateAt.IsZero() {
+		return 0
+	}
+	dt := now.Sub(d.rateAt)
+	if dt <= 0 {
+		return d.rate
+	}
+	return d.rate * math.Exp(-float64(dt)/float64(churnSpan))
+}
+
+// window is the current least spacing between builds at now.
+func (d *debounce) window(now time.Time) time.Duration {
 	if d.fixed {
 		return d.holdOff
 	}
-	w := max(minWindow, costFactor*d.cost)
-	for range min(d.churn, maxChurn) {
-		if w >= d.holdOff {
-			break
-		}
-		w *= 2
+	// Changes per hold-off, beyond the calm ones, as a share of the calm
+	// ones: 0 at calmPerHoldOff, 1 (the whole hold-off) at twice that.
+	perHoldOff := d.decayedRate(now) * d.holdOff.Seconds()
+	over := (perHoldOff - calmPerHoldOff) / calmPerHoldOff
+	if over <= 0 {
+		return 0
 	}
-	return min(w, d.holdOff)
+	return time.Duration(min(over, 1) * float64(d.holdOff))
 }
 
 // changed records a change at now and returns how long to wait before
 // building.
 func (d *debounce) changed(now time.Time) time.Duration {
+	d.rate = d.decayedRate(now) + 1/churnSpan.Seconds()
+	d.rateAt = now
+	w := d.window(now)
 	if d.burstStart.IsZero() {
 		d.burstStart = now
-		since := now.Sub(d.lastBuild)
-		switch w := d.window(); {
-		case since >= 2*w:
-			d.churn = 0
-		case since < w:
-			d.churn = min(d.churn+1, maxChurn)
-		}
-		if since >= d.window() {
+		if now.Sub(d.lastBuild) >= w {
 			return 0
 		}
 	}
-	w := d.window()
 	wait := min(w, d.burstStart.Add(d.maxDelay).Sub(now))
 	return max(wait, d.lastBuild.Add(w).Sub(now), 0)
 }
@@ -83,6 +98,3 @@ func (d *debounce) built(now time.Time) {
 	d.burstStart = time.Time{}
 	d.lastBuild = now
 }
-
-// measured records the CPU the last build and its pushes cost.
-func (d *debounce) measured(cost time.Duration) { d.cost = cost }

@@ -19,10 +19,15 @@ import (
 //   - waiting: no complete catalog or (with KV) no policy read yet; nothing
 //     is served, so proxies' requests wait rather than get a partial world;
 //   - idle: serving, nothing pending;
-//   - pending: something changed; after a quiet period the timer fires at
-//     once, otherwise HoldOff after the latest change (never sooner than
-//     HoldOff after the last build, never later than MaxDelay after the
-//     first change of the burst);
+//   - pending: something changed; after a quiet window (and while
+//     changes are calm the window is zero) the timer fires at once,
+//     otherwise a window after the latest change (never sooner than a
+//     window after the last build, never later than MaxDelay after the
+//     first change of the burst); see debounce.go;
+//   - fan-out wait: the timer fired while the last build's fan-out to the
+//     proxies still runs; the build follows as soon as it ends, or a
+//     hold-off after the last build if a slow proxy holds it open
+//     (fanwait.go);
 //   - build: on the timer, the newest catalog and policy are built and
 //     served. A build also waits (up to pendingGrace) for services a new
 //     policy just started watching, so new routes do not briefly point at
@@ -76,8 +81,13 @@ type loop struct {
 	// compute, if set, replaces pipeline.Compute: the loop's tests make a
 	// build fail with it.
 	compute func(pipeline.Input, *pipeline.Memo) (*pipeline.World, error)
-	// lastCPU is the process's CPU time at the last build (debounce).
-	lastCPU time.Duration
+	// fanning and fanIdle tell whether the last build's fan-out to the
+	// proxies is still running and when it ended (fanwait.go); the
+	// xDS server's unless a test sets them. waitingFan: a due build
+	// waits for that end.
+	fanning    func() bool
+	fanIdle    <-chan struct{}
+	waitingFan bool
 	// readFiles, if set, replaces policy.ReadFiles: the loop's tests
 	// make reading a policy's files slow with it.
 	readFiles func(*policy.Policy, time.Time) hclDiagnostics
@@ -100,6 +110,9 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 		l.parser = newDocParser(l.d.clock, ParseBudget)
 	}
 	l.readDone = make(chan policyRead, 1)
+	if l.fanning == nil {
+		l.fanning, l.fanIdle = l.d.xds.FanningOut, l.d.xds.FanoutIdle()
+	}
 	l.timer = l.d.clock.NewTimer(time.Hour)
 	l.timer.Stop()
 	defer l.timer.Stop()
@@ -168,7 +181,14 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 				l.reloadPolicy(t)
 			}
 		case <-l.timer.Chan():
+			if l.holdForFanout() {
+				continue
+			}
 			l.build(ctx)
+		case <-l.fanIdle:
+			if l.fanoutEnded() {
+				l.build(ctx)
+			}
 		}
 	}
 }
@@ -197,14 +217,6 @@ func (l *loop) build(ctx context.Context) {
 	start := l.d.clock.Now()
 	buildStart := start
 	l.debounce.built(start)
-	// The CPU spent since the last build: that build, its pushes, and
-	// whatever else the bridge did meanwhile; it sets the next window.
-	if cpu := l.d.cpuTime(); l.lastCPU > 0 {
-		l.debounce.measured(cpu - l.lastCPU)
-		l.lastCPU = cpu
-	} else {
-		l.lastCPU = cpu
-	}
 	if l.catalog == nil || l.kvNeeded && !l.kvAccepted || l.ce.waiting() || l.mesh.waiting() {
 		return
 	}

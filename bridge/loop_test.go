@@ -60,7 +60,7 @@ func startLoopWith(t *testing.T, configure func(*Config, *loop)) *loopHarness {
 	}
 	h := &loopHarness{t: t, clock: clockwork.NewFakeClockAt(time.Unix(1_000_000, 0)), updates: make(chan consul.Update)}
 	dcfg := Config{Settings: cfg.Settings, Policy: cfg.Policy, Logger: zerolog.New(zerolog.NewTestWriter(t)), Clock: h.clock,
-		CPUTime: func() time.Duration { return 0 }} // builds cost nothing: the window stays at its floor
+		CPUTime: func() time.Duration { return 0 }} // the idle collector sees an idle process
 	l := &loop{policy: cfg.Policy, memo: pipeline.NewMemo()}
 	if configure != nil {
 		configure(&dcfg, l)
@@ -149,7 +149,9 @@ func (h *loopHarness) served() string {
 // one build when the hold-off ends, a failed build keeps the last good
 // state, and the next change builds again.
 func TestLoopDebounceAndLastGood(t *testing.T) {
-	h := startLoop(t)
+	// A fixed hold-off (debounce_adaptive = false): the adaptive window
+	// is zero for so few changes (loop_debounce_test.go).
+	h := startLoopWith(t, func(c *Config, _ *loop) { c.Settings.XDS.DebounceAdaptive = false })
 	holdOff := h.d.cfg.Settings.XDS.DebounceHoldOff
 
 	// A lone change: built without the clock moving.
@@ -365,7 +367,10 @@ func logEvents(logs *syncbuffer.Buffer, msg string) []map[string]any {
 // the fake clock), within the time since Consul's change.
 func TestLoopLogsWhereAChangesTimeWent(t *testing.T) {
 	logs := &syncbuffer.Buffer{}
-	h := startLoopWith(t, func(c *Config, _ *loop) { c.Logger = zerolog.New(logs) })
+	h := startLoopWith(t, func(c *Config, _ *loop) {
+		c.Logger = zerolog.New(logs)
+		c.Settings.XDS.DebounceAdaptive = false // a window to wait out
+	})
 	holdOff := h.d.cfg.Settings.XDS.DebounceHoldOff
 	h.send(8001)
 	h.eventually("the first build", func() bool { return h.builds() == 1 })

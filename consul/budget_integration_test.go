@@ -187,6 +187,16 @@ func startOversubscribed(t *testing.T, n, maxQueries int, q QueryOptions) *overs
 // or any request failed.
 func (o *oversubscribed) check(t *testing.T, maxQueries int) {
 	t.Helper()
+	// A test may end within milliseconds (a flip is published at once);
+	// let the sampler take its samples first (bounded) on a loaded machine.
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(2 * time.Millisecond) {
+		o.statsMu.Lock()
+		n := o.samples
+		o.statsMu.Unlock()
+		if n >= 10 {
+			break
+		}
+	}
 	o.stop()
 	o.statsMu.Lock()
 	defer o.statsMu.Unlock()

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cenkalti/backoff/v5"
 	"github.com/hashicorp/consul/api"
+	"github.com/jonboulle/clockwork"
 	"github.com/rs/zerolog"
 )
 
@@ -27,7 +28,8 @@ type QueryOptions struct {
 	// WaitTime is how long one blocking query may block (Consul caps it at 10m).
 	WaitTime time.Duration
 	// MinInterval is the floor between the starts of two queries of one view,
-	// so a hot key cannot make us hammer Consul.
+	// so a hot key cannot make us hammer Consul; it applies only after a
+	// query that Consul answered without blocking (floor.go).
 	MinInterval time.Duration
 	// BackoffInitial and BackoffMax bound the jittered exponential backoff
 	// after a failed query.
@@ -80,6 +82,9 @@ type view[T any] struct {
 	// every request holds a slot, and blocks for no longer than the budget
 	// allows.
 	slots *member
+	// clock is the view's time (floor, backoff, timestamps); nil is the
+	// real clock. Tests pass a fake one.
+	clock clockwork.Clock
 }
 
 // run blocks until ctx ends. emit is called with each changed value, the
@@ -92,6 +97,10 @@ func (v *view[T]) run(ctx context.Context, emit func(data T, index uint64, at ti
 	bo.RandomizationFactor = 0.5
 	bo.Multiplier = 2
 	bo.Reset()
+	clock := v.clock
+	if clock == nil {
+		clock = clockwork.NewRealClock()
+	}
 
 	var (
 		waitIndex uint64 // what the next query blocks on
@@ -99,13 +108,16 @@ func (v *view[T]) run(ctx context.Context, emit func(data T, index uint64, at ti
 		last      T
 		have      bool
 		lastStart time.Time
-		failures  int
+		// floor is when the next query may start (zero: at once); see
+		// floor.go.
+		floor    time.Time
+		failures int
 	)
 	for {
-		if wait := time.Until(lastStart.Add(opts.MinInterval)); wait > 0 {
+		if wait := clock.Until(floor); !floor.IsZero() && wait > 0 {
 			// Jitter spreads out views that were woken by the same write.
 			wait += rand.N(opts.MinInterval/4 + 1)
-			if !sleep(ctx, wait) {
+			if !sleepOn(ctx, clock, wait) {
 				return
 			}
 		}
@@ -119,7 +131,8 @@ func (v *view[T]) run(ctx context.Context, emit func(data T, index uint64, at ti
 		if !ok {
 			return
 		}
-		lastStart = time.Now()
+		lastStart = clock.Now()
+		sentIndex := waitIndex
 
 		wait := v.slots.wait(opts.WaitTime)
 		reqCtx, cancel := context.WithTimeout(ctx, requestTimeout(wait))
@@ -135,8 +148,11 @@ func (v *view[T]) run(ctx context.Context, emit func(data T, index uint64, at ti
 		if ctx.Err() != nil {
 			return
 		}
+		took := clock.Since(lastStart)
+		// A failed query is floored too: its backoff sleeps first anyway.
+		floor = lastStart.Add(opts.MinInterval)
 		if v.result != nil {
-			v.result(err, time.Since(lastStart))
+			v.result(err, took)
 		}
 		if err == nil && meta == nil {
 			err = errors.New("consul returned no query metadata")
@@ -153,7 +169,7 @@ func (v *view[T]) run(ctx context.Context, emit func(data T, index uint64, at ti
 			if v.failed != nil {
 				v.failed(err)
 			}
-			if !sleep(ctx, d) {
+			if !sleepOn(ctx, clock, d) {
 				return
 			}
 			continue
@@ -163,6 +179,7 @@ func (v *view[T]) run(ctx context.Context, emit func(data T, index uint64, at ti
 			failures = 0
 		}
 		bo.Reset()
+		floor = nextFloor(lastStart, took, sentIndex, opts.MinInterval)
 
 		// Index rules from Consul's blocking-query docs: an index that goes
 		// backwards (snapshot restore, new leader with older state) resets
@@ -184,18 +201,23 @@ func (v *view[T]) run(ctx context.Context, emit func(data T, index uint64, at ti
 			continue
 		}
 		last, have = data, true
-		emit(data, meta.LastIndex, time.Now())
+		emit(data, meta.LastIndex, clock.Now())
 	}
 }
 
 // sleep waits for d or ctx, reporting whether it was d.
 func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
+	return sleepOn(ctx, clockwork.NewRealClock(), d)
+}
+
+// sleepOn is sleep on clock.
+func sleepOn(ctx context.Context, clock clockwork.Clock, d time.Duration) bool {
+	t := clock.NewTimer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():
 		return false
-	case <-t.C:
+	case <-t.Chan():
 		return true
 	}
 }

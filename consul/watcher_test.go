@@ -393,8 +393,11 @@ func TestWatcherOneFailingServiceKeepsItsDataOthersUpdate(t *testing.T) {
 	next(t, w, "complete", func(u Update) bool { return u.Complete })
 
 	f.failNext("/v1/health/service/web", 1000)
-	// Wake web's blocked query so it starts failing, then change api.
-	f.set("/v1/health/service/web", 13, []*api.ServiceEntry{})
+	// Wake web's blocked query so the next ones fail, then change api. A
+	// query already blocked when the failures begin answers with data, so
+	// the wake carries web's data unchanged: what web shows while failing
+	// is its last good state whether its query was in flight or not.
+	f.set("/v1/health/service/web", 13, []*api.ServiceEntry{entry("n1", "10.0.0.1", "web-1", 80, "passing")})
 	time.Sleep(200 * time.Millisecond)
 	f.set("/v1/health/service/api", 14, []*api.ServiceEntry{
 		entry("n1", "10.0.0.1", "api-1", 90, "passing"), entry("n2", "10.0.0.2", "api-2", 90, "passing"),

@@ -105,9 +105,9 @@ type XDSSettings struct {
 	// DebounceMaxDelay caps that wait during a continuous stream of
 	// changes.
 	DebounceHoldOff, DebounceMaxDelay time.Duration
-	// DebounceAdaptive lets the window between builds follow their cost
-	// (bridge/debounce.go), DebounceHoldOff its upper bound; false keeps
-	// it at DebounceHoldOff.
+	// DebounceAdaptive lets the window between builds follow the rate of
+	// changes, zero while they are calm (bridge/debounce.go),
+	// DebounceHoldOff its upper bound; false keeps it at DebounceHoldOff.
 	DebounceAdaptive bool
 	// CollectWhenIdle lets the bridge start a garbage collection when it
 	// is idle, no change waits for its build, and two more fan-outs like

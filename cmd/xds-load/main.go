@@ -79,6 +79,11 @@ func runCmd(ctx context.Context, args []string) int {
 	fs.Bool("full", full, "full mode: N up to 5000, longer runs")
 	fs.StringVar(&o.ConsulBin, "consul", ".tools/bin/consul", "consul binary (v1.15)")
 	fs.StringVar(&o.BridgeBin, "bridge", "bin/consul-xds-bridge", "consul-xds-bridge binary")
+	fs.StringVar(&o.BaseBridgeBin, "base-bridge", "", "a second consul-xds-bridge binary (e.g. built from main) the comparison runs as server \"base\" (-compare base/delta,...)")
+	fs.IntVar(&o.Background, "background-services", 0, "services registered after the world that no proxy follows (the comparison's bridges then export every service)")
+	fs.IntVar(&o.BackgroundInstances, "background-instances", 5, "instances per background service")
+	compareScenarios := fs.String("compare-scenarios", "s1,s2,s6", "scenarios the comparison runs after S3: s1, s2, s6, s9 (back-to-back flips)")
+	fs.DurationVar(&o.FlipGap, "flip-gap", o.FlipGap, "pause before each S1 flip (1s: a flip after a quiet second)")
 	fs.StringVar(&o.Dir, "dir", "", "scratch dir for configs and logs (default: a new temp dir)")
 	fs.IntVar(&o.Services, "services", o.Services, "S: services in the catalog")
 	fs.IntVar(&o.Instances, "instances", o.Instances, "I: instances per service")
@@ -132,6 +137,12 @@ func runCmd(ctx context.Context, args []string) int {
 			o.BridgeXDS = append(o.BridgeXDS, line)
 		}
 	}
+	o.CompareScenarios = nil
+	for _, sc := range strings.Split(*compareScenarios, ",") {
+		if sc = strings.TrimSpace(sc); sc != "" {
+			o.CompareScenarios = append(o.CompareScenarios, sc)
+		}
+	}
 	o.Compare = nil
 	for _, c := range strings.Split(*compare, ",") {
 		if c = strings.TrimSpace(c); c != "" {
@@ -152,7 +163,10 @@ func runCmd(ctx context.Context, args []string) int {
 		return 1
 	}
 	o.Self = self
-	for _, p := range []*string{&o.ConsulBin, &o.BridgeBin} {
+	for _, p := range []*string{&o.ConsulBin, &o.BridgeBin, &o.BaseBridgeBin} {
+		if *p == "" {
+			continue
+		}
 		if abs, err := filepath.Abs(*p); err == nil {
 			*p = abs
 		}

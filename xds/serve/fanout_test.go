@@ -47,6 +47,12 @@ func TestPushFanoutMetric(t *testing.T) {
 	}
 	before := fanouts(t, s.Server)
 
+	eventually(t, "the first fan-outs ended", func() bool { return !s.FanningOut() }, func() string { return "" })
+	select { // an earlier update's end, not this one's
+	case <-s.FanoutIdle():
+	default:
+	}
+
 	moved := withEndpointPort(testOutput(t, []string{"api", "web"}, 8080), 0, 9999)
 	s.update(t, moved)
 	want := s.current("", resourcev3.EndpointType)
@@ -57,6 +63,15 @@ func TestPushFanoutMetric(t *testing.T) {
 	}
 	eventually(t, "the update's fan-out observed", func() bool { return fanouts(t, s.Server) == before+1 },
 		func() string { return "" })
+	// The daemon's build gate (bridge/fanwait.go) hears of the end.
+	if s.FanningOut() {
+		t.Error("still fanning out after the update's fan-out was observed")
+	}
+	select {
+	case <-s.FanoutIdle():
+	case <-time.After(10 * time.Second):
+		t.Error("no idle signal after the update's fan-out ended")
+	}
 	for _, id := range []string{"sotw-1", "delta-1", "delta-2"} {
 		s.waitStatus(t, id, "EDS", StatusSynced)
 	}
@@ -119,4 +134,36 @@ func updateAnswers(t *testing.T, n int, fanned func(time.Duration)) []cachev3.De
 		t.Fatalf("%d answers of an update, want %d in its fan-out", len(answers), n)
 	}
 	return answers
+}
+
+// TestOpenFanouts: the count of running fan-outs signals idle when its
+// last one ends, never blocks the cache's lock when nobody listens, and a
+// fan-out still running keeps it busy.
+func TestOpenFanouts(t *testing.T) {
+	f := newOpenFanouts()
+	f.started()
+	f.started()
+	f.ended()
+	select {
+	case <-f.idle:
+		t.Fatal("idle signalled with one fan-out still running")
+	default:
+	}
+	if f.open.Load() != 1 {
+		t.Fatalf("open = %d, want 1", f.open.Load())
+	}
+	f.ended()
+	select {
+	case <-f.idle:
+	default:
+		t.Fatal("no idle signal after the last fan-out ended")
+	}
+	// Nobody receiving: ended must not block (it runs under the cache's lock).
+	for range 3 {
+		f.started()
+		f.ended()
+	}
+	if f.open.Load() != 0 {
+		t.Errorf("open = %d after every fan-out ended, want 0", f.open.Load())
+	}
 }

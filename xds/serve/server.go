@@ -119,7 +119,9 @@ type Server struct {
 	senders *sendPool
 	metrics *metrics
 	health  *healthService
-	scope   *scopeLog // scope.go
+	// fans counts running fan-outs for the daemon's build gate (fanwait.go).
+	fans  *openFanouts
+	scope *scopeLog // scope.go
 	// sidecars keys Connect sidecars by node id (sidecar.go).
 	sidecars *sidecars
 	// bases counts the keys of each node.cluster (one per Envoy version
@@ -188,7 +190,11 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	s.tracker = newTracker()
 	s.metrics = newMetrics(cfg.Registerer, log)
-	s.cache = cache.New(cache.Config{Watched: s.watched, Fanned: func(d time.Duration) { s.metrics.fanout.Observe(d.Seconds()) }})
+	s.fans = newOpenFanouts()
+	s.cache = cache.New(cache.Config{Watched: s.watched, FanStarted: s.fans.started, Fanned: func(d time.Duration) {
+		s.metrics.fanout.Observe(d.Seconds())
+		s.fans.ended()
+	}})
 	s.scope = newScopeLog(cfg.Registerer, log)
 	s.sidecars = newSidecars(log, cfg.Sidecars)
 	s.sidecars.authorize = cfg.AuthorizeNodes

@@ -82,6 +82,9 @@ type Config struct {
 	// by whichever goroutine hands over an update's last answer: possibly
 	// Set's, under the cache's lock, so it must not block.
 	Fanned func(time.Duration)
+	// FanStarted, if set, is told when an update's fan-out begins (it
+	// answered someone), under the cache's lock; Fanned follows once.
+	FanStarted func()
 }
 
 // New returns a cache holding the shared key "" (nodes that announce no
@@ -157,6 +160,9 @@ func (c *Cache) Set(key string, sets map[string]*Set) []string {
 	k.fan = nil
 	if answered {
 		k.fan = fan
+		if c.cfg.FanStarted != nil {
+			c.cfg.FanStarted()
+		}
 		fan.handed() // the cache's own count: answering is over
 	}
 	return changed

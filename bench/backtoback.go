@@ -1,0 +1,43 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+)
+
+// S9: back-to-back flips (issue 40): each flip is written as soon as the
+// whole fleet holds the previous one, with no pause and no collection of
+// the load generator between them — the pattern of a rolling deploy or a
+// flapping check, and the one an over-waiting debounce or a floor between
+// Consul queries shows in every flip. Latency per proxy as S1; CPU per
+// change as S2; the flips a second it sustained.
+func (r *run) s9(ctx context.Context) Row {
+	flips := r.opts.S2Flips
+	if r.opts.CompareS2Flips > 0 {
+		flips = r.opts.CompareS2Flips
+	}
+	m := r.meter()
+	var all, lasts []time.Duration
+	var worst time.Duration
+	start := time.Now()
+	for range flips {
+		fl, err := r.flip(ctx, 0, 0, r.opts.FlipTimeout)
+		if err != nil {
+			return failed(m.row("S9 back-to-back flips", all, worst), err)
+		}
+		all = append(all, fl.lats...)
+		lasts = append(lasts, fl.last)
+		worst = max(worst, fl.last)
+	}
+	took := time.Since(start)
+	row := m.row("S9 back-to-back flips", all, worst)
+	row.CPUPerChange = row.CPU / float64(flips)
+	gen := (ProcCPU(os.Getpid()) - m.gen0) / float64(flips)
+	row.Notes = fmt.Sprintf("%d flips back to back in %s (%.1f/s): %s CPU/change (load generator %s); time-to-last-proxy p50 %s",
+		flips, took.Round(time.Millisecond), float64(flips)/took.Seconds(),
+		ms(time.Duration(row.CPUPerChange*float64(time.Second))), ms(time.Duration(gen*float64(time.Second))),
+		ms(percentile(lasts, 50)))
+	return row
+}

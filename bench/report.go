@@ -24,22 +24,36 @@ type ratioKey struct {
 	n              int
 }
 
+// writeRatios pairs each other server's row with a bridge row of the
+// same scenario, mode and N: with -compare repeating servers (A, B, A,
+// B), the k-th row of a server with the k-th bridge row, so each ratio
+// compares adjacent runs (the last bridge row when there are fewer).
 func writeRatios(w io.Writer, rows []Row) {
-	bridge := map[ratioKey]Row{}
+	bridge := map[ratioKey][]Row{}
 	for _, r := range rows {
 		if r.Server == "bridge" && r.Mode != "mixed" && !r.Failed {
-			bridge[ratioKey{r.Scenario, r.Mode, r.N}] = r
+			k := ratioKey{r.Scenario, r.Mode, r.N}
+			bridge[k] = append(bridge[k], r)
 		}
 	}
+	type seenKey struct {
+		server string
+		ratioKey
+	}
+	seen := map[seenKey]int{}
 	var lines []string
 	for _, r := range rows {
-		if r.Server == "bridge" || r.Mode == "mixed" || r.Failed {
+		if r.Server == "bridge" || r.Mode == "mixed" {
 			continue
 		}
-		b, ok := bridge[ratioKey{r.Scenario, r.Mode, r.N}]
-		if !ok {
+		k := ratioKey{r.Scenario, r.Mode, r.N}
+		i := seen[seenKey{r.Server, k}]
+		seen[seenKey{r.Server, k}] = i + 1
+		bs := bridge[k]
+		if r.Failed || len(bs) == 0 {
 			continue
 		}
+		b := bs[min(i, len(bs)-1)]
 		var parts []string
 		add := func(name string, other, base float64) {
 			if base > 0 && other >= 0 {

@@ -129,3 +129,49 @@ func TestAgentServesOlderEnvoys(t *testing.T) {
 		return false
 	})
 }
+
+// TestCentralSeesRelayedEnvoys: the central bridge's /v1/proxies shows,
+// on the agent's relay stream, the Envoys (and versions) the agent
+// relays that node.cluster to; a local Envoy of another version joining
+// is reported within seconds (the relay reconnects), while the local
+// proxies keep their config.
+func TestCentralSeesRelayedEnvoys(t *testing.T) {
+	cen := startStandIn(t, nil, rateLimitWorld(t))
+	var logs syncbuffer.Buffer
+	ag := startAgentWith(t, t.TempDir(), func(c *agent.Config) { c.Upstreams = []string{cen.addr} }, &logs)
+	sock := "unix://" + ag.SocketAddr().String()
+	dial := func(id, version string) *adsclient.Client {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: sock, NodeID: id, Cluster: "edge-rl", UserAgentVersion: version, Mode: adsclient.Delta})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		return c
+	}
+	relayed := func() []string {
+		for _, p := range cen.srv.Proxies() {
+			if p.NodeCluster == "edge-rl" {
+				return p.RelayedEnvoys
+			}
+		}
+		return nil
+	}
+	hasRoutes := func(s adsclient.State) bool { return len(s.Types[adsclient.RouteType].Resources) > 0 }
+	old := dial("old", "1.22.9")
+	wait(t, old, "the old one's routes", 15*time.Second, hasRoutes)
+	eventually(t, 15*time.Second, "the central bridge seeing old@1.22", func() bool { return slices.Equal(relayed(), []string{"old@1.22"}) })
+	dial("new", "1.40.0")
+	eventually(t, 15*time.Second, "the central bridge seeing both", func() bool {
+		return slices.Equal(relayed(), []string{"new@1.40", "old@1.22"})
+	})
+	if !hasRoutes(old.Snapshot()) {
+		t.Error("the old Envoy lost its routes while the relay reconnected")
+	}
+	for typ, n := range old.Stats().NACKs {
+		if n > 0 {
+			t.Errorf("the old Envoy NACKed %s %d times", typ, n)
+		}
+	}
+}

@@ -97,6 +97,10 @@ func (r *relay) refuse(why string) {
 // reconnecting at once, and reports that it cannot sync.
 const stableAfter = 10 * time.Second
 
+// relayedEnvoysCheck is how often a relay compares the Envoys it relays
+// to with those it reported upstream.
+const relayedEnvoysCheck = 2 * time.Second
+
 func (r *relay) run(ctx context.Context) {
 	b := newBackoff(r.a.cfg.BackoffInitial, r.a.cfg.BackoffMax)
 	next := 0
@@ -169,6 +173,16 @@ func (r *relay) stream(ctx context.Context, addr string) bool {
 		r.a.log.Warn().Str("node_cluster", r.key.NodeCluster).Msg("no local registration of this Connect sidecar (any more); not relaying it")
 		return false
 	}
+	// The Envoys this key is relayed to, for the central /v1/proxies: a
+	// change reconnects (below), as node metadata is sent once a stream.
+	reported := strings.Join(r.a.server.EnvoysOf(r.key.Key), ",")
+	if reported != "" {
+		meta = maps.Clone(meta)
+		if meta == nil {
+			meta = map[string]string{}
+		}
+		meta[xds.RelayedEnvoysMetadata] = reported
+	}
 	c, err := adsclient.Dial(dctx, adsclient.Config{
 		Addr: addr, NodeID: nodeID, Cluster: cluster, Metadata: meta, UserAgent: ua, Mode: adsclient.Delta,
 		InitialFetchTimeout: -1, // local proxies warm for themselves
@@ -184,9 +198,11 @@ func (r *relay) stream(ctx context.Context, addr string) bool {
 	began := time.Now()
 	r.setUpstream(addr)
 	r.a.log.Info().Str("upstream", addr).Str("node_cluster", r.key.NodeCluster).Bool("proxyless", r.key.Proxyless).Msg("relaying from central bridge")
-	stable := false
+	stable, redial := false, false
 	timer := time.NewTimer(stableAfter)
 	defer timer.Stop()
+	check := time.NewTicker(relayedEnvoysCheck)
+	defer check.Stop()
 wait:
 	for {
 		select {
@@ -197,7 +213,20 @@ wait:
 		case <-timer.C:
 			stable = true
 			r.setError("", false) // it has synced and stays up
+		case <-check.C:
+			if strings.Join(r.a.server.EnvoysOf(r.key.Key), ",") != reported {
+				redial = true
+				break wait
+			}
 		}
+	}
+	if redial && ctx.Err() == nil {
+		// Not a failure: the local proxies keep their config meanwhile.
+		_ = c.Close()
+		r.setUpstream("")
+		r.a.log.Info().Str("upstream", addr).Str("node_cluster", r.key.NodeCluster).
+			Msg("the Envoys relayed for this node.cluster changed; reconnecting to report them to the central bridge")
+		return true
 	}
 	err = c.Err()
 	_ = c.Close()

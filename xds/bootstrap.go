@@ -83,6 +83,13 @@ type BootstrapConfig struct {
 // Consul node of a sidecar (BootstrapConfig.ConsulNode).
 const ConsulNodeMetadata = "consul_node"
 
+// RelayedEnvoysMetadata is the node metadata key (a string) with which a
+// per-VM agent's relay stream tells the central bridge the Envoys it
+// relays for: "NODE-ID@VERSION" entries joined by ",", for /v1/proxies
+// only (the central bridge serves the relay the newest output whatever
+// they run; the agent rewrites it per version).
+const RelayedEnvoysMetadata = "consul_xds_bridge_relayed_envoys"
+
 // The proxyless mesh's certificate files and the gRPC bootstrap's
 // provider instance that reads them.
 const (

@@ -68,6 +68,10 @@ type ProxyStatus struct {
 	// (compat.go).
 	EnvoyVersion string   `json:"envoy_version,omitempty"`
 	Downgraded   []string `json:"downgraded,omitempty"`
+	// RelayedEnvoys, on a per-VM agent's relay stream, are the Envoys the
+	// agent relays this stream's config to, as "NODE-ID@VERSION" (as the
+	// agent reports them: relayed.go).
+	RelayedEnvoys []string `json:"relayed_envoys,omitempty"`
 
 	key string // snapshot key the proxy is served from
 }
@@ -507,6 +511,7 @@ func (t *tracker) snapshot(now time.Time, staleAfter time.Duration) []ProxyStatu
 			key:            cache.Key(st.node),
 			UserAgent:      userAgent(st.node),
 			EnvoyVersion:   envoyVersion(st.node),
+			RelayedEnvoys:  relayedEnvoys(st.node),
 			RemoteAddress:  st.remote,
 			ConnectedSince: st.openedAt,
 			Stream:         st.key.String(),

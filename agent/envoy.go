@@ -454,6 +454,18 @@ func (r *envoyRunner) stop() {
 	}
 	if p := r.cur; p != nil {
 		start := time.Now()
+		// Right after a hot restart the parent may still hold the admin
+		// port (the new epoch takes it over first thing): a drain posted
+		// then would drain the parent, and the new epoch be stopped
+		// undrained.
+		r.awaitAdminOf(cfg, p, envoyStopGrace, func() bool {
+			select {
+			case q := <-r.exited:
+				delete(alive, q)
+			default:
+			}
+			return !alive[p]
+		})
 		if err := r.adminPost(cfg, "/drain_listeners?graceful"); err != nil {
 			r.log.Warn().Err(err).Msg("cannot ask Envoy to drain; stopping it without a drain")
 		} else {

@@ -369,6 +369,28 @@ func TestEnvoyDrainedOnStop(t *testing.T) {
 	}
 }
 
+// TestEnvoyStopDuringHotRestartDrainsTheNewEpoch: stopping the agent
+// while a new epoch has started but its parent still holds the admin
+// port (the new one takes it over first thing; here it waits 1s) drains
+// the new epoch, not the parent, and only then asks it to quit.
+func TestEnvoyStopDuringHotRestartDrainsTheNewEpoch(t *testing.T) {
+	s := startEnvoyAgent(t, func(c *agent.EnvoyConfig) { c.Args = append(c.Args, "--x-fake-admin-delay", "1s") })
+	s.waitReady(t, 0)
+	changed := s.cfg
+	changed.Concurrency = 3
+	s.ag.ReloadEnvoys([]agent.EnvoyConfig{changed})
+	eventually(t, 10*time.Second, "epoch 1 started", func() bool {
+		return len(find(readEvents(t, s.record), func(e envoyEvent) bool { return e.Event == "start" && e.Epoch == 1 })) == 1
+	})
+	s.ag.stop()
+	evs := readEvents(t, s.record)
+	drain := find(evs, func(e envoyEvent) bool { return e.Event == "drain_listeners" && e.Graceful })
+	quit := find(evs, func(e envoyEvent) bool { return e.Event == "quitquitquit" && e.Epoch == 1 })
+	if len(drain) != 1 || drain[0].Epoch != 1 || len(quit) != 1 || quit[0].T-drain[0].T < 950 {
+		t.Fatalf("drains %+v, quit %+v: want epoch 1 drained, then asked to quit after drain_time", drain, quit)
+	}
+}
+
 // TestEnvoyMetricsMerged: /metrics carries Envoy's stats with the
 // proxy's labels; an Envoy (or whatever holds its admin port) cannot add
 // or shadow the agent's own metrics or its labels.

@@ -129,3 +129,24 @@ func (r *envoyRunner) acked(nodeID string, since time.Time) bool {
 	}
 	return false
 }
+
+// awaitAdminOf waits, at most d, until Envoy's admin port answers as p's
+// epoch (/server_info's command_line_options.restart_epoch), or gone
+// says p has exited.
+func (r *envoyRunner) awaitAdminOf(cfg EnvoyConfig, p *envoyProc, d time.Duration, gone func() bool) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		code, b, err := adminGet(context.Background(), cfg, "/server_info", maxServerInfo)
+		var info struct {
+			Options struct {
+				Epoch json.Number `json:"restart_epoch"`
+			} `json:"command_line_options"`
+		}
+		if err == nil && code == http.StatusOK && json.Unmarshal(b, &info) == nil && info.Options.Epoch.String() == strconv.Itoa(p.epoch) {
+			return
+		}
+		if gone() {
+			return
+		}
+	}
+	r.log.Warn().Int("epoch", p.epoch).Msg("Envoy's admin port does not answer as the current epoch; draining whichever does")
+}

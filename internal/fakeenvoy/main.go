@@ -41,7 +41,8 @@
 // INITIALIZING; --x-fake-initial-fetch-timeout D goes LIVE after D
 // without its first config, as Envoy does when a config source's
 // initial_fetch_timeout expires; --x-fake-exit-after D exits 1 after D;
-// --x-fake-stats TEXT is appended to /stats/prometheus, and
+// --x-fake-admin-delay D makes an epoch > 0 wait D before taking over
+// the admin port from its parent; --x-fake-stats TEXT is appended to /stats/prometheus, and
 // --x-fake-stats-pad N pads it by about N bytes; --x-fake-version V
 // is /server_info's version.
 package main
@@ -76,7 +77,7 @@ type options struct {
 	concurrency, statsPad                       int
 	record, listen, stats, version              string
 	neverLive, hotRestartVersion                bool
-	exitAfter, initialFetchTimeout              time.Duration
+	exitAfter, initialFetchTimeout, adminDelay  time.Duration
 }
 
 func parse(args []string) (*options, error) {
@@ -102,6 +103,7 @@ func parse(args []string) (*options, error) {
 	fs.BoolVar(&o.neverLive, "x-fake-never-live", false, "")
 	fs.BoolVar(&o.hotRestartVersion, "hot-restart-version", false, "")
 	fs.DurationVar(&o.exitAfter, "x-fake-exit-after", 0, "")
+	fs.DurationVar(&o.adminDelay, "x-fake-admin-delay", 0, "")
 	fs.DurationVar(&o.initialFetchTimeout, "x-fake-initial-fetch-timeout", 0, "")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -213,6 +215,7 @@ func (e *envoy) run() error {
 		if parent, err = dialParent(e.o); err != nil {
 			return err
 		}
+		time.Sleep(e.o.adminDelay) // a slow start: the parent keeps the admin port meanwhile
 		if err := parent.call("shutdown_admin"); err != nil {
 			return fmt.Errorf("hot restart: shutdown_admin: %w", err)
 		}

@@ -3,23 +3,17 @@ package agent_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/rs/zerolog"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/agent"
-	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
-	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
-	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
@@ -50,27 +44,11 @@ func TestAgentServesTerminatingGatewayLeaves(t *testing.T) {
 		Services: []api.LinkedService{{Name: "ext1"}, {Name: "ext2"}}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	file := filepath.Join(t.TempDir(), "central.hcl")
-	if err := os.WriteFile(file, []byte("mesh {\n  default_intention = \"allow\"\n}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, _, diags := policy.LoadFiles(file)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	s := policy.DefaultSettings()
-	s.Consul.Address, s.XDS.Listen, s.Admin.Listen = ca.HTTPAddr(), freeAddr(t), "127.0.0.1:0"
-	d := bridge.New(bridge.Config{Settings: s, Policy: cfg.Policy, ConfigFiles: []string{file}, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
-		Query: consul.QueryOptions{BackoffInitial: 100 * time.Millisecond, BackoffMax: time.Second}})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	<-d.Started()
+	d, central := startAgentModeCentral(t, ca)
 
 	var logs syncbuffer.Buffer
 	ag := startAgentWith(t, t.TempDir(), func(c *agent.Config) {
-		c.Upstreams = []string{s.XDS.Listen}
+		c.Upstreams = []string{central}
 		c.ConsulAddress = ca.HTTPAddr()
 		c.ConnectServices = []string{"web", "ext1"}
 	}, &logs)

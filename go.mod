@@ -14,6 +14,7 @@ require (
 	github.com/hashicorp/consul/api v1.34.5
 	github.com/hashicorp/hcl/v2 v2.25.0
 	github.com/jonboulle/clockwork v0.5.0
+	github.com/mitchellh/hashstructure v1.1.0
 	github.com/prometheus/client_golang v1.25.0
 	github.com/prometheus/client_model v0.6.3
 	github.com/prometheus/common v0.72.0

@@ -285,10 +285,15 @@ func TestAgentFailsOverBetweenReplicas(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	before := proxy.Stats().Responses
 
-	one.stop()
+	// The agent starts on the replica its node id hashes to.
+	from, to := one, two
+	if strings.Contains(readyz(t, ag), two.addr) {
+		from, to = two, one
+	}
+	from.stop()
 	// Wait for the agent to stream from the other replica.
 	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(fmt.Sprint(readyz(t, ag)), two.addr) {
+	for !strings.Contains(fmt.Sprint(readyz(t, ag)), to.addr) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the agent did not move to the second replica: %v", readyz(t, ag))
 		}
@@ -354,5 +359,36 @@ func TestAgentFindsReplicasInConsul(t *testing.T) {
 	wait(t, proxy, "a flip through the replica left", 20*time.Second, func(s adsclient.State) bool { return health(s, "web") == "127.0.0.1:1001=UNHEALTHY" })
 	if err := proxy.Err(); err != nil {
 		t.Fatalf("the local stream ended: %v", err)
+	}
+}
+
+// TestAgentsSpreadAcrossReplicas: agents given the same two replicas do
+// not all stream from the first: each starts on the replica its node id
+// and key hash to, so a fleet's relays divide between the replicas
+// (issue 40's agent tier).
+func TestAgentsSpreadAcrossReplicas(t *testing.T) {
+	ca := consultest.Start(t)
+	ca.RegisterTTL(t, "web", "web-1", 1001, nil, nil)
+	one := startCentral(t, ca.HTTPAddr(), freeAddr(t))
+	two := startCentral(t, ca.HTTPAddr(), freeAddr(t))
+	on := map[string]int{}
+	for i := range 8 {
+		id := fmt.Sprintf("vm-%d", i)
+		ag := startAgentWith(t, t.TempDir(), func(c *agent.Config) { c.NodeID, c.Upstreams = id, []string{one.addr, two.addr} })
+		proxy := dial(t, "unix://"+ag.SocketAddr().String(), "web", adsclient.Delta)
+		wait(t, proxy, "web endpoints", 15*time.Second, func(s adsclient.State) bool { return health(s, "web") == "127.0.0.1:1001=HEALTHY" })
+		r := readyz(t, ag)
+		switch {
+		case strings.Contains(r, one.addr):
+			on[one.addr]++
+		case strings.Contains(r, two.addr):
+			on[two.addr]++
+		default:
+			t.Fatalf("agent %s names no replica on /readyz: %s", id, r)
+		}
+	}
+	t.Logf("relays per replica: %v", on)
+	if on[one.addr] < 2 || on[two.addr] < 2 {
+		t.Errorf("8 agents' relays per replica %v; want them divided (at least 2 on each)", on)
 	}
 }

@@ -10,13 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/proto"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
-	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
-	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 )
 
@@ -60,22 +56,9 @@ func TestAgentRelaysFiveMBListenerFromTheBridge(t *testing.T) {
 	ca := consultest.Start(t)
 	ca.RegisterTTL(t, "web", "web-1", 1001, nil, nil)
 	ca.SetTTL(t, "service:web-1", "passing")
-	file := bigListenerPolicy(t, 6)
-	cfg, _, diags := policy.LoadFiles(file)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	s := policy.DefaultSettings()
-	s.Consul.Address, s.XDS.Listen, s.Admin.Listen = ca.HTTPAddr(), freeAddr(t), "127.0.0.1:0"
-	d := bridge.New(bridge.Config{Settings: s, Policy: cfg.Policy, ConfigFiles: []string{file}, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
-		Query: consul.QueryOptions{BackoffInitial: 100 * time.Millisecond, BackoffMax: time.Second}})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	<-d.Started()
+	_, central := startCentralWithPolicy(t, ca, bigListenerPolicy(t, 6))
 
-	ag := startAgent(t, t.TempDir(), s.XDS.Listen)
+	ag := startAgent(t, t.TempDir(), central)
 	proxy := dial(t, "unix://"+ag.SocketAddr().String(), "edge-big", adsclient.Delta)
 	wait(t, proxy, "the big listener and web's endpoints through the agent", 60*time.Second, func(s adsclient.State) bool {
 		return s.Listener("edge-big.http") != nil && health(s, "web") == "127.0.0.1:1001=HEALTHY"

@@ -44,7 +44,7 @@ func TestAgentServesTerminatingGatewayLeaves(t *testing.T) {
 		Services: []api.LinkedService{{Name: "ext1"}, {Name: "ext2"}}}, nil); err != nil {
 		t.Fatal(err)
 	}
-	d, central := startAgentModeCentral(t, ca)
+	d, central := startMeshCentralDaemon(t, ca)
 
 	var logs syncbuffer.Buffer
 	ag := startAgentWith(t, t.TempDir(), func(c *agent.Config) {

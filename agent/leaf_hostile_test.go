@@ -125,14 +125,29 @@ func askAs(t *testing.T, bin, target string, uid, gid uint32, id, cluster string
 	return secretsAnswer{}
 }
 
-// startMeshCentral runs a central bridge with a mesh policy against ca
-// and returns its xDS address.
+// startMeshCentral runs a central bridge with a mesh policy in agent
+// mode (default intention allow: it holds no key) against ca and
+// returns its xDS address.
 func startMeshCentral(t *testing.T, ca *consultest.Agent) string {
+	t.Helper()
+	_, addr := startMeshCentralDaemon(t, ca)
+	return addr
+}
+
+// startMeshCentralDaemon is startMeshCentral, with the bridge.
+func startMeshCentralDaemon(t *testing.T, ca *consultest.Agent) (*bridge.Daemon, string) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "central.hcl")
 	if err := os.WriteFile(file, []byte("mesh {\n  default_intention = \"allow\"\n}\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
+	return startCentralWithPolicy(t, ca, file)
+}
+
+// startCentralWithPolicy runs a central bridge with the policy file against ca and
+// returns it and its xDS address.
+func startCentralWithPolicy(t *testing.T, ca *consultest.Agent, file string) (*bridge.Daemon, string) {
+	t.Helper()
 	cfg, _, diags := policy.LoadFiles(file)
 	if diags.HasErrors() {
 		t.Fatal(diags)
@@ -146,7 +161,7 @@ func startMeshCentral(t *testing.T, ca *consultest.Agent) string {
 	go func() { done <- d.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	<-d.Started()
-	return s.XDS.Listen
+	return d, s.XDS.Listen
 }
 
 // probeDir is a directory other users can reach, holding a copy of this

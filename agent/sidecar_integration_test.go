@@ -11,15 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/rs/zerolog"
-
 	"github.com/consul-xds-bridge/consul-xds-bridge/agent"
 	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
-	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
-	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
@@ -35,7 +31,7 @@ import (
 func TestAgentRelaysConnectSidecars(t *testing.T) {
 	ca := consultest.Start(t)
 	ca.RegisterWebAPIMesh(t)
-	d, central := startAgentModeCentral(t, ca)
+	d, central := startMeshCentralDaemon(t, ca)
 
 	agentDir := t.TempDir()
 	var logs syncbuffer.Buffer
@@ -187,29 +183,4 @@ func centralAdminGet(d *bridge.Daemon, path string) (*http.Response, error) {
 	}
 	req.Header.Set("Authorization", "Bearer "+strings.TrimSpace(string(tok)))
 	return http.DefaultClient.Do(req)
-}
-
-// startAgentModeCentral starts a central bridge against ca's Consul with
-// the mesh in agent mode (default intention allow): it holds no key. It
-// returns the bridge and its xDS address.
-func startAgentModeCentral(t *testing.T, ca *consultest.Agent) (*bridge.Daemon, string) {
-	t.Helper()
-	file := filepath.Join(t.TempDir(), "central.hcl")
-	if err := os.WriteFile(file, []byte("mesh {\n  default_intention = \"allow\"\n}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cfg, _, diags := policy.LoadFiles(file)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	s := policy.DefaultSettings()
-	s.Consul.Address, s.XDS.Listen, s.Admin.Listen = ca.HTTPAddr(), freeAddr(t), "127.0.0.1:0"
-	d := bridge.New(bridge.Config{Settings: s, Policy: cfg.Policy, ConfigFiles: []string{file}, Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel),
-		Query: consul.QueryOptions{BackoffInitial: 100 * time.Millisecond, BackoffMax: time.Second}})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- d.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	<-d.Started()
-	return d, s.XDS.Listen
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"maps"
 	"math/rand/v2"
 	"net"
@@ -103,7 +104,7 @@ const relayedEnvoysCheck = 2 * time.Second
 
 func (r *relay) run(ctx context.Context) {
 	b := newBackoff(r.a.cfg.BackoffInitial, r.a.cfg.BackoffMax)
-	next := 0
+	next := replicaStart(r.a.cfg.NodeID, r.key.Key)
 	for ctx.Err() == nil {
 		addrs, err := r.a.replicas(ctx)
 		stable := false
@@ -127,6 +128,20 @@ func (r *relay) run(ctx context.Context) {
 		case <-time.After(b.next()):
 		}
 	}
+}
+
+// replicaStart is where in the replica list a relay starts: a hash of
+// the agent's node id and the relayed key, so a fleet's agents spread
+// their streams evenly across replicas (each list is sorted), and an agent
+// that restarts goes back to the replica it had. Starting every relay at
+// the first address would put the whole fleet on one replica and leave
+// the others idle until it fails.
+func replicaStart(nodeID, key string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(nodeID))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(key))
+	return int(h.Sum32() & 0x7fffffff)
 }
 
 // backoff is jittered exponential: each wait is drawn from the upper

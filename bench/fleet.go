@@ -186,6 +186,9 @@ type FleetConfig struct {
 	// Addrs, if set, are replicas: each connection goes to one of them in
 	// turn, as Envoys whose bootstrap lists both pick one.
 	Addrs []string
+	// AddrOf, if set, is client k's address, over Addr and Addrs (the
+	// agent tier: each agent's socket, agents.go).
+	AddrOf func(k int) string
 	// NodeID names client k; Cluster is node.cluster for all, unless
 	// ClusterOf says client k's.
 	NodeID    func(k int) string
@@ -449,6 +452,9 @@ func (c *FleetConfig) ReplicaOf(k int) int {
 }
 
 func (c *FleetConfig) addrOf(k int) string {
+	if c.AddrOf != nil {
+		return c.AddrOf(k)
+	}
 	if len(c.Addrs) == 0 {
 		return c.Addr
 	}

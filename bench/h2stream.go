@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,7 +110,7 @@ func dialH2(ctx context.Context, addr, path string, onSize func(int)) (*h2Stream
 	enc := hpack.NewEncoder(&hdr)
 	for _, f := range []hpack.HeaderField{
 		{Name: ":method", Value: "POST"}, {Name: ":scheme", Value: "http"},
-		{Name: ":path", Value: path}, {Name: ":authority", Value: addr},
+		{Name: ":path", Value: path}, {Name: ":authority", Value: authority(addr)},
 		{Name: "content-type", Value: "application/grpc"}, {Name: "te", Value: "trailers"},
 		{Name: "user-agent", Value: "xds-load"},
 	} {
@@ -123,12 +124,25 @@ func dialH2(ctx context.Context, addr, path string, onSize func(int)) (*h2Stream
 	return s, nil
 }
 
+// authority is the :authority of a stream to addr: grpc-go's for a Unix
+// socket ("localhost"), else the address.
+func authority(addr string) string {
+	if strings.HasPrefix(addr, "unix://") {
+		return "localhost"
+	}
+	return addr
+}
+
 // openH2 connects and exchanges prefaces: the client's preface and
 // SETTINGS out, the server's SETTINGS in (applied and ACKed), the
 // connection's window raised. Until ctx ends.
 func openH2(ctx context.Context, addr string) (*h2Stream, error) {
 	var d net.Dialer
-	conn, err := d.DialContext(ctx, "tcp", addr)
+	network := "tcp"
+	if path, ok := strings.CutPrefix(addr, "unix://"); ok { // an agent's socket (agents.go)
+		network, addr = "unix", path
+	}
+	conn, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err
 	}

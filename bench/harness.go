@@ -37,13 +37,16 @@ type Options struct {
 	// them all) while their proxies' group still reaches the routed ones.
 	Background, BackgroundInstances int
 	// CompareScenarios are the scenarios the comparison runs after S3:
-	// "s1", "s2", "s6", "s9" (back-to-back flips); nil: s1, s2, s6.
+	// "s1", "s2", "s4" (idle), "s6", "s9" (back-to-back flips); nil: s1, s2, s6.
 	CompareScenarios []string
 
-	FleetSizes   []int    // N for the bridge fleet scenarios (S1–S7)
-	GroupSizes   []int    // N for the groups phase (S3, S8; groups.go)
-	GroupProxies int      // proxies per group in the groups phase
-	CompareSizes []int    // N for the bridge/baseline/peer comparison (S1, S2, S3, S6)
+	FleetSizes   []int // N for the bridge fleet scenarios (S1–S7)
+	GroupSizes   []int // N for the groups phase (S3, S8; groups.go)
+	GroupProxies int   // proxies per group in the groups phase
+	CompareSizes []int // N for the bridge/baseline/peer comparison (S1, S2, S3, S6)
+	// AgentProxies is K, the proxies behind each agent of the agent tier
+	// (servers "agents" and "agents-2": N/K agents, agents.go).
+	AgentProxies int
 	Compare      []string // "bridge/sotw", "bridge/delta", "bridge-fixed/delta", "baseline/sotw", "baseline/delta", "peer/delta"
 
 	S1Flips, S2Flips int
@@ -308,6 +311,7 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 			var (
 				t        *Target
 				replicas []*Target
+				tier     *agentTier
 				err      error
 			)
 			switch server {
@@ -324,6 +328,8 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 				}
 			case "bridge-2": // two replicas, the fleet split between them (replicas.go)
 				t, replicas, err = startReplicas(ctx, o, dir, c.HTTPAddr, pol)
+			case "agents", "agents-2": // the agent tier in front of one bridge or two replicas (agents.go)
+				t, replicas, tier, err = startAgentTier(ctx, o, server, dir, c.HTTPAddr, pol, n)
 			case "bridge-fixed": // the bridge with a fixed 100ms debounce window: the adaptive window's baseline
 				t, err = StartBridge(ctx, o.BridgeBin, dir, c.HTTPAddr, pol, o.ServerCPUs, cpuCount(o.ServerCPUs), o.BridgeLogLevel, append([]string{"debounce_adaptive = false"}, o.BridgeXDS...)...)
 			case "baseline":
@@ -355,9 +361,21 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 			cfg := FleetConfig{StreamsPerConn: o.StreamsPerConn, SharedDecode: o.SharedDecode, EnvoyNode: o.EnvoyNode, H2: o.H2, Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
 				Mode: func(int) Mode { return mode }}
 			emitR := emit
+			if tier != nil {
+				// An agent's K proxies share one connection to its socket:
+				// both ends of every socket are in this process, whose
+				// descriptors (20,000 here) would not hold 2,000 agents'
+				// 20,000 connections twice. The agent serves the same
+				// streams; the central bridge sees nothing of it.
+				k := max(o.AgentProxies, 1)
+				cfg.AddrOf, cfg.StreamsPerConn, cfg.H2 = tier.addrOf(k), k, false
+			}
 			if len(replicas) > 0 {
-				for _, rt := range r.targets() {
-					cfg.Addrs = append(cfg.Addrs, rt.XDSAddr)
+				// The agents pick their replica themselves.
+				if tier == nil {
+					for _, rt := range r.targets() {
+						cfg.Addrs = append(cfg.Addrs, rt.XDSAddr)
+					}
 				}
 				emitR = func(row Row) {
 					if row.perReplica != "" {
@@ -367,7 +385,7 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 				}
 			}
 			row, err := r.s3(ctx, cfg, o.ConnectParallel)
-			if err == nil && len(replicas) > 0 {
+			if err == nil && len(replicas) > 0 && tier == nil {
 				row.Notes += "; " + sameVersions(r.f)
 			}
 			emitR(row)
@@ -384,10 +402,15 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 					emitR(r.s6(ctx, cfg))
 				case "s9":
 					emitR(r.s9(ctx))
+				case "s4":
+					emitR(r.s4idle(ctx))
 				}
 			}
 			if r.f != nil {
 				r.f.Close()
+			}
+			if tier != nil {
+				tier.stop()
 			}
 			resetHealth(ctx, c, r.health)
 			if server == "peer" {

@@ -23,7 +23,7 @@ func startProfile(ctx context.Context, t *Target, dir, name string) <-chan error
 	}
 	done := make(chan error, 1)
 	go func() {
-		done <- fetchProfile(ctx, t.ProfileURL, filepath.Join(dir, name+".pprof"))
+		done <- fetchProfile(ctx, t.ProfileURL, t.AdminToken, filepath.Join(dir, name+".pprof"))
 		close(done)
 	}()
 	return done
@@ -37,22 +37,27 @@ func snapshotAllocs(ctx context.Context, t *Target, dir, name string) {
 		return
 	}
 	url := strings.TrimSuffix(t.ProfileURL, "/profile") + "/allocs"
-	if err := fetch(ctx, url, filepath.Join(dir, name+".allocs")); err != nil {
+	if err := fetch(ctx, url, t.AdminToken, filepath.Join(dir, name+".allocs")); err != nil {
 		fmt.Fprintf(os.Stderr, "S2 allocations: %v\n", err)
 	}
 }
 
-func fetchProfile(ctx context.Context, url, path string) error {
-	return fetch(ctx, fmt.Sprintf("%s?seconds=%d", url, profileSeconds), path)
+func fetchProfile(ctx context.Context, url, token, path string) error {
+	return fetch(ctx, fmt.Sprintf("%s?seconds=%d", url, profileSeconds), token, path)
 }
 
-func fetch(ctx context.Context, url, path string) error {
+// fetch saves what url answers into path, with the admin API's bearer
+// token when there is one.
+func fetch(ctx context.Context, url, token, path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		return err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

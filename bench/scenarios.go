@@ -335,7 +335,7 @@ func (r *run) liveHeap(ctx context.Context) int64 {
 		}
 		url := strings.TrimSuffix(t.ProfileURL, "/profile") + "/heap?gc=1"
 		for range 2 {
-			if err := fetch(ctx, url, os.DevNull); err != nil {
+			if err := fetch(ctx, url, t.AdminToken, os.DevNull); err != nil {
 				return 0
 			}
 		}
@@ -352,7 +352,9 @@ func (r *run) s4idle(ctx context.Context) Row {
 	case <-ctx.Done():
 	}
 	row := m.row("S4 Consul load idle", nil, -1)
-	row.Notes = fmt.Sprintf("%.2f req/s over %s", row.ConsulReqs/r.opts.IdleTime.Seconds(), r.opts.IdleTime)
+	// The server's CPU with nothing changing: what a scenario's CPU per
+	// change includes for each second it lasts.
+	row.Notes = fmt.Sprintf("%.2f req/s over %s; server CPU %.1f ms/s", row.ConsulReqs/r.opts.IdleTime.Seconds(), r.opts.IdleTime, row.CPU*1000/r.opts.IdleTime.Seconds())
 	if row.ConsulReqs < 0 {
 		row.Notes = "n/a"
 	}

@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/rand"
 	"fmt"
 	"net"
 	"net/http"
@@ -27,6 +28,9 @@ type Target struct {
 	Cluster string
 	// NodeID names simulated Envoy k.
 	NodeID func(k int) string
+	// AdminToken is the bearer token the ProfileURL's admin API wants
+	// ("" for none).
+	AdminToken string
 	// ProfileURL serves a CPU profile (net/http/pprof; "" when the
 	// server has none).
 	ProfileURL string
@@ -168,6 +172,13 @@ func StartBridge(ctx context.Context, bin, dir, consulAddr, policy, cpus string,
 	if err != nil {
 		return nil, err
 	}
+	// The admin API wants a token (profiles included): the harness
+	// writes one the bridge reads instead of generating its own.
+	token := rand.Text()
+	tokenFile := filepath.Join(dir, "admin-token")
+	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
+		return nil, err
+	}
 	cfg := fmt.Sprintf(`consul {
   address   = %q
   stale     = true
@@ -177,15 +188,16 @@ xds {
   listen = %q
 %s}
 admin {
-  listen = %q
-  pprof  = true
+  listen     = %q
+  pprof      = true
+  token_file = %q
 }
 log {
   level  = %q
   format = "json"
 }
 
-%s`, consulAddr, xdsAddr, extraLines(xdsLines), adminAddr, logLevel, policy)
+%s`, consulAddr, xdsAddr, extraLines(xdsLines), adminAddr, tokenFile, logLevel, policy)
 	path := filepath.Join(dir, "bridge.hcl")
 	if err := os.WriteFile(path, []byte(cfg), 0o600); err != nil {
 		return nil, err
@@ -194,6 +206,7 @@ log {
 		Name: "bridge", XDSAddr: xdsAddr, Cluster: "bench",
 		MetricsURL:   "http://" + adminAddr + "/metrics",
 		ProfileURL:   "http://" + adminAddr + "/debug/pprof/profile",
+		AdminToken:   token,
 		ConsulMetric: "consul_xds_bridge_consul_requests_total",
 		NodeID:       func(k int) string { return fmt.Sprintf("envoy-%d", k) },
 		log:          filepath.Join(dir, "bridge.log"),

@@ -12,6 +12,7 @@ import (
 	"github.com/rs/zerolog"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/policytest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
@@ -50,15 +51,7 @@ func benchPolicy(b *testing.B) *policy.Policy {
 		src += fmt.Sprintf("      route {\n        match {\n          path_prefix = \"/svc-%04d/\"\n        }\n        service = \"svc-%04d\"\n      }\n", i, i)
 	}
 	src += "    }\n  }\n}\n"
-	doc, diags := policy.Parse("bench.hcl", []byte(src))
-	if diags.HasErrors() {
-		b.Fatal(diags)
-	}
-	cfg, diags := policy.Merge(doc)
-	if diags.HasErrors() {
-		b.Fatal(diags)
-	}
-	return cfg.Policy
+	return policytest.Config(b, "bench.hcl", []byte(src)).Policy
 }
 
 // BenchmarkBuild: catalog + policy → ir.Model for the whole world.

@@ -103,8 +103,22 @@ func TestUntranslatableConfigEntryRejectedAlone(t *testing.T) {
 		}
 		return false
 	}
+	// body is the files listener's response body; withdrawn notes a state
+	// without its route configuration once it was served (the listener
+	// and its routes must stay while the file changes).
+	withdrawn := false
 	body := func(s adsclient.State) string {
-		return s.RouteConfig("files.http").GetVirtualHosts()[0].GetRoutes()[0].GetDirectResponse().GetBody().GetInlineString()
+		rc := s.RouteConfig("files.http")
+		if rc == nil {
+			withdrawn = true
+			return ""
+		}
+		for _, vh := range rc.GetVirtualHosts() {
+			for _, r := range vh.GetRoutes() {
+				return r.GetDirectResponse().GetBody().GetInlineString()
+			}
+		}
+		return ""
 	}
 	wait := func(c *adsclient.Client, what string, pred func(adsclient.State) bool) {
 		t.Helper()
@@ -119,7 +133,8 @@ func TestUntranslatableConfigEntryRejectedAlone(t *testing.T) {
 		w := apiWeights(rc)
 		return rc != nil && len(w) == 2 && w[0] == 50 && webRewrite(rc)
 	})
-	wait(files, "the HCL file's listener", func(s adsclient.State) bool { return s.RouteConfig("files.http") != nil && body(s) == "v1" })
+	wait(files, "the HCL file's listener", func(s adsclient.State) bool { return body(s) == "v1" })
+	withdrawn = false
 
 	// An untranslatable router; once the bridge has seen it (rejected
 	// alone, or the whole policy), a splitter change and a file change.
@@ -143,6 +158,9 @@ func TestUntranslatableConfigEntryRejectedAlone(t *testing.T) {
 		return len(w) == 2 && w[0] == 90 && w[1] == 10 && webRewrite(rc)
 	})
 	wait(files, "the HCL change", func(s adsclient.State) bool { return body(s) == "v2" })
+	if withdrawn {
+		t.Errorf("the files proxy's route configuration was withdrawn while its file changed")
+	}
 	for _, vh := range edge.Snapshot().RouteConfig("edge.port-8080").GetVirtualHosts() {
 		for _, r := range vh.GetRoutes() {
 			if r.GetMatch().GetSafeRegex() != nil {

@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
@@ -75,7 +76,8 @@ func gatewayIndex(m *ir.Model, idx map[string][]serve.SidecarInfo) {
 		}
 		info := serve.SidecarInfo{Node: gw.Node, Service: gw.Service, Kind: gw.Kind}
 		for _, c := range gw.Chains {
-			info.Upstreams = append(info.Upstreams, c.Service+"@"+c.SNI)
+			// A chain of another datacenter fronts that datacenter's gateways.
+			info.Upstreams = append(info.Upstreams, cmp.Or(c.Service, "datacenter "+c.Datacenter)+"@"+c.SNI)
 		}
 		idx[gw.ProxyID] = append(idx[gw.ProxyID], info)
 	}

@@ -128,7 +128,7 @@ func (d *Daemon) sampleHistory(ctx context.Context) {
 	t := d.clock.NewTicker(historyInterval)
 	defer t.Stop()
 	for {
-		d.history.tick(d.clock.Now(), len(d.xds.Proxies()), d.xdsCounters())
+		d.history.tick(d.clock.Now(), d.xds.ProxyCount(), d.xdsCounters())
 		select {
 		case <-ctx.Done():
 			return

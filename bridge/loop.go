@@ -11,6 +11,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/jonboulle/clockwork"
 )
 
@@ -71,6 +72,8 @@ type loop struct {
 	// armed is whether timer is armed for a build (see arm).
 	armed        bool
 	lastWarnings []string
+	// sources are the last build's route sources (routeSources).
+	sources routeSources
 	// change is what changed since the last build (nil: nothing yet):
 	// the watcher's news, widened to "anything" by every other input.
 	change *consul.Change
@@ -217,7 +220,7 @@ func (l *loop) build(ctx context.Context) {
 	start := l.d.clock.Now()
 	buildStart := start
 	l.debounce.built(start)
-	if l.catalog == nil || l.kvNeeded && !l.kvAccepted || l.ce.waiting() || l.mesh.waiting() {
+	if l.catalog == nil || l.kvNeeded && !l.kvAccepted || l.ce.waiting() || l.mesh.waiting() || !l.d.ready.Load() && l.catalogBehind() {
 		return
 	}
 	meshPending := l.mesh.pendingTargets(l.policy)
@@ -319,7 +322,7 @@ func (l *loop) build(ctx context.Context) {
 		}
 		// Microseconds are precision enough: "8.939ms", not "8.939026ms".
 		us := func(d time.Duration) time.Duration { return d.Round(time.Microsecond) }
-		ev = ev.Strs("types", changed).Int("clusters", len(out.Shared.Clusters)).
+		ev = ev.Strs("types", changed).Int("clusters", len(out.Shared.Clusters)).Bool("endpoint_only_path", w.Incremental).
 			Dur("build", us(updateStart.Sub(start))).Dur("update", us(updated.Sub(updateStart)))
 		if !l.changedAt.IsZero() {
 			ev = ev.Dur("since_consul_change", us(l.d.clock.Since(l.changedAt))).Dur("waited", us(buildStart.Sub(l.changedAt)))
@@ -342,16 +345,26 @@ func (l *loop) build(ctx context.Context) {
 		failures = append(failures, GroupFailure{Group: f.Group, Error: f.Err.Error()})
 	}
 	l.d.metrics.failingGroups.Set(float64(len(failures)))
-	sources := map[string]string{}
-	for _, g := range out.Groups {
-		maps.Copy(sources, g.RouteSources)
-	}
-	if out.Proxyless != nil {
-		maps.Copy(sources, out.Proxyless.RouteSources)
-	}
+	sources := l.sources.of(out)
 	l.setStatus(func(st *PolicyStatus) {
 		st.Warnings, st.FailedGroups, st.RouteSources = warnings, failures, sources
 	})
+}
+
+// catalogBehind reports whether the catalog lacks a service the watcher
+// now follows: the mesh or the config entries added it after the
+// catalog's last complete read (its incomplete updates are not kept
+// before the first build). The first world waits for it, rather than
+// serve that service's sidecars as unhealthy and its clusters as empty
+// and call itself ready; the complete update that follows schedules the
+// build.
+func (l *loop) catalogBehind() bool {
+	for _, k := range l.mesh.watchTargets(l.policy).Services {
+		if l.catalog.Catalog.Service(k.Datacenter, k.Name) == nil {
+			return true
+		}
+	}
+	return false
 }
 
 func keys(ks []consul.ServiceKey) []string {
@@ -399,3 +412,35 @@ func (l *loop) noteChange(at time.Time) {
 
 // ms is d in milliseconds, for the console's history.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// routeSources remembers the route sources of the last build's listener
+// sets. They come from every group's and the proxyless clients' route
+// configurations, thousands of entries with export_all_services (a
+// proxyless listener per cluster), and a flip that changes only
+// endpoints hands over the very same sets: gathering them again cost more
+// than the flip's build (issue 40).
+type routeSources struct {
+	from []*xds.Resources // the sets they were gathered from, sorted by group
+	all  map[string]string
+}
+
+// of returns the route sources of out: the last ones when out's groups
+// and proxyless resources are the same objects, else gathered afresh.
+func (r *routeSources) of(out *xds.Output) map[string]string {
+	from := make([]*xds.Resources, 0, len(out.Groups)+1)
+	for _, g := range slices.Sorted(maps.Keys(out.Groups)) {
+		from = append(from, out.Groups[g])
+	}
+	from = append(from, out.Proxyless)
+	if r.all != nil && slices.Equal(from, r.from) {
+		return r.all
+	}
+	all := map[string]string{}
+	for _, res := range from {
+		if res != nil {
+			maps.Copy(all, res.RouteSources)
+		}
+	}
+	r.from, r.all = from, all
+	return all
+}

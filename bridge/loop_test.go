@@ -14,15 +14,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/hcl/v2"
 	"github.com/jonboulle/clockwork"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/rs/zerolog"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/policytest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
 	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
-	"github.com/hashicorp/hcl/v2"
 )
 
 // loopHarness runs the daemon loop without Consul: catalog updates come
@@ -50,14 +51,7 @@ func startLoop(t *testing.T) *loopHarness { return startLoopWith(t, nil) }
 // adjusted by configure before the loop starts.
 func startLoopWith(t *testing.T, configure func(*Config, *loop)) *loopHarness {
 	t.Helper()
-	doc, diags := policy.Parse("policy.hcl", []byte("export_all_services = true\n"))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	cfg, diags := policy.Merge(doc)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
+	cfg := mergedPolicy(t, "export_all_services = true\n")
 	h := &loopHarness{t: t, clock: clockwork.NewFakeClockAt(time.Unix(1_000_000, 0)), updates: make(chan consul.Update)}
 	dcfg := Config{Settings: cfg.Settings, Policy: cfg.Policy, Logger: zerolog.New(zerolog.NewTestWriter(t)), Clock: h.clock,
 		CPUTime: func() time.Duration { return 0 }} // the idle collector sees an idle process
@@ -89,6 +83,12 @@ func startLoopWith(t *testing.T, configure func(*Config, *loop)) *loopHarness {
 	go func() { l.run(ctx, h.updates, nil); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return h
+}
+
+// mergedPolicy is the configuration one policy file src makes.
+func mergedPolicy(t *testing.T, src string) *policy.Config {
+	t.Helper()
+	return policytest.Config(t, "policy.hcl", []byte(src))
 }
 
 // send hands the loop a complete catalog in which service web has one
@@ -436,5 +436,32 @@ func TestLoopSlowFilesDoNotHoldUpdates(t *testing.T) {
 	h.eventually("the reload to be rejected after the read", func() bool { return h.d.Policy().LastError != nil })
 	if got := strings.Join(h.d.Policy().LastError.Diagnostics, "; "); !strings.Contains(got, "Cannot read JWKS file") {
 		t.Fatalf("rejection = %q, want the file read's diagnostic", got)
+	}
+}
+
+// TestLoopFirstBuildWaitsForFollowedServices: before the first build is
+// served, a catalog that lacks a service the watcher now follows (the
+// mesh or the config entries added it after the catalog's last complete
+// read) is not served: the bridge would call itself ready with that
+// service's endpoints missing (its sidecars unhealthy). The catalog that
+// has it is.
+func TestLoopFirstBuildWaitsForFollowedServices(t *testing.T) {
+	cfg := mergedPolicy(t, "export_all_services = true\nservice \"api\" {\n  connect_timeout = \"2s\"\n}\n")
+	h := startLoopWith(t, func(c *Config, l *loop) { c.Policy, l.policy = cfg.Policy, cfg.Policy })
+	h.send(8080) // web only: api, which the policy follows, is not in it
+	time.Sleep(100 * time.Millisecond)
+	h.clock.Advance(time.Second)
+	time.Sleep(100 * time.Millisecond)
+	if h.d.ready.Load() || h.builds() != 0 {
+		t.Fatalf("ready %v after %v builds of a catalog without api", h.d.ready.Load(), h.builds())
+	}
+	cat := consul.NewCatalog([]*consul.Service{
+		{Name: "api", Index: 2, Instances: []consul.Instance{{ID: "api-1", Node: "n1", Address: "10.0.0.2", Port: 9090, Status: consul.StatusPassing}}},
+		{Name: "web", Index: 1, Instances: []consul.Instance{{ID: "web-1", Node: "n1", Address: "10.0.0.1", Port: 8080, Status: consul.StatusPassing}}},
+	})
+	h.updates <- consul.Update{Catalog: cat, Complete: true, ChangedAt: h.clock.Now()}
+	h.eventually("the first build, with api", func() bool { return h.d.ready.Load() })
+	if w := h.world.Load(); w == nil || w.Model.Cluster("api") == nil || len(w.Model.Cluster("api").Endpoints) != 1 {
+		t.Fatalf("first world's api cluster: %+v", w)
 	}
 }

@@ -27,7 +27,7 @@ import (
 
 // meshKinds are the config entry kinds the mesh reads (the mesh entry
 // for transparent proxies' mesh_destinations_only).
-var meshKinds = []string{api.ServiceDefaults, api.ServiceIntentions, api.MeshConfig, api.TerminatingGateway}
+var meshKinds = []string{api.ServiceDefaults, api.ServiceIntentions, api.MeshConfig, api.TerminatingGateway, api.ProxyDefaults}
 
 // meshWanted reports whether a policy uses the mesh, which the daemon
 // decides at start (the watchers run for its life).
@@ -63,7 +63,9 @@ type meshState struct {
 	destinationsOnly bool
 	// terminating are the terminating-gateway entries' links by gateway.
 	terminating map[string][]consul.LinkedService
-	entriesSet  bool
+	// gatewayModes are proxy-defaults' and service-defaults' mesh_gateway.
+	gatewayModes consul.GatewayModes
+	entriesSet   bool
 }
 
 func (s *meshState) waiting() bool { return s.needed && (s.mesh == nil || !s.entriesSet) }
@@ -74,9 +76,10 @@ func (s *meshState) setEntries(entries []api.ConfigEntry) bool {
 	var m consul.Mesh
 	m.SetEntries(entries)
 	changed := !s.entriesSet || !maps.Equal(m.Protocols, s.protocols) || !sameJSON(m.Intentions, s.intentions) ||
-		!sameJSON(m.UpstreamOverrides, s.overrides) || m.MeshDestinationsOnly != s.destinationsOnly || !sameJSON(m.TerminatingGateways, s.terminating)
+		!sameJSON(m.UpstreamOverrides, s.overrides) || m.MeshDestinationsOnly != s.destinationsOnly || !sameJSON(m.TerminatingGateways, s.terminating) ||
+		!sameJSON(m.GatewayModes, s.gatewayModes)
 	s.intentions, s.protocols, s.overrides, s.destinationsOnly, s.entriesSet = m.Intentions, m.Protocols, m.UpstreamOverrides, m.MeshDestinationsOnly, true
-	s.terminating = m.TerminatingGateways
+	s.terminating, s.gatewayModes = m.TerminatingGateways, m.GatewayModes
 	return changed
 }
 
@@ -106,7 +109,7 @@ func (s *meshState) withMesh(cat *consul.Catalog) *consul.Catalog {
 	}
 	m := *s.mesh
 	m.Intentions, m.Protocols, m.UpstreamOverrides, m.MeshDestinationsOnly = s.intentions, s.protocols, s.overrides, s.destinationsOnly
-	m.TerminatingGateways = s.terminating
+	m.TerminatingGateways, m.GatewayModes = s.terminating, s.gatewayModes
 	c := *cat
 	c.Mesh = &m
 	return &c

@@ -129,7 +129,7 @@ func newMetrics(reg prometheus.Registerer, notReady func() string, consulUp func
 // the watchers' queries (consul.WatcherConfig.OnQuery and its kin) and
 // the leader check.
 var consulEndpoints = []string{"catalog_services", "health_service", "health_state", "health_connect",
-	"connect_ca_roots", "connect_ca_leaf", "config_entries", "kv_list", "status_leader"}
+	"connect_ca_roots", "connect_ca_leaf", "config_entries", "gateway_services", "kv_list", "status_leader"}
 
 func (m *metrics) consulQuery(endpoint string, err error, d time.Duration) {
 	m.consulRequests.WithLabelValues(endpoint).Inc()

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/policytest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
-	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
 
@@ -34,14 +34,7 @@ func TestNamesIgnoreWhereThePolicyComesFrom(t *testing.T) {
 	var lastSources map[string]string
 	render := func(name string, src []byte) []byte {
 		t.Helper()
-		doc, diags := policy.Parse(name, src)
-		if diags.HasErrors() {
-			t.Fatalf("%s: %v", name, diags)
-		}
-		cfg, diags := policy.Merge(doc)
-		if diags.HasErrors() {
-			t.Fatalf("%s: %v", name, diags)
-		}
+		cfg := policytest.Config(t, name, src)
 		m, _ := model.Build(cat, cfg.Policy)
 		out, err := xds.Translate(m)
 		if err != nil {

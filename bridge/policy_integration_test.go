@@ -170,9 +170,19 @@ func TestPolicyFromFileAndKV(t *testing.T) {
 		t.Fatalf("a node in no group got listeners: %v", names)
 	}
 	// /v1/policy says where each served route is declared, file or KV.
-	srcs := policyStatus(t, h).RouteSources
-	if !strings.HasPrefix(srcs["edge.http/shop/0"], file+":") || !strings.HasPrefix(srcs["sidecar-*.outbound/web/0"], prefix+"sidecars.hcl:") {
-		t.Errorf("route_sources = %v, want edge.http's routes in %s and the sidecars' in KV", srcs, file)
+	// The status follows the fan-out that served the build (it describes
+	// what is served), so a proxy may hold the routes a moment before
+	// /v1/policy names them: poll briefly.
+	var srcs map[string]string
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		srcs = policyStatus(t, h).RouteSources
+		ok := strings.HasPrefix(srcs["edge.http/shop/0"], file+":") && strings.HasPrefix(srcs["sidecar-*.outbound/web/0"], prefix+"sidecars.hcl:")
+		if ok || time.Now().After(deadline) {
+			if !ok {
+				t.Errorf("route_sources = %v, want edge.http's routes in %s and the sidecars' in KV", srcs, file)
+			}
+			break
+		}
 	}
 
 	// A KV edit reaches the proxy quickly and without a restart.

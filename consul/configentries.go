@@ -3,6 +3,7 @@ package consul
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"sync"
 	"time"
 
@@ -47,8 +48,55 @@ func (w *ConfigEntriesWatcher) Run(ctx context.Context) error {
 	var (
 		mu   sync.Mutex
 		have = map[string][]api.ConfigEntry{}
-		wg   sync.WaitGroup
+		// links are Consul's expansions of wildcard terminating-gateway
+		// links (wildcard.go), followed while an entry has one.
+		links     = map[string][]*api.GatewayService{}
+		expanding = map[string]context.CancelFunc{}
+		wg        sync.WaitGroup
 	)
+	// publish hands on every entry once each kind has been read; mu held.
+	publish := func(at time.Time) {
+		if len(have) < len(w.cfg.Kinds) {
+			return // not every kind read yet
+		}
+		var all []api.ConfigEntry
+		for _, k := range w.cfg.Kinds {
+			all = append(all, have[k]...)
+		}
+		publishLatest(w.updates, ConfigEntriesUpdate{Entries: expandWildcards(all, links), ChangedAt: at},
+			func(u *ConfigEntriesUpdate) *time.Time { return &u.ChangedAt })
+	}
+	// expand follows the expansion of each wildcard gateway, and no
+	// other; mu held.
+	expand := func() {
+		want := wildcardGateways(have[api.TerminatingGateway])
+		for name, cancel := range expanding {
+			if !slices.Contains(want, name) {
+				cancel()
+				delete(expanding, name)
+				delete(links, name)
+			}
+		}
+		for _, name := range want {
+			if expanding[name] != nil {
+				continue
+			}
+			gctx, cancel := context.WithCancel(ctx)
+			expanding[name] = cancel
+			v := w.gatewayServicesView(name)
+			wg.Go(func() {
+				v.run(gctx, func(gs []*api.GatewayService, _ uint64, at time.Time) {
+					mu.Lock()
+					defer mu.Unlock()
+					if gctx.Err() != nil {
+						return // no longer a wildcard gateway
+					}
+					links[name] = gs
+					publish(at)
+				})
+			})
+		}
+	}
 	for _, kind := range w.cfg.Kinds {
 		v := view[[]api.ConfigEntry]{
 			id: "config(" + kind + ")",
@@ -67,15 +115,10 @@ func (w *ConfigEntriesWatcher) Run(ctx context.Context) error {
 				mu.Lock()
 				defer mu.Unlock()
 				have[kind] = entries
-				if len(have) < len(w.cfg.Kinds) {
-					return // not every kind read yet
+				if kind == api.TerminatingGateway {
+					expand()
 				}
-				var all []api.ConfigEntry
-				for _, k := range w.cfg.Kinds {
-					all = append(all, have[k]...)
-				}
-				publishLatest(w.updates, ConfigEntriesUpdate{Entries: all, ChangedAt: at},
-					func(u *ConfigEntriesUpdate) *time.Time { return &u.ChangedAt })
+				publish(at)
 			})
 		})
 	}

@@ -110,31 +110,15 @@ func FetchMesh(ctx context.Context, client *api.Client, central bool, q QueryOpt
 	default:
 		return nil, fmt.Errorf("agent ACL settings: %w", err)
 	}
-	for _, kind := range []string{api.ServiceIntentions, api.ServiceDefaults, api.MeshConfig, api.TerminatingGateway} {
+	var all []api.ConfigEntry
+	for _, kind := range []string{api.ServiceIntentions, api.ServiceDefaults, api.MeshConfig, api.TerminatingGateway, api.ProxyDefaults} {
 		entries, _, err := client.ConfigEntries().List(kind, opts(""))
 		if err != nil {
 			return nil, fmt.Errorf("config entries %s: %w", kind, err)
 		}
-		for _, e := range entries {
-			switch c := e.(type) {
-			case *api.TerminatingGatewayConfigEntry:
-				m.setTerminatingGateway(c)
-			case *api.MeshConfigEntry:
-				m.MeshDestinationsOnly = c.TransparentProxy.MeshDestinationsOnly
-			case *api.ServiceIntentionsConfigEntry:
-				m.Intentions = append(m.Intentions, c)
-			case *api.ServiceConfigEntry:
-				if c.Protocol != "" {
-					if m.Protocols == nil {
-						m.Protocols = map[string]string{}
-					}
-					m.Protocols[c.Name] = c.Protocol
-				}
-				m.addOverrides(c)
-			}
-		}
+		all = append(all, entries...)
 	}
-	slices.SortFunc(m.Intentions, func(a, b *api.ServiceIntentionsConfigEntry) int { return cmp.Compare(a.Name, b.Name) })
+	m.SetEntries(fetchWildcards(ctx, client, all, opts("")))
 	// After the entries: a mesh gateway routes to the services linked to
 	// terminating gateways too (MeshGatewayTargets).
 	targets = append(slices.Clone(targets), m.MeshGatewayTargets()...)
@@ -147,6 +131,15 @@ func FetchMesh(ctx context.Context, client *api.Client, central bool, q QueryOpt
 			return nil, fmt.Errorf("connect health of %s: %w", k, err)
 		}
 		m.Endpoints[k.String()] = newConnectEndpoints(entries)
+	}
+	for _, dc := range m.gatewayDatacenters(targets...) {
+		// As the watcher: a datacenter that does not answer is absent.
+		if gws, err := fetchRemoteGateways(ctx, client, dc, q.Stale); err == nil {
+			if m.RemoteGateways == nil {
+				m.RemoteGateways = map[string][]Proxy{}
+			}
+			m.RemoteGateways[dc] = gws
+		}
 	}
 	if central {
 		m.Leaves = map[string]Leaf{}

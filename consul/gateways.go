@@ -44,12 +44,33 @@ func newGateway(e *api.ServiceEntry) (Proxy, bool) {
 	if s.Kind != api.ServiceKindTerminatingGateway && s.Kind != api.ServiceKindMeshGateway {
 		return Proxy{}, false
 	}
-	return Proxy{
+	p := Proxy{
 		Kind: string(s.Kind), ID: s.ID, Name: s.Service, Node: e.Node.Node, Datacenter: e.Node.Datacenter,
 		NodeMeta: mapCopy(e.Node.Meta), Tags: sortedTags(s.Tags), Meta: mapCopy(s.Meta),
 		Address: cmp.Or(s.Address, e.Node.Address), ServiceAddress: s.Address, Port: s.Port,
 		Status: aggregate(e.Checks),
-	}, true
+	}
+	p.WANAddress, p.WANPort = wanAddress(e)
+	return p, true
+}
+
+// wanAddress is where other datacenters reach a gateway, in Consul's
+// order (structs.CheckServiceNode.BestAddress(wan)): the service's "wan"
+// tagged address (its port, if it has one), else the service address,
+// else the node's "wan" tagged address, else the node address.
+func wanAddress(e *api.ServiceEntry) (string, int) {
+	s := e.Service
+	addr, port := s.Address, s.Port
+	if wan, ok := s.TaggedAddresses["wan"]; ok {
+		addr = wan.Address
+		if wan.Port != 0 {
+			port = wan.Port
+		}
+	}
+	if addr == "" {
+		addr = cmp.Or(e.Node.TaggedAddresses["wan"], e.Node.Address)
+	}
+	return addr, port
 }
 
 // setTerminatingGateway files a terminating-gateway entry's linked

@@ -64,3 +64,34 @@ func TestGatewaysFetchedAndWatched(t *testing.T) {
 		t.Errorf("catalog targets %v lack ext1", got)
 	}
 }
+
+// TestFetchMeshExpandsWildcardLinks: the one-shot read (plan) links what
+// Consul expands a terminating gateway's wildcard to, as the daemon's
+// config-entry watcher does: every service of the namespace, an explicit
+// link with its own settings.
+func TestFetchMeshExpandsWildcardLinks(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	c := agent.Client()
+	for _, name := range []string{"ext1", "ext2"} {
+		if _, err := c.Catalog().Register(&api.CatalogRegistration{Node: "external", Address: "127.0.0.9",
+			Service: &api.AgentService{ID: name, Service: name, Port: 5432}}, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{Kind: api.ServiceKindTerminatingGateway, ID: "tgw", Name: "tgw", Port: 9443}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := c.ConfigEntries().Set(&api.TerminatingGatewayConfigEntry{Kind: api.TerminatingGateway, Name: "tgw",
+		Services: []api.LinkedService{{Name: "*"}, {Name: "ext2", SNI: "ext2.example.com"}}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	fetched, err := FetchMesh(context.Background(), c, false, QueryOptions{}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []LinkedService{{Name: "ext1"}, {Name: "ext2", SNI: "ext2.example.com"}}
+	if got := fetched.TerminatingGateways["tgw"]; !slices.Equal(got, want) {
+		t.Errorf("links %+v, want Consul's expansion %+v", got, want)
+	}
+}

@@ -23,6 +23,10 @@ type Upstream struct {
 	BindAddress string `json:",omitempty"`
 	BindPort    int
 	Protocol    string `json:",omitempty"`
+	// GatewayMode is the upstream's mesh_gateway mode as the catalog
+	// holds it ("local", "remote", "none" or "" for unset; the agent
+	// has already merged the proxy's and the central defaults into it).
+	GatewayMode string `json:",omitempty"`
 }
 
 // Leaf is a service's Connect leaf certificate.
@@ -80,6 +84,7 @@ func NewProxies(entries []*api.ServiceEntry) []Proxy {
 			Protocol: configString(px.Config, "protocol"),
 			Status:   aggregate(e.Checks),
 			Mode:     string(px.Mode), VirtualIP: s.TaggedAddresses[VirtualIPTag].Address,
+			GatewayMode: string(px.MeshGateway.Mode),
 		}
 		if px.TransparentProxy != nil {
 			p.OutboundPort = px.TransparentProxy.OutboundListenerPort
@@ -88,6 +93,7 @@ func NewProxies(entries []*api.ServiceEntry) []Proxy {
 			p.Upstreams = append(p.Upstreams, Upstream{
 				Type: string(u.DestinationType), Service: u.DestinationName, Datacenter: u.Datacenter,
 				BindAddress: u.LocalBindAddress, BindPort: u.LocalBindPort, Protocol: configString(u.Config, "protocol"),
+				GatewayMode: string(u.MeshGateway.Mode),
 			})
 		}
 		slices.SortFunc(p.Upstreams, func(a, b Upstream) int {

@@ -154,6 +154,8 @@ type Watcher struct {
 	// skipped is the latest list of catalog services left out for their
 	// names (ir.QueryableServiceName), for Update.Skipped.
 	skipped atomic.Pointer[[]string]
+	// last is the last update published (publish.go); Run's own.
+	last *lastPublish
 }
 
 // NewWatcher returns a Watcher; nothing runs until Run.
@@ -231,6 +233,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 	defer cancel()
 	w.slots.setQuiet(false)
 	defer w.slots.setQuiet(true)
+	w.last = nil // a new run's watches start over
 
 	log := w.cfg.Logger
 	events := make(chan event)
@@ -550,35 +553,6 @@ func (w *Watcher) poke(watches map[ServiceKey]*healthWatch, p *hintPokes) {
 func answeredError(err error) bool {
 	var se api.StatusError
 	return errors.As(err, &se)
-}
-
-func (w *Watcher) publish(watches map[ServiceKey]*healthWatch, listLoaded bool, at time.Time, change Change) {
-	u := Update{Complete: listLoaded, ChangedAt: at, Changed: change}
-	if sk := w.skipped.Load(); sk != nil {
-		u.Skipped = slices.Clone(*sk)
-	}
-	services := make([]*Service, 0, len(watches))
-	for k, hw := range watches {
-		if hw.data == nil {
-			// Not yet read: leave it out rather than serve it empty.
-			u.Complete = false
-			u.Pending = append(u.Pending, k)
-			continue
-		}
-		if hw.unreachable {
-			u.Unreachable = append(u.Unreachable, k)
-		}
-		services = append(services, hw.data)
-	}
-	slices.SortFunc(u.Pending, compareKeys)
-	slices.SortFunc(u.Unreachable, compareKeys)
-	u.Catalog = NewCatalog(services)
-	// An update the consumer has not taken yet is folded into this one:
-	// its change time and what it changed, so the consumer misses neither.
-	publishMerged(w.updates, u, func(old, u *Update) {
-		u.ChangedAt = minTime(old.ChangedAt, u.ChangedAt)
-		u.Changed = old.Changed.Merge(u.Changed)
-	})
 }
 
 func (w *Watcher) resultFunc(endpoint, datacenter string) func(error, time.Duration) {

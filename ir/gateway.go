@@ -45,6 +45,10 @@ type GatewayChain struct {
 	// Service is the service behind the chain; Cluster the cluster (in
 	// Model.Clusters and the group's Clusters) it forwards to.
 	Service, Cluster string
+	// Datacenter is set, and Service empty, on a mesh gateway's chain of
+	// another datacenter: SNI is then "*.DC.internal.TRUST-DOMAIN" and
+	// Cluster that datacenter's mesh gateways (GatewayClusterName).
+	Datacenter string `json:",omitempty"`
 	// Terminating gateways only: the chain terminates the mesh's mutual
 	// TLS with Service's leaf (CertificateSecret, LeafSecretPrefix +
 	// Service) against the Connect roots, and enforces Service's
@@ -151,4 +155,11 @@ func gatewayTargets(g *Gateway) []WeightedCluster {
 		out = append(out, WeightedCluster{Name: c, Weight: 1})
 	}
 	return out
+}
+
+// GatewayClusterName is the name of the cluster of datacenter dc's mesh
+// gateways, as Consul names it (connect.GatewaySNI): a mesh gateway
+// forwards "*." + that name to them.
+func GatewayClusterName(dc, trustDomain string) string {
+	return dc + ".internal." + trustDomain
 }

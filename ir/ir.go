@@ -197,11 +197,7 @@ func (m *Model) Validate() error {
 		if c.ConnectTimeout <= 0 {
 			errs = append(errs, fmt.Errorf("cluster %q: %w", c.Name, ErrConnectTimeout))
 		}
-		for _, e := range c.Endpoints {
-			if !e.Address.IsValid() || e.Port == 0 || e.Port > 65535 || e.Weight == 0 {
-				errs = append(errs, fmt.Errorf("cluster %q endpoint %s:%d weight %d: %w", c.Name, e.Address, e.Port, e.Weight, ErrEndpoint))
-			}
-		}
+		errs = append(errs, c.EndpointErrors()...)
 	}
 	if !slices.IsSortedFunc(m.Groups, func(a, b Group) int { return strings.Compare(a.Name, b.Name) }) {
 		errs = append(errs, fmt.Errorf("groups: %w", ErrUnsorted))
@@ -261,6 +257,19 @@ func (m *Model) Validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// EndpointErrors are the problems Model.Validate finds in c's endpoints:
+// all it checks that an endpoint-only change can change, so a translator
+// that is told only endpoints changed checks those clusters' alone.
+func (c *Cluster) EndpointErrors() []error {
+	var errs []error
+	for _, e := range c.Endpoints {
+		if !e.Address.IsValid() || e.Port == 0 || e.Port > 65535 || e.Weight == 0 {
+			errs = append(errs, fmt.Errorf("cluster %q endpoint %s:%d weight %d: %w", c.Name, e.Address, e.Port, e.Weight, ErrEndpoint))
+		}
+	}
+	return errs
 }
 
 // Cluster returns the named cluster, or nil.

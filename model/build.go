@@ -32,13 +32,21 @@ const maxWeight = 65535
 // never an error, so one bad registration cannot stop a fleet's updates.
 // A nil policy mirrors the catalog: one cluster per service.
 func Build(cat *consul.Catalog, pol *policy.Policy) (*ir.Model, []string) {
+	m, warnings, _ := BuildIndexed(cat, pol)
+	return m, warnings
+}
+
+// BuildIndexed is Build that also returns the EndpointIndex of the model
+// it built, from which [EndpointIndex.Rebuild] turns a later catalog that
+// differs only in instance health into the same model without building
+// the rest of it again.
+func BuildIndexed(cat *consul.Catalog, pol *policy.Policy) (*ir.Model, []string, *EndpointIndex) {
+	index := newEndpointIndex(cat, pol)
 	if pol == nil {
 		pol = &policy.Policy{ExportAllServices: true, UnmatchedNodes: policy.UnmatchedAll}
 	}
-	b := &builder{cat: cat, pol: pol, clusters: map[string]ir.Cluster{}, owners: map[string]string{}, referenced: map[string]bool{}, secrets: map[string]ir.Secret{}}
-	for _, name := range referencedServices(pol) {
-		b.referenced[name] = true
-	}
+	b := newBuilder(cat, pol)
+	b.index = index
 	tags := b.tagRoutes()
 	for _, name := range clusterServices(cat, pol) {
 		b.service(name)
@@ -68,10 +76,20 @@ func Build(cat *consul.Catalog, pol *policy.Policy) (*ir.Model, []string) {
 	if len(copies) > 0 {
 		m.Clusters = append(m.Clusters, copies...)
 		slices.SortFunc(m.Clusters, func(a, b ir.Cluster) int { return strings.Compare(a.Name, b.Name) })
+		b.index.noteCopies(copies)
 	}
 	b.reach(m)
 	b.mesh(m)
-	return m, b.warnings
+	return m, b.warnings, b.index
+}
+
+// newBuilder is a builder of cat under pol that has built nothing yet.
+func newBuilder(cat *consul.Catalog, pol *policy.Policy) *builder {
+	b := &builder{cat: cat, pol: pol, clusters: map[string]ir.Cluster{}, owners: map[string]string{}, referenced: map[string]bool{}, secrets: map[string]ir.Secret{}}
+	for _, name := range referencedServices(pol) {
+		b.referenced[name] = true
+	}
+	return b
 }
 
 // WatchTargets is what the Consul watcher must watch for a policy: every
@@ -186,6 +204,11 @@ type builder struct {
 	// secrets of upstream TLS, shared by every proxy.
 	secrets  map[string]ir.Secret
 	warnings []string
+	// index records where the clusters' endpoints come from (nil: a
+	// builder that only recomputes endpoints, see incremental.go);
+	// reads collects the Consul services one service's clusters read.
+	index *EndpointIndex
+	reads map[consul.ServiceKey]bool
 }
 
 func (b *builder) warn(format string, args ...any) {
@@ -194,6 +217,22 @@ func (b *builder) warn(format string, args ...any) {
 
 // service adds the cluster of a service and one per declared subset.
 func (b *builder) service(name string) {
+	b.reads = map[consul.ServiceKey]bool{}
+	clusters := b.serviceClusters(name)
+	b.index.noteService(name, b.reads)
+	b.reads = nil
+	s := serviceSettings(b.pol, name)
+	b.addCluster(clusters[0], fmt.Sprintf("Consul service %q", s.ConsulName))
+	for i, sub := range s.Subsets {
+		b.addCluster(clusters[i+1], fmt.Sprintf("subset %q of service %q", sub.Name, s.Name))
+	}
+}
+
+// serviceClusters are the cluster of a service and one per declared
+// subset, in that order, with their endpoints. It is the one place those
+// are computed, for a whole Build and for an endpoint-only rebuild
+// (incremental.go) alike, so the two cannot disagree.
+func (b *builder) serviceClusters(name string) []ir.Cluster {
 	s := serviceSettings(b.pol, name)
 	tiers := [][]consul.Instance{b.instances(s.Datacenter, s.ConsulName)}
 	for _, dc := range s.FailoverDatacenters {
@@ -218,16 +257,18 @@ func (b *builder) service(name string) {
 		HealthCheck:      s.HealthCheck,
 		TLS:              b.upstreamTLS(s),
 	}
+	out := make([]ir.Cluster, 0, 1+len(s.Subsets))
 	c := base
 	c.Endpoints = b.failoverEndpoints(s, tiers, nil)
-	b.addCluster(c, fmt.Sprintf("Consul service %q", s.ConsulName))
+	out = append(out, c)
 	for _, sub := range s.Subsets {
 		c := base
 		c.Name = s.Name + "." + sub.Name
 		c.Subset = sub.Name
 		c.Endpoints = b.failoverEndpoints(s, tiers, &sub)
-		b.addCluster(c, fmt.Sprintf("subset %q of service %q", sub.Name, s.Name))
+		out = append(out, c)
 	}
+	return out
 }
 
 // addCluster adds c, made from what; a second cluster of the same name
@@ -242,6 +283,7 @@ func (b *builder) addCluster(c ir.Cluster, what string) {
 		return
 	}
 	b.warn("cluster %q is both %s and %s; it is served with no endpoints until one is renamed", c.Name, b.owners[c.Name], what)
+	b.index.noteClash(c.Name)
 	prev.Endpoints = nil
 	b.clusters[c.Name] = prev
 }
@@ -315,6 +357,9 @@ func sortedSecrets(m map[string]ir.Secret) []ir.Secret {
 }
 
 func (b *builder) instances(dc, name string) []consul.Instance {
+	if b.reads != nil {
+		b.reads[consul.ServiceKey{Datacenter: dc, Name: name}] = true
+	}
 	if svc := b.cat.Service(dc, name); svc != nil {
 		return svc.Instances
 	}

@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/policytest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
-	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
 
 func TestHealthAndWeight(t *testing.T) {
@@ -91,14 +91,7 @@ func TestZoneScopedAddressesAreSkipped(t *testing.T) {
 // api.v2; it is a reported conflict, and the cluster serves neither's
 // instances (an attacker's registration cannot take the subset's traffic).
 func TestServiceNamedLikeASubsetHijacksNothing(t *testing.T) {
-	doc, diags := policy.Parse("p.hcl", []byte("export_all_services = true\nservice \"api\" {\n  subset \"v2\" {\n    tags = [\"v2\"]\n  }\n}\n"))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	cfg, diags := policy.Merge(doc)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
+	cfg := policytest.Config(t, "p.hcl", []byte("export_all_services = true\nservice \"api\" {\n  subset \"v2\" {\n    tags = [\"v2\"]\n  }\n}\n"))
 	cat := consul.NewCatalog([]*consul.Service{
 		{Name: "api", Instances: []consul.Instance{{ID: "a", Address: "10.0.0.1", Port: 80, Status: consul.StatusPassing, Tags: []string{"v2"}}}},
 		{Name: "api.v2", Instances: []consul.Instance{{ID: "evil", Address: "192.0.2.66", Port: 80, Status: consul.StatusPassing}}},

@@ -94,7 +94,7 @@ func (mb *meshBuilder) terminating(p consul.Proxy, taken map[string]bool, linker
 	}
 	for _, s := range linked {
 		if s.Name == "*" {
-			b.warn("%s: the wildcard link (every service) is not served; link services by name", who)
+			b.warn("%s: the wildcard link (every service) is not expanded (yet): Consul's expansion, /v1/catalog/gateway-services/%s, has not been read, so only the services linked by name are served", who, p.Name)
 			continue
 		}
 		if !ir.QueryableServiceName(s.Name) {

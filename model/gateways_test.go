@@ -164,8 +164,8 @@ func TestTerminatingGatewayKeys(t *testing.T) {
 	}
 }
 
-// TestTerminatingGatewayWildcard: the wildcard link is warned about and
-// serves nothing (the bridge links services by name only).
+// TestTerminatingGatewayWildcard: a wildcard link Consul's expansion has
+// not replaced yet (consul/wildcard.go) is warned about and serves nothing.
 func TestTerminatingGatewayWildcard(t *testing.T) {
 	cat := gatewayCatalog()
 	mesh := *cat.Mesh

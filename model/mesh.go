@@ -54,7 +54,7 @@ func (b *builder) mesh(m *ir.Model) {
 	if def == "" {
 		def = ir.IntentionAllow
 	}
-	mb := &meshBuilder{b: b, m: m, mesh: mesh, def: def, intentions: newIntentionResolver(mesh.Intentions, def), clusters: map[string]ir.Cluster{}, dialers: map[string]map[string]bool{}}
+	mb := &meshBuilder{b: b, m: m, mesh: mesh, def: def, intentions: newIntentionResolver(mesh.Intentions, def), clusters: map[string]ir.Cluster{}, dialers: map[string]map[string]bool{}, gatewayModes: map[string]string{}}
 
 	var groups []ir.Group
 	for _, p := range mesh.Proxies {
@@ -105,6 +105,10 @@ type meshBuilder struct {
 	// pending upstream references, resolved in finish once every dialer
 	// is known.
 	refs []meshRef
+	// gatewayModes are the mesh gateway modes (local or remote) of the
+	// upstreams' clusters, by the cluster's Consul name
+	// (meshgatewaymode.go).
+	gatewayModes map[string]string
 }
 
 // meshRef is an upstream, or a route target of one, whose cluster name
@@ -200,15 +204,20 @@ func (mb *meshBuilder) group(name string, p consul.Proxy) (ir.Group, bool) {
 			BindAddress: cmp.Or(u.BindAddress, "127.0.0.1"), BindPort: uint32(u.BindPort),
 			Protocol: mb.protocol(who, u.Protocol, u.Service),
 		}
-		mu.Routes = mb.upstreamRoutes(who, name, len(sc.Upstreams), &mu, udc, dc, p.Service)
+		// The upstream's gateway mode applies to every cluster of its
+		// chain (route targets and failover targets too), and an
+		// override prefixes all their names, as Consul's does.
+		via := mb.upstreamGatewayMode(who, p, u)
+		mu.Routes = mb.upstreamRoutes(who, name, len(sc.Upstreams), &mu, udc, dc, p.Service, via)
 		// An upstream with routes dials what they target, as Consul's
 		// chain does: its own cluster only if a route sends there.
 		own := mu.Routes == nil
 		if t := tcpChainTarget(b.pol.MeshRoutesFor(u.Service)); own && t != nil && !ir.HTTPProtocol(mu.Protocol) && udc == dc {
-			base = ir.MeshSubsetClusterName(t.Subset, t.Service, udc, mb.mesh.TrustDomain)
-			mb.dial(base, t.Service, t.Subset, udc, dc, mu.Protocol, p.Service)
+			base = via.prefix + ir.MeshSubsetClusterName(t.Subset, t.Service, udc, mb.mesh.TrustDomain)
+			mb.dial(base, via.mode, t.Service, t.Subset, udc, dc, mu.Protocol, p.Service)
 		} else if own {
-			mb.dial(base, u.Service, "", udc, dc, mu.Protocol, p.Service)
+			base = via.prefix + base
+			mb.dial(base, via.mode, u.Service, "", udc, dc, mu.Protocol, p.Service)
 		}
 		mb.refs = append(mb.refs, meshRef{group: name, upstream: len(sc.Upstreams), route: -1, base: base, local: p.Service, named: !own})
 		sc.Upstreams = append(sc.Upstreams, mu)
@@ -237,44 +246,22 @@ func (mb *meshBuilder) protocol(who, proxy, service string) string {
 	return p
 }
 
-// meshCluster is the cluster of service's sidecars in dc: TLS to the
-// sidecars with the roots and the service's SPIFFE id. The client
-// certificate is filled in finish, once its dialers are known.
-func (mb *meshBuilder) meshCluster(name, service, subset, dc, localDC, protocol string) ir.Cluster {
+// meshCluster is the cluster of service's sidecars in dc, reached
+// through mesh gateways when mode (local or remote) says so and dc is not
+// localDC: TLS to the sidecars with the roots and the service's SPIFFE id
+// in dc. The client certificate is filled in finish, once its dialers are
+// known.
+func (mb *meshBuilder) meshCluster(name, service, subset, dc, localDC, protocol, mode string) ir.Cluster {
 	s := meshServiceSettings(mb.b.pol, service)
-	// A local target fails over as the service's policy says (failover
-	// datacenters, one priority each); each datacenter's sidecars carry
-	// that datacenter's SPIFFE id.
-	dcs := []string{dc}
-	if dc == localDC {
-		for _, f := range s.FailoverDatacenters {
-			if f != dc && !slices.Contains(dcs, f) {
-				dcs = append(dcs, f)
-			}
-		}
-	}
-	return mb.meshClusterIn(name, service, subset, dcs, localDC, protocol)
-}
-
-// meshClusterIn is the cluster of service's sidecars in dcs, a priority
-// each in that order.
-func (mb *meshBuilder) meshClusterIn(name, service, subset string, dcs []string, localDC, protocol string) ir.Cluster {
-	s := meshServiceSettings(mb.b.pol, service)
-	sans := make([]string, len(dcs))
-	for i, d := range dcs {
-		sans[i] = ir.SPIFFEID(mb.mesh.TrustDomain, d, service)
-	}
 	c := ir.Cluster{
 		Name: name, Service: service, ConnectTimeout: s.ConnectTimeout, LBPolicy: s.LBPolicy,
 		HTTP2:          protocol == "http2" || protocol == "grpc",
 		CircuitBreaker: s.CircuitBreaker, OutlierDetection: s.OutlierDetection, ZoneAware: s.ZoneAware,
-		TLS: &ir.UpstreamTLS{SNI: name, CASecret: ir.RootsSecretName, MatchURISANs: sans},
+		TLS: &ir.UpstreamTLS{SNI: sniOf(name), CASecret: ir.RootsSecretName, MatchURISANs: []string{ir.SPIFFEID(mb.mesh.TrustDomain, dc, service)}},
 	}
-	for prio, d := range dcs {
-		for _, ep := range mb.meshEndpoints(name, service, subset, s, d, localDC) {
-			ep.Priority = uint32(prio)
-			c.Endpoints = append(c.Endpoints, ep)
-		}
+	c.Endpoints = mb.meshEndpoints(name, service, subset, s, dc, localDC)
+	if dc != localDC && (mode == gatewayModeLocal || mode == gatewayModeRemote) {
+		c.Endpoints = mb.gatewayEndpoints(name, mode, dc, localDC, c.Endpoints)
 	}
 	return c
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/policytest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
@@ -14,15 +15,7 @@ const td = "11111111-2222-3333-4444-555555555555.consul"
 
 func meshPolicy(t *testing.T, src string) *policy.Policy {
 	t.Helper()
-	doc, diags := policy.Parse("p.hcl", []byte(src))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	cfg, diags := policy.Merge(doc)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	return cfg.Policy
+	return policytest.Policy(t, src)
 }
 
 // meshCatalog: web (vm-a) dials api; api has a sidecar on vm-a and vm-b.
@@ -223,8 +216,9 @@ func TestMeshRemoteUpstream(t *testing.T) {
 }
 
 // TestMeshFailover: a mesh cluster of a service whose policy fails over
-// to other datacenters gets their sidecars as lower priorities, and
-// accepts each datacenter's SPIFFE id (a remote sidecar presents its own
+// to other datacenters is, as in Consul 1.15, an aggregate over a
+// failover-target~ cluster per datacenter in order, each with that
+// datacenter's sidecars and SPIFFE id (a remote sidecar presents its own
 // datacenter's); the watch targets include those reads.
 func TestMeshFailover(t *testing.T) {
 	local := meshCatalog(consul.StatusPassing, consul.StatusPassing)
@@ -253,15 +247,26 @@ func checkMeshFailover(t *testing.T, cat *consul.Catalog, pol *policy.Policy) {
 	if c == nil {
 		t.Fatal("no api mesh cluster")
 	}
-	if want := []string{ir.SPIFFEID(td, "dc1", "api"), ir.SPIFFEID(td, "dc2", "api")}; !slices.Equal(c.TLS.MatchURISANs, want) {
-		t.Errorf("SANs %v, want %v", c.TLS.MatchURISANs, want)
+	dc1, dc2 := ir.FailoverTargetPrefix+ir.MeshClusterName("api", "dc1", td), ir.FailoverTargetPrefix+ir.MeshClusterName("api", "dc2", td)
+	if !slices.Equal(c.Aggregate, []string{dc1, dc2}) || len(c.Endpoints) != 0 {
+		t.Fatalf("api's cluster: aggregate %v with %d endpoints, want the aggregate over %s then %s", c.Aggregate, len(c.Endpoints), dc1, dc2)
 	}
-	prio := map[uint32][]uint32{}
-	for _, e := range c.Endpoints {
-		prio[e.Priority] = append(prio[e.Priority], e.Port)
-	}
-	if len(prio[0]) != 2 || len(prio[1]) != 1 || prio[1][0] != 21001 || c.Endpoints[len(c.Endpoints)-1].Address.String() != "10.9.0.1" {
-		t.Errorf("endpoints by priority %v (%+v), want the two local sidecars first and dc2's at priority 1", prio, c.Endpoints)
+	for _, want := range []struct {
+		name, dc string
+		ports    []uint32
+	}{{dc1, "dc1", []uint32{uint32(cat.Mesh.Proxies[0].Port), uint32(cat.Mesh.Proxies[2].Port)}}, {dc2, "dc2", []uint32{21001}}} {
+		m := m.Cluster(want.name)
+		if m == nil {
+			t.Fatalf("no member %s", want.name)
+		}
+		var ports []uint32
+		for _, e := range m.Endpoints {
+			ports = append(ports, e.Port)
+		}
+		sni := want.name[len(ir.FailoverTargetPrefix):]
+		if !slices.Equal(ports, want.ports) || m.TLS.SNI != sni || !slices.Equal(m.TLS.MatchURISANs, []string{ir.SPIFFEID(td, want.dc, "api")}) {
+			t.Errorf("member %s: ports %v SNI %s SANs %v; want %v, %s, %s's SPIFFE id", want.name, ports, m.TLS.SNI, m.TLS.MatchURISANs, want.ports, sni, want.dc)
+		}
 	}
 	if !slices.Contains(MeshWatchTargets(pol), consul.ServiceKey{Datacenter: "dc2", Name: "api"}) {
 		t.Errorf("watch targets %v lack api in dc2", MeshWatchTargets(pol))

@@ -3,36 +3,54 @@ package model
 import (
 	"cmp"
 	"slices"
+	"strings"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
 
-// Mesh failover to other targets, as Consul 1.15 serves a
-// service-resolver's failover: the target's cluster becomes an aggregate
-// cluster (same name, so routes are unchanged) over
-// failover-target~TARGET, then failover-target~ each failover target,
-// each an EDS mesh cluster with the target's own SNI, SPIFFE id and
-// endpoints, and the failing target's connect timeout and load balancer
-// (TestMeshFailoverMatchesConsulXDS). Envoy sends to the first with healthy hosts. A
-// failover of the service's own sidecars to other datacenters only stays
-// one cluster with a priority per datacenter (meshCluster).
+// Mesh failover, as Consul 1.15 serves a service-resolver's failover: the
+// failing target's cluster becomes an aggregate cluster (same name, so
+// routes are unchanged) over failover-target~TARGET, then
+// failover-target~ each failover target, each an EDS mesh cluster with
+// the target's own SNI, SPIFFE id and endpoints, and the failing target's
+// connect timeout and load balancer (TestMeshFailoverMatchesConsulXDS).
+// Envoy sends to the first with healthy hosts. A failover to the
+// service's own sidecars in other datacenters is the same: one target
+// per datacenter, as Consul's compiler makes them
+// (TestMeshDatacenterFailoverMatchesConsulXDS). A target in another
+// datacenter goes through mesh gateways as its mode says
+// (TestMeshGatewayFailoverMatchesConsulXDS).
 
 // meshTarget is the cluster base of service's sidecars (subset, dc), an
 // aggregate over its failover targets when the policy gives it some; it
 // adds the member clusters to mb.clusters.
 func (mb *meshBuilder) meshTarget(base, service, subset, dc, localDC, protocol string) ir.Cluster {
-	targets := meshServiceSettings(mb.b.pol, service).FailoverFor(subset)
-	if len(targets) == 0 {
-		return mb.meshCluster(base, service, subset, dc, localDC, protocol)
+	s := meshServiceSettings(mb.b.pol, service)
+	targets := s.FailoverFor(subset)
+	if len(targets) == 0 && dc == localDC {
+		// Consul's Failover["*"] with Datacenters only: the same target
+		// in each other datacenter, in order.
+		for _, d := range s.FailoverDatacenters {
+			if d != dc {
+				targets = append(targets, policy.FailoverTarget{Service: service, Subset: subset, Datacenter: d})
+			}
+		}
 	}
-	first := mb.meshClusterIn(base, service, subset, []string{dc}, localDC, protocol)
+	mode := mb.gatewayModes[base]
+	if len(targets) == 0 {
+		return mb.meshCluster(base, service, subset, dc, localDC, protocol, mode)
+	}
+	first := mb.meshCluster(base, service, subset, dc, localDC, protocol, mode)
 	agg := ir.Cluster{Name: base, Service: service, Subset: subset, ConnectTimeout: first.ConnectTimeout}
+	// Members of a customized chain (an upstream's gateway mode override)
+	// carry its prefix too, after failover-target~, as Consul names them.
+	prefix := strings.TrimSuffix(base, sniOf(base))
 	// add appends target name's member, made (once for every aggregate
 	// that holds it) by mk.
 	add := func(name string, mk func() ir.Cluster) {
-		member := ir.FailoverTargetPrefix + name
+		member := ir.FailoverTargetPrefix + prefix + name
 		if slices.Contains(agg.Aggregate, member) {
 			return
 		}
@@ -43,12 +61,18 @@ func (mb *meshBuilder) meshTarget(base, service, subset, dc, localDC, protocol s
 			mb.clusters["mesh\x00"+member] = c
 		}
 	}
-	add(base, func() ir.Cluster { return first })
+	add(sniOf(base), func() ir.Cluster { return first })
 	for _, t := range targets {
 		tdc := cmp.Or(t.Datacenter, dc)
 		name := ir.MeshSubsetClusterName(t.Subset, t.Service, tdc, mb.mesh.TrustDomain)
 		add(name, func() ir.Cluster {
-			c := mb.meshClusterIn(name, t.Service, t.Subset, []string{tdc}, localDC, protocol)
+			// Consul's override applies to every target of the chain;
+			// without one, each target takes its own service's mode.
+			tmode := mb.mesh.GatewayModes.Of(t.Service)
+			if prefix != "" {
+				tmode = mode
+			}
+			c := mb.meshCluster(name, t.Service, t.Subset, tdc, localDC, protocol, tmode)
 			// Consul 1.15 applies the failing target's resolver to all of
 			// its failover targets: connect timeout and load balancer.
 			c.ConnectTimeout, c.LBPolicy = first.ConnectTimeout, first.LBPolicy

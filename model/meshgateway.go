@@ -6,6 +6,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
@@ -56,10 +57,48 @@ func (mb *meshBuilder) meshGateway(p consul.Proxy, taken map[string]bool, cluste
 		gw.Chains = append(gw.Chains, ir.GatewayChain{SNI: sni, Service: s, Cluster: cname})
 		g.Clusters = append(g.Clusters, cname)
 	}
+	mb.remoteDatacenterChains(p, gw, &g, clusters)
 	slices.SortFunc(gw.Chains, func(a, b ir.GatewayChain) int { return strings.Compare(a.SNI, b.SNI) })
 	slices.Sort(g.Clusters)
 	return g, true
 }
+
+// remoteDatacenterChains give a mesh gateway a chain per other datacenter
+// whose gateways the bridge follows: a connection for any service there
+// ("*.DC.internal.TRUST-DOMAIN", what a sidecar in local mode sends
+// through this gateway) passes, TLS untouched, to that datacenter's
+// gateways at their WAN addresses, as Consul's mesh gateway does.
+func (mb *meshBuilder) remoteDatacenterChains(p consul.Proxy, gw *ir.Gateway, g *ir.Group, clusters map[string]ir.Cluster) {
+	for _, dc := range slices.Sorted(maps.Keys(mb.mesh.RemoteGateways)) {
+		if dc == p.Datacenter {
+			continue
+		}
+		cname := ir.GatewayClusterName(dc, mb.mesh.TrustDomain)
+		if _, ok := clusters[cname]; !ok {
+			c := ir.Cluster{Name: cname, ConnectTimeout: remoteGatewayConnectTimeout}
+			for _, r := range mb.mesh.RemoteGateways[dc] {
+				in := consul.Instance{ID: r.ID, Node: r.Node, Datacenter: r.Datacenter, Address: r.WANAddress, Port: r.WANPort, NodeMeta: r.NodeMeta, Status: r.Status}
+				ep, warn := endpoint(in, false)
+				if warn != "" {
+					mb.b.warn("mesh gateway %q of datacenter %q on node %q: %s", r.ID, dc, r.Node, warn)
+					continue
+				}
+				c.Endpoints = append(c.Endpoints, ep)
+			}
+			if len(c.Endpoints) == 0 {
+				continue // as Consul: a datacenter without gateways gets no chain
+			}
+			clusters[cname] = c
+		}
+		gw.Chains = append(gw.Chains, ir.GatewayChain{SNI: "*." + cname, Datacenter: dc, Cluster: cname})
+		g.Clusters = append(g.Clusters, cname)
+	}
+}
+
+// remoteGatewayConnectTimeout is Consul's for the clusters of other
+// datacenters' gateways (its default; a gateway's connect_timeout_ms is
+// not read).
+const remoteGatewayConnectTimeout = 5 * time.Second
 
 // localConnectServices are the local services with Connect instances the
 // bridge knows of: the destinations of registered sidecars, the

@@ -19,7 +19,12 @@ import (
 
 // dial records that local's sidecars dial the mesh cluster base (the
 // sidecars of service in dc), making the cluster on first use.
-func (mb *meshBuilder) dial(base, service, subset, dc, localDC, protocol, local string) {
+func (mb *meshBuilder) dial(base, mode, service, subset, dc, localDC, protocol, local string) {
+	if mode == gatewayModeLocal || mode == gatewayModeRemote {
+		// Also for a local target: its failover targets in other
+		// datacenters go the same way (meshfailover.go).
+		mb.gatewayModes[base] = mode
+	}
 	if c, ok := mb.clusters["mesh\x00"+base]; !ok {
 		mb.clusters["mesh\x00"+base] = mb.meshTarget(base, service, subset, dc, localDC, protocol)
 	} else if http2 := protocol == "http2" || protocol == "grpc"; c.HTTP2 != http2 {
@@ -38,7 +43,7 @@ func (mb *meshBuilder) dial(base, service, subset, dc, localDC, protocol, local 
 // sidecar, whose service is local, in datacenter dc): nil without a
 // mesh_routes block for its service, or when it cannot take one. Target
 // cluster names are set in finish, once every dialer is known.
-func (mb *meshBuilder) upstreamRoutes(who, group string, upstream int, u *ir.MeshUpstream, udc, dc, local string) []ir.Route {
+func (mb *meshBuilder) upstreamRoutes(who, group string, upstream int, u *ir.MeshUpstream, udc, dc, local string, via gatewayChoice) []ir.Route {
 	b := mb.b
 	mr := b.pol.MeshRoutesFor(u.Service)
 	if mr == nil {
@@ -61,8 +66,8 @@ func (mb *meshBuilder) upstreamRoutes(who, group string, upstream int, u *ir.Mes
 		rt := b.route(r)
 		rt.Name = routeName(u.Service, i)
 		for j, t := range r.Targets {
-			base := ir.MeshSubsetClusterName(t.Subset, t.Service, dc, mb.mesh.TrustDomain)
-			mb.dial(base, t.Service, t.Subset, dc, dc, mb.targetProtocol(who, t.Service, u), local)
+			base := via.prefix + ir.MeshSubsetClusterName(t.Subset, t.Service, dc, mb.mesh.TrustDomain)
+			mb.dial(base, via.mode, t.Service, t.Subset, dc, dc, mb.targetProtocol(who, t.Service, u), local)
 			rt.Clusters[j].Name = base
 			mb.refs = append(mb.refs, meshRef{group: group, upstream: upstream, route: i, target: j, base: base, local: local})
 		}

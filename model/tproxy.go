@@ -57,11 +57,14 @@ func (mb *meshBuilder) transparent(who, group string, p consul.Proxy, sc *ir.Sid
 		if len(vips) == 0 {
 			continue // nothing to match it by (Consul attaches no filter chain either)
 		}
-		base := ir.MeshClusterName(s, dc, mb.mesh.TrustDomain)
+		// The proxy's own gateway mode overrides the target's, as for
+		// its explicit upstreams.
+		via := mb.upstreamGatewayMode(who, p, consul.Upstream{Service: s})
+		base := via.prefix + ir.MeshClusterName(s, dc, mb.mesh.TrustDomain)
 		mu := ir.MeshUpstream{Service: s, Protocol: mb.protocol(who, "", s), VirtualIPs: vips}
-		mb.dial(base, s, "", dc, dc, mu.Protocol, p.Service)
+		mb.dial(base, via.mode, s, "", dc, dc, mu.Protocol, p.Service)
 		mb.refs = append(mb.refs, meshRef{group: group, upstream: len(sc.Upstreams), route: -1, base: base, local: p.Service})
-		mu.Routes = mb.upstreamRoutes(who, group, len(sc.Upstreams), &mu, dc, dc, p.Service)
+		mu.Routes = mb.upstreamRoutes(who, group, len(sc.Upstreams), &mu, dc, dc, p.Service, via)
 		sc.Upstreams = append(sc.Upstreams, mu)
 	}
 	if !sc.Transparent.Passthrough {

@@ -12,6 +12,22 @@
 // that makes a small change cheap (the translator's memo and each group's
 // last good reach) lives in a Memo the caller owns; the reload gate works
 // on a Fork, so a rejected candidate leaves the served memory as it was.
+//
+// Which changes go through which path (incremental.go): a change the
+// watcher reports as endpoint-only (consul.Change.EndpointsOnly), with
+// the memo's last world computed from the same policy and datacenter, is
+// computed from that world when the catalog has the same services and
+// they differ from the last one's in nothing but their instances' status,
+// checks and weights, and neither catalog has mesh (Connect) data: only
+// the endpoints of the clusters those services feed (subsets, failover
+// tiers and targets, proxyless copies) are recomputed, by the model's own
+// code, and only their load assignments translated. Everything else goes
+// through the whole pipeline: an instance that comes or goes, a changed
+// address, port, tag or meta (which may move an instance between
+// subsets, make a tag route or a warning), a service that appears, goes
+// or is read for the first time, any policy, settings, KV or config-entry
+// change, and every change while the mesh is followed. Both paths compute
+// the same World (TestEndpointOnlyIsTheWholeWorld).
 package pipeline
 
 import (
@@ -59,6 +75,9 @@ type World struct {
 	// the model's structure (clusters, listeners, routes) is the previous
 	// world's, and only the named services' endpoints may differ.
 	EndpointsOnly bool
+	// Incremental says the world was computed by the endpoint-only path
+	// (incremental.go) rather than built whole; it is the same world.
+	Incremental bool
 }
 
 // Memo is what one caller's successive Computes remember of each other:
@@ -68,6 +87,10 @@ type World struct {
 // goroutine owns it.
 type Memo struct {
 	tr *xds.Translator
+	// last is the last world computed with this memo and what an
+	// endpoint-only change needs of it (incremental.go); nil before the
+	// first.
+	last *lastWorld
 }
 
 // NewMemo returns a Memo that remembers nothing yet.
@@ -81,7 +104,8 @@ func (m *Memo) Fork() *Memo {
 	if m == nil {
 		return NewMemo()
 	}
-	return &Memo{tr: m.tr.Fork()}
+	// last is never modified, only replaced: sharing it is copying it.
+	return &Memo{tr: m.tr.Fork(), last: m.last}
 }
 
 // Compute computes the world for in, reusing (and updating) memo's memory;
@@ -93,14 +117,19 @@ func Compute(in Input, memo *Memo) (*World, error) {
 	if memo == nil {
 		memo = NewMemo()
 	}
-	m, warnings := model.Build(in.Catalog, in.Policy)
+	if w, ok, err := memo.endpointsOnly(in); ok {
+		return w, err
+	}
+	m, warnings, index := model.BuildIndexed(in.Catalog, in.Policy)
 	// The proxyless gRPC mesh: Connect-native servers (model/meshgrpc.go).
 	warnings = append(warnings, model.BuildMeshGRPC(m, in.Catalog, in.Policy, in.Datacenter)...)
 	out, err := memo.tr.Translate(m)
 	if err != nil {
 		return nil, err
 	}
-	return &World{Model: m, Output: out, Warnings: warnings, EndpointsOnly: in.Change.EndpointsOnly()}, nil
+	w := &World{Model: m, Output: out, Warnings: warnings, EndpointsOnly: in.Change.EndpointsOnly()}
+	memo.remember(w, index, in.Datacenter)
+	return w, nil
 }
 
 // GroupOf is the rule that maps a node.cluster to the group it is served

@@ -4,20 +4,13 @@ import (
 	"testing"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/policytest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
 
-func mustPolicy(t *testing.T, src string) *policy.Policy {
+func mustPolicy(t testing.TB, src string) *policy.Policy {
 	t.Helper()
-	doc, diags := policy.Parse("p.hcl", []byte(src))
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	cfg, diags := policy.Merge(doc)
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	return cfg.Policy
+	return policytest.Policy(t, src)
 }
 
 // TestForkLeavesTheMemo: what a fork computes never reaches the memo it

@@ -124,7 +124,11 @@ func terminatingChain(listener string, c *ir.GatewayChain, rbacs rbacMemo) (*lis
 // passthroughChain is a mesh gateway's chain of one service: the
 // connection, TLS untouched, to the service's sidecars.
 func passthroughChain(c *ir.GatewayChain) *listenerv3.FilterChain {
-	tp := &tcpproxyv3.TcpProxy{StatPrefix: "mesh_gateway_local." + c.SNI, ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: c.Cluster}}
+	prefix := "mesh_gateway_local." + c.SNI
+	if c.Datacenter != "" {
+		prefix = "mesh_gateway_remote.default." + c.Datacenter // Consul's
+	}
+	tp := &tcpproxyv3.TcpProxy{StatPrefix: prefix, ClusterSpecifier: &tcpproxyv3.TcpProxy_Cluster{Cluster: c.Cluster}}
 	return &listenerv3.FilterChain{
 		Name:             c.SNI,
 		FilterChainMatch: &listenerv3.FilterChainMatch{ServerNames: []string{c.SNI}},

@@ -3,6 +3,7 @@ package xds_test
 import (
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
@@ -22,15 +23,16 @@ import (
 //   - the deadline as max_stream_duration (gRFC A31), never timeout;
 //   - clusters grpc_service routes reach balanced round robin or ring
 //     hash, which every implementation accepts (grpc-node and C-core NACK
-//     least_request). A default API listener may reach any cluster: the
-//     service may be for Envoys only, and policy validation warns when the
-//     policy serves gRPC clients.
+//     least_request). A default API listener reaches a least_request
+//     service's copy too (issue 39, item 6); otherwise it may reach any
+//     cluster (random: the service may be for Envoys only, and policy
+//     validation warns when the policy serves gRPC clients).
 //
 // Envoy routes are not held to this: they keep string_match and the
 // declared weights (see the grpc_compat golden case).
 func TestProxylessServesWhatEveryGRPCClientParses(t *testing.T) {
 	outs := goldenOutputs(t)
-	headers, splits := 0, 0
+	headers, splits, lrDefault := 0, 0, 0
 	for _, name := range slices.Sorted(maps.Keys(outs)) {
 		out := outs[name]
 		clusters := map[string]*clusterv3.Cluster{}
@@ -76,13 +78,22 @@ func TestProxylessServesWhatEveryGRPCClientParses(t *testing.T) {
 					} else {
 						names = append(names, a.GetCluster())
 					}
-					if out.Proxyless.RouteSources[rc.GetName()+"/"+r.GetName()] == "default" {
-						continue
-					}
+					dflt := out.Proxyless.RouteSources[rc.GetName()+"/"+r.GetName()] == "default"
 					for _, n := range names {
 						c := clusters[n]
 						if c == nil {
 							continue // the consistency check covers it
+						}
+						if dflt {
+							// A least_request service has a fallback every
+							// client takes, default API listener or not.
+							if strings.HasPrefix(n, "grpc:") {
+								lrDefault++
+							}
+							if c.GetLbPolicy() == clusterv3.Cluster_LEAST_REQUEST {
+								t.Errorf("%s: default API listener reaches %s with lb_policy LEAST_REQUEST; grpc-node and C-core NACK it (want its copy %s%s)", where, n, "grpc:", n)
+							}
+							continue
 						}
 						// A52's list is read by some clients only: it must end
 						// in round_robin, and lb_policy say round_robin too.
@@ -100,6 +111,10 @@ func TestProxylessServesWhatEveryGRPCClientParses(t *testing.T) {
 	// The goldens must exercise what is checked, or the test proves nothing.
 	if headers < 5 || splits < 3 {
 		t.Errorf("golden proxyless routes hold %d header matchers and %d splits; the grpc_compat case should bring more", headers, splits)
+	}
+
+	if lrDefault == 0 {
+		t.Errorf("no golden default API listener reaches a least_request service's copy; the lb_policies case should")
 	}
 
 	// And Envoy keeps the declared form: string_match, weights 4/1.

@@ -175,6 +175,8 @@ type Translator struct {
 	// had when it last translated cleanly.
 	reachMemo map[string]*Resources
 	goodReach map[string][]string
+	// last is the last successful translation (endpointsonly.go).
+	last *lastTranslation
 }
 
 type memoCluster struct {
@@ -214,11 +216,14 @@ func NewTranslator() *Translator { return &Translator{} }
 
 // Fork returns a Translator that starts with t's memory and never changes
 // t's: Translate builds new maps and only reads the old ones, so a copy of
-// the fields is a copy of the memory. The reload gate translates a
-// candidate policy with a fork; a rejected one leaves the memo and the
-// last good reach (reach.go) the daemon serves from untouched.
+// the fields is a copy of the memory, but for the clusters' memory, which
+// TranslateEndpoints changes in place and so is copied. The reload gate
+// translates a candidate policy with a fork; a rejected one leaves the
+// memo and the last good reach (reach.go) the daemon serves from
+// untouched.
 func (t *Translator) Fork() *Translator {
 	c := *t
+	c.clusters = maps.Clone(t.clusters)
 	return &c
 }
 
@@ -384,6 +389,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 	t.translateReach(m, out, clusters)
 	t.clusters, t.listeners, t.secrets, t.refs = clusters, listeners, secrets, refs
 	t.sharedChecked, t.sharedSecrets = true, len(m.Secrets)
+	t.last = &lastTranslation{model: m, out: out}
 	if proxylessFresh {
 		t.proxylessIn, t.proxylessOut, t.meshGRPCIn = m.Proxyless, out.Proxyless, m.MeshGRPCServers
 	} else if out.ProxylessFailed != nil {

@@ -3,9 +3,11 @@ package main
 import (
 	"fmt"
 	"io"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
@@ -40,9 +42,15 @@ func statusCmd(args []string, stdout, stderr io.Writer) int {
 
 // printProxies renders /v1/proxies like istioctl proxy-status: one row per
 // stream, each type as its status and the version it holds.
+//
+// Most of what it prints is what proxies and agents said of themselves
+// (node ids, user agents, Envoy's NACK text, relayed Envoys): control
+// characters in it are escaped, so a hostile client cannot write terminal
+// escape sequences to the operator's screen.
 func printProxies(w io.Writer, proxies []serve.ProxyStatus, now time.Time) {
+	w = printableWriter{w}
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tNODE CLUSTER\tGROUP\tKIND\tSTATUS\tCDS\tEDS\tLDS\tRDS\tAGENT\tCONNECTED")
+	fmt.Fprintln(tw, "NODE\tNODE CLUSTER\tGROUP\tKIND\tSTATUS\tCDS\tEDS\tLDS\tRDS\tAGENT\tENVOY\tCONNECTED")
 	for _, p := range proxies {
 		group := p.Group
 		if group == "" {
@@ -52,7 +60,7 @@ func printProxies(w io.Writer, proxies []serve.ProxyStatus, now time.Time) {
 		for _, t := range []string{"CDS", "EDS", "LDS", "RDS"} {
 			cols = append(cols, typeCell(p.Types[t]))
 		}
-		cols = append(cols, orDash(p.UserAgent), now.Sub(p.ConnectedSince).Round(time.Second).String())
+		cols = append(cols, orDash(p.UserAgent), orDash(p.EnvoyVersion), now.Sub(p.ConnectedSince).Round(time.Second).String())
 		fmt.Fprintln(tw, strings.Join(cols, "\t"))
 	}
 	tw.Flush()
@@ -64,6 +72,14 @@ func printProxies(w io.Writer, proxies []serve.ProxyStatus, now time.Time) {
 			if ts := p.Types[t]; ts != nil && ts.Status == serve.StatusNACKed && ts.LastNACK != nil {
 				fmt.Fprintf(w, "\n%s %s NACKed version %s: %s\n", p.NodeID, t, ts.LastNACK.Version, ts.LastNACK.Error)
 			}
+		}
+		// What /v1/proxies and the console say of an older Envoy: the
+		// features it is served in an older form or without.
+		if len(p.Downgraded) > 0 {
+			fmt.Fprintf(w, "\n%s runs Envoy %s, served differently from the newest: %s\n", p.NodeID, p.EnvoyVersion, strings.Join(p.Downgraded, "; "))
+		}
+		if len(p.RelayedEnvoys) > 0 {
+			fmt.Fprintf(w, "\n%s relays to: %s\n", p.NodeID, strings.Join(p.RelayedEnvoys, ", "))
 		}
 	}
 }
@@ -90,4 +106,28 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// printableWriter escapes control characters other than newline and tab
+// (strconv's graphic quoting) in what is written through it.
+type printableWriter struct{ w io.Writer }
+
+func (p printableWriter) Write(b []byte) (int, error) {
+	s := string(b)
+	if strings.IndexFunc(s, func(r rune) bool { return r != '\n' && r != '\t' && !unicode.IsGraphic(r) }) < 0 {
+		return p.w.Write(b)
+	}
+	var out strings.Builder
+	for _, r := range s {
+		if r == '\n' || r == '\t' || unicode.IsGraphic(r) {
+			out.WriteRune(r)
+			continue
+		}
+		q := strconv.QuoteRuneToGraphic(r)
+		out.WriteString(q[1 : len(q)-1])
+	}
+	if _, err := io.WriteString(p.w, out.String()); err != nil {
+		return 0, err
+	}
+	return len(b), nil
 }

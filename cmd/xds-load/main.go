@@ -82,7 +82,7 @@ func runCmd(ctx context.Context, args []string) int {
 	fs.StringVar(&o.BaseBridgeBin, "base-bridge", "", "a second consul-xds-bridge binary (e.g. built from main) the comparison runs as server \"base\" (-compare base/delta,...)")
 	fs.IntVar(&o.Background, "background-services", 0, "services registered after the world that no proxy follows (the comparison's bridges then export every service)")
 	fs.IntVar(&o.BackgroundInstances, "background-instances", 5, "instances per background service")
-	compareScenarios := fs.String("compare-scenarios", "s1,s2,s6", "scenarios the comparison runs after S3: s1, s2, s6, s9 (back-to-back flips)")
+	compareScenarios := fs.String("compare-scenarios", "s1,s2,s6", "scenarios the comparison runs after S3: s1, s2, s4 (idle: Consul requests and server CPU per second), s6, s9 (back-to-back flips)")
 	fs.DurationVar(&o.FlipGap, "flip-gap", o.FlipGap, "pause before each S1 flip (1s: a flip after a quiet second)")
 	fs.StringVar(&o.Dir, "dir", "", "scratch dir for configs and logs (default: a new temp dir)")
 	fs.IntVar(&o.Services, "services", o.Services, "S: services in the catalog")
@@ -92,7 +92,8 @@ func runCmd(ctx context.Context, args []string) int {
 	gsizes := fs.String("groups-n", join(o.GroupSizes), "fleet sizes for the groups phase: sidecar-like groups of 10 routed services (S3, S8; empty: skip)")
 	fs.IntVar(&o.GroupProxies, "group-proxies", o.GroupProxies, "proxies per group in the groups phase")
 	csizes := fs.String("compare-n", join(o.CompareSizes), "fleet sizes for the bridge/baseline/peer comparison (empty: skip)")
-	compare := fs.String("compare", strings.Join(o.Compare, ","), "servers/modes to compare")
+	compare := fs.String("compare", strings.Join(o.Compare, ","), "servers/modes to compare: bridge, base, bridge-2 (two replicas), bridge-fixed, baseline, peer, agents and agents-2 (the agent tier in front of one bridge or two replicas)")
+	fs.IntVar(&o.AgentProxies, "agent-proxies", 10, "K: proxies behind each agent of the agent tier (-compare agents/...: N/K agents in this process, real agent code)")
 	fs.IntVar(&o.S1Flips, "s1-flips", o.S1Flips, "S1 flips")
 	fs.IntVar(&o.S2Flips, "s2-flips", o.S2Flips, "S2 flips (fleet)")
 	fs.IntVar(&o.CompareS2Flips, "compare-s2-flips", o.CompareS2Flips, "S2 flips in the comparison (0: -s2-flips)")
@@ -127,9 +128,11 @@ func runCmd(ctx context.Context, args []string) int {
 	}
 	o.FleetSizes, o.GroupSizes, o.CompareSizes = ints(*sizes), ints(*gsizes), ints(*csizes)
 	// A connection per proxy in this process and in the server: room for
-	// the largest fleet twice over, and the rest of both processes.
+	// the largest fleet twice over, and the rest of both processes; the
+	// agent tier holds both ends of every proxy's socket here, and each
+	// agent its listeners and upstream stream: three times over.
 	largest := slices.Max(append(append(append([]int{0}, o.FleetSizes...), o.GroupSizes...), o.CompareSizes...))
-	if limit, err := bench.RaiseFileLimit(uint64(2*largest + 8192)); err != nil {
+	if limit, err := bench.RaiseFileLimit(uint64(3*largest + 8192)); err != nil {
 		fmt.Fprintf(os.Stderr, "xds-load: open-file limit %d (raising it: %v); a fleet of over ~%d proxies needs -streams-per-conn 2 (grpc-go clients)\n", limit, err, limit/2-4096)
 	}
 	for _, line := range strings.Split(*bridgeXDS, ";") {

@@ -6,6 +6,7 @@
 package consultest
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -41,6 +42,16 @@ type config struct {
 	persistent bool
 	hcl        []string
 	token      string
+	dc         string
+	primary    string
+}
+
+// WithDatacenter runs the agent in datacenter dc, WAN-federated under
+// primary (Consul's primary_datacenter, whose Connect CA signs this one's
+// intermediate, so both share one trust domain); join the two with
+// [Agent.JoinWAN].
+func WithDatacenter(dc, primary string) Option {
+	return func(c *config) { c.dc, c.primary = dc, primary }
 }
 
 // WithDataDir runs the agent as a single non-dev server (-server
@@ -66,14 +77,16 @@ func WithToken(token string) Option {
 
 // Agent is a running consul agent owned by one test.
 type Agent struct {
-	bin    string
-	args   []string
-	node   string
-	token  string
-	http   string
-	grpc   string
-	client *api.Client
-	out    syncbuffer.Buffer
+	bin     string
+	args    []string
+	node    string
+	dc      string
+	token   string
+	http    string
+	serfWAN string
+	grpc    string
+	client  *api.Client
+	out     syncbuffer.Buffer
 
 	mu   sync.Mutex
 	proc *process
@@ -102,6 +115,7 @@ func Start(t testing.TB, opts ...Option) *Agent {
 		bin:   Binary(t),
 		node:  fmt.Sprintf("consultest-%d-%d", os.Getpid(), nodeSeq.Add(1)),
 		token: cfg.token,
+		dc:    cmp.Or(cfg.dc, "dc1"),
 	}
 	// Registered before stop so that it runs after it and shows the shutdown too.
 	t.Cleanup(func() {
@@ -122,6 +136,9 @@ func Start(t testing.TB, opts ...Option) *Agent {
 			"-hcl", "performance { raft_multiplier = 1 }")
 	} else {
 		base = append(base, "-dev")
+	}
+	if cfg.dc != "" {
+		base = append(base, "-datacenter", cfg.dc, "-hcl", fmt.Sprintf("primary_datacenter = %q", cmp.Or(cfg.primary, cfg.dc)))
 	}
 	if len(cfg.hcl) > 0 {
 		cfgDir := t.TempDir()
@@ -145,6 +162,7 @@ func Start(t testing.TB, opts ...Option) *Agent {
 		}
 		a.http = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports["http-port"]))
 		a.grpc = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports["grpc-port"]))
+		a.serfWAN = net.JoinHostPort("127.0.0.1", strconv.Itoa(ports["serf-wan-port"]))
 		a.client = a.newClient(nil)
 
 		lostPort, err := a.run()
@@ -169,9 +187,32 @@ func (a *Agent) HTTPAddr() string { return a.http }
 // Client returns a consul/api client for the agent, using the [WithToken] token.
 func (a *Agent) Client() *api.Client { return a.client }
 
-// Datacenter returns the agent's datacenter: always Consul's default "dc1",
-// unless a [WithHCL] config changes it.
-func (a *Agent) Datacenter() string { return "dc1" }
+// Datacenter returns the agent's datacenter: Consul's default "dc1" unless
+// [WithDatacenter] names another.
+func (a *Agent) Datacenter() string { return a.dc }
+
+// JoinWAN joins the agent to other's WAN pool (both must be servers: -dev
+// agents are) and waits until each lists the other's datacenter, so that
+// ?dc= queries and cross-datacenter Connect work at once.
+func (a *Agent) JoinWAN(t testing.TB, other *Agent) {
+	t.Helper()
+	if err := a.client.Agent().Join(other.serfWAN, true); err != nil {
+		t.Fatalf("consultest: WAN join %s -> %s: %v", a.dc, other.dc, err)
+	}
+	deadline := time.Now().Add(readyTimeout)
+	for _, pair := range [][2]*Agent{{a, other}, {other, a}} {
+		for {
+			dcs, err := pair[0].client.Catalog().Datacenters()
+			if err == nil && slices.Contains(dcs, pair[1].dc) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("consultest: %s never saw datacenter %s over the WAN (last: %v, %v)", pair[0].dc, pair[1].dc, dcs, err)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
 
 // NodeName returns the agent's node name, unique within the test binary run.
 func (a *Agent) NodeName() string { return a.node }

@@ -50,7 +50,8 @@ func (t *translator) defaults(b *hclwrite.Body, d *api.ServiceConfigEntry) {
 		{d.MaxInboundConnections != 0, "max_inbound_connections"},
 		{d.LocalConnectTimeoutMs != 0, "local_connect_timeout_ms"},
 		{d.LocalRequestTimeoutMs != 0, "local_request_timeout_ms"},
-		{d.MeshGateway.Mode != "", "mesh_gateway"},
+		// With a mesh block the mesh reads it (consul.GatewayModes).
+		{d.MeshGateway.Mode != "" && !t.e.Mesh, "mesh_gateway"},
 		{len(d.Expose.Paths) > 0 || d.Expose.Checks, "expose"},
 		// Consul returns "TransparentProxy": {} and "Mode": "" for an
 		// entry that never set them: only a setting is a setting.

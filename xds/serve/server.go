@@ -241,6 +241,13 @@ func (s *Server) Proxies() []ProxyStatus {
 	return ps
 }
 
+// ProxyCount is len(Proxies()) without building every stream's status
+// under the server's locks: the console's activity sampler asks every 2 s,
+// and Proxies costs O(streams) allocations and holds the tracker's and
+// the server's locks meanwhile (132 ms of CPU a second at 20,000 idle
+// streams, bench/README.md).
+func (s *Server) ProxyCount() int { return s.tracker.count() }
+
 // proxylessGroup is what /v1/proxies and config dumps show as the group
 // of a proxyless gRPC client.
 const proxylessGroup = "(proxyless gRPC)"

@@ -579,3 +579,29 @@ func TestConfigDumpOfProxylessNode(t *testing.T) {
 		t.Fatalf("an Envoy of node.cluster edge should get edge.http: %d listeners", len(envoy.Listeners))
 	}
 }
+
+// TestProxyCount: ProxyCount (the console's activity sampler, every 2 s)
+// counts what Proxies lists, as streams come and go, without building
+// their statuses.
+func TestProxyCount(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.update(t, testOutput(t, []string{"api"}, 8080))
+	if n := s.ProxyCount(); n != 0 {
+		t.Fatalf("ProxyCount %d with no stream", n)
+	}
+	a := dial(t, s, adsclient.Config{NodeID: "envoy-1", Cluster: "edge"})
+	dial(t, s, adsclient.Config{NodeID: "envoy-2", Cluster: "edge", Mode: adsclient.Delta})
+	s.waitStatus(t, "envoy-1", "CDS", StatusSynced)
+	s.waitStatus(t, "envoy-2", "CDS", StatusSynced)
+	if n, ps := s.ProxyCount(), s.Proxies(); n != 2 || len(ps) != 2 {
+		t.Fatalf("ProxyCount %d, Proxies %d; want 2 and 2", n, len(ps))
+	}
+	a.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for s.ProxyCount() != 1 || len(s.Proxies()) != 1 {
+		if time.Now().After(deadline) {
+			t.Fatalf("after one stream closed: ProxyCount %d, Proxies %d; want 1 and 1", s.ProxyCount(), len(s.Proxies()))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -498,6 +498,14 @@ func (k streamKey) String() string {
 	return "sotw-" + strconv.FormatInt(k.id, 10)
 }
 
+// count is the number of streams snapshot would list, without building
+// their statuses.
+func (t *tracker) count() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.streams)
+}
+
 // snapshot returns the status of every stream, sorted by node id then
 // stream, with statuses derived at now; Group and VersionCurrent are left
 // for the Server to fill in.

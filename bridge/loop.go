@@ -103,6 +103,13 @@ type loop struct {
 	reading       bool
 	rereadTrigger string
 	readDone      chan policyRead
+	// files are the configuration files as last read; filesChanged says
+	// the file watcher (or SIGHUP) asked for a reload since. Only that
+	// asks the disk again: a reload Consul triggers (KV, config entries)
+	// reuses them, so it never reads a file an editor is half-way through
+	// writing (an empty file is a valid policy without its proxies).
+	files        []fileRead
+	filesChanged bool
 }
 
 const pendingGrace = 2 * time.Second
@@ -125,7 +132,8 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 	case l.ce.needed:
 		l.setStatus(func(st *PolicyStatus) { st.Waiting = "waiting for the first read of Consul config entries" })
 	default:
-		docs, _, sources := l.readDocuments(nil, nil)
+		l.files = readConfigFiles(l.d.cfg.ConfigFiles)
+		docs, _, sources := l.readDocuments(l.files, nil, nil)
 		l.docs = docs
 		l.recordPolicy(append(sources, tlsSources(l.policy)...), nil)
 		l.d.metrics.reloads.WithLabelValues("ok").Inc()

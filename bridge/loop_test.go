@@ -33,8 +33,9 @@ type loopHarness struct {
 	clock    *clockwork.FakeClock
 	d        *Daemon
 	updates  chan consul.Update
-	attempts atomic.Int32 // translations tried
-	fail     atomic.Bool  // the next translations fail
+	kv       chan consul.KVUpdate // KV policy documents, as the watcher sends them
+	attempts atomic.Int32         // translations tried
+	fail     atomic.Bool          // the next translations fail
 	// failGroup, if set, makes the next translations report that group
 	// failed (as odd Consul data would).
 	failGroup atomic.Pointer[string]
@@ -52,10 +53,12 @@ func startLoop(t *testing.T) *loopHarness { return startLoopWith(t, nil) }
 func startLoopWith(t *testing.T, configure func(*Config, *loop)) *loopHarness {
 	t.Helper()
 	cfg := mergedPolicy(t, "export_all_services = true\n")
-	h := &loopHarness{t: t, clock: clockwork.NewFakeClockAt(time.Unix(1_000_000, 0)), updates: make(chan consul.Update)}
+	h := &loopHarness{t: t, clock: clockwork.NewFakeClockAt(time.Unix(1_000_000, 0)), updates: make(chan consul.Update), kv: make(chan consul.KVUpdate)}
 	dcfg := Config{Settings: cfg.Settings, Policy: cfg.Policy, Logger: zerolog.New(zerolog.NewTestWriter(t)), Clock: h.clock,
 		CPUTime: func() time.Duration { return 0 }} // the idle collector sees an idle process
-	l := &loop{policy: cfg.Policy, memo: pipeline.NewMemo()}
+	// An unstarted watcher: accepted policies retarget it; the catalog
+	// comes from h.updates.
+	l := &loop{policy: cfg.Policy, memo: pipeline.NewMemo(), watcher: consul.NewWatcher(consul.Config{})}
 	if configure != nil {
 		configure(&dcfg, l)
 	}
@@ -80,7 +83,7 @@ func startLoopWith(t *testing.T, configure func(*Config, *loop)) *loopHarness {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { l.run(ctx, h.updates, nil); close(done) }()
+	go func() { l.run(ctx, h.updates, h.kv); close(done) }()
 	t.Cleanup(func() { cancel(); <-done })
 	return h
 }

@@ -21,6 +21,7 @@ import (
 // policyRead is the result of reading and parsing every policy source.
 type policyRead struct {
 	trigger string
+	files   []fileRead
 	kv      *consul.KVUpdate
 	docs    []*policy.Document
 	diags   hclDiagnostics
@@ -36,13 +37,17 @@ type policyRead struct {
 	xds policy.XDSSettings
 }
 
-// reloadPolicy re-reads the files and merges them with the latest KV
-// documents. A policy with any error is rejected whole and the last good
+// reloadPolicy merges the files with the latest KV documents and config
+// entries. It reads the files again only after the file watcher or SIGHUP
+// asked (filesChanged); otherwise it reuses them as last read. A policy with any error is rejected whole and the last good
 // one keeps serving. Before any policy with the KV documents was accepted
 // there is no last good one: the bridge then serves the last accepted
 // versions of the broken documents from the state file, or stays unready
 // (and answers no proxy) naming what is wrong.
 func (l *loop) reloadPolicy(trigger string) {
+	if trigger == "files" {
+		l.filesChanged = true
+	}
 	if l.kvNeeded && l.kvDocs == nil || l.ce.waiting() {
 		return // the first KV (or config entries) read will load everything
 	}
@@ -51,10 +56,17 @@ func (l *loop) reloadPolicy(trigger string) {
 		return
 	}
 	l.reading = true
-	kv, ce := l.kvDocs, l.ce.docs
+	kv, ce, files := l.kvDocs, l.ce.docs, l.files
+	if l.filesChanged {
+		files, l.filesChanged = nil, false
+	}
+	names := l.d.cfg.ConfigFiles
 	go func() {
-		docs, diags, sources := l.readDocuments(kv, ce)
-		r := policyRead{trigger: trigger, kv: kv, docs: docs, diags: diags, sources: sources, readFiles: l.readFiles, xds: l.d.cfg.Settings.XDS}
+		if files == nil {
+			files = readConfigFiles(names)
+		}
+		docs, diags, sources := l.readDocuments(files, kv, ce)
+		r := policyRead{trigger: trigger, files: files, kv: kv, docs: docs, diags: diags, sources: sources, readFiles: l.readFiles, xds: l.d.cfg.Settings.XDS}
 		r.prepare(l.d.clock.Now())
 		l.readDone <- r
 	}()
@@ -63,6 +75,7 @@ func (l *loop) reloadPolicy(trigger string) {
 // applyRead tries the policy a read produced and accepts or rejects it.
 func (l *loop) applyRead(r policyRead) {
 	trigger := r.trigger
+	l.files = r.files // what the disk held, accepted or not
 	try := l.tryDocuments(r)
 	if try.diags.HasErrors() && l.kvNeeded && !l.kvAccepted {
 		if fallback, replaced := l.fromKVState(brokenKeys(try.diags)); fallback != nil && !fallback.diags.HasErrors() {
@@ -106,7 +119,10 @@ type attempt struct {
 // accepted only if it can be served: its TLS files read, and built and
 // translated against the current catalog, every resource valid.
 func (l *loop) tryPolicy(kv *consul.KVUpdate) attempt {
-	docs, diags, sources := l.readDocuments(kv, l.ce.docs)
+	if l.files == nil {
+		l.files = readConfigFiles(l.d.cfg.ConfigFiles)
+	}
+	docs, diags, sources := l.readDocuments(l.files, kv, l.ce.docs)
 	return l.tryDocuments(policyRead{kv: kv, docs: docs, diags: diags, sources: sources})
 }
 
@@ -215,19 +231,37 @@ func (l *loop) reject(trigger string, a attempt) {
 	})
 }
 
-// readDocuments reads and parses every source. It runs off the loop's
-// goroutine (see reloadPolicy), so it uses only what does not change
-// under it: the configured file names, kv and the parser.
-func (l *loop) readDocuments(kv *consul.KVUpdate, ce *configDocs) ([]*policy.Document, hclDiagnostics, []SourceStatus) {
+// fileRead is one configuration file as read: its contents or why not.
+type fileRead struct {
+	path string
+	src  []byte
+	err  error
+}
+
+// readConfigFiles reads the configuration files, each bounded.
+func readConfigFiles(paths []string) []fileRead {
+	out := make([]fileRead, 0, len(paths))
+	for _, f := range paths {
+		src, err := policy.ReadBoundedFile(context.Background(), f, policy.MaxDocumentBytes)
+		out = append(out, fileRead{path: f, src: src, err: err})
+	}
+	return out
+}
+
+// readDocuments parses every source: the configuration files as read
+// (files), the KV documents and the config entries. It runs off the
+// loop's goroutine (see reloadPolicy), so it uses only what does not
+// change under it: its arguments and the parser.
+func (l *loop) readDocuments(files []fileRead, kv *consul.KVUpdate, ce *configDocs) ([]*policy.Document, hclDiagnostics, []SourceStatus) {
 	var (
 		docs    []*policy.Document
 		diags   hclDiagnostics
 		sources []SourceStatus
 	)
-	for _, f := range l.d.cfg.ConfigFiles {
-		src, err := policy.ReadBoundedFile(context.Background(), f, policy.MaxDocumentBytes)
-		if err != nil {
-			diags = append(diags, readError(f, err))
+	for _, fr := range files {
+		f, src := fr.path, fr.src
+		if fr.err != nil {
+			diags = append(diags, readError(f, fr.err))
 			continue
 		}
 		doc, ds := l.parser.Parse(f, src, false)

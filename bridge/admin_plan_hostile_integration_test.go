@@ -106,8 +106,11 @@ func TestConcurrentSlowPlans(t *testing.T) {
 	for i := range 8 {
 		wg.Go(func() {
 			code, body := b.plan(fmt.Sprintf("slow-%d.hcl", i), fmt.Sprintf("# %d\n", i)+slow, 60*time.Second)
-			if code == http.StatusUnprocessableEntity && !strings.Contains(body, "too long to parse") {
-				t.Errorf("slow plan %d = 422 but not for its parse time: %.300s", i, body)
+			// 422 for its parse time, or (the one parse admitted may end
+			// within the budget on a fast or quiet machine) for what is
+			// wrong with it: an if directive without its endif.
+			if code == http.StatusUnprocessableEntity && !strings.Contains(body, "too long to parse") && !strings.Contains(body, "missing its corresponding endif") {
+				t.Errorf("slow plan %d = 422 but neither for its parse time nor for its missing endif: %.300s", i, body)
 			}
 			codes <- code
 		})

@@ -19,7 +19,11 @@ type Model struct {
 	// Clusters are every cluster the bridge serves, with its load
 	// assignment. A proxy gets those its group reaches (Group.Clusters);
 	// the resources are built once and shared by every group that does.
-	Clusters []Cluster
+	// Pointers, never modified once in a model: a model made from the
+	// last one for a change of endpoints shares every cluster it did not
+	// change (model.EndpointIndex.Rebuild), where copying them all cost
+	// more than the change with thousands of services.
+	Clusters []*Cluster
 	// Groups holds per-proxy-group resources (listeners, routes), keyed by
 	// the node.cluster the proxies announce. Empty until policy declares any.
 	Groups []Group
@@ -274,11 +278,11 @@ func (c *Cluster) EndpointErrors() []error {
 
 // Cluster returns the named cluster, or nil.
 func (m *Model) Cluster(name string) *Cluster {
-	i, ok := slices.BinarySearchFunc(m.Clusters, name, func(c Cluster, n string) int { return strings.Compare(c.Name, n) })
+	i, ok := slices.BinarySearchFunc(m.Clusters, name, func(c *Cluster, n string) int { return strings.Compare(c.Name, n) })
 	if !ok {
 		return nil
 	}
-	return &m.Clusters[i]
+	return m.Clusters[i]
 }
 
 // Equal reports whether c and o are the same cluster, endpoints included

@@ -33,9 +33,9 @@ func TestMeshGRPCValidate(t *testing.T) {
 		"no trust domain":     {Model{MeshGRPCServers: []MeshGRPCServer{a}}, ErrListener},
 		"unsorted":            {Model{Mesh: &Mesh{TrustDomain: "td"}, MeshGRPCServers: []MeshGRPCServer{b, a}}, ErrUnsorted},
 		"duplicate":           {Model{Mesh: &Mesh{TrustDomain: "td"}, MeshGRPCServers: []MeshGRPCServer{a, a}}, ErrDuplicate},
-		"provider and secret": {Model{Clusters: []Cluster{{Name: "c", ConnectTimeout: 1, TLS: &UpstreamTLS{CertificateProvider: "p", CASecret: "s"}}}, Secrets: []Secret{{Name: "s", TrustedCA: []byte("x")}}}, ErrSecret},
+		"provider and secret": {Model{Clusters: []*Cluster{{Name: "c", ConnectTimeout: 1, TLS: &UpstreamTLS{CertificateProvider: "p", CASecret: "s"}}}, Secrets: []Secret{{Name: "s", TrustedCA: []byte("x")}}}, ErrSecret},
 		"Envoy group gets a gRPC-only cluster": {Model{
-			Clusters: []Cluster{{Name: "c", ConnectTimeout: 1, TLS: &UpstreamTLS{CertificateProvider: "p"}}},
+			Clusters: []*Cluster{{Name: "c", ConnectTimeout: 1, TLS: &UpstreamTLS{CertificateProvider: "p"}}},
 			Groups:   []Group{{Name: "edge", Clusters: []string{"c"}}},
 		}, ErrUnknownCluster},
 	} {

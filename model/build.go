@@ -58,7 +58,8 @@ func BuildIndexed(cat *consul.Catalog, pol *policy.Policy) (*ir.Model, []string,
 	}
 	m := &ir.Model{}
 	for _, name := range slices.Sorted(maps.Keys(b.clusters)) {
-		m.Clusters = append(m.Clusters, b.clusters[name])
+		c := b.clusters[name]
+		m.Clusters = append(m.Clusters, &c)
 	}
 	m.Secrets = sortedSecrets(b.secrets)
 	for _, p := range pol.Proxies {
@@ -74,8 +75,10 @@ func BuildIndexed(cat *consul.Catalog, pol *policy.Policy) (*ir.Model, []string,
 	var copies []ir.Cluster
 	m.Proxyless, copies = b.proxyless(m.Clusters)
 	if len(copies) > 0 {
-		m.Clusters = append(m.Clusters, copies...)
-		slices.SortFunc(m.Clusters, func(a, b ir.Cluster) int { return strings.Compare(a.Name, b.Name) })
+		for i := range copies {
+			m.Clusters = append(m.Clusters, &copies[i])
+		}
+		slices.SortFunc(m.Clusters, func(a, b *ir.Cluster) int { return strings.Compare(a.Name, b.Name) })
 		b.index.noteCopies(copies)
 	}
 	b.reach(m)

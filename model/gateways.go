@@ -67,9 +67,10 @@ func (mb *meshBuilder) gateways() {
 		}
 	}
 	for _, n := range slices.Sorted(maps.Keys(clusters)) {
-		m.Clusters = append(m.Clusters, clusters[n])
+		c := clusters[n]
+		m.Clusters = append(m.Clusters, &c)
 	}
-	slices.SortFunc(m.Clusters, func(a, b ir.Cluster) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(m.Clusters, func(a, b *ir.Cluster) int { return strings.Compare(a.Name, b.Name) })
 	m.Groups = append(m.Groups, groups...)
 	slices.SortFunc(m.Groups, func(a, b ir.Group) int { return strings.Compare(a.Name, b.Name) })
 }

@@ -95,7 +95,8 @@ type Rebuilt struct {
 // whose index idx is; ok is false when cat and pol are not within the
 // rule above, and the caller must Build. The warnings are prev's: nothing
 // the rule lets change is in one. prev is not modified; the result shares
-// everything but its cluster list.
+// everything with it but its cluster list, which holds prev's very
+// clusters but for those whose endpoints changed.
 func (idx *EndpointIndex) Rebuild(prev *ir.Model, cat *consul.Catalog, pol *policy.Policy) (Rebuilt, bool) {
 	changed, ok := idx.healthOnlyChanges(cat, pol)
 	if !ok || prev == nil {
@@ -180,10 +181,13 @@ func (idx *EndpointIndex) affected(changed []consul.ServiceKey) []string {
 
 // setEndpoints sets the endpoints of the cluster named name in clusters
 // (sorted by name), reporting whether there is one.
-func setEndpoints(clusters []ir.Cluster, name string, eps []ir.Endpoint) bool {
-	i, ok := slices.BinarySearchFunc(clusters, name, func(c ir.Cluster, n string) int { return strings.Compare(c.Name, n) })
-	if ok {
-		clusters[i].Endpoints = eps
+func setEndpoints(clusters []*ir.Cluster, name string, eps []ir.Endpoint) bool {
+	i, ok := slices.BinarySearchFunc(clusters, name, func(c *ir.Cluster, n string) int { return strings.Compare(c.Name, n) })
+	if ok && !slices.Equal(clusters[i].Endpoints, eps) {
+		// A new cluster: the old one stays the last model's, unchanged.
+		c := *clusters[i]
+		c.Endpoints = eps
+		clusters[i] = &c
 	}
 	return ok
 }

@@ -423,9 +423,9 @@ func (mb *meshBuilder) finish(groups []ir.Group) {
 			mb.b.warn("mesh cluster %q clashes with a cluster of the same name; skipped", n)
 			continue
 		}
-		m.Clusters = append(m.Clusters, c)
+		m.Clusters = append(m.Clusters, &c)
 	}
-	slices.SortFunc(m.Clusters, func(a, b ir.Cluster) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(m.Clusters, func(a, b *ir.Cluster) int { return strings.Compare(a.Name, b.Name) })
 	m.Groups = append(m.Groups, groups...)
 	slices.SortFunc(m.Groups, func(a, b ir.Group) int { return strings.Compare(a.Name, b.Name) })
 }

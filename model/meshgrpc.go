@@ -79,10 +79,10 @@ func AddMeshGRPC(m *ir.Model, in MeshGRPC) []string {
 				Service: svc.Name, Datacenter: in.Datacenter, Address: e.Address, Port: e.Port, Intentions: svc.Intentions,
 			})
 		}
-		if i, found := slices.BinarySearchFunc(m.Clusters, name, func(c ir.Cluster, n string) int { return strings.Compare(c.Name, n) }); found {
-			m.Clusters[i] = c
+		if i, found := slices.BinarySearchFunc(m.Clusters, name, func(c *ir.Cluster, n string) int { return strings.Compare(c.Name, n) }); found {
+			m.Clusters[i] = &c
 		} else {
-			m.Clusters = slices.Insert(m.Clusters, i, c)
+			m.Clusters = slices.Insert(m.Clusters, i, &c)
 		}
 		if !slices.ContainsFunc(m.Proxyless, func(l ir.Listener) bool { return l.Name == svc.Name }) {
 			m.Proxyless = append(m.Proxyless, ir.Listener{Name: svc.Name, VirtualHosts: []ir.VirtualHost{{

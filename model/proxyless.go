@@ -28,7 +28,7 @@ func grpcTargets(pol *policy.Policy) []policy.Target {
 // grpc_service names, a default one sending every call to that cluster, so
 // xds:///SERVICE works without any policy. The clusters returned are the
 // proxyless copies its routes send to instead (see proxylessCopies).
-func (b *builder) proxyless(clusters []ir.Cluster) ([]ir.Listener, []ir.Cluster) {
+func (b *builder) proxyless(clusters []*ir.Cluster) ([]ir.Listener, []ir.Cluster) {
 	var out []ir.Listener
 	for _, g := range b.pol.GRPCServices {
 		vh := ir.VirtualHost{Name: g.Name, Domains: []string{"*"}}
@@ -77,10 +77,10 @@ func (b *builder) proxyless(clusters []ir.Cluster) ([]ir.Listener, []ir.Cluster)
 // round_robin], so a client that reads the list and implements
 // least_request (grpc-go, grpc-java) keeps it and every other one balances
 // round robin. Envoys keep the cluster as the policy says.
-func proxylessCopies(listeners []ir.Listener, clusters []ir.Cluster) []ir.Cluster {
+func proxylessCopies(listeners []ir.Listener, clusters []*ir.Cluster) []ir.Cluster {
 	byName := map[string]*ir.Cluster{}
-	for i := range clusters {
-		byName[clusters[i].Name] = &clusters[i]
+	for _, c := range clusters {
+		byName[c.Name] = c
 	}
 	made := map[string]bool{}
 	var out []ir.Cluster

@@ -19,6 +19,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/policytest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
@@ -348,9 +349,15 @@ func runSequence(t testing.TB, wc worldCase, rng *rand.Rand, steps int) int {
 	incremental := 0
 	for step := range steps {
 		ch := mutate(rng, cat)
+		// The last world stays as it was: the admin API and the console
+		// may still read it while the next one is computed from it.
+		before := cloneClusters(prev.Model.Clusters)
 		whole, wantErr := Compute(Input{Catalog: ch.cat, Policy: wc.pol}, memo.Fork())
 		got, err := Compute(Input{Catalog: ch.cat, Policy: wc.pol, Change: ch.change}, memo)
 		where := fmt.Sprintf("step %d:%s", step, ch.what)
+		if !reflect.DeepEqual(before, cloneClusters(prev.Model.Clusters)) {
+			t.Fatalf("%s: computing the next world changed the last world's clusters", where)
+		}
 		if (err != nil) != (wantErr != nil) || (err != nil && err.Error() != wantErr.Error()) {
 			t.Fatalf("%s: error %v, whole pipeline %v", where, err, wantErr)
 		}
@@ -365,10 +372,34 @@ func runSequence(t testing.TB, wc worldCase, rng *rand.Rand, steps int) int {
 		}
 		if got.Incremental {
 			incremental++
+			sharesUnchanged(t, where, prev.Model, got.Model)
 		}
 		cat, prev = ch.cat, got
 	}
 	return incremental
+}
+
+// cloneClusters copies the clusters, so a later change to one shows.
+func cloneClusters(cs []*ir.Cluster) []ir.Cluster {
+	out := make([]ir.Cluster, len(cs))
+	for i, c := range cs {
+		out[i] = *c
+		out[i].Endpoints = slices.Clone(c.Endpoints)
+	}
+	return out
+}
+
+// sharesUnchanged fails unless the endpoint-only path's model holds the
+// last model's very cluster wherever the cluster is unchanged: copying
+// every cluster per flip was what a flip cost with thousands of services
+// no proxy follows (issue 40).
+func sharesUnchanged(t testing.TB, where string, prev, got *ir.Model) {
+	t.Helper()
+	for i, c := range got.Clusters {
+		if p := prev.Clusters[i]; c != p && reflect.DeepEqual(*c, *p) {
+			t.Fatalf("%s: unchanged cluster %q is a copy, not the last model's", where, c.Name)
+		}
+	}
 }
 
 // sameWorld fails unless got (the endpoint-only path's, if it took it)

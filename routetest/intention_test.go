@@ -34,7 +34,7 @@ func meshModel() *ir.Model {
 	ep := []ir.Endpoint{{Address: netip.MustParseAddr("127.0.0.1"), Port: 8080, Weight: 1}}
 	return &ir.Model{
 		Mesh: &ir.Mesh{TrustDomain: td},
-		Clusters: []ir.Cluster{
+		Clusters: []*ir.Cluster{
 			{Name: billing, ConnectTimeout: time.Second, Endpoints: ep, TLS: &ir.UpstreamTLS{SNI: billing, CertificateSecret: ir.LeafSecretPrefix + "api", CASecret: ir.RootsSecretName, MatchURISANs: []string{ir.SPIFFEID(td, "dc1", "billing")}}},
 			{Name: "local_app:api", ConnectTimeout: time.Second, Endpoints: ep},
 		},

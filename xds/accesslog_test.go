@@ -89,7 +89,7 @@ func TestTracing(t *testing.T) {
 		l.HTTP.Tracing = &ir.Tracing{Collector: "otel", ServiceName: "edge", SamplePercent: 10, PreserveRequestID: true}
 	}
 	m := featureModel(tracing)
-	m.Clusters = []ir.Cluster{cluster("otel"), cluster("web")}
+	m.Clusters = []*ir.Cluster{cluster("otel"), cluster("web")}
 	out := translate(t, m)
 	if len(out.Failed) > 0 {
 		t.Fatal(out.Failed)

@@ -29,7 +29,7 @@ var testExtAuthz = &ir.ExtAuthz{Service: "authz", Timeout: 250 * time.Millisecon
 // authModel is featureModel with the clusters the auth filters call.
 func authModel(mutate func(l *ir.Listener)) *ir.Model {
 	m := featureModel(mutate)
-	m.Clusters = []ir.Cluster{cluster("authz"), cluster("web")}
+	m.Clusters = []*ir.Cluster{cluster("authz"), cluster("web")}
 	return m
 }
 

@@ -33,7 +33,7 @@ func gatewayModel() *ir.Model {
 	group := ir.SidecarGroupName("vm-c", "tgw-1")
 	return &ir.Model{
 		Mesh: &ir.Mesh{TrustDomain: gwTD},
-		Clusters: []ir.Cluster{
+		Clusters: []*ir.Cluster{
 			{Name: billing, Service: "billing", ConnectTimeout: time.Second, Endpoints: ep(443), TLS: &ir.UpstreamTLS{SNI: "billing.example.com", Files: &ir.TLSFiles{CA: "/etc/tgw/ca.pem", Cert: "/etc/tgw/c.pem", Key: "/etc/tgw/k.pem"}}},
 			{Name: db, Service: "db", ConnectTimeout: time.Second, Endpoints: ep(5432)},
 		},
@@ -249,7 +249,7 @@ func TestMeshGatewayListener(t *testing.T) {
 	group := ir.SidecarGroupName("vm-d", "mgw-1")
 	m := &ir.Model{
 		Mesh:     &ir.Mesh{TrustDomain: gwTD},
-		Clusters: []ir.Cluster{{Name: api + "/mgw", Service: "api", ConnectTimeout: time.Second, Endpoints: []ir.Endpoint{{Address: netip.MustParseAddr("10.0.0.1"), Port: 21001, Health: ir.Healthy, Weight: 1}}}},
+		Clusters: []*ir.Cluster{{Name: api + "/mgw", Service: "api", ConnectTimeout: time.Second, Endpoints: []ir.Endpoint{{Address: netip.MustParseAddr("10.0.0.1"), Port: 21001, Health: ir.Healthy, Weight: 1}}}},
 		Groups: []ir.Group{{Name: group, Clusters: []string{api + "/mgw"}, Gateway: &ir.Gateway{Kind: ir.GatewayMesh, ProxyID: "mgw-1", Node: "vm-d", Service: "mgw", Datacenter: "dc1", Address: "10.0.0.4", Port: 8443,
 			Chains: []ir.GatewayChain{{SNI: api, Service: "api", Cluster: api + "/mgw"}}}}},
 	}

@@ -61,7 +61,7 @@ func featureModel(mutate func(l *ir.Listener)) *ir.Model {
 		mutate(&l)
 	}
 	// The group gets what its listener uses (model's reach, issue 16).
-	return &ir.Model{Clusters: []ir.Cluster{cluster("web")}, Groups: []ir.Group{{Name: "edge", Listeners: []ir.Listener{l}, Clusters: l.ClusterRefs()}}}
+	return &ir.Model{Clusters: []*ir.Cluster{cluster("web")}, Groups: []ir.Group{{Name: "edge", Listeners: []ir.Listener{l}, Clusters: l.ClusterRefs()}}}
 }
 
 // Turning a per-route or per-virtual-host feature on changes the route

@@ -49,15 +49,15 @@ func meshEndpoint(addr string, port uint32) ir.Endpoint {
 }
 
 // localCluster is a sidecar's cluster of its local application.
-func localCluster(name string, port uint32, http2 bool) ir.Cluster {
-	return ir.Cluster{Name: name, ConnectTimeout: 5 * time.Second, HTTP2: http2, Endpoints: []ir.Endpoint{meshEndpoint("127.0.0.1", port)}}
+func localCluster(name string, port uint32, http2 bool) *ir.Cluster {
+	return &ir.Cluster{Name: name, ConnectTimeout: 5 * time.Second, HTTP2: http2, Endpoints: []ir.Endpoint{meshEndpoint("127.0.0.1", port)}}
 }
 
 // meshCluster is the mesh cluster of service's sidecars as the sidecars
 // of caller dial it.
-func meshCluster(service, caller string, http2 bool, eps ...ir.Endpoint) ir.Cluster {
+func meshCluster(service, caller string, http2 bool, eps ...ir.Endpoint) *ir.Cluster {
 	name := ir.MeshClusterName(service, meshDC, meshTD)
-	return ir.Cluster{
+	return &ir.Cluster{
 		Name: name, Service: service, ConnectTimeout: 5 * time.Second, HTTP2: http2,
 		TLS: &ir.UpstreamTLS{
 			SNI:               name,
@@ -70,7 +70,7 @@ func meshCluster(service, caller string, http2 bool, eps ...ir.Endpoint) ir.Clus
 }
 
 func sortModel(m *ir.Model) *ir.Model {
-	slices.SortFunc(m.Clusters, func(a, b ir.Cluster) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(m.Clusters, func(a, b *ir.Cluster) int { return strings.Compare(a.Name, b.Name) })
 	slices.SortFunc(m.Groups, func(a, b ir.Group) int { return strings.Compare(a.Name, b.Name) })
 	for i := range m.Groups {
 		slices.Sort(m.Groups[i].Clusters)
@@ -88,7 +88,7 @@ func sidecarGroup(node, proxyID string, s ir.Sidecar, clusters ...string) ir.Gro
 func meshSidecarTCP(*testing.T) *ir.Model {
 	return sortModel(&ir.Model{
 		Mesh:     &ir.Mesh{TrustDomain: meshTD},
-		Clusters: []ir.Cluster{localCluster("local_app:db-sidecar-proxy", 5432, false)},
+		Clusters: []*ir.Cluster{localCluster("local_app:db-sidecar-proxy", 5432, false)},
 		Groups: []ir.Group{sidecarGroup("node-1", "db-sidecar-proxy", ir.Sidecar{
 			Service: "db", Address: "10.0.0.5", Port: 21000, LocalCluster: "local_app:db-sidecar-proxy", Protocol: "tcp",
 			Intentions: ir.Intentions{Default: ir.IntentionDeny, Rules: []ir.IntentionRule{
@@ -105,7 +105,7 @@ func meshSidecarTCP(*testing.T) *ir.Model {
 func meshSidecarHTTPL7(*testing.T) *ir.Model {
 	return sortModel(&ir.Model{
 		Mesh:     &ir.Mesh{TrustDomain: meshTD},
-		Clusters: []ir.Cluster{localCluster("local_app:api-sidecar-proxy", 8080, false)},
+		Clusters: []*ir.Cluster{localCluster("local_app:api-sidecar-proxy", 8080, false)},
 		Groups: []ir.Group{sidecarGroup("node-2", "api-sidecar-proxy", ir.Sidecar{
 			Service: "api", Port: 21000, LocalCluster: "local_app:api-sidecar-proxy", Protocol: "http",
 			Intentions: ir.Intentions{Default: ir.IntentionAllow, Rules: []ir.IntentionRule{
@@ -135,7 +135,7 @@ func meshUpstreams(*testing.T) *ir.Model {
 	search := meshCluster("search", "web", true, meshEndpoint("10.0.0.9", 21001))
 	return sortModel(&ir.Model{
 		Mesh:     &ir.Mesh{TrustDomain: meshTD},
-		Clusters: []ir.Cluster{localCluster("local_app:web-sidecar-proxy", 8443, true), db, api, apiCanary, search},
+		Clusters: []*ir.Cluster{localCluster("local_app:web-sidecar-proxy", 8443, true), db, api, apiCanary, search},
 		Groups: []ir.Group{sidecarGroup("node-3", "web-sidecar-proxy", ir.Sidecar{
 			Service: "web", Address: "10.0.0.3", Port: 21000, LocalCluster: "local_app:web-sidecar-proxy", Protocol: "grpc",
 			LocalAddress: "127.0.0.1", LocalPort: 8443,
@@ -208,7 +208,7 @@ func meshCentral(t *testing.T) *ir.Model {
 	}
 	return sortModel(&ir.Model{
 		Mesh:     &ir.Mesh{TrustDomain: meshTD, Central: true},
-		Clusters: []ir.Cluster{localCluster("local_app:web-sidecar-proxy", 8080, false), api},
+		Clusters: []*ir.Cluster{localCluster("local_app:web-sidecar-proxy", 8080, false), api},
 		Groups:   []ir.Group{g},
 	})
 }

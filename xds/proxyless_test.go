@@ -40,7 +40,7 @@ func proxylessModel() *ir.Model {
 	edge := routeTo("/", ir.WeightedCluster{Name: "echo", Weight: 1})
 	edge.Timeout = 2 * time.Second
 	return irtest.Reach(&ir.Model{
-		Clusters: []ir.Cluster{cluster("echo"), cluster("echo.v2")},
+		Clusters: []*ir.Cluster{cluster("echo"), cluster("echo.v2")},
 		Groups: []ir.Group{
 			{Name: "edge", Listeners: []ir.Listener{httpListener("edge.http", edge)}},
 			{Name: "grpc-*", Proxyless: true},
@@ -148,7 +148,7 @@ func TestTranslateProxylessUnsupported(t *testing.T) {
 	query := routeTo("/", ir.WeightedCluster{Name: "echo", Weight: 1})
 	query.Match.Query = []ir.ValueMatch{{Name: "debug", Present: true}}
 	for name, r := range map[string]ir.Route{"redirect": redirect, "query": query} {
-		m := irtest.Reach(&ir.Model{Clusters: []ir.Cluster{cluster("echo")}, Proxyless: []ir.Listener{apiListener("echo", r)}})
+		m := irtest.Reach(&ir.Model{Clusters: []*ir.Cluster{cluster("echo")}, Proxyless: []ir.Listener{apiListener("echo", r)}})
 		if out, err := xds.Translate(m); err != nil || !errors.Is(out.ProxylessFailed, xds.ErrUnsupportedGRPC) || out.Proxyless != nil {
 			t.Errorf("%s: Translate error = %v, want proxyless failed with ErrUnsupportedGRPC", name, err)
 		}
@@ -163,7 +163,7 @@ func TestLoadAssignmentIsAcceptableToGRPC(t *testing.T) {
 	dup := ep("10.0.0.2", 0, "dc1")
 	dup.Health = ir.Unhealthy
 	noLocality := ir.Endpoint{Address: netip.MustParseAddr("10.0.0.9"), Port: 8080, Weight: 1, Priority: 1}
-	out := translate(t, irtest.Reach(&ir.Model{Clusters: []ir.Cluster{cluster("web", ep("10.0.0.1", 0, "dc1"), dup, heavy, noLocality)}}))
+	out := translate(t, irtest.Reach(&ir.Model{Clusters: []*ir.Cluster{cluster("web", ep("10.0.0.1", 0, "dc1"), dup, heavy, noLocality)}}))
 	cla := out.Shared.Endpoints[0]
 	seen := map[string]bool{}
 	for _, lle := range cla.GetEndpoints() {

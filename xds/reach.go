@@ -115,7 +115,7 @@ func (t *Translator) translateReach(m *ir.Model, out *Output, clusters map[strin
 		for i := range m.Clusters {
 			// A gRPC-only cluster an Envoy would reject; a sidecar's
 			// cluster would never warm without its leaf.
-			if c := &m.Clusters[i]; !c.GRPCOnly() && !sidecarOnly[c.Name] {
+			if c := m.Clusters[i]; !c.GRPCOnly() && !sidecarOnly[c.Name] {
 				all = append(all, m.Clusters[i].Name)
 			}
 		}

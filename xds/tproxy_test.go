@@ -28,7 +28,7 @@ func meshTransparent(t *testing.T, passthrough bool) *ir.Model {
 	g := &m.Groups[0]
 	g.Clusters = append(g.Clusters, ledger.Name, pay.Name)
 	if passthrough {
-		m.Clusters = append(m.Clusters, ir.Cluster{Name: ir.OriginalDestinationCluster, ConnectTimeout: 5 * time.Second, OriginalDestination: true})
+		m.Clusters = append(m.Clusters, &ir.Cluster{Name: ir.OriginalDestinationCluster, ConnectTimeout: 5 * time.Second, OriginalDestination: true})
 		g.Clusters = append(g.Clusters, ir.OriginalDestinationCluster)
 	}
 	g.Sidecar.Transparent = &ir.TransparentOutbound{Port: 15001, Passthrough: passthrough}

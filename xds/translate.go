@@ -241,7 +241,7 @@ func (t *Translator) Translate(m *ir.Model) (*Output, error) {
 	fresh := &Resources{} // built this time: validated below
 	sameNames := len(m.Clusters) == len(t.clusters)
 	for i := range m.Clusters {
-		c := &m.Clusters[i]
+		c := m.Clusters[i]
 		mc, ok := t.clusters[c.Name]
 		sameNames = sameNames && ok
 		if !ok || !mc.in.SettingsEqual(c) {

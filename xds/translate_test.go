@@ -86,7 +86,7 @@ func TestTranslatorReusesUnchanged(t *testing.T) {
 		b := ep("10.0.0.2", 0, "dc1")
 		b.Port = uint32(port)
 		return irtest.Reach(&ir.Model{
-			Clusters: []ir.Cluster{cluster("a", ep("10.0.0.1", 0, "dc1")), cluster("b", b), cluster("c", ep("10.0.0.3", 0, "dc1"))},
+			Clusters: []*ir.Cluster{cluster("a", ep("10.0.0.1", 0, "dc1")), cluster("b", b), cluster("c", ep("10.0.0.3", 0, "dc1"))},
 			Groups:   []ir.Group{{Name: "edge", Listeners: []ir.Listener{httpListener("edge.http", routeTo("/", ir.WeightedCluster{Name: "a", Weight: 1}))}}},
 		})
 	}
@@ -199,7 +199,7 @@ func TestTranslateFaultChangesRoutesOnly(t *testing.T) {
 			l.VirtualHosts[0].Routes[0].Fault = &ir.Fault{Delay: time.Second, DelayPercent: 10}
 			l.UsesFault = true
 		}
-		return irtest.Reach(&ir.Model{Clusters: []ir.Cluster{cluster("web")}, Groups: []ir.Group{{Name: "edge", Listeners: []ir.Listener{l}}}})
+		return irtest.Reach(&ir.Model{Clusters: []*ir.Cluster{cluster("web")}, Groups: []ir.Group{{Name: "edge", Listeners: []ir.Listener{l}}}})
 	}
 	before, after := translate(t, model(false)), translate(t, model(true))
 	if diff := cmp.Diff(before.Groups["edge"].Listeners, after.Groups["edge"].Listeners, protocmp.Transform()); diff != "" {
@@ -273,7 +273,7 @@ func TestTranslateListenerRDSNames(t *testing.T) {
 		}
 	}
 	m := irtest.Reach(&ir.Model{
-		Clusters: []ir.Cluster{cluster("db"), cluster("web")},
+		Clusters: []*ir.Cluster{cluster("db"), cluster("web")},
 		Groups: []ir.Group{
 			{Name: "app-*", Listeners: []ir.Listener{
 				{Name: "app-*.db", Address: "127.0.0.1", Port: 5432, Protocol: "tcp", TCP: []ir.WeightedCluster{{Name: "db", Weight: 1}}},
@@ -377,7 +377,7 @@ func TestTranslateRouteClustersExist(t *testing.T) {
 func TestTranslateWeightedClusters(t *testing.T) {
 	split := []ir.WeightedCluster{{Name: "api.v1", Weight: 70}, {Name: "api.v2", Weight: 25}, {Name: "api-next", Weight: 5}}
 	m := irtest.Reach(&ir.Model{
-		Clusters: []ir.Cluster{cluster("api-next"), cluster("api.v1"), cluster("api.v2")},
+		Clusters: []*ir.Cluster{cluster("api-next"), cluster("api.v1"), cluster("api.v2")},
 		Groups: []ir.Group{{Name: "edge", Listeners: []ir.Listener{
 			httpListener("edge.http", routeTo("/api/", split...), routeTo("/", ir.WeightedCluster{Name: "api.v1", Weight: 10})),
 			{Name: "edge.tcp", Address: "0.0.0.0", Port: 9000, Protocol: "tcp", TCP: split},
@@ -442,7 +442,7 @@ func TestTranslateWeightedClusters(t *testing.T) {
 // multi-priority assignment fails over only when a tier has no healthy
 // host, as the policy documents.
 func TestTranslateFailoverPriorities(t *testing.T) {
-	m := irtest.Reach(&ir.Model{Clusters: []ir.Cluster{
+	m := irtest.Reach(&ir.Model{Clusters: []*ir.Cluster{
 		// No local (priority 0) endpoint: the tiers are 1 and 2.
 		cluster("reports", ep("10.2.0.1", 1, "dc2"), ep("10.3.0.1", 2, "dc3")),
 		cluster("web", ep("10.0.0.1", 0, "dc1")),
@@ -488,7 +488,7 @@ func TestTranslateUpstreamProtocol(t *testing.T) {
 	c.HTTP2 = true
 	c.HealthCheck = &ir.HealthCheck{Path: "/healthz", Interval: time.Second, Timeout: time.Second, HealthyThreshold: 1, UnhealthyThreshold: 1}
 	c.TLS = &ir.UpstreamTLS{SNI: "grpc.internal", CASecret: "grpc/ca"}
-	out := translate(t, irtest.Reach(&ir.Model{Clusters: []ir.Cluster{c}, Secrets: []ir.Secret{{Name: "grpc/ca", TrustedCA: []byte("CA PEM")}}}))
+	out := translate(t, irtest.Reach(&ir.Model{Clusters: []*ir.Cluster{c}, Secrets: []ir.Secret{{Name: "grpc/ca", TrustedCA: []byte("CA PEM")}}}))
 	got := out.Shared.Clusters[0]
 
 	if diff := cmp.Diff(&corev3.HealthCheck_HttpHealthCheck{Path: "/healthz", CodecClientType: typev3.CodecClientType_HTTP2},
@@ -531,7 +531,7 @@ func TestTranslateUpstreamProtocol(t *testing.T) {
 func TestTranslateCaseInsensitiveRegex(t *testing.T) {
 	r := ir.Route{Source: "test.hcl:1", Match: ir.RouteMatch{PathRegex: "^/users/[0-9]+$"}, Clusters: []ir.WeightedCluster{{Name: "web", Weight: 1}}}
 	out := translate(t, irtest.Reach(&ir.Model{
-		Clusters: []ir.Cluster{cluster("web")},
+		Clusters: []*ir.Cluster{cluster("web")},
 		Groups:   []ir.Group{{Name: "edge", Listeners: []ir.Listener{httpListener("edge.http", r)}}},
 	}))
 	want := &routev3.RouteMatch{PathSpecifier: &routev3.RouteMatch_SafeRegex{SafeRegex: &matcherv3.RegexMatcher{Regex: "(?i)^/users/[0-9]+$"}}}
@@ -547,7 +547,7 @@ func TestTranslateInvertedQueryIsAnError(t *testing.T) {
 	r := routeTo("/", ir.WeightedCluster{Name: "web", Weight: 1})
 	r.Match.Query = []ir.ValueMatch{{Name: "debug", Present: true, Invert: true}}
 	out, err := xds.Translate(irtest.Reach(&ir.Model{
-		Clusters: []ir.Cluster{cluster("web")},
+		Clusters: []*ir.Cluster{cluster("web")},
 		Groups:   []ir.Group{{Name: "edge", Listeners: []ir.Listener{httpListener("edge.http", r)}}, {Name: "other"}},
 	}))
 	if err != nil || !errors.Is(out.Failed["edge"], xds.ErrUnsupported) {

@@ -12,8 +12,8 @@ import (
 )
 
 // Cluster is an EDS cluster for service name with the given endpoints.
-func Cluster(name string, eps ...ir.Endpoint) ir.Cluster {
-	return ir.Cluster{Name: name, Service: name, ConnectTimeout: time.Second, Endpoints: eps}
+func Cluster(name string, eps ...ir.Endpoint) *ir.Cluster {
+	return &ir.Cluster{Name: name, Service: name, ConnectTimeout: time.Second, Endpoints: eps}
 }
 
 // Endpoint is a healthy endpoint on port 8080 in datacenter dc.
@@ -58,7 +58,7 @@ func TLSModel(v string) *ir.Model {
 		ALPN:               []string{"h2", "http/1.1"},
 	}
 	return Reach(&ir.Model{
-		Clusters: []ir.Cluster{api},
+		Clusters: []*ir.Cluster{api},
 		Secrets:  []ir.Secret{{Name: "api/ca", TrustedCA: []byte("CA")}, CertSecret("api/cert", "client")},
 		Groups: []ir.Group{{
 			Name:      "edge",

@@ -31,9 +31,10 @@ import (
 const benchClusters, benchEndpoints = 1000, 20
 
 func benchModel(flip int) *ir.Model {
-	m := irtest.Reach(&ir.Model{Clusters: make([]ir.Cluster, benchClusters)})
+	m := &ir.Model{Clusters: make([]*ir.Cluster, benchClusters)}
 	for i := range m.Clusters {
-		c := &m.Clusters[i]
+		c := &ir.Cluster{}
+		m.Clusters[i] = c
 		c.Name = fmt.Sprintf("svc-%04d", i)
 		c.Service = c.Name
 		c.ConnectTimeout = 5 * time.Second
@@ -53,7 +54,7 @@ func benchModel(flip int) *ir.Model {
 	if flip >= 0 {
 		m.Clusters[0].Endpoints[flip%benchEndpoints].Health = ir.Unhealthy
 	}
-	return m
+	return irtest.Reach(m)
 }
 
 // BenchmarkTranslateFull: the whole world, model to validated resources.

@@ -25,9 +25,10 @@ const benchClusters, benchEndpoints = 1000, 20
 // benchModel is xds/serve's (bench_test.go): the same world, so the
 // numbers compare.
 func benchModel(flip int) *ir.Model {
-	m := irtest.Reach(&ir.Model{Clusters: make([]ir.Cluster, benchClusters)})
+	m := &ir.Model{Clusters: make([]*ir.Cluster, benchClusters)}
 	for i := range m.Clusters {
-		c := &m.Clusters[i]
+		c := &ir.Cluster{}
+		m.Clusters[i] = c
 		c.Name = fmt.Sprintf("svc-%04d", i)
 		c.Service = c.Name
 		c.ConnectTimeout = 5 * time.Second
@@ -47,7 +48,7 @@ func benchModel(flip int) *ir.Model {
 	if flip >= 0 {
 		m.Clusters[0].Endpoints[flip%benchEndpoints].Health = ir.Unhealthy
 	}
-	return m
+	return irtest.Reach(m)
 }
 
 // BenchmarkEncodeResponse: what a stream's send costs in the codec for a

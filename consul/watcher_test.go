@@ -114,7 +114,15 @@ func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	f.reqs = append(f.reqs, request{resource: res, index: idx, query: q, at: time.Now()})
-	if fl := f.fail[res]; fl.n > 0 {
+	// failed answers with a failure set for res, if any; f.mu is held
+	// and, if it answered, released. A query blocked when the failure is
+	// set fails too once woken, as a forwarded query does when the path
+	// to its datacenter breaks.
+	failed := func() bool {
+		fl := f.fail[res]
+		if fl.n <= 0 {
+			return false
+		}
 		fl.n--
 		f.fail[res] = fl
 		f.mu.Unlock()
@@ -123,9 +131,12 @@ func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
 				conn.Close()
 			}
-			return
+			return true
 		}
 		http.Error(w, fl.msg, fl.code)
+		return true
+	}
+	if failed() {
 		return
 	}
 	timer := time.NewTimer(wait)
@@ -139,6 +150,9 @@ wait:
 		select {
 		case <-ch:
 			f.mu.Lock()
+			if failed() {
+				return
+			}
 		case <-timer.C:
 			f.mu.Lock()
 			break wait

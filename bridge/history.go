@@ -4,8 +4,6 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	dto "github.com/prometheus/client_model/go"
 )
 
 // The console's charts draw the bridge's own recent history, kept here in
@@ -137,31 +135,10 @@ func (d *Daemon) sampleHistory(ctx context.Context) {
 	}
 }
 
-// xdsCounters reads the xDS server's NACK, push and fan-out counters from
-// the registry it reports to.
+// xdsCounters reads the xDS server's NACK, push and fan-out counters.
 func (d *Daemon) xdsCounters() counters {
-	var c counters
-	families, _ := d.reg.Gather() // a partial gather still has these
-	sum := func(ms []*dto.Metric) (n float64) {
-		for _, m := range ms {
-			n += m.GetCounter().GetValue()
-		}
-		return n
-	}
-	for _, f := range families {
-		switch f.GetName() {
-		case "consul_xds_bridge_nacks_total":
-			c.nacks = sum(f.GetMetric())
-		case "consul_xds_bridge_pushes_total":
-			c.pushes = sum(f.GetMetric())
-		case "consul_xds_bridge_push_fanout_seconds":
-			for _, m := range f.GetMetric() {
-				c.fanouts += float64(m.GetHistogram().GetSampleCount())
-				c.fanoutSum += m.GetHistogram().GetSampleSum()
-			}
-		}
-	}
-	return c
+	t := d.xds.Totals()
+	return counters{nacks: t.NACKs, pushes: t.Pushes, fanouts: t.Fanouts, fanoutSum: t.FanoutSeconds}
 }
 
 // ConsulStatus is whether the local Consul answers, for the console's

@@ -111,6 +111,34 @@ func testNACKIsNotResent(t *testing.T, mode adsclient.Mode) {
 	if n := len(responsesOf(c, adsclient.ClusterType)); n != 3 {
 		t.Errorf("CDS responses = %d, want 3 (v0, bad once, v2): %+v", n, responsesOf(c, adsclient.ClusterType))
 	}
+	checkTotals(t, s.Server, reg)
+}
+
+// checkTotals: Totals (the console's activity sampler) reads what the
+// registry exports, every label's counter summed.
+func checkTotals(t *testing.T, s *Server, reg *prometheus.Registry) {
+	t.Helper()
+	var want Totals
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			switch f.GetName() {
+			case "consul_xds_bridge_nacks_total":
+				want.NACKs += m.GetCounter().GetValue()
+			case "consul_xds_bridge_pushes_total":
+				want.Pushes += m.GetCounter().GetValue()
+			case "consul_xds_bridge_push_fanout_seconds":
+				want.Fanouts += float64(m.GetHistogram().GetSampleCount())
+				want.FanoutSeconds += m.GetHistogram().GetSampleSum()
+			}
+		}
+	}
+	if got := s.Totals(); got != want || want.NACKs == 0 || want.Pushes == 0 || want.Fanouts == 0 {
+		t.Errorf("Totals() = %+v, the registry %+v (each must be counted)", got, want)
+	}
 }
 
 // After a NACK, SotW requests keep the rejected response's nonce and the

@@ -29,15 +29,12 @@ func TestLoopConsulReloadKeepsFilesAsRead(t *testing.T) {
 	}
 	const full = `export_all_services = true
 proxy "files" {
-  listener "http" {
-    port = 9090
-    virtual_host "all" {
-      domains = ["*"]
+  listener "web" {
+    port = 8443
+    virtual_host "web" {
+      domains = ["web.example.com"]
       route {
-        direct_response {
-          status = 200
-          body   = "v1"
-        }
+        service = "web"
       }
     }
   }

@@ -266,8 +266,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		OnQuery:    d.consulQuery,
 		MaxQueries: maxQueries,
 	})
-	stats := watcher.QueryStats
+	stats, own := watcher.QueryStats, watcher.OwnSlots
 	d.metrics.queryStats.Store(&stats)
+	d.metrics.ownSlots.Store(&own)
 	var kv *consul.KVWatcher
 	if s.Consul.KVPrefix != "" {
 		kv = consul.NewKVWatcher(consul.KVConfig{Client: client, Prefix: s.Consul.KVPrefix, Query: q, Logger: consulLog, OnQuery: d.consulQuery})

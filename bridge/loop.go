@@ -110,6 +110,9 @@ type loop struct {
 	// writing (an empty file is a valid policy without its proxies).
 	files        []fileRead
 	filesChanged bool
+	// follow is what the watcher was last told connected proxies follow
+	// (followed.go).
+	follow followState
 }
 
 const pendingGrace = 2 * time.Second
@@ -138,10 +141,14 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 		l.recordPolicy(append(sources, tlsSources(l.policy)...), nil)
 		l.d.metrics.reloads.WithLabelValues("ok").Inc()
 	}
+	followTick := l.d.clock.NewTicker(followInterval)
+	defer followTick.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
+		case <-followTick.Chan():
+			l.refreshFollowed()
 		case u := <-updates:
 			if !u.Complete && !l.d.ready.Load() {
 				continue // a partial world is never served

@@ -24,6 +24,8 @@ type metrics struct {
 	skippedServices prometheus.Gauge
 	// queryStats is the Consul watcher's QueryStats, once it runs.
 	queryStats atomic.Pointer[func() (slots, inUse, waiting int)]
+	// ownSlots is the Consul watcher's OwnSlots, once it runs.
+	ownSlots atomic.Pointer[func() int]
 }
 
 // newMetrics registers the daemon's metrics. notReady is /readyz's reason
@@ -119,6 +121,15 @@ func newMetrics(reg prometheus.Registerer, notReady func() string, consulUp func
 			func(slots, _, _ int) int { return slots }),
 		queryGauge("consul_xds_bridge_consul_queries_in_flight", "Consul requests in flight (each watched service holds a blocking query).",
 			func(_, inUse, _ int) int { return inUse }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "consul_xds_bridge_consul_queries_own_slot",
+			Help: "Watched services a connected proxy follows whose blocking query keeps a slot of its own while the others take turns (0 unless consul.max_queries is oversubscribed; see docs/scaling.md).",
+		}, func() float64 {
+			if f := m.ownSlots.Load(); f != nil {
+				return float64((*f)())
+			}
+			return 0
+		}),
 		queryGauge("consul_xds_bridge_consul_queries_waiting", "Watches waiting for a free query slot: above 0 for long, more services are watched than consul.max_queries allows at once (see docs/scaling.md).",
 			func(_, _, waiting int) int { return waiting }),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

@@ -53,9 +53,15 @@ type budget struct {
 	hint            *member // the joined hint view, if any
 	hintWaiter      *member // the hint view, while it waits for its slot
 	views           int
-	over            bool
-	quiet           bool // no more transition logs: the watcher is stopping
-	batching        bool // joins and leaves of one change of targets are under way
+	// followedViews counts the joined views of services a connected
+	// proxy follows (setFollowed); followedHeld the slots they hold as
+	// such, and followedQ holds them while they wait. See prioritised.
+	followedViews int
+	followedHeld  int
+	followedQ     list.List
+	over          bool
+	quiet         bool // no more transition logs: the watcher is stopping
+	batching      bool // joins and leaves of one change of targets are under way
 }
 
 func newBudget(slots int, waitTime time.Duration, log zerolog.Logger) *budget {
@@ -73,10 +79,14 @@ type member struct {
 	hint bool
 
 	ready   chan struct{} // receives one grant
-	elem    *list.Element // in b.hurried (if hurried) or b.normal while waiting
+	elem    *list.Element // in b.followedQ (inFollowed), b.hurried (hurried) or b.normal while waiting
 	hurried bool
-	held    bool
-	left    bool
+	// followed: a connected proxy follows the view's service;
+	// inFollowed: it waits in b.followedQ; asFollowed: its slot was
+	// granted from there.
+	followed, inFollowed, asFollowed bool
+	held                             bool
+	left                             bool
 	// hinted is the index a health hint says the view's data must reach, 0
 	// if none; tries counts the queries it may still hurry.
 	hinted uint64
@@ -96,6 +106,8 @@ func (b *budget) join(id string, hint bool) *member {
 		b.hint = m
 	}
 	b.checkOver()
+	b.requeue() // one more view may start or end the followed views' priority
+	b.pump()
 	return m
 }
 
@@ -113,6 +125,9 @@ func (m *member) leave() {
 	}
 	m.left = true
 	b.views--
+	if m.followed {
+		b.followedViews--
+	}
 	if b.hint == m {
 		b.hint = nil
 	}
@@ -120,7 +135,69 @@ func (m *member) leave() {
 		b.hintWaiter = nil
 	}
 	b.checkOver()
+	b.requeue()
 	b.pump() // slots kept apart may now go to the others
+}
+
+// setFollowed says whether a connected proxy follows the view's service.
+func (m *member) setFollowed(followed bool) {
+	if m == nil || m.hint {
+		return
+	}
+	b := m.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if m.followed == followed || m.left {
+		return
+	}
+	m.followed = followed
+	if followed {
+		b.followedViews++
+	} else {
+		b.followedViews--
+	}
+	b.checkOver()
+	b.requeue()
+	b.pump()
+}
+
+// prioritised reports whether the followed views keep slots of their own:
+// when views take turns, a view of a service some proxy follows would
+// otherwise wait its turn behind services nobody follows, and a change to
+// it would be seen only through the health hint (one more query and one
+// more round trip per change). It holds while they all fit with two slots
+// left for the others (a turn and the express slot). b.mu must be held.
+func (b *budget) prioritised() bool {
+	slots, views := b.slots, b.views
+	if b.hint != nil {
+		slots, views = slots-1, views-1
+	}
+	return b.followedViews > 0 && views > slots && b.followedViews <= slots-2
+}
+
+// requeue moves the waiting followed views into b.followedQ while the
+// followed views are prioritised, and back among the others when not.
+// b.mu must be held.
+func (b *budget) requeue() {
+	pri := b.prioritised()
+	move := func(from, to *list.List, want func(*member) bool, hurried, inFollowed bool) {
+		for e := from.Front(); e != nil; {
+			next := e.Next()
+			if m := e.Value.(*member); want(m) {
+				from.Remove(e)
+				m.elem, m.hurried, m.inFollowed = to.PushBack(m), hurried, inFollowed
+			}
+			e = next
+		}
+	}
+	follows := func(m *member) bool { return m.followed }
+	if pri {
+		move(&b.followedQ, &b.normal, func(m *member) bool { return !m.followed }, false, false)
+		move(&b.hurried, &b.followedQ, follows, false, true)
+		move(&b.normal, &b.followedQ, follows, false, true)
+		return
+	}
+	move(&b.followedQ, &b.normal, follows, false, false)
 }
 
 // rotation returns how many views take turns for how many slots, and
@@ -129,6 +206,11 @@ func (b *budget) rotation() (slots, views int, express bool) {
 	slots, views = b.slots, b.views
 	if b.hint != nil {
 		slots, views = slots-1, views-1
+	}
+	if b.prioritised() {
+		// The followed views each hold a slot of their own; the others
+		// take turns for the rest.
+		slots, views = slots-b.followedViews, views-b.followedViews
 	}
 	if views > slots && slots >= 2 {
 		return slots - 1, views, true
@@ -201,6 +283,9 @@ func (m *member) wait(full time.Duration) time.Duration {
 	}
 	m.b.mu.Lock()
 	defer m.b.mu.Unlock()
+	if m.followed && m.b.prioritised() {
+		return full // its slot is its own
+	}
 	return m.b.waitLocked(full)
 }
 
@@ -237,6 +322,8 @@ func (m *member) acquire(ctx context.Context, hurry bool) (release func(), ok bo
 	switch {
 	case m.hint:
 		b.hintWaiter = m
+	case m.followed && b.prioritised():
+		m.elem, m.hurried, m.inFollowed = b.followedQ.PushBack(m), false, true
 	case hurry:
 		m.elem, m.hurried = b.hurried.PushBack(m), true
 	case retry:
@@ -260,16 +347,20 @@ func (m *member) acquire(ctx context.Context, hurry bool) (release func(), ok bo
 		<-m.ready
 		m.releaseLocked()
 	case m.elem != nil:
-		b.queue(m.hurried).Remove(m.elem)
-		m.elem = nil
+		b.queueOf(m).Remove(m.elem)
+		m.elem, m.inFollowed = nil, false
 	case b.hintWaiter == m:
 		b.hintWaiter = nil
 	}
 	return nil, false
 }
 
-func (b *budget) queue(hurried bool) *list.List {
-	if hurried {
+// queueOf is the list waiting m is in.
+func (b *budget) queueOf(m *member) *list.List {
+	switch {
+	case m.inFollowed:
+		return &b.followedQ
+	case m.hurried:
 		return &b.hurried
 	}
 	return &b.normal
@@ -290,6 +381,10 @@ func (m *member) releaseLocked() {
 	if !m.hint {
 		m.b.shared--
 	}
+	if m.asFollowed {
+		m.asFollowed = false
+		m.b.followedHeld--
+	}
 	m.b.pump()
 }
 
@@ -301,17 +396,42 @@ func (b *budget) pump() {
 			b.grant(m)
 			continue
 		}
+		shareable := b.slots // what the views other than the hint view may hold
+		if b.hint != nil {
+			shareable--
+		}
+		if e := b.followedQ.Front(); e != nil && b.shared < shareable {
+			// Prioritised (requeue empties the list otherwise): each
+			// followed view has a slot of its own, kept free of turns.
+			b.followedQ.Remove(e)
+			m := e.Value.(*member)
+			m.elem, m.inFollowed, m.asFollowed = nil, false, true
+			b.shared++
+			b.followedHeld++
+			b.grant(m)
+			continue
+		}
 		slots, _, express := b.rotation()
 		hurriedSlots := slots
 		if express {
 			hurriedSlots++
 		}
+		// The slots held in turns: all but the followed views' own,
+		// while they have them.
+		others := b.shared
+		if b.prioritised() {
+			others -= b.followedHeld
+		}
 		var e *list.Element
 		switch {
-		case b.hurried.Len() > 0 && b.shared < hurriedSlots:
+		case b.shared >= shareable:
+			// Followed views no longer followed may still hold slots
+			// granted as their own: never more than the budget.
+			return
+		case b.hurried.Len() > 0 && others < hurriedSlots:
 			e = b.hurried.Front()
 			b.hurried.Remove(e)
-		case b.normal.Len() > 0 && b.shared < slots:
+		case b.normal.Len() > 0 && others < slots:
 			e = b.normal.Front()
 			b.normal.Remove(e)
 		default:
@@ -347,7 +467,7 @@ func (m *member) poke(index uint64) {
 	// The next query, and one more if its response is still behind the
 	// hint (a stale server lagging, say); see acquire.
 	m.tries = 2
-	if m.elem != nil && !m.hurried {
+	if m.elem != nil && !m.hurried && !m.inFollowed {
 		b.normal.Remove(m.elem)
 		m.elem, m.hurried = b.hurried.PushBack(m), true
 		m.tries--
@@ -376,7 +496,7 @@ func (m *member) saw(index uint64, stale bool) {
 func (b *budget) stats() (slots, inUse, waiting int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	waiting = b.hurried.Len() + b.normal.Len()
+	waiting = b.followedQ.Len() + b.hurried.Len() + b.normal.Len()
 	if b.hintWaiter != nil {
 		waiting++
 	}
@@ -391,7 +511,7 @@ func (b *budget) queued() (waiting []string) {
 	if b.hintWaiter != nil {
 		waiting = append(waiting, b.hintWaiter.id)
 	}
-	for _, l := range []*list.List{&b.hurried, &b.normal} {
+	for _, l := range []*list.List{&b.followedQ, &b.hurried, &b.normal} {
 		for e := l.Front(); e != nil; e = e.Next() {
 			waiting = append(waiting, e.Value.(*member).id)
 		}

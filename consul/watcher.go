@@ -147,6 +147,9 @@ type Watcher struct {
 
 	mu      sync.Mutex
 	targets Targets // normalised; replaced, never mutated
+	// followed are the services a connected proxy follows (SetFollowed);
+	// replaced, never mutated.
+	followed map[ServiceKey]bool
 	// retarget holds at most one "targets changed" signal for Run. Signals
 	// sent while one is pending merge into it, which loses nothing because
 	// Run then reads the newest targets.
@@ -298,6 +301,7 @@ func (w *Watcher) Run(ctx context.Context) error {
 			result: w.resultFunc("health_service", w.remoteDatacenter(key)),
 		}
 		v.slots = w.slots.join(v.id, false)
+		v.slots.setFollowed(w.currentFollowed()[key])
 		hw.slots = v.slots
 		if !w.isLocal(key) {
 			v.failed = func(err error) {
@@ -376,6 +380,10 @@ func (w *Watcher) Run(ctx context.Context) error {
 				changed = true
 				log.Debug().Str("service", k.Name).Str("datacenter", k.Datacenter).Msg("started health watch")
 			}
+		}
+		followed := w.currentFollowed()
+		for k, hw := range watches {
+			hw.slots.setFollowed(followed[k])
 		}
 		// Hints only hurry local health views that wait for a slot, so
 		// they cost a slot and a query per change only while there are

@@ -208,3 +208,35 @@ func sameButHealth(a, b *consul.Service) bool {
 	}
 	return true
 }
+
+// ServicesFeeding returns, sorted, the Consul services whose instances
+// feed the named clusters of m (the model Build indexed): a cluster of a
+// policy service, its subsets and its proxyless copy read what that
+// service reads. Clusters the index does not know (the mesh's) are left
+// out.
+func (idx *EndpointIndex) ServicesFeeding(m *ir.Model, clusters []string) []consul.ServiceKey {
+	if idx == nil || m == nil || len(clusters) == 0 {
+		return nil
+	}
+	reads := map[string][]consul.ServiceKey{} // policy service -> what it reads
+	for k, services := range idx.feeds {
+		for _, s := range services {
+			reads[s] = append(reads[s], k)
+		}
+	}
+	set := map[consul.ServiceKey]bool{}
+	for _, name := range clusters {
+		c := m.Cluster(name)
+		if c == nil {
+			continue
+		}
+		for _, s := range []string{c.Name, c.Service, strings.TrimPrefix(c.Name, ir.ProxylessClusterPrefix)} {
+			for _, k := range reads[s] {
+				set[k] = true
+			}
+		}
+	}
+	return slices.SortedFunc(maps.Keys(set), func(a, b consul.ServiceKey) int {
+		return strings.Compare(a.Datacenter+"\x00"+a.Name, b.Datacenter+"\x00"+b.Name)
+	})
+}

@@ -3,6 +3,7 @@ package pipeline
 import (
 	"slices"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 )
 
@@ -62,4 +63,22 @@ func (m *Memo) endpointsOnly(in Input) (w *World, ok bool, err error) {
 	}
 	m.remember(w, r.Index, in.Datacenter)
 	return w, true, nil
+}
+
+// ServicesFeeding returns, sorted, the Consul services whose instances
+// feed the named clusters of the last world computed with this memo (nil
+// before any).
+func (m *Memo) ServicesFeeding(clusters []string) []consul.ServiceKey {
+	if m == nil || m.last == nil {
+		return nil
+	}
+	return m.last.index.ServicesFeeding(m.last.world.Model, clusters)
+}
+
+// LastWorld is the last world computed with this memo, nil before any.
+func (m *Memo) LastWorld() *World {
+	if m == nil || m.last == nil {
+		return nil
+	}
+	return m.last.world
 }

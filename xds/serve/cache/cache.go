@@ -65,6 +65,9 @@ type Cache struct {
 	mu   sync.Mutex
 	keys map[string]*keyState
 	cfg  Config
+	// gen counts changes to what streams are served: a key's first
+	// stream or its last, or its sets replaced (Generation).
+	gen uint64
 }
 
 var _ cachev3.Cache = (*Cache)(nil)
@@ -122,6 +125,7 @@ func (c *Cache) Set(key string, sets map[string]*Set) []string {
 	}
 	old := k.sets
 	k.sets = sets
+	c.gen++
 	var fan *fanout
 	if c.cfg.Fanned != nil {
 		fan = newFanout(c.cfg.Fanned)
@@ -181,7 +185,9 @@ func (c *Cache) Join(key string) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := c.keyLocked(key)
-	k.streams++
+	if k.streams++; k.streams == 1 {
+		c.gen++
+	}
 	return k.sets == nil
 }
 
@@ -197,7 +203,11 @@ func (c *Cache) Leave(key string) (dropped bool) {
 	if k == nil {
 		return false
 	}
-	if k.streams--; k.streams > 0 || key == "" {
+	if k.streams--; k.streams > 0 {
+		return false
+	}
+	c.gen++ // its last stream
+	if key == "" {
 		return false
 	}
 	for _, ws := range k.sotw {
@@ -212,6 +222,31 @@ func (c *Cache) Leave(key string) (dropped bool) {
 	}
 	delete(c.keys, key)
 	return true
+}
+
+// Generation changes whenever what the streams are served may have: a
+// key gets its first stream or loses its last, or its sets are replaced.
+func (c *Cache) Generation() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.gen
+}
+
+// ServedToStreams lists, sorted, the names of the typeURL resources
+// served to the keys some stream announced.
+func (c *Cache) ServedToStreams(typeURL string) []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	names := map[string]bool{}
+	for _, k := range c.keys {
+		if k.streams == 0 || k.sets == nil || k.sets[typeURL] == nil {
+			continue
+		}
+		for _, e := range k.sets[typeURL].Entries() {
+			names[e.Name()] = true
+		}
+	}
+	return slices.Sorted(maps.Keys(names))
 }
 
 // Served returns what key is served, nil if it was never set.

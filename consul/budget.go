@@ -242,10 +242,15 @@ func (b *budget) checkOver() {
 		return
 	}
 	if over {
+		// A round: every view taking turns has had one. Turns are never
+		// shorter than minOversubscribedWait, so a round can outlast the
+		// wait time.
+		turn := b.waitLocked(b.waitTime)
+		round := turn * time.Duration((views+slots-1)/max(slots, 1))
 		b.log.Warn().Int("max_queries", b.slots).Int("views", b.views).Int("turn_slots", slots).
-			Dur("wait_time", b.waitTime).Dur("shortened_wait", b.waitLocked(b.waitTime)).
+			Dur("wait_time", b.waitTime).Dur("shortened_wait", turn).Dur("round", round).
 			Str("remedy", "raise consul.max_queries and the agent's limits.http_max_conns_per_client, or watch fewer services").
-			Msg("consul watcher oversubscribed: more blocking queries than query slots, so they take turns; changes other than health changes can take up to wait_time to be seen")
+			Msg("consul watcher oversubscribed: more blocking queries than query slots, so they take turns; a change other than a health change to a service waiting its turn can take up to round to be seen")
 		return
 	}
 	b.log.Info().Int("max_queries", b.slots).Int("views", b.views).

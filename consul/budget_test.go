@@ -367,6 +367,11 @@ func TestBudgetLogsOversubscriptionOnce(t *testing.T) {
 		!strings.Contains(fmt.Sprint(lines[0]["remedy"]), "raise consul.max_queries and the agent's limits.http_max_conns_per_client, or watch fewer services") {
 		t.Fatalf("logs = %v, want one warning with the numbers and the remedy", lines)
 	}
+	// 5 views take 12 s turns on one slot (the other is kept for hurried
+	// reads): a round is a minute.
+	if lines[0]["shortened_wait"] != 12000.0 || lines[0]["round"] != 60000.0 {
+		t.Fatalf("turn %v ms, round %v ms; want 12000 and 60000", lines[0]["shortened_wait"], lines[0]["round"])
+	}
 	buf.Reset()
 	for _, m := range ms[1:] {
 		m.leave()

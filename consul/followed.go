@@ -24,10 +24,7 @@ func (w *Watcher) SetFollowed(keys []ServiceKey) {
 	if same {
 		return
 	}
-	select {
-	case w.retarget <- struct{}{}:
-	default:
-	}
+	signal(w.retarget)
 }
 
 func (w *Watcher) currentFollowed() map[ServiceKey]bool {

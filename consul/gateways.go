@@ -148,10 +148,7 @@ func (w *MeshWatcher) SetLeafServices(names []string) {
 	if same {
 		return
 	}
-	select {
-	case w.retarget <- struct{}{}:
-	default:
-	}
+	signal(w.retarget)
 }
 
 func (w *MeshWatcher) leafServices() []string {

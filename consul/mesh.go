@@ -72,10 +72,7 @@ func (w *MeshWatcher) SetTargets(keys []ServiceKey) {
 	w.mu.Lock()
 	w.targets = slices.Clone(keys)
 	w.mu.Unlock()
-	select {
-	case w.retarget <- struct{}{}:
-	default:
-	}
+	signal(w.retarget)
 }
 
 func (w *MeshWatcher) currentTargets() []ServiceKey {

@@ -185,10 +185,7 @@ func (w *Watcher) SetTargets(t Targets) {
 	w.mu.Lock()
 	w.targets = t
 	w.mu.Unlock()
-	select {
-	case w.retarget <- struct{}{}:
-	default:
-	}
+	signal(w.retarget)
 }
 
 // QueryStats returns the watcher's query slots, how many of them requests
@@ -197,6 +194,16 @@ func (w *Watcher) SetTargets(t Targets) {
 // once per wait time. It is safe from any goroutine.
 func (w *Watcher) QueryStats() (slots, inUse, waiting int) {
 	return w.slots.stats()
+}
+
+// signal leaves a wake-up in ch (a channel of capacity 1) unless one is
+// already pending: the receiver then reads the newest state, so merging
+// signals loses nothing.
+func signal(ch chan struct{}) {
+	select {
+	case ch <- struct{}{}:
+	default:
+	}
 }
 
 func (w *Watcher) currentTargets() Targets {

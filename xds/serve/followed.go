@@ -11,6 +11,6 @@ func (s *Server) FollowedClusters() []string {
 }
 
 // ServedGeneration changes whenever FollowedClusters may have: a
-// node.cluster gets its first stream or loses its last, or what one is
-// served changes.
+// node.cluster gets its first stream or loses its last, or the names of
+// the load assignments it is served change (not their endpoints).
 func (s *Server) ServedGeneration() uint64 { return s.cache.Generation() }

@@ -65,8 +65,9 @@ type Cache struct {
 	mu   sync.Mutex
 	keys map[string]*keyState
 	cfg  Config
-	// gen counts changes to what streams are served: a key's first
-	// stream or its last, or its sets replaced (Generation).
+	// gen counts changes to which load assignments streams are served:
+	// a key's first stream or its last, or its EDS names changed
+	// (Generation).
 	gen uint64
 }
 
@@ -125,7 +126,9 @@ func (c *Cache) Set(key string, sets map[string]*Set) []string {
 	}
 	old := k.sets
 	k.sets = sets
-	c.gen++
+	if old == nil || namesDiffer(old[resourcev3.EndpointType], sets[resourcev3.EndpointType]) {
+		c.gen++ // not for an endpoint change: a flip leaves the names alone
+	}
 	var fan *fanout
 	if c.cfg.Fanned != nil {
 		fan = newFanout(c.cfg.Fanned)
@@ -224,12 +227,24 @@ func (c *Cache) Leave(key string) (dropped bool) {
 	return true
 }
 
-// Generation changes whenever what the streams are served may have: a
-// key gets its first stream or loses its last, or its sets are replaced.
+// Generation changes whenever ServedToStreams(EDS) may have: a key gets
+// its first stream or loses its last, or the names of its load
+// assignments change.
 func (c *Cache) Generation() uint64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.gen
+}
+
+// namesDiffer reports whether a and b (nil: none) hold different names.
+func namesDiffer(a, b *Set) bool {
+	switch {
+	case a == b:
+		return false
+	case a == nil || b == nil:
+		return true
+	}
+	return len(a.entries) != len(b.entries) || Adds(a, b)
 }
 
 // ServedToStreams lists, sorted, the names of the typeURL resources

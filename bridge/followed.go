@@ -14,9 +14,10 @@ const followInterval = time.Second
 
 // followState is what the loop last told the watcher.
 type followState struct {
-	told  bool
-	gen   uint64
-	world *pipeline.World
+	told     bool
+	gen      uint64
+	world    *pipeline.World
+	clusters []string // FollowedClusters at gen
 }
 
 // refreshFollowed tells the watcher the Consul services whose instances
@@ -32,10 +33,16 @@ func (l *loop) refreshFollowed() {
 		}
 		return
 	}
+	// What streams are served is walked again only when it may have
+	// changed (not on a flip); the clusters are mapped to Consul
+	// services again for every new world, which is cheap.
 	gen, w := l.d.xds.ServedGeneration(), l.memo.LastWorld()
 	if l.follow.told && gen == l.follow.gen && w == l.follow.world {
 		return
 	}
-	l.watcher.SetFollowed(l.memo.ServicesFeeding(l.d.xds.FollowedClusters()))
-	l.follow = followState{told: true, gen: gen, world: w}
+	if !l.follow.told || gen != l.follow.gen {
+		l.follow.clusters = l.d.xds.FollowedClusters()
+	}
+	l.watcher.SetFollowed(l.memo.ServicesFeeding(l.follow.clusters))
+	l.follow.told, l.follow.gen, l.follow.world = true, gen, w
 }

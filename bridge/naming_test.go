@@ -22,12 +22,7 @@ func TestNamesIgnoreWhereThePolicyComesFrom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := os.Open("../examples/policies/edge-gateway.catalog.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	cat, err := consul.ReadFixture(f)
+	cat, err := consul.ReadFixtureFile("../examples/policies/edge-gateway.catalog.json")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/hashicorp/consul/api"
 
@@ -43,6 +44,21 @@ type MeshFixture struct {
 	Connect    map[string][]*api.ServiceEntry      `json:"connect,omitempty"`
 	Intentions []*api.ServiceIntentionsConfigEntry `json:"intentions,omitempty"`
 	Protocols  map[string]string                   `json:"protocols,omitempty"`
+}
+
+// ReadFixtureFile reads the catalog fixture in the file at path; errors
+// name the file.
+func ReadFixtureFile(path string) (*Catalog, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	cat, err := ReadFixture(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cat, nil
 }
 
 // ReadFixture decodes a catalog fixture. Unknown fields are ignored, as

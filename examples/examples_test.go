@@ -4,7 +4,6 @@ package examples
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,12 +78,7 @@ func TestEdgeGatewayRouteTests(t *testing.T) {
 	if len(suite.Tests) < 8 {
 		t.Fatalf("only %d route tests", len(suite.Tests))
 	}
-	f, err := os.Open("policies/edge-gateway.catalog.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	cat, err := consul.ReadFixture(f)
+	cat, err := consul.ReadFixtureFile("policies/edge-gateway.catalog.json")
 	if err != nil {
 		t.Fatal(err)
 	}

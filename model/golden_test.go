@@ -89,12 +89,7 @@ func caseDirs(t *testing.T) []string {
 // golden file has it.
 func buildCase(t *testing.T, dir string) (*ir.Model, []string, []byte) {
 	t.Helper()
-	f, err := os.Open(filepath.Join(dir, "catalog.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	cat, err := consul.ReadFixture(f)
+	cat, err := consul.ReadFixtureFile(filepath.Join(dir, "catalog.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

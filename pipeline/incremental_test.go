@@ -300,12 +300,7 @@ func worldCases(t testing.TB) []worldCase {
 // TLS files it names.
 func goldenCase(t testing.TB, dir string) (*consul.Catalog, *policy.Policy) {
 	t.Helper()
-	f, err := os.Open(filepath.Join(dir, "catalog.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	cat, err := consul.ReadFixture(f)
+	cat, err := consul.ReadFixtureFile(filepath.Join(dir, "catalog.json"))
 	if err != nil {
 		t.Fatal(err)
 	}

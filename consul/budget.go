@@ -59,6 +59,7 @@ type budget struct {
 	followedViews int
 	followedHeld  int
 	followedQ     list.List
+	pri           bool // prioritised() when the queues were last arranged
 	over          bool
 	quiet         bool // no more transition logs: the watcher is stopping
 	batching      bool // joins and leaves of one change of targets are under way
@@ -158,6 +159,7 @@ func (m *member) setFollowed(followed bool) {
 	}
 	b.checkOver()
 	b.requeue()
+	b.place(m)
 	b.pump()
 }
 
@@ -175,29 +177,39 @@ func (b *budget) prioritised() bool {
 	return b.followedViews > 0 && views > slots && b.followedViews <= slots-2
 }
 
-// requeue moves the waiting followed views into b.followedQ while the
-// followed views are prioritised, and back among the others when not.
-// b.mu must be held.
+// requeue rearranges the waiting views when the followed views' priority
+// starts or ends: while it holds, the followed ones wait in b.followedQ,
+// otherwise among the others. It walks the queues only then, not on
+// every join (thousands of views join at once). b.mu must be held.
 func (b *budget) requeue() {
 	pri := b.prioritised()
-	move := func(from, to *list.List, want func(*member) bool, hurried, inFollowed bool) {
-		for e := from.Front(); e != nil; {
+	if pri == b.pri {
+		return
+	}
+	b.pri = pri
+	for _, l := range []*list.List{&b.followedQ, &b.hurried, &b.normal} {
+		for e := l.Front(); e != nil; {
 			next := e.Next()
-			if m := e.Value.(*member); want(m) {
-				from.Remove(e)
-				m.elem, m.hurried, m.inFollowed = to.PushBack(m), hurried, inFollowed
-			}
+			b.place(e.Value.(*member))
 			e = next
 		}
 	}
-	follows := func(m *member) bool { return m.followed }
-	if pri {
-		move(&b.followedQ, &b.normal, func(m *member) bool { return !m.followed }, false, false)
-		move(&b.hurried, &b.followedQ, follows, false, true)
-		move(&b.normal, &b.followedQ, follows, false, true)
+}
+
+// place moves m, if it waits, to the queue it belongs in: b.followedQ
+// while it is followed and followed views are prioritised, else among
+// the others (at the back). b.mu must be held.
+func (b *budget) place(m *member) {
+	want := m.followed && b.pri
+	if m.elem == nil || want == m.inFollowed {
 		return
 	}
-	move(&b.followedQ, &b.normal, follows, false, false)
+	b.queueOf(m).Remove(m.elem)
+	if want {
+		m.elem, m.hurried, m.inFollowed = b.followedQ.PushBack(m), false, true
+		return
+	}
+	m.elem, m.inFollowed = b.normal.PushBack(m), false
 }
 
 // rotation returns how many views take turns for how many slots, and

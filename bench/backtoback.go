@@ -22,8 +22,8 @@ func (r *run) s9(ctx context.Context) Row {
 	var all, lasts []time.Duration
 	var worst time.Duration
 	start := time.Now()
-	for range flips {
-		fl, err := r.flip(ctx, 0, 0, r.opts.FlipTimeout)
+	for f := range flips {
+		fl, err := r.flip(ctx, r.flipService(f), 0, r.opts.FlipTimeout)
 		if err != nil {
 			return failed(m.row("S9 back-to-back flips", all, worst), err)
 		}

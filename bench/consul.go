@@ -293,8 +293,9 @@ func (c *Consul) SetHealthMany(ctx context.Context, ids [][2]int, status []strin
 
 // RegisterSidecars registers n connect-proxy services on the agent for
 // peer mode: sidecar-K for app-K, each with upstreams to services
-// [0, upstreams). Envoys connect with node.id = "sidecar-K".
-func (c *Consul) RegisterSidecars(ctx context.Context, n, upstreams, parallel int) error {
+// [0, upstreams), or in the follow-one world to service K mod upstreams
+// alone. Envoys connect with node.id = "sidecar-K".
+func (c *Consul) RegisterSidecars(ctx context.Context, n, upstreams int, followOne bool, parallel int) error {
 	errs := make(chan error, n)
 	sem := make(chan struct{}, parallel)
 	for k := 0; k < n; k++ {
@@ -302,7 +303,7 @@ func (c *Consul) RegisterSidecars(ctx context.Context, n, upstreams, parallel in
 		go func(k int) {
 			defer func() { <-sem }()
 			var ups []api.Upstream
-			for u := 0; u < upstreams; u++ {
+			for _, u := range sidecarUpstreams(k, upstreams, followOne) {
 				ups = append(ups, api.Upstream{DestinationName: ServiceName(u), LocalBindPort: 20000 + u})
 			}
 			reg := &api.AgentServiceRegistration{

@@ -36,6 +36,10 @@ type Options struct {
 	// comparison's bridges export every service (they watch and build
 	// them all) while their proxies' group still reaches the routed ones.
 	Background, BackgroundInstances int
+	// FollowOne is the follow-one world of the comparison (followone.go):
+	// proxy k follows routed service k mod Upstreams only, and flips go
+	// round the routed services.
+	FollowOne bool
 	// CompareScenarios are the scenarios the comparison runs after S3:
 	// "s1", "s2", "s4" (idle), "s6", "s9" (back-to-back flips); nil: s1, s2, s6.
 	CompareScenarios []string
@@ -308,6 +312,9 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 			dir := filepath.Join(o.Dir, fmt.Sprintf("compare-%s-%s-%d-%d", server, modeName, n, pos))
 			os.MkdirAll(dir, 0o755)
 			pol := Policy(o.Background > 0, o.Upstreams)
+			if o.FollowOne {
+				pol = FollowOnePolicy(o.Background > 0, o.Upstreams)
+			}
 			var (
 				t        *Target
 				replicas []*Target
@@ -341,7 +348,7 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 				}
 				if n > peerSidecars {
 					o.logf("peer: registering sidecars %d..%d with %d upstreams each", peerSidecars, n-1, o.Upstreams)
-					if err = registerSidecarsFrom(ctx, c, peerSidecars, n, o.Upstreams); err == nil {
+					if err = c.RegisterSidecars(ctx, n, o.Upstreams, o.FollowOne, 16); err == nil {
 						peerSidecars = n
 					}
 				}
@@ -360,6 +367,11 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 			r := &run{opts: o, consul: c, t: t, replicas: replicas, mode: modeName, n: n, health: map[[2]int]string{}}
 			cfg := FleetConfig{StreamsPerConn: o.StreamsPerConn, SharedDecode: o.SharedDecode, EnvoyNode: o.EnvoyNode, H2: o.H2, Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
 				Mode: func(int) Mode { return mode }}
+			if o.FollowOne && server != "peer" && server != "baseline" {
+				// The baseline serves one snapshot to every node; the
+				// peer's sidecars each have their one upstream.
+				cfg.ClusterOf = func(k int) string { return followGroup(r.followed(k)) }
+			}
 			emitR := emit
 			if tier != nil {
 				// An agent's K proxies share one connection to its socket:
@@ -425,12 +437,6 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 		}
 	}
 	return nil
-}
-
-func registerSidecarsFrom(ctx context.Context, c *Consul, from, to, upstreams int) error {
-	// RegisterSidecars numbers from 0; re-registering existing ones is a no-op.
-	_ = from
-	return c.RegisterSidecars(ctx, to, upstreams, 16)
 }
 
 // String renders a row for the progress log.

@@ -92,6 +92,10 @@ func (r *run) flip(ctx context.Context, i, j int, timeout time.Duration) (flippe
 	st := r.toggle(i, j)
 	addr, port := InstanceAddr(i, j)
 	p := NewProbe(addr, port, want(st), r.f.Len())
+	if r.opts.FollowOne {
+		// Only the proxies that follow service i get the change.
+		p.ExpectOnly(r.f.Len(), func(k int) bool { return r.followed(k) == i })
+	}
 	p.Start = time.Now()
 	r.f.SetProbe(p)
 	defer r.f.SetProbe(nil)
@@ -170,7 +174,7 @@ func (r *run) s1(ctx context.Context) Row {
 		gapStart := time.Now()
 		runtime.GC()
 		time.Sleep(r.opts.FlipGap - time.Since(gapStart))
-		fl, err := r.flip(ctx, 0, 0, r.opts.FlipTimeout)
+		fl, err := r.flip(ctx, r.flipService(k), 0, r.opts.FlipTimeout)
 		if err != nil {
 			return failed(m.row("S1 health flip", all, worst), err)
 		}
@@ -235,7 +239,7 @@ func (r *run) s2(ctx context.Context) Row {
 	prof := startProfile(ctx, r.t, r.opts.S2Profile, profName)
 	k := 0
 	for ; k < flips || profiling(prof); k++ {
-		fl, err := r.flip(ctx, 0, 0, r.opts.FlipTimeout)
+		fl, err := r.flip(ctx, r.flipService(k), 0, r.opts.FlipTimeout)
 		if err != nil {
 			return failed(m.row("S2 CPU/change", all, worst), err)
 		}

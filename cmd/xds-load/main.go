@@ -81,6 +81,7 @@ func runCmd(ctx context.Context, args []string) int {
 	fs.StringVar(&o.BridgeBin, "bridge", "bin/consul-xds-bridge", "consul-xds-bridge binary")
 	fs.StringVar(&o.BaseBridgeBin, "base-bridge", "", "a second consul-xds-bridge binary (e.g. built from main) the comparison runs as server \"base\" (-compare base/delta,...)")
 	fs.IntVar(&o.Background, "background-services", 0, "services registered after the world that no proxy follows (the comparison's bridges then export every service)")
+	fs.BoolVar(&o.FollowOne, "follow-one", false, "comparison world where proxy k follows routed service k mod -upstreams only (a group each) and flips go round the routed services (issue 40's world)")
 	fs.IntVar(&o.BackgroundInstances, "background-instances", 5, "instances per background service")
 	compareScenarios := fs.String("compare-scenarios", "s1,s2,s6", "scenarios the comparison runs after S3: s1, s2, s4 (idle: Consul requests and server CPU per second), s6, s9 (back-to-back flips)")
 	fs.DurationVar(&o.FlipGap, "flip-gap", o.FlipGap, "pause before each S1 flip (1s: a flip after a quiet second)")

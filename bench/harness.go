@@ -427,6 +427,11 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 			resetHealth(ctx, c, r.health)
 			if server == "peer" {
 				_ = Repin(c.PID(), o.ClientCPUs)
+				// Consul is also the backing catalog: the next server's
+				// rows would otherwise pay for its own proxies' leftover
+				// work (GC of a heap in GiB) in Consul's answers and on
+				// the load generator's core.
+				o.logf("peer N=%d: Consul quiet after %s", n, waitQuiet(ctx, c.PID(), 60*time.Second).Round(time.Second))
 			} else {
 				t.Stop()
 			}
@@ -437,6 +442,20 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 		}
 	}
 	return nil
+}
+
+// waitQuiet waits until process pid uses under 5 % of a core over a
+// second, or for at most limit, and returns how long it waited.
+func waitQuiet(ctx context.Context, pid int, limit time.Duration) time.Duration {
+	start := time.Now()
+	for time.Since(start) < limit && ctx.Err() == nil {
+		cpu0 := ProcCPU(pid)
+		time.Sleep(time.Second)
+		if ProcCPU(pid)-cpu0 < 0.05 {
+			break
+		}
+	}
+	return time.Since(start)
 }
 
 // String renders a row for the progress log.

@@ -4,6 +4,7 @@ import (
 	"container/list"
 	"context"
 	"math"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,6 +21,11 @@ const unbounded = math.MaxInt32
 // query, and the other views need at least one to share.
 const minQueries = 2
 
+// statusHintSlots is the smallest budget that runs the two status-indexed
+// hint queries (critical, warning) instead of one filtered query over every
+// check: each keeps a slot, and the views still share two (see hintStates).
+const statusHintSlots = 4
+
 // minOversubscribedWait is the shortest blocking wait an oversubscribed
 // budget hands out: below it, views would spend their slot time on
 // round trips rather than on waiting for changes.
@@ -32,8 +38,9 @@ const minOversubscribedWait = 2 * time.Second
 // that hurried ones (poked by a health hint, or about to make a read that
 // does not block) go first.
 //
-// Two slots are kept apart. One is the hint view's: it is what makes health
-// changes visible for views that wait, so it must never wait behind them.
+// Slots are kept apart. The hint views' (one or two, see hintStates): they
+// are what makes health changes visible for views that wait, so they must
+// never wait behind them.
 // The other matters only while more views take turns than there are slots:
 // views waiting their turn then never take the last free slot, which is
 // left for hurried views. Otherwise a poked view would still wait for a
@@ -46,12 +53,12 @@ type budget struct {
 
 	mu     sync.Mutex
 	slots  int
-	inUse  int // every slot held, the hint view's included
-	shared int // slots held by views other than the hint view
+	inUse  int // every slot held, the hint views' included
+	shared int // slots held by views other than the hint views
 	// hurried and normal hold waiting *member, each in arrival order.
 	hurried, normal list.List
-	hint            *member // the joined hint view, if any
-	hintWaiter      *member // the hint view, while it waits for its slot
+	hints           int       // the joined hint views
+	hintWaiters     []*member // hint views waiting for their slot
 	views           int
 	// followedViews counts the joined views of services a connected
 	// proxy follows (setFollowed); followedHeld the slots they hold as
@@ -104,7 +111,7 @@ func (b *budget) join(id string, hint bool) *member {
 	defer b.mu.Unlock()
 	b.views++
 	if hint {
-		b.hint = m
+		b.hints++
 	}
 	b.checkOver()
 	b.requeue() // one more view may start or end the followed views' priority
@@ -129,12 +136,10 @@ func (m *member) leave() {
 	if m.followed {
 		b.followedViews--
 	}
-	if b.hint == m {
-		b.hint = nil
+	if m.hint {
+		b.hints--
 	}
-	if b.hintWaiter == m {
-		b.hintWaiter = nil
-	}
+	b.dropHintWaiter(m)
 	b.checkOver()
 	b.requeue()
 	b.pump() // slots kept apart may now go to the others
@@ -170,10 +175,7 @@ func (m *member) setFollowed(followed bool) {
 // more round trip per change). It holds while they all fit with two slots
 // left for the others (a turn and the express slot). b.mu must be held.
 func (b *budget) prioritised() bool {
-	slots, views := b.slots, b.views
-	if b.hint != nil {
-		slots, views = slots-1, views-1
-	}
+	slots, views := b.slots-b.hints, b.views-b.hints
 	return b.followedViews > 0 && views > slots && b.followedViews <= slots-2
 }
 
@@ -215,10 +217,7 @@ func (b *budget) place(m *member) {
 // rotation returns how many views take turns for how many slots, and
 // whether one more slot is kept for hurried views. b.mu must be held.
 func (b *budget) rotation() (slots, views int, express bool) {
-	slots, views = b.slots, b.views
-	if b.hint != nil {
-		slots, views = slots-1, views-1
-	}
+	slots, views = b.slots-b.hints, b.views-b.hints
 	if b.prioritised() {
 		// The followed views each hold a slot of their own; the others
 		// take turns for the rest.
@@ -231,11 +230,31 @@ func (b *budget) rotation() (slots, views int, express bool) {
 }
 
 // oversubscribedWith reports whether views health views would have to take
-// turns with the hint view holding its slot.
+// turns with the hint views holding their slots.
 func (b *budget) oversubscribedWith(views int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return views > b.slots-1
+	return views > b.slots-len(hintStates(b.slots))
+}
+
+// hintStates are the check states the hint views follow for a budget of
+// slots: "critical" and "warning", each a query Consul answers from its
+// index on check status (cost: the checks in that state), or with fewer
+// than statusHintSlots slots one query for "any" state filtered to the
+// checks that are not passing, which Consul answers by filtering every
+// check in the datacenter on every check write (~45 ms of a server's CPU
+// at 50,000 checks; bench/README.md). Consul's non-passing states are
+// warning and critical (maintenance is a critical check).
+func hintStates(slots int) []string {
+	if slots >= statusHintSlots {
+		return []string{"critical", "warning"}
+	}
+	return []string{"any"}
+}
+
+// dropHintWaiter forgets m as a waiting hint view. b.mu must be held.
+func (b *budget) dropHintWaiter(m *member) {
+	b.hintWaiters = slices.DeleteFunc(b.hintWaiters, func(w *member) bool { return w == m })
 }
 
 // checkOver logs when the budget becomes, or stops being, oversubscribed.
@@ -338,7 +357,7 @@ func (m *member) acquire(ctx context.Context, hurry bool) (release func(), ok bo
 	}
 	switch {
 	case m.hint:
-		b.hintWaiter = m
+		b.hintWaiters = append(b.hintWaiters, m)
 	case m.followed && b.prioritised():
 		m.elem, m.hurried, m.inFollowed = b.followedQ.PushBack(m), false, true
 	case hurry:
@@ -366,8 +385,8 @@ func (m *member) acquire(ctx context.Context, hurry bool) (release func(), ok bo
 	case m.elem != nil:
 		b.queueOf(m).Remove(m.elem)
 		m.elem, m.inFollowed = nil, false
-	case b.hintWaiter == m:
-		b.hintWaiter = nil
+	case m.hint:
+		b.dropHintWaiter(m)
 	}
 	return nil, false
 }
@@ -408,15 +427,13 @@ func (m *member) releaseLocked() {
 // pump hands free slots to waiting views; b.mu must be held.
 func (b *budget) pump() {
 	for b.inUse < b.slots {
-		if m := b.hintWaiter; m != nil {
-			b.hintWaiter = nil
+		if len(b.hintWaiters) > 0 {
+			m := b.hintWaiters[0]
+			b.hintWaiters = b.hintWaiters[1:]
 			b.grant(m)
 			continue
 		}
-		shareable := b.slots // what the views other than the hint view may hold
-		if b.hint != nil {
-			shareable--
-		}
+		shareable := b.slots - b.hints // what the views other than the hint views may hold
 		if e := b.followedQ.Front(); e != nil && b.shared < shareable {
 			// Prioritised (requeue empties the list otherwise): each
 			// followed view has a slot of its own, kept free of turns.
@@ -513,10 +530,7 @@ func (m *member) saw(index uint64, stale bool) {
 func (b *budget) stats() (slots, inUse, waiting int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	waiting = b.followedQ.Len() + b.hurried.Len() + b.normal.Len()
-	if b.hintWaiter != nil {
-		waiting++
-	}
+	waiting = b.followedQ.Len() + b.hurried.Len() + b.normal.Len() + len(b.hintWaiters)
 	return b.slots, b.inUse, waiting
 }
 
@@ -525,8 +539,8 @@ func (b *budget) stats() (slots, inUse, waiting int) {
 func (b *budget) queued() (waiting []string) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.hintWaiter != nil {
-		waiting = append(waiting, b.hintWaiter.id)
+	for _, m := range b.hintWaiters {
+		waiting = append(waiting, m.id)
 	}
 	for _, l := range []*list.List{&b.followedQ, &b.hurried, &b.normal} {
 		for e := l.Front(); e != nil; e = e.Next() {

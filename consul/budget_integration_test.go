@@ -317,21 +317,45 @@ func TestWatcherOversubscribedAgainstConsul(t *testing.T) {
 	}
 }
 
+// TestWatcherHealthHintsAgainstConsul: a health change to a service whose
+// view waits its turn is published at once, through the hint queries:
+// with 4 slots or more the two status-indexed ones (critical, warning),
+// which cost Consul the checks in that state; with fewer the one over
+// every check, filtered. A change to warning is hinted too.
 func TestWatcherHealthHintsAgainstConsul(t *testing.T) {
 	t.Parallel()
-	const services, slots = 24, 3
+	for _, tc := range []struct {
+		slots      int
+		hints, not []string
+	}{
+		{3, []string{"/v1/health/state/any"}, []string{"/v1/health/state/critical", "/v1/health/state/warning"}},
+		{5, []string{"/v1/health/state/critical", "/v1/health/state/warning"}, []string{"/v1/health/state/any"}},
+	} {
+		t.Run(fmt.Sprintf("%d slots", tc.slots), func(t *testing.T) {
+			t.Parallel()
+			testHealthHints(t, tc.slots, tc.hints, tc.not)
+		})
+	}
+}
+
+func testHealthHints(t *testing.T, slots int, hints, not []string) {
+	const services = 24
 	// The default wait: a view that waits for its turn behind the others
 	// would see a change only after most of a minute without hints.
 	o := startOversubscribed(t, services, slots, QueryOptions{})
 	waitFor(t, o.w, 30*time.Second, "every service read", allPassing(services))
 
-	// The hint view must have its baseline, and the health views must be
-	// taking turns, before a change means anything.
+	// The hint views must have their baselines, and the health views must
+	// be taking turns, before a change means anything.
 	settled := func() []string {
 		deadline := time.Now().Add(30 * time.Second)
 		for {
 			q := o.w.slots.queued()
-			if o.transport.requests("/v1/health/state/any") >= 2 && len(q) >= services-slots {
+			ready := len(q) >= services-slots
+			for _, h := range hints {
+				ready = ready && o.transport.requests(h) >= 2
+			}
+			if ready {
 				return q
 			}
 			if time.Now().After(deadline) {
@@ -340,6 +364,7 @@ func TestWatcherHealthHintsAgainstConsul(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
+
 	// lastWaiting returns the service of the health view served last.
 	lastWaiting := func(q []string) string {
 		for _, id := range slices.Backward(q) {
@@ -376,16 +401,25 @@ func TestWatcherHealthHintsAgainstConsul(t *testing.T) {
 	}
 
 	name := lastWaiting(settled())
-	flip(name, api.HealthCritical, StatusCritical)
-	// After its hurried read it queues at the back again.
-	deadline := time.Now().Add(10 * time.Second)
-	for lastWaiting(settled()) != name {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not queue again: %v", name, o.w.slots.queued())
+	for _, st := range []struct {
+		check string
+		want  Status
+	}{{api.HealthCritical, StatusCritical}, {api.HealthPassing, StatusPassing}, {api.HealthWarning, StatusWarning}, {api.HealthPassing, StatusPassing}} {
+		flip(name, st.check, st.want)
+		// After its hurried read it queues at the back again.
+		deadline := time.Now().Add(10 * time.Second)
+		for lastWaiting(settled()) != name {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not queue again: %v", name, o.w.slots.queued())
+			}
+			time.Sleep(5 * time.Millisecond)
 		}
-		time.Sleep(5 * time.Millisecond)
 	}
-	flip(name, api.HealthPassing, StatusPassing)
+	for _, path := range not {
+		if n := o.transport.requests(path); n != 0 {
+			t.Errorf("%d requests to %s with %d slots, want 0 (hints: %v)", n, path, slots, hints)
+		}
+	}
 	o.check(t, slots)
 }
 

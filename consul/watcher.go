@@ -35,10 +35,11 @@ type Config struct {
 	// transport, where their timeouts run, or the agent refuses them with
 	// 429. Watching more services than there are slots works (see
 	// [Watcher.QueryStats]): the services take turns, each blocking for a
-	// shortened wait, and health changes are still seen at once through a
-	// query on the local datacenter's non-passing checks. That query keeps
-	// one slot for itself, and while the services take turns one more is
-	// left free for the services it hurries. The service-list query is not
+	// shortened wait, and health changes are still seen at once through
+	// queries on the local datacenter's critical and warning checks (one
+	// query filtered to the checks not passing, under 4 slots; hintStates).
+	// Those queries keep a slot each, and while the services take turns
+	// one more is left free for the services they hurry. The service-list query is not
 	// counted: it runs beside the slots, on a connection of its own.
 	MaxQueries int
 	// Logger receives one event per query failure, recovery, index reset,
@@ -137,9 +138,9 @@ type Update struct {
 
 // Watcher keeps one blocking query on the service list and one per target
 // service, and publishes a new Catalog whenever any of them changes. The
-// queries share Config.MaxQueries slots; one more blocking query, on the
-// local datacenter's non-passing checks, tells a service's query to go
-// ahead of the others when its health changes.
+// queries share Config.MaxQueries slots; while they take turns, blocking
+// queries on the local datacenter's critical and warning checks tell a
+// service's query to go ahead of the others when its health changes.
 type Watcher struct {
 	cfg     Config
 	updates chan Update
@@ -323,30 +324,38 @@ func (w *Watcher) Run(ctx context.Context) error {
 		})
 	}
 	startHints := func() {
-		hctx, hcancel := context.WithCancel(ctx)
-		v := w.hintView(hcancel)
-		v.slots = w.slots.join(v.id, true)
-		stopHints = func() {
-			hcancel()
-			v.slots.leave()
-		}
-		wg.Go(func() {
-			defer v.slots.leave()
-			var prev hintSet
-			v.run(hctx, func(cur hintSet, index uint64, _ time.Time) {
-				// The first response is only the baseline: with nothing to
-				// compare it to, it cannot tell what changed.
-				if prev == nil {
-					prev = cur
-					return
-				}
-				p := diffHints(prev, cur, index)
-				prev = cur
-				if !p.empty() {
-					send(hctx, event{hints: &p})
-				}
+		var stops []func()
+		for _, state := range hintStates(w.slots.slots) {
+			hctx, hcancel := context.WithCancel(ctx)
+			v := w.hintView(state, hcancel)
+			v.slots = w.slots.join(v.id, true)
+			stops = append(stops, func() {
+				hcancel()
+				v.slots.leave()
 			})
-		})
+			wg.Go(func() {
+				defer v.slots.leave()
+				var prev hintSet
+				v.run(hctx, func(cur hintSet, index uint64, _ time.Time) {
+					// The first response is only the baseline: with nothing to
+					// compare it to, it cannot tell what changed.
+					if prev == nil {
+						prev = cur
+						return
+					}
+					p := diffHints(prev, cur, index)
+					prev = cur
+					if !p.empty() {
+						send(hctx, event{hints: &p})
+					}
+				})
+			})
+		}
+		stopHints = func() {
+			for _, stop := range stops {
+				stop()
+			}
+		}
 	}
 	// reconcile makes the running health watches match the targets and the
 	// service list, reporting whether it started or stopped any.
@@ -502,18 +511,25 @@ func (w *Watcher) isLocal(k ServiceKey) bool {
 	return k.Datacenter == "" || k.Datacenter == w.cfg.Query.Datacenter
 }
 
-// hintView builds the view on the local datacenter's non-passing checks.
-// stop ends it for good when the agent rejects the query.
-func (w *Watcher) hintView(stop context.CancelFunc) view[hintSet] {
+// hintView builds the view on the local datacenter's checks in state
+// (hintStates): "critical" or "warning", or "any" filtered to those not
+// passing. stop ends it for good when the agent rejects the query.
+func (w *Watcher) hintView(state string, stop context.CancelFunc) view[hintSet] {
 	log := w.cfg.Logger
+	id := "health_state"
+	if state != "any" {
+		id = "health_state(" + state + ")"
+	}
 	return view[hintSet]{
-		id: "health_state",
+		id: id,
 		fetch: func(q *api.QueryOptions) (hintSet, *api.QueryMeta, error) {
-			q.Filter = hintFilter
-			checks, meta, err := w.cfg.Client.Health().State(api.HealthAny, q)
+			if state == "any" {
+				q.Filter = hintFilter
+			}
+			checks, meta, err := w.cfg.Client.Health().State(state, q)
 			if err != nil {
 				if hintUnsupported(err) {
-					log.Warn().Err(err).Str("query", "health_state").
+					log.Warn().Err(err).Str("query", id).
 						Msg("the agent rejects the health-state query; health hints are off, so a health change is seen only when its service's query has its turn")
 					stop()
 				}

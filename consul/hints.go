@@ -8,8 +8,10 @@ import (
 	"github.com/hashicorp/consul/api"
 )
 
-// hintFilter keeps the health-state response down to the checks that are
-// not passing, which is what a health change adds to or removes from.
+// hintFilter keeps the "any" health-state response (the one hint query of a
+// budget under statusHintSlots) down to the checks that are not passing,
+// which is what a health change adds to or removes from. Consul cannot use
+// an index for it: it filters every check in the datacenter.
 // Consul 1.15's bexpr cannot select by ModifyIndex, so "what changed" is
 // found by diffing responses instead.
 const hintFilter = `Status != "passing"`
@@ -29,7 +31,8 @@ type checkState struct {
 	Index uint64
 }
 
-// hintSet is one health-state response: every non-passing check.
+// hintSet is one hint query's response: the checks in its state (critical,
+// warning), or every check not passing.
 type hintSet map[checkKey]checkState
 
 func newHintSet(checks api.HealthChecks) hintSet {

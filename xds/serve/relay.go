@@ -96,7 +96,7 @@ func (s *Server) relaySetsLocked(key string) (map[string]*cache.Set, error) {
 	defer s.setDowngradedLocked(key, notes)
 	sets := make(map[string]*cache.Set, len(cache.TypeOrder))
 	for _, typ := range cache.TypeOrder {
-		ts, err := s.setLocked("relay/"+cache.BaseKey(key), r, class, typ, notes, func() []types.Resource { return r.ByType()[typ] })
+		ts, err := s.setLocked("relay/"+cache.BaseKey(key), builtKey{r: r, class: class}, typ, notes, func() []types.Resource { return r.ByType()[typ] })
 		if err != nil {
 			return nil, fmt.Errorf("relayed %s: %w", shortType(typ), err)
 		}

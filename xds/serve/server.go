@@ -140,6 +140,11 @@ type Server struct {
 	// translation's set is built against it, reusing the entries of
 	// unchanged resources and recording what changed.
 	chains map[string]*cache.Set
+	// chainFrom is what each chain's latest set was built from: a chain
+	// built from the same resources again keeps its set (setLocked).
+	chainFrom map[string]chainSource
+	// setBuilds counts the sets built (for tests: what an update cost).
+	setBuilds int
 	// built memoises the current translation's sets per resource set, so
 	// keys sharing resources share sets.
 	built map[builtKey]map[string]*builtSet
@@ -182,11 +187,12 @@ func NewServer(cfg ServerConfig) *Server {
 	}
 	log := cfg.Logger.With().Str("component", "xds").Logger()
 	s := &Server{
-		cfg:      cfg,
-		log:      log,
-		lastGood: map[string]*xds.Resources{},
-		chains:   map[string]*cache.Set{},
-		staged:   map[string]*staging{},
+		cfg:       cfg,
+		log:       log,
+		lastGood:  map[string]*xds.Resources{},
+		chains:    map[string]*cache.Set{},
+		chainFrom: map[string]chainSource{},
+		staged:    map[string]*staging{},
 	}
 	s.tracker = newTracker()
 	s.metrics = newMetrics(cfg.Registerer, log)
@@ -463,6 +469,7 @@ func (s *Server) Update(ctx context.Context, out *xds.Output, resolve func(nodeC
 	for chain := range s.chains {
 		if !s.usedChains[chain] {
 			delete(s.chains, chain)
+			delete(s.chainFrom, chain)
 		}
 	}
 	if s.cache.Served("") != nil {

@@ -45,7 +45,7 @@ func TestUnchangedGroupsKeepTheirSets(t *testing.T) {
 	out2 := *out1
 	out2.Reach = map[string]*xds.Resources{"a": reachA, "b": out1.Reach["b"]}
 	s.mu.Lock()
-	builds := s.setBuilds
+	builds, keys := s.setBuilds, s.keysSet
 	s.mu.Unlock()
 	changed, err := s.Update(context.Background(), &out2, same)
 	if err != nil {
@@ -55,8 +55,11 @@ func TestUnchangedGroupsKeepTheirSets(t *testing.T) {
 		t.Fatalf("changed types %v, want only endpoints", changed)
 	}
 	s.mu.Lock()
-	builds = s.setBuilds - builds
+	builds, keys = s.setBuilds-builds, s.keysSet-keys
 	s.mu.Unlock()
+	if keys != 1 {
+		t.Errorf("the update computed the sets of %d keys, want 1 (group a's)", keys)
+	}
 	// Group a's clusters, endpoints and secrets come from its reach, which
 	// the flip replaced; nothing else is built again.
 	if builds != 3 {
@@ -77,6 +80,26 @@ func TestUnchangedGroupsKeepTheirSets(t *testing.T) {
 	got := after["a"][resourcev3.EndpointType].Entries()
 	if len(got) != 1 || !proto.Equal(got[0].Resource(), flipped) {
 		t.Fatalf("group a is served %v, want the flipped endpoints", got)
+	}
+
+	// Then b's endpoints flip. Its sets were left alone in the update
+	// before, and its chains kept: only its endpoints set changes (a
+	// clusters set built from nothing would be a new one, and a push).
+	flippedB := proto.Clone(out1.Reach["b"].Endpoints[0]).(*endpointv3.ClusterLoadAssignment)
+	flippedB.Endpoints[0].LbEndpoints[0].HealthStatus = 2
+	out3 := out2
+	out3.Reach = map[string]*xds.Resources{"a": reachA, "b": {Clusters: out1.Reach["b"].Clusters, Endpoints: []*endpointv3.ClusterLoadAssignment{flippedB}}}
+	if changed, err := s.Update(context.Background(), &out3, same); err != nil || len(changed) != 1 || changed[0] != resourcev3.EndpointType {
+		t.Fatalf("b's flip changed %v (%v), want only endpoints", changed, err)
+	}
+	final := s.cache.Served("b")
+	for _, typ := range cache.TypeOrder {
+		if typ != resourcev3.EndpointType && final[typ] != before["b"][typ] {
+			t.Errorf("group b's %s set changed with only its endpoints", typ)
+		}
+	}
+	if got := final[resourcev3.EndpointType].Entries(); len(got) != 1 || !proto.Equal(got[0].Resource(), flippedB) {
+		t.Fatalf("group b is served %v, want its flipped endpoints", got)
 	}
 }
 

@@ -152,6 +152,9 @@ func (s *Server) setLocked(role string, bk builtKey, typ string, notes map[strin
 		s.chainFrom = map[string]chainSource{}
 	}
 	s.usedChains[chain] = true
+	if s.keyChains != nil {
+		*s.keyChains = append(*s.keyChains, chain)
+	}
 	if b := s.built[bk][typ]; b != nil {
 		s.chains[chain] = b.set
 		s.chainFrom[chain] = chainSource{bk, b.notes}

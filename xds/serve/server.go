@@ -143,8 +143,15 @@ type Server struct {
 	// chainFrom is what each chain's latest set was built from: a chain
 	// built from the same resources again keeps its set (setLocked).
 	chainFrom map[string]chainSource
-	// setBuilds counts the sets built (for tests: what an update cost).
-	setBuilds int
+	// setBuilds counts the sets built and keysSet the keys whose sets
+	// were computed (for tests: what an update cost).
+	setBuilds, keysSet int
+	// keyFrom is what each key's sets were last computed from (keptLocked):
+	// an update leaves a key alone while those are the same resources.
+	keyFrom map[string]keySource
+	// keyChains collects the chains of the key whose sets are being
+	// computed (setLocked), nil otherwise.
+	keyChains *[]string
 	// built memoises the current translation's sets per resource set, so
 	// keys sharing resources share sets.
 	built map[builtKey]map[string]*builtSet
@@ -458,6 +465,9 @@ func (s *Server) Update(ctx context.Context, out *xds.Output, resolve func(nodeC
 			errs = append(errs, err)
 			break
 		}
+		if s.keptLocked(key) {
+			continue
+		}
 		types, err := s.setKeyLocked(key)
 		if err != nil {
 			errs = append(errs, err)
@@ -528,6 +538,7 @@ func (s *Server) forgetKey(key string) {
 		s.mu.Lock()
 		s.unstageLocked(key) // nobody left to wait for
 		delete(s.downgraded, key)
+		delete(s.keyFrom, key)
 		s.mu.Unlock()
 		if s.cfg.OnKeyGone != nil {
 			s.bases.leave(key, func() { s.cfg.OnKeyGone(cache.BaseKey(key)) })
@@ -536,12 +547,52 @@ func (s *Server) forgetKey(key string) {
 }
 
 func (s *Server) setKeyLocked(key string) ([]string, error) {
+	s.keysSet++
+	delete(s.keyFrom, key)
+	var chains []string
+	s.keyChains = &chains
 	sets, err := s.setsLocked(key)
+	s.keyChains = nil
 	if errors.Is(err, errNoGoodState) {
 		return nil, nil // keeps what it has, or waits
 	}
 	if err != nil {
 		return nil, fmt.Errorf("node cluster %q: %w", key, err)
 	}
+	if !s.cfg.Relay {
+		if s.keyFrom == nil {
+			s.keyFrom = map[string]keySource{}
+		}
+		src := keySource{chains: chains}
+		src.role, src.group, src.reach = s.roleLocked(key)
+		s.keyFrom[key] = src
+	}
 	return s.stageLocked(key, sets), nil
+}
+
+// keySource is what a key's sets were computed from: its role's
+// resources and the chains that hold its sets.
+type keySource struct {
+	role         string
+	group, reach *xds.Resources
+	chains       []string
+}
+
+// keptLocked reports whether key's sets need no computing in this update:
+// they were computed from the very resources its role has now (resources
+// are never modified once in an Output), and no make-before-break step is
+// under way for it. Its chains stay in use. An endpoint flip then costs
+// the keys whose reach it patched, not every key (issue 40).
+func (s *Server) keptLocked(key string) bool {
+	src, ok := s.keyFrom[key]
+	if !ok || s.cfg.Relay || s.staged[key] != nil || s.cache.Served(key) == nil {
+		return false
+	}
+	if role, group, reach := s.roleLocked(key); role != src.role || group != src.group || reach != src.reach {
+		return false
+	}
+	for _, c := range src.chains {
+		s.usedChains[c] = true
+	}
+	return true
 }

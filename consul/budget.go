@@ -230,11 +230,14 @@ func (b *budget) rotation() (slots, views int, express bool) {
 }
 
 // oversubscribedWith reports whether views health views would have to take
-// turns with the hint views holding their slots.
+// turns: more of them than slots. Then the hint views are worth their
+// slots; with as many views as slots or fewer each has a slot of its own
+// and sees its changes itself, and starting hints there would only make
+// the views take turns.
 func (b *budget) oversubscribedWith(views int) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return views > b.slots-len(hintStates(b.slots))
+	return views > b.slots
 }
 
 // hintStates are the check states the hint views follow for a budget of

@@ -388,3 +388,23 @@ func TestBudgetLogsOversubscriptionOnce(t *testing.T) {
 		t.Fatalf("a quiet budget logged %s", buf.String())
 	}
 }
+
+// TestBudgetHintsOnlyWhenViewsOutnumberSlots: as many health views as
+// slots each have a slot of their own, so no hint query runs (its slots
+// would make the views take turns); one more and they take turns anyway.
+// Budgets of 4 slots or more hint with the two status queries.
+func TestBudgetHintsOnlyWhenViewsOutnumberSlots(t *testing.T) {
+	for _, slots := range []int{3, 4, 128} {
+		b := newBudget(slots, time.Minute, zerolog.Nop())
+		if b.oversubscribedWith(slots) || !b.oversubscribedWith(slots+1) {
+			t.Errorf("%d slots: oversubscribed with %d views %v, with %d %v; want false, true",
+				slots, slots, b.oversubscribedWith(slots), slots+1, b.oversubscribedWith(slots+1))
+		}
+	}
+	if got := hintStates(3); len(got) != 1 || got[0] != "any" {
+		t.Errorf("hint states for 3 slots: %v, want the one filtered query", got)
+	}
+	if got := hintStates(4); len(got) != 2 || got[0] != "critical" || got[1] != "warning" {
+		t.Errorf("hint states for 4 slots: %v, want critical and warning", got)
+	}
+}

@@ -157,6 +157,12 @@ func callN(t *testing.T, c caller, n int, md ...string) map[string]int {
 // ready ones). The first calls wait for xDS: LDS, RDS, CDS, EDS.
 func warmUp(t *testing.T, c caller, want ...string) {
 	t.Helper()
+	warmUpWith(t, c, nil, want...)
+}
+
+// warmUpWith is warmUp for calls carrying the metadata md.
+func warmUpWith(t *testing.T, c caller, md []string, want ...string) {
+	t.Helper()
 	seen := map[string]bool{}
 	deadline := time.Now().Add(20 * time.Second)
 	var lastErr error
@@ -165,7 +171,7 @@ func warmUp(t *testing.T, c caller, want ...string) {
 			t.Fatalf("within 20s only %v of %v answered; last error: %v", slices.Sorted(maps.Keys(seen)), want, lastErr)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		id, err := c.call(ctx, true)
+		id, err := c.call(ctx, true, md...)
 		cancel()
 		if err != nil {
 			lastErr = err

@@ -17,7 +17,9 @@ import (
 // take turns again.
 func TestWatcherFollowedServicesKeepSlotsAgainstConsul(t *testing.T) {
 	t.Parallel()
-	const services, slots = 24, 6
+	// 7 slots: two for the hint views, two for the followed ones, and
+	// three for the others' turns (one of them kept for hurried reads).
+	const services, slots = 24, 7
 	o := startOversubscribed(t, services, slots, QueryOptions{WaitTime: 10 * time.Second})
 	waitFor(t, o.w, 30*time.Second, "every service read", allPassing(services))
 	o.w.SetFollowed([]ServiceKey{{Name: "svc05"}, {Name: "svc06"}})

@@ -10,7 +10,7 @@ import (
 )
 
 // TestWatcherFollowedServicesKeepSlotsAgainstConsul: 24 views on 5 slots
-// (and the hint view's) take turns; the two services SetFollowed names
+// (and the two hint views') take turns; the two services SetFollowed names
 // keep a slot each and block for the whole wait time, while the others'
 // turns stay shortened; a flip of a followed service is published by its
 // own query, without a hurried read; and once nothing is followed, all

@@ -185,6 +185,20 @@ func startOversubscribed(t *testing.T, n, maxQueries int, q QueryOptions) *overs
 
 // check stops the watcher and fails the test if the budget was ever broken
 // or any request failed.
+// setHealth sets the TTL check of svc's one instance to check and waits
+// (5 s at most) until the published catalog shows want; it returns how
+// long that took.
+func (o *oversubscribed) setHealth(t *testing.T, svc, check string, want Status) time.Duration {
+	t.Helper()
+	start := time.Now()
+	o.agent.SetTTL(t, "service:"+svc+"-1", check)
+	waitFor(t, o.w, 5*time.Second, svc+" "+string(want), func(u Update) bool {
+		s := u.Catalog.Service("", svc)
+		return s != nil && len(s.Instances) == 1 && s.Instances[0].Status == want
+	})
+	return time.Since(start)
+}
+
 func (o *oversubscribed) check(t *testing.T, maxQueries int) {
 	t.Helper()
 	// A test may end within milliseconds (a flip is published at once);
@@ -375,12 +389,6 @@ func testHealthHints(t *testing.T, slots int, hints, not []string) {
 		t.Fatalf("no health view waits: %v", q)
 		return ""
 	}
-	status := func(u Update, name string) Status {
-		if s := u.Catalog.Service("", name); s != nil && len(s.Instances) == 1 {
-			return s.Instances[0].Status
-		}
-		return ""
-	}
 	flip := func(name, check string, want Status) {
 		t.Helper()
 		// Under load the queue may turn between reading it and flipping:
@@ -392,10 +400,7 @@ func testHealthHints(t *testing.T, slots int, hints, not []string) {
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
-		start := time.Now()
-		o.agent.SetTTL(t, "service:"+name+"-1", check)
-		waitFor(t, o.w, 5*time.Second, name+" "+string(want), func(u Update) bool { return status(u, name) == want })
-		took := time.Since(start)
+		took := o.setHealth(t, name, check, want)
 		t.Logf("%s turned %s in the published catalog %v after the check changed; it was last of %d queries waiting for %d slots",
 			name, want, took.Round(time.Millisecond), len(q), slots)
 	}
@@ -433,13 +438,8 @@ func TestWatcherWithoutTurnsHasNoHintQuery(t *testing.T) {
 	// Through the agent cache, as the daemon reads by default.
 	o := startOversubscribed(t, services, slots, QueryOptions{UseCache: true})
 	waitFor(t, o.w, 30*time.Second, "every service read", allPassing(services))
-	start := time.Now()
-	o.agent.SetTTL(t, "service:svc01-1", api.HealthCritical)
-	waitFor(t, o.w, 5*time.Second, "svc01 critical", func(u Update) bool {
-		s := u.Catalog.Service("", "svc01")
-		return s != nil && len(s.Instances) == 1 && s.Instances[0].Status == StatusCritical
-	})
-	t.Logf("flip published after %v", time.Since(start).Round(time.Millisecond))
+	took := o.setHealth(t, "svc01", api.HealthCritical, StatusCritical)
+	t.Logf("flip published after %v", took.Round(time.Millisecond))
 	if n := o.transport.requests("/v1/health/state/any"); n != 0 {
 		t.Errorf("%d health-state requests with a slot for every service, want 0", n)
 	}

@@ -72,13 +72,8 @@ func TestWatcherFollowedServicesKeepSlotsAgainstConsul(t *testing.T) {
 
 	// A flip of a followed service: its own blocking query returns it.
 	before := o.transport.requests("/v1/health/service/svc05")
-	start := time.Now()
-	o.agent.SetTTL(t, "service:svc05-1", api.HealthCritical)
-	waitFor(t, o.w, 5*time.Second, "svc05 critical", func(u Update) bool {
-		s := u.Catalog.Service("", "svc05")
-		return s != nil && len(s.Instances) == 1 && s.Instances[0].Status == StatusCritical
-	})
-	t.Logf("svc05 critical in the published catalog %v after the check changed", time.Since(start).Round(time.Millisecond))
+	took := o.setHealth(t, "svc05", api.HealthCritical, StatusCritical)
+	t.Logf("svc05 critical in the published catalog %v after the check changed", took.Round(time.Millisecond))
 	// Its blocking query answered, and the next one started: two at most.
 	if n := o.transport.requests("/v1/health/service/svc05") - before; n > 2 {
 		t.Errorf("%d requests for svc05 to see one flip, want its own query's answer and the next", n)

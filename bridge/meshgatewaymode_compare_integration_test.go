@@ -11,6 +11,8 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	tcpproxyv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/filters/network/tcp_proxy/v3"
 	"github.com/hashicorp/consul/api"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
@@ -149,16 +151,28 @@ func stateOf(t *testing.T, addr, node, cluster string, ready func(adsclient.Stat
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: node, Cluster: cluster, Mode: adsclient.Delta, InitialFetchTimeout: -1})
-	if err != nil {
-		t.Fatal(err)
+	for {
+		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: node, Cluster: cluster, Mode: adsclient.Delta, InitialFetchTimeout: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := c.Wait(ctx, ready)
+		snap := c.Snapshot()
+		c.Close()
+		// A server that closes the stream with UNAVAILABLE asks the proxy
+		// to reconnect, and Envoy does: the bridge does so when a node's
+		// Connect sidecar registration reaches it after the node connected
+		// (it then belongs to another group). Reconnect as Envoy would.
+		if err != nil && status.Code(err) == codes.Unavailable && ctx.Err() == nil {
+			t.Logf("%s as %s: stream closed, reconnecting as Envoy does: %v", addr, node, err)
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if err != nil {
+			t.Fatalf("%s as %s: %v\n%s", addr, node, err, snap)
+		}
+		return st
 	}
-	defer c.Close()
-	st, err := c.Wait(ctx, ready)
-	if err != nil {
-		t.Fatalf("%s as %s: %v\n%s", addr, node, err, c.Snapshot())
-	}
-	return st
 }
 
 // TestMeshGatewayModesMatchConsulXDS: two datacenters WAN-joined on

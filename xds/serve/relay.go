@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -53,6 +54,18 @@ func (s *Server) SetRelay(key string, r *xds.Resources) ([]string, error) {
 	}
 	if r == nil {
 		delete(s.relay, key)
+		s.built = map[builtKey]map[string]*builtSet{}
+		// Its chains go too, and with them the resources (its upstreams'
+		// private keys among them) their sets were built from: Update,
+		// which drops unused chains, never runs in relay mode, so an
+		// agent would hold every node.cluster it ever relayed.
+		prefix := relayRole(key) + "\x00"
+		for chain := range s.chains {
+			if strings.HasPrefix(chain, prefix) {
+				delete(s.chains, chain)
+				delete(s.chainFrom, chain)
+			}
+		}
 		return nil, nil
 	}
 	s.relay[key] = r
@@ -75,6 +88,9 @@ func (s *Server) SetRelay(key string, r *xds.Resources) ([]string, error) {
 	return slices.Compact(changed), errors.Join(errs...)
 }
 
+// relayRole is the role (setLocked) whose chains serve relay key key.
+func relayRole(key string) string { return "relay/" + key }
+
 // RelayKeys lists the keys set with SetRelay.
 func (s *Server) RelayKeys() []string {
 	s.mu.Lock()
@@ -96,7 +112,7 @@ func (s *Server) relaySetsLocked(key string) (map[string]*cache.Set, error) {
 	defer s.setDowngradedLocked(key, notes)
 	sets := make(map[string]*cache.Set, len(cache.TypeOrder))
 	for _, typ := range cache.TypeOrder {
-		ts, err := s.setLocked("relay/"+cache.BaseKey(key), builtKey{r: r, class: class}, typ, notes, func() []types.Resource { return r.ByType()[typ] })
+		ts, err := s.setLocked(relayRole(cache.BaseKey(key)), builtKey{r: r, class: class}, typ, notes, func() []types.Resource { return r.ByType()[typ] })
 		if err != nil {
 			return nil, fmt.Errorf("relayed %s: %w", shortType(typ), err)
 		}

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	"github.com/rs/zerolog"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
@@ -33,5 +35,59 @@ func TestRelayedEnvoysBounded(t *testing.T) {
 		if len(e) > maxRelayedEnvoyBytes+len("…") {
 			t.Fatalf("an entry of %d bytes", len(e))
 		}
+	}
+}
+
+// TestRelayKeyDroppedForgetsItsSets: a relay key that stops being served
+// (its last local proxy left) takes its chains with it, and so the
+// resources they were built from, its upstreams' private keys among them.
+// Update, which drops unused chains, never runs in relay mode: before,
+// an agent held the last sets of every node.cluster it ever relayed.
+// Another key's sets stay.
+func TestRelayKeyDroppedForgetsItsSets(t *testing.T) {
+	s := NewServer(ServerConfig{Relay: true, Logger: zerolog.Nop()})
+	res := func(name string) *xds.Resources {
+		return &xds.Resources{Secrets: []*tlsv3.Secret{{Name: name + "-leaf", Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
+			PrivateKey: &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: "key of " + name}}}}}}}
+	}
+	for _, k := range []string{"a", "b"} {
+		if _, err := s.SetRelay(k, res(k)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	held := func(key string) (chains, froms int) {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for c := range s.chains {
+			if strings.HasPrefix(c, relayRole(key)+"\x00") {
+				chains++
+			}
+		}
+		for c := range s.chainFrom {
+			if strings.HasPrefix(c, relayRole(key)+"\x00") {
+				froms++
+			}
+		}
+		return chains, froms
+	}
+	s.mu.Lock()
+	for _, k := range []string{"a", "b"} {
+		if _, err := s.relaySetsLocked(k); err != nil {
+			s.mu.Unlock()
+			t.Fatal(err)
+		}
+	}
+	s.mu.Unlock()
+	if c, f := held("a"); c == 0 || f == 0 {
+		t.Fatalf("relay key a holds %d chains (%d sources) after its sets were built; the test sees nothing", c, f)
+	}
+	if _, err := s.SetRelay("a", nil); err != nil {
+		t.Fatal(err)
+	}
+	if c, f := held("a"); c != 0 || f != 0 {
+		t.Errorf("relay key a, no longer served, still holds %d chains and %d sources (its private key with them)", c, f)
+	}
+	if c, _ := held("b"); c == 0 {
+		t.Error("relay key b lost its sets when a was dropped")
 	}
 }

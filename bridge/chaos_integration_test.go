@@ -76,6 +76,13 @@ func (m *minHealthy) start() {
 	m.on, m.min = true, map[string]int{}
 }
 
+// stop ends the recording; what the client holds later is not counted.
+func (m *minHealthy) stop() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.on = false
+}
+
 func (m *minHealthy) result() map[string]int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -84,9 +91,12 @@ func (m *minHealthy) result() map[string]int {
 
 // TestConsulServerRestart kills the Consul server and starts it again on
 // the same data dir. The restarted agent reports its HTTP checks critical
-// until each has run once; the test measures how often proxies see those
-// transient downgrades with and without consul.reconnect_hold, asserts that
-// the hold removes them, and that new instances flow again afterwards.
+// until each has run once, and may answer for a service before it has
+// registered the service's instances again; the test measures how often
+// proxies see those transient downgrades with and without
+// consul.reconnect_hold, asserts that the hold removes them, that an
+// instance deregistered during the window leaves proxies when it ends, and
+// that new instances flow again afterwards.
 func TestConsulServerRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("restarts Consul and waits for its checks: ~45s")
@@ -119,8 +129,31 @@ func TestConsulServerRestart(t *testing.T) {
 			agent.Kill()
 			time.Sleep(2 * time.Second)
 			agent.Restart(t)
-			// Let the restarted agent run its checks and the hold expire.
-			time.Sleep(hold + 3*time.Second)
+			// A real removal while the hold runs: proxies get it when the
+			// window ends, not before (a restarted Consul without its state
+			// lists services without instances until its agents register
+			// them again, and the hold keeps what it knew).
+			if err := agent.Client().Agent().ServiceDeregister("carts-2"); err != nil {
+				t.Fatal(err)
+			}
+			// Let the restarted agent run its checks and the hold expire;
+			// with a hold, the record ends before the window does.
+			if hold > 0 {
+				time.Sleep(hold - 3*time.Second)
+				rec[0].stop()
+				rec[1].stop()
+				time.Sleep(6 * time.Second)
+			} else {
+				time.Sleep(3 * time.Second)
+			}
+			for i, c := range clients {
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				_, err := c.Wait(ctx, func(s adsclient.State) bool { return len(s.Endpoints("carts")) == 1 })
+				cancel()
+				if err != nil {
+					t.Fatalf("client %d: the deregistered carts-2 is still served after the hold: %v", i, err)
+				}
+			}
 
 			port := backend(t)
 			start := time.Now()

@@ -109,7 +109,7 @@ func (d *Daemon) consulQuery(endpoint, datacenter string, err error, dur time.Du
 	if down := d.outages.record(datacenter, err, d.clock.Now(), d.ready.Load()); down > 0 {
 		d.log.Info().Str("datacenter", cmp.Or(datacenter, "(local)")).Dur("unreachable_for", down).
 			Dur("hold", d.cfg.Settings.Consul.ReconnectHold).
-			Msg("Consul is back; holding back its instances' health downgrades while its checks settle")
+			Msg("Consul is back; holding back its instances' health downgrades and removals while it settles")
 	}
 }
 

@@ -256,7 +256,7 @@ func (l *loop) build(ctx context.Context) {
 		var held int
 		cat, held = model.HoldDowngrades(l.served, cat, func(dc string) bool { return dcs[l.d.localDC(dc)] })
 		if held > 0 {
-			l.d.log.Info().Int("instances", held).Time("until", until).Msg("holding health downgrades after Consul reconnect")
+			l.d.log.Info().Int("instances", held).Time("until", until).Msg("holding health downgrades and removals after Consul reconnect")
 			// Rebuild when the window ends, with the real state.
 			l.arm(until.Sub(start) + time.Millisecond)
 		}

@@ -352,6 +352,40 @@ func TestLoopHoldsDowngradesAfterReconnect(t *testing.T) {
 	h.eventually("nothing pending after the rebuild", func() bool { return !h.d.buildPending.Load() })
 }
 
+// TestLoopHoldsRemovalsAfterReconnect: a Consul that comes back without
+// its state answers with a service's instances gone (its index back at
+// 1) until its agents register them again; within the hold window the
+// proxies keep the instance, and the rebuild at the window's end serves
+// what Consul says then.
+func TestLoopHoldsRemovalsAfterReconnect(t *testing.T) {
+	h := startLoop(t)
+	h.send(8001)
+	h.eventually("the first build", func() bool { return h.builds() == 1 })
+	now := h.clock.Now()
+	refused := &net.OpError{Op: "dial", Err: os.NewSyscallError("connect", syscall.ECONNREFUSED)}
+	h.d.outages.record("", refused, now, true)
+	if down := h.d.outages.record("", nil, now.Add(time.Millisecond), true); down == 0 {
+		t.Fatal("a refused connection armed no hold")
+	}
+	h.clock.Advance(h.d.cfg.Settings.XDS.DebounceHoldOff)
+	empty := consul.NewCatalog([]*consul.Service{{Name: "web", Index: 1}})
+	select {
+	case h.updates <- consul.Update{Catalog: empty, Complete: true, ChangedAt: h.clock.Now()}:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the loop did not take the update")
+	}
+	h.eventually("the held build", func() bool { return h.builds() == 2 })
+	if !strings.Contains(h.served(), `"port_value":8001`) {
+		t.Fatalf("served %s during the hold, want the instance Consul lost kept", h.served())
+	}
+	h.eventually("the held build's end", func() bool { return h.d.buildsDone.Load() == 2 })
+	h.clock.Advance(h.d.cfg.Settings.Consul.ReconnectHold)
+	h.eventually("the rebuild at the hold's end", func() bool { return h.builds() == 3 })
+	if strings.Contains(h.served(), `"port_value":8001`) {
+		t.Fatalf("served %s after the hold, want the removal", h.served())
+	}
+}
+
 // logEvents are the JSON log events in logs with message msg.
 func logEvents(logs *syncbuffer.Buffer, msg string) []map[string]any {
 	var out []map[string]any

@@ -15,7 +15,7 @@ import (
 // "When Consul restarts"). A single failed request is not an outage: the
 // hold arms only when a datacenter gave no answer for at least `after`, or
 // refused connections (its agent was down: a restart, however quick, is
-// what the hold is for), and then holds back health downgrades of that
+// what the hold is for), and then holds back health downgrades and removals of that
 // datacenter's instances only, so an unreachable failover datacenter never
 // delays what the local one reports. An HTTP answer that is an error
 // (403, 404, 429) is an answer: Consul is reachable. It reads no clock:

@@ -44,7 +44,7 @@ type ConsulSettings struct {
 	// turns 503; xDS keeps serving the last good state regardless.
 	StaleAfter time.Duration
 	// ReconnectHold is how long, after Consul answers again following an
-	// outage, health downgrades are held back (see docs/operations/failure-behaviour.md); 0 disables it.
+	// outage, health downgrades and removals are held back (see docs/operations/failure-behaviour.md); 0 disables it.
 	ReconnectHold time.Duration
 	// ReconnectHoldAfter is how long a datacenter's Consul must have given
 	// no answer for its return to arm ReconnectHold: a single failed

@@ -43,7 +43,7 @@ func TestConsulMetricLabelsPreinitialised(t *testing.T) {
 
 	// Every endpoint label the watchers use is in the list.
 	files, _ := filepath.Glob("../consul/*.go")
-	re := regexp.MustCompile(`(?:result|resultFunc|OnQuery)\("([a-z_]+)"`)
+	re := regexp.MustCompile(`(?:result|resultFunc|queryResult|OnQuery)\("([a-z_]+)"`)
 	used := map[string]bool{"status_leader": true}
 	for _, f := range files {
 		b, err := os.ReadFile(f)

@@ -126,12 +126,7 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 		case <-ctx.Done():
 		}
 	}
-	result := func(endpoint string) func(error, time.Duration) {
-		if w.cfg.OnQuery == nil {
-			return nil
-		}
-		return func(err error, d time.Duration) { w.cfg.OnQuery(endpoint, "", err, d) }
-	}
+	result := func(endpoint string) func(error, time.Duration) { return w.queryResult(endpoint, "") }
 	log := w.cfg.Logger
 	join := func(id string) *member {
 		if w.cfg.Budget == nil {
@@ -227,7 +222,7 @@ func (w *MeshWatcher) Run(ctx context.Context) error {
 					entries, meta, err := w.cfg.Client.Health().Connect(k.Name, "", false, q)
 					return newConnectEndpoints(entries), meta, err
 				},
-				equal: equalProxies, opts: opts, log: log, result: result("health_connect"),
+				equal: equalProxies, opts: opts, log: log, result: w.queryResult("health_connect", w.remoteDatacenter(k.Datacenter)),
 			}
 			v.slots = join(v.id)
 			defer v.slots.leave()

@@ -2,7 +2,9 @@ package consul
 
 import (
 	"context"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/rs/zerolog"
@@ -53,5 +55,64 @@ func TestMeshWatcherTargets(t *testing.T) {
 	})
 	if eps := m.Endpoints["api"]; len(eps) != 1 {
 		t.Errorf("api's connect endpoints (a registered upstream) = %+v", eps)
+	}
+}
+
+// TestMeshWatcherLabelsQueriesByDatacenter: the connect health of a target
+// in another datacenter is reported to OnQuery with that datacenter, and
+// the local queries with "": an unreachable other datacenter (the local
+// agent answers its queries with errors) must not read as the local
+// Consul being down (the bridge's consul_up and reconnect hold). Every
+// query was labelled local before.
+func TestMeshWatcherLabelsQueriesByDatacenter(t *testing.T) {
+	t.Parallel()
+	agent := consultest.Start(t)
+	c := agent.Client()
+	if err := c.Agent().ServiceRegister(&api.AgentServiceRegistration{Name: "api", Port: 9090,
+		Connect: &api.AgentServiceConnect{SidecarService: &api.AgentServiceRegistration{}}}); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	failed := map[string][]string{} // endpoint -> datacenters of its failed queries
+	ok := map[string][]string{}
+	record := func(endpoint, dc string, err error, _ time.Duration) {
+		mu.Lock()
+		defer mu.Unlock()
+		if err != nil {
+			failed[endpoint] = append(failed[endpoint], dc)
+		} else {
+			ok[endpoint] = append(ok[endpoint], dc)
+		}
+	}
+	w := NewMeshWatcher(MeshConfig{Client: c, Query: testQuery(), Targets: []ServiceKey{{Name: "api"}, {Name: "api", Datacenter: "dc-gone"}},
+		Logger: zerolog.New(zerolog.NewTestWriter(t)), OnQuery: record})
+	runInBackground(t, w.Run)
+	nextMesh(t, w, "api's local connect endpoint", func(m *Mesh) bool { return len(m.Endpoints["api"]) == 1 })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		mu.Lock()
+		n := len(failed["health_connect"])
+		mu.Unlock()
+		if n > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no failed health_connect query for the target in dc-gone")
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	for endpoint, dcs := range failed {
+		for _, dc := range dcs {
+			if dc != "dc-gone" {
+				t.Errorf("a failed %s query is labelled %q, want dc-gone (the only datacenter that fails)", endpoint, dc)
+			}
+		}
+	}
+	for endpoint, dcs := range ok {
+		for _, dc := range dcs {
+			if dc != "" {
+				t.Errorf("a local %s query is labelled %q, want \"\"", endpoint, dc)
+			}
+		}
 	}
 }

@@ -112,7 +112,7 @@ func (w *MeshWatcher) runGatewayList(dc string, send func(context.Context, meshE
 				m, meta, err := w.cfg.Client.Catalog().Services(q)
 				return slices.Sorted(maps.Keys(m)), meta, err
 			},
-			equal: slices.Equal[[]string], opts: opts, log: w.cfg.Logger, result: w.queryResult("catalog_services"),
+			equal: slices.Equal[[]string], opts: opts, log: w.cfg.Logger, result: w.queryResult("catalog_services", w.remoteDatacenter(dc)),
 		}
 		v.slots = join(v.id)
 		defer v.slots.leave()
@@ -133,7 +133,7 @@ func (w *MeshWatcher) runGatewayHealth(dc, name string, send func(context.Contex
 				entries, meta, err := w.cfg.Client.Health().Service(name, "", false, q)
 				return newRemoteGateways(entries), meta, err
 			},
-			equal: equalProxies, opts: opts, log: w.cfg.Logger, result: w.queryResult("health_service"),
+			equal: equalProxies, opts: opts, log: w.cfg.Logger, result: w.queryResult("health_service", w.remoteDatacenter(dc)),
 		}
 		v.slots = join(v.id)
 		defer v.slots.leave()
@@ -143,12 +143,24 @@ func (w *MeshWatcher) runGatewayHealth(dc, name string, send func(context.Contex
 	}
 }
 
-// queryResult reports a query's outcome to OnQuery, if set.
-func (w *MeshWatcher) queryResult(endpoint string) func(error, time.Duration) {
+// queryResult reports a query's outcome to OnQuery, if set, with the
+// datacenter it asked ("" for the local one, as remoteDatacenter says):
+// an unreachable other datacenter, whose queries the local agent answers
+// with errors, must not count as the local Consul being down (bridge's
+// outages: consul_up, the reconnect hold).
+func (w *MeshWatcher) queryResult(endpoint, dc string) func(error, time.Duration) {
 	if w.cfg.OnQuery == nil {
 		return nil
 	}
-	return func(err error, d time.Duration) { w.cfg.OnQuery(endpoint, "", err, d) }
+	return func(err error, d time.Duration) { w.cfg.OnQuery(endpoint, dc, err, d) }
+}
+
+// remoteDatacenter is dc as OnQuery reports it: "" for the local one.
+func (w *MeshWatcher) remoteDatacenter(dc string) string {
+	if dc == w.cfg.Query.Datacenter {
+		return ""
+	}
+	return dc
 }
 
 // reconcileGateways starts a health view for each of dc's mesh gateway

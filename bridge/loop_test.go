@@ -248,6 +248,28 @@ func TestLoopShowsFailedGroups(t *testing.T) {
 	}
 }
 
+// TestLoopFirstBuildNeedsEveryGroup: a group that fails in the bridge's
+// first build has no last good state, and the bridge stays not ready and
+// serves nothing (docs/operations/failure-behaviour.md says so); the first
+// build that translates every group serves and makes it ready.
+func TestLoopFirstBuildNeedsEveryGroup(t *testing.T) {
+	h := startLoop(t)
+	g := "edge"
+	h.failGroup.Store(&g)
+	h.send(8001)
+	h.eventually("the first build's attempt", func() bool { return h.d.buildsDone.Load() == 1 })
+	if h.d.ready.Load() || h.served() != "" {
+		t.Fatalf("ready %v, served %q after a first build with a failed group; want not ready, nothing served", h.d.ready.Load(), h.served())
+	}
+	h.failGroup.Store(nil)
+	h.clock.Advance(time.Hour)
+	h.send(8002)
+	h.eventually("the first whole build", func() bool { return h.d.ready.Load() })
+	if !strings.Contains(h.served(), `"port_value":8002`) {
+		t.Fatalf("served %s, want port 8002", h.served())
+	}
+}
+
 // TestLoopReportsSkippedServices: catalog services the watcher skipped
 // for their names are warnings on /v1/policy and in a gauge; the build
 // goes on without them.

@@ -22,8 +22,9 @@ import (
 // its agents register their services again, which took a service out of
 // every proxy in TestConsulServerRestart. A real deregistration in the
 // window therefore reaches proxies when the window ends, as a real
-// failure does. New instances and improvements pass through unchanged,
-// and so does everything of other datacenters. The count is what was
+// failure does. Connect's sidecars, gateways and endpoints are held the
+// same way (holdmesh.go). New instances and improvements pass through
+// unchanged, and so does everything of other datacenters. The count is what was
 // held (a vanished service counts at least one). It is pure; prev and cur
 // are not modified.
 func HoldDowngrades(prev, cur *consul.Catalog, held func(datacenter string) bool) (*consul.Catalog, int) {
@@ -56,7 +57,8 @@ func HoldDowngrades(prev, cur *consul.Catalog, held func(datacenter string) bool
 			return cmp.Or(cmp.Compare(a.Datacenter, b.Datacenter), cmp.Compare(a.Name, b.Name))
 		})
 	}
-	return &consul.Catalog{Services: services, Mesh: cur.Mesh}, count
+	mesh, n := holdMesh(prev.Mesh, cur.Mesh, held)
+	return &consul.Catalog{Services: services, Mesh: mesh}, count + n
 }
 
 // holdInstances is s with old's status for each instance that got worse

@@ -42,17 +42,26 @@ func TestOutages(t *testing.T) {
 		}
 	})
 	t.Run("an HTTP error answer is an answer", func(t *testing.T) {
+		// What failure-behaviour.md names: 403, 404 and 429 mean Consul is
+		// reachable; 408 (the request timed out) does not.
+		for _, answer := range []api.StatusError{forbidden, {Code: 404, Body: "Not found"}, {Code: 429, Body: "Too many requests"}} {
+			o := newOutages(after, hold)
+			o.record("", answer, at(0), true)
+			o.record("", answer, at(ms(5000)), true)
+			if !o.up("", at(ms(5000))) {
+				t.Errorf("consul_up down while Consul answers %d", answer.Code)
+			}
+			if o.record("", nil, at(ms(6000)), true) != 0 {
+				t.Errorf("%d answers armed the hold", answer.Code)
+			}
+			if since, _ := o.failing(""); !since.IsZero() {
+				t.Error("still failing after a success")
+			}
+		}
 		o := newOutages(after, hold)
-		o.record("", forbidden, at(0), true)
-		o.record("", forbidden, at(ms(5000)), true)
-		if !o.up("", at(ms(5000))) {
-			t.Error("consul_up down while Consul answers 403")
-		}
-		if o.record("", nil, at(ms(6000)), true) != 0 {
-			t.Error("403 answers armed the hold")
-		}
-		if since, _ := o.failing(""); !since.IsZero() {
-			t.Error("still failing after a success")
+		o.record("", api.StatusError{Code: 408}, at(0), true)
+		if o.up("", at(ms(5000))) {
+			t.Error("consul_up still up after 5 s of 408s: a timed-out request is no answer")
 		}
 	})
 	t.Run("a real local outage holds the local datacenter only", func(t *testing.T) {

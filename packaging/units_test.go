@@ -45,6 +45,11 @@ func TestUnitsHardened(t *testing.T) {
 					t.Errorf("%s lacks %s", unit, want)
 				}
 			}
+			// Each proxy holds one descriptor of the bridge's
+			// (docs/operations/failure-behaviour.md names this limit).
+			if strings.HasSuffix(unit, "consul-xds-bridge.service") && !regexp.MustCompile(`(?m)^LimitNOFILE=65536$`).MatchString(src) {
+				t.Errorf("%s lacks LimitNOFILE=65536", unit)
+			}
 		})
 	}
 }

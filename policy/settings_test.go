@@ -50,6 +50,35 @@ log { level = "debug" }
 	}
 }
 
+// TestReconnectHoldSetting: reconnect_hold defaults to 15 s and
+// reconnect_hold_after to 2 s (docs/reference/daemon-settings.md); "0s"
+// turns the hold off, as the docs say, and an hour is an hour.
+func TestReconnectHoldSetting(t *testing.T) {
+	for _, tc := range []struct {
+		src         string
+		hold, after time.Duration
+	}{
+		{"", 15 * time.Second, 2 * time.Second},
+		{`consul { reconnect_hold = "0s" }`, 0, 2 * time.Second},
+		{`consul {
+  reconnect_hold = "1h"
+  reconnect_hold_after = "500ms"
+}`, time.Hour, 500 * time.Millisecond},
+	} {
+		doc, diags := Parse("a.hcl", []byte(tc.src+"\n"))
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		cfg, diags := Merge(doc)
+		if diags.HasErrors() {
+			t.Fatal(diags)
+		}
+		if c := cfg.Settings.Consul; c.ReconnectHold != tc.hold || c.ReconnectHoldAfter != tc.after {
+			t.Errorf("%q: reconnect_hold %v, reconnect_hold_after %v; want %v, %v", tc.src, c.ReconnectHold, c.ReconnectHoldAfter, tc.hold, tc.after)
+		}
+	}
+}
+
 func TestSettingsDiagnostics(t *testing.T) {
 	tests := map[string]struct {
 		files map[string]string

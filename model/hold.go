@@ -61,55 +61,70 @@ func HoldDowngrades(prev, cur *consul.Catalog, held func(datacenter string) bool
 	return &consul.Catalog{Services: services, Mesh: mesh}, count + n
 }
 
-// holdInstances is s with old's status for each instance that got worse
-// and old's instances that s lacks, and how many it held; s itself when
-// none.
+// holdInstances is s with its instances held against old's (holdList),
+// and how many it held; s itself when none.
 func holdInstances(old, s *consul.Service) (*consul.Service, int) {
-	type id [2]string
-	before := make(map[id]consul.Status, len(old.Instances))
-	for _, in := range old.Instances {
-		before[id{in.Node, in.ID}] = in.Status
-	}
-	now := make(map[id]bool, len(s.Instances))
-	var copied *consul.Service
-	count := 0
-	for i, in := range s.Instances {
-		now[id{in.Node, in.ID}] = true
-		st, ok := before[id{in.Node, in.ID}]
-		if !ok || !in.Status.WorseThan(st) {
-			continue
-		}
-		if copied == nil {
-			copied = copyService(s)
-		}
-		copied.Instances[i].Status = st
-		count++
-	}
-	removed := 0
-	for _, in := range old.Instances {
-		if now[id{in.Node, in.ID}] {
-			continue
-		}
-		if copied == nil {
-			copied = copyService(s)
-		}
-		copied.Instances = append(copied.Instances, in)
-		removed++
-	}
-	if copied == nil {
+	ins, n := holdList(old.Instances, s.Instances, func(consul.Instance) bool { return true },
+		func(in consul.Instance) [2]string { return [2]string{in.Node, in.ID} },
+		func(in *consul.Instance) *consul.Status { return &in.Status })
+	if n == 0 {
 		return s, 0
 	}
-	if removed > 0 {
-		// The order NewService gives, so equal data compares equal.
-		slices.SortFunc(copied.Instances, func(a, b consul.Instance) int {
-			return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID))
-		})
-	}
-	return copied, count + removed
+	c := *s
+	c.Instances = ins
+	return &c, n
 }
 
-func copyService(s *consul.Service) *consul.Service {
-	c := *s
-	c.Instances = append([]consul.Instance(nil), s.Instances...)
-	return &c
+// holdList is cur with each item that keep says is held and that got
+// worse since prev at its status in prev, and those prev has and cur
+// lacks added back, sorted by id ((Node, ID): the order the watchers
+// give, so equal data compares equal), and how many it held; cur itself
+// when none. cur is not modified.
+func holdList[T any](prev, cur []T, keep func(T) bool, id func(T) [2]string, status func(*T) *consul.Status) ([]T, int) {
+	before := make(map[[2]string]T, len(prev))
+	for _, p := range prev {
+		if keep(p) {
+			before[id(p)] = p
+		}
+	}
+	if len(before) == 0 {
+		return cur, 0
+	}
+	var out []T
+	count := 0
+	now := make(map[[2]string]bool, len(cur))
+	for i, c := range cur {
+		now[id(c)] = true
+		old, ok := before[id(c)]
+		if !ok || !status(&c).WorseThan(*status(&old)) {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(cur)
+		}
+		*status(&out[i]) = *status(&old)
+		count++
+	}
+	removed := false
+	for _, p := range prev {
+		if _, ok := before[id(p)]; !ok || now[id(p)] {
+			continue
+		}
+		if out == nil {
+			out = slices.Clone(cur)
+		}
+		out = append(out, p)
+		count++
+		removed = true
+	}
+	if out == nil {
+		return cur, 0
+	}
+	if removed {
+		slices.SortFunc(out, func(a, b T) int {
+			ia, ib := id(a), id(b)
+			return cmp.Or(cmp.Compare(ia[0], ib[0]), cmp.Compare(ia[1], ib[1]))
+		})
+	}
+	return out, count
 }

@@ -1,9 +1,6 @@
 package model
 
 import (
-	"cmp"
-	"slices"
-
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 )
 
@@ -64,55 +61,9 @@ func holdProxyMap(prev, cur map[string][]consul.Proxy, held func(string) bool) (
 	return out, count
 }
 
-// holdProxies is cur with each proxy of a held datacenter that got worse
-// since prev at its status in prev, and those prev has and cur lacks
-// added back, sorted by (Node, ID) as the watcher sorts them; cur itself
-// when none.
+// holdProxies is holdList for the proxies of held datacenters.
 func holdProxies(prev, cur []consul.Proxy, held func(string) bool) ([]consul.Proxy, int) {
-	type id [2]string
-	before := make(map[id]consul.Proxy, len(prev))
-	for _, p := range prev {
-		if held(p.Datacenter) {
-			before[id{p.Node, p.ID}] = p
-		}
-	}
-	if len(before) == 0 {
-		return cur, 0
-	}
-	var out []consul.Proxy
-	count := 0
-	now := make(map[id]bool, len(cur))
-	for i, p := range cur {
-		now[id{p.Node, p.ID}] = true
-		old, ok := before[id{p.Node, p.ID}]
-		if !ok || !p.Status.WorseThan(old.Status) {
-			continue
-		}
-		if out == nil {
-			out = slices.Clone(cur)
-		}
-		out[i].Status = old.Status
-		count++
-	}
-	removed := false
-	for _, p := range prev {
-		if _, ok := before[id{p.Node, p.ID}]; !ok || now[id{p.Node, p.ID}] {
-			continue
-		}
-		if out == nil {
-			out = slices.Clone(cur)
-		}
-		out = append(out, p)
-		count++
-		removed = true
-	}
-	if out == nil {
-		return cur, 0
-	}
-	if removed {
-		slices.SortFunc(out, func(a, b consul.Proxy) int {
-			return cmp.Or(cmp.Compare(a.Node, b.Node), cmp.Compare(a.ID, b.ID))
-		})
-	}
-	return out, count
+	return holdList(prev, cur, func(p consul.Proxy) bool { return held(p.Datacenter) },
+		func(p consul.Proxy) [2]string { return [2]string{p.Node, p.ID} },
+		func(p *consul.Proxy) *consul.Status { return &p.Status })
 }

@@ -11,8 +11,9 @@ import (
 // gateway Consul no longer lists is kept (in the proxies, an upstream's
 // Connect endpoints and other datacenters' gateways alike), and an
 // upstream list Consul lacks altogether is kept; a new sidecar, an
-// improvement and another datacenter's removal pass. The input is not
-// modified.
+// improvement and another datacenter's removal pass. A list's datacenter
+// is where it was read from, not the proxies' Datacenter field (Consul's
+// name for the local datacenter too). The input is not modified.
 func TestHoldDowngradesKeepsConnect(t *testing.T) {
 	px := func(id, dc string, st consul.Status) consul.Proxy {
 		return consul.Proxy{ID: id, Name: "api-sidecar-proxy", Node: "n-" + id, Datacenter: dc, Status: st}
@@ -38,7 +39,9 @@ func TestHoldDowngradesKeepsConnect(t *testing.T) {
 	}
 	prev := &consul.Catalog{Mesh: prevMesh}
 	cur := &consul.Catalog{Mesh: curMesh}
-	held := func(dc string) bool { return dc == "" || dc == "dc1" || dc == "dc3" }
+	// The daemon with consul.datacenter unset: the local datacenter is
+	// "", and the proxies' own field says Consul's name for it, "dc1".
+	held := func(dc string) bool { return dc == "" || dc == "dc3" }
 	got, n := HoldDowngrades(prev, cur, held)
 	m := got.Mesh
 	ids := func(ps []consul.Proxy) string {

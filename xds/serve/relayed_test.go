@@ -50,7 +50,8 @@ func TestRelayKeyDroppedForgetsItsSets(t *testing.T) {
 		return &xds.Resources{Secrets: []*tlsv3.Secret{{Name: name + "-leaf", Type: &tlsv3.Secret_TlsCertificate{TlsCertificate: &tlsv3.TlsCertificate{
 			PrivateKey: &corev3.DataSource{Specifier: &corev3.DataSource_InlineString{InlineString: "key of " + name}}}}}}}
 	}
-	for _, k := range []string{"a", "b"} {
+	// "a\x00x" shares a's chain prefix: a node.cluster may hold any byte.
+	for _, k := range []string{"a", "b", "a\x00x"} {
 		if _, err := s.SetRelay(k, res(k)); err != nil {
 			t.Fatal(err)
 		}
@@ -58,20 +59,27 @@ func TestRelayKeyDroppedForgetsItsSets(t *testing.T) {
 	held := func(key string) (chains, froms int) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		// key's own: its role, then a type (not another key's role that
+		// starts with key and a NUL).
+		own := func(c string) bool {
+			rest, ok := strings.CutPrefix(c, relayRole(key)+"\x00")
+			typ, _, _ := strings.Cut(rest, "\x00")
+			return ok && strings.HasPrefix(typ, "type.googleapis.com/")
+		}
 		for c := range s.chains {
-			if strings.HasPrefix(c, relayRole(key)+"\x00") {
+			if own(c) {
 				chains++
 			}
 		}
 		for c := range s.chainFrom {
-			if strings.HasPrefix(c, relayRole(key)+"\x00") {
+			if own(c) {
 				froms++
 			}
 		}
 		return chains, froms
 	}
 	s.mu.Lock()
-	for _, k := range []string{"a", "b"} {
+	for _, k := range []string{"a", "b", "a\x00x"} {
 		if _, err := s.relaySetsLocked(k); err != nil {
 			s.mu.Unlock()
 			t.Fatal(err)
@@ -87,7 +95,9 @@ func TestRelayKeyDroppedForgetsItsSets(t *testing.T) {
 	if c, f := held("a"); c != 0 || f != 0 {
 		t.Errorf("relay key a, no longer served, still holds %d chains and %d sources (its private key with them)", c, f)
 	}
-	if c, _ := held("b"); c == 0 {
-		t.Error("relay key b lost its sets when a was dropped")
+	for _, k := range []string{"b", "a\x00x"} {
+		if c, _ := held(k); c == 0 {
+			t.Errorf("relay key %q lost its sets when a was dropped", k)
+		}
 	}
 }

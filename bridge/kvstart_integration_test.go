@@ -111,7 +111,16 @@ func TestBrokenKVDocumentAtStart(t *testing.T) {
 	if !strings.Contains(strings.Join(st.PolicyWarnings, "\n"), "last accepted versions of "+prefix+"sidecars.hcl") {
 		t.Errorf("policy warnings %q do not say the state file's version is served", st.PolicyWarnings)
 	}
-	if code, _ := get(t, "http://"+restored.daemon.AdminAddr().String()+"/readyz"); code != http.StatusOK {
-		t.Errorf("/readyz = %d with the last accepted version served, want 200", code)
+	// Ready turns on right after the first snapshot is set, which a
+	// client may already have read: wait for it (CI once read 503 here).
+	readyz = "http://" + restored.daemon.AdminAddr().String() + "/readyz"
+	for deadline = time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		code, body := get(t, readyz)
+		if code == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("/readyz = %d %s with the last accepted version served, want 200", code, body)
+		}
 	}
 }

@@ -3,8 +3,6 @@ package bridge_test
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -46,15 +44,7 @@ func TestConsulRestartHoldsConnect(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	file := filepath.Join(t.TempDir(), "policy.hcl")
-	if err := os.WriteFile(file, []byte("mesh {\n  mode = \"central\"\n}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
-		c.ConfigFiles = []string{file}
-		c.Policy = loadPolicy(t, file)
-		c.Settings.Consul.ReconnectHold = hold
-	})
+	h := startMeshBridge(t, agent, "mesh {\n  mode = \"central\"\n}\n", func(c *bridge.Config) { c.Settings.Consul.ReconnectHold = hold })
 	roots, _, err := agent.Client().Connect().CARoots(nil)
 	if err != nil {
 		t.Fatal(err)

@@ -22,7 +22,9 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
 
-func startMeshBridge(t *testing.T, agent *consultest.Agent, policyHCL string) *harness {
+// startMeshBridge starts a bridge on agent with the policy file
+// policyHCL; adjust, if any, changes its settings further.
+func startMeshBridge(t *testing.T, agent *consultest.Agent, policyHCL string, adjust ...func(*bridge.Config)) *harness {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), "policy.hcl")
 	if err := os.WriteFile(file, []byte(policyHCL), 0o644); err != nil {
@@ -31,6 +33,9 @@ func startMeshBridge(t *testing.T, agent *consultest.Agent, policyHCL string) *h
 	return startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
 		c.ConfigFiles = []string{file}
 		c.Policy = loadPolicy(t, file)
+		for _, a := range adjust {
+			a(c)
+		}
 	})
 }
 

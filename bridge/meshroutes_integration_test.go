@@ -174,15 +174,7 @@ func TestMeshRoutesFromConsulEntries(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	file := filepath.Join(t.TempDir(), "policy.hcl")
-	if err := os.WriteFile(file, []byte("mesh {\n  mode = \"central\"\n}\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
-		c.ConfigFiles = []string{file}
-		c.Policy = loadPolicy(t, file)
-		c.Settings.Consul.ConfigEntries = true
-	})
+	h := startMeshBridge(t, agent, "mesh {\n  mode = \"central\"\n}\n", func(c *bridge.Config) { c.Settings.Consul.ConfigEntries = true })
 	roots, _, err := agent.Client().Connect().CARoots(nil)
 	if err != nil {
 		t.Fatal(err)

@@ -209,9 +209,14 @@ func TestMeshRedirectMatchesConsulXDS(t *testing.T) {
 	h := startEntriesBridge(t, agent, "mesh {}\n")
 	blue := ir.MeshSubsetClusterName("blue", "api-new", "dc1", trustDomain(t, agent))
 	blueAddr := instanceSidecarAddr(t, agent, "api-new", "api-new-blue-sidecar-proxy")
+	// The final state, not a step on the way to it: a bridge that first
+	// served api before it had read api-new's sidecars reaches the
+	// redirect in make-before-break steps (the blue cluster, then the
+	// route, then api's cluster goes), and CI once compared the first.
 	ready := func(s adsclient.State) bool {
 		v := chainViewOf(s)
-		return len(v.routes) >= 1 && len(v.endpoints[blue]) > 0
+		toBlue := slices.ContainsFunc(v.routes, func(r string) bool { return strings.Contains(r, blue) })
+		return toBlue && len(v.clusters) == 1 && len(v.endpoints[blue]) > 0
 	}
 	consul := chainViewOf(webSidecarState(t, agent.GRPCAddr(), ready))
 	ours := chainViewOf(webSidecarState(t, h.daemon.XDSAddr().String(), ready))

@@ -194,6 +194,11 @@ func (l *loop) run(ctx context.Context, updates <-chan consul.Update, kvUpdates 
 		case r := <-l.readDone:
 			l.reading = false
 			l.applyRead(r)
+			if !l.d.ready.Load() {
+				// A first build held for this read (build) runs now,
+				// whether the read was accepted or not.
+				l.schedule()
+			}
 			if t := l.rereadTrigger; t != "" {
 				l.rereadTrigger = ""
 				l.reloadPolicy(t)
@@ -235,7 +240,11 @@ func (l *loop) build(ctx context.Context) {
 	start := l.d.clock.Now()
 	buildStart := start
 	l.debounce.built(start)
-	if l.catalog == nil || l.kvNeeded && !l.kvAccepted || l.ce.waiting() || l.mesh.waiting() || !l.d.ready.Load() && l.catalogBehind() {
+	// Before the first build, also while a policy read is in flight: the
+	// first read of config entries runs off the loop (reload.go), and a
+	// build meanwhile served the files' policy without the entries (a
+	// service-resolver redirect missing from the first world served).
+	if l.catalog == nil || l.kvNeeded && !l.kvAccepted || l.ce.waiting() || l.mesh.waiting() || !l.d.ready.Load() && (l.catalogBehind() || l.reading) {
 		return
 	}
 	meshPending := l.mesh.pendingTargets(l.policy)

@@ -270,6 +270,73 @@ func TestLoopFirstBuildNeedsEveryGroup(t *testing.T) {
 	}
 }
 
+// TestLoopFirstBuildWaitsForConfigEntriesPolicy: with config entries in
+// the policy, the first read of them runs off the loop; a catalog that
+// arrives meanwhile is not built with the files' policy alone (CI once
+// served a first world without a service-resolver redirect, then the
+// redirect in make-before-break steps). The first build comes once the
+// read is applied.
+func TestLoopFirstBuildWaitsForConfigEntriesPolicy(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.hcl")
+	if err := os.WriteFile(file, []byte("# slow\nexport_all_services = true\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var parses *atomic.Int32
+	var release chan struct{}
+	entries := make(chan consul.ConfigEntriesUpdate)
+	h := startLoopWith(t, func(c *Config, l *loop) {
+		c.ConfigFiles = []string{file}
+		l.parser, parses, release = stallingParser(c.Clock)
+		l.ce = configEntries{needed: true, updates: entries}
+		l.policyEntries = true
+	})
+	released := false
+	defer func() {
+		if !released {
+			close(release)
+		}
+	}()
+	entries <- consul.ConfigEntriesUpdate{}
+	h.eventually("the first policy read to start", func() bool { return parses.Load() >= 1 })
+	h.send(8001)
+	time.Sleep(100 * time.Millisecond) // a build would start at once: a lone change
+	if n := h.builds(); n != 0 || h.d.ready.Load() || h.served() != "" {
+		t.Fatalf("%v builds (ready %v, served %q) while the first policy read with the config entries ran; want none", n, h.d.ready.Load(), h.served())
+	}
+	close(release)
+	released = true
+	h.eventually("the first build after the read", func() bool { return h.d.ready.Load() })
+	if !strings.Contains(h.served(), `"port_value":8001`) {
+		t.Fatalf("served %s, want port 8001", h.served())
+	}
+}
+
+// TestLoopFirstBuildAfterARejectedRead: a first policy read that is
+// rejected (here the file broke before it) does not leave the build it
+// held waiting for another change: it runs with the policy the bridge
+// started with, as before.
+func TestLoopFirstBuildAfterARejectedRead(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "policy.hcl")
+	if err := os.WriteFile(file, []byte("# slow\nexport_all_services = \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var parses *atomic.Int32
+	var release chan struct{}
+	entries := make(chan consul.ConfigEntriesUpdate)
+	h := startLoopWith(t, func(c *Config, l *loop) {
+		c.ConfigFiles = []string{file}
+		l.parser, parses, release = stallingParser(c.Clock)
+		l.ce = configEntries{needed: true, updates: entries}
+		l.policyEntries = true
+	})
+	entries <- consul.ConfigEntriesUpdate{}
+	h.eventually("the first policy read to start", func() bool { return parses.Load() >= 1 })
+	h.send(8001)
+	close(release)
+	h.eventually("the rejection", func() bool { return h.d.Policy().LastError != nil })
+	h.eventually("the first build after the rejected read", func() bool { return h.d.ready.Load() })
+}
+
 // TestLoopReportsSkippedServices: catalog services the watcher skipped
 // for their names are warnings on /v1/policy and in a gauge; the build
 // goes on without them.

@@ -223,8 +223,14 @@ func TestMeshGRPCEnforcement(t *testing.T) {
 	// api -> echo allowed, web -> echo denied.
 	expect(t, 30*time.Second, "api UnaryCall", apiC, unaryPath, codes.OK)
 	expect(t, 10*time.Second, "web UnaryCall", webC, unaryPath, codes.PermissionDenied)
+	// grpc-go's round robin picks only ready subchannels: the second
+	// instance answers once its connection (a TLS handshake with the
+	// leaf) is up, which CI once took longer than 20 quick calls.
 	answered := map[string]int{}
-	for range 20 {
+	for deadline := time.Now().Add(10 * time.Second); answered["echo-1"] == 0 || answered["echo-2"] == 0; {
+		if time.Now().After(deadline) {
+			break
+		}
 		cctx, ccancel := context.WithTimeout(ctx, 2*time.Second)
 		resp, err := apiC.UnaryCall(cctx, &testgrpc.SimpleRequest{})
 		ccancel()
@@ -232,6 +238,7 @@ func TestMeshGRPCEnforcement(t *testing.T) {
 			t.Fatalf("api UnaryCall: %v", err)
 		}
 		answered[resp.GetServerId()]++
+		time.Sleep(10 * time.Millisecond)
 	}
 	if answered["echo-1"] == 0 || answered["echo-2"] == 0 {
 		t.Errorf("api's calls were answered by %v, want both instances (the exact and the wildcard listener)", answered)

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rs/zerolog"
 
@@ -45,17 +46,30 @@ func TestHealthFlipTakesTheEndpointOnlyPath(t *testing.T) {
 		return out
 	}
 
+	// A build logs after its Update has pushed, so a client can hold a
+	// build's result before its log line is written: wait for the lines.
+	logged := func(mark int, done func([]bool) bool) []bool {
+		t.Helper()
+		var got []bool
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if got = paths(mark); done(got) || time.Now().After(deadline) {
+				return got
+			}
+		}
+	}
+	logged(0, func(got []bool) bool { return len(got) > 0 })
+
 	mark := len(logs.String())
 	agent.SetTTL(t, "service:web-2", "critical")
 	waitEndpoints(t, "web", join(ep(1001, "HEALTHY"), ep(1002, "UNHEALTHY"), ep(1003, "HEALTHY")), delta)
-	if got := paths(mark); len(got) == 0 || !slices.Contains(got, true) {
+	if got := logged(mark, func(got []bool) bool { return slices.Contains(got, true) }); !slices.Contains(got, true) {
 		t.Fatalf("the health flip's builds took the endpoint-only path: %v, want a true", got)
 	}
 
 	mark = len(logs.String())
 	agent.RegisterTTL(t, "web", "web-4", 1004, nil, nil)
 	waitEndpoints(t, "web", join(ep(1001, "HEALTHY"), ep(1002, "UNHEALTHY"), ep(1003, "HEALTHY"), ep(1004, "HEALTHY")), delta)
-	if got := paths(mark); len(got) == 0 || slices.Contains(got, true) {
+	if got := logged(mark, func(got []bool) bool { return len(got) > 0 }); len(got) == 0 || slices.Contains(got, true) {
 		t.Fatalf("a new instance's builds took the endpoint-only path: %v, want none", got)
 	}
 }

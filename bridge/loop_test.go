@@ -270,6 +270,33 @@ func TestLoopFirstBuildNeedsEveryGroup(t *testing.T) {
 	}
 }
 
+// startEntriesLoop starts the loop with config entries in its policy and
+// the policy file src, sends the first (empty) read of the entries, and
+// returns once that read's parse has started and stalls (src holds
+// "slow"); release lets it finish (also at the test's end).
+func startEntriesLoop(t *testing.T, src string) (*loopHarness, func()) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "policy.hcl")
+	if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var parses *atomic.Int32
+	var stalled chan struct{}
+	entries := make(chan consul.ConfigEntriesUpdate)
+	h := startLoopWith(t, func(c *Config, l *loop) {
+		c.ConfigFiles = []string{file}
+		l.parser, parses, stalled = stallingParser(c.Clock)
+		l.ce = configEntries{needed: true, updates: entries}
+		l.policyEntries = true
+	})
+	var once sync.Once
+	release := func() { once.Do(func() { close(stalled) }) }
+	t.Cleanup(release)
+	entries <- consul.ConfigEntriesUpdate{}
+	h.eventually("the first policy read to start", func() bool { return parses.Load() >= 1 })
+	return h, release
+}
+
 // TestLoopFirstBuildWaitsForConfigEntriesPolicy: with config entries in
 // the policy, the first read of them runs off the loop; a catalog that
 // arrives meanwhile is not built with the files' policy alone (CI once
@@ -277,34 +304,13 @@ func TestLoopFirstBuildNeedsEveryGroup(t *testing.T) {
 // redirect in make-before-break steps). The first build comes once the
 // read is applied.
 func TestLoopFirstBuildWaitsForConfigEntriesPolicy(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "policy.hcl")
-	if err := os.WriteFile(file, []byte("# slow\nexport_all_services = true\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var parses *atomic.Int32
-	var release chan struct{}
-	entries := make(chan consul.ConfigEntriesUpdate)
-	h := startLoopWith(t, func(c *Config, l *loop) {
-		c.ConfigFiles = []string{file}
-		l.parser, parses, release = stallingParser(c.Clock)
-		l.ce = configEntries{needed: true, updates: entries}
-		l.policyEntries = true
-	})
-	released := false
-	defer func() {
-		if !released {
-			close(release)
-		}
-	}()
-	entries <- consul.ConfigEntriesUpdate{}
-	h.eventually("the first policy read to start", func() bool { return parses.Load() >= 1 })
+	h, release := startEntriesLoop(t, "# slow\nexport_all_services = true\n")
 	h.send(8001)
 	time.Sleep(100 * time.Millisecond) // a build would start at once: a lone change
 	if n := h.builds(); n != 0 || h.d.ready.Load() || h.served() != "" {
 		t.Fatalf("%v builds (ready %v, served %q) while the first policy read with the config entries ran; want none", n, h.d.ready.Load(), h.served())
 	}
-	close(release)
-	released = true
+	release()
 	h.eventually("the first build after the read", func() bool { return h.d.ready.Load() })
 	if !strings.Contains(h.served(), `"port_value":8001`) {
 		t.Fatalf("served %s, want port 8001", h.served())
@@ -316,23 +322,9 @@ func TestLoopFirstBuildWaitsForConfigEntriesPolicy(t *testing.T) {
 // held waiting for another change: it runs with the policy the bridge
 // started with, as before.
 func TestLoopFirstBuildAfterARejectedRead(t *testing.T) {
-	file := filepath.Join(t.TempDir(), "policy.hcl")
-	if err := os.WriteFile(file, []byte("# slow\nexport_all_services = \n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	var parses *atomic.Int32
-	var release chan struct{}
-	entries := make(chan consul.ConfigEntriesUpdate)
-	h := startLoopWith(t, func(c *Config, l *loop) {
-		c.ConfigFiles = []string{file}
-		l.parser, parses, release = stallingParser(c.Clock)
-		l.ce = configEntries{needed: true, updates: entries}
-		l.policyEntries = true
-	})
-	entries <- consul.ConfigEntriesUpdate{}
-	h.eventually("the first policy read to start", func() bool { return parses.Load() >= 1 })
+	h, release := startEntriesLoop(t, "# slow\nexport_all_services = \n")
 	h.send(8001)
-	close(release)
+	release()
 	h.eventually("the rejection", func() bool { return h.d.Policy().LastError != nil })
 	h.eventually("the first build after the rejected read", func() bool { return h.d.ready.Load() })
 }

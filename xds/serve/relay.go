@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"maps"
 	"slices"
-	"strings"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
@@ -59,13 +58,8 @@ func (s *Server) SetRelay(key string, r *xds.Resources) ([]string, error) {
 		// private keys among them) their sets were built from: Update,
 		// which drops unused chains, never runs in relay mode, so an
 		// agent would hold every node.cluster it ever relayed.
-		// A chain is role, type and maybe class, joined by NULs; the type
-		// check keeps key "a" from taking "a\x00x"'s (a node.cluster may
-		// hold any byte).
-		prefix := relayRole(key) + "\x00"
 		for chain := range s.chains {
-			rest, ok := strings.CutPrefix(chain, prefix)
-			if typ, _, _ := strings.Cut(rest, "\x00"); ok && slices.Contains(cache.TypeOrder, typ) {
+			if chainOfRole(chain, relayRole(key)) {
 				delete(s.chains, chain)
 				delete(s.chainFrom, chain)
 			}

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/envoycompat"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 )
 
 // TestRelayedEnvoysBounded: what a relay stream reports of the Envoys
@@ -59,20 +61,13 @@ func TestRelayKeyDroppedForgetsItsSets(t *testing.T) {
 	held := func(key string) (chains, froms int) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		// key's own: its role, then a type (not another key's role that
-		// starts with key and a NUL).
-		own := func(c string) bool {
-			rest, ok := strings.CutPrefix(c, relayRole(key)+"\x00")
-			typ, _, _ := strings.Cut(rest, "\x00")
-			return ok && strings.HasPrefix(typ, "type.googleapis.com/")
-		}
 		for c := range s.chains {
-			if own(c) {
+			if chainOfRole(c, relayRole(key)) {
 				chains++
 			}
 		}
 		for c := range s.chainFrom {
-			if own(c) {
+			if chainOfRole(c, relayRole(key)) {
 				froms++
 			}
 		}
@@ -98,6 +93,29 @@ func TestRelayKeyDroppedForgetsItsSets(t *testing.T) {
 	for _, k := range []string{"b", "a\x00x"} {
 		if c, _ := held(k); c == 0 {
 			t.Errorf("relay key %q lost its sets when a was dropped", k)
+		}
+	}
+}
+
+// TestChainOfRole: a role's chains, current and older classes alike, are
+// its own; another role that starts with it and a NUL is not.
+func TestChainOfRole(t *testing.T) {
+	old := envoycompat.ClassOf(envoycompat.Version{Major: 1, Minor: 22})
+	if old.Current() {
+		t.Fatal("1.22 is the current class: pick an older Envoy")
+	}
+	for _, tc := range []struct {
+		chain, role string
+		want        bool
+	}{
+		{chainName("relay/a", cache.TypeOrder[0], envoycompat.Class{}), "relay/a", true},
+		{chainName("relay/a", cache.TypeOrder[1], old), "relay/a", true},
+		{chainName("relay/a\x00x", cache.TypeOrder[0], envoycompat.Class{}), "relay/a", false},
+		{chainName("relay/ab", cache.TypeOrder[0], envoycompat.Class{}), "relay/a", false},
+		{chainName("relay/a", cache.TypeOrder[0], envoycompat.Class{}), "relay/a\x00x", false},
+	} {
+		if got := chainOfRole(tc.chain, tc.role); got != tc.want {
+			t.Errorf("chainOfRole(%q, %q) = %v, want %v", tc.chain, tc.role, got, tc.want)
 		}
 	}
 }

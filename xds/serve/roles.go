@@ -129,6 +129,24 @@ type builtSet struct {
 	notes []string
 }
 
+// chainName names role's chain of typ for class: role, type and, for an
+// older Envoy's class, the class, joined by NULs (a type URL holds none).
+func chainName(role, typ string, class envoycompat.Class) string {
+	if class.Current() {
+		return role + "\x00" + typ
+	}
+	return role + "\x00" + typ + "\x00" + class.String()
+}
+
+// chainOfRole reports whether chain is one of role's (chainName): its
+// role, then a type, so role "a" never claims role "a\x00x"'s (a
+// node.cluster, and so a relay role, may hold any byte).
+func chainOfRole(chain, role string) bool {
+	rest, ok := strings.CutPrefix(chain, role+"\x00")
+	typ, _, _ := strings.Cut(rest, "\x00")
+	return ok && slices.Contains(cache.TypeOrder, typ)
+}
+
 // setLocked returns the set of typ built from bk's items as served to
 // Envoys of bk's class (envoycompat's rewritten copies for an older one),
 // once per translation, chained to the role's previous set of that type
@@ -141,10 +159,7 @@ type builtSet struct {
 // set per group and type (issue 40: a third of the CPU per flip with 50
 // groups).
 func (s *Server) setLocked(role string, bk builtKey, typ string, notes map[string]bool, items func() []types.Resource) (*cache.Set, error) {
-	chain := role + "\x00" + typ
-	if !bk.class.Current() {
-		chain += "\x00" + bk.class.String()
-	}
+	chain := chainName(role, typ, bk.class)
 	if s.usedChains == nil {
 		s.usedChains = map[string]bool{}
 	}

@@ -18,7 +18,10 @@ type Change struct {
 }
 
 // EndpointsOnly reports whether the change is known to touch only the
-// instances and health of the services it names.
+// instances (their health, and also their addresses, tags and meta) of the
+// services it names: no service came, went or was retargeted. Whether the
+// served structure stayed is the pipeline's to find out (it compares the
+// catalogs), since new tags or meta may change subsets and tag routes.
 func (c Change) EndpointsOnly() bool { return c.Endpoints && len(c.Services) > 0 }
 
 // Merge is the change of two updates in a row: the union of their

@@ -71,9 +71,12 @@ type World struct {
 	// policy references to services Consul does not have, notes on what
 	// could not be served as written.
 	Warnings []string
-	// EndpointsOnly says Change named only instance and health changes:
-	// the model's structure (clusters, listeners, routes) is the previous
-	// world's, and only the named services' endpoints may differ.
+	// EndpointsOnly says how the world was asked for: Change named only
+	// known services whose instances changed (consul.Change.EndpointsOnly).
+	// It does not say the structure stayed: an instance's new tags, address
+	// or meta are an instance change too, and may change subsets, tag
+	// routes or warnings. Incremental says whether the previous world's
+	// structure was kept.
 	EndpointsOnly bool
 	// Incremental says the world was computed by the endpoint-only path
 	// (incremental.go) rather than built whole; it is the same world.

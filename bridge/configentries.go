@@ -2,11 +2,9 @@ package bridge
 
 import (
 	"slices"
-	"strings"
 	"sync"
 
 	"github.com/hashicorp/consul/api"
-	"github.com/hashicorp/hcl/v2"
 	"github.com/rs/zerolog"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
@@ -53,14 +51,7 @@ type configDocs struct {
 func (c *configEntries) waiting() bool { return c.needed && c.docs == nil }
 
 func (c *configEntries) set(u consul.ConfigEntriesUpdate) {
-	var e configentry.Entries
-	var notes []configentry.Note
-	for _, entry := range u.Entries {
-		if err := e.Add(entry); err != nil {
-			notes = append(notes, configentry.Note{Entry: entry.GetKind() + "/" + entry.GetName(), Text: err.Error()})
-		}
-	}
-	e.Mesh = c.mesh
+	e, notes := configentry.Collect(u.Entries, c.mesh)
 	c.docs = &configDocs{entries: e, added: notes, log: c.log}
 }
 
@@ -98,14 +89,6 @@ func (l *loop) parseConfigDocs(ce *configDocs) ([]*policy.Document, hclDiagnosti
 		}
 		sources = append(sources, SourceStatus{Name: d.Name, Kind: "config-entry", Hash: hash(d.Source)})
 	}
-	for _, r := range ce.rejected {
-		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagWarning, Summary: "Config entry rejected",
-			Detail:  "Consul accepted this entry, but its translation is not a valid policy, so it is not served (the other entries and the HCL keep applying); fix or delete it: " + strings.Join(r.Diagnostics, "; "),
-			Subject: &hcl.Range{Filename: configentry.DocPrefix + r.Entry}})
-	}
-	for _, n := range ce.notes {
-		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagWarning, Summary: "Config entry not fully translated", Detail: n.Text,
-			Subject: &hcl.Range{Filename: configentry.DocPrefix + n.Entry}})
-	}
+	diags = append(diags, configentry.Warnings(ce.notes, ce.rejected)...)
 	return docs, diags, sources
 }

@@ -162,3 +162,21 @@ func FetchMesh(ctx context.Context, client *api.Client, central bool, q QueryOpt
 	}
 	return m, nil
 }
+
+// FetchConfigEntries lists the config entries of kinds once, without
+// blocking, in the order the config-entry watcher publishes them (by
+// kind, then as Consul lists them), for one-shot commands (`plan`) that
+// must see the entries a running bridge with consul.config_entries merges
+// into its policy. Any failed read is an error: a plan without some of
+// the entries would show their routes as removed.
+func FetchConfigEntries(ctx context.Context, client *api.Client, kinds []string, q QueryOptions) ([]api.ConfigEntry, error) {
+	var all []api.ConfigEntry
+	for _, kind := range kinds {
+		entries, _, err := client.ConfigEntries().List(kind, (&api.QueryOptions{Datacenter: q.Datacenter, AllowStale: q.Stale}).WithContext(ctx))
+		if err != nil {
+			return nil, fmt.Errorf("config entries %s: %w", kind, err)
+		}
+		all = append(all, entries...)
+	}
+	return all, nil
+}

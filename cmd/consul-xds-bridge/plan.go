@@ -6,7 +6,6 @@ import (
 	"io"
 	"maps"
 	"net/url"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
 	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline/plan"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy/configentry"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 	"github.com/hashicorp/consul/api"
@@ -23,7 +23,8 @@ import (
 )
 
 // planCmd exits 0 with no changes, 2 with changes, 1 on error, so scripts
-// can gate a policy push on it.
+// can gate a policy push on it. A usage error is an error too (1), not
+// the flag package's 2, which a gate would read as "changes".
 func planCmd(args []string, stdout, stderr io.Writer) int {
 	fs := newFlagSet("plan", stderr)
 	var configs configPaths
@@ -35,15 +36,15 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	kvKey := fs.String("kv-key", "", "plan a new version of this KV policy document (full key under kv_prefix), read from the FILE argument")
 	rest, code, ok := parseCommand(fs, args, stdout, stderr)
 	if !ok {
-		return code
+		return min(code, 1)
 	}
 	if len(configs) == 0 {
 		fmt.Fprintln(stderr, "plan: at least one -config FILE is required (the files the bridge runs with)")
-		return 2
+		return 1
 	}
 	if (*kvKey != "") != (len(rest) == 1) || len(rest) > 1 {
 		fmt.Fprintln(stderr, "plan: -kv-key KEY takes the new document as its one FILE argument: plan -config central.hcl -kv-key KEY FILE")
-		return 2
+		return 1
 	}
 	cfg, _, diags := policy.LoadFiles(configs...)
 	if diags.HasErrors() {
@@ -64,10 +65,11 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "plan: %v\n", err)
 		return 1
 	}
-	if s.KVPrefix != "" || *kvKey != "" {
-		// The running bridge merges the KV documents after the files: so
-		// does the plan, with -kv-key's new version in place of the key's.
-		if cfg, err = withKV(ctx, client, configs, s, *kvKey, strings.Join(rest, ""), stderr); err != nil {
+	if s.KVPrefix != "" || *kvKey != "" || s.ConfigEntries {
+		// The running bridge merges the KV documents and then its
+		// documents of Consul's config entries after the files: so does
+		// the plan, with -kv-key's new version in place of the key's.
+		if cfg, err = withConsulPolicy(ctx, client, configs, cfg, *kvKey, strings.Join(rest, ""), stderr); err != nil {
 			fmt.Fprintf(stderr, "plan: %v\n", err)
 			return 1
 		}
@@ -135,10 +137,63 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-// withKV loads the policy of files merged with the KV documents under the
-// config's kv_prefix, the document under kvKey (if set) replaced by, or
-// added as, newFile's contents.
-func withKV(ctx context.Context, client *api.Client, files []string, s policy.ConsulSettings, kvKey, newFile string, stderr io.Writer) (*policy.Config, error) {
+// withConsulPolicy loads the policy of files (whose config is cfg) merged
+// with what the running bridge merges from Consul: the KV documents under
+// the config's kv_prefix, the document under kvKey (if set) replaced by,
+// or added as, newFile's contents; then, with consul.config_entries, the
+// documents of the config entries, made as the daemon makes them (an
+// entry the bridge cannot take is left out with a warning, as served).
+func withConsulPolicy(ctx context.Context, client *api.Client, files []string, cfg *policy.Config, kvKey, newFile string, stderr io.Writer) (*policy.Config, error) {
+	s := cfg.Settings.Consul
+	var docs []*policy.Document
+	var diags hcl.Diagnostics
+	if s.KVPrefix != "" || kvKey != "" {
+		kv, err := kvDocuments(ctx, client, s, kvKey, newFile)
+		if err != nil {
+			return nil, err
+		}
+		for _, key := range slices.Sorted(maps.Keys(kv)) {
+			doc, ds := policy.ParseKV(key, kv[key])
+			diags = append(diags, ds...)
+			if doc != nil {
+				docs = append(docs, doc)
+			}
+		}
+	}
+	if s.ConfigEntries {
+		entries, err := consul.FetchConfigEntries(ctx, client, configentry.Kinds, consul.QueryOptions{Datacenter: s.Datacenter, Stale: s.Stale})
+		if err != nil {
+			return nil, fmt.Errorf("reading Consul's config entries (consul.config_entries): %w", err)
+		}
+		// The daemon decides the mesh from the files' policy at start.
+		collected, refused := configentry.Collect(entries, cfg.Policy.UsesMesh())
+		made, notes, rejected := configentry.Checked(collected)
+		notes = append(refused, notes...)
+		for _, d := range made {
+			doc, ds := policy.ParseKV(d.Name, d.Source)
+			diags = append(diags, ds...)
+			if doc != nil {
+				docs = append(docs, doc)
+			}
+		}
+		if w := configentry.Warnings(notes, rejected); len(w) > 0 {
+			printDiagnostics(stderr, w)
+		}
+	}
+	if !diags.HasErrors() {
+		merged, _, ds := policy.LoadWith(files, docs)
+		if diags = append(diags, ds...); !diags.HasErrors() {
+			return merged, nil
+		}
+	}
+	printDiagnostics(stderr, diags)
+	return nil, fmt.Errorf("the policy with the documents from Consul is invalid")
+}
+
+// kvDocuments reads the KV documents under the config's kv_prefix, the
+// document under kvKey (if set) replaced by, or added as, newFile's
+// contents.
+func kvDocuments(ctx context.Context, client *api.Client, s policy.ConsulSettings, kvKey, newFile string) (map[string][]byte, error) {
 	if s.KVPrefix == "" {
 		return nil, fmt.Errorf("-kv-key needs consul { kv_prefix } in the config")
 	}
@@ -157,35 +212,18 @@ func withKV(ctx context.Context, client *api.Client, files []string, s policy.Co
 		values[d.Key] = d.Value
 	}
 	if kvKey != "" {
-		b, err := os.ReadFile(newFile)
+		// Bounded as the bridge bounds a KV document: a larger file, a FIFO
+		// or a device is refused before it is read whole (or hangs).
+		b, err := policy.ReadBoundedFile(ctx, newFile, consul.DefaultMaxDocumentBytes)
 		if err != nil {
-			return nil, err
-		}
-		if len(b) > consul.DefaultMaxDocumentBytes {
-			return nil, fmt.Errorf("%s: %d bytes is over the bridge's limit of %d for a KV document; it would be rejected", newFile, len(b), consul.DefaultMaxDocumentBytes)
+			return nil, fmt.Errorf("-kv-key %s: %w (the bridge's limit for a KV document is %d bytes)", kvKey, err, consul.DefaultMaxDocumentBytes)
 		}
 		values[kvKey] = b
 		if len(values) > consul.DefaultMaxDocuments {
 			return nil, fmt.Errorf("-kv-key %q would make %d documents under %q, over the bridge's limit of %d", kvKey, len(values), s.KVPrefix, consul.DefaultMaxDocuments)
 		}
 	}
-	var docs []*policy.Document
-	var diags hcl.Diagnostics
-	for _, key := range slices.Sorted(maps.Keys(values)) {
-		doc, ds := policy.ParseKV(key, values[key])
-		diags = append(diags, ds...)
-		if doc != nil {
-			docs = append(docs, doc)
-		}
-	}
-	if !diags.HasErrors() {
-		cfg, _, ds := policy.LoadWith(files, docs)
-		if diags = append(diags, ds...); !diags.HasErrors() {
-			return cfg, nil
-		}
-	}
-	printDiagnostics(stderr, diags)
-	return nil, fmt.Errorf("the policy with the KV documents is invalid")
+	return values, nil
 }
 
 // readConsulWorld reads once what the daemon watches for cfg's policy:

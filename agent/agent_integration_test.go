@@ -392,3 +392,34 @@ func TestAgentsSpreadAcrossReplicas(t *testing.T) {
 		t.Errorf("8 agents' relays per replica %v; want them divided (at least 2 on each)", on)
 	}
 }
+
+// TestRegisteredWildcardListenIsDialable: a central bridge listening on
+// every address (0.0.0.0) with consul.register and no address registers
+// no service address, so Consul's catalog gives its node's (it used to
+// register the listener's "::", which nobody can dial), and an agent that
+// finds it through Consul reaches it.
+func TestRegisteredWildcardListenIsDialable(t *testing.T) {
+	ca := consultest.Start(t)
+	ca.RegisterTTL(t, "web", "web-1", 1001, nil, nil)
+	_, port, _ := net.SplitHostPort(freeAddr(t))
+	startCentral(t, ca.HTTPAddr(), "0.0.0.0:"+port, func(s *policy.Settings) { s.Consul.Register = &policy.RegisterSettings{Name: "xds-wild"} })
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		entries, _, err := ca.Client().Health().Service("xds-wild", "", true, nil)
+		if err == nil && len(entries) == 1 {
+			if a := entries[0].Service.Address; a != "" {
+				t.Fatalf("registered service address %q; want none (the node's address, %s)", a, entries[0].Node.Address)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bridge did not register as passing: %d entries, %v", len(entries), err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	ag := startAgentWith(t, t.TempDir(), func(c *agent.Config) {
+		c.Upstreams, c.ConsulService, c.ConsulAddress = nil, "xds-wild", ca.HTTPAddr()
+	})
+	proxy := dial(t, "unix://"+ag.SocketAddr().String(), "web", adsclient.Delta)
+	wait(t, proxy, "web endpoints through the bridge found in Consul", 20*time.Second, func(s adsclient.State) bool { return health(s, "web") == "127.0.0.1:1001=HEALTHY" })
+}

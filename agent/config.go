@@ -13,6 +13,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/unixsock"
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 )
 
@@ -154,8 +155,22 @@ const (
 )
 
 // ParseConfig parses an agent configuration; diagnostics carry
-// file:line:col.
+// file:line:col. Like a policy document, a configuration over
+// policy.MaxDocumentBytes is refused before it is parsed.
 func ParseConfig(name string, src []byte) (*Config, hcl.Diagnostics) {
+	if len(src) > policy.MaxDocumentBytes {
+		return nil, hcl.Diagnostics{{
+			Severity: hcl.DiagError,
+			Summary:  "Configuration too large",
+			Detail:   fmt.Sprintf("%d bytes is over the limit of %d; an agent configuration is a few KiB: check that it is the right file.", len(src), policy.MaxDocumentBytes),
+			Subject:  &hcl.Range{Filename: name},
+		}}
+	}
+	// hcl's parser recurses per level of nesting: a deep enough file
+	// overflows the stack, which no recover catches (policy/nesting.go).
+	if diags := policy.CheckNesting(name, src); diags.HasErrors() {
+		return nil, diags
+	}
 	f, diags := hclparse.NewParser().ParseHCL(src, name)
 	if diags.HasErrors() {
 		return nil, diags

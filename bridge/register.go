@@ -1,6 +1,7 @@
 package bridge
 
 import (
+	"cmp"
 	"context"
 	"net"
 	"strconv"
@@ -29,6 +30,11 @@ func (d *Daemon) register(ctx context.Context, client *api.Client, xdsAddr net.A
 	}
 	if r.Address != "" {
 		host = r.Address
+	} else if ip := net.ParseIP(host); ip != nil && ip.IsUnspecified() {
+		// A wildcard listen (0.0.0.0, ::) is no address anyone can dial:
+		// the service gets none, and Consul's catalog gives its node's,
+		// which agents (upstream consul_service) dial instead.
+		host = ""
 	}
 	id := r.Name + "-" + net.JoinHostPort(host, portStr)
 	checkID := "service:" + id
@@ -48,7 +54,7 @@ func (d *Daemon) register(ctx context.Context, client *api.Client, xdsAddr net.A
 				log.Warn().Err(err).Msg("cannot register the bridge in Consul; retrying")
 			} else {
 				registered = true
-				log.Info().Str("address", net.JoinHostPort(host, portStr)).Msg("registered in Consul")
+				log.Info().Str("address", cmp.Or(host, "(the node's)")+" port "+portStr).Msg("registered in Consul")
 			}
 		}
 		if registered {

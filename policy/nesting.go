@@ -20,9 +20,11 @@ import (
 // a proxy, with a list of objects) is about ten levels.
 const MaxNestingDepth = 64
 
-// checkNesting reports a document nested deeper than MaxNestingDepth, at
-// the token that goes too deep.
-func checkNesting(name string, src []byte) hcl.Diagnostics {
+// CheckNesting reports a document nested deeper than MaxNestingDepth, at
+// the token that goes too deep. Every parse of HCL a user hands the
+// binary runs it first: policy documents here, the agent's configuration
+// and validate's own looks at a file (cmd).
+func CheckNesting(name string, src []byte) hcl.Diagnostics {
 	tokens, _ := hclsyntax.LexConfig(src, name, hcl.InitialPos)
 	depth, unary := 0, 0
 	for _, tok := range tokens {

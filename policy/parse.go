@@ -73,7 +73,7 @@ func Parse(name string, src []byte) (*Document, hcl.Diagnostics) {
 			Subject:  &hcl.Range{Filename: name},
 		}}
 	}
-	if diags := checkNesting(name, src); diags.HasErrors() {
+	if diags := CheckNesting(name, src); diags.HasErrors() {
 		return nil, diags
 	}
 	f, diags := hclparse.NewParser().ParseHCL(src, name)

@@ -26,7 +26,7 @@ func agentCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "agent: -config FILE is required")
 		return 2
 	}
-	src, err := os.ReadFile(*file)
+	src, err := readAgentConfig(*file)
 	if err != nil {
 		fmt.Fprintf(stderr, "agent: %v\n", err)
 		return 1
@@ -57,6 +57,22 @@ func agentCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// readAgentConfig reads the agent configuration as the daemon reads its
+// -config files (policy.ReadBoundedFile): a regular file of at most
+// policy.MaxDocumentBytes. A FIFO or a device named by -config (or swapped
+// in before a SIGHUP) is refused at once instead of hanging the agent, and
+// /dev/zero or a huge file by its size, before it is read.
+func readAgentConfig(file string) ([]byte, error) {
+	src, err := policy.ReadBoundedFile(context.Background(), file, policy.MaxDocumentBytes)
+	switch {
+	case errors.Is(err, policy.ErrFileTooLarge):
+		return nil, fmt.Errorf("cannot read the agent configuration: %w; an agent configuration is a few KiB: check that -config names the right file", err)
+	case err != nil:
+		return nil, fmt.Errorf("cannot read the agent configuration: %w", err)
+	}
+	return src, nil
+}
+
 // reloadEnvoysOnHUP re-reads the configuration on SIGHUP and applies its
 // envoy blocks (a changed block or binary hot-restarts that Envoy); the
 // other settings need an agent restart. A configuration with errors is
@@ -76,7 +92,7 @@ func reloadEnvoysOnHUP(ctx context.Context, ag *agent.Agent, file string, log ze
 			return
 		case <-hup:
 		}
-		src, err := os.ReadFile(file)
+		src, err := readAgentConfig(file)
 		if err != nil {
 			log.Error().Err(err).Str("config", file).Msg("SIGHUP: cannot read the configuration; Envoys unchanged")
 			continue

@@ -2,14 +2,16 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/hashicorp/consul/api"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy/configentry"
 )
 
@@ -78,12 +80,21 @@ func importCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// maxEntryFileBytes bounds one file of config entries: a policy
+// document's limit, which the policy translated from it must fit too.
+const maxEntryFileBytes = policy.MaxDocumentBytes
+
 // readEntryFile reads one entry, or a JSON list of them, as `consul config
 // read -kind K -name N` prints it. Entries of kinds the policy does not
 // take are returned as notes ("path: kind "name": why"); a file that is not
-// entries is an error.
+// entries is an error, and so is one that is not a regular file or is over
+// maxEntryFileBytes (policy.ReadBoundedFile: a FIFO is refused, not
+// waited on).
 func readEntryFile(e *configentry.Entries, path string) (skipped []string, err error) {
-	b, err := os.ReadFile(path)
+	b, err := policy.ReadBoundedFile(context.Background(), path, maxEntryFileBytes)
+	if errors.Is(err, policy.ErrFileTooLarge) {
+		return nil, fmt.Errorf("%w; split the entries into several files (one `consul config read` each)", err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -393,6 +393,9 @@ func newLogger(s policy.LogSettings, w io.Writer) (zerolog.Logger, error) {
 	if err != nil {
 		return zerolog.Logger{}, fmt.Errorf("log level %q: %w", s.Level, err)
 	}
+	// Whether colours suit is a question about w itself: the redacting
+	// wrapper below is no *os.File, so asking it would always say no.
+	color := colorful(w)
 	// Whatever a log line quotes of user input, a private key or token
 	// pasted there never reaches the log.
 	w = policy.NewRedactingWriter(w)
@@ -400,7 +403,7 @@ func newLogger(s policy.LogSettings, w io.Writer) (zerolog.Logger, error) {
 	// number of milliseconds.
 	zerolog.DurationFieldFormat = zerolog.DurationFormatString
 	if s.Format == "console" {
-		w = zerolog.ConsoleWriter{Out: w, TimeFormat: logTimeFormat, NoColor: !colorful(w)}
+		w = zerolog.ConsoleWriter{Out: w, TimeFormat: logTimeFormat, NoColor: !color}
 	}
 	return zerolog.New(w).Level(level).With().Timestamp().Logger(), nil
 }

@@ -2,10 +2,10 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 
@@ -31,18 +31,24 @@ func checkSettingFiles(files []string, s policy.Settings) hcl.Diagnostics {
 	bad := func(path []string, summary, detail string) {
 		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: detail, Subject: findSetting(files, path...)})
 	}
-	readable := func(path []string, file, what string) []byte {
-		b, err := readSettingFile(file)
+	// readableWithin reads a file a setting names as the daemon would,
+	// within limit; readable within maxSettingFile.
+	readableWithin := func(path []string, file, what string, limit int64) []byte {
+		b, err := policy.ReadBoundedFile(context.Background(), file, limit)
 		if err != nil {
 			bad(path, fmt.Sprintf("Cannot read the %s", what), fmt.Sprintf("%s = %q: %v; the daemon refuses to start without it. Create the file or fix the path.", dotted(path), file, err))
 		}
 		return b
 	}
+	readable := func(path []string, file, what string) []byte {
+		return readableWithin(path, file, what, maxSettingFile)
+	}
 	if f := s.Consul.TokenFile; f != "" {
 		readable([]string{"consul", "token_file"}, f, "Consul ACL token file")
 	}
 	if f := s.Admin.TokenFile; f != "" {
-		if b := readable([]string{"admin", "token_file"}, f, "admin token file"); b != nil && len(bytes.TrimSpace(b)) == 0 {
+		// The daemon reads it with the CLI's limit for a token (a line).
+		if b := readableWithin([]string{"admin", "token_file"}, f, "admin token file", maxTokenFileBytes); b != nil && len(bytes.TrimSpace(b)) == 0 {
 			bad([]string{"admin", "token_file"}, "Empty admin token file", fmt.Sprintf("admin.token_file = %q holds no token; the daemon refuses to start with it. Write a token into it.", f))
 		}
 	}
@@ -68,25 +74,12 @@ func checkSettingFiles(files []string, s policy.Settings) hcl.Diagnostics {
 	return diags
 }
 
-// readSettingFile reads a regular file, at most maxSettingFile bytes.
+// readSettingFile reads a regular file, at most maxSettingFile bytes, with
+// policy.ReadBoundedFile: a FIFO (a token_file, or a file validate is
+// given) is refused at once, not waited on for a writer, and a file over
+// the limit is refused by its size before it is read.
 func readSettingFile(path string) ([]byte, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return nil, err
-	}
-	if !st.Mode().IsRegular() {
-		return nil, fmt.Errorf("not a regular file (%s)", st.Mode().Type())
-	}
-	b, err := io.ReadAll(io.LimitReader(f, maxSettingFile+1))
-	if err == nil && len(b) > maxSettingFile {
-		err = fmt.Errorf("larger than %d bytes", maxSettingFile)
-	}
-	return b, err
+	return policy.ReadBoundedFile(context.Background(), path, maxSettingFile)
 }
 
 // writableDir says why dir cannot be written by this user (nil if it can,
@@ -124,6 +117,9 @@ func findSetting(files []string, path ...string) *hcl.Range {
 		src, err := readSettingFile(name)
 		if err != nil {
 			continue
+		}
+		if policy.CheckNesting(name, src).HasErrors() {
+			continue // hcl's parser would overflow the stack on it
 		}
 		f, diags := hclsyntax.ParseConfig(src, name, hcl.InitialPos)
 		if diags.HasErrors() {

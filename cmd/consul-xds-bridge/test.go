@@ -1,12 +1,15 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"regexp"
 	"strings"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/routetest"
 )
 
@@ -74,10 +77,24 @@ func testCmd(args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
+// maxCatalogFile bounds a -catalog fixture: a dump of a large catalog
+// (thousands of services) is tens of MiB, as big as a state file may be.
+const maxCatalogFile = 64 << 20
+
 // readCatalogFile reads a catalog fixture (Consul API JSON); nil for "".
+// It is read as the bridge reads its own files (a FIFO or a device is
+// refused, not waited on; the size is bounded).
 func readCatalogFile(path string) (*consul.Catalog, error) {
 	if path == "" {
 		return nil, nil
 	}
-	return consul.ReadFixtureFile(path)
+	src, err := policy.ReadBoundedFile(context.Background(), path, maxCatalogFile)
+	if err != nil {
+		return nil, fmt.Errorf("-catalog: %w", err)
+	}
+	cat, err := consul.ReadFixture(bytes.NewReader(src))
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cat, nil
 }

@@ -150,3 +150,17 @@ func TestValidateAgentEnvoyBinary(t *testing.T) {
 		t.Fatalf("exit %d, stderr:\n%s\nwant both envoy blocks refused at their lines", code, got)
 	}
 }
+
+// TestValidateAdminTokenLimitIsTheDaemons: the daemon reads
+// admin.token_file within 4 KiB (a token is a line) and refuses to start
+// with a larger one, so validate refuses it too, where it used to pass it
+// within the 1 MiB of other setting files.
+func TestValidateAdminTokenLimitIsTheDaemons(t *testing.T) {
+	token := writeTemp(t, "admin-token", strings.Repeat("t", 8<<10))
+	f := writeTemp(t, "config.hcl", fmt.Sprintf("admin {\n  listen = \"127.0.0.1:0\"\n  token_file = %q\n}\nexport_all_services = true\n", token))
+	var out, errOut bytes.Buffer
+	code := realMain([]string{"validate", f}, &out, &errOut)
+	if want := "over the limit of 4096"; code != 1 || !strings.Contains(errOut.String(), want) || !strings.Contains(errOut.String(), ":3:3: Cannot read the admin token file") {
+		t.Errorf("exit %d, stderr %q; want 1, the setting's position and %q", code, errOut.String(), want)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/hcl/v2/hclsyntax"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/agent"
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 )
 
 // isAgentConfig recognises a per-VM agent's configuration by what only it
@@ -20,6 +21,9 @@ func isAgentConfig(name string) bool {
 	src, err := readSettingFile(name)
 	if err != nil {
 		return false
+	}
+	if policy.CheckNesting(name, src).HasErrors() {
+		return false // hcl's parser would overflow the stack on it
 	}
 	f, diags := hclsyntax.ParseConfig(src, name, hcl.InitialPos)
 	if diags.HasErrors() {

@@ -23,6 +23,7 @@ import (
 	listenerv3 "github.com/envoyproxy/go-control-plane/envoy/config/listener/v3"
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/hashicorp/consul/api"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -301,7 +302,7 @@ func (r *relay) apply(st adsclient.State) {
 		r.held = map[string]map[string]proto.Message{}
 	}
 	for typ, ts := range st.Types {
-		r.held[typ] = ts.Resources
+		r.held[typ] = withoutRelayedLeaves(typ, ts.Resources)
 	}
 	r.lastGood, r.refused = "upstream", ""
 	res := resources(r.held)
@@ -311,6 +312,29 @@ func (r *relay) apply(st adsclient.State) {
 		return
 	}
 	r.a.persist(r.key.Key, res) // relayed resources only: local keys stay in memory
+}
+
+// withoutRelayedLeaves drops leaf-named secrets the central bridge sent:
+// leaves are the agent's alone (serve), and one never served must not be
+// held or written to data_dir either (persist), as it would be with the
+// rest of what the key holds.
+func withoutRelayedLeaves(typ string, held map[string]proto.Message) map[string]proto.Message {
+	if typ != resourcev3.SecretType {
+		return held
+	}
+	var out map[string]proto.Message
+	for name := range held {
+		if strings.HasPrefix(name, LeafSecretPrefix) {
+			if out == nil {
+				out = maps.Clone(held)
+			}
+			delete(out, name)
+		}
+	}
+	if out == nil {
+		return held
+	}
+	return out
 }
 
 // serve serves the key the relayed resources plus the local Connect

@@ -30,8 +30,7 @@ func TestListenSetsModeAndGroupAndReplacesStaleSockets(t *testing.T) {
 		}
 		c.Close()
 		// Leave the socket file behind as a crash would.
-		lis.(*net.UnixListener).SetUnlinkOnClose(false)
-		lis.Close()
+		lis.(*listener).UnixListener.Close()
 	}
 	if _, err := Listen(path, 0, "no-such-group-xyz"); err == nil || !strings.Contains(err.Error(), "no-such-group-xyz") {
 		t.Fatalf("unknown group: %v", err)

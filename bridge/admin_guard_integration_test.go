@@ -88,7 +88,7 @@ func TestAdminToken(t *testing.T) {
 			t.Errorf("%s without token = %d (%d bytes), want the console's file", path, code, len(body))
 		}
 	}
-	for _, path := range []string{"/v1/policy", "/v1/proxies", "/v1/catalog", "/v1/config_dump?cluster=x", "/v1/history", "/v1/consul", "/debug/pprof/"} {
+	for _, path := range []string{"/v1/policy", "/v1/proxies", "/v1/proxies/history?node=x", "/v1/catalog", "/v1/config_dump?cluster=x", "/v1/history", "/v1/consul", "/v1/try?cluster=x&path=/", "/debug/pprof/"} {
 		for _, tok := range []string{"", "wrong"} {
 			if code, _ := (adminCall{method: "GET", url: base + path, token: tok}).do(t); code != http.StatusUnauthorized {
 				t.Errorf("%s with token %q = %d, want 401", path, tok, code)

@@ -221,10 +221,12 @@ func (s *localSidecars) apply(node string, index map[string][]serve.SidecarInfo,
 	}
 	s.mu.Unlock()
 	if !same {
-		// A sidecar group's service may have changed: what its key is
-		// served (its leaf) and who may act for it follow.
-		s.a.reserveAll()
+		// A sidecar group's service may have changed: who may act for it
+		// and what its key is served (its leaf) follow, in that order, so
+		// a stream admitted for the old service ends before the new
+		// service's leaf is served to its key.
 		s.a.gate.recheck()
+		s.a.reserveAll()
 	}
 	if same || !save {
 		return !same

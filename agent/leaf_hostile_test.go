@@ -146,7 +146,7 @@ func startMeshCentralDaemon(t *testing.T, ca *consultest.Agent) (*bridge.Daemon,
 
 // startCentralWithPolicy runs a central bridge with the policy file against ca and
 // returns it and its xDS address.
-func startCentralWithPolicy(t *testing.T, ca *consultest.Agent, file string) (*bridge.Daemon, string) {
+func startCentralWithPolicy(t testing.TB, ca *consultest.Agent, file string) (*bridge.Daemon, string) {
 	t.Helper()
 	cfg, _, diags := policy.LoadFiles(file)
 	if diags.HasErrors() {

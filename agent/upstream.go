@@ -30,6 +30,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
@@ -480,9 +481,9 @@ func (a *Agent) upstreamTLS(addr string) (*tls.Config, error) {
 	if t.CAFile == "" {
 		return nil, nil
 	}
-	pem, err := os.ReadFile(t.CAFile)
+	pem, err := policy.ReadBoundedFile(context.Background(), t.CAFile, policy.MaxPEMFileBytes)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("upstream tls ca_file: %w", err)
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pem) {

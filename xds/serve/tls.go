@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/boundedread"
 )
 
 // TLSFiles names the PEM files xDS is served with: the server's
@@ -93,8 +96,23 @@ func (r *certReloader) stampFiles() string {
 	return s
 }
 
+// maxTLSFileBytes bounds the xDS server's certificate, key and client CA
+// files, as the policy's PEM files are bounded (policy.MaxPEMFileBytes).
+const maxTLSFileBytes = 1 << 20
+
 func (r *certReloader) load() (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(r.files.CertFile, r.files.KeyFile)
+	// Read bounded (a regular file, up to maxTLSFileBytes, within a
+	// deadline), as every file the bridge is told to read: a FIFO or a
+	// hung mount named here would hold the start or a reload forever.
+	certPEM, err := boundedread.Read(context.Background(), r.files.CertFile, maxTLSFileBytes)
+	if err != nil {
+		return nil, fmt.Errorf("xds tls: cert_file: %w", err)
+	}
+	keyPEM, err := boundedread.Read(context.Background(), r.files.KeyFile, maxTLSFileBytes)
+	if err != nil {
+		return nil, fmt.Errorf("xds tls: key_file: %w", err)
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
 		return nil, fmt.Errorf("xds tls: load %s and %s: %w", r.files.CertFile, r.files.KeyFile, err)
 	}
@@ -104,7 +122,7 @@ func (r *certReloader) load() (*tls.Config, error) {
 	// h2 for gRPC, http/1.1 for REST-JSON xDS on the same port.
 	cfg := &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, NextProtos: []string{"h2", "http/1.1"}}
 	if r.files.ClientCAFile != "" {
-		pem, err := os.ReadFile(r.files.ClientCAFile)
+		pem, err := boundedread.Read(context.Background(), r.files.ClientCAFile, maxTLSFileBytes)
 		if err != nil {
 			return nil, fmt.Errorf("xds tls: client CA: %w", err)
 		}

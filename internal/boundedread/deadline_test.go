@@ -1,4 +1,4 @@
-package policy
+package boundedread
 
 import (
 	"context"
@@ -10,10 +10,10 @@ import (
 	"time"
 )
 
-// TestReadBoundedFileDeadline: a read that hangs (a hung network file
-// system) is abandoned at the context's deadline, or FileReadTimeout's,
+// TestReadDeadline: a read that hangs (a hung network file
+// system) is abandoned at the context's deadline, or Timeout's,
 // and reported with the path; the caller is not held.
-func TestReadBoundedFileDeadline(t *testing.T) {
+func TestReadDeadline(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(path, []byte("x"), 0o600); err != nil {
 		t.Fatal(err)
@@ -25,7 +25,7 @@ func TestReadBoundedFileDeadline(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	start := time.Now()
-	_, err := ReadBoundedFile(ctx, path, 10)
+	_, err := Read(ctx, path, 10)
 	if took := time.Since(start); took > time.Second {
 		t.Fatalf("returned after %v, want at the 100ms deadline", took)
 	}

@@ -115,7 +115,13 @@ func routeView(r *routev3.Route) string {
 	for _, wc := range a.GetWeightedClusters().GetClusters() {
 		ts = append(ts, fmt.Sprintf("%s=%.2f", wc.GetName(), float64(wc.GetWeight().GetValue())/float64(total)))
 	}
-	return fmt.Sprintf("[%s] -> %s timeout %s", strings.Join(hs, ","), strings.Join(ts, ","), a.GetTimeout().AsDuration())
+	// A retry policy without a condition retries nothing (Envoy): Consul
+	// writes one for a route with NumRetries alone, the bridge none.
+	retry := ""
+	if rp := a.GetRetryPolicy(); rp.GetRetryOn() != "" {
+		retry = fmt.Sprintf(" retry %s/%d", rp.GetRetryOn(), rp.GetNumRetries().GetValue())
+	}
+	return fmt.Sprintf("[%s] -> %s timeout %s%s", strings.Join(hs, ","), strings.Join(ts, ","), a.GetTimeout().AsDuration(), retry)
 }
 
 // meshClusterNames is the names of the mesh clusters st holds, sorted.

@@ -99,6 +99,7 @@ const DocPrefix = "consul-config:"
 // ingress gateway are part of its document.
 func ToHCL(e Entries) ([]Document, []Note) {
 	t := &translator{e: e}
+	t.entrySpaces()
 	var docs []Document
 	for _, name := range serviceNames(e) {
 		if d := t.serviceDoc(name); d != nil {
@@ -143,6 +144,50 @@ type translator struct {
 
 func (t *translator) note(kind, name, format string, args ...any) {
 	t.notes = append(t.notes, Note{Entry: kind + "/" + name, Text: fmt.Sprintf(format, args...)})
+}
+
+// otherSpace names a namespace and partition other than the default
+// ("" or "default", as Consul Enterprise returns them on every entry):
+// "" when both are the default. The bridge reads one namespace and
+// partition, so a reference elsewhere reaches the same-named service in
+// its own catalog, not the one Consul routes to.
+func otherSpace(namespace, partition string) string {
+	var out []string
+	if namespace != "" && namespace != "default" {
+		out = append(out, fmt.Sprintf("namespace %q", namespace))
+	}
+	if partition != "" && partition != "default" {
+		out = append(out, fmt.Sprintf("partition %q", partition))
+	}
+	return strings.Join(out, ", ")
+}
+
+// entrySpaces notes the entries that live in another namespace or
+// partition: Consul applies them to that namespace's services, the
+// bridge to the same-named ones it reads.
+func (t *translator) entrySpaces() {
+	var all []api.ConfigEntry
+	all = appendEntries(all, t.e.Defaults)
+	all = appendEntries(all, t.e.Resolvers)
+	all = appendEntries(all, t.e.Splitters)
+	all = appendEntries(all, t.e.Routers)
+	all = appendEntries(all, t.e.Ingress)
+	all = appendEntries(all, t.e.APIGateways)
+	all = appendEntries(all, t.e.HTTPRoutes)
+	all = appendEntries(all, t.e.TCPRoutes)
+	for _, c := range all {
+		if sp := otherSpace(c.GetNamespace(), c.GetPartition()); sp != "" {
+			t.note(c.GetKind(), c.GetName(), "the entry is in another namespace or partition (%s), which is not translated; the bridge applies it to the same-named services in its own catalog instead", sp)
+		}
+	}
+}
+
+// appendEntries appends m's entries, by name, to out.
+func appendEntries[E api.ConfigEntry](out []api.ConfigEntry, m map[string]E) []api.ConfigEntry {
+	for _, k := range sortedKeys(m) {
+		out = append(out, m[k])
+	}
+	return out
 }
 
 func serviceNames(e Entries) []string {

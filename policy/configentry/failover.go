@@ -17,7 +17,7 @@ func (t *translator) failover(b *hclwrite.Body, svc, key string, fo api.ServiceR
 	if len(fo.Targets) > 0 {
 		fb := b.AppendNewBlock("failover", nil).Body()
 		for _, tg := range fo.Targets {
-			if tg.Peer != "" || tg.Partition != "" || tg.Namespace != "" {
+			if tg.Peer != "" || otherSpace(tg.Namespace, tg.Partition) != "" {
 				t.note(api.ServiceResolver, svc, "failover %q: a target in a peer, partition or namespace is not translated; target dropped", key)
 				continue
 			}
@@ -31,6 +31,12 @@ func (t *translator) failover(b *hclwrite.Body, svc, key string, fo api.ServiceR
 	}
 	if fo.Service == "" && fo.ServiceSubset == "" && len(fo.Datacenters) == 0 {
 		return // Consul refuses such an entry; nothing to fail over to
+	}
+	if sp := otherSpace(fo.Namespace, ""); sp != "" {
+		// As a target in another namespace: its one target (in each of
+		// the datacenters) is elsewhere.
+		t.note(api.ServiceResolver, svc, "failover %q: a target in a peer, partition or namespace (%s) is not translated; failover dropped", key, sp)
+		return
 	}
 	fb := b.AppendNewBlock("failover", nil).Body()
 	t.failoverNames(fb, svc, fo.Service, fo.ServiceSubset)

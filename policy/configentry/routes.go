@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/hcl/v2/hclwrite"
@@ -33,6 +34,9 @@ func (t *translator) dest(svc, subset string, depth int) []target {
 			}
 			if s.RequestHeaders != nil || s.ResponseHeaders != nil {
 				t.note(api.ServiceSplitter, svc, "header changes per split are not translated")
+			}
+			if sp := otherSpace(s.Namespace, s.Partition); sp != "" {
+				t.note(api.ServiceSplitter, svc, "split to %q: a service in another namespace or partition (%s) is not translated; the split goes to the same-named service in the bridge's catalog instead", to, sp)
 			}
 			w := int64(math.Round(float64(s.Weight) * 100)) // Consul: percentages with two decimals
 			if w <= 0 {
@@ -81,7 +85,8 @@ func (t *translator) leaf(svc, subset string, depth int) target {
 
 // hasChain reports whether svc gets a chain block: an L7 service (http,
 // http2 or grpc, from its service-defaults) with a router, a splitter, a
-// default subset or a redirect the chain follows.
+// default subset, a redirect the chain follows or a request timeout
+// (Consul's chain starts at that resolver and its routes carry it).
 func (t *translator) hasChain(svc string) bool {
 	switch t.protocol(svc) {
 	case "http", "http2", "grpc":
@@ -89,7 +94,7 @@ func (t *translator) hasChain(svc string) bool {
 		return false
 	}
 	r := t.e.Resolvers[svc]
-	return t.e.Routers[svc] != nil || t.e.Splitters[svc] != nil || (r != nil && (r.DefaultSubset != "" || localRedirect(r.Redirect)))
+	return t.e.Routers[svc] != nil || t.e.Splitters[svc] != nil || (r != nil && (r.DefaultSubset != "" || localRedirect(r.Redirect) || r.RequestTimeout > 0))
 }
 
 // localRedirect reports whether rd redirects to another service or subset
@@ -97,7 +102,7 @@ func (t *translator) hasChain(svc string) bool {
 // service block's datacenter; peers and sameness groups have no
 // equivalent).
 func localRedirect(rd *api.ServiceResolverRedirect) bool {
-	return rd != nil && (rd.Service != "" || rd.ServiceSubset != "") && rd.Datacenter == "" && rd.Peer == "" && rd.SamenessGroup == "" && rd.Namespace == "" && rd.Partition == ""
+	return rd != nil && (rd.Service != "" || rd.ServiceSubset != "") && rd.Datacenter == "" && rd.Peer == "" && rd.SamenessGroup == "" && otherSpace(rd.Namespace, rd.Partition) == ""
 }
 
 // translatableSubset reports whether svc's resolver declares subset with a
@@ -191,25 +196,43 @@ func setAction(b *hclwrite.Body, ts []target) {
 // its router's routes, then a catch-all to the service (through its
 // splitter). grpc limits them to what gRPC's xDS client runs.
 func (t *translator) routes(vh *hclwrite.Body, svc string, grpc bool) {
-	timeout := ""
-	if r := t.e.Resolvers[svc]; r != nil && r.RequestTimeout > 0 {
-		timeout = r.RequestTimeout.String()
-	}
 	if rt := t.e.Routers[svc]; rt != nil {
 		t.used(&t.usedRouters, svc)
 		for i, r := range rt.Routes {
-			t.route(vh, svc, i, r, grpc, timeout)
+			t.route(vh, svc, i, r, grpc)
 		}
 	}
 	b := vh.AppendNewBlock("route", nil).Body()
 	setAction(b, t.dest(svc, "", 0))
 	t.chainOptOut(b)
-	if timeout != "" {
-		b.SetAttributeValue("timeout", cty.StringVal(timeout))
+	if timeout := t.startTimeout(svc); timeout > 0 {
+		b.SetAttributeValue("timeout", cty.StringVal(timeout.String()))
 	}
 }
 
-func (t *translator) route(vh *hclwrite.Body, svc string, i int, r api.ServiceRoute, grpc bool, timeout string) {
+// startTimeout is the request timeout of svc's chain: Consul's xDS
+// generation (agent/xds/routes.go, makeUpstreamRouteForDiscoveryChain)
+// applies a resolver's RequestTimeout only when the chain starts at a
+// resolver node, i.e. svc has neither a router nor a splitter, and then
+// it is the timeout of the resolver the start node resolves to after its
+// redirects (discoverychain/compile.go, getResolverNode). Routes a router
+// or splitter makes (to svc or to other services) never get it.
+func (t *translator) startTimeout(svc string) time.Duration {
+	if t.e.Routers[svc] != nil || t.e.Splitters[svc] != nil {
+		return 0
+	}
+	r := t.e.Resolvers[svc]
+	for depth := 0; r != nil && localRedirect(r.Redirect) && depth < 8; depth++ {
+		svc = cmp.Or(r.Redirect.Service, svc)
+		r = t.e.Resolvers[svc]
+	}
+	if r == nil {
+		return 0
+	}
+	return r.RequestTimeout
+}
+
+func (t *translator) route(vh *hclwrite.Body, svc string, i int, r api.ServiceRoute, grpc bool) {
 	var m *api.ServiceRouteHTTPMatch
 	if r.Match != nil {
 		m = r.Match.HTTP
@@ -235,16 +258,22 @@ func (t *translator) route(vh *hclwrite.Body, svc string, i int, r api.ServiceRo
 		if to == "" {
 			to = svc
 		}
+		if sp := otherSpace(d.Namespace, d.Partition); sp != "" {
+			t.note(api.ServiceRouter, svc, "route %d: a destination in another namespace or partition (%s) is not translated; the route goes to the same-named service %q in the bridge's catalog instead", i, sp, to)
+		}
 		setAction(b, t.dest(to, d.ServiceSubset, 0))
 		t.chainOptOut(b)
-		switch {
-		case d.RequestTimeout > 0:
+		// Only the destination's own timeout: Consul gives the resolver's
+		// request_timeout to no route a router makes (startTimeout).
+		if d.RequestTimeout > 0 {
 			b.SetAttributeValue("timeout", cty.StringVal(d.RequestTimeout.String()))
-		case timeout != "":
-			b.SetAttributeValue("timeout", cty.StringVal(timeout))
 		}
-		if d.IdleTimeout > 0 && !grpc {
-			b.SetAttributeValue("idle_timeout", cty.StringVal(d.IdleTimeout.String()))
+		if d.IdleTimeout > 0 {
+			if grpc {
+				t.note(api.ServiceRouter, svc, "route %d: idle_timeout does not apply to gRPC (its xDS client has no per-route idle timeout); dropped", i)
+			} else {
+				b.SetAttributeValue("idle_timeout", cty.StringVal(d.IdleTimeout.String()))
+			}
 		}
 		t.retry(b, svc, i, d, grpc)
 		if d.PrefixRewrite != "" {
@@ -316,34 +345,57 @@ func (t *translator) match(b *hclwrite.Body, svc string, i int, m *api.ServiceRo
 	}
 }
 
+// grpcRetryOn are the retry conditions gRPC's xDS client runs, gRPC
+// status codes: the same list the policy holds grpc_service routes to.
+var grpcRetryOn = []string{"cancelled", "deadline-exceeded", "internal", "resource-exhausted", "unavailable"}
+
+// retry writes a destination's retries as Consul 1.15 makes them
+// (agent/xds/routes.go, getRetryPolicyForDestination): retry_on is
+// RetryOn, then connect-failure for RetryOnConnectFailure (once), then
+// retriable-status-codes with RetryOnStatusCodes; NumRetries is only the
+// count. With no condition retry_on is empty and Envoy retries nothing,
+// so no retry is written: the policy's retry block without `on` would
+// retry on 5xx, connect-failure and reset. Status codes have no
+// equivalent in the retry block, so they are noted and left out rather
+// than widened to 5xx. gRPC's xDS client retries on status codes only.
 func (t *translator) retry(b *hclwrite.Body, svc string, i int, d *api.ServiceRouteDestination, grpc bool) {
-	var on []string
-	if d.RetryOnConnectFailure && !grpc {
-		on = append(on, "connect-failure")
-	}
+	var on, dropped []string
 	for _, o := range d.RetryOn {
-		if grpc && !strings.Contains("cancelled deadline-exceeded internal resource-exhausted unavailable", o) {
+		if grpc && !slices.Contains(grpcRetryOn, o) {
+			dropped = append(dropped, o)
 			continue
 		}
 		on = append(on, o)
 	}
-	if len(d.RetryOnStatusCodes) > 0 {
-		t.note(api.ServiceRouter, svc, "route %d: retry_on_status_codes %v is not translated (retry on 5xx covers the 5xx ones)", i, d.RetryOnStatusCodes)
+	if len(dropped) > 0 {
+		t.note(api.ServiceRouter, svc, "route %d: retry_on %q: gRPC's xDS client retries only on status codes (%s); dropped", i, dropped, strings.Join(grpcRetryOn, ", "))
 	}
-	if d.NumRetries == 0 && len(on) == 0 {
+	if d.RetryOnConnectFailure {
+		switch {
+		case grpc:
+			t.note(api.ServiceRouter, svc, "route %d: retry_on_connect_failure: gRPC's xDS client retries only on status codes; dropped", i)
+		case !slices.Contains(on, "connect-failure"):
+			on = append(on, "connect-failure")
+		}
+	}
+	if len(d.RetryOnStatusCodes) > 0 {
+		t.note(api.ServiceRouter, svc, "route %d: retry_on_status_codes %v is not translated (the policy's retry cannot name status codes); no retry on them is set", i, d.RetryOnStatusCodes)
+	}
+	if len(on) == 0 {
+		if d.NumRetries > 0 && len(d.RetryOn) == 0 && !d.RetryOnConnectFailure && len(d.RetryOnStatusCodes) == 0 {
+			t.note(api.ServiceRouter, svc, "route %d: num_retries %d without retry_on, retry_on_connect_failure or retry_on_status_codes retries nothing in Consul either (Envoy's retry_on is empty); no retry is set", i, d.NumRetries)
+		}
 		return
 	}
 	rb := b.AppendNewBlock("retry", nil).Body()
 	if d.NumRetries > 0 {
 		rb.SetAttributeValue("attempts", cty.NumberIntVal(int64(d.NumRetries)))
 	}
-	if len(on) > 0 {
-		rb.SetAttributeValue("on", strList(on))
-	}
+	rb.SetAttributeValue("on", strList(on))
 }
 
 func headers(b *hclwrite.Body, name string, h *api.HTTPHeaderModifiers) {
-	if h == nil || (len(h.Add) == 0 && len(h.Set) == 0 && len(h.Remove) == 0) {
+	if headersZero(h) {
 		return
 	}
 	hb := b.AppendNewBlock(name, nil).Body()
@@ -381,6 +433,12 @@ func (t *translator) ingressDoc(g *api.IngressGatewayConfigEntry) Document {
 	for _, l := range g.Listeners {
 		lb := p.AppendNewBlock("listener", []string{fmt.Sprintf("port-%d", l.Port)}).Body()
 		lb.SetAttributeValue("port", cty.NumberIntVal(int64(l.Port)))
+		// A listener's TLS overrides the gateway's (Consul's
+		// listeners_ingress.go, resolveListenerTLSConfig); like the
+		// gateway's, it is noted and the listener stays plaintext.
+		if lt := l.TLS; lt != nil && (lt.Enabled || lt.SDS != nil || lt.TLSMinVersion != "" || lt.TLSMaxVersion != "" || len(lt.CipherSuites) > 0) {
+			t.note(api.IngressGateway, g.Name, "listener %d: TLS is not translated; add a tls block to the listener with the certificate files", l.Port)
+		}
 		proto := strings.ToLower(l.Protocol)
 		if proto == "" || proto == "tcp" {
 			lb.SetAttributeValue("protocol", cty.StringVal("tcp"))
@@ -388,6 +446,7 @@ func (t *translator) ingressDoc(g *api.IngressGatewayConfigEntry) Document {
 				t.note(api.IngressGateway, g.Name, "tcp listener on port %d needs exactly one named service; left without a target", l.Port)
 				continue
 			}
+			t.ingressService(g.Name, l.Port, l.Services[0])
 			setAction(lb, t.dest(l.Services[0].Name, "", 0))
 			continue
 		}
@@ -396,6 +455,7 @@ func (t *translator) ingressDoc(g *api.IngressGatewayConfigEntry) Document {
 				t.note(api.IngressGateway, g.Name, "listener %d: the wildcard service is not translated; list the services", l.Port)
 				continue
 			}
+			t.ingressService(g.Name, l.Port, s)
 			vh := lb.AppendNewBlock("virtual_host", []string{label(s.Name)}).Body()
 			hosts := s.Hosts
 			if len(hosts) == 0 {
@@ -410,6 +470,46 @@ func (t *translator) ingressDoc(g *api.IngressGatewayConfigEntry) Document {
 		}
 	}
 	return render(f, api.IngressGateway+"/"+g.Name)
+}
+
+// ingressService notes what of an ingress gateway's service the
+// listener does not carry: Consul routes to the service in its namespace
+// and partition, serves its SDS certificate, sets its header changes on
+// its virtual host (routes.go, injectHeaderManipToVirtualHost) and its
+// limits and passive health check on the gateway's own cluster of it. The
+// policy's virtual_host has no header changes, and a service block's
+// circuit_breaker and outlier_detection would apply to every caller.
+func (t *translator) ingressService(gw string, port int, s api.IngressService) {
+	if sp := otherSpace(s.Namespace, s.Partition); sp != "" {
+		t.note(api.IngressGateway, gw, "listener %d: service %q in another namespace or partition (%s) is not translated; the listener routes to the same-named service in the bridge's catalog instead", port, s.Name, sp)
+	}
+	if s.TLS != nil && s.TLS.SDS != nil {
+		t.note(api.IngressGateway, gw, "listener %d: service %q: TLS (SDS certificate) is not translated; add a certificate to the listener's tls block and a tls block to the virtual host", port, s.Name)
+	}
+	if !headersZero(s.RequestHeaders) || !headersZero(s.ResponseHeaders) {
+		t.note(api.IngressGateway, gw, "listener %d: service %q: request_headers and response_headers (Consul sets them on the virtual host) are not translated; set them on the virtual host's routes", port, s.Name)
+	}
+	var limits []string
+	for _, l := range []struct {
+		set  bool
+		name string
+	}{
+		{s.MaxConnections != nil, "max_connections"},
+		{s.MaxPendingRequests != nil, "max_pending_requests"},
+		{s.MaxConcurrentRequests != nil, "max_concurrent_requests"},
+		{s.PassiveHealthCheck != nil, "passive_health_check"},
+	} {
+		if l.set {
+			limits = append(limits, l.name)
+		}
+	}
+	if len(limits) > 0 {
+		t.note(api.IngressGateway, gw, "listener %d: service %q: upstream limits (%s) are not translated; set circuit_breaker or outlier_detection on the service (they then apply to every caller of it, not only the gateway)", port, s.Name, strings.Join(limits, ", "))
+	}
+}
+
+func headersZero(h *api.HTTPHeaderModifiers) bool {
+	return h == nil || (len(h.Add) == 0 && len(h.Set) == 0 && len(h.Remove) == 0)
 }
 
 // routeDocs are the documents of the services with a router or
@@ -429,7 +529,7 @@ func (t *translator) routeDocs() []Document {
 	// A resolver's default subset is where the chain sends the service's
 	// traffic even without a router or splitter.
 	for n, r := range t.e.Resolvers {
-		if r.DefaultSubset != "" || localRedirect(r.Redirect) {
+		if r.DefaultSubset != "" || localRedirect(r.Redirect) || (r.RequestTimeout > 0 && t.hasChain(n)) {
 			names[n] = true
 		}
 	}

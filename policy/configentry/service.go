@@ -1,6 +1,8 @@
 package configentry
 
 import (
+	"cmp"
+	"fmt"
 	"regexp"
 	"strings"
 
@@ -61,6 +63,9 @@ func (t *translator) defaults(b *hclwrite.Body, d *api.ServiceConfigEntry) {
 		{d.RateLimits != nil, "rate_limits"},
 		{len(d.EnvoyExtensions) > 0, "envoy_extensions"},
 		{d.UpstreamConfig != nil && d.UpstreamConfig.Defaults != nil, "upstream_config.defaults (how this service's own sidecar reaches its upstreams)"},
+		{d.BalanceInboundConnections != "", "balance_inbound_connections"},
+		{d.MaxRequestHeadersKB != nil, "max_request_headers_kb"},
+		{d.ExternalSNI != "", "external_sni"},
 	} {
 		if unsupported.set {
 			t.note(api.ServiceDefaults, d.Name, "%s: service mesh setting, not translated", unsupported.what)
@@ -104,14 +109,22 @@ func (t *translator) resolver(b *hclwrite.Body, r *api.ServiceResolverConfigEntr
 	if r.ConnectTimeout > 0 {
 		b.SetAttributeValue("connect_timeout", cty.StringVal(r.ConnectTimeout.String()))
 	}
-	if r.RequestTimeout > 0 {
-		t.note(api.ServiceResolver, r.Name, "request_timeout applies as the timeout of the routes made for it (ingress and gRPC); other routes to the service keep theirs")
-	}
+	t.requestTimeout(r)
 	if rd := r.Redirect; rd != nil {
-		if rd.Datacenter != "" && rd.Service == "" && rd.ServiceSubset == "" && rd.Peer == "" && rd.SamenessGroup == "" {
+		switch {
+		case rd.Datacenter != "" && rd.Service == "" && rd.ServiceSubset == "" && rd.Peer == "" && rd.SamenessGroup == "" && otherSpace(rd.Namespace, rd.Partition) == "":
 			b.SetAttributeValue("datacenter", cty.StringVal(rd.Datacenter))
-		} else if !localRedirect(rd) {
+		case !localRedirect(rd):
 			t.note(api.ServiceResolver, r.Name, "redirect to another datacenter's service, a peer, a sameness group, namespace or partition is not translated; route to the target instead")
+		case !t.hasChain(r.Name):
+			// Only a chain block carries the redirect to routes in HCL,
+			// and only an L7 service gets one (routeDocs); its service
+			// block cannot say it.
+			to := fmt.Sprintf("%q", cmp.Or(rd.Service, r.Name))
+			if rd.ServiceSubset != "" {
+				to += fmt.Sprintf(" subset %q", rd.ServiceSubset)
+			}
+			t.note(api.ServiceResolver, r.Name, "redirect to %s: the routes made from entries follow it; routes in HCL naming %s reach %s itself (a %s service has no chain block to carry it)", to, r.Name, r.Name, t.protocol(r.Name))
 		}
 	}
 	if lb := r.LoadBalancer; lb != nil {
@@ -127,6 +140,11 @@ func (t *translator) resolver(b *hclwrite.Body, r *api.ServiceResolverConfigEntr
 		b.SetAttributeValue("only_passing", cty.True)
 		if passing < len(r.Subsets) {
 			t.note(api.ServiceResolver, r.Name, "only_passing is set on some subsets; the bridge applies it to the whole service")
+		} else {
+			// Consul applies it to the subsets' targets only: traffic to
+			// the service without a subset, and failover to it, keeps
+			// instances whose checks warn.
+			t.note(api.ServiceResolver, r.Name, "only_passing is set on every subset; the bridge applies it to the whole service, so traffic to %s without a subset and failover to it also skip instances whose checks warn", r.Name)
 		}
 	}
 	subsets := map[string]*hclwrite.Body{}
@@ -164,6 +182,29 @@ func (t *translator) resolver(b *hclwrite.Body, r *api.ServiceResolverConfigEntr
 	}
 	if r.PrioritizeByLocality != nil {
 		t.note(api.ServiceResolver, r.Name, "prioritize_by_locality is not translated")
+	}
+}
+
+// requestTimeout notes where r's request_timeout applies: as in Consul,
+// only to the chain of a service without a router or splitter whose start
+// resolver is r (startTimeout).
+func (t *translator) requestTimeout(r *api.ServiceResolverConfigEntry) {
+	if r.RequestTimeout <= 0 {
+		return
+	}
+	svc := r.Name
+	switch {
+	case localRedirect(r.Redirect):
+		// compile.go getResolverNode: the start node is the redirect
+		// target's resolver, with its request_timeout.
+		t.note(api.ServiceResolver, svc, "request_timeout: the chain starts at the redirect's target, whose resolver's request_timeout applies instead, here as in Consul")
+	case t.e.Routers[svc] != nil || t.e.Splitters[svc] != nil:
+		t.note(api.ServiceResolver, svc, "request_timeout: Consul applies it only where the discovery chain starts at the resolver; %s has a service-router or service-splitter, so none of its routes gets it, here as in Consul", svc)
+	case t.hasChain(svc):
+		t.note(api.ServiceResolver, svc, "request_timeout is the timeout of %s's chain (no service-router or service-splitter, as Consul applies it): the routes made from entries and the routes in HCL that follow the chain and set no timeout", svc)
+	default:
+		// hasChain is false only for a service no entry makes HTTP.
+		t.note(api.ServiceResolver, svc, "request_timeout: %s is not an HTTP service in the entries (service-defaults protocol), so no route of its chain carries it, here as in Consul; routes in HCL naming %s keep theirs", svc, svc)
 	}
 }
 

@@ -133,7 +133,7 @@ proxy "public" {
   listener "http" {
     port = 9080
     virtual_host "any-host" {
-      domains = ["*.public.example.com"]
+      domains = ["*.example.com"]
       route {
         match {
           path = "/health"

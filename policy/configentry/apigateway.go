@@ -168,27 +168,14 @@ func filteredHostnames(listener string, route []string) (kept, dropped []string)
 // partition: Consul binds such a route to that namespace's gateway.
 func (t *translator) parentNotes(kind, route, gw string, parents []api.ResourceReference) {
 	for _, p := range parents {
-		if sp := refSpace(p.Namespace, p.Partition); (p.Kind == "" || p.Kind == api.APIGateway) && p.Name == gw && sp != "" {
+		if sp := otherSpace(p.Namespace, p.Partition); (p.Kind == "" || p.Kind == api.APIGateway) && p.Name == gw && sp != "" {
 			t.note(kind, route, "parent %q in %s: Consul binds the route to the gateway there; the bridge attaches it to the api-gateway %q it reads", gw, sp, gw)
 		}
 	}
 }
 
-// refSpace names a reference's namespace and partition when either is
-// not the default ("" or "default"); "" otherwise.
-func refSpace(namespace, partition string) string {
-	var out []string
-	if namespace != "" && namespace != "default" {
-		out = append(out, fmt.Sprintf("namespace %q", namespace))
-	}
-	if partition != "" && partition != "default" {
-		out = append(out, fmt.Sprintf("partition %q", partition))
-	}
-	return strings.Join(out, ", ")
-}
-
 func (t *translator) tcpServiceNotes(route string, s api.TCPService) {
-	if sp := refSpace(s.Namespace, s.Partition); sp != "" {
+	if sp := otherSpace(s.Namespace, s.Partition); sp != "" {
 		t.note(api.TCPRoute, route, "service %q in %s is not translated: Consul routes to the service there; the bridge routes to the same-named service %q it reads", s.Name, sp, s.Name)
 	}
 	if s.Limits != nil {
@@ -224,7 +211,7 @@ func (t *translator) httpServiceNotes(route string, i int, s api.HTTPService) (j
 	if s.Filters.ExtAuthz != nil || len(s.Filters.ExtProc) > 0 {
 		t.note(api.HTTPRoute, route, "rule %d: ext_authz and ext_proc filters of service %q are not translated (they configure the builtin/ext-authz and ext-proc Envoy extensions, which the bridge does not translate)", i, s.Name)
 	}
-	if sp := refSpace(s.Namespace, s.Partition); sp != "" {
+	if sp := otherSpace(s.Namespace, s.Partition); sp != "" {
 		t.note(api.HTTPRoute, route, "rule %d: service %q in %s is not translated: Consul routes to the service there; the bridge routes to the same-named service %q it reads", i, s.Name, sp, s.Name)
 	}
 	if s.Limits != nil {

@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"net"
 	"net/http"
-	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -22,6 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/agent"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/procstat"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
@@ -103,17 +102,8 @@ func bigWorld(size int, port uint32) func(string) *xds.Resources {
 
 // rssBytes is this process's resident set (Linux), 0 if unknown.
 func rssBytes() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	n, _ := procstat.RSS(0)
+	return n
 }
 
 // endpointAddr is the address of cluster big's endpoint(s).

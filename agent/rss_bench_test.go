@@ -5,13 +5,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/modroot"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/procstat"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/syncbuffer"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 )
@@ -133,19 +133,9 @@ upstream {
 
 // processRSS is a process's VmRSS in bytes.
 func processRSS(b *testing.B, pid int) int64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	n, err := procstat.RSS(pid)
 	if err != nil {
 		b.Fatal(err)
 	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			if err != nil {
-				b.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	b.Fatal("no VmRSS")
-	return 0
+	return n
 }

@@ -1,7 +1,6 @@
 package bridge_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,6 +20,7 @@ import (
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/procstat"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 )
@@ -196,19 +195,8 @@ func (b *bridgeProcess) sample(capKB int64, exited <-chan struct{}) {
 
 // rss is the child's current VmRSS in kB (0 once it is gone).
 func (b *bridgeProcess) rss() int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", b.cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
-		}
-	}
-	return 0
+	n, _ := procstat.RSS(b.cmd.Process.Pid)
+	return n >> 10
 }
 
 // plan posts doc to /v1/plan as the console does (JSON, with the token)

@@ -1,18 +1,18 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"cmp"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/procstat"
 )
 
 // The files the CLI reads that a user names (agent -config, import's
@@ -99,19 +99,8 @@ wait:
 
 // childRSS is a process's VmRSS in kB (0 once it is gone).
 func childRSS(pid int) int64 {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			n, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
-			return n
-		}
-	}
-	return 0
+	n, _ := procstat.RSS(pid)
+	return n >> 10
 }
 
 // hostileFiles makes a FIFO (no writer, ever), a 4 GiB sparse file and a

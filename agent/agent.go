@@ -415,12 +415,7 @@ func (a *Agent) adminMux() *http.ServeMux {
 	// the last good config while the central bridge is unreachable (said
 	// so, per key). Not ready only for a key with nothing to serve.
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, _ *http.Request) {
-		keys := a.keys()
-		code, status := readiness(keys)
-		envoys := a.envoyStatuses()
-		if c, s := envoyReadiness(envoys); c != 200 && code == 200 {
-			code, status = c, s
-		}
+		code, status, keys, envoys := a.readyz()
 		out := map[string]any{"status": status, "node_clusters": keys}
 		if len(envoys) > 0 {
 			out["envoys"] = envoys

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"testing"
 
 	bootstrapv3 "github.com/envoyproxy/go-control-plane/envoy/config/bootstrap/v3"
@@ -61,6 +62,15 @@ func TestBootstrapIsValidEnvoyConfig(t *testing.T) {
 			}
 			if _, ok := xds.GetTypedExtensionProtocolOptions()["envoy.extensions.upstreams.http.v3.HttpProtocolOptions"]; !ok {
 				t.Error("xds_cluster does not speak HTTP/2")
+			}
+			// docs/getting-started.md: Envoy's admin listens on
+			// 127.0.0.1, on -admin-port, 19000 unless given.
+			wantPort := uint32(19000)
+			if slices.Contains(args, "-admin-port") {
+				wantPort = 9901 // the "unix socket" case sets it
+			}
+			if sa := b.GetAdmin().GetAddress().GetSocketAddress(); sa.GetAddress() != "127.0.0.1" || sa.GetPortValue() != wantPort {
+				t.Errorf("admin listens on %s:%d, want 127.0.0.1:%d", sa.GetAddress(), sa.GetPortValue(), wantPort)
 			}
 		})
 	}

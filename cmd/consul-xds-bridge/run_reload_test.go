@@ -130,20 +130,7 @@ proxy "edge" {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + admin + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the bridge never became ready:\n%s", logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitReadyz(t, admin, 20*time.Second, &logs)
 	hash := func(s string) string { h := sha256.Sum256([]byte(s)); return hex.EncodeToString(h[:]) }
 	fileHash := func(p policyView) string {
 		for _, s := range p.Sources {

@@ -53,20 +53,7 @@ func TestRunStopsGracefullyOnSIGTERM(t *testing.T) {
 	go func() { done <- cmd.Wait() }()
 	t.Cleanup(func() { _ = cmd.Process.Kill() })
 
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		resp, err := http.Get("http://" + admin + "/readyz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				break
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("never ready; logs:\n%s", logs.String())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitReadyz(t, admin, 20*time.Second, &logs)
 	// An open xDS connection must not hold up the exit past the grace period.
 	conn, err := net.Dial("tcp", xdsAddr)
 	if err != nil {
@@ -94,5 +81,25 @@ func TestRunStopsGracefullyOnSIGTERM(t *testing.T) {
 	}
 	if _, err := net.DialTimeout("tcp", xdsAddr, time.Second); err == nil {
 		t.Error("xDS port still accepts connections after exit")
+	}
+}
+
+// waitReadyz waits until the bridge's /readyz at admin answers 200,
+// failing the test with logs after within.
+func waitReadyz(t *testing.T, admin string, within time.Duration, logs fmt.Stringer) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for {
+		resp, err := http.Get("http://" + admin + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the bridge never became ready; logs:\n%s", logs.String())
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

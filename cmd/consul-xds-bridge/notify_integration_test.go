@@ -36,7 +36,9 @@ func TestRunNotifiesSystemdWhenReady(t *testing.T) {
 		path, msgs := notifySocket(t)
 		logs = &bytes.Buffer{}
 		cmd := exec.Command(bin, "run", "-config", cfg)
-		cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+path)
+		// STATE_DIRECTORY: the generated admin token goes there, not into
+		// the user's ~/.config.
+		cmd.Env = append(os.Environ(), "NOTIFY_SOCKET="+path, "STATE_DIRECTORY="+t.TempDir())
 		cmd.Stdout, cmd.Stderr = logs, logs
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)

@@ -79,6 +79,8 @@ func startDemo(t *testing.T, demo string, args ...string) (*exec.Cmd, *syncbuffe
 // second demo refuses while one runs; and a demo whose bridge cannot bind
 // exits non-zero.
 func TestDemoIsSafeBesideARealAgent(t *testing.T) {
+	// The bridge's generated admin token goes here, not into ~/.config.
+	t.Setenv("STATE_DIRECTORY", t.TempDir())
 	theirs := consultest.Start(t)
 	demo, bridge := buildDemo(t)
 	consulBin := consultest.Binary(t)

@@ -214,7 +214,7 @@ type JWTProvider struct {
 	// Audiences, if any, must include the token's aud.
 	Audiences []string
 	// Exactly one key set: JWKSCluster (the cluster Envoy fetches JWKSURI
-	// from, caching it CacheDuration, 0 for Envoy's 5m) or LocalJWKS (the
+	// from, caching it CacheDuration, 0 for Envoy's default, 10m) or LocalJWKS (the
 	// key set itself, read by the bridge from a file).
 	JWKSCluster   string
 	JWKSURI       string

@@ -7,9 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
-	"time"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/hostilefile"
 )
 
 // TestNewClientTokenFileBounded: the ACL token file (consul.token_file,
@@ -20,10 +20,7 @@ import (
 // file named by the setting winning over the environment's.
 func TestNewClientTokenFileBounded(t *testing.T) {
 	dir := t.TempDir()
-	fifo := filepath.Join(dir, "fifo")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	fifo := hostilefile.FIFO(t, "fifo")
 	big := filepath.Join(dir, "big")
 	if err := os.WriteFile(big, make([]byte, 8<<10), 0o600); err != nil {
 		t.Fatal(err)
@@ -35,19 +32,10 @@ func TestNewClientTokenFileBounded(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Setenv("CONSUL_HTTP_TOKEN_FILE", tc.env)
-			done := make(chan error, 1)
-			go func() {
+			hostilefile.Refused(t, "NewClient", tc.want, func() error {
 				_, err := NewClient(ClientConfig{Address: "127.0.0.1:1", TokenFile: tc.file})
-				done <- err
-			}()
-			select {
-			case err := <-done:
-				if err == nil || !strings.Contains(err.Error(), tc.want) {
-					t.Fatalf("err = %v, want one saying %q", err, tc.want)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("NewClient still running after 5 s: the read waits on the FIFO")
-			}
+				return err
+			})
 		})
 	}
 

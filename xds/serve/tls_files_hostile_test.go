@@ -3,12 +3,11 @@ package serve
 import (
 	"os"
 	"path/filepath"
-	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/rs/zerolog"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/hostilefile"
 )
 
 // TestTLSFilesReadBounded: the xDS server's certificate, key and client
@@ -20,12 +19,8 @@ import (
 func TestTLSFilesReadBounded(t *testing.T) {
 	ca := newTestCA(t)
 	good := serverTLSFiles(t, ca)
-	dir := t.TempDir()
-	fifo := filepath.Join(dir, "fifo.pem")
-	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	big := filepath.Join(dir, "big.pem")
+	fifo := hostilefile.FIFO(t, "fifo.pem")
+	big := filepath.Join(t.TempDir(), "big.pem")
 	if err := os.WriteFile(big, make([]byte, 2<<20), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -39,19 +34,10 @@ func TestTLSFilesReadBounded(t *testing.T) {
 		"cert too large": {TLSFiles{CertFile: big, KeyFile: good.KeyFile}, "over the limit of 1048576"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			done := make(chan error, 1)
-			go func() {
+			hostilefile.Refused(t, "loading the TLS files", tc.want, func() error {
 				_, err := newCertReloader(tc.files, zerolog.Nop())
-				done <- err
-			}()
-			select {
-			case err := <-done:
-				if err == nil || !strings.Contains(err.Error(), tc.want) {
-					t.Fatalf("err = %v, want one saying %q", err, tc.want)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("still loading after 5 s: the read waits on the FIFO")
-			}
+				return err
+			})
 		})
 	}
 }

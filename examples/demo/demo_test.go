@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -89,7 +90,7 @@ func TestDemoIsSafeBesideARealAgent(t *testing.T) {
 	first, out := startDemo(t, demo, "-consul-bin", consulBin, "-bridge", bridge, "-config", cfg)
 	deadline := time.Now().Add(60 * time.Second)
 	for !strings.Contains(out.String(), "consul-xds-bridge is running") {
-		if time.Now().After(deadline) || first.ProcessState != nil {
+		if time.Now().After(deadline) || !running(first.Process.Pid) {
 			t.Fatalf("the demo did not start:\n%s", out.String())
 		}
 		time.Sleep(100 * time.Millisecond)
@@ -107,8 +108,21 @@ func TestDemoIsSafeBesideARealAgent(t *testing.T) {
 		}
 	}
 
-	second := exec.Command(demo, "-consul-bin", consulBin, "-bridge", bridge, "-config", cfg)
-	if b, err := second.CombinedOutput(); err == nil || !strings.Contains(string(b), "another demo is running") {
+	// The second must be refused while the first runs: a first that has
+	// died meanwhile (its bridge, say) would let the second run for good
+	// and the test wait on it until the package's timeout.
+	if !running(first.Process.Pid) {
+		t.Fatalf("the first demo exited before the second was started:\n%s", out.String())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	second := exec.CommandContext(ctx, demo, "-consul-bin", consulBin, "-bridge", bridge, "-config", cfg)
+	second.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	second.Cancel = func() error { return syscall.Kill(-second.Process.Pid, syscall.SIGKILL) }
+	second.WaitDelay = 5 * time.Second
+	if b, err := second.CombinedOutput(); ctx.Err() != nil {
+		t.Fatalf("a second demo ran instead of refusing (killed after 60 s):\n%s\nthe first's output:\n%s", b, out.String())
+	} else if err == nil || !strings.Contains(string(b), "another demo is running") {
 		t.Errorf("a second demo: err %v, output %q; want a refusal", err, b)
 	}
 
@@ -144,4 +158,16 @@ func TestDemoIsSafeBesideARealAgent(t *testing.T) {
 	case <-time.After(60 * time.Second):
 		t.Fatalf("the demo did not exit when its bridge could not bind:\n%s", failOut.String())
 	}
+}
+
+// running reports whether process pid is alive and not a zombie (a child
+// that exited and was not waited for still answers kill 0).
+func running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command's closing parenthesis.
+	rest := string(b[strings.LastIndexByte(string(b), ')')+1:])
+	return !strings.HasPrefix(strings.TrimSpace(rest), "Z")
 }

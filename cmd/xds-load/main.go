@@ -2,6 +2,8 @@
 //
 //	xds-load run [-full] [flags]       run the scenarios and print the table
 //	xds-load baseline-server [flags]   the baseline go-control-plane server (started by run)
+//	xds-load floor [flags]             a bare grpc-go server's memory per connection
+//	xds-load floor-server [flags]      that server (started by floor)
 package main
 
 import (
@@ -24,7 +26,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: xds-load run [flags] | xds-load baseline-server [flags]")
+		fmt.Fprintln(os.Stderr, "usage: xds-load run [flags] | xds-load baseline-server [flags] | xds-load floor [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -34,6 +36,10 @@ func main() {
 		os.Exit(runCmd(ctx, os.Args[2:]))
 	case "baseline-server":
 		os.Exit(baselineCmd(ctx, os.Args[2:]))
+	case "floor":
+		os.Exit(floorCmd(ctx, os.Args[2:]))
+	case "floor-server":
+		os.Exit(floorServerCmd(ctx, os.Args[2:]))
 	default:
 		fmt.Fprintf(os.Stderr, "unknown command %q\n", os.Args[1])
 		os.Exit(2)

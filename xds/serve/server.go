@@ -315,10 +315,12 @@ func (s *Server) groupResourcesLocked(key string) *xds.Resources {
 // writeBufferSize is the per-connection write batch (see Serve).
 const writeBufferSize = 8 << 10
 
-// Serve serves xDS on lis until ctx ends, then stops gracefully within the
-// configured grace period.
-func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
-	opts := []grpc.ServerOption{
+// TransportOptions are the gRPC server's connection and stream settings,
+// without the codec, credentials or interceptors. The load harness's
+// floor server (bench/floor.go) takes the same, so what it measures of a
+// bare gRPC server is what the bridge's transport holds.
+func TransportOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{
 		// Envoy multiplexes all its xDS streams over one connection; a
 		// bound keeps one misbehaving client from opening unbounded streams.
 		grpc.MaxConcurrentStreams(1000),
@@ -346,13 +348,19 @@ func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
 		// one window.
 		grpc.InitialWindowSize(1 << 20),
 		grpc.InitialConnWindowSize(1 << 20),
-		// Responses that many streams share are encoded once (package cache's codec.go).
-		grpc.ForceServerCodecV2(cache.NewCodec()),
 		grpc.MaxSendMsgSize(64 << 20),
 		// Dead peers are found within ~40s; clients may ping every 15s.
 		grpc.KeepaliveParams(keepalive.ServerParameters{Time: 30 * time.Second, Timeout: 10 * time.Second}),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 15 * time.Second, PermitWithoutStream: true}),
 	}
+}
+
+// Serve serves xDS on lis until ctx ends, then stops gracefully within the
+// configured grace period.
+func (s *Server) Serve(ctx context.Context, lis net.Listener) error {
+	opts := append(TransportOptions(),
+		// Responses that many streams share are encoded once (package cache's codec.go).
+		grpc.ForceServerCodecV2(cache.NewCodec()))
 	var tlsCfg *tls.Config
 	if s.cfg.TLS.CertFile != "" {
 		r, err := newCertReloader(s.cfg.TLS, s.log)

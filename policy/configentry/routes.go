@@ -459,11 +459,9 @@ func (t *translator) ingressDoc(g *api.IngressGatewayConfigEntry) Document {
 			vh := lb.AppendNewBlock("virtual_host", []string{label(s.Name)}).Body()
 			hosts := s.Hosts
 			if len(hosts) == 0 {
-				// Consul's default; Envoy matches the Host header with its
-				// port too, which our suffix wildcard already covers.
-				hosts = []string{s.Name + ".ingress.*"}
+				hosts = []string{s.Name + ".ingress.*"} // Consul's default
 			}
-			vh.SetAttributeValue("domains", strList(hosts))
+			vh.SetAttributeValue("domains", strList(withPorts(hosts, l.Port)))
 			t.expanded = true
 			t.routes(vh, s.Name, false)
 			t.expanded = false

@@ -22,7 +22,7 @@ var nonName = regexp.MustCompile(`[^A-Za-z0-9_-]`)
 // with each rule's matches as routes. A route's hostnames are those the
 // listener's hostname admits (Consul's FilteredHostnames); a route none
 // of whose hostnames it admits is not served on that listener.
-func (t *translator) apiGatewayDoc(g *api.APIGatewayConfigEntry) Document {
+func (t *translator) apiGatewayDoc(g *api.APIGatewayConfigEntry) *Document {
 	f := hclwrite.NewEmptyFile()
 	p := f.Body().AppendNewBlock("proxy", []string{g.Name}).Body()
 	from := []string{api.APIGateway + "/" + g.Name}
@@ -33,6 +33,13 @@ func (t *translator) apiGatewayDoc(g *api.APIGatewayConfigEntry) Document {
 	}
 	t.apiGatewayNotes(g)
 	for _, l := range g.Listeners {
+		// Consul serves a listener with certificates with TLS; the
+		// bridge cannot serve them from the entries, and in plain text
+		// it would answer the clients Consul refuses (as ingressDoc).
+		if why := apiGatewayTLS(l.TLS); why != "" {
+			t.note(api.APIGateway, g.Name, "listener %q: Consul serves it with TLS (%s), which the bridge cannot serve from the entries, so it is not served rather than serve plain text; write this gateway as a proxy group in the policy, this listener with a tls block naming the certificate files, and delete the entry", l.Name, why)
+			continue
+		}
 		t.listenerNotes(g.Name, l)
 		lblock := p.AppendNewBlock("listener", []string{nonName.ReplaceAllString(l.Name, "-")})
 		lb := lblock.Body()
@@ -52,7 +59,8 @@ func (t *translator) apiGatewayDoc(g *api.APIGatewayConfigEntry) Document {
 				}
 			}
 			if len(svcs) != 1 {
-				t.note(api.APIGateway, g.Name, "tcp listener %q has %d services attached by tcp-route entries; it needs exactly one", l.Name, len(svcs))
+				p.RemoveBlock(lblock)
+				t.note(api.APIGateway, g.Name, "tcp listener %q has %d services attached by tcp-route entries; it needs exactly one, so it is not served", l.Name, len(svcs))
 				continue
 			}
 			setAction(lb, t.dest(svcs[0], "", 0))
@@ -99,7 +107,29 @@ func (t *translator) apiGatewayDoc(g *api.APIGatewayConfigEntry) Document {
 			t.note(api.APIGateway, g.Name, "http listener %q has no http-route entry attached whose hostnames it admits; it is not served, as in Consul", l.Name)
 		}
 	}
-	return render(f, from...)
+	if len(p.Blocks()) == 0 {
+		t.note(api.APIGateway, g.Name, "no listener of the gateway is served, so its proxies get none")
+		return nil
+	}
+	d := render(f, from...)
+	return &d
+}
+
+// apiGatewayTLS says why Consul serves an api-gateway listener with TLS,
+// "" if it does not: certificates (inline-certificate or
+// file-system-certificate entries) or an SDS certificate.
+func apiGatewayTLS(tls api.APIGatewayTLSConfiguration) string {
+	switch {
+	case len(tls.Certificates) > 0:
+		names := make([]string, 0, len(tls.Certificates))
+		for _, c := range tls.Certificates {
+			names = append(names, c.Kind+"/"+c.Name)
+		}
+		return "certificates " + strings.Join(names, ", ")
+	case tls.SDS != nil && tls.SDS.CertResource != "":
+		return fmt.Sprintf("the SDS certificate %q", tls.SDS.CertResource)
+	}
+	return ""
 }
 
 // apiGatewayNotes notes the gateway's settings that apply to all its
@@ -119,14 +149,8 @@ func (t *translator) apiGatewayNotes(g *api.APIGatewayConfigEntry) {
 // listenerNotes notes a listener's settings the proxy group's listener
 // does not carry.
 func (t *translator) listenerNotes(gw string, l api.APIGatewayListener) {
-	tls := l.TLS
-	if len(tls.Certificates) > 0 {
-		t.note(api.APIGateway, gw, "listener %q: TLS certificates are not translated; add a tls block with the certificate files", l.Name)
-	}
-	if tls.SDS != nil {
-		t.note(api.APIGateway, gw, "listener %q: TLS from SDS (cluster %q, resource %q) is not translated, so the listener serves plain text; add a tls block with the certificate files", l.Name, tls.SDS.ClusterName, tls.SDS.CertResource)
-	}
-	if len(tls.Certificates) == 0 && (tls.MinVersion != "" || tls.MaxVersion != "" || len(tls.CipherSuites) > 0) {
+	tls := l.TLS // certificates or SDS: not served (apiGatewayDoc)
+	if tls.MinVersion != "" || tls.MaxVersion != "" || len(tls.CipherSuites) > 0 {
 		t.note(api.APIGateway, gw, "listener %q: TLS min_version, max_version and cipher_suites are not translated; set them in the listener's tls block", l.Name)
 	}
 	if l.MaxRequestHeadersKB != nil {

@@ -348,9 +348,6 @@ func TestAPIGatewaySmallDropsNoted(t *testing.T) {
 	}{
 		"MaxRequestHeadersKB": {gw: func(g *api.APIGatewayConfigEntry) { g.Listeners[0].MaxRequestHeadersKB = &kb },
 			entry: "api-gateway/gw", noteWords: []string{`listener "http"`, "MaxRequestHeadersKB 96", "not translated"}},
-		"TLS SDS": {gw: func(g *api.APIGatewayConfigEntry) {
-			g.Listeners[0].TLS.SDS = &api.GatewayTLSSDSConfig{ClusterName: "sds", CertResource: "cert"}
-		}, entry: "api-gateway/gw", noteWords: []string{"TLS from SDS", `"sds"`, `"cert"`, "not translated"}},
 		"TLS versions without certificates": {gw: func(g *api.APIGatewayConfigEntry) {
 			g.Listeners[0].TLS.MinVersion, g.Listeners[0].TLS.MaxVersion = "TLSv1_2", "TLSv1_3"
 		}, entry: "api-gateway/gw", noteWords: []string{"min_version, max_version and cipher_suites", "not translated"}},
@@ -462,4 +459,36 @@ func TestAPIGatewayRuleTranslation(t *testing.T) {
 	if len(r.notes) > 0 {
 		t.Errorf("notes for a fully translated rule: %v", r.notes)
 	}
+}
+
+// TestAPIGatewayTLSFailsClosed: Consul serves an api-gateway listener
+// with certificates (or an SDS certificate) with TLS. The bridge cannot
+// serve those from the entries, so the listener is not served rather
+// than answer in plain text what Consul answers only over TLS; the
+// gateway's other listeners are, and a gateway left with none is no
+// proxy group (its proxies get no listeners), each with a note.
+func TestAPIGatewayTLSFailsClosed(t *testing.T) {
+	tlsL := httpListener("https", "")
+	tlsL.Port = 8443
+	tlsL.TLS.Certificates = []api.ResourceReference{{Kind: api.InlineCertificate, Name: "shop-cert"}}
+	sdsL := httpListener("sds", "")
+	sdsL.Port = 9443
+	sdsL.TLS.SDS = &api.GatewayTLSSDSConfig{ClusterName: "sds", CertResource: "edge-cert"}
+	svc := api.HTTPRouteRule{Services: []api.HTTPService{{Name: "api"}}}
+	r := translateGW(t, gateway(httpListener("http", ""), tlsL, sdsL), route("r", nil, svc))
+	r.wantNote(t, "api-gateway/gw", `listener "https": Consul serves it with TLS (certificates inline-certificate/shop-cert)`, "not served rather than serve plain text")
+	r.wantNote(t, "api-gateway/gw", `listener "sds": Consul serves it with TLS (the SDS certificate "edge-cert")`)
+	var served []string
+	for _, l := range r.pol.ProxyFor("gw").Listeners {
+		served = append(served, l.Name)
+	}
+	if !slices.Equal(served, []string{"http"}) {
+		t.Errorf("listeners served %v, want [http] (the TLS ones not in plain text):\n%s", served, r.src)
+	}
+
+	r = translateGW(t, gateway(tlsL), route("r", nil, svc))
+	if p := r.pol.ProxyFor("gw"); p != nil && len(p.Listeners) > 0 {
+		t.Errorf("a gateway whose only listener is TLS serves %v in plain text:\n%s", p.Listeners, r.src)
+	}
+	r.wantNote(t, "api-gateway/gw", "no listener of the gateway is served")
 }

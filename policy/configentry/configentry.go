@@ -107,10 +107,14 @@ func ToHCL(e Entries) ([]Document, []Note) {
 		}
 	}
 	for _, name := range sortedKeys(e.Ingress) {
-		docs = append(docs, t.ingressDoc(e.Ingress[name]))
+		if d := t.ingressDoc(e.Ingress[name]); d != nil {
+			docs = append(docs, *d)
+		}
 	}
 	for _, name := range sortedKeys(e.APIGateways) {
-		docs = append(docs, t.apiGatewayDoc(e.APIGateways[name]))
+		if d := t.apiGatewayDoc(e.APIGateways[name]); d != nil {
+			docs = append(docs, *d)
+		}
 	}
 	docs = append(docs, t.routeDocs()...)
 	for _, name := range sortedKeys(e.Routers) {

@@ -420,25 +420,27 @@ func headers(b *hclwrite.Body, name string, h *api.HTTPHeaderModifiers) {
 // ingressDoc is an ingress gateway as a proxy group of the same name: a
 // listener per ingress listener, a virtual host per service with its
 // hosts (Consul's default "<service>.ingress.*"), routed by its router
-// and splitter.
-func (t *translator) ingressDoc(g *api.IngressGatewayConfigEntry) Document {
+// and splitter. nil when no listener is left to serve: a proxy group
+// without listeners is no group, and the gateway's proxies get none.
+func (t *translator) ingressDoc(g *api.IngressGatewayConfigEntry) *Document {
 	f := hclwrite.NewEmptyFile()
 	p := f.Body().AppendNewBlock("proxy", []string{g.Name}).Body()
-	if g.TLS.Enabled || g.TLS.SDS != nil {
-		t.note(api.IngressGateway, g.Name, "gateway TLS is not translated; add a tls block to the listener with the certificate files")
-	}
 	if g.Defaults != nil {
 		t.note(api.IngressGateway, g.Name, "defaults (upstream limits) are not translated; set circuit_breaker on the services")
 	}
 	for _, l := range g.Listeners {
-		lb := p.AppendNewBlock("listener", []string{fmt.Sprintf("port-%d", l.Port)}).Body()
-		lb.SetAttributeValue("port", cty.NumberIntVal(int64(l.Port)))
-		// A listener's TLS overrides the gateway's (Consul's
-		// listeners_ingress.go, resolveListenerTLSConfig); like the
-		// gateway's, it is noted and the listener stays plaintext.
-		if lt := l.TLS; lt != nil && (lt.Enabled || lt.SDS != nil || lt.TLSMinVersion != "" || lt.TLSMaxVersion != "" || len(lt.CipherSuites) > 0) {
-			t.note(api.IngressGateway, g.Name, "listener %d: TLS is not translated; add a tls block to the listener with the certificate files", l.Port)
+		// Consul serves such a listener with TLS: the gateway's Connect
+		// leaf or an SDS certificate, neither of which the entry carries
+		// for a proxy of ours. Served in plain text it would answer the
+		// clients Consul refuses, so it is not served at all (as a JWT
+		// requirement answers 403).
+		if why := ingressTLS(g.TLS, l.TLS); why != "" {
+			t.note(api.IngressGateway, g.Name, "listener %d: Consul serves it with TLS (%s), which the bridge cannot serve from the entry, so it is not served rather than serve plain text; write this gateway as a proxy group in the policy, this listener with a tls block naming the certificate files, and delete the entry", l.Port, why)
+			continue
 		}
+		lblock := p.AppendNewBlock("listener", []string{fmt.Sprintf("port-%d", l.Port)})
+		lb := lblock.Body()
+		lb.SetAttributeValue("port", cty.NumberIntVal(int64(l.Port)))
 		proto := strings.ToLower(l.Protocol)
 		if proto == "" || proto == "tcp" {
 			lb.SetAttributeValue("protocol", cty.StringVal("tcp"))
@@ -450,12 +452,21 @@ func (t *translator) ingressDoc(g *api.IngressGatewayConfigEntry) Document {
 			setAction(lb, t.dest(l.Services[0].Name, "", 0))
 			continue
 		}
+		vhosts := 0
 		for _, s := range l.Services {
 			if s.Name == "*" {
 				t.note(api.IngressGateway, g.Name, "listener %d: the wildcard service is not translated; list the services", l.Port)
 				continue
 			}
+			// Consul serves a service with its own SDS certificate on a
+			// TLS filter chain of its own (by SNI), and its hosts are not
+			// in the listener's plain-text routes.
+			if s.TLS != nil && s.TLS.SDS != nil && s.TLS.SDS.CertResource != "" {
+				t.note(api.IngressGateway, g.Name, "listener %d: service %q: Consul serves it with TLS only (its SDS certificate %q), which the bridge cannot serve from the entry, so its hosts are not served rather than serve plain text; write the gateway in the policy with a certificate for them and delete the entry", l.Port, s.Name, s.TLS.SDS.CertResource)
+				continue
+			}
 			t.ingressService(g.Name, l.Port, s)
+			vhosts++
 			vh := lb.AppendNewBlock("virtual_host", []string{label(s.Name)}).Body()
 			hosts := s.Hosts
 			if len(hosts) == 0 {
@@ -466,8 +477,35 @@ func (t *translator) ingressDoc(g *api.IngressGatewayConfigEntry) Document {
 			t.routes(vh, s.Name, false)
 			t.expanded = false
 		}
+		if vhosts == 0 {
+			p.RemoveBlock(lblock)
+			t.note(api.IngressGateway, g.Name, "listener %d: no service of it is served, so neither is the listener", l.Port)
+		}
 	}
-	return render(f, api.IngressGateway+"/"+g.Name)
+	if len(p.Blocks()) == 0 {
+		t.note(api.IngressGateway, g.Name, "no listener of the gateway is served, so its proxies get none")
+		return nil
+	}
+	d := render(f, api.IngressGateway+"/"+g.Name)
+	return &d
+}
+
+// ingressTLS says why Consul serves an ingress listener with TLS, "" if
+// it does not (Consul's listeners_ingress.go): TLS enabled on the gateway
+// or the listener (a listener cannot turn the gateway's off), or an SDS
+// certificate of the gateway's or the listener's.
+func ingressTLS(gw api.GatewayTLSConfig, l *api.GatewayTLSConfig) string {
+	switch {
+	case gw.Enabled:
+		return "enabled on the gateway"
+	case l != nil && l.Enabled:
+		return "enabled on the listener"
+	case gw.SDS != nil && gw.SDS.CertResource != "":
+		return fmt.Sprintf("the gateway's SDS certificate %q", gw.SDS.CertResource)
+	case l != nil && l.SDS != nil && l.SDS.CertResource != "":
+		return fmt.Sprintf("the listener's SDS certificate %q", l.SDS.CertResource)
+	}
+	return ""
 }
 
 // ingressService notes what of an ingress gateway's service the
@@ -480,9 +518,6 @@ func (t *translator) ingressDoc(g *api.IngressGatewayConfigEntry) Document {
 func (t *translator) ingressService(gw string, port int, s api.IngressService) {
 	if sp := otherSpace(s.Namespace, s.Partition); sp != "" {
 		t.note(api.IngressGateway, gw, "listener %d: service %q in another namespace or partition (%s) is not translated; the listener routes to the same-named service in the bridge's catalog instead", port, s.Name, sp)
-	}
-	if s.TLS != nil && s.TLS.SDS != nil {
-		t.note(api.IngressGateway, gw, "listener %d: service %q: TLS (SDS certificate) is not translated; add a certificate to the listener's tls block and a tls block to the virtual host", port, s.Name)
 	}
 	if !headersZero(s.RequestHeaders) || !headersZero(s.ResponseHeaders) {
 		t.note(api.IngressGateway, gw, "listener %d: service %q: request_headers and response_headers (Consul sets them on the virtual host) are not translated; set them on the virtual host's routes", port, s.Name)

@@ -1,6 +1,7 @@
 package configentry_test
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -189,24 +190,65 @@ func TestRetryOnlyWhatConsulRetries(t *testing.T) {
 	})
 }
 
-// TestIngressListenerTLSNoted (item 2): a listener's TLS and a service's
-// SDS certificate are noted as the gateway's TLS is, and like it the
-// listener stays plaintext (no tls block invented without certificates).
-func TestIngressListenerTLSNoted(t *testing.T) {
+// TestIngressTLSFailsClosed: Consul serves an ingress listener with TLS
+// when the gateway or the listener enables it or names an SDS
+// certificate, and a service with its own SDS certificate on a TLS
+// filter chain of its own. The bridge cannot serve those certificates
+// from the entries, so rather than answer in plain text what Consul
+// answers only over TLS, such a listener (and such a service's hosts)
+// is not served, with a note saying so and what to write instead.
+// TLS versions or ciphers alone turn nothing on, in Consul as here.
+func TestIngressTLSFailsClosed(t *testing.T) {
+	sds := func(cert string) *api.GatewayTLSSDSConfig {
+		return &api.GatewayTLSSDSConfig{ClusterName: "sds", CertResource: cert}
+	}
 	r := translate(t, false, ingress("edge",
 		api.IngressListener{Port: 8443, Protocol: "http", TLS: &api.GatewayTLSConfig{Enabled: true, TLSMinVersion: "TLSv1_2"},
 			Services: []api.IngressService{{Name: "web"}}},
+		api.IngressListener{Port: 8444, Protocol: "tcp", TLS: &api.GatewayTLSConfig{SDS: sds("edge-cert")},
+			Services: []api.IngressService{{Name: "db"}}},
 		api.IngressListener{Port: 9443, Protocol: "http", TLS: &api.GatewayTLSConfig{CipherSuites: []string{"TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256"}},
-			Services: []api.IngressService{{Name: "api", TLS: &api.GatewayServiceTLSConfig{SDS: &api.GatewayTLSSDSConfig{ClusterName: "sds", CertResource: "api-cert"}}}}},
+			Services: []api.IngressService{{Name: "api", Hosts: []string{"api.example.com"}, TLS: &api.GatewayServiceTLSConfig{SDS: sds("api-cert")}}, {Name: "shop"}}},
+		api.IngressListener{Port: 9444, Protocol: "http",
+			Services: []api.IngressService{{Name: "admin", Hosts: []string{"admin.example.com"}, TLS: &api.GatewayServiceTLSConfig{SDS: sds("admin-cert")}}}},
 		api.IngressListener{Port: 80, Protocol: "http", TLS: &api.GatewayTLSConfig{}, Services: []api.IngressService{{Name: "plain"}}},
 	))
-	r.wantNote(t, "ingress-gateway/edge", "listener 8443: TLS is not translated; add a tls block to the listener with the certificate files")
-	r.wantNote(t, "ingress-gateway/edge", "listener 9443: TLS is not translated")
-	r.wantNote(t, "ingress-gateway/edge", `listener 9443: service "api": TLS (SDS certificate) is not translated`)
+	r.wantNote(t, "ingress-gateway/edge", "listener 8443: Consul serves it with TLS (enabled on the listener)")
+	r.wantNote(t, "ingress-gateway/edge", `listener 8444: Consul serves it with TLS (the listener's SDS certificate "edge-cert")`)
+	r.wantNote(t, "ingress-gateway/edge", `listener 9443: service "api": Consul serves it with TLS only (its SDS certificate "api-cert")`)
+	r.wantNote(t, "ingress-gateway/edge", `listener 9444: service "admin": Consul serves it with TLS only`)
+	r.wantNote(t, "ingress-gateway/edge", "listener 9444: no service of it is served")
 	r.noNote(t, "listener 80:")
+	r.noNote(t, "listener 9443: Consul serves it")
+	served := map[string][]string{}
 	for _, l := range r.pol.Proxies[0].Listeners {
 		if l.TLS != nil {
 			t.Errorf("listener %s has TLS %+v without certificates", l.Name, l.TLS)
+		}
+		for _, vh := range l.VirtualHosts {
+			served[l.Name] = append(served[l.Name], vh.Name)
+		}
+		if len(l.VirtualHosts) == 0 {
+			served[l.Name] = nil
+		}
+	}
+	want := map[string][]string{"port-9443": {"shop"}, "port-80": {"plain"}}
+	if !maps.EqualFunc(served, want, slices.Equal) {
+		t.Errorf("served listeners and virtual hosts %v, want %v:\n%s", served, want, r.src)
+	}
+
+	// The gateway's TLS reaches every listener; a listener cannot turn
+	// it off (false is Consul's zero value).
+	r = translate(t, false, &api.IngressGatewayConfigEntry{Kind: api.IngressGateway, Name: "edge", TLS: api.GatewayTLSConfig{Enabled: true},
+		Listeners: []api.IngressListener{
+			{Port: 8080, Protocol: "http", TLS: &api.GatewayTLSConfig{Enabled: false}, Services: []api.IngressService{{Name: "web"}}},
+			{Port: 9090, Protocol: "http", Services: []api.IngressService{{Name: "api"}}},
+		}})
+	r.wantNote(t, "ingress-gateway/edge", "listener 8080: Consul serves it with TLS (enabled on the gateway)")
+	r.wantNote(t, "ingress-gateway/edge", "listener 9090: Consul serves it with TLS (enabled on the gateway)")
+	for _, p := range r.pol.Proxies {
+		if p.Name == "edge" && len(p.Listeners) > 0 {
+			t.Errorf("listeners served in plain text where Consul serves TLS: %v\n%s", p.Listeners, r.src)
 		}
 	}
 }

@@ -58,6 +58,7 @@ type Agent struct {
 	peers map[string]peerSet
 	// envoys are the local Envoys the agent runs (envoy blocks).
 	envoys *envoys
+	consul consulClients
 }
 
 type agentMetrics struct {
@@ -80,6 +81,7 @@ func New(cfg *Config, log zerolog.Logger) *Agent {
 	a := &Agent{
 		cfg: cfg, log: log.With().Str("component", "agent").Logger(), reg: reg, store: store{dir: cfg.DataDir},
 		relays: map[string]*relay{}, started: make(chan struct{}), saves: make(chan struct{}, 1), pending: map[string]*xds.Resources{},
+		consul: consulClients{address: cfg.ConsulAddress},
 		metrics: agentMetrics{
 			connected: prometheus.NewGauge(prometheus.GaugeOpts{Name: "consul_xds_bridge_agent_upstream_streams",
 				Help: "Streams to the central bridge that are up (one per local node.cluster)."}),

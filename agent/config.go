@@ -38,7 +38,9 @@ type Config struct {
 	TCP         string
 
 	// ConsulAddress is the local Consul agent (replica discovery, Connect
-	// certificates); its token comes from CONSUL_HTTP_TOKEN.
+	// certificates); empty: CONSUL_HTTP_ADDR, else 127.0.0.1:8500. Its
+	// token comes from CONSUL_HTTP_TOKEN or CONSUL_HTTP_TOKEN_FILE
+	// (consulclient.go).
 	// Upstream: the central bridge replicas, a static list or a Consul
 	// service whose passing instances are the replicas.
 	Upstreams     []string
@@ -183,7 +185,7 @@ func ParseConfig(name string, src []byte) (*Config, hcl.Diagnostics) {
 	c := &Config{
 		NodeID: host, DataDir: DefaultDataDir, AllowGroups: raw.AllowGroups, AllowNodeIDs: []string{"*"},
 		Socket: DefaultSocket, SocketMode: unixsock.DefaultMode, AdminListen: DefaultAdminListen, LogLevel: "info",
-		Upstreams: raw.Upstream.Addresses, ConsulAddress: "127.0.0.1:8500",
+		Upstreams:      raw.Upstream.Addresses,
 		BackoffInitial: 200 * time.Millisecond, BackoffMax: 5 * time.Second, RelayLinger: DefaultRelayLinger,
 		MaxMessageSize: adsclient.DefaultMaxMessageSize,
 	}

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -69,7 +68,7 @@ func (c *connectCerts) writeFiles(what string, changed bool, write func(dir stri
 }
 
 func (c *connectCerts) client() (*api.Client, error) {
-	return api.NewClient(&api.Config{Address: c.a.cfg.ConsulAddress, Token: os.Getenv("CONSUL_HTTP_TOKEN")})
+	return c.a.consul.get()
 }
 
 func (c *connectCerts) run(ctx context.Context) {

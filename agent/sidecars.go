@@ -149,7 +149,7 @@ func (s *localSidecars) run(ctx context.Context) {
 // renamed node is picked up), through one client kept for the polls.
 func (s *localSidecars) read(ctx context.Context) error {
 	if s.client == nil {
-		cl, err := api.NewClient(&api.Config{Address: s.a.cfg.ConsulAddress, Token: os.Getenv("CONSUL_HTTP_TOKEN")})
+		cl, err := s.a.consul.get()
 		if err != nil {
 			return err
 		}

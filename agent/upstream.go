@@ -11,7 +11,6 @@ import (
 	"maps"
 	"math/rand/v2"
 	"net"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -454,7 +453,7 @@ func (a *Agent) replicas(ctx context.Context) ([]string, error) {
 	if a.cfg.ConsulService == "" {
 		return a.cfg.Upstreams, nil
 	}
-	c, err := api.NewClient(&api.Config{Address: a.cfg.ConsulAddress, Token: os.Getenv("CONSUL_HTTP_TOKEN")})
+	c, err := a.consul.get()
 	if err != nil {
 		return nil, err
 	}

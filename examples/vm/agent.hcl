@@ -6,7 +6,7 @@
 
 node_id        = "vm-web-1"                          # default: the host name
 data_dir       = "/var/lib/consul-xds-bridge/agent"  # last good config, files 0600
-consul_address = "127.0.0.1:8500"                    # the local Consul agent (token: CONSUL_HTTP_TOKEN)
+consul_address = "127.0.0.1:8500"                    # the local Consul agent (unset: CONSUL_HTTP_ADDR, else this; token: CONSUL_HTTP_TOKEN or CONSUL_HTTP_TOKEN_FILE)
 
 # The node.cluster values (proxy groups) local proxies may claim; anything
 # else is refused with PermissionDenied.

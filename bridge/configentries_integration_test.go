@@ -31,7 +31,7 @@ proxy "edge" {
   listener "port-8080" {
     port = 8080
     virtual_host "api" {
-      domains = ["api.example.com", "api.example.com:8080"] # as Consul: with the port clients send
+      domains = ["api.example.com"]
       route {
         match {
           path_prefix = "/beta/"

@@ -3,7 +3,6 @@ package configentry
 import (
 	"fmt"
 	"maps"
-	"net"
 	"regexp"
 	"slices"
 	"strings"
@@ -94,7 +93,7 @@ func (t *translator) apiGatewayDoc(g *api.APIGatewayConfigEntry) *Document {
 			vh := byHosts[key]
 			if vh == nil {
 				vh = lb.AppendNewBlock("virtual_host", []string{nonName.ReplaceAllString(name, "-")}).Body()
-				vh.SetAttributeValue("domains", strList(withPorts(hosts, l.Port)))
+				vh.SetAttributeValue("domains", strList(hosts))
 				byHosts[key] = vh
 			}
 			t.httpRoute(vh, r, listenerJWT)
@@ -187,31 +186,6 @@ func filteredHostnames(listener string, route []string) (kept, dropped []string)
 		}
 	}
 	return kept, dropped
-}
-
-// withPorts is hosts, each followed by itself with the listener's port
-// unless written with one, as Consul's gateways serve them (agent/xds
-// routes.go): a client on a port other than 80 and 443 sends it in the
-// Host header, which Envoy matches whole, so without the variant
-// "curl http://api.example.com:8080/" finds no virtual host. One
-// variant Consul also writes is left out: that of a prefix wildcard
-// ("web.ingress.*", Consul's default), whose "web.ingress.*:8080" Envoy
-// takes as a literal host no client sends (a "*" neither first nor last);
-// the wildcard itself already matches the host with any port.
-func withPorts(hosts []string, port int) []string {
-	out := slices.Clone(hosts)
-	for _, h := range hosts {
-		if _, _, err := net.SplitHostPort(h); err == nil || !strings.Contains(err.Error(), "missing port in address") {
-			continue // has a port already (or is not a host Consul pairs one with)
-		}
-		if h != "*" && strings.HasSuffix(h, "*") {
-			continue
-		}
-		if hp := fmt.Sprintf("%s:%d", h, port); !slices.Contains(out, hp) {
-			out = append(out, hp)
-		}
-	}
-	return out
 }
 
 // parentNotes notes a parent reference to this gateway in a namespace or

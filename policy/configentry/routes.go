@@ -472,7 +472,12 @@ func (t *translator) ingressDoc(g *api.IngressGatewayConfigEntry) *Document {
 			if len(hosts) == 0 {
 				hosts = []string{s.Name + ".ingress.*"} // Consul's default
 			}
-			vh.SetAttributeValue("domains", strList(withPorts(hosts, l.Port)))
+			// Consul also lists each host with the listener's port (a
+			// client on a port other than 80 and 443 sends it); the
+			// bridge's listeners strip any port before matching
+			// (strip_any_host_port), so the host alone answers it
+			// (TestIngressDomainsMatchConsulXDS).
+			vh.SetAttributeValue("domains", strList(hosts))
 			t.expanded = true
 			t.routes(vh, s.Name, false)
 			t.expanded = false

@@ -43,7 +43,7 @@ proxy "edge" {
   listener "port-8080" {
     port = 8080
     virtual_host "api" {
-      domains = ["api.example.com", "api.example.com:8080"]
+      domains = ["api.example.com"]
       route {
         match {
           path_prefix = "/billing/"
@@ -133,7 +133,7 @@ proxy "public" {
   listener "http" {
     port = 9080
     virtual_host "any-host" {
-      domains = ["*.example.com", "*.example.com:9080"]
+      domains = ["*.example.com"]
       route {
         match {
           path = "/health"
@@ -142,7 +142,7 @@ proxy "public" {
       }
     }
     virtual_host "shop-routes" {
-      domains = ["shop.example.com", "shop.example.com:9080"]
+      domains = ["shop.example.com"]
       route {
         match {
           path_prefix = "/api/"

@@ -300,19 +300,27 @@ func leafCases(t *testing.T, bin, sock, tcp string, all []string) {
 
 }
 
-// restGetsNoKey: REST over the socket is no way around it.
+// restGetsNoKey: REST over the socket is no way around it, even as the
+// node that holds a key (web's sidecar): the agent vets clients on gRPC
+// streams only, so it answers no poll at all (it used to answer 503 only
+// because its relay never sets the central's translation).
 func restGetsNoKey(t *testing.T, ag *runningAgent, web, api string) {
 	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 		return (&net.Dialer{}).DialContext(ctx, "unix", ag.SocketAddr().String())
 	}}, Timeout: 5 * time.Second}
-	resp, err := hc.Post("http://agent/v3/discovery:secrets", "application/json",
-		strings.NewReader(`{"node":{"id":"edge-3","cluster":"other"},"resource_names":["`+web+`","`+api+`"]}`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if strings.Contains(string(body), "PRIVATE KEY") || strings.Contains(string(body), "privateKey") {
-		t.Fatalf("REST over the socket served a key: %d %s", resp.StatusCode, body)
+	for _, node := range []string{`{"id":"edge-3","cluster":"other"}`, `{"id":"web-sidecar-proxy","cluster":"web"}`} {
+		resp, err := hc.Post("http://agent/v3/discovery:secrets", "application/json",
+			strings.NewReader(`{"node":`+node+`,"resource_names":["`+web+`","`+api+`"]}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if strings.Contains(string(body), "PRIVATE KEY") || strings.Contains(string(body), "privateKey") {
+			t.Fatalf("REST over the socket served a key to %s: %d %s", node, resp.StatusCode, body)
+		}
+		if resp.StatusCode != http.StatusNotFound || !strings.Contains(string(body), "not by the agent") {
+			t.Errorf("REST poll as %s: %d %s, want 404 saying the agent serves no REST", node, resp.StatusCode, body)
+		}
 	}
 }

@@ -74,6 +74,13 @@ func restError(w http.ResponseWriter, code int, msg string) {
 }
 
 func (s *Server) serveFetch(w http.ResponseWriter, r *http.Request, typeURL string) {
+	if s.cfg.Relay {
+		// The agent vets its clients (allowed groups and node ids, who
+		// may act for a Connect service and so get its leaf) on gRPC
+		// streams only; a poll would pass none of it.
+		restError(w, http.StatusNotFound, "REST-JSON xDS is served by the central bridge, not by the agent; use a gRPC xDS stream (bootstrap -xds-unix)")
+		return
+	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxRESTBody))
 	if err != nil {
 		restError(w, http.StatusRequestEntityTooLarge, "request body over 4 MiB or unreadable")
@@ -168,8 +175,18 @@ func (s *Server) restSet(node *corev3.Node, typeURL string) (*cache.Set, error) 
 	}
 	sets := s.cache.Served(key)
 	if sets == nil {
+		// A poll leaves nothing behind (rest-xds.md): setsLocked notes an
+		// older Envoy's downgrades per key for /v1/proxies, and only a
+		// stream's end forgets them, so a key no stream has must not
+		// stay. Every poll may name a key of its own (node.cluster and
+		// version are the client's to choose).
+		_, had := s.downgraded[key]
 		var err error
-		if sets, err = s.setsLocked(key); err != nil {
+		sets, err = s.setsLocked(key)
+		if !had {
+			delete(s.downgraded, key)
+		}
+		if err != nil {
 			return nil, err
 		}
 	}

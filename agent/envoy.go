@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"errors"
@@ -278,15 +279,46 @@ func (r *envoyRunner) coldRestartNeeded(ctx context.Context, prev, next EnvoyCon
 	defer cancel()
 	cmd := exec.CommandContext(vctx, next.Binary, "--hot-restart-version")
 	cmd.Env = envoyEnv(os.Environ())
-	out, err := cmd.Output()
-	if err != nil {
+	// Envoy writes the version to stderr (options_impl.cc: std::cerr <<
+	// hot_restart_version_cb(...)) and exits 0; stdout is read too, for
+	// a wrapper script that moves it. Read as "" it would differ from any
+	// running version and turn every upgrade into a full restart.
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &limitedWriter{w: &stdout, n: 4 << 10}, &limitedWriter{w: &stderr, n: 4 << 10}
+	err = cmd.Run()
+	out := lastLine(stderr.String())
+	if out == "" {
+		out = lastLine(stdout.String())
+	}
+	if err != nil || out == "" {
 		r.log.Warn().Err(err).Str("binary", next.Binary).Msg("cannot read the new binary's hot restart version; trying a hot restart")
 		return ""
 	}
-	if a, b := strings.TrimSpace(string(running)), strings.TrimSpace(string(out)); a != b {
+	if a, b := strings.TrimSpace(string(running)), out; a != b {
 		return fmt.Sprintf("the new binary's hot restart version %q differs from the running Envoy's %q", b, a)
 	}
 	return ""
+}
+
+// lastLine is s's last non-empty line, trimmed.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// limitedWriter keeps the first n bytes written to it and drops the rest
+// (a binary that prints without end must not grow the agent).
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if k := min(len(p), l.n); k > 0 {
+		_, _ = l.w.Write(p[:k])
+		l.n -= k
+	}
+	return len(p), nil
 }
 
 // nextEpoch is the epoch to start: one past the newest epoch still

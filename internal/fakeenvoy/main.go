@@ -136,7 +136,7 @@ func main() {
 	if o.hotRestartVersion {
 		// "Outputs an opaque hot restart compatibility version for the
 		// binary", to match against GET /hot_restart_version.
-		fmt.Println(hotRestartVersion)
+		fmt.Fprintln(os.Stderr, hotRestartVersion) // as Envoy: std::cerr (options_impl.cc)
 		return
 	}
 	e := &envoy{o: o, state: "PRE_INITIALIZING", pid: os.Getpid()}

@@ -100,3 +100,30 @@ func TestEnvoySampleDrains(t *testing.T) {
 		t.Error("envoy.service does not say what it is for beside the agent's envoy blocks")
 	}
 }
+
+// TestRuntimeDirectoryReachable: the agent's socket lives in
+// /run/consul-xds-bridge, which both units create. Members of
+// socket_group (Envoy, proxyless gRPC apps) are neither its owner nor in
+// its group, so they must be able to pass through it (others' execute
+// bit; the socket's own 0660 mode decides who connects), and stopping
+// either unit must not remove it (systemd removes a unit's
+// RuntimeDirectory on stop unless RuntimeDirectoryPreserve=yes): the
+// bridge stopped on an agent VM took the agent's socket with it.
+func TestRuntimeDirectoryReachable(t *testing.T) {
+	for _, unit := range []string{"deb/consul-xds-bridge.service", "deb/consul-xds-bridge-agent.service",
+		"../examples/vm/consul-xds-bridge.service", "../examples/vm/consul-xds-bridge-agent.service"} {
+		src := readFile(t, ".", unit)
+		if !regexp.MustCompile(`(?m)^RuntimeDirectory=consul-xds-bridge$`).MatchString(src) {
+			continue
+		}
+		m := regexp.MustCompile(`(?m)^RuntimeDirectoryMode=([0-7]+)$`).FindStringSubmatch(src)
+		if m == nil {
+			t.Errorf("%s: no RuntimeDirectoryMode (systemd's 0755 lets anyone list it)", unit)
+		} else if mode, _ := strconv.ParseUint(m[1], 8, 32); mode&0o001 == 0 || mode&0o004 != 0 {
+			t.Errorf("%s: RuntimeDirectoryMode=%s: socket_group's members cannot reach the agent's socket without others' execute bit (and need not list it)", unit, m[1])
+		}
+		if !regexp.MustCompile(`(?m)^RuntimeDirectoryPreserve=yes$`).MatchString(src) {
+			t.Errorf("%s: stopping it removes /run/consul-xds-bridge and the agent's socket in it", unit)
+		}
+	}
+}

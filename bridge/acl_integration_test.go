@@ -2,6 +2,7 @@ package bridge_test
 
 import (
 	"context"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -98,5 +99,71 @@ func TestMinimalACLTokenWorksAndNeverLeaks(t *testing.T) {
 	}
 	if out := logs.String(); strings.Contains(out, secret) || !strings.Contains(out, "snapshot updated") {
 		t.Errorf("logs contain the token, or no logs were captured (%d bytes)", len(out))
+	}
+}
+
+// TestReadinessTurnsStaleOnRevokedToken: a token revoked (or expired)
+// while the bridge runs leaves Consul answering every data query with
+// 403, so nothing new is served: /readyz turns 503 within stale_after,
+// naming the refusal, as it does when Consul is unreachable. The
+// reachability probe (GET /v1/status/leader, which needs no token) kept
+// it 200 while the catalog changed unseen. consul_up stays 1: Consul is
+// up; the token is not.
+func TestReadinessTurnsStaleOnRevokedToken(t *testing.T) {
+	agent := consultest.Start(t,
+		consultest.WithHCL(`acl {
+  enabled        = true
+  default_policy = "deny"
+  tokens {
+    initial_management = "root-token-for-tests"
+    agent              = "root-token-for-tests"
+  }
+}`),
+		consultest.WithToken("root-token-for-tests"))
+	root := agent.Client()
+	if _, _, err := root.ACL().PolicyCreate(&api.ACLPolicy{Name: "xds-bridge-read", Rules: minimalPolicy}, nil); err != nil {
+		t.Fatal(err)
+	}
+	tok, _, err := root.ACL().TokenCreate(&api.ACLToken{Policies: []*api.ACLTokenPolicyLink{{Name: "xds-bridge-read"}}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent.RegisterTTL(t, "web", "web-1", 1001, nil, nil)
+	tokenFile := filepath.Join(t.TempDir(), "token")
+	if err := os.WriteFile(tokenFile, []byte(tok.SecretID), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("CONSUL_HTTP_TOKEN", "")
+	h := startBridgeWith(t, agent, consultest.NewForwarder(t, agent.HTTPAddr()), func(c *bridge.Config) {
+		c.Settings.Consul.TokenFile = tokenFile
+		c.Settings.Consul.StaleAfter = 2 * time.Second
+	})
+	c := dial(t, h, adsclient.SotW, nil)
+	waitEndpoints(t, "web", ep(1001, "HEALTHY"), c)
+	base := "http://" + h.daemon.AdminAddr().String()
+	if code, body := get(t, base+"/readyz"); code != http.StatusOK {
+		t.Fatalf("readyz %d %s before the token is revoked", code, body)
+	}
+	if _, err := root.ACL().TokenDelete(tok.AccessorID, nil); err != nil {
+		t.Fatal(err)
+	}
+	// A change wakes the blocking queries, which Consul now refuses.
+	agent.RegisterTTL(t, "web", "web-2", 1002, nil, nil)
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		code, body := get(t, base+"/readyz")
+		if code == http.StatusServiceUnavailable {
+			if !strings.Contains(body, "403") && !strings.Contains(strings.ToLower(body), "acl") {
+				t.Errorf("readyz 503 without naming the refusal: %s", body)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("readyz still %d %q 20 s after the token was revoked (stale_after 2s): the served world is frozen and nothing says so", code, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if _, m := get(t, base+"/metrics"); metricValue(m, "consul_xds_bridge_consul_up") != 1 {
+		t.Errorf("consul_up %v with Consul answering (it refuses the token only)", metricValue(m, "consul_xds_bridge_consul_up"))
 	}
 }

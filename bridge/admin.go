@@ -137,6 +137,9 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 func (d *Daemon) notReadyReason() string {
 	switch st := d.Policy(); {
 	case !d.Ready() && st.Waiting != "":
+		if failure := d.consulFailure(); failure != "" {
+			return st.Waiting + "; " + failure
+		}
 		return st.Waiting
 	case !d.Ready():
 		if failure := d.consulFailure(); failure != "" {

@@ -302,10 +302,10 @@ func (d *Daemon) Run(ctx context.Context) error {
 			if err != nil {
 				// Unreachable since the request started, not since its
 				// timeout ran out.
-				d.outages.record("", err, started, d.ready.Load())
+				d.outages.probed("", err, started, d.ready.Load())
 				return
 			}
-			d.outages.record("", nil, d.clock.Now(), d.ready.Load())
+			d.outages.probed("", nil, d.clock.Now(), d.ready.Load())
 		})
 	})
 	if s.Consul.Register != nil {

@@ -34,6 +34,11 @@ type dcState struct {
 	lastSuccess     time.Time
 	holdUntil       time.Time
 	lastErr         error // the last failed request's error, nil after a success
+	// refusedData is the last data query's error while Consul answered
+	// it with one (a revoked token's 403), nil after a data query
+	// succeeds. The probe asks a path that needs no token, so its
+	// success must not clear that failure.
+	refusedData error
 }
 
 func newOutages(after, hold time.Duration) *outages {
@@ -55,6 +60,20 @@ func answered(err error) bool {
 // holdArms says whether a hold may arm at all (the daemon arms none
 // before it first served).
 func (o *outages) record(dc string, err error, now time.Time, holdArms bool) time.Duration {
+	return o.recordAs(dc, err, now, holdArms, false)
+}
+
+// probed notes the outcome of the reachability probe (GET
+// /v1/status/leader, which needs no ACL token): like record, except that
+// a success only says Consul answers. While data queries keep failing
+// with answers (403 for a revoked or expired token), they still fail: the
+// probe used to clear that, so /readyz and the stale check stayed green
+// while nothing new was served.
+func (o *outages) probed(dc string, err error, now time.Time, holdArms bool) time.Duration {
+	return o.recordAs(dc, err, now, holdArms, true)
+}
+
+func (o *outages) recordAs(dc string, err error, now time.Time, holdArms, probe bool) time.Duration {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	st := o.dcs[dc]
@@ -62,11 +81,23 @@ func (o *outages) record(dc string, err error, now time.Time, holdArms bool) tim
 		st = &dcState{}
 		o.dcs[dc] = st
 	}
-	st.lastErr = err
-	if err == nil {
+	switch {
+	case !probe && err == nil:
+		st.refusedData = nil
+	case !probe && answered(err):
+		st.refusedData = err
+	}
+	switch {
+	case err == nil && probe && st.refusedData != nil:
+		st.lastErr = st.refusedData // still failing, for what needs the token
+	case err == nil:
+		st.lastErr = nil
 		st.failingSince, st.lastSuccess = time.Time{}, now
-	} else if st.failingSince.IsZero() {
-		st.failingSince = now
+	default:
+		st.lastErr = err
+		if st.failingSince.IsZero() {
+			st.failingSince = now
+		}
 	}
 	if !answered(err) {
 		if st.unansweredSince.IsZero() {

@@ -93,7 +93,20 @@ func tagServices(byFormat map[string][]tagroute.Route) []string {
 // case-insensitively as Envoy does (the policy's own routes match first;
 // tagroute admitted them only if tag_routes owners allows), or to a
 // virtual host of their own, one per host, so that no domain repeats.
+// A host the policy serves through a wildcard domain gets a virtual host
+// of its own too (the exact domain), which Envoy then prefers over the
+// wildcard: it starts as a copy of the wildcard's, routes and HTTP
+// settings, so the host is answered as the policy answered it, plus the
+// tag routes.
 func addTagRoutes(il *ir.Listener, routes []tagroute.Route) {
+	// The policy's virtual hosts as the policy wrote them, before tags
+	// add routes or virtual hosts: what a copy starts from, whatever the
+	// order of the tag routes.
+	policyHosts := slices.Clone(il.VirtualHosts)
+	var policyDomains []string
+	for _, vh := range policyHosts {
+		policyDomains = append(policyDomains, vh.Domains...)
+	}
 	for _, r := range routes {
 		domain := strings.ToLower(r.Host)
 		if domain == "" {
@@ -111,7 +124,16 @@ func addTagRoutes(il *ir.Listener, routes []tagroute.Route) {
 			for n, base := 2, name; slices.ContainsFunc(il.VirtualHosts, func(vh ir.VirtualHost) bool { return vh.Name == name }); n++ {
 				name = base + "-" + strconv.Itoa(n)
 			}
-			il.VirtualHosts = append(il.VirtualHosts, ir.VirtualHost{Name: name, Domains: []string{domain}})
+			vh := ir.VirtualHost{Name: name, Domains: []string{domain}}
+			if d := tagroute.PolicyDomain(policyDomains, domain); domain != "*" && d != "" {
+				serving := policyHosts[slices.IndexFunc(policyHosts, func(vh ir.VirtualHost) bool { return slices.Contains(vh.Domains, d) })]
+				vh.HTTP = serving.HTTP
+				for _, rt := range serving.Routes {
+					rt.Name = routeName(name, len(vh.Routes))
+					vh.Routes = append(vh.Routes, rt)
+				}
+			}
+			il.VirtualHosts = append(il.VirtualHosts, vh)
 			i = len(il.VirtualHosts) - 1
 		}
 		vh := &il.VirtualHosts[i]

@@ -29,9 +29,15 @@ func testCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "test: name the policy files and the files with route_test blocks")
 		return 2
 	}
+	// A directory is its *.hcl files, as for validate and run -config:
+	// the policy is tested as it is served.
+	files, err := expandConfigs(files)
+	if err != nil {
+		fmt.Fprintf(stderr, "test: %v\n", err)
+		return 2
+	}
 	var filter *regexp.Regexp
 	if *run != "" {
-		var err error
 		if filter, err = regexp.Compile(*run); err != nil {
 			fmt.Fprintf(stderr, "test: -run: %v\n", err)
 			return 2

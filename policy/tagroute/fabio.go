@@ -116,7 +116,7 @@ func fabioTags(services []Service) ([]fabioTag, []string) {
 				warnings = append(warnings, fmt.Sprintf("service %q tag %q: want urlprefix-HOST/PATH (TCP routes, :PORT, are not read)", s.Name, tag))
 				continue
 			}
-			t := fabioTag{claim: claim{service: s.Name, tag: tag, host: strings.ToLower(host), path: "/" + path},
+			t := fabioTag{claim: claim{service: s.Name, tag: tag, host: claimHost(host), path: "/" + path},
 				source: fmt.Sprintf("tag %q of service %q", tag, s.Name)}
 			bad := false
 			for _, opt := range fields[1:] {
@@ -187,8 +187,9 @@ func fabioWeights(r *fabioRoute) []ir.WeightedCluster {
 	return out
 }
 
-// fabioRedirect reads redirect=CODE,URL; a URL ending in $path keeps the
-// request's path.
+// fabioRedirect reads redirect=CODE,URL as Fabio does: a URL ending in
+// $path keeps the request's path and query; any other is the Location
+// exactly.
 func fabioRedirect(v string) (*ir.Redirect, error) {
 	code, target, ok := strings.Cut(v, ",")
 	status, err := strconv.Atoi(code)
@@ -205,8 +206,18 @@ func fabioRedirect(v string) (*ir.Redirect, error) {
 		port, _ := strconv.Atoi(p)
 		rd.Port = uint32(port)
 	}
-	if !keep && u.Path != "" {
-		rd.Path = u.Path
+	if !keep {
+		// Fabio sends the target as it is: its own path ("/" if none) and
+		// its own query. Envoy would keep the request's path without a
+		// path_redirect and its query without strip_query (a query in
+		// path_redirect replaces the request's and is never stripped).
+		rd.Path, rd.StripQuery = u.EscapedPath(), true
+		if rd.Path == "" {
+			rd.Path = "/"
+		}
+		if u.RawQuery != "" {
+			rd.Path += "?" + u.RawQuery
+		}
 	}
 	return rd, nil
 }

@@ -43,6 +43,19 @@ type claim struct {
 	host, path   string // host lower-cased, "" for any host
 }
 
+// claimHost is a tag's host as owners and the routes compare it:
+// lower-cased, as Envoy matches hosts, and "" for "*". Envoy serves the
+// domain "*" to any host, so a tag host of "*" is a host-less route and
+// must meet the host-less rules: kept as a named host it would skip the
+// policy's catch-all and the owners of host-less paths, and join the
+// catch-all virtual host all the same.
+func claimHost(host string) string {
+	if host = strings.ToLower(host); host == "*" {
+		return ""
+	}
+	return host
+}
+
 // unit is what a claim bids for: its host, or for a host-less route its path.
 func (c claim) unit() string {
 	if c.host != "" {
@@ -123,27 +136,43 @@ func (o Owners) allowedFor(allowed map[string][]string, c claim) ([]string, bool
 	return list, ok
 }
 
-// policyDomain is the listener's domain that serves a claim's host, as
-// Envoy would pick it before any virtual host tags could add ("" if none):
-// an exact domain, or a wildcard one ("*.example.com", "shop.*"). The bare
-// "*" serves host-less routes only; a named host of its own is more
-// specific, so it does not take the policy's catch-all.
+// policyDomain is the listener's domain that serves a claim's host
+// ahead of any virtual host tags could add ("" if none).
 func (o Owners) policyDomain(c claim) string {
-	for _, d := range o.Domains {
+	return PolicyDomain(o.Domains, c.host)
+}
+
+// PolicyDomain is the domain, of a listener's own virtual hosts' domains,
+// whose virtual host Envoy picks for host (lower-cased; "" for host-less
+// routes) before any virtual host tags could add, or "" if none: an equal
+// domain, else the longest suffix wildcard ("*.example.com"), else the
+// longest prefix wildcard ("shop.*"). The bare "*" serves host-less routes
+// only; a named host of its own is more specific, so it does not take
+// the policy's catch-all.
+func PolicyDomain(domains []string, host string) string {
+	var suffix, prefix string
+	for _, d := range domains {
 		ld := strings.ToLower(d)
 		switch {
-		case c.host == "" && ld == "*":
+		case host == "" && ld == "*":
 			return d
-		case c.host == "" || ld == "*":
-		case ld == c.host:
+		case host == "" || ld == "*":
+		case ld == host:
 			return d
-		case strings.HasPrefix(ld, "*") && len(c.host) > len(ld)-1 && strings.HasSuffix(c.host, ld[1:]):
-			return d
-		case strings.HasSuffix(ld, "*") && len(c.host) > len(ld)-1 && strings.HasPrefix(c.host, ld[:len(ld)-1]):
-			return d
+		case strings.HasPrefix(ld, "*") && len(host) > len(ld)-1 && strings.HasSuffix(host, ld[1:]):
+			if len(d) > len(suffix) {
+				suffix = d
+			}
+		case strings.HasSuffix(ld, "*") && len(host) > len(ld)-1 && strings.HasPrefix(host, ld[:len(ld)-1]):
+			if len(d) > len(prefix) {
+				prefix = d
+			}
 		}
 	}
-	return ""
+	if suffix != "" {
+		return suffix
+	}
+	return prefix
 }
 
 func quoted(list []string) string {

@@ -125,6 +125,33 @@ func TestOwnersHostile(t *testing.T) {
 				`path "/x" on any host is served by the policy's own virtual host (domain "*")`,
 			},
 		},
+		"a tag host of * is any host: the policy's catch-all stays closed to it": {
+			format: "fabio",
+			owners: Owners{Domains: []string{"*"}},
+			services: []Service{
+				{Name: "rogue", Tags: []string{"urlprefix-*/", "urlprefix-*/admin"}},
+			},
+			warn: []string{
+				`service "rogue" tag "urlprefix-*/": path "/" on any host is served by the policy's own virtual host (domain "*")`,
+				`service "rogue" tag "urlprefix-*/admin": path "/admin" on any host is served by the policy's own virtual host (domain "*")`,
+			},
+		},
+		"traefik Host(*) is any host: the policy's catch-all stays closed to it": {
+			format:   "traefik",
+			owners:   Owners{Domains: []string{"*"}},
+			services: []Service{{Name: "rogue", Tags: []string{"traefik.http.routers.r.rule=Host(`*`) && PathPrefix(`/x`)"}}},
+			warn:     []string{`path "/x" on any host is served by the policy's own virtual host (domain "*")`},
+		},
+		"a tag host of * cannot take a host-less path owners gives another": {
+			format: "fabio",
+			owners: Owners{Allowed: map[string][]string{"/admin": {"admin"}}},
+			services: []Service{
+				{Name: "admin", Tags: []string{"urlprefix-/admin"}},
+				{Name: "rogue", Tags: []string{"urlprefix-*/admin"}},
+			},
+			want: []string{"* /admin -> admin"},
+			warn: []string{`service "rogue" tag "urlprefix-*/admin": path "/admin" on any host is reserved by tag_routes owners for "admin"`},
+		},
 		"owners open a policy host and share a host": {
 			format: "fabio",
 			owners: Owners{Domains: []string{"shop.example.com"}, Allowed: map[string][]string{"SHOP.example.com": {"api", "web"}, "/api": {"api", "api-v2"}}},
@@ -170,5 +197,24 @@ func TestOwnersHostile(t *testing.T) {
 				t.Errorf("routes depend on the catalog's order (-first +reversed):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestPolicyDomain: the policy's domain for a host is the one Envoy picks
+// for it: exact, then the longest suffix wildcard, then the longest
+// prefix wildcard; "*" for host-less routes only.
+func TestPolicyDomain(t *testing.T) {
+	domains := []string{"shop.*", "*.com", "*", "*.Example.com", "shop.example.*", "API.example.com"}
+	for host, want := range map[string]string{
+		"api.example.com":  "API.example.com",
+		"shop.example.com": "*.Example.com",
+		"shop.example.org": "shop.example.*",
+		"shop.net":         "shop.*",
+		"other.net":        "",
+		"":                 "*",
+	} {
+		if got := PolicyDomain(domains, host); got != want {
+			t.Errorf("PolicyDomain(%q) = %q, want %q", host, got, want)
+		}
 	}
 }

@@ -44,6 +44,33 @@ func TestFabio(t *testing.T) {
 	}
 }
 
+// TestFabioRedirect: a redirect= target is sent as Fabio sends it. Without
+// $path the Location is the target URL itself (its path, "/" when it has
+// none, and its own query, never the request's); with $path the request's
+// path and query follow the target's host.
+func TestFabioRedirect(t *testing.T) {
+	tests := map[string]*ir.Redirect{
+		"https://new.example.com":                  {Scheme: "https", Host: "new.example.com", Path: "/", StripQuery: true, Status: 301},
+		"https://new.example.com/":                 {Scheme: "https", Host: "new.example.com", Path: "/", StripQuery: true, Status: 301},
+		"http://new.example.com:8080/landing":      {Scheme: "http", Host: "new.example.com", Port: 8080, Path: "/landing", StripQuery: true, Status: 301},
+		"https://new.example.com/landing?from=old": {Scheme: "https", Host: "new.example.com", Path: "/landing?from=old", StripQuery: true, Status: 301},
+		"https://new.example.com$path":             {Scheme: "https", Host: "new.example.com", Status: 301},
+		"https://new.example.com/$path":            {Scheme: "https", Host: "new.example.com", Status: 301},
+	}
+	for target, want := range tests {
+		t.Run(target, func(t *testing.T) {
+			tag := "urlprefix-old.example.com/ redirect=301," + target
+			routes, warnings := Routes("fabio", []Service{{Name: "old", Tags: []string{tag}}}, Owners{})
+			if len(routes) != 1 || len(warnings) > 0 {
+				t.Fatalf("routes %+v, warnings %q: want one route", routes, warnings)
+			}
+			if diff := cmp.Diff(want, routes[0].Route.Redirect); diff != "" {
+				t.Errorf("redirect (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestTraefik(t *testing.T) {
 	routes, warnings := Routes("traefik", []Service{
 		{Name: "api", Tags: []string{

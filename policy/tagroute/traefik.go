@@ -174,7 +174,7 @@ func (r *traefikRouter) routes(middlewares map[string]map[string]*traefikMiddlew
 		case m[1] == "Host":
 			for _, h := range args {
 				// Envoy matches hosts case-insensitively: one host once.
-				if h = strings.ToLower(h); !slices.Contains(hosts, h) {
+				if h = claimHost(h); !slices.Contains(hosts, h) {
 					hosts = append(hosts, h)
 				}
 			}

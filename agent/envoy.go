@@ -367,17 +367,34 @@ func (r *envoyRunner) writeBootstrap(cfg EnvoyConfig) (string, error) {
 	return file, writeFileAtomic(file, append([]byte(header), y...))
 }
 
-// envoyArgs are Envoy's arguments for epoch.
+// envoyArgs are Envoy's arguments for epoch. Its hot restart socket is
+// a file beside the bootstrap (data_dir/envoy, 0700), mode 600: Envoy's
+// default, "@envoy_domain_socket" in the abstract namespace, has no
+// permissions (envoyproxy/envoy#2908), so any local user could speak the
+// hot restart RPC to it (drain it, shut it down, ask for its listen
+// sockets).
 func envoyArgs(cfg EnvoyConfig, file string, epoch int) []string {
 	args := []string{"-c", file, "--restart-epoch", strconv.Itoa(epoch), "--base-id", strconv.Itoa(cfg.BaseID),
 		"--drain-time-s", strconv.Itoa(int(cfg.DrainTime / time.Second)),
 		"--parent-shutdown-time-s", strconv.Itoa(int(cfg.ParentShutdownTime / time.Second)),
-		"--drain-strategy", cfg.DrainStrategy}
+		"--drain-strategy", cfg.DrainStrategy,
+		"--socket-path", hotRestartSocket(file), "--socket-mode", "600"}
 	if cfg.Concurrency > 0 {
 		args = append(args, "--concurrency", strconv.Itoa(cfg.Concurrency))
 	}
 	return append(args, cfg.Args...)
 }
+
+// hotRestartSocket is the hot restart socket path Envoy is given for the
+// bootstrap file: NAME.hr beside NAME.yaml. Envoy appends
+// "_{parent|child}_{id}" to it.
+func hotRestartSocket(bootstrap string) string {
+	return strings.TrimSuffix(bootstrap, ".yaml") + ".hr"
+}
+
+// maxHotRestartSocket bounds hotRestartSocket's length: a Unix socket's
+// path holds at most 107 bytes, and Envoy appends up to 18.
+const maxHotRestartSocket = 88
 
 // start writes the bootstrap and starts the next epoch as r.cur.
 func (r *envoyRunner) start(cfg EnvoyConfig) error {

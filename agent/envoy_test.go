@@ -114,9 +114,26 @@ func TestEnvoyBootstrapAndFlags(t *testing.T) {
 	}
 	starts := find(readEvents(t, s.record), func(e envoyEvent) bool { return e.Event == "start" })
 	want := []string{"-c", file, "--restart-epoch", "0", "--base-id", strconv.Itoa(s.cfg.BaseID), "--drain-time-s", "1",
-		"--parent-shutdown-time-s", "2", "--drain-strategy", "immediate", "--concurrency", "2", "--x-fake-record", s.record, "-l", "info"}
+		"--parent-shutdown-time-s", "2", "--drain-strategy", "immediate",
+		"--socket-path", filepath.Join(s.dir, "data", "envoy", "web.hr"), "--socket-mode", "600",
+		"--concurrency", "2", "--x-fake-record", s.record, "-l", "info"}
 	if len(starts) != 1 || !slices.Equal(starts[0].Args, want) {
 		t.Fatalf("Envoy started %d times with %+v, want once with %q", len(starts), starts, want)
+	}
+	// The hot restart socket is a file only the agent's user reaches (in
+	// data_dir/envoy, 0700, itself 0600), not Envoy's default in the
+	// abstract namespace, which any local user may connect to.
+	socks, _ := filepath.Glob(filepath.Join(s.dir, "data", "envoy", "web.hr_*"))
+	if len(socks) == 0 {
+		t.Fatalf("no hot restart socket file beside the bootstrap: %v", socks)
+	}
+	for _, sock := range socks {
+		if fi, err := os.Stat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 || fi.Mode().Perm() != 0o600 {
+			t.Errorf("hot restart socket %s: %v %v, want a 0600 socket", sock, fi.Mode(), err)
+		}
+	}
+	if fi, err := os.Stat(filepath.Join(s.dir, "data", "envoy")); err != nil || fi.Mode().Perm() != 0o700 {
+		t.Errorf("data_dir/envoy %v %v, want 0700", fi.Mode(), err)
 	}
 	if len(starts[0].ConsulEnv) != 0 {
 		t.Errorf("Envoy got the agent's Consul variables %q", starts[0].ConsulEnv)

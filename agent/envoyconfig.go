@@ -189,10 +189,20 @@ func parseEnvoys(blocks []envoyBlock, c *Config, diags hcl.Diagnostics) ([]Envoy
 			bad(rng, "parent_shutdown_time not after drain_time", "parent_shutdown_time (%s) must be longer than drain_time (%s): the old epoch drains, then is shut down.", e.ParentShutdownTime, e.DrainTime)
 		}
 		for _, arg := range e.Args {
-			flag, _, _ := strings.Cut(arg, "=")
+			// Envoy's parser (TCLAP, delimiter ' ') splits one argument
+			// at its first space: "--config-yaml admin: ..." sets the
+			// flag as "--config-yaml" and the next argument would. '='
+			// is refused by Envoy, and cut here all the same.
+			flag := arg
+			if i := strings.IndexAny(arg, " ="); i >= 0 {
+				flag = arg[:i]
+			}
 			if slices.Contains(ownedEnvoyFlags, flag) {
 				bad(rng, "Envoy flag set by the agent", "args may not set %s: the agent sets the bootstrap, hot restart and drain flags itself (use this block's settings).", flag)
 			}
+		}
+		if hr := hotRestartSocket(filepath.Join(c.DataDir, "envoy", e.Name+".yaml")); len(hr) > maxHotRestartSocket {
+			bad(rng, "data_dir too long for Envoy's hot restart socket", "the hot restart socket %s would be %d bytes; Unix socket paths hold 107 and Envoy appends up to 18: use a shorter data_dir or envoy name (at most %d bytes in all).", hr, len(hr), maxHotRestartSocket)
 		}
 		out = append(out, e)
 	}

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -89,9 +91,21 @@ func (p *parentConn) close() { _ = p.c.Close() }
 
 // listenRPC serves this epoch's hot restart socket for its child.
 func (e *envoy) listenRPC() error {
-	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: rpcName(e.o, e.o.epoch), Net: "unixpacket"})
+	name := rpcName(e.o, e.o.epoch)
+	file := !strings.HasPrefix(name, "@")
+	if file {
+		_ = os.Remove(name) // as Envoy: a stale socket file of a crashed epoch
+	}
+	l, err := net.ListenUnix("unixpacket", &net.UnixAddr{Name: name, Net: "unixpacket"})
 	if err != nil {
-		return fmt.Errorf("hot restart: unable to bind the domain socket %s: %w (another Envoy with this base id and epoch?)", rpcName(e.o, e.o.epoch), err)
+		return fmt.Errorf("hot restart: unable to bind the domain socket %s: %w (another Envoy with this base id and epoch?)", name, err)
+	}
+	if file {
+		mode, _ := strconv.ParseUint(e.o.socketMode, 8, 32)
+		if err := os.Chmod(name, os.FileMode(mode)); err != nil {
+			l.Close()
+			return fmt.Errorf("hot restart: socket mode of %s: %w", name, err)
+		}
 	}
 	go func() {
 		for {

@@ -6,7 +6,8 @@
 //     binary's hot restart compatibility version, also GET
 //     /hot_restart_version), -c/--config-path, --restart-epoch,
 //     --base-id, --drain-time-s, --parent-shutdown-time-s,
-//     --drain-strategy (gradual|immediate), --concurrency, --socket-path,
+//     --drain-strategy (gradual|immediate), --concurrency, --socket-path
+//     (a file path: the socket file, made --socket-mode, default 600),
 //     -l/--log-level. An unknown flag is a parse error (exit 1), as in
 //     Envoy.
 //   - Bootstrap: the admin listener is admin.address.socket_address; ADS
@@ -55,6 +56,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -72,7 +74,7 @@ import (
 var hotRestartVersion = "11.104"
 
 type options struct {
-	config, socketPath, drainStrategy, logLevel string
+	config, socketPath, socketMode, drainStrategy, logLevel string
 	epoch, baseID, drainTime, parentShutdown    int
 	concurrency, statsPad                       int
 	record, listen, stats, version              string
@@ -93,6 +95,7 @@ func parse(args []string) (*options, error) {
 	fs.StringVar(&o.drainStrategy, "drain-strategy", "gradual", "")
 	fs.IntVar(&o.concurrency, "concurrency", 0, "")
 	fs.StringVar(&o.socketPath, "socket-path", "@envoy_domain_socket", "")
+	fs.StringVar(&o.socketMode, "socket-mode", "", "")
 	fs.StringVar(&o.logLevel, "l", "info", "")
 	fs.StringVar(&o.logLevel, "log-level", "info", "")
 	fs.StringVar(&o.record, "x-fake-record", "", "")
@@ -116,6 +119,17 @@ func parse(args []string) (*options, error) {
 	}
 	if o.config == "" {
 		return nil, fmt.Errorf("at least one of --config-path or --config-yaml or Options::configProto() should be non-empty")
+	}
+	// "This flag may not be used when --socket-path is start with "@"
+	// or not set"; a valid octal file permission, default 600.
+	if o.socketMode != "" && strings.HasPrefix(o.socketPath, "@") {
+		return nil, fmt.Errorf("error: --socket-mode may not be used with an abstract --socket-path %q", o.socketPath)
+	}
+	if o.socketMode == "" {
+		o.socketMode = "600"
+	}
+	if _, err := strconv.ParseUint(o.socketMode, 8, 32); err != nil {
+		return nil, fmt.Errorf("error: --socket-mode %q is not an octal file permission", o.socketMode)
 	}
 	if o.drainStrategy != "gradual" && o.drainStrategy != "immediate" {
 		return nil, fmt.Errorf("error: unknown drain strategy %q", o.drainStrategy)

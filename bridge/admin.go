@@ -141,6 +141,13 @@ func (d *Daemon) notReadyReason() string {
 			return st.Waiting + "; " + failure
 		}
 		return st.Waiting
+	case !d.Ready() && len(st.FailedGroups) > 0:
+		f := st.FailedGroups[0]
+		more := ""
+		if n := len(st.FailedGroups) - 1; n > 0 {
+			more = fmt.Sprintf(" (and %d more group(s): /v1/policy failed_groups)", n)
+		}
+		return fmt.Sprintf("the first build failed for proxy group %q%s, which has no last good state to serve: %s", f.Group, more, f.Error)
 	case !d.Ready():
 		if failure := d.consulFailure(); failure != "" {
 			return "waiting for the first complete Consul sync; " + failure

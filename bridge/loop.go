@@ -305,6 +305,15 @@ func (l *loop) build(ctx context.Context) {
 			l.d.log.Error().Str("group", f.Group).Err(f.Err).Msg(msg)
 		}
 		if !l.d.ready.Load() {
+			// Shown where every other failed group is (/v1/policy,
+			// proxy_groups_failing) and named by /readyz: without it they
+			// all pointed at Consul's first sync.
+			var failures []GroupFailure
+			for _, f := range failed {
+				failures = append(failures, GroupFailure{Group: f.Group, Error: f.Err.Error()})
+			}
+			l.d.metrics.failingGroups.Set(float64(len(failures)))
+			l.setStatus(func(st *PolicyStatus) { st.Warnings, st.FailedGroups = warnings, failures })
 			return
 		}
 	}

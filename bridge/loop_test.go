@@ -264,12 +264,25 @@ func TestLoopFirstBuildNeedsEveryGroup(t *testing.T) {
 	if h.d.ready.Load() || h.served() != "" {
 		t.Fatalf("ready %v, served %q after a first build with a failed group; want not ready, nothing served", h.d.ready.Load(), h.served())
 	}
+	// Every signal names the group, not Consul's first sync.
+	if r := h.d.notReadyReason(); !strings.Contains(r, `the first build failed for proxy group "edge"`) {
+		t.Errorf("/readyz says %q, want the failed group", r)
+	}
+	if fg := h.d.Policy().FailedGroups; len(fg) != 1 || fg[0].Group != "edge" {
+		t.Errorf("failed_groups %+v, want edge", fg)
+	}
+	if v := testutil.ToFloat64(h.d.metrics.failingGroups); v != 1 {
+		t.Errorf("proxy_groups_failing %v, want 1", v)
+	}
 	h.failGroup.Store(nil)
 	h.clock.Advance(time.Hour)
 	h.send(8002)
 	h.eventually("the first whole build", func() bool { return h.d.ready.Load() })
 	if !strings.Contains(h.served(), `"port_value":8002`) {
 		t.Fatalf("served %s, want port 8002", h.served())
+	}
+	if fg := h.d.Policy().FailedGroups; len(fg) != 0 || h.d.notReadyReason() != "" {
+		t.Errorf("after the whole build: failed_groups %+v, reason %q", fg, h.d.notReadyReason())
 	}
 }
 

@@ -37,19 +37,19 @@ func authorized(cert *x509.Certificate, node *corev3.Node) bool {
 	return slices.Contains(cert.DNSNames, node.GetCluster()) && node.GetCluster() != ""
 }
 
+// uriAuthorizes holds the path to exactly /group/G or /group/G/node/N:
+// a CA whose workloads choose their paths (SPIRE registrations, say)
+// must not turn spiffe://td/team-a/x/group/edge into group edge.
 func uriAuthorizes(u *url.URL, node *corev3.Node) bool {
-	parts := strings.Split(strings.Trim(u.Path, "/"), "/")
-	for i := 0; i+1 < len(parts); i++ {
-		if parts[i] != "group" || parts[i+1] != node.GetCluster() {
-			continue
-		}
-		rest := parts[i+2:]
-		switch {
-		case len(rest) == 0:
-			return true
-		case len(rest) == 2 && rest[0] == "node":
-			return rest[1] == node.GetId()
-		}
+	parts := strings.Split(strings.TrimPrefix(u.Path, "/"), "/")
+	if len(parts) < 2 || parts[0] != "group" || parts[1] != node.GetCluster() || node.GetCluster() == "" {
+		return false
+	}
+	switch rest := parts[2:]; {
+	case len(rest) == 0:
+		return true
+	case len(rest) == 2 && rest[0] == "node":
+		return rest[1] == node.GetId() && node.GetId() != ""
 	}
 	return false
 }

@@ -29,6 +29,9 @@ import (
 //     node only (e.g. spiffe://example.org/group/edge/node/edge-1);
 //   - a DNS SAN equal to <node.cluster> authorizes that group.
 func authorized(cert *x509.Certificate, node *corev3.Node) bool {
+	if cert == nil {
+		return false
+	}
 	for _, u := range cert.URIs {
 		if uriAuthorizes(u, node) {
 			return true

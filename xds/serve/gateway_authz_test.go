@@ -22,7 +22,7 @@ func TestGatewayNeedsItsOwnCertificate(t *testing.T) {
 	})
 	rest := func(uri string, serial int64) int {
 		cert, _ := ca.issue(t, serial, nil, uri)
-		code, _ := s.authorizeREST(context.WithValue(context.Background(), tlsStateKey{}, tls.ConnectionState{PeerCertificates: mustParse(t, cert)}), &corev3.Node{Id: "tgw", Cluster: "tgw"})
+		code, _ := s.restAuthorize(context.WithValue(context.Background(), tlsStateKey{}, tls.ConnectionState{PeerCertificates: mustParse(t, cert)}), &corev3.Node{Id: "tgw", Cluster: "tgw"})
 		return code
 	}
 	for uri, want := range map[string]int{

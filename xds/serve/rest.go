@@ -104,13 +104,22 @@ func (s *Server) serveFetch(w http.ResponseWriter, r *http.Request, typeURL stri
 		restError(w, http.StatusBadRequest, fmt.Sprintf("node of %d bytes is over the limit of %d", proto.Size(node), maxNodeBytes))
 		return
 	}
-	if s.cfg.AuthorizeNodes {
-		if code, msg := s.authorizeREST(r.Context(), node); code != 0 {
+	// The poll's key and the registration it stands for come from one
+	// lookup, and authorization judges that registration: looked up
+	// twice, a sidecar registered in between was served to a certificate
+	// checked as an ordinary node of another group (and in central mode
+	// its group holds the service's leaf key).
+	key, info, err := s.sidecars.restKey(node)
+	if err == nil && s.cfg.AuthorizeNodes {
+		if code, msg := s.authorizeREST(r.Context(), node, info); code != 0 {
 			restError(w, code, msg)
 			return
 		}
 	}
-	ts, err := s.restSet(node, typeURL)
+	var ts *cache.Set
+	if err == nil {
+		ts, err = s.restSet(key, typeURL)
+	}
 	switch {
 	case errors.Is(err, ErrNotReady), errors.Is(err, errNoGoodState):
 		// Never a partial world: the poller retries after its delay.
@@ -145,13 +154,17 @@ func (s *Server) serveFetch(w http.ResponseWriter, r *http.Request, typeURL stri
 
 // authorizeREST applies authorize_nodes to a REST request: 0 if allowed,
 // else the HTTP status and message.
-func (s *Server) authorizeREST(ctx context.Context, node *corev3.Node) (int, string) {
+func (s *Server) authorizeREST(ctx context.Context, node *corev3.Node, info *SidecarInfo) (int, string) {
 	st, _ := ctx.Value(tlsStateKey{}).(tls.ConnectionState)
 	if len(st.PeerCertificates) == 0 {
 		return http.StatusUnauthorized, "xDS requires a client certificate"
 	}
 	cert := st.PeerCertificates[0]
-	if ok, why := s.authorizeNode(cert, node); !ok {
+	ok, why := authorized(cert, node), ""
+	if info != nil {
+		ok, why = sidecarAuthorized(cert, info), sidecarRefusal(info)
+	}
+	if !ok {
 		s.log.Warn().Str("node", truncate(node.GetId(), 256)).Str("node_cluster", truncate(node.GetCluster(), 256)).
 			Str("certificate", certIdentity(cert)).Str("transport", "REST").Msg("refused xDS client: certificate does not authorize this node")
 		return http.StatusForbidden, fmt.Sprintf("certificate %s does not authorize node %q in group %q%s", certIdentity(cert), truncate(node.GetId(), 256), truncate(node.GetCluster(), 256), why)
@@ -159,15 +172,10 @@ func (s *Server) authorizeREST(ctx context.Context, node *corev3.Node) (int, str
 	return 0, ""
 }
 
-// restSet is the set of typeURL the node gets: what its node.cluster's
+// restSet is the set of typeURL a poll's key (restKey) gets: what its node.cluster's
 // gRPC streams are served (make-before-break included) while it has any,
 // else the current translation, as /v1/config_dump computes it.
-func (s *Server) restSet(node *corev3.Node, typeURL string) (*cache.Set, error) {
-	// Each poll stands alone, so a sidecar is keyed afresh every time.
-	key, err := s.sidecars.restKey(node)
-	if err != nil {
-		return nil, err
-	}
+func (s *Server) restSet(key, typeURL string) (*cache.Set, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.out == nil {

@@ -283,11 +283,21 @@ func (st *sidecarStream) keyNode(node *corev3.Node) (*corev3.Node, error) {
 		var msg string
 		var info *SidecarInfo
 		st.key, info, msg = sc.keyLocked(st.nodeID, st.consulNode, st.announced)
+		// Authorization ran before this lookup (authzInterceptor): the
+		// registration may have come or gone since, so what the stream
+		// is keyed to is judged again here, either way round.
 		if info != nil && sc.authorize {
 			if cert := peerCert(st.Context()); !sidecarAuthorized(cert, info) {
 				sc.log.Warn().Str("node", st.nodeID).Str("service", info.Service).Str("certificate", certIdentity(cert)).
 					Msg("refused Connect sidecar: certificate does not name its service")
 				return nil, status.Errorf(codes.PermissionDenied, "certificate %s does not authorize node %q%s", certIdentity(cert), st.nodeID, sidecarRefusal(info))
+			}
+		}
+		if info == nil && sc.authorize && msg == "" {
+			if cert := peerCert(st.Context()); !authorized(cert, node) {
+				sc.log.Warn().Str("node", st.nodeID).Str("group", st.announced).Str("certificate", certIdentity(cert)).
+					Msg("refused xDS client: certificate does not authorize this node (its sidecar registration went away)")
+				return nil, status.Errorf(codes.PermissionDenied, "certificate %s does not authorize node %q in group %q", certIdentity(cert), st.nodeID, st.announced)
 			}
 		}
 		if msg != "" && !sc.warned[st.nodeID] {
@@ -311,20 +321,26 @@ func (st *sidecarStream) keyNode(node *corev3.Node) (*corev3.Node, error) {
 	return st.keyedNode, nil
 }
 
-// restKey is the snapshot key of a REST poll's node: as a stream's, but
-// looked up on every poll (no stream outlives a registration change).
-func (sc *sidecars) restKey(node *corev3.Node) (string, error) {
+// restKey is the snapshot key of a REST poll's node, as a stream's but
+// looked up on every poll (no stream outlives a registration change), and
+// the sidecar registration it stands for (nil for other nodes), from the
+// one lookup authorization must judge.
+func (sc *sidecars) restKey(node *corev3.Node) (string, *SidecarInfo, error) {
 	if !sc.wait {
-		return cache.Key(node), nil
+		return cache.Key(node), nil, nil
 	}
 	if strings.HasPrefix(node.GetCluster(), ir.SidecarGroupPrefix) {
-		return "", fmt.Errorf("node.cluster %q: names starting with %q are reserved for Connect sidecars, which are known by their node id: %w", node.GetCluster(), ir.SidecarGroupPrefix, errReservedCluster)
+		return "", nil, fmt.Errorf("node.cluster %q: names starting with %q are reserved for Connect sidecars, which are known by their node id: %w", node.GetCluster(), ir.SidecarGroupPrefix, errReservedCluster)
 	}
 	n := proto.Clone(node).(*corev3.Node)
 	sc.mu.Lock()
-	n.Cluster, _, _ = sc.keyLocked(n.GetId(), n.GetMetadata().GetFields()[ConsulNodeMetadata].GetStringValue(), n.GetCluster())
+	var info *SidecarInfo
+	n.Cluster, info, _ = sc.keyLocked(n.GetId(), n.GetMetadata().GetFields()[ConsulNodeMetadata].GetStringValue(), n.GetCluster())
+	if info != nil {
+		info = new(*info) // sc.index may change once the lock is let go
+	}
 	sc.mu.Unlock()
-	return cache.Key(n), nil
+	return cache.Key(n), info, nil
 }
 
 // errReservedCluster: a client announced a sidecar group's name itself.

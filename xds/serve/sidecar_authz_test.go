@@ -77,7 +77,7 @@ func TestSidecarNeedsItsServicesCertificate(t *testing.T) {
 
 	// REST: the same rule.
 	rest := func(certPEM []byte) int {
-		code, _ := s.authorizeREST(context.WithValue(context.Background(), tlsStateKey{}, tls.ConnectionState{PeerCertificates: mustParse(t, certPEM)}), sidecarNode())
+		code, _ := s.restAuthorize(context.WithValue(context.Background(), tlsStateKey{}, tls.ConnectionState{PeerCertificates: mustParse(t, certPEM)}), sidecarNode())
 		return code
 	}
 	if code := rest(edgeCert); code != 403 {
@@ -88,7 +88,7 @@ func TestSidecarNeedsItsServicesCertificate(t *testing.T) {
 		t.Fatalf("REST with web's Connect leaf as web's sidecar: status %d, want allowed", code)
 	}
 	// Not a sidecar: the node.cluster it announces decides, as before.
-	if code, _ := s.authorizeREST(context.WithValue(context.Background(), tlsStateKey{}, tls.ConnectionState{PeerCertificates: mustParse(t, edgeCert)}), &corev3.Node{Id: "edge-1", Cluster: "edge"}); code != 0 {
+	if code, _ := s.restAuthorize(context.WithValue(context.Background(), tlsStateKey{}, tls.ConnectionState{PeerCertificates: mustParse(t, edgeCert)}), &corev3.Node{Id: "edge-1", Cluster: "edge"}); code != 0 {
 		t.Fatalf("REST with an edge certificate as an edge proxy: status %d, want allowed", code)
 	}
 }
@@ -104,3 +104,10 @@ func mustParse(t *testing.T, certPEM []byte) []*x509.Certificate {
 }
 
 func sidecarNode() *corev3.Node { return &corev3.Node{Id: "web-sidecar-proxy", Cluster: "edge"} }
+
+// restAuthorize is serveFetch's authorization of a poll: keyed, then
+// judged on what the key stands for.
+func (s *Server) restAuthorize(ctx context.Context, node *corev3.Node) (int, string) {
+	_, info, _ := s.sidecars.restKey(node)
+	return s.authorizeREST(ctx, node, info)
+}

@@ -255,7 +255,7 @@ func TestSidecarBootstrapConsulNode(t *testing.T) {
 		if err := b.ValidateAll(); err != nil {
 			t.Fatal(err)
 		}
-		if got, err := sc.restKey(b.GetNode()); err != nil || got != want {
+		if got, _, err := sc.restKey(b.GetNode()); err != nil || got != want {
 			t.Errorf("bootstrap -consul-node %s: key %q (%v), want %q", consulNode, got, err, want)
 		}
 	}

@@ -75,11 +75,11 @@ var hotRestartVersion = "11.104"
 
 type options struct {
 	config, socketPath, socketMode, drainStrategy, logLevel string
-	epoch, baseID, drainTime, parentShutdown    int
-	concurrency, statsPad                       int
-	record, listen, stats, version              string
-	neverLive, hotRestartVersion                bool
-	exitAfter, initialFetchTimeout, adminDelay  time.Duration
+	epoch, baseID, drainTime, parentShutdown                int
+	concurrency, statsPad                                   int
+	record, listen, stats, version                          string
+	neverLive, hotRestartVersion                            bool
+	exitAfter, initialFetchTimeout, adminDelay              time.Duration
 }
 
 func parse(args []string) (*options, error) {

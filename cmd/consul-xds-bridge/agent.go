@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"reflect"
 	"syscall"
 
 	"github.com/rs/zerolog"
@@ -46,7 +47,7 @@ func agentCmd(args []string, stdout, stderr io.Writer) int {
 	log.Info().Str("version", version).Str("config", *file).Msg("starting agent")
 	ag := agent.New(cfg, log)
 	registerBuildInfo(ag.Registerer())
-	go reloadEnvoysOnHUP(ctx, ag, *file, log)
+	go reloadEnvoysOnHUP(ctx, ag, *file, src, log)
 	// Under systemd (Type=notify): ready when /readyz would answer 200.
 	go notifySystemd(ctx, log, ag.Started(), ag.NotReadyReason)
 	if err := ag.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
@@ -77,7 +78,7 @@ func readAgentConfig(file string) ([]byte, error) {
 // envoy blocks (a changed block or binary hot-restarts that Envoy); the
 // other settings need an agent restart. A configuration with errors is
 // refused and the running Envoys stay as they are.
-func reloadEnvoysOnHUP(ctx context.Context, ag *agent.Agent, file string, log zerolog.Logger) {
+func reloadEnvoysOnHUP(ctx context.Context, ag *agent.Agent, file string, started []byte, log zerolog.Logger) {
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
 	defer signal.Stop(hup)
@@ -102,7 +103,33 @@ func reloadEnvoysOnHUP(ctx context.Context, ag *agent.Agent, file string, log ze
 			log.Error().Strs("diagnostics", policy.FormatDiagnostics(diags)).Str("config", file).Msg("SIGHUP: the configuration has errors; Envoys unchanged")
 			continue
 		}
-		log.Info().Str("config", file).Int("envoys", len(cfg.Envoys)).Msg("SIGHUP: applying the envoy blocks (other settings take effect on restart)")
+		// The blocks were checked against the file's other settings
+		// (allow_groups, allow_node_ids, connect, data_dir), but the
+		// agent runs with those it started with: an edit of both would
+		// start an Envoy the running agent then refuses.
+		if changed := agentSettingsChanged(file, started, cfg); changed != "" {
+			log.Error().Str("config", file).Str("changed", changed).
+				Msg("SIGHUP: settings other than the envoy blocks changed, and they take effect only on restart (the envoy blocks are checked against them); restart the agent; Envoys unchanged")
+			continue
+		}
+		log.Info().Str("config", file).Int("envoys", len(cfg.Envoys)).Msg("SIGHUP: applying the envoy blocks")
 		ag.ReloadEnvoys(cfg.Envoys)
 	}
+}
+
+// agentSettingsChanged names the first setting other than the envoy blocks
+// in which next differs from the configuration the agent started with
+// (parsed again, so both have the same defaults), "" if none does.
+func agentSettingsChanged(file string, started []byte, next *agent.Config) string {
+	was, diags := agent.ParseConfig(file, started)
+	if diags.HasErrors() {
+		return "the configuration the agent started with no longer parses"
+	}
+	a, b := reflect.ValueOf(*was), reflect.ValueOf(*next)
+	for i := range a.NumField() {
+		if name := a.Type().Field(i).Name; name != "Envoys" && !reflect.DeepEqual(a.Field(i).Interface(), b.Field(i).Interface()) {
+			return name
+		}
+	}
+	return ""
 }

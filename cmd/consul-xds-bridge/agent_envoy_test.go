@@ -19,7 +19,8 @@ import (
 
 // TestAgentEnvoySignals runs the real binary with an envoy block (the
 // Envoy stand-in, internal/fakeenvoy): SIGHUP with a config that has
-// errors changes nothing; SIGHUP with a changed block hot-restarts
+// errors changes nothing, nor does one that changes another setting too;
+// SIGHUP with a changed block hot-restarts
 // Envoy to epoch 1; SIGTERM drains Envoy before the agent exits.
 func TestAgentEnvoySignals(t *testing.T) {
 	if testing.Short() {
@@ -115,6 +116,16 @@ envoy "web" {
 	time.Sleep(1500 * time.Millisecond)
 	if e, _ := epoch(); e != 0 || !strings.Contains(logs.String(), "SIGHUP: the configuration has errors; Envoys unchanged") {
 		t.Fatalf("after SIGHUP with a bad file: epoch %d; logs:\n%s", e, logs.String())
+	}
+	// Another setting changed with the block: the agent runs with the
+	// one it started with, against which the block was not checked, so
+	// nothing changes until a restart (it used to start an Envoy the
+	// running agent then refused).
+	write(2, `allow_node_ids = ["vm-*"]`+"\n")
+	_ = cmd.Process.Signal(syscall.SIGHUP)
+	time.Sleep(1500 * time.Millisecond)
+	if e, _ := epoch(); e != 0 || !strings.Contains(logs.String(), "SIGHUP: settings other than the envoy blocks changed") || !strings.Contains(logs.String(), "AllowNodeIDs") {
+		t.Fatalf("after SIGHUP with allow_node_ids changed: epoch %d; logs:\n%s", e, logs.String())
 	}
 	write(2, "")
 	_ = cmd.Process.Signal(syscall.SIGHUP)

@@ -44,19 +44,25 @@ const (
 	// envoyStopGrace is how long an Envoy asked to quit (quitquitquit,
 	// then SIGTERM) may take before the next, harder step.
 	envoyStopGrace = 5 * time.Second
-	// envoyParentGrace: a parent epoch still alive this long after its
-	// parent_shutdown_time (its child died before telling it to exit) is
-	// terminated by the agent.
-	envoyParentGrace = 10 * time.Second
 )
+
+// envoyParentGrace: a parent epoch still alive this long after its
+// parent_shutdown_time, counted from its child going LIVE (the child died
+// before telling it to exit), is terminated by the agent. A variable for
+// tests only.
+var envoyParentGrace = 10 * time.Second
 
 // envoyProc is one running epoch.
 type envoyProc struct {
 	epoch   int
 	cmd     *exec.Cmd
 	started time.Time
-	// retireBy is set when a newer epoch started beside it: by then
-	// Envoy's protocol should have shut it down.
+	// retireBy is set once a newer epoch started beside it is LIVE:
+	// Envoy's child starts the parent's shutdown clock only then (once
+	// initialized: server.cc, startWorkers), so by retireBy its protocol
+	// should have shut this epoch down. Counted from the child's start,
+	// a child slower to initialize than parent_shutdown_time + 10 s got
+	// its still-serving parent terminated undrained.
 	retireBy time.Time
 	termAt   time.Time // when the agent sent it SIGTERM
 	err      error     // how it exited (set before exited gets it)
@@ -218,19 +224,16 @@ func (r *envoyRunner) run(ctx context.Context) {
 				continue
 			}
 			old := r.cur
-			old.retireBy = time.Now().Add(cfg.ParentShutdownTime + envoyParentGrace)
 			r.parents = append(r.parents, old)
 			r.cur = nil
 			if err := r.start(cfg); err != nil {
 				r.log.Error().Err(err).Msg("cannot start Envoy's new epoch; the old one keeps serving")
 				r.cur, r.parents = old, deleteProc(r.parents, old)
-				old.retireBy = time.Time{}
 				continue
 			}
 			r.update(func(s *EnvoyStatus) { s.HotRestarts++ })
 		case <-tick.C:
-			r.poll(ctx)
-			r.retireParents()
+			r.retireParents(r.poll(ctx))
 		}
 	}
 }
@@ -458,10 +461,16 @@ func fileHash(name string) string {
 }
 
 // retireParents terminates old epochs past their shutdown time: their
-// child died before telling them to exit.
-func (r *envoyRunner) retireParents() {
+// child died before telling them to exit. live is whether the current
+// epoch is LIVE, which starts the clock of parents without one.
+func (r *envoyRunner) retireParents(live bool) {
 	now := time.Now()
 	for _, p := range r.parents {
+		if live && p.retireBy.IsZero() && r.cur != nil {
+			r.mu.Lock()
+			p.retireBy = now.Add(r.cfg.ParentShutdownTime + envoyParentGrace)
+			r.mu.Unlock()
+		}
 		switch {
 		case p.termAt.IsZero() && !p.retireBy.IsZero() && now.After(p.retireBy):
 			r.log.Warn().Int("epoch", p.epoch).Msg("Envoy's old epoch outlived its parent_shutdown_time; terminating it")

@@ -487,3 +487,32 @@ func TestEnvoyHostileAdminPort(t *testing.T) {
 		}
 	})
 }
+
+// TestSlowChildKeepsItsParent: Envoy's new epoch starts its parent's
+// shutdown clock only once it has initialized, so a child slow to become
+// LIVE (a big config, initial_fetch_timeout) leaves its parent serving
+// past parent_shutdown_time; the agent terminates a parent only that long
+// (plus its grace) after the child is LIVE. Counted from the child's
+// start, it terminated a parent that had not even been told to drain.
+func TestSlowChildKeepsItsParent(t *testing.T) {
+	t.Cleanup(agent.SetEnvoyParentGrace(500 * time.Millisecond))
+	s := startEnvoyAgent(t, nil)
+	s.waitReady(t, 0)
+	slow := s.cfg
+	slow.Args = append(slices.Clone(s.cfg.Args), "--x-fake-never-live")
+	s.ag.ReloadEnvoys([]agent.EnvoyConfig{slow})
+	eventually(t, 10*time.Second, "epoch 1 to start", func() bool {
+		return len(find(readEvents(t, s.record), func(e envoyEvent) bool { return e.Event == "start" && e.Epoch == 1 })) == 1
+	})
+	// parent_shutdown_time (2 s) + the grace, and more: epoch 1 is not
+	// LIVE, so epoch 0 keeps serving.
+	time.Sleep(s.cfg.ParentShutdownTime + 2*time.Second)
+	start0 := find(readEvents(t, s.record), func(e envoyEvent) bool { return e.Event == "start" && e.Epoch == 0 })
+	if len(start0) != 1 {
+		t.Fatalf("epoch 0 starts %+v", start0)
+	}
+	// Alive: signal 0 reaches it (the agent reaps an epoch that exits).
+	if err := syscall.Kill(start0[0].PID, 0); err != nil {
+		t.Fatalf("epoch 0 (pid %d) is gone (%v) while its child was still initializing: its shutdown clock starts when the child is LIVE", start0[0].PID, err)
+	}
+}

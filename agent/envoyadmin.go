@@ -64,11 +64,12 @@ func adminGet(ctx context.Context, cfg EnvoyConfig, path string, limit int64) (i
 }
 
 // poll reads the current epoch's /ready and /server_info and whether its
-// ADS stream has ACKed, and publishes them.
-func (r *envoyRunner) poll(ctx context.Context) {
+// ADS stream has ACKed, and publishes them; it reports whether the
+// current epoch is LIVE.
+func (r *envoyRunner) poll(ctx context.Context) bool {
 	p := r.cur
 	if p == nil {
-		return
+		return false
 	}
 	r.mu.Lock()
 	cfg := r.cfg
@@ -108,6 +109,7 @@ func (r *envoyRunner) poll(ctx context.Context) {
 			ev.Bool("ready", now).Int("epoch", s.Epoch).Str("reason", reason).Str("version", s.Version).Msg("Envoy readiness changed")
 		}
 	})
+	return live
 }
 
 // acked reports whether a stream of nodeID opened since since has ACKed a

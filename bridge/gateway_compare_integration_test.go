@@ -330,16 +330,24 @@ func TestMeshGatewayMatchesConsulXDS(t *testing.T) {
 	dial := func(addr string, ready func(adsclient.State) bool) adsclient.State {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: "mgw", Cluster: "mgw", Mode: adsclient.Delta, InitialFetchTimeout: -1})
-		if err != nil {
-			t.Fatal(err)
+		for {
+			c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: "mgw", Cluster: "mgw", Mode: adsclient.Delta, InitialFetchTimeout: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = c.Close() })
+			st, err := c.Wait(ctx, ready)
+			// A gateway that connects before the bridge has read its
+			// registration is told to reconnect once it has (it is then
+			// keyed by it), as an Envoy does.
+			if err != nil && strings.Contains(err.Error(), "registration of node \"mgw\" changed") && ctx.Err() == nil {
+				continue
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", addr, err)
+			}
+			return st
 		}
-		t.Cleanup(func() { _ = c.Close() })
-		st, err := c.Wait(ctx, ready)
-		if err != nil {
-			t.Fatalf("%s: %v", addr, err)
-		}
-		return st
 	}
 	theirs := consulMeshGatewayView(dial(agent.GRPCAddr(), func(s adsclient.State) bool {
 		v := consulMeshGatewayView(s)

@@ -395,3 +395,34 @@ func TestShutdownDoesNotWaitForAdmission(t *testing.T) {
 		t.Fatalf("shutdown took %v, want well under the 20s grace", d)
 	}
 }
+
+// TestNodelessStreamsAreRefused: the xDS protocol puts the node in a
+// stream's first request; one without it would be served as
+// node.cluster "", which a "*" group matches. It is refused with
+// InvalidArgument on SotW and delta, without authorize_nodes too (REST
+// answers such a poll 400).
+func TestNodelessStreamsAreRefused(t *testing.T) {
+	s := startServer(t, ServerConfig{})
+	s.update(t, testOutput(t, []string{"api"}, 8080))
+	ads := discoveryv3.NewAggregatedDiscoveryServiceClient(grpcConn(t, s.addr))
+	sotw, err := ads.StreamAggregatedResources(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sotw.Send(&discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sotw.Recv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "must carry its node") {
+		t.Errorf("SotW stream without a node: %v, want InvalidArgument", err)
+	}
+	delta, err := ads.DeltaAggregatedResources(waitCtx(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := delta.Send(&discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := delta.Recv(); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "must carry its node") {
+		t.Errorf("delta stream without a node: %v, want InvalidArgument", err)
+	}
+}

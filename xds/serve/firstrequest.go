@@ -4,6 +4,7 @@ import (
 	"strings"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -37,6 +38,13 @@ func firstRequestInterceptor(timeout time.Duration, onIdle func()) grpc.StreamSe
 		go func() { got <- ss.RecvMsg(first) }()
 		if err := awaitFirst(ss, got, timeout, onIdle); err != nil {
 			return err
+		}
+		// The xDS protocol puts the node in a stream's first request.
+		// Without it the stream would be served as node.cluster "",
+		// which a "*" group matches (REST answers 400 the same way, and
+		// authorize_nodes refused it already).
+		if n, ok := first.(interface{ GetNode() *corev3.Node }); ok && n.GetNode() == nil {
+			return status.Error(codes.InvalidArgument, "the first xDS request of a stream must carry its node (id and cluster)")
 		}
 		return handler(srv, &replayStream{ServerStream: ss, first: first})
 	}

@@ -73,7 +73,7 @@ func TestSidecarIndex(t *testing.T) {
 // holds a build back; a failover datacenter not read never does (it may
 // never answer, and would hold every build for good).
 func TestPendingTargetsWaitForLocalOnly(t *testing.T) {
-	pol, diags := policy.ParseKV("p", []byte("mesh {}\nservice \"api\" {\n  failover {\n    datacenters = [\"dc2\"]\n  }\n}\nmesh_routes \"api\" {\n  route {\n    service = \"api-canary\"\n  }\n}\n"))
+	pol, diags := policy.Parse("p", []byte("mesh {}\nservice \"api\" {\n  failover {\n    datacenters = [\"dc2\"]\n  }\n}\nmesh_routes \"api\" {\n  route {\n    service = \"api-canary\"\n  }\n}\n"))
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}

@@ -158,6 +158,29 @@ func ParseKV(key string, src []byte) (*Document, hcl.Diagnostics) {
 			})
 		}
 	}
+	// Whether the daemon follows Consul Connect (sidecar registrations,
+	// intentions, leaves) is decided once, at start, from the -config
+	// files: in KV a mesh block or sidecar_for would be served by plan and
+	// a reload, and lost at the next restart, or the other way round.
+	if d.mesh != nil {
+		diags = append(diags, &hcl.Diagnostic{
+			Severity: hcl.DiagError,
+			Summary:  "mesh in KV",
+			Detail:   "A mesh block may only appear in -config files: the bridge decides at start, from its files, whether it follows Consul Connect. Move it to a -config file and restart.",
+			Subject:  d.mesh.DefRange.Ptr(),
+		})
+	}
+	for _, p := range d.proxies {
+		if p.SidecarFor != nil {
+			rng := valueRange(p.Body, "sidecar_for", p.DefRange)
+			diags = append(diags, &hcl.Diagnostic{
+				Severity: hcl.DiagError,
+				Summary:  "sidecar_for in KV",
+				Detail:   fmt.Sprintf("proxy %q: sidecar_for may only appear in -config files: the bridge decides at start, from its files, whether it follows Consul Connect. Move the proxy block to a -config file and restart.", p.Name),
+				Subject:  rng.Ptr(),
+			})
+		}
+	}
 	if diags.HasErrors() {
 		return nil, diags
 	}

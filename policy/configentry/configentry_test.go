@@ -195,7 +195,7 @@ func TestToHCLMesh(t *testing.T) {
 		}
 		parsed = append(parsed, doc)
 	}
-	meshBlock, diags := policy.ParseKV("mesh", []byte("mesh {}\n"))
+	meshBlock, diags := policy.Parse("mesh", []byte("mesh {}\n"))
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}

@@ -49,7 +49,7 @@ func translate(t *testing.T, mesh bool, entries ...api.ConfigEntry) translated {
 		parsed = append(parsed, doc)
 	}
 	if mesh {
-		m, _ := policy.ParseKV("mesh", []byte("mesh {}\n"))
+		m, _ := policy.Parse("mesh", []byte("mesh {}\n"))
 		parsed = append(parsed, m)
 	}
 	cfg, diags := policy.Merge(parsed...)

@@ -79,7 +79,21 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "plan: %v\n", err)
 		return 1
 	}
+	// What the daemon's reload refuses, plan refuses too (as /v1/plan):
+	// a key its xDS settings do not protect, a policy whose translation
+	// Envoy would reject. Planned as a diff, the reload then rejected kept
+	// the running world while plan showed it changed.
+	if ds := policy.CheckKeyTransport(cfg.Settings.XDS, cfg.Policy); ds.HasErrors() {
+		fmt.Fprintln(stderr, "plan: the bridge would refuse this policy on reload and keep serving the running one:")
+		printDiagnostics(stderr, ds)
+		return 1
+	}
 	world, err := pipeline.Compute(pipeline.Input{Catalog: cat, Policy: cfg.Policy, Datacenter: s.Datacenter}, nil)
+	if ds := pipeline.Diagnose(world, err, cfg.Policy); ds.HasErrors() {
+		fmt.Fprintln(stderr, "plan: the bridge would refuse this policy on reload and keep serving the running one:")
+		printDiagnostics(stderr, ds)
+		return 1
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "plan: %v\n", err)
 		return 1

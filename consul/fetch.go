@@ -9,8 +9,9 @@ import (
 	"net/http"
 	"slices"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 	"github.com/hashicorp/consul/api"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
 
 // FetchCatalog reads the targets once, without blocking queries, for
@@ -33,7 +34,11 @@ func FetchCatalog(ctx context.Context, client *api.Client, targets Targets, q Qu
 			return nil, fmt.Errorf("list services: %w", err)
 		}
 		for n := range names {
-			keys[ServiceKey{Name: n}] = true
+			// Left out as the watcher leaves them out (reconcile): the
+			// plan must read the catalog the bridge serves from.
+			if ir.QueryableServiceName(n) {
+				keys[ServiceKey{Name: n}] = true
+			}
 		}
 	}
 	services := make([]*Service, 0, len(keys))

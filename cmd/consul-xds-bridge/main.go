@@ -243,6 +243,12 @@ func validateCmd(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "validate: %d warning(s); -strict fails on warnings\n", len(warnings)+len(diags))
 		return 1
 	}
+	if c := cfg.Settings.Consul; c.KVPrefix != "" || c.ConfigEntries {
+		// Said, not implied by "valid": a file can be valid alone and
+		// clash with a KV document or an entry (a service defined in
+		// both), which the bridge rejects and plan reads.
+		fmt.Fprintln(stderr, "note: validate checks these files alone; the KV documents (consul.kv_prefix) and Consul config entries (consul.config_entries) the bridge merges with them were not read: consul-xds-bridge plan reads them")
+	}
 	fmt.Fprintf(stdout, "%d file(s) valid\n", len(args))
 	return 0
 }

@@ -164,3 +164,21 @@ func TestValidateAdminTokenLimitIsTheDaemons(t *testing.T) {
 		t.Errorf("exit %d, stderr %q; want 1, the setting's position and %q", code, errOut.String(), want)
 	}
 }
+
+// TestValidateSaysWhatItDidNotRead: with KV documents or config entries
+// in the settings, "valid" covers the files alone (a service defined in
+// a file and in an entry is rejected by the bridge and by plan, not by
+// validate), and validate says so.
+func TestValidateSaysWhatItDidNotRead(t *testing.T) {
+	for _, settings := range []string{"kv_prefix = \"xds/\"", "config_entries = true"} {
+		file := filepath.Join(t.TempDir(), "c.hcl")
+		src := "consul {\n  " + settings + "\n}\nservice \"web\" {\n  connect_timeout = \"2s\"\n}\n"
+		if err := os.WriteFile(file, []byte(src), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		var out, errOut bytes.Buffer
+		if code := realMain([]string{"validate", file}, &out, &errOut); code != 0 || !strings.Contains(errOut.String(), "were not read: consul-xds-bridge plan reads them") {
+			t.Errorf("%s: exit %d\n%s%s", settings, code, out.String(), errOut.String())
+		}
+	}
+}

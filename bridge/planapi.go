@@ -1,9 +1,12 @@
 package bridge
 
 import (
+	"fmt"
 	"maps"
 	"net/http"
 	"slices"
+	"strings"
+	"time"
 
 	"github.com/hashicorp/hcl/v2"
 
@@ -131,6 +134,14 @@ func (d *Daemon) servePlan(w http.ResponseWriter, r *http.Request) {
 	if diags.HasErrors() {
 		writeJSON(w, http.StatusUnprocessableEntity, res)
 		return
+	}
+	if le := d.Policy().LastError; le != nil {
+		// The plan is against the last accepted documents; while a
+		// rejected source (a broken KV document, another file) is unfixed,
+		// saving this one is rejected with it, and the plan is not what
+		// will be served.
+		res.Warnings = append([]string{fmt.Sprintf("the bridge's last reload (%s) was rejected and it serves the last accepted policy: this plan is against that; saving the document is rejected too until what /v1/policy last_error names is fixed: %s",
+			le.At.UTC().Format(time.RFC3339), strings.Join(le.Diagnostics, "; "))}, res.Warnings...)
 	}
 	if err := d.planSections(res, out, base.policy, cfg.Policy); err != nil {
 		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})

@@ -17,6 +17,7 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy"
 	"github.com/consul-xds-bridge/consul-xds-bridge/policy/configentry"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/envoycompat"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 	"github.com/hashicorp/consul/api"
 	"github.com/hashicorp/hcl/v2"
@@ -145,6 +146,7 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		show = func(r plan.Role) bool { return r.NodeCluster == *cluster }
 	}
 	plan.RenderSections(stdout, secs, show)
+	printOlderEnvoys(stdout, proxies, show)
 	if plan.Summarize(secs, nil).Roles > 0 {
 		return 2
 	}
@@ -264,4 +266,35 @@ func readConsulWorld(ctx context.Context, client *api.Client, cfg *policy.Config
 	}
 	cat.Mesh = mesh
 	return cat, nil
+}
+
+// printOlderEnvoys says which connected proxies run an Envoy older than
+// the newest features the plan shows: they are served a rewritten copy
+// (xds/envoycompat), so a planned change may reach them without what
+// their Envoy lacks. What they lack now is what /v1/proxies says.
+func printOlderEnvoys(w io.Writer, proxies []serve.ProxyStatus, show func(plan.Role) bool) {
+	byVersion := map[string][]string{} // "role, Envoy X.Y" -> node ids
+	notes := map[string][]string{}
+	for _, p := range proxies {
+		v, ok := envoycompat.Parse(p.EnvoyVersion)
+		if !ok || envoycompat.ClassOf(v).Current() {
+			continue
+		}
+		r := plan.ConnectedRole(p.NodeCluster, p.Group, p.UserAgent)
+		if show != nil && !show(r) {
+			continue
+		}
+		k := fmt.Sprintf("%s, Envoy %s", r, v)
+		byVersion[k] = append(byVersion[k], p.NodeID)
+		if len(p.Downgraded) > 0 {
+			notes[k] = p.Downgraded
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(byVersion)) {
+		fmt.Fprintf(w, "\nNote: %s (%d connected): the plan shows what the newest Envoy gets; these proxies are served a rewritten copy without what their Envoy lacks", k, len(byVersion[k]))
+		if n := notes[k]; len(n) > 0 {
+			fmt.Fprintf(w, " (now: %s)", strings.Join(n, "; "))
+		}
+		fmt.Fprintln(w, ", and a planned change may reach them without it; see consul-xds-bridge status.")
+	}
 }

@@ -202,7 +202,11 @@ func (d *Daemon) AdminAddr() net.Addr { return d.adminAddr }
 func (d *Daemon) Ready() bool { return d.ready.Load() }
 
 // Policy returns the status of the active policy and the last reload.
-func (d *Daemon) Policy() *PolicyStatus { return d.status.Load().redacted() }
+func (d *Daemon) Policy() *PolicyStatus {
+	st := d.status.Load().redacted()
+	st.Running = &RunningSettings{Settings: d.cfg.Settings, FollowsConnect: meshWanted(d.cfg.Policy)}
+	return st
+}
 
 // Reload asks the daemon to re-read its configuration files (SIGHUP). It
 // never blocks; reloads requested while one is pending coalesce.

@@ -37,6 +37,18 @@ type PolicyStatus struct {
 	// RouteSources says where the policy declares each served route, by
 	// route configuration and route name ("edge.http/shop/0").
 	RouteSources map[string]string `json:"route_sources,omitempty"`
+	// Running is what the daemon runs with since its start, which a
+	// reload does not change: its settings and whether it follows Consul
+	// Connect. plan compares its files' with it.
+	Running *RunningSettings `json:"running,omitempty"`
+}
+
+// RunningSettings are the daemon's start-time settings (no secrets: token
+// files are paths) and whether it follows Consul Connect (a mesh block or
+// sidecar_for in its files at start).
+type RunningSettings struct {
+	Settings       policy.Settings `json:"settings"`
+	FollowsConnect bool            `json:"follows_connect"`
 }
 
 // GroupFailure is one proxy group's failed translation.

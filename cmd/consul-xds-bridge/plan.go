@@ -6,10 +6,12 @@ import (
 	"io"
 	"maps"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/bridge"
 	"github.com/consul-xds-bridge/consul-xds-bridge/consul"
 	"github.com/consul-xds-bridge/consul-xds-bridge/model"
 	"github.com/consul-xds-bridge/consul-xds-bridge/pipeline"
@@ -107,6 +109,14 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	// Every role is planned whatever is printed: -cluster and -node only
 	// narrow the output, so a narrowed plan cannot hide a change to
 	// another role from its exit code.
+	var runningPolicy bridge.PolicyStatus
+	if err := admin.getJSON("/v1/policy", &runningPolicy); err != nil {
+		fmt.Fprintf(stderr, "plan: %v\n", err)
+		return 1
+	}
+	if changed := settingsDrift(runningPolicy.Running, cfg); len(changed) > 0 {
+		fmt.Fprintf(stderr, "warning: the bridge runs with other daemon settings than these files give (%s); a reload keeps its own, they apply only after a restart: this plan is what a restart would serve, not a reload\n", strings.Join(changed, ", "))
+	}
 	var proxies []serve.ProxyStatus
 	if err := admin.getJSON("/v1/proxies", &proxies); err != nil {
 		fmt.Fprintf(stderr, "plan: %v\n", err)
@@ -297,4 +307,40 @@ func printOlderEnvoys(w io.Writer, proxies []serve.ProxyStatus, show func(plan.R
 		}
 		fmt.Fprintln(w, ", and a planned change may reach them without it; see consul-xds-bridge status.")
 	}
+}
+
+// settingsDrift names what of the daemon settings, and of whether the
+// bridge follows Consul Connect, cfg gives differently from what the
+// running bridge started with (nil for a bridge that does not say).
+func settingsDrift(r *bridge.RunningSettings, cfg *policy.Config) []string {
+	if r == nil {
+		return nil
+	}
+	var out []string
+	a, b := reflect.ValueOf(r.Settings), reflect.ValueOf(cfg.Settings)
+	for i := range a.NumField() {
+		block := a.Type().Field(i).Name
+		if block == "Admin" || block == "Log" {
+			continue // nothing served depends on them
+		}
+		fa, fb := a.Field(i), b.Field(i)
+		if fa.Kind() != reflect.Struct {
+			if !reflect.DeepEqual(fa.Interface(), fb.Interface()) {
+				out = append(out, block)
+			}
+			continue
+		}
+		for j := range fa.NumField() {
+			if block == "XDS" && fa.Type().Field(j).Name == "Listen" {
+				continue // where, not what, it serves
+			}
+			if !reflect.DeepEqual(fa.Field(j).Interface(), fb.Field(j).Interface()) {
+				out = append(out, strings.ToLower(block)+"."+fa.Type().Field(j).Name)
+			}
+		}
+	}
+	if r.FollowsConnect != cfg.Policy.UsesMesh() {
+		out = append(out, "mesh (whether the bridge follows Consul Connect)")
+	}
+	return out
 }

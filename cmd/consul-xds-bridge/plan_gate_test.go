@@ -77,3 +77,33 @@ func TestPlanNamesOlderEnvoys(t *testing.T) {
 		t.Errorf("plan does not name the older Envoy:\n%s", out.String())
 	}
 }
+
+// TestPlanSaysWhenSettingsWaitForARestart: the bridge runs with the
+// daemon settings it started with (a reload only logs that they
+// changed); plan computes with its files' settings, so when they differ
+// it says its diff is what a restart would serve, naming the settings.
+func TestPlanSaysWhenSettingsWaitForARestart(t *testing.T) {
+	agent := consultest.Start(t)
+	agent.RegisterTTL(t, "web", "web-1", 1001, nil, nil)
+	dir := t.TempDir()
+	file := filepath.Join(dir, "config.hcl")
+	src := strings.Replace(planPolicy, "%CONSUL%", agent.HTTPAddr(), 1)
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	admin := runBridge(t, file)
+	var out, errOut bytes.Buffer
+	if code := realMain([]string{"plan", "-config", file, "-admin", admin}, &out, &errOut); code != 0 || strings.Contains(errOut.String(), "other daemon settings") {
+		t.Fatalf("plan of the running files: exit %d\n%s%s", code, out.String(), errOut.String())
+	}
+	edited := filepath.Join(dir, "edited.hcl")
+	if err := os.WriteFile(edited, []byte(strings.Replace(src, "consul {\n", "consul {\n  config_entries = true\n", 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	errOut.Reset()
+	realMain([]string{"plan", "-config", edited, "-admin", admin}, &out, &errOut)
+	if !strings.Contains(errOut.String(), "other daemon settings than these files give (consul.ConfigEntries)") || !strings.Contains(errOut.String(), "only after a restart") {
+		t.Errorf("plan with config_entries turned on:\n%s%s", out.String(), errOut.String())
+	}
+}

@@ -31,24 +31,8 @@ key_prefix "xds-bridge/policy/" { policy = "read" }
 // with the documented read-only policy: the bridge serves, and the token
 // appears in no log line (debug level) and no admin response.
 func TestMinimalACLTokenWorksAndNeverLeaks(t *testing.T) {
-	agent := consultest.Start(t,
-		consultest.WithHCL(`acl {
-  enabled        = true
-  default_policy = "deny"
-  tokens {
-    initial_management = "root-token-for-tests"
-    agent              = "root-token-for-tests"
-  }
-}`),
-		consultest.WithToken("root-token-for-tests"))
+	agent, tok := aclAgent(t)
 	root := agent.Client()
-	if _, _, err := root.ACL().PolicyCreate(&api.ACLPolicy{Name: "xds-bridge-read", Rules: minimalPolicy}, nil); err != nil {
-		t.Fatal(err)
-	}
-	tok, _, err := root.ACL().TokenCreate(&api.ACLToken{Policies: []*api.ACLTokenPolicyLink{{Name: "xds-bridge-read"}}}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
 	secret := tok.SecretID
 	agent.RegisterTTL(t, "web", "web-1", 1001, nil, nil)
 	if _, err := root.KV().Put(&api.KVPair{Key: "xds-bridge/policy/a.hcl", Value: []byte(`service "web" { connect_timeout = "3s" }`)}, nil); err != nil {
@@ -102,14 +86,10 @@ func TestMinimalACLTokenWorksAndNeverLeaks(t *testing.T) {
 	}
 }
 
-// TestReadinessTurnsStaleOnRevokedToken: a token revoked (or expired)
-// while the bridge runs leaves Consul answering every data query with
-// 403, so nothing new is served: /readyz turns 503 within stale_after,
-// naming the refusal, as it does when Consul is unreachable. The
-// reachability probe (GET /v1/status/leader, which needs no token) kept
-// it 200 while the catalog changed unseen. consul_up stays 1: Consul is
-// up; the token is not.
-func TestReadinessTurnsStaleOnRevokedToken(t *testing.T) {
+// aclAgent starts Consul with default-deny ACLs and returns it with a
+// token of the documented read-only policy.
+func aclAgent(t *testing.T) (*consultest.Agent, *api.ACLToken) {
+	t.Helper()
 	agent := consultest.Start(t,
 		consultest.WithHCL(`acl {
   enabled        = true
@@ -128,6 +108,19 @@ func TestReadinessTurnsStaleOnRevokedToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return agent, tok
+}
+
+// TestReadinessTurnsStaleOnRevokedToken: a token revoked (or expired)
+// while the bridge runs leaves Consul answering every data query with
+// 403, so nothing new is served: /readyz turns 503 within stale_after,
+// naming the refusal, as it does when Consul is unreachable. The
+// reachability probe (GET /v1/status/leader, which needs no token) kept
+// it 200 while the catalog changed unseen. consul_up stays 1: Consul is
+// up; the token is not.
+func TestReadinessTurnsStaleOnRevokedToken(t *testing.T) {
+	agent, tok := aclAgent(t)
+	root := agent.Client()
 	agent.RegisterTTL(t, "web", "web-1", 1001, nil, nil)
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	if err := os.WriteFile(tokenFile, []byte(tok.SecretID), 0o600); err != nil {

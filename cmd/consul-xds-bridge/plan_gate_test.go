@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/consul-xds-bridge/consul-xds-bridge/internal/consultest"
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
 )
 
@@ -20,14 +19,7 @@ import (
 // 2 ("- listener edge.http"), while the bridge, given the file, kept
 // serving the running world.
 func TestPlanRefusesWhatTheReloadRefuses(t *testing.T) {
-	agent := consultest.Start(t)
-	agent.RegisterTTL(t, "web", "web-1", 1001, []string{"v1"}, nil)
-	dir := t.TempDir()
-	file := filepath.Join(dir, "config.hcl")
-	src := strings.Replace(planPolicy, "%CONSUL%", agent.HTTPAddr(), 1)
-	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	_, dir, file, src := planFixture(t)
 	admin := runBridge(t, file)
 	bad := strings.Replace(src, `      route {
         service = "web"
@@ -52,12 +44,7 @@ func TestPlanRefusesWhatTheReloadRefuses(t *testing.T) {
 // connected proxy on an older Envoy gets a rewritten copy (without what
 // its Envoy lacks), so plan says which proxies those are.
 func TestPlanNamesOlderEnvoys(t *testing.T) {
-	agent := consultest.Start(t)
-	agent.RegisterTTL(t, "web", "web-1", 1001, nil, nil)
-	file := filepath.Join(t.TempDir(), "config.hcl")
-	if err := os.WriteFile(file, []byte(strings.Replace(planPolicy, "%CONSUL%", agent.HTTPAddr(), 1)), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	_, _, file, _ := planFixture(t)
 	d := runDaemon(t, file)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
@@ -83,14 +70,7 @@ func TestPlanNamesOlderEnvoys(t *testing.T) {
 // changed); plan computes with its files' settings, so when they differ
 // it says its diff is what a restart would serve, naming the settings.
 func TestPlanSaysWhenSettingsWaitForARestart(t *testing.T) {
-	agent := consultest.Start(t)
-	agent.RegisterTTL(t, "web", "web-1", 1001, nil, nil)
-	dir := t.TempDir()
-	file := filepath.Join(dir, "config.hcl")
-	src := strings.Replace(planPolicy, "%CONSUL%", agent.HTTPAddr(), 1)
-	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	_, dir, file, src := planFixture(t)
 	admin := runBridge(t, file)
 	var out, errOut bytes.Buffer
 	if code := realMain([]string{"plan", "-config", file, "-admin", admin}, &out, &errOut); code != 0 || strings.Contains(errOut.String(), "other daemon settings") {

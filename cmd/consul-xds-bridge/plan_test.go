@@ -40,19 +40,27 @@ proxy "edge" {
 }
 `
 
+// planFixture starts Consul with web-1 (tag v1) and writes planPolicy
+// against it to dir/config.hcl.
+func planFixture(t *testing.T) (agent *consultest.Agent, dir, file, src string) {
+	t.Helper()
+	agent = consultest.Start(t)
+	agent.RegisterTTL(t, "web", "web-1", 1001, []string{"v1"}, nil)
+	dir = t.TempDir()
+	file = filepath.Join(dir, "config.hcl")
+	src = strings.Replace(planPolicy, "%CONSUL%", agent.HTTPAddr(), 1)
+	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return agent, dir, file, src
+}
+
 // TestPlanAgainstRunningBridge: plan reports no changes for the policy the
 // bridge runs, and names the changed route and the new listener of an
 // edited one, with exit codes 0 and 2.
 func TestPlanAgainstRunningBridge(t *testing.T) {
-	agent := consultest.Start(t)
-	agent.RegisterTTL(t, "web", "web-1", 1001, []string{"v1"}, nil)
+	agent, dir, file, src := planFixture(t)
 	agent.RegisterTTL(t, "web", "web-2", 1002, []string{"v2"}, nil)
-	dir := t.TempDir()
-	file := filepath.Join(dir, "config.hcl")
-	src := strings.Replace(planPolicy, "%CONSUL%", agent.HTTPAddr(), 1)
-	if err := os.WriteFile(file, []byte(src), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	admin := runBridge(t, file)
 
 	var out, errOut bytes.Buffer

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -101,12 +102,7 @@ func TestTestCommand(t *testing.T) {
 	bad := write("bad.test.hcl", "route_test \"x\" {\n  proxy = \"edge\"\n  request {\n    host = \"a\"\n  }\n  expect {\n    servce = \"api\"\n  }\n}\n")
 	inline := write("inline.hcl", cmdTestPolicy+"\n"+cmdFailingTests)
 
-	tests := map[string]struct {
-		args     []string
-		wantCode int
-		wantOut  []string
-		wantErr  []string
-	}{
+	tests := map[string]cliCase{
 		"passing": {
 			args:     []string{"test", "-catalog", cat, pol, pass},
 			wantCode: 0,
@@ -173,29 +169,35 @@ func TestTestCommand(t *testing.T) {
 		},
 	}
 	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			var out, errOut bytes.Buffer
-			code := realMain(tc.args, &out, &errOut)
-			if code != tc.wantCode {
-				t.Errorf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, tc.wantCode, out.String(), errOut.String())
-			}
-			lines := strings.Split(out.String(), "\n")
-			for _, w := range tc.wantOut {
-				found := false
-				for _, l := range lines {
-					if strings.HasPrefix(l, w) {
-						found = true
-					}
-				}
-				if !found {
-					t.Errorf("stdout lacks a line starting %q:\n%s", w, out.String())
-				}
-			}
-			for _, w := range tc.wantErr {
-				if !strings.Contains(errOut.String(), w) {
-					t.Errorf("stderr lacks %q:\n%s", w, errOut.String())
-				}
-			}
-		})
+		t.Run(name, tc.run)
+	}
+}
+
+// cliCase is one command line and what it must answer: the exit code,
+// lines of stdout starting with each of wantOut, stderr containing each
+// of wantErr.
+type cliCase struct {
+	args     []string
+	wantCode int
+	wantOut  []string
+	wantErr  []string
+}
+
+func (tc cliCase) run(t *testing.T) {
+	var out, errOut bytes.Buffer
+	code := realMain(tc.args, &out, &errOut)
+	if code != tc.wantCode {
+		t.Errorf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, tc.wantCode, out.String(), errOut.String())
+	}
+	lines := strings.Split(out.String(), "\n")
+	for _, w := range tc.wantOut {
+		if !slices.ContainsFunc(lines, func(l string) bool { return strings.HasPrefix(l, w) }) {
+			t.Errorf("stdout lacks a line starting %q:\n%s", w, out.String())
+		}
+	}
+	for _, w := range tc.wantErr {
+		if !strings.Contains(errOut.String(), w) {
+			t.Errorf("stderr lacks %q:\n%s", w, errOut.String())
+		}
 	}
 }

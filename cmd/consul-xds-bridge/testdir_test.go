@@ -1,10 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 )
 
@@ -34,12 +32,7 @@ func TestTestCommandDirectory(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	tests := map[string]struct {
-		args     []string
-		wantCode int
-		wantOut  []string
-		wantErr  []string
-	}{
+	tests := map[string]cliCase{
 		"a directory": {
 			args:     []string{"test", "-catalog", cat, filepath.Dir(pol)},
 			wantCode: 0,
@@ -64,29 +57,6 @@ func TestTestCommandDirectory(t *testing.T) {
 		},
 	}
 	for name, tc := range tests {
-		t.Run(name, func(t *testing.T) {
-			var out, errOut bytes.Buffer
-			code := realMain(tc.args, &out, &errOut)
-			if code != tc.wantCode {
-				t.Errorf("exit %d, want %d; stdout:\n%s\nstderr:\n%s", code, tc.wantCode, out.String(), errOut.String())
-			}
-			lines := strings.Split(out.String(), "\n")
-			for _, w := range tc.wantOut {
-				found := false
-				for _, l := range lines {
-					if strings.HasPrefix(l, w) {
-						found = true
-					}
-				}
-				if !found {
-					t.Errorf("stdout lacks a line starting %q:\n%s", w, out.String())
-				}
-			}
-			for _, w := range tc.wantErr {
-				if !strings.Contains(errOut.String(), w) {
-					t.Errorf("stderr lacks %q:\n%s", w, errOut.String())
-				}
-			}
-		})
+		t.Run(name, tc.run)
 	}
 }

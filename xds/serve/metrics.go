@@ -3,6 +3,7 @@ package serve
 import (
 	"errors"
 	"strings"
+	"unicode/utf8"
 	"sync"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
@@ -173,6 +174,7 @@ func (m *metrics) streamCounted(group, kind string, delta int) {
 		// proxy: Connect sidecars are counted together.
 		group = SidecarsMetricGroup
 	}
+	group = groupLabel(group)
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	k := [2]string{group, kind}
@@ -184,6 +186,26 @@ func (m *metrics) streamCounted(group, kind string, delta int) {
 	}
 	m.connCount[k] = n
 	m.connected.WithLabelValues(group, kind).Set(float64(n))
+}
+
+// maxGroupLabel bounds the group label: it is the node.cluster a client
+// announces (up to the node's size limit), shown on the unauthenticated
+// /metrics, where a few clients could otherwise make every scrape carry
+// megabytes. Policy group names are far shorter.
+const maxGroupLabel = 128
+
+// groupLabel is node.cluster as the group label: itself, or cut at
+// maxGroupLabel with a marker (the same cut for a stream's +1 and -1).
+func groupLabel(group string) string {
+	const cut = "…(cut)"
+	if len(group) <= maxGroupLabel {
+		return group
+	}
+	g := group[:maxGroupLabel-len(cut)]
+	for !utf8.ValidString(g) { // never split a character
+		g = g[:len(g)-1]
+	}
+	return g + cut
 }
 
 // metricType is the type label of a type URL: its short name for the

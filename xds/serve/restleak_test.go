@@ -7,6 +7,12 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/rs/zerolog"
 )
 
 // TestRESTPollsLeaveNothing: a REST poll leaves no state behind (rest-
@@ -44,5 +50,35 @@ func TestRESTPollsLeaveNothing(t *testing.T) {
 	}
 	if grew := int64(after.HeapAlloc) - int64(before.HeapAlloc); grew > 8<<20 {
 		t.Errorf("the heap grew %.1f MiB over 300 polls; a poll must leave nothing", float64(grew)/(1<<20))
+	}
+}
+
+// TestGroupLabelBounded: connected_proxies' group label is the
+// node.cluster a client announces, on the unauthenticated /metrics; a
+// long one is cut (at a character boundary), so a client cannot make
+// every scrape carry its 64 KiB, and its stream's end removes the series.
+func TestGroupLabelBounded(t *testing.T) {
+	m := newMetrics(prometheus.NewRegistry(), zerolog.Nop())
+	long := strings.Repeat("é", 40000) // 80 KB of two-byte characters
+	m.streamCounted(long, "ADS delta", +1)
+	var labels []string
+	ch := make(chan prometheus.Metric, 4)
+	m.connected.Collect(ch)
+	close(ch)
+	for pm := range ch {
+		var d dto.Metric
+		_ = pm.Write(&d)
+		for _, l := range d.GetLabel() {
+			if l.GetName() == "group" {
+				labels = append(labels, l.GetValue())
+			}
+		}
+	}
+	if len(labels) != 1 || len(labels[0]) > maxGroupLabel || !utf8.ValidString(labels[0]) || !strings.HasSuffix(labels[0], "…(cut)") {
+		t.Fatalf("group labels %d, first %d bytes: want one, cut to ≤ %d bytes", len(labels), len(labels[0]), maxGroupLabel)
+	}
+	m.streamCounted(long, "ADS delta", -1)
+	if n := testutil.CollectAndCount(m.connected); n != 0 {
+		t.Errorf("%d series after the stream ended", n)
 	}
 }

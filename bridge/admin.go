@@ -14,6 +14,20 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
+// configDumpStatus is /v1/config_dump's status for err: 404 for a node
+// not connected, 503 while there is nothing to serve (before the first
+// sync, or a group that never translated: REST answers it 503 too), 500
+// for anything else.
+func configDumpStatus(err error) int {
+	switch {
+	case errors.Is(err, serve.ErrUnknownNode):
+		return http.StatusNotFound
+	case errors.Is(err, serve.ErrNotReady), errors.Is(err, serve.ErrNoGoodState):
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusInternalServerError
+}
+
 // serveAdmin serves the admin HTTP API.
 func (d *Daemon) serveAdmin(ctx context.Context, lis net.Listener) error {
 	mux := http.NewServeMux()
@@ -54,16 +68,11 @@ func (d *Daemon) serveAdmin(ctx context.Context, lis net.Listener) error {
 			key = serve.ProxylessKey(key) // what gRPC clients announcing it get
 		}
 		dump, err := d.xds.ConfigDump(q.Get("node"), key)
-		switch {
-		case errors.Is(err, serve.ErrUnknownNode):
-			writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
-		case errors.Is(err, serve.ErrNotReady):
-			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": err.Error()})
-		case err != nil:
-			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-		default:
-			writeJSON(w, http.StatusOK, dump)
+		if err != nil {
+			writeJSON(w, configDumpStatus(err), map[string]string{"error": err.Error()})
+			return
 		}
+		writeJSON(w, http.StatusOK, dump)
 	})
 	mux.HandleFunc("GET /v1/policy", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, d.Policy())

@@ -404,6 +404,10 @@ func TestFailedGroupKeepsItsLastGoodState(t *testing.T) {
 	if got := s.cache.Served("new"); got != nil {
 		t.Errorf("a node of a group with no good state was served %d types, want to wait", len(got))
 	}
+	// Its dump says so, with the error the admin API answers 503 for.
+	if _, err := s.ConfigDump("", "new"); !errors.Is(err, ErrNoGoodState) {
+		t.Errorf("config_dump of a group with no good state: %v, want ErrNoGoodState", err)
+	}
 }
 
 // contentVersion is the version a set of these resources gets, for tests

@@ -103,7 +103,7 @@ func (s *Server) relaySetsLocked(key string) (map[string]*cache.Set, error) {
 	// rewrites it here for each older class among its local proxies.
 	r := s.relay[cache.BaseKey(key)]
 	if r == nil {
-		return nil, errNoGoodState // waits until the relay has it
+		return nil, ErrNoGoodState // waits until the relay has it
 	}
 	class := cache.KeyClass(key)
 	notes := map[string]bool{}

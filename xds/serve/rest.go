@@ -121,7 +121,7 @@ func (s *Server) serveFetch(w http.ResponseWriter, r *http.Request, typeURL stri
 		ts, err = s.restSet(key, typeURL)
 	}
 	switch {
-	case errors.Is(err, ErrNotReady), errors.Is(err, errNoGoodState):
+	case errors.Is(err, ErrNotReady), errors.Is(err, ErrNoGoodState):
 		// Never a partial world: the poller retries after its delay.
 		restError(w, http.StatusServiceUnavailable, err.Error())
 		return

@@ -21,8 +21,9 @@ import (
 // noResources is the group part of a node.cluster in no group.
 var noResources = &xds.Resources{}
 
-// errNoGoodState: the key's group failed and never translated cleanly.
-var errNoGoodState = errors.New("group has no last good state")
+// ErrNoGoodState: the key's group failed and never translated cleanly,
+// so there is nothing to serve it (REST answers 503, as config_dump).
+var ErrNoGoodState = errors.New("group has no last good state")
 
 // setsLocked returns the sets a key is served from the current
 // translation: the clusters and endpoints its role reaches, its group's
@@ -34,7 +35,7 @@ func (s *Server) setsLocked(key string) (map[string]*cache.Set, error) {
 	}
 	role, group, reach := s.roleLocked(key)
 	if group == nil {
-		return nil, errNoGoodState
+		return nil, ErrNoGoodState
 	}
 	class := cache.KeyClass(key)
 	notes := map[string]bool{}

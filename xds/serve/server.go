@@ -561,7 +561,7 @@ func (s *Server) setKeyLocked(key string) ([]string, error) {
 	s.keyChains = &chains
 	sets, err := s.setsLocked(key)
 	s.keyChains = nil
-	if errors.Is(err, errNoGoodState) {
+	if errors.Is(err, ErrNoGoodState) {
 		return nil, nil // keeps what it has, or waits
 	}
 	if err != nil {

@@ -22,3 +22,15 @@ func TestConfigDumpStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestBearerSchemeCaseInsensitive: the admin API takes the token under
+// any case of the scheme name, as HTTP's authentication schemes are case-
+// insensitive; anything but the Bearer scheme is no token.
+func TestBearerSchemeCaseInsensitive(t *testing.T) {
+	for header, want := range map[string]string{"Bearer t0k": "t0k", "bearer t0k": "t0k", "BEARER  t0k": "t0k", "Basic t0k": "", "Bearert0k": "", "": ""} {
+		got, ok := bearerToken(header)
+		if got != want || ok != (want != "") {
+			t.Errorf("%q: %q %v, want %q", header, got, ok, want)
+		}
+	}
+}

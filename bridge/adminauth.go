@@ -58,13 +58,24 @@ func (g *adminGuard) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		g.next.ServeHTTP(w, r)
 		return
 	}
-	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	got, ok := bearerToken(r.Header.Get("Authorization"))
 	if !ok || subtle.ConstantTimeCompare([]byte(got), []byte(g.token)) != 1 {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="consul-xds-bridge"`)
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "missing or wrong bearer token (Authorization: Bearer TOKEN; the token is in the file the bridge logged at start as admin_token_file)"})
 		return
 	}
 	g.next.ServeHTTP(w, r)
+}
+
+// bearerToken is the token of an "Authorization: Bearer TOKEN" header.
+// The scheme is case-insensitive (RFC 9110 §11.1; RFC 6750 names it
+// "Bearer"): a client writing "bearer" was refused.
+func bearerToken(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	return strings.TrimLeft(token, " "), true
 }
 
 // crossSite says why a state-changing or upload request may come from

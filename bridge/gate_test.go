@@ -144,3 +144,46 @@ func TestAChangeCarriesWhatChanged(t *testing.T) {
 		t.Error("a flip after the reload's build did not arrive as endpoints-only (the reload's change was not reset)")
 	}
 }
+
+// TestReloadNotHeldByAFailingGroup: a group the running bridge already
+// cannot translate (odd Consul data) keeps its last good state whatever
+// the policy, so a reload is not refused for it: web's new timeout is
+// accepted and served while edge still fails. (The gate refused every
+// reload while any group failed, holding every policy change hostage to
+// data the policy did not bring.) A reload that breaks a group that was
+// translating is still refused (TestRejectedReloadLeavesServedMemory).
+func TestReloadNotHeldByAFailingGroup(t *testing.T) {
+	h, file := gateHarness(t)
+	h.send(8001)
+	h.eventually("the first build", func() bool { return h.builds() == 1 })
+	g := "edge"
+	h.failGroup.Store(&g)
+	h.clock.Advance(h.d.cfg.Settings.XDS.DebounceHoldOff)
+	h.send(8002)
+	h.eventually("edge failing", func() bool { return len(h.d.Policy().FailedGroups) == 1 })
+
+	if err := os.WriteFile(file, []byte(fmt.Sprintf(gatePolicy, "3s", "")), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	h.d.Reload()
+	h.eventually("the reload decided", func() bool {
+		st := h.d.Policy()
+		return st.SuccessfulReloads >= 2 || st.FailedReloads > 0
+	})
+	if st := h.d.Policy(); st.FailedReloads != 0 {
+		t.Fatalf("a reload changing only web was refused for edge's existing failure: %v", st.LastError)
+	}
+	h.clock.Advance(h.d.cfg.Settings.XDS.DebounceHoldOff)
+	h.eventually("web's new timeout served", func() bool {
+		w := h.world.Load()
+		for _, c := range w.Output.Shared.Clusters {
+			if c.GetName() == "web" && c.GetConnectTimeout().AsDuration().String() == "3s" {
+				return true
+			}
+		}
+		return false
+	})
+	if fg := h.d.Policy().FailedGroups; len(fg) != 1 || fg[0].Group != "edge" {
+		t.Errorf("failed groups %+v, want edge still failing", fg)
+	}
+}

@@ -34,6 +34,10 @@ import (
 //     policy just started watching, so new routes do not briefly point at
 //     empty clusters.
 type loop struct {
+	// failing are the groups the last served build could not translate:
+	// the reload gate does not refuse a policy for them (DiagnoseExcept).
+	failing map[string]bool
+
 	d        *Daemon
 	watcher  *consul.Watcher
 	policy   *policy.Policy
@@ -378,6 +382,7 @@ func (l *loop) build(ctx context.Context) {
 		failures = append(failures, GroupFailure{Group: f.Group, Error: f.Err.Error()})
 	}
 	l.d.metrics.failingGroups.Set(float64(len(failures)))
+	l.failing = failingSet(failures)
 	sources := l.sources.of(out)
 	l.setStatus(func(st *PolicyStatus) {
 		st.Warnings, st.FailedGroups, st.RouteSources = warnings, failures, sources

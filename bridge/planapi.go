@@ -125,7 +125,7 @@ func (d *Daemon) servePlan(w http.ResponseWriter, r *http.Request) {
 	var out *xds.Output
 	if !diags.HasErrors() {
 		world, err := pipeline.Compute(pipeline.Input{Catalog: base.catalog, Policy: cfg.Policy, Datacenter: d.cfg.Settings.Consul.Datacenter}, nil)
-		diags = append(diags, pipeline.Diagnose(world, err, cfg.Policy)...)
+		diags = append(diags, pipeline.DiagnoseExcept(world, err, cfg.Policy, d.Policy().FailingGroups())...)
 		if err == nil {
 			res.Warnings, out = world.Warnings, world.Output
 		}

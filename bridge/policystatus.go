@@ -145,3 +145,20 @@ func (st *PolicyStatus) redacted() *PolicyStatus {
 	}
 	return &out
 }
+
+// failingSet is the names of failed groups.
+func failingSet(failed []GroupFailure) map[string]bool {
+	if len(failed) == 0 {
+		return nil
+	}
+	m := make(map[string]bool, len(failed))
+	for _, f := range failed {
+		m[f.Group] = true
+	}
+	return m
+}
+
+// FailingGroups is the names of the groups the running bridge's last
+// build could not translate (/v1/policy failed_groups), for tools that
+// judge a policy as its reload would (pipeline.DiagnoseExcept).
+func (st *PolicyStatus) FailingGroups() map[string]bool { return failingSet(st.FailedGroups) }

@@ -148,8 +148,12 @@ func (l *loop) tryDocuments(r policyRead) attempt {
 		cat = l.mesh.withMesh(l.catalog.Catalog)
 	}
 	a.memo = l.memo.Fork()
-	w, err := pipeline.Compute(pipeline.Input{Catalog: cat, Policy: cfg.Policy, Datacenter: l.d.cfg.Settings.Consul.Datacenter}, a.memo)
-	a.diags = append(a.diags, pipeline.Diagnose(w, err, cfg.Policy)...)
+	compute := pipeline.Compute
+	if l.compute != nil {
+		compute = l.compute
+	}
+	w, err := compute(pipeline.Input{Catalog: cat, Policy: cfg.Policy, Datacenter: l.d.cfg.Settings.Consul.Datacenter}, a.memo)
+	a.diags = append(a.diags, pipeline.DiagnoseExcept(w, err, cfg.Policy, l.failing)...)
 	return a
 }
 

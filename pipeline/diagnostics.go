@@ -58,6 +58,15 @@ func Check(in Input) hcl.Diagnostics {
 // (the shared resources cannot be served), then each failing role, pointing
 // at the route (or else the listener) Envoy's validation names.
 func Diagnose(w *World, err error, pol *policy.Policy) hcl.Diagnostics {
+	return DiagnoseExcept(w, err, pol, nil)
+}
+
+// DiagnoseExcept is Diagnose, except for the groups failing names: those
+// the running bridge's last build already could not translate (odd Consul
+// data, say). They keep their last good state whatever the policy, so a
+// reload is not refused for them: it would hold every other group's
+// policy change hostage to data the policy did not bring.
+func DiagnoseExcept(w *World, err error, pol *policy.Policy, failing map[string]bool) hcl.Diagnostics {
 	if err != nil {
 		return hcl.Diagnostics{{
 			Severity: hcl.DiagError,
@@ -67,6 +76,9 @@ func Diagnose(w *World, err error, pol *policy.Policy) hcl.Diagnostics {
 	}
 	var diags hcl.Diagnostics
 	for _, f := range w.Failures() {
+		if failing[f.Group] {
+			continue
+		}
 		d := &hcl.Diagnostic{
 			Severity: hcl.DiagError,
 			Summary:  fmt.Sprintf("Proxy group %q cannot be translated to Envoy resources", f.Group),

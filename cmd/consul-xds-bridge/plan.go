@@ -91,8 +91,17 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 		printDiagnostics(stderr, ds)
 		return 1
 	}
+	var runningPolicy bridge.PolicyStatus
+	if err := admin.getJSON("/v1/policy", &runningPolicy); err != nil {
+		fmt.Fprintf(stderr, "plan: %v\n", err)
+		return 1
+	}
+	// Groups the running bridge already fails to translate keep their
+	// last good state whatever the policy; its reload does not refuse a
+	// policy for them, and neither does plan (their sections say so).
+	failing := runningPolicy.FailingGroups()
 	world, err := pipeline.Compute(pipeline.Input{Catalog: cat, Policy: cfg.Policy, Datacenter: s.Datacenter}, nil)
-	if ds := pipeline.Diagnose(world, err, cfg.Policy); ds.HasErrors() {
+	if ds := pipeline.DiagnoseExcept(world, err, cfg.Policy, failing); ds.HasErrors() {
 		fmt.Fprintln(stderr, "plan: the bridge would refuse this policy on reload and keep serving the running one:")
 		printDiagnostics(stderr, ds)
 		return 1
@@ -109,11 +118,6 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	// Every role is planned whatever is printed: -cluster and -node only
 	// narrow the output, so a narrowed plan cannot hide a change to
 	// another role from its exit code.
-	var runningPolicy bridge.PolicyStatus
-	if err := admin.getJSON("/v1/policy", &runningPolicy); err != nil {
-		fmt.Fprintf(stderr, "plan: %v\n", err)
-		return 1
-	}
 	if changed := settingsDrift(runningPolicy.Running, cfg); len(changed) > 0 {
 		fmt.Fprintf(stderr, "warning: the bridge runs with other daemon settings than these files give (%s); a reload keeps its own, they apply only after a restart: this plan is what a restart would serve, not a reload\n", strings.Join(changed, ", "))
 	}
@@ -147,6 +151,16 @@ func planCmd(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintf(stderr, "plan: %v\n", err)
 		return 1
+	}
+	stillFailing := map[string]bool{}
+	for _, f := range world.Failures() {
+		stillFailing[f.Group] = failing[f.Group]
+	}
+	for i := range secs {
+		if stillFailing[secs[i].Group] {
+			secs[i].Title += " — failing: keeps the last good state it is served now"
+			secs[i].Changes = []plan.Change{}
+		}
 	}
 	var show func(plan.Role) bool
 	switch {

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -37,8 +38,17 @@ type echoServer struct {
 	id string
 }
 
+// failedOnce are the x-fail-once keys an echo server already failed, for
+// every backend: a retried call then succeeds wherever it lands.
+var failedOnce sync.Map
+
 func (e *echoServer) UnaryCall(ctx context.Context, _ *testgrpc.SimpleRequest) (*testgrpc.SimpleResponse, error) {
 	md, _ := metadata.FromIncomingContext(ctx)
+	if v := md.Get("x-fail-once"); len(v) > 0 {
+		if _, seen := failedOnce.LoadOrStore(v[0], true); !seen {
+			return nil, status.Error(codes.Unavailable, "x-fail-once: failing the first attempt")
+		}
+	}
 	if v := md.Get("x-sleep"); len(v) > 0 {
 		d, err := time.ParseDuration(v[0])
 		if err != nil {
@@ -307,6 +317,17 @@ grpc_service "echo-broken" {
   }
 }
 
+# xds:///echo-flaky: a call that fails UNAVAILABLE is tried again.
+grpc_service "echo-flaky" {
+  route {
+    service = "echo"
+    retry {
+      attempts = 2
+      on       = ["unavailable"]
+    }
+  }
+}
+
 # Nodes in these groups are proxyless clients whatever their user agent.
 proxy "grpc-*" {
   proxyless = true
@@ -344,7 +365,7 @@ func TestProxylessGRPCPolicy(t *testing.T) {
 		// declared proxyless, gets the API listeners (here all of them:
 		// the test client asks for every listener).
 		c := dialAs(t, h, adsclient.SotW, "grpc-frontend", nil)
-		want := []string{"echo", "echo-broken", "echo-canary", "echo-slow", "sticky"}
+		want := []string{"echo", "echo-broken", "echo-canary", "echo-flaky", "echo-slow", "sticky"}
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
 		if _, err := c.Wait(ctx, func(s adsclient.State) bool { return slices.Equal(s.ListenerNames(), want) }); err != nil {
@@ -409,6 +430,24 @@ func testProxylessGRPCPolicy(t *testing.T, impl grpcImpl, h *harness) {
 		code := status.Code(err)
 		if (code != codes.DeadlineExceeded && code != codes.Canceled) || took < 250*time.Millisecond || took > 2*time.Second {
 			t.Errorf("got %v after %v; want DeadlineExceeded after about 300ms", err, took)
+		}
+	})
+
+	// The retry policy is the client's to apply (gRFC A44): a call whose
+	// first attempt fails UNAVAILABLE succeeds on xds:///echo-flaky, and
+	// fails on xds:///echo, which has none.
+	t.Run("retry on unavailable", func(t *testing.T) {
+		flaky := dialXDS(t, impl, h, node("flaky"), "apps", "xds:///echo-flaky")
+		warmUp(t, flaky, "echo-1", "echo-2", "echo-3")
+		if id, err := call(flaky, "x-fail-once", impl.name+"-retried"); err != nil {
+			t.Errorf("a call failing once on a route with retries: %v, want it retried", err)
+		} else {
+			t.Logf("retried call answered by %s", id)
+		}
+		plain := dialXDS(t, impl, h, node("plain"), "apps", "xds:///echo")
+		warmUp(t, plain, "echo-1", "echo-2", "echo-3")
+		if _, err := call(plain, "x-fail-once", impl.name+"-not-retried"); status.Code(err) != codes.Unavailable {
+			t.Errorf("a call failing once on a route without retries: %v, want Unavailable (not retried)", err)
 		}
 	})
 

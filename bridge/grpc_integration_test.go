@@ -328,6 +328,19 @@ grpc_service "echo-flaky" {
   }
 }
 
+# xds:///echo-delayed: every call held 300ms by the client (gRFC A33).
+grpc_service "echo-delayed" {
+  route {
+    service = "echo"
+    fault {
+      delay {
+        duration = "300ms"
+        percent  = 100
+      }
+    }
+  }
+}
+
 # Nodes in these groups are proxyless clients whatever their user agent.
 proxy "grpc-*" {
   proxyless = true
@@ -365,7 +378,7 @@ func TestProxylessGRPCPolicy(t *testing.T) {
 		// declared proxyless, gets the API listeners (here all of them:
 		// the test client asks for every listener).
 		c := dialAs(t, h, adsclient.SotW, "grpc-frontend", nil)
-		want := []string{"echo", "echo-broken", "echo-canary", "echo-flaky", "echo-slow", "sticky"}
+		want := []string{"echo", "echo-broken", "echo-canary", "echo-delayed", "echo-flaky", "echo-slow", "sticky"}
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
 		if _, err := c.Wait(ctx, func(s adsclient.State) bool { return slices.Equal(s.ListenerNames(), want) }); err != nil {
@@ -448,6 +461,29 @@ func testProxylessGRPCPolicy(t *testing.T, impl grpcImpl, h *harness) {
 		warmUp(t, plain, "echo-1", "echo-2", "echo-3")
 		if _, err := call(plain, "x-fail-once", impl.name+"-not-retried"); status.Code(err) != codes.Unavailable {
 			t.Errorf("a call failing once on a route without retries: %v, want Unavailable (not retried)", err)
+		}
+	})
+
+	// A fault delay is the client's to apply too: each call on
+	// xds:///echo-delayed takes the route's 300ms, and one on xds:///echo
+	// does not.
+	t.Run("fault delay", func(t *testing.T) {
+		c := dialXDS(t, impl, h, node("delayed"), "apps", "xds:///echo-delayed")
+		warmUp(t, c, "echo-1", "echo-2", "echo-3")
+		for range 3 {
+			start := time.Now()
+			if _, err := call(c); err != nil {
+				t.Fatalf("a delayed call: %v", err)
+			}
+			if took := time.Since(start); took < 280*time.Millisecond {
+				t.Errorf("a call on a route with a 300ms fault delay took %v", took)
+			}
+		}
+		plain := dialXDS(t, impl, h, node("undelayed"), "apps", "xds:///echo")
+		warmUp(t, plain, "echo-1", "echo-2", "echo-3")
+		start := time.Now()
+		if _, err := call(plain); err != nil || time.Since(start) >= 280*time.Millisecond {
+			t.Errorf("a call on a route without a delay: %v after %v", err, time.Since(start))
 		}
 	})
 

@@ -341,6 +341,26 @@ grpc_service "echo-delayed" {
   }
 }
 
+# xds:///echo-path: routed by the call's path (the gRPC method): a route
+# for another method comes first, so a client ignoring paths would send
+# UnaryCall to v2.
+grpc_service "echo-path" {
+  route {
+    match {
+      path_prefix = "/grpc.testing.TestService/EmptyCall"
+    }
+    service = "echo"
+    subset  = "v2"
+  }
+  route {
+    match {
+      path = "/grpc.testing.TestService/UnaryCall"
+    }
+    service = "echo"
+    subset  = "v1"
+  }
+}
+
 # Nodes in these groups are proxyless clients whatever their user agent.
 proxy "grpc-*" {
   proxyless = true
@@ -378,7 +398,7 @@ func TestProxylessGRPCPolicy(t *testing.T) {
 		// declared proxyless, gets the API listeners (here all of them:
 		// the test client asks for every listener).
 		c := dialAs(t, h, adsclient.SotW, "grpc-frontend", nil)
-		want := []string{"echo", "echo-broken", "echo-canary", "echo-delayed", "echo-flaky", "echo-slow", "sticky"}
+		want := []string{"echo", "echo-broken", "echo-canary", "echo-delayed", "echo-flaky", "echo-path", "echo-slow", "sticky"}
 		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 		defer cancel()
 		if _, err := c.Wait(ctx, func(s adsclient.State) bool { return slices.Equal(s.ListenerNames(), want) }); err != nil {
@@ -484,6 +504,14 @@ func testProxylessGRPCPolicy(t *testing.T, impl grpcImpl, h *harness) {
 		start := time.Now()
 		if _, err := call(plain); err != nil || time.Since(start) >= 280*time.Millisecond {
 			t.Errorf("a call on a route without a delay: %v after %v", err, time.Since(start))
+		}
+	})
+
+	t.Run("path match", func(t *testing.T) {
+		c := dialXDS(t, impl, h, node("path"), "apps", "xds:///echo-path")
+		warmUp(t, c, "echo-1", "echo-2")
+		if counts := callN(t, c, 50); counts["echo-3"] != 0 || counts["echo-1"]+counts["echo-2"] != 50 {
+			t.Errorf("UnaryCall on xds:///echo-path: %v, want all 50 on v1 (the route matching its path), none on v2", counts)
 		}
 	})
 

@@ -159,3 +159,29 @@ func TestTagRouteRegexLimit(t *testing.T) {
 		t.Errorf("traefik warnings lack the regex limit:\n%s", w)
 	}
 }
+
+// FuzzTraefikRouters: a Traefik router is several tags (its rule, its
+// middlewares, their settings) that only together reach the middleware
+// and redirect parsers; three arbitrary tags under one router name, with
+// owners that grant some hosts, never panic and never yield a route
+// without a target.
+func FuzzTraefikRouters(f *testing.F) {
+	f.Add("Host(`a.example.com`) && PathPrefix(`/p`)", "strip,redir", "stripprefix.prefixes=/p,/q")
+	f.Add("PathPrefix(`/x`) || Path(`/y`)", "redir", "redirectscheme.scheme=https")
+	f.Add("Host(`*`)", "m", "redirectscheme.permanent=true")
+	f.Fuzz(func(t *testing.T, rule, middlewares, setting string) {
+		tags := []string{
+			"traefik.http.routers.r.rule=" + rule,
+			"traefik.http.routers.r.middlewares=" + middlewares,
+			"traefik.http.middlewares.strip." + setting,
+			"traefik.http.middlewares.redir." + setting,
+			"traefik.http.routers.r.priority=" + setting,
+		}
+		routes, _ := Routes("traefik", []Service{{Name: "s", Tags: tags}}, Owners{Domains: []string{"*.example.com", "b*"}, Allowed: map[string][]string{"a.example.com": {"s"}, "/PATH": {"s"}}})
+		for _, r := range routes {
+			if r.Route.Redirect == nil && len(r.Route.Clusters) == 0 && r.Route.DirectResponse == nil {
+				t.Fatalf("a route without a target from %q: %+v", tags, r.Route)
+			}
+		}
+	})
+}

@@ -231,30 +231,29 @@ type floorADS struct {
 }
 
 func (floorADS) StreamAggregatedResources(s discoveryv3.AggregatedDiscoveryService_StreamAggregatedResourcesServer) error {
-	req, err := s.Recv()
-	if err != nil {
-		return err
-	}
-	if err := s.Send(&discoveryv3.DiscoveryResponse{VersionInfo: "1", TypeUrl: req.TypeUrl, Nonce: "1"}); err != nil {
-		return err
-	}
-	for {
-		if _, err := s.Recv(); err != nil {
-			return err
-		}
-	}
+	return atRest(s.Recv, s.Send, func(typeURL string) *discoveryv3.DiscoveryResponse {
+		return &discoveryv3.DiscoveryResponse{VersionInfo: "1", TypeUrl: typeURL, Nonce: "1"}
+	})
 }
 
 func (floorADS) DeltaAggregatedResources(s discoveryv3.AggregatedDiscoveryService_DeltaAggregatedResourcesServer) error {
-	req, err := s.Recv()
+	return atRest(s.Recv, s.Send, func(typeURL string) *discoveryv3.DeltaDiscoveryResponse {
+		return &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: "1", TypeUrl: typeURL, Nonce: "1"}
+	})
+}
+
+// atRest answers the first request with answer(its type) and then only
+// receives until the stream ends.
+func atRest[Req interface{ GetTypeUrl() string }, Resp any](recv func() (Req, error), send func(Resp) error, answer func(string) Resp) error {
+	req, err := recv()
 	if err != nil {
 		return err
 	}
-	if err := s.Send(&discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: "1", TypeUrl: req.TypeUrl, Nonce: "1"}); err != nil {
+	if err := send(answer(req.GetTypeUrl())); err != nil {
 		return err
 	}
 	for {
-		if _, err := s.Recv(); err != nil {
+		if _, err := recv(); err != nil {
 			return err
 		}
 	}

@@ -305,6 +305,11 @@ func (r *run) s3(ctx context.Context, cfg FleetConfig, parallel int) (Row, error
 	if mem.Heap > 0 {
 		heapNote = fmt.Sprintf("heap %s (%s/proxy)", bytesStr(float64(mem.Heap)), bytesStr(row.HeapPerProxy))
 	}
+	if mem.HeapIdle > 0 {
+		// Free spans the RSS still holds: what a fleet's connect left
+		// behind that the runtime has not returned yet.
+		heapNote += fmt.Sprintf(", free spans held %s", bytesStr(float64(mem.HeapIdle-mem.HeapReleased)))
+	}
 	if live > 0 {
 		heapNote += fmt.Sprintf(", live %s/proxy after two collections", bytesStr(float64(live-mem0.Heap)/float64(r.n)))
 	}

@@ -51,10 +51,15 @@ type Memory struct {
 	Heap       int64 // Go heap in use
 	Stacks     int64 // goroutine stacks in use (the bridge's metrics)
 	Goroutines int64
+	// HeapIdle is heap memory in no span (free to reuse), HeapReleased
+	// the part of it returned to the OS: HeapIdle-HeapReleased is what
+	// the RSS still holds for nothing.
+	HeapIdle, HeapReleased int64
 }
 
 func (m Memory) plus(o Memory) Memory {
-	return Memory{Heap: m.Heap + o.Heap, Stacks: m.Stacks + o.Stacks, Goroutines: m.Goroutines + o.Goroutines}
+	return Memory{Heap: m.Heap + o.Heap, Stacks: m.Stacks + o.Stacks, Goroutines: m.Goroutines + o.Goroutines,
+		HeapIdle: m.HeapIdle + o.HeapIdle, HeapReleased: m.HeapReleased + o.HeapReleased}
 }
 
 // Memory returns the server's memory figures from one scrape of its
@@ -65,7 +70,8 @@ func (t *Target) Memory(c *Consul) Memory {
 		if err != nil {
 			return Memory{}
 		}
-		return Memory{Heap: int64(m["go_memstats_heap_inuse_bytes"]), Stacks: int64(m["go_memstats_stack_inuse_bytes"]), Goroutines: int64(m["go_goroutines"])}
+		return Memory{Heap: int64(m["go_memstats_heap_inuse_bytes"]), Stacks: int64(m["go_memstats_stack_inuse_bytes"]), Goroutines: int64(m["go_goroutines"]),
+			HeapIdle: int64(m["go_memstats_heap_idle_bytes"]), HeapReleased: int64(m["go_memstats_heap_released_bytes"])}
 	}
 	if t.Name == "peer" && c != nil {
 		mi, err := c.Client.Agent().Metrics()

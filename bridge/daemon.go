@@ -316,7 +316,9 @@ func (d *Daemon) Run(ctx context.Context) error {
 		wg.Go(func() { d.register(ctx, client, d.xdsAddr) })
 	}
 	if s.XDS.CollectWhenIdle {
-		wg.Go(func() { newIdleCollector(d.clock, d.cpuTime, d.buildActivity, d.metrics.idleGCs.Inc).run(ctx) })
+		wg.Go(func() {
+			newIdleCollector(d.clock, d.cpuTime, d.buildActivity, d.metrics.idleGCs.Inc, d.metrics.idleReleases.Inc).run(ctx)
+		})
 	}
 	wg.Go(func() { fail(d.watchFiles(ctx)) })
 	wg.Go(func() { fail(d.xds.Serve(ctx, xdsLis)) })

@@ -12,6 +12,35 @@ import (
 	"github.com/jonboulle/clockwork"
 )
 
+// TestReleaseDue: memory goes back to the OS only after a burst larger
+// than the runway (a storm, not a change's fan-out), when what a
+// collection would leave free is worth it.
+func TestReleaseDue(t *testing.T) {
+	const mb = 1 << 20
+	// Live 40, goal 100: the runway is 42.2 MiB.
+	h := func(objects, free uint64) heapState {
+		return heapState{objects: objects * mb, live: 40 * mb, goal: 100 * mb, free: free * mb}
+	}
+	for _, c := range []struct {
+		name  string
+		heap  heapState
+		burst uint64
+		want  bool
+	}{
+		{"a storm's garbage", h(90, 0), 500 * mb, true},
+		{"a storm that left free spans, little garbage", h(45, 30), 500 * mb, true},
+		{"a fan-out's garbage (burst under the runway)", h(90, 30), 30 * mb, false},
+		{"a storm, too little to return (under an eighth of the objects)", heapState{objects: 300 * mb, live: 290 * mb, goal: 580 * mb, free: 20 * mb}, 500 * mb, false},
+		{"a storm, under 8 MiB to return", heapState{objects: 20 * mb, live: 16 * mb, goal: 32 * mb, free: 3 * mb}, 500 * mb, false},
+		{"no goal read", heapState{objects: 90 * mb, live: 40 * mb, free: 30 * mb}, 500 * mb, false},
+		{"no burst", h(90, 30), 0, false},
+	} {
+		if got := releaseDue(c.heap, c.burst); got != c.want {
+			t.Errorf("%s: releaseDue = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
 func TestCollectDue(t *testing.T) {
 	const mb = 1 << 20
 	// Live 40, goal 100: Go may start collecting at 82.
@@ -114,13 +143,19 @@ func TestIdleCollectorCollectsBeforeTheNextBurst(t *testing.T) {
 		{150 * ms, hs(60, 61), false, 4}, // idle: 60 + 15 fits, 60 + 2×15 does not: collect
 		{150 * ms, hs(85, 61), false, 4}, // idle, still short of room: not again
 		{150 * ms, hs(85, 61), false, 4}, // nor later in the same idle spell
+		// A storm (a fleet's connect): 400 MiB allocated, far past the
+		// 42 MiB runway. Idle after it, with 45 MiB of garbage: collect
+		// and return the free memory, once.
+		{650 * ms, hs(85, 461), false, 4},
+		{650 * ms, hs(85, 461), false, 4}, // idle: release
+		{650 * ms, hs(42, 462), false, 4}, // idle after it: nothing
 	}
 	clock := clockwork.NewFakeClock()
 	var looks atomic.Int32
 	var mu sync.Mutex
 	var gcCPU time.Duration
 	var reread bool
-	var collectedAt []int
+	var collectedAt, releasedAt []int
 	c := &idleCollector{
 		clock: clock,
 		cpu: func() time.Duration {
@@ -144,7 +179,15 @@ func TestIdleCollectorCollectsBeforeTheNextBurst(t *testing.T) {
 			reread = true
 			collectedAt = append(collectedAt, int(looks.Load())-1)
 		},
+		release: func() {
+			mu.Lock()
+			defer mu.Unlock()
+			gcCPU += 40 * ms
+			reread = true
+			releasedAt = append(releasedAt, int(looks.Load())-1)
+		},
 		collected: func() {},
+		released:  func() {},
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
@@ -167,6 +210,9 @@ func TestIdleCollectorCollectsBeforeTheNextBurst(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if want := []int{4, 9}; !slices.Equal(collectedAt, want) {
-		t.Errorf("collected on ticks %v, want %v", collectedAt, want)
+		t.Errorf("collected (only) on ticks %v, want %v", collectedAt, want)
+	}
+	if want := []int{13}; !slices.Equal(releasedAt, want) {
+		t.Errorf("collected and returned memory on ticks %v, want %v", releasedAt, want)
 	}
 }

@@ -19,6 +19,7 @@ type metrics struct {
 	changeToPush   prometheus.Histogram
 	builds         prometheus.Counter
 	idleGCs        prometheus.Counter
+	idleReleases   prometheus.Counter
 	failingGroups  prometheus.Gauge
 	// skippedServices counts catalog services left out for their names.
 	skippedServices prometheus.Gauge
@@ -66,6 +67,10 @@ func newMetrics(reg prometheus.Registerer, notReady func() string, consulUp func
 			Name: "consul_xds_bridge_idle_collections_total",
 			Help: "Garbage collections the bridge started while idle (xds.collect_when_idle), so that fan-outs meet fewer.",
 		}),
+		idleReleases: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "consul_xds_bridge_idle_memory_releases_total",
+			Help: "Idle collections that also returned free memory to the OS, after a burst larger than the heap's runway (a fleet's connect, a reconnect storm).",
+		}),
 		builds: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "consul_xds_bridge_builds_total",
 			Help: "Model builds that were translated and served.",
@@ -98,7 +103,7 @@ func newMetrics(reg prometheus.Registerer, notReady func() string, consulUp func
 		})
 	}
 	reg.MustRegister(m.consulRequests, m.consulErrors, m.consulLatency, m.reloads, m.translate,
-		m.changeToPush, m.builds, m.idleGCs, m.failingGroups, m.skippedServices,
+		m.changeToPush, m.builds, m.idleGCs, m.idleReleases, m.failingGroups, m.skippedServices,
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "consul_xds_bridge_consul_up",
 			Help: "1 while the local datacenter's Consul answers (it has not been silent for consul.reconnect_hold_after).",

@@ -40,7 +40,7 @@ func floorCmd(ctx context.Context, args []string) int {
 	if *mode == "delta" {
 		m = bench.Delta
 	}
-	fmt.Printf("| N | server | RSS before | RSS connected | per connection | stacks per connection | heap in use per connection | goroutines per connection |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Printf("| N | server | RSS before | RSS connected | per connection | stacks per connection | heap in use per connection | free spans held | goroutines per connection |\n|---|---|---|---|---|---|---|---|---|\n")
 	for _, n := range ns {
 		for range *runs {
 			for _, server := range strings.Split(*servers, ",") {
@@ -51,9 +51,10 @@ func floorCmd(ctx context.Context, args []string) int {
 				}
 				name := floorNames[server]
 				per := func(a, b uint64) string { return kib((float64(b) - float64(a)) / float64(n)) }
-				fmt.Printf("| %d | %s | %s | %s | %s | %s | %s | %.2f |\n", n, name,
+				fmt.Printf("| %d | %s | %s | %s | %s | %s | %s | %s | %.2f |\n", n, name,
 					mib(float64(r.RSS0)), mib(float64(r.RSS)), kib(r.PerConn()),
 					per(r.Before.StackInuse, r.Connected.StackInuse), per(r.Before.HeapInuse, r.Connected.HeapInuse),
+					mib(float64(r.Connected.HeapIdle-r.Connected.HeapReleased)),
 					float64(r.Connected.Goroutines-r.Before.Goroutines)/float64(n))
 			}
 		}

@@ -66,7 +66,9 @@ func (st *deltaStream) send(r cachev3.DeltaResponse, nonce int64) error {
 		return err
 	}
 	resp.Nonce = strconv.FormatInt(nonce, 10)
-	st.d.cb.OnStreamDeltaResponse(st.id, r.GetDeltaRequest(), resp)
+	// The bridge's callbacks read the response only; a response does not
+	// keep its request (cache.asked).
+	st.d.cb.OnStreamDeltaResponse(st.id, nil, resp)
 	return st.str.Send(resp)
 }
 

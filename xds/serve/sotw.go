@@ -62,7 +62,7 @@ func (st *sotwStream) send(r cachev3.Response, nonce int64) error {
 	}
 	resp.Nonce = strconv.FormatInt(nonce, 10)
 	st.sentMu.Lock()
-	st.sent[r.GetRequest().GetTypeUrl()] = resp.Nonce
+	st.sent[resp.GetTypeUrl()] = resp.Nonce // the type asked for: responses carry the canonical type
 	st.sentMu.Unlock()
 	if sr, ok := r.(*cache.SotwResponse); ok {
 		// The names are the entries' (no decoding of what the cache built).

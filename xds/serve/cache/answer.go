@@ -140,14 +140,14 @@ func changes(sub cachev3.Subscription, ts *Set, seen string) (changed []*Entry, 
 // return; for SotW it survives only on the bridge's own server, which
 // keeps a subscription as it is when a request names the same resources
 // (rebuilding it, as go-control-plane's did, drops the mark).
-func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts *Set, seen string, own bool) cachev3.Response {
+func sotwAnswer(req asked, sub cachev3.Subscription, ts *Set, seen string, own bool) cachev3.Response {
 	if ts == nil {
 		return nil
 	}
 	changed, removed := changes(sub, ts, seen)
 	// The first request of a type on a stream is always answered, so a
 	// client learns that a type is empty.
-	first := req.GetResponseNonce() == ""
+	first := req.first
 	full := cachev3.ResourceRequiresFullStateInSotw(ts.typeURL)
 	switch {
 	case full && (first || len(changed) > 0 || len(removed) > 0):
@@ -184,14 +184,14 @@ func sotwAnswer(req *cachev3.Request, sub cachev3.Subscription, ts *Set, seen st
 }
 
 // deltaAnswer is the response a delta watch gets from ts, nil if none.
-func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts *Set, seen string, own bool) cachev3.DeltaResponse {
+func deltaAnswer(req asked, sub cachev3.Subscription, ts *Set, seen string, own bool) cachev3.DeltaResponse {
 	if ts == nil {
 		return nil
 	}
 	changed, removed := changes(sub, ts, seen)
 	// A wildcard subscription's first request is answered even when
 	// empty: Envoy waits for it to finish initialising.
-	first := sub.IsWildcard() && req.GetResponseNonce() == ""
+	first := sub.IsWildcard() && req.first
 	if !first && len(changed) == 0 && len(removed) == 0 {
 		return nil
 	}
@@ -199,7 +199,7 @@ func deltaAnswer(req *cachev3.DeltaRequest, sub cachev3.Subscription, ts *Set, s
 	slices.Sort(removed)
 	names := namesKey(changed, removed)
 	returned := ts.heldAfter(sub.ReturnedResources(), changed, removed, names, own)
-	r := &DeltaResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: changed, removed: removed, returned: returned}
+	r := &DeltaResponse{asked: req, version: ts.version, typeURL: ts.typeURL, entries: changed, removed: removed, returned: returned}
 	build := func() any { return newSharedDelta(ts.version, ts.typeURL, changed) }
 	if sh, ok := ts.sharedFor(shareKey{delta: true, names: names}, changed, build).(*sharedDelta); ok {
 		r.shared = sh

@@ -40,7 +40,7 @@ type keyState struct {
 // a fraction of a window.
 type sotwWatch struct {
 	order uint64
-	req   *cachev3.Request
+	asked asked
 	sub   cachev3.Subscription
 	send  func(cachev3.Response) // as deltaWatch.send
 	seen  string                 // the mark of the set this watch was last found up to date with
@@ -51,7 +51,7 @@ type sotwWatch struct {
 
 type deltaWatch struct {
 	order uint64
-	req   *cachev3.DeltaRequest
+	asked asked
 	sub   cachev3.Subscription
 	// send hands an answer to the stream, under the cache's lock: it
 	// must not block (serve's adsStream.deliver queues it).
@@ -59,6 +59,20 @@ type deltaWatch struct {
 	seen string
 	own  bool // as sotwWatch.own
 }
+
+// asked is what a watch, and the answers it gets, keep of the request
+// that filed it: the stream's node (which the stream holds anyway) and
+// whether it was the type's first request on the stream. Not the request
+// itself: every stream of a fleet waits on each of its types, and the
+// last request of each (an ACK with its nonce, ~200 bytes) was ~0.8 KiB
+// a proxy (S3, N = 10,000, bench/README.md); an edge proxy's request
+// names every cluster.
+type asked struct {
+	node  *corev3.Node
+	first bool // no response nonce
+}
+
+func askedBy(node *corev3.Node, nonce string) asked { return asked{node: node, first: nonce == ""} }
 
 // Cache is the cache the xDS servers watch (see the package doc).
 type Cache struct {
@@ -144,7 +158,7 @@ func (c *Cache) Set(key string, sets map[string]*Set) []string {
 			changed = append(changed, typ)
 		}
 		for _, w := range inOrder(k.sotw[typ]) {
-			if resp := sotwAnswer(w.req, w.sub, ts, w.seen, w.own); resp != nil {
+			if resp := sotwAnswer(w.asked, w.sub, ts, w.seen, w.own); resp != nil {
 				delete(k.sotw[typ], w)
 				answered = fan.attach(resp, false) || answered
 				w.send(resp)
@@ -153,7 +167,7 @@ func (c *Cache) Set(key string, sets map[string]*Set) []string {
 			w.seen = ts.mark
 		}
 		for _, w := range inOrder(k.delta[typ]) {
-			if resp := deltaAnswer(w.req, w.sub, ts, w.seen, w.own); resp != nil {
+			if resp := deltaAnswer(w.asked, w.sub, ts, w.seen, w.own); resp != nil {
 				delete(k.delta[typ], w)
 				answered = fan.attach(resp, false) || answered
 				w.send(resp)
@@ -353,9 +367,9 @@ func (c *Cache) openSotwWatch(order uint64, req *cachev3.Request, sub cachev3.Su
 	if c.cfg.Watched != nil {
 		c.cfg.Watched(req.GetNode(), req.GetTypeUrl(), sub, held == "")
 	}
-	w := &sotwWatch{order: order, req: trimRequest(req), sub: sub, send: send, own: own}
+	w := &sotwWatch{order: order, asked: askedBy(req.GetNode(), req.GetResponseNonce()), sub: sub, send: send, own: own}
 	return c.open(req.GetNode(), req.GetTypeUrl(), held != "", func(ts *Set, fan *fanout) bool {
-		resp := sotwAnswer(req, sub, ts, held, own)
+		resp := sotwAnswer(w.asked, sub, ts, held, own)
 		if resp != nil {
 			fan.attach(resp, true)
 			send(resp)
@@ -384,9 +398,9 @@ func (c *Cache) openDeltaWatch(order uint64, req *cachev3.DeltaRequest, sub cach
 	if c.cfg.Watched != nil {
 		c.cfg.Watched(req.GetNode(), req.GetTypeUrl(), sub, held == "")
 	}
-	w := &deltaWatch{order: order, req: trimDeltaRequest(req), sub: sub, send: send, own: own}
+	w := &deltaWatch{order: order, asked: askedBy(req.GetNode(), req.GetResponseNonce()), sub: sub, send: send, own: own}
 	return c.open(req.GetNode(), req.GetTypeUrl(), held != "", func(ts *Set, fan *fanout) bool {
-		resp := deltaAnswer(req, sub, ts, held, own)
+		resp := deltaAnswer(w.asked, sub, ts, held, own)
 		if resp != nil {
 			fan.attach(resp, true)
 			send(resp)
@@ -460,27 +474,6 @@ func addLocked[W comparable](c *Cache, watches map[string]map[W]struct{}, typ st
 	}
 }
 
-// trimRequest is what a watch keeps of its request: the server reads the
-// type back from the response, and the subscription already holds the
-// names. An edge proxy's request names every cluster; keeping thousands of
-// them per waiting stream would double its memory.
-func trimRequest(r *cachev3.Request) *cachev3.Request {
-	return &discoveryv3.DiscoveryRequest{Node: r.GetNode(), TypeUrl: r.GetTypeUrl(), VersionInfo: r.GetVersionInfo(), ResponseNonce: r.GetResponseNonce()}
-}
-
-func trimDeltaRequest(r *cachev3.DeltaRequest) *cachev3.DeltaRequest {
-	// A plain ACK holds nothing more than its trimmed copy would: kept
-	// as it is, one allocation fewer per proxy per change. Each request
-	// is a message of its own (gRPC's Recv allocates it), so nothing
-	// changes it later.
-	if len(r.GetResourceNamesSubscribe()) == 0 && len(r.GetResourceNamesUnsubscribe()) == 0 &&
-		len(r.GetResourceLocatorsSubscribe()) == 0 && len(r.GetResourceLocatorsUnsubscribe()) == 0 &&
-		len(r.GetInitialResourceVersions()) == 0 && r.GetErrorDetail() == nil && len(r.ProtoReflect().GetUnknown()) == 0 {
-		return r
-	}
-	return &discoveryv3.DeltaDiscoveryRequest{Node: r.GetNode(), TypeUrl: r.GetTypeUrl(), ResponseNonce: r.GetResponseNonce()}
-}
-
 // Fetch is the REST transport, which the bridge does not serve.
 func (c *Cache) Fetch(context.Context, *cachev3.Request) (cachev3.Response, error) {
 	return nil, errors.New("xds: REST fetch is not supported; use ADS or a gRPC xDS stream")
@@ -489,7 +482,7 @@ func (c *Cache) Fetch(context.Context, *cachev3.Request) (cachev3.Response, erro
 // SotwResponse is a SotW response built from shared entries; only the
 // DiscoveryResponse envelope is its own (the server sets its nonce).
 type SotwResponse struct {
-	req      *cachev3.Request
+	asked    asked
 	version  string
 	typeURL  string
 	entries  []*Entry
@@ -510,7 +503,13 @@ func (r *SotwResponse) GetDiscoveryResponse() (*discoveryv3.DiscoveryResponse, e
 	}
 	return &discoveryv3.DiscoveryResponse{VersionInfo: r.version, Resources: anys, TypeUrl: r.typeURL}, nil
 }
-func (r *SotwResponse) GetRequest() *discoveryv3.DiscoveryRequest { return r.req }
+
+// GetRequest is a request with the node and type the response answers,
+// made when asked: a response does not keep its request (asked). The
+// bridge's servers never ask.
+func (r *SotwResponse) GetRequest() *discoveryv3.DiscoveryRequest {
+	return &discoveryv3.DiscoveryRequest{Node: r.asked.node, TypeUrl: r.typeURL}
+}
 
 // names lists the resources r carries.
 func (r *SotwResponse) Names() []string {
@@ -527,7 +526,7 @@ func (r *SotwResponse) GetContext() context.Context             { return context
 
 // DeltaResponse is a delta response built from shared entries.
 type DeltaResponse struct {
-	req      *cachev3.DeltaRequest
+	asked    asked
 	version  string
 	typeURL  string
 	entries  []*Entry
@@ -549,12 +548,16 @@ func (r *DeltaResponse) GetDeltaDiscoveryResponse() (*discoveryv3.DeltaDiscovery
 	}
 	return &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: r.version, Resources: res, RemovedResources: r.removed, TypeUrl: r.typeURL}, nil
 }
-func (r *DeltaResponse) GetDeltaRequest() *discoveryv3.DeltaDiscoveryRequest { return r.req }
-func (r *DeltaResponse) GetSystemVersion() (string, error)                   { return r.version, nil }
-func (r *DeltaResponse) GetResponseVersion() string                          { return r.version }
-func (r *DeltaResponse) GetNextVersionMap() map[string]string                { return r.returned }
-func (r *DeltaResponse) GetReturnedResources() map[string]string             { return r.returned }
-func (r *DeltaResponse) GetContext() context.Context                         { return context.Background() }
+
+// GetDeltaRequest is as SotwResponse.GetRequest.
+func (r *DeltaResponse) GetDeltaRequest() *discoveryv3.DeltaDiscoveryRequest {
+	return &discoveryv3.DeltaDiscoveryRequest{Node: r.asked.node, TypeUrl: r.typeURL}
+}
+func (r *DeltaResponse) GetSystemVersion() (string, error)       { return r.version, nil }
+func (r *DeltaResponse) GetResponseVersion() string              { return r.version }
+func (r *DeltaResponse) GetNextVersionMap() map[string]string    { return r.returned }
+func (r *DeltaResponse) GetReturnedResources() map[string]string { return r.returned }
+func (r *DeltaResponse) GetContext() context.Context             { return context.Background() }
 
 // Entries lists the resources r carries, shared with the cache (not to be
 // modified).

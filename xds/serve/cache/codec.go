@@ -6,7 +6,6 @@ import (
 	"sync/atomic"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"google.golang.org/grpc/encoding"
 	_ "google.golang.org/grpc/encoding/proto" // registers the "proto" codec wrapped here
 	"google.golang.org/grpc/mem"
@@ -104,8 +103,8 @@ func namesKey(entries []*Entry, removed []string) string {
 
 // newSotwResponse is a SotW response of entries from ts, sharing its
 // encoding with every other stream answered the same under key.
-func newSotwResponse(req *cachev3.Request, ts *Set, key shareKey, entries []*Entry, returned map[string]string) *SotwResponse {
-	r := &SotwResponse{req: req, version: ts.version, typeURL: ts.typeURL, entries: entries, returned: returned}
+func newSotwResponse(req asked, ts *Set, key shareKey, entries []*Entry, returned map[string]string) *SotwResponse {
+	r := &SotwResponse{asked: req, version: ts.version, typeURL: ts.typeURL, entries: entries, returned: returned}
 	if sh, ok := ts.sharedFor(key, entries, func() any { return newSharedSotw(ts.version, ts.typeURL, entries) }).(*sharedSotw); ok {
 		r.shared = sh
 	}

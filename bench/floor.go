@@ -40,7 +40,8 @@ type FloorConfig struct {
 	Mode     Mode
 	// Server is "bridge-options" (gRPC with the bridge's transport
 	// options), "grpc-defaults", or "net-http" (gRPC's ServeHTTP on the
-	// standard library's HTTP/2 server, unencrypted).
+	// standard library's HTTP/2 server, unencrypted), or "raw" (the
+	// bridge's options, nothing decoded: floor_raw.go).
 	Server string
 	Settle time.Duration // after the last stream's response, before reading
 }
@@ -195,12 +196,18 @@ func ServeFloor(ctx context.Context, server string, r io.Reader, w io.Writer) er
 	switch server {
 	case "bridge-options":
 		opts = serve.TransportOptions()
+	case "raw":
+		opts = append(serve.TransportOptions(), rawOptions()...)
 	case "grpc-defaults", "net-http":
 	default:
 		return fmt.Errorf("unknown floor server %q", server)
 	}
 	g := grpc.NewServer(opts...)
-	discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, floorADS{})
+	if server == "raw" {
+		registerRaw(g)
+	} else {
+		discoveryv3.RegisterAggregatedDiscoveryServiceServer(g, floorADS{})
+	}
 	defer g.Stop() // when r ends: the load generator is done
 	go func() { <-ctx.Done(); g.Stop() }()
 	if server == "net-http" {

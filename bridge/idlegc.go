@@ -28,32 +28,42 @@ import (
 // the process is never idle and nothing changes.
 
 // Returning what a storm left (the same setting). Go keeps the memory a
-// collection frees for the heap to grow back into, up to ~1.1× its goal
-// (twice the live heap at GOGC=100), and returns only what lies beyond.
-// After a fleet's connect or a reconnect storm — a burst larger than the
-// whole runway to the next collection — that keeps tens of MiB the
-// steady state never needs (S3 at N = 10,000: 28 MiB of free spans, 6 %
-// of the RSS; a bare gRPC server holds none). So, once in the idle
-// spell after such a burst, when what the collection would leave free
-// (free spans now, plus the garbage) is over an eighth of the heap's
-// objects, the collector collects and returns the free memory
-// (debug.FreeOSMemory) instead of only collecting. An ordinary change's
-// fan-out is far smaller than the runway and never pays for it (the
-// pages it would fault back in).
+// collection frees for the heap to grow back into, up to ~1.1× its goal,
+// and the goal counts goroutine stacks too: with 10,000 proxies it is
+// over twice the live heap, so nothing is ever returned. After a fleet's
+// connect or a reconnect storm that keeps tens of MiB the steady state
+// never uses (S3 at N = 10,000: 28–34 MiB of free spans, 6–7 % of the
+// RSS; a bare gRPC server holds none). A storm is told by its streams,
+// not its bytes: once streams opened since the last look reach a tenth
+// of those open (at least 100), the first idle interval after looks at
+// the heap once, and if a collection would leave over an eighth of the
+// heap's objects free (and at least 8 MiB), collects and returns the
+// free memory (debug.FreeOSMemory) rather than only collecting. A
+// change's fan-out opens no stream and never pays for it (the pages it
+// would fault back in); a trickle of reconnects pays once per tenth of
+// the fleet.
 
-// releaseDue reports whether, after a burst of burst bytes has ended,
-// to collect and return the free memory to the OS.
-func releaseDue(h heapState, burst uint64) bool {
-	if h.goal <= h.live || h.objects <= h.live {
+// releaseDue reports whether to collect and return the free memory.
+func releaseDue(h heapState) bool {
+	if h.objects < h.live {
 		return false
 	}
-	runway := h.earliestTrigger() - h.live
 	freeable := h.free + (h.objects - h.live)
-	return burst > runway && freeable > h.objects/8 && freeable >= minRelease
+	return freeable > h.objects/8 && freeable >= minRelease
 }
 
-// minRelease: returning less is not worth a collection.
-const minRelease = 8 << 20
+// stormed reports whether opened streams since the last look make a
+// storm among open ones.
+func stormed(open int, opened uint64) bool {
+	return opened >= max(minStormStreams, uint64(open)/10)
+}
+
+const (
+	// minRelease: returning less is not worth a collection.
+	minRelease = 8 << 20
+	// minStormStreams: a small fleet's connect leaves little behind.
+	minStormStreams = 100
+)
 
 // idleInterval is how often the collector looks, and how long the process
 // must have been idle (under a tenth of a core) before it collects.
@@ -112,6 +122,9 @@ type idleCollector struct {
 	// release collects and returns free memory to the OS
 	// (debug.FreeOSMemory outside tests).
 	release func()
+	// streams reports how many xDS streams are open, and how many have
+	// opened (the server's).
+	streams func() (open int, opened uint64)
 	// builds reports whether a change waits to be built or is being
 	// built, and how many builds have run (the daemon loop's).
 	builds func() (pending bool, done uint64)
@@ -120,9 +133,9 @@ type idleCollector struct {
 	collected, released func()
 }
 
-func newIdleCollector(clock clockwork.Clock, cpu func() time.Duration, builds func() (bool, uint64), collected, released func()) *idleCollector {
+func newIdleCollector(clock clockwork.Clock, cpu func() time.Duration, builds func() (bool, uint64), streams func() (int, uint64), collected, released func()) *idleCollector {
 	return &idleCollector{clock: clock, cpu: cpu, heap: heapReader(), collect: runtime.GC, release: debug.FreeOSMemory,
-		builds: builds, collected: collected, released: released}
+		streams: streams, builds: builds, collected: collected, released: released}
 }
 
 func (c *idleCollector) run(ctx context.Context) {
@@ -130,6 +143,7 @@ func (c *idleCollector) run(ctx context.Context) {
 	defer t.Stop()
 	lastCPU, lastAllocs := c.cpu(), c.heap().allocs
 	_, lastBuilds := c.builds()
+	_, lastOpened := c.streams()
 	// busy sums what busy intervals allocated since the last idle one;
 	// burst is the last such sum, what the next busy period may need.
 	var busy, burst uint64
@@ -152,7 +166,11 @@ func (c *idleCollector) run(ctx context.Context) {
 			if busy > 0 {
 				burst, busy = busy, 0
 			}
-			release := releaseDue(h, burst)
+			release := false
+			if open, opened := c.streams(); stormed(open, opened-lastOpened) {
+				lastOpened = opened // one look per storm
+				release = releaseDue(h)
+			}
 			if release || collectDue(h, burst) {
 				if release {
 					c.release()

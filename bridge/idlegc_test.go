@@ -12,31 +12,44 @@ import (
 	"github.com/jonboulle/clockwork"
 )
 
-// TestReleaseDue: memory goes back to the OS only after a burst larger
-// than the runway (a storm, not a change's fan-out), when what a
-// collection would leave free is worth it.
+// TestReleaseDue: memory goes back to the OS only when what a
+// collection would leave free is worth it, and only after a storm of
+// streams (a change's fan-out opens none).
 func TestReleaseDue(t *testing.T) {
 	const mb = 1 << 20
-	// Live 40, goal 100: the runway is 42.2 MiB.
-	h := func(objects, free uint64) heapState {
-		return heapState{objects: objects * mb, live: 40 * mb, goal: 100 * mb, free: free * mb}
+	h := func(objects, live, free uint64) heapState {
+		return heapState{objects: objects * mb, live: live * mb, goal: 2 * live * mb, free: free * mb}
 	}
 	for _, c := range []struct {
-		name  string
-		heap  heapState
-		burst uint64
-		want  bool
+		name string
+		heap heapState
+		want bool
 	}{
-		{"a storm's garbage", h(90, 0), 500 * mb, true},
-		{"a storm that left free spans, little garbage", h(45, 30), 500 * mb, true},
-		{"a fan-out's garbage (burst under the runway)", h(90, 30), 30 * mb, false},
-		{"a storm, too little to return (under an eighth of the objects)", heapState{objects: 300 * mb, live: 290 * mb, goal: 580 * mb, free: 20 * mb}, 500 * mb, false},
-		{"a storm, under 8 MiB to return", heapState{objects: 20 * mb, live: 16 * mb, goal: 32 * mb, free: 3 * mb}, 500 * mb, false},
-		{"no goal read", heapState{objects: 90 * mb, live: 40 * mb, free: 30 * mb}, 500 * mb, false},
-		{"no burst", h(90, 30), 0, false},
+		{"garbage", h(90, 40, 0), true},
+		{"free spans, little garbage", h(45, 40, 30), true},
+		{"under an eighth of the objects", h(300, 290, 20), false},
+		{"under 8 MiB", h(20, 16, 3), false},
+		{"fewer objects than live", h(30, 40, 30), false},
 	} {
-		if got := releaseDue(c.heap, c.burst); got != c.want {
+		if got := releaseDue(c.heap); got != c.want {
 			t.Errorf("%s: releaseDue = %v, want %v", c.name, got, c.want)
+		}
+	}
+	for _, c := range []struct {
+		open   int
+		opened uint64
+		want   bool
+	}{
+		{10000, 10000, true}, // a fleet's connect
+		{10000, 1000, true},  // a tenth of it reconnected
+		{10000, 999, false},
+		{0, 10000, true}, // a fleet gone again
+		{50, 99, false},  // a small fleet: at least 100
+		{50, 100, true},
+		{100000, 9999, false},
+	} {
+		if got := stormed(c.open, c.opened); got != c.want {
+			t.Errorf("stormed(%d open, %d opened) = %v, want %v", c.open, c.opened, got, c.want)
 		}
 	}
 }
@@ -143,12 +156,20 @@ func TestIdleCollectorCollectsBeforeTheNextBurst(t *testing.T) {
 		{150 * ms, hs(60, 61), false, 4}, // idle: 60 + 15 fits, 60 + 2×15 does not: collect
 		{150 * ms, hs(85, 61), false, 4}, // idle, still short of room: not again
 		{150 * ms, hs(85, 61), false, 4}, // nor later in the same idle spell
-		// A storm (a fleet's connect): 400 MiB allocated, far past the
-		// 42 MiB runway. Idle after it, with 45 MiB of garbage: collect
-		// and return the free memory, once.
+		// A storm: 2,000 streams open. Idle after it, with 45 MiB of
+		// garbage: collect and return the free memory, once.
 		{650 * ms, hs(85, 461), false, 4},
 		{650 * ms, hs(85, 461), false, 4}, // idle: release
 		{650 * ms, hs(42, 462), false, 4}, // idle after it: nothing
+		{650 * ms, hs(60, 480), false, 4}, // nor with garbage again: the storm was looked at
+		{650 * ms, hs(60, 480), false, 4},
+	}
+	// Streams opened by the tick that looks (the storm on tick 12).
+	opened := func(tick int) uint64 {
+		if tick >= 12 {
+			return 2000
+		}
+		return 0
 	}
 	clock := clockwork.NewFakeClock()
 	var looks atomic.Int32
@@ -186,6 +207,7 @@ func TestIdleCollectorCollectsBeforeTheNextBurst(t *testing.T) {
 			reread = true
 			releasedAt = append(releasedAt, int(looks.Load())-1)
 		},
+		streams:   func() (int, uint64) { n := opened(int(looks.Load()) - 1); return int(n), n },
 		collected: func() {},
 		released:  func() {},
 	}

@@ -20,7 +20,7 @@ func floorCmd(ctx context.Context, args []string) int {
 	parallel := fs.Int("parallel", 64, "connections dialled at once")
 	mode := fs.String("mode", "delta", "delta or sotw")
 	runs := fs.Int("runs", 2, "runs of each setting, interleaved")
-	servers := fs.String("servers", "bridge-options,grpc-defaults", "floor servers, in turn: bridge-options, grpc-defaults, net-http")
+	servers := fs.String("servers", "bridge-options,grpc-defaults", "floor servers, in turn: bridge-options, grpc-defaults, net-http, raw")
 	settle := fs.Duration("settle", time.Second, "wait before each reading (the harness's S3 settle)")
 	fs.Parse(args)
 	self, err := os.Executable()
@@ -66,6 +66,7 @@ var floorNames = map[string]string{
 	"bridge-options": "grpc-go, the bridge's transport options",
 	"grpc-defaults":  "grpc-go, its defaults",
 	"net-http":       "grpc-go's ServeHTTP on net/http's HTTP/2",
+	"raw":            "grpc-go, the bridge's options, a codec and handler that decode nothing",
 }
 
 func floorServerCmd(ctx context.Context, args []string) int {

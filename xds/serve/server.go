@@ -261,6 +261,10 @@ func (s *Server) Proxies() []ProxyStatus {
 // streams, bench/README.md).
 func (s *Server) ProxyCount() int { return s.tracker.count() }
 
+// StreamCounts returns how many xDS streams are open, and how many have
+// opened since the server began (the idle collector's sign of a storm).
+func (s *Server) StreamCounts() (open int, opened uint64) { return s.tracker.streamCounts() }
+
 // proxylessGroup is what /v1/proxies and config dumps show as the group
 // of a proxyless gRPC client.
 const proxylessGroup = "(proxyless gRPC)"

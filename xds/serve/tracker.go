@@ -161,6 +161,7 @@ type nameUpdate struct {
 type tracker struct {
 	mu      sync.Mutex
 	streams map[streamKey]*streamState
+	opened  uint64 // streams opened since the tracker began
 	// expect holds, by snapshot key, the endpoints a make-before-break
 	// step waits for every stream of the key to receive (staging.go).
 	expect map[string]*expectation
@@ -272,6 +273,7 @@ func (t *tracker) open(key streamKey, typeURL string, addr net.Addr) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.streams[key] = st
+	t.opened++
 }
 
 // close forgets a stream and returns what it knew (nil if unknown).
@@ -496,6 +498,14 @@ func (k streamKey) String() string {
 		return "delta-" + strconv.FormatInt(k.id, 10)
 	}
 	return "sotw-" + strconv.FormatInt(k.id, 10)
+}
+
+// streams returns how many streams are open and how many opened since
+// the tracker began.
+func (t *tracker) streamCounts() (open int, opened uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.streams), t.opened
 }
 
 // count is the number of streams snapshot would list, without building

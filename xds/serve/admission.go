@@ -114,15 +114,15 @@ func (t *tracker) initialSyncDone(key streamKey) bool {
 	answered := func(ts *typeState) bool {
 		return ts != nil && ts.sentNonce != "" && (ts.ackedNonce == ts.sentNonce || ts.nackedNonce == ts.sentNonce)
 	}
-	for typ, ts := range st.types {
+	for i := range st.types {
 		// Types the bridge does not serve are never answered.
-		if slices.Contains(cache.TypeOrder, typ) && !answered(ts) {
+		if ts := &st.types[i]; slices.Contains(cache.TypeOrder, ts.url) && !answered(ts) {
 			return false // subscribed, not answered yet or not acknowledged
 		}
 	}
 	if st.typeURL != "" {
-		return answered(st.types[st.typeURL])
+		return answered(st.types.get(st.typeURL))
 	}
-	cds := st.types[resourcev3.ClusterType]
-	return answered(cds) && (cds.sentResources == 0 || answered(st.types[resourcev3.EndpointType]))
+	cds := st.types.get(resourcev3.ClusterType)
+	return answered(cds) && (cds.sentResources == 0 || answered(st.types.get(resourcev3.EndpointType)))
 }

@@ -47,14 +47,19 @@ func (a *adsServer) checkEndable(ctx context.Context) {
 // which are the handler goroutine's (it reads, acts on requests and
 // closes the stream). Lock order: the cache's lock, then the outbox's.
 type adsStream[R any] struct {
-	id      int64
-	out     *outbox[R]
-	node    *corev3.Node
-	watches map[string]*typeWatch
+	id   int64
+	out  *outbox[R]
+	node *corev3.Node
+	// watches holds a typeWatch per type, in the order the types came:
+	// a stream has a handful, and values searched in turn are smaller
+	// than a map of pointers (~0.3 KiB of every proxy's heap). A
+	// pointer watchFor returns is good until it adds a type.
+	watches []typeWatch
 }
 
 // typeWatch is a stream's subscription to one type and its open watch.
 type typeWatch struct {
+	typ    string
 	sub    *cache.Subscription
 	cancel func()
 	names  cache.NamesDigest // SotW: the names of the type's last request
@@ -63,18 +68,22 @@ type typeWatch struct {
 }
 
 func newADSStream[R any](id int64) *adsStream[R] {
-	return &adsStream[R]{id: id, out: newOutbox[R](), node: &corev3.Node{}, watches: map[string]*typeWatch{}}
+	return &adsStream[R]{id: id, out: newOutbox[R](), node: &corev3.Node{}}
 }
 
 // watchFor is the stream's watch of typ, made with the subscription sub
 // returns when the type has none yet (old false).
 func (a *adsStream[R]) watchFor(typ string, sub func() *cache.Subscription) (w *typeWatch, old bool) {
-	if w = a.watches[typ]; w != nil {
-		return w, true
+	for i := range a.watches {
+		if a.watches[i].typ == typ {
+			return &a.watches[i], true
+		}
 	}
-	w = &typeWatch{sub: sub()}
-	a.watches[typ] = w
-	return w, false
+	if a.watches == nil {
+		a.watches = make([]typeWatch, 0, 4) // ADS: CDS, EDS, LDS, RDS
+	}
+	a.watches = append(a.watches, typeWatch{typ: typ, sub: sub()})
+	return &a.watches[len(a.watches)-1], false
 }
 
 // deliver queues an answer for the sending goroutine. It runs under the
@@ -177,8 +186,8 @@ func typeFor(typeURL, defaultTypeURL string) (string, error) {
 // goroutine calls it last, so no request is acted on after it. It
 // returns the node, for the closed callback.
 func (a *adsStream[R]) close() *corev3.Node {
-	for _, w := range a.watches {
-		w.cancel()
+	for i := range a.watches {
+		a.watches[i].cancel()
 	}
 	a.out.drop()
 	return a.node

@@ -66,7 +66,8 @@ func (h *heldStream) taken() (sent, removed []string) {
 }
 
 func (h *heldStream) held() map[string]string {
-	return h.st.watches[resourcev3.EndpointType].sub.ReturnedResources()
+	w, _ := h.st.watchFor(resourcev3.EndpointType, nil)
+	return w.sub.ReturnedResources()
 }
 
 func sameMap(a, b map[string]string) bool {
@@ -226,7 +227,11 @@ func TestSotwStreamsShareWhatTheyHold(t *testing.T) {
 		streams = append(streams, st)
 	}
 	held := func(st *sotwStream, typ string) map[string]string {
-		return st.watches[typ].sub.ReturnedResources()
+		w, old := st.watchFor(typ, nil)
+		if !old {
+			t.Fatalf("no watch of %s", typ)
+		}
+		return w.sub.ReturnedResources()
 	}
 	a, b := streams[0], streams[1]
 	for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType} {

@@ -187,7 +187,8 @@ func TestSotwServerACKTakesTheFastPath(t *testing.T) {
 	if got := taken(); len(got) != 0 {
 		t.Fatalf("ACK with nothing changed: answers %v", got)
 	}
-	delete(st.watches[resourcev3.EndpointType].sub.ReturnedResources(), "api") // behind the mark's back
+	w, _ := st.watchFor(resourcev3.EndpointType, nil)
+	delete(w.sub.ReturnedResources(), "api") // behind the mark's back
 	request("1", "api", "web")
 	if got := taken(); len(got) != 0 {
 		t.Fatalf("an ACK with the same names was compared in full: answers %v", got)

@@ -222,7 +222,7 @@ func (t *tracker) expectEndpoints(key string, names []string) {
 	delete(t.expect, key)
 	for _, st := range t.streams {
 		if st.node != nil && cache.Key(st.node) == key {
-			if ts := st.types[resourcev3.EndpointType]; ts != nil {
+			if ts := st.types.get(resourcev3.EndpointType); ts != nil {
 				ts.got = nil
 			}
 		}
@@ -243,10 +243,10 @@ func (t *tracker) caughtUp(key string, versions map[string]string, upToDate map[
 		}
 		// A stream that rejected the clusters will not ask for their
 		// endpoints: do not wait for those.
-		cds := st.types[resourcev3.ClusterType]
+		cds := st.types.get(resourcev3.ClusterType)
 		rejectedClusters := cds != nil && cds.sentNonce != "" && cds.nackedNonce == cds.sentNonce
 		for _, typ := range slices.Sorted(maps.Keys(versions)) {
-			ts := st.types[typ]
+			ts := st.types.get(typ)
 			if ts == nil || typ == resourcev3.EndpointType && rejectedClusters {
 				continue
 			}

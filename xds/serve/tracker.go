@@ -162,6 +162,8 @@ type tracker struct {
 	mu      sync.Mutex
 	streams map[streamKey]*streamState
 	opened  uint64 // streams opened since the tracker began
+	// epoch is what stamps count from (monotonic).
+	epoch time.Time
 	// expect holds, by snapshot key, the endpoints a make-before-break
 	// step waits for every stream of the key to receive (staging.go).
 	expect map[string]*expectation
@@ -179,21 +181,67 @@ type streamState struct {
 	remote   string
 	openedAt time.Time
 	node     *corev3.Node
-	types    map[string]*typeState
+	types    typeStates
 	// nameBytes sums the types' nameBytes.
 	nameBytes int
 }
 
+// typeStates is a stream's state per type, in the order its types came.
+// A stream has a handful (ADS: four or five), so values searched in turn
+// are smaller than a map of pointers: the map and its four states were
+// ~1 KiB of every proxy's heap (S3, N = 10,000, bench/README.md). A
+// pointer get or add returns is good until the next add.
+type typeStates []typeState
+
+// get is typ's state, nil if the stream has none.
+func (ts typeStates) get(typ string) *typeState {
+	for i := range ts {
+		if ts[i].url == typ {
+			return &ts[i]
+		}
+	}
+	return nil
+}
+
+// add appends a state for typ, which must have none.
+func (ts *typeStates) add(typ string) *typeState {
+	if *ts == nil {
+		*ts = make(typeStates, 0, 4) // ADS: CDS, EDS, LDS, RDS
+	}
+	*ts = append(*ts, typeState{url: canonicalType(typ)})
+	return &(*ts)[len(*ts)-1]
+}
+
+// stamp is a time as its offset from the tracker's epoch (monotonic when
+// the time is), 0 for none: 8 bytes where a time.Time is 24, twice for
+// every type of every stream.
+type stamp int64
+
+func (t *tracker) stamp(now time.Time) stamp {
+	if d := stamp(now.Sub(t.epoch)); d != 0 {
+		return d
+	}
+	return 1
+}
+
+func (t *tracker) time(s stamp) time.Time {
+	if s == 0 {
+		return time.Time{}
+	}
+	return t.epoch.Add(time.Duration(s))
+}
+
 type typeState struct {
+	url                    string // the type URL (canonicalType's)
 	sentVersion, sentNonce string
-	sentAt                 time.Time
+	sentAt                 stamp
 	sentResources          int // in the last response
 	// got holds the expected endpoints (tracker.expect) this stream was
 	// sent, for expectation expectGen.
 	got                      map[string]bool
 	expectGen                uint64
 	ackedVersion, ackedNonce string
-	ackedAt                  time.Time
+	ackedAt                  stamp
 	nackedNonce              string // == sentNonce while the last response stands rejected
 	lastNACK                 *NACKInfo
 	// nameBytes is the size of the names subscribed (an upper bound for
@@ -202,7 +250,7 @@ type typeState struct {
 }
 
 func newTracker() *tracker {
-	return &tracker{streams: map[streamKey]*streamState{}, expect: map[string]*expectation{}}
+	return &tracker{streams: map[streamKey]*streamState{}, expect: map[string]*expectation{}, epoch: time.Now()}
 }
 
 // streamKind names a stream by its protocol and the type URL it was opened
@@ -266,7 +314,7 @@ func shortType(typeURL string) string {
 }
 
 func (t *tracker) open(key streamKey, typeURL string, addr net.Addr) {
-	st := &streamState{key: key, typeURL: typeURL, kind: streamKind(key.delta, typeURL), openedAt: time.Now(), types: map[string]*typeState{}}
+	st := &streamState{key: key, typeURL: typeURL, kind: streamKind(key.delta, typeURL), openedAt: time.Now()}
 	if addr != nil {
 		st.remote = addr.String()
 	}
@@ -338,13 +386,12 @@ func (t *tracker) request(now time.Time, key streamKey, node *corev3.Node, typeU
 		st.node, res.newNode = node, true
 	}
 	res.node = st.node
-	ts := st.types[typeURL]
+	ts := st.types.get(typeURL)
 	if ts == nil {
 		if len(st.types) >= maxTypesPerStream {
 			return refuse(fmt.Sprintf("more than %d type URLs on one stream", maxTypesPerStream))
 		}
-		ts = &typeState{}
-		st.types[canonicalType(typeURL)] = ts
+		ts = st.types.add(typeURL)
 	}
 	if why := st.subscribe(ts, names); why != "" {
 		return refuse(why)
@@ -354,7 +401,7 @@ func (t *tracker) request(now time.Time, key streamKey, node *corev3.Node, typeU
 		res.kind = reqInitial
 		// A SotW client reconnecting says which version it holds.
 		if version != "" && ts.sentNonce == "" {
-			ts.ackedVersion, ts.ackedAt = version, now
+			ts.ackedVersion, ts.ackedAt = version, t.stamp(now)
 		}
 		return res
 	case nonce != ts.sentNonce:
@@ -380,7 +427,7 @@ func (t *tracker) request(now time.Time, key streamKey, node *corev3.Node, typeU
 		res.kind = reqRepeat
 		if ts.ackedNonce != nonce {
 			res.kind = reqACK
-			ts.ackedVersion, ts.ackedNonce, ts.ackedAt = ts.sentVersion, nonce, now
+			ts.ackedVersion, ts.ackedNonce, ts.ackedAt = ts.sentVersion, nonce, t.stamp(now)
 		}
 	default:
 		// Latest nonce, no error, another version: not an ACK of what we
@@ -428,15 +475,14 @@ func (t *tracker) response(now time.Time, key streamKey, typeURL, version, nonce
 	if st == nil {
 		return nil
 	}
-	ts := st.types[typeURL]
+	ts := st.types.get(typeURL)
 	if ts == nil {
 		if len(st.types) >= maxTypesPerStream {
 			return st.node
 		}
-		ts = &typeState{}
-		st.types[canonicalType(typeURL)] = ts
+		ts = st.types.add(typeURL)
 	}
-	ts.sentVersion, ts.sentNonce, ts.sentAt, ts.sentResources = version, nonce, now, resources
+	ts.sentVersion, ts.sentNonce, ts.sentAt, ts.sentResources = version, nonce, t.stamp(now), resources
 	if typeURL == resourcev3.EndpointType && st.node != nil && names != nil {
 		if e := t.expect[cache.Key(st.node)]; e != nil {
 			if ts.got == nil {
@@ -536,15 +582,17 @@ func (t *tracker) snapshot(now time.Time, staleAfter time.Duration) []ProxyStatu
 			Kind:           st.kind,
 			Types:          make(map[string]*TypeStatus, len(st.types)),
 		}
-		for typ, ts := range st.types {
+		for i := range st.types {
+			ts := &st.types[i]
+			typ := ts.url
 			s := &TypeStatus{
 				TypeURL:      typ,
-				Status:       ts.status(now, staleAfter),
+				Status:       ts.status(now.Sub(t.time(ts.sentAt)), staleAfter),
 				VersionSent:  ts.sentVersion,
 				NonceSent:    ts.sentNonce,
-				SentAt:       ts.sentAt,
+				SentAt:       t.time(ts.sentAt),
 				VersionAcked: ts.ackedVersion,
-				AckedAt:      ts.ackedAt,
+				AckedAt:      t.time(ts.ackedAt),
 			}
 			if ts.lastNACK != nil {
 				n := *ts.lastNACK
@@ -577,7 +625,9 @@ func parseStream(s string) streamKey {
 	return streamKey{delta: kind == "delta", id: id}
 }
 
-func (ts *typeState) status(now time.Time, staleAfter time.Duration) string {
+// status is the type's status when its last response was sent sinceSent
+// ago.
+func (ts *typeState) status(sinceSent, staleAfter time.Duration) string {
 	switch {
 	case ts.sentNonce == "":
 		if ts.ackedVersion != "" {
@@ -588,7 +638,7 @@ func (ts *typeState) status(now time.Time, staleAfter time.Duration) string {
 		return StatusNACKed
 	case ts.ackedNonce == ts.sentNonce:
 		return StatusSynced
-	case now.Sub(ts.sentAt) > staleAfter:
+	case sinceSent > staleAfter:
 		return StatusStale
 	}
 	return StatusPending

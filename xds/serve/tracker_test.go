@@ -6,6 +6,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
@@ -41,9 +42,53 @@ func TestPerTypeStateIsKeyedByTheSharedTypeURL(t *testing.T) {
 	if len(st.types) != 2 {
 		t.Fatalf("%d types tracked; want EDS and CDS", len(st.types))
 	}
-	for k := range st.types {
-		if !shared(k, resourcev3.EndpointType) && !shared(k, resourcev3.ClusterType) {
+	for _, ts := range st.types {
+		if k := ts.url; !shared(k, resourcev3.EndpointType) && !shared(k, resourcev3.ClusterType) {
 			t.Errorf("type state keyed by a stream's own copy of %q", k)
+		}
+	}
+}
+
+// TestStreamTypesAllocateOnce: a stream's state for the four types an
+// Envoy asks for over ADS is one allocation, not a map and a state per
+// type (~1 KiB of every proxy's heap before; bench/README.md).
+func TestStreamTypesAllocateOnce(t *testing.T) {
+	tr := newTracker()
+	node := &corev3.Node{Id: "n", Cluster: "c"}
+	tr.open(streamKey{delta: true, id: 1}, "", nil)
+	key := streamKey{delta: true, id: 1}
+	types := []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType}
+	now := time.Now()
+	allocs := testing.AllocsPerRun(100, func() {
+		tr.mu.Lock()
+		tr.streams[key].types = nil
+		tr.mu.Unlock()
+		for _, typ := range types {
+			tr.request(now, key, node, typ, "", "", "", nameUpdate{})
+		}
+	})
+	if allocs > 1 {
+		t.Errorf("four types' state took %v allocations; want 1", allocs)
+	}
+}
+
+// TestStreamWatchesAllocateOnce: likewise a stream's watches of its
+// four types (a map of pointers before, ~0.3 KiB a proxy).
+func TestStreamWatchesAllocateOnce(t *testing.T) {
+	a := newADSStream[int](1)
+	types := []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType}
+	allocs := testing.AllocsPerRun(100, func() {
+		a.watches = nil
+		for _, typ := range types {
+			a.watchFor(typ, func() *cache.Subscription { return nil })
+		}
+	})
+	if allocs > 1 {
+		t.Errorf("four types' watches took %v allocations; want 1", allocs)
+	}
+	for _, typ := range types {
+		if w, old := a.watchFor(typ, nil); !old || w.typ != typ {
+			t.Errorf("watch of %s not found again", typ)
 		}
 	}
 }

@@ -57,14 +57,27 @@ type adsStream[R any] struct {
 	watches []typeWatch
 }
 
-// typeWatch is a stream's subscription to one type and its open watch.
+// typeWatch is a stream's subscription to one type and its standing
+// watch in the cache (one of delta and sotw; nil until the type's first
+// request is acted on), which each request files again.
 type typeWatch struct {
-	typ    string
-	sub    *cache.Subscription
-	cancel func()
-	names  cache.NamesDigest // SotW: the names of the type's last request
+	typ   string
+	sub   *cache.Subscription
+	delta *cache.DeltaWatch
+	sotw  *cache.SotwWatch
+	names cache.NamesDigest // SotW: the names of the type's last request
 	// digested is the slice names was computed from (SotW).
 	digested []string
+}
+
+// cancel takes the type's watch out of the cache, if it waits there.
+func (w *typeWatch) cancel() {
+	switch {
+	case w.delta != nil:
+		w.delta.Cancel()
+	case w.sotw != nil:
+		w.sotw.Cancel()
+	}
 }
 
 func newADSStream[R any](id int64) *adsStream[R] {

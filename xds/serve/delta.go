@@ -105,8 +105,11 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTyp
 		}
 		w.sub.Update(subscribe, unsubscribe)
 	}
-	sub := w.sub
-	w.cancel = st.d.cache.OpenDelta(uint64(st.id), req, sub, func(r cachev3.DeltaResponse) { st.deliver(sub, r.GetNextVersionMap(), r) })
+	if w.delta == nil {
+		sub := w.sub
+		w.delta = st.d.cache.NewDeltaWatch(uint64(st.id), sub, func(r cachev3.DeltaResponse) { st.deliver(sub, r.GetNextVersionMap(), r) })
+	}
+	w.delta.File(req)
 	return nil
 }
 

@@ -122,7 +122,10 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 		}
 	}
 	w.names, w.digested = digest, names
-	sub := w.sub
-	w.cancel = st.s.cache.OpenSotw(uint64(st.id), req, sub, same, func(r cachev3.Response) { st.deliver(sub, r.GetReturnedResources(), r) })
+	if w.sotw == nil {
+		sub := w.sub
+		w.sotw = st.s.cache.NewSotwWatch(uint64(st.id), sub, func(r cachev3.Response) { st.deliver(sub, r.GetReturnedResources(), r) })
+	}
+	w.sotw.File(req, same)
 	return nil
 }

@@ -25,39 +25,10 @@ type keyState struct {
 	// streams counts the streams whose node announced the key (from their
 	// first request); the key is dropped with the last (leave).
 	streams int
-	sotw    map[string]map[*sotwWatch]struct{}  // type URL ->
-	delta   map[string]map[*deltaWatch]struct{} // type URL ->
+	sotw    map[string]map[*SotwWatch]struct{}  // type URL ->
+	delta   map[string]map[*DeltaWatch]struct{} // type URL ->
 	// fan is the fan-out of the latest update that answered a watch.
 	fan *fanout
-}
-
-// A watch's order is its stream's (streams are numbered as they open):
-// set answers a key's watches in that order, so the streams handed an
-// update reach their proxies in the same order every time and each
-// proxy's pushes are as far apart as the builds (at most one per
-// debounce window, however long the fan-out takes). In map order, a
-// proxy last in one fan-out and first in the next got two pushes within
-// a fraction of a window.
-type sotwWatch struct {
-	order uint64
-	asked asked
-	sub   cachev3.Subscription
-	send  func(cachev3.Response) // as deltaWatch.send
-	seen  string                 // the mark of the set this watch was last found up to date with
-	// own: the bridge's SotW server, which lets answers edit the versions
-	// a stream holds in place (answer.go).
-	own bool
-}
-
-type deltaWatch struct {
-	order uint64
-	asked asked
-	sub   cachev3.Subscription
-	// send hands an answer to the stream, under the cache's lock: it
-	// must not block (serve's adsStream.deliver queues it).
-	send func(cachev3.DeltaResponse)
-	seen string
-	own  bool // as sotwWatch.own
 }
 
 // asked is what a watch, and the answers it gets, keep of the request
@@ -122,7 +93,7 @@ var TypeOrder = []string{resourcev3.ClusterType, resourcev3.EndpointType, resour
 func (c *Cache) keyLocked(key string) *keyState {
 	k := c.keys[key]
 	if k == nil {
-		k = &keyState{sotw: map[string]map[*sotwWatch]struct{}{}, delta: map[string]map[*deltaWatch]struct{}{}}
+		k = &keyState{sotw: map[string]map[*SotwWatch]struct{}{}, delta: map[string]map[*DeltaWatch]struct{}{}}
 		c.keys[key] = k
 	}
 	return k
@@ -160,6 +131,7 @@ func (c *Cache) Set(key string, sets map[string]*Set) []string {
 		for _, w := range inOrder(k.sotw[typ]) {
 			if resp := sotwAnswer(w.asked, w.sub, ts, w.seen, w.own); resp != nil {
 				delete(k.sotw[typ], w)
+				w.filed.in = nil
 				answered = fan.attach(resp, false) || answered
 				w.send(resp)
 				continue
@@ -169,6 +141,7 @@ func (c *Cache) Set(key string, sets map[string]*Set) []string {
 		for _, w := range inOrder(k.delta[typ]) {
 			if resp := deltaAnswer(w.asked, w.sub, ts, w.seen, w.own); resp != nil {
 				delete(k.delta[typ], w)
+				w.filed.in = nil
 				answered = fan.attach(resp, false) || answered
 				w.send(resp)
 				continue
@@ -344,84 +317,16 @@ func (c *Cache) UpToDate(key string) map[Filed]bool {
 	return out
 }
 
-// CreateWatch is go-control-plane's SotW watch, kept for the
-// cachev3.Cache interface and the tests that drive the cache the way
-// go-control-plane's SotW server did (answers copy the held versions);
-// the bridge's own SotW server (serve's sotw.go) calls OpenSotw.
-func (c *Cache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
-	return c.openSotwWatch(0, req, sub, "", false, func(r cachev3.Response) { ch <- r; HandedOver(r) }), nil
-}
-
-// OpenSotw is OpenDelta for SotW. sameNames says the request names what
-// the previous one of its type did, so the versions the stream holds are
-// what the last answer left (see heldMark).
-func (c *Cache) OpenSotw(order uint64, req *cachev3.Request, sub cachev3.Subscription, sameNames bool, send func(cachev3.Response)) func() {
-	seen := ""
-	if sameNames && req.GetResponseNonce() != "" {
-		seen = sub.ReturnedResources()[SetMark]
-	}
-	return c.openSotwWatch(order, req, sub, seen, true, send)
-}
-
-func (c *Cache) openSotwWatch(order uint64, req *cachev3.Request, sub cachev3.Subscription, held string, own bool, send func(cachev3.Response)) func() {
-	if c.cfg.Watched != nil {
-		c.cfg.Watched(req.GetNode(), req.GetTypeUrl(), sub, held == "")
-	}
-	w := &sotwWatch{order: order, asked: askedBy(req.GetNode(), req.GetResponseNonce()), sub: sub, send: send, own: own}
-	return c.open(req.GetNode(), req.GetTypeUrl(), held != "", func(ts *Set, fan *fanout) bool {
-		resp := sotwAnswer(w.asked, sub, ts, held, own)
-		if resp != nil {
-			fan.attach(resp, true)
-			send(resp)
-		}
-		return resp != nil
-	}, func(k *keyState, seen string) func() {
-		w.seen = seen
-		return addLocked(c, k.sotw, req.GetTypeUrl(), w)
-	})
-}
-
-// CreateDeltaWatch is go-control-plane's delta watch, kept likewise; the
-// bridge's own delta server (serve's delta.go) calls OpenDelta.
-func (c *Cache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, ch chan cachev3.DeltaResponse) (func(), error) {
-	return c.openDeltaWatch(0, req, sub, false, func(r cachev3.DeltaResponse) { ch <- r; HandedOver(r) }), nil
-}
-
-// OpenDelta answers req at once through send if the stream lacks
-// something, or files a watch that set answers; it returns the cancel.
-func (c *Cache) OpenDelta(order uint64, req *cachev3.DeltaRequest, sub cachev3.Subscription, send func(cachev3.DeltaResponse)) func() {
-	return c.openDeltaWatch(order, req, sub, true, send)
-}
-
-func (c *Cache) openDeltaWatch(order uint64, req *cachev3.DeltaRequest, sub cachev3.Subscription, own bool, send func(cachev3.DeltaResponse)) func() {
-	held := heldMark(req, sub)
-	if c.cfg.Watched != nil {
-		c.cfg.Watched(req.GetNode(), req.GetTypeUrl(), sub, held == "")
-	}
-	w := &deltaWatch{order: order, asked: askedBy(req.GetNode(), req.GetResponseNonce()), sub: sub, send: send, own: own}
-	return c.open(req.GetNode(), req.GetTypeUrl(), held != "", func(ts *Set, fan *fanout) bool {
-		resp := deltaAnswer(w.asked, sub, ts, held, own)
-		if resp != nil {
-			fan.attach(resp, true)
-			send(resp)
-		}
-		return resp != nil
-	}, func(k *keyState, seen string) func() {
-		w.seen = seen
-		return addLocked(c, k.delta, req.GetTypeUrl(), w)
-	})
-}
-
 // open answers a new watch at once if its key is served and answer finds
 // something to send; otherwise wait files it (with the set it is up to
-// date with, nil before the key is first set) and returns its cancel.
+// date with, nil before the key is first set).
 //
 // answer is also given, when the request only acknowledges (acks: it
 // holds what it was sent), the key's latest update's fan-out (else nil):
 // an answer to a stream that had no watch filed when the update was
 // served (its proxy was still acknowledging the one before) belongs to
 // that update's fan-out while it is still open (fanout.attach).
-func (c *Cache) open(node *corev3.Node, typ string, acks bool, answer func(*Set, *fanout) bool, wait func(k *keyState, seen string) func()) func() {
+func (c *Cache) open(node *corev3.Node, typ string, acks bool, answer func(*Set, *fanout) bool, wait func(k *keyState, seen string)) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	k := c.keyLocked(Key(node))
@@ -438,17 +343,17 @@ func (c *Cache) open(node *corev3.Node, typ string, acks bool, answer func(*Set,
 			fan = k.fan
 		}
 		if answer(k.sets[typ], fan) {
-			return func() {}
+			return
 		}
 		seen = k.sets[typ].markOrNone()
 	}
-	return wait(k, seen)
+	wait(k, seen)
 }
 
-func (w *sotwWatch) orderKey() uint64  { return w.order }
-func (w *deltaWatch) orderKey() uint64 { return w.order }
+func (w *SotwWatch) orderKey() uint64  { return w.order }
+func (w *DeltaWatch) orderKey() uint64 { return w.order }
 
-// inOrder lists watches by their order (see sotwWatch).
+// inOrder lists watches by their order (see SotwWatch).
 func inOrder[W interface {
 	comparable
 	orderKey() uint64
@@ -456,22 +361,6 @@ func inOrder[W interface {
 	ws := slices.Collect(maps.Keys(watches))
 	slices.SortFunc(ws, func(a, b W) int { return cmp.Compare(a.orderKey(), b.orderKey()) })
 	return ws
-}
-
-// addLocked files w among a key's watches of typ and returns its cancel.
-func addLocked[W comparable](c *Cache, watches map[string]map[W]struct{}, typ string, w W) func() {
-	if watches[typ] == nil {
-		watches[typ] = map[W]struct{}{}
-	}
-	watches[typ][w] = struct{}{}
-	return func() {
-		c.mu.Lock()
-		delete(watches[typ], w)
-		if len(watches[typ]) == 0 {
-			delete(watches, typ) // a made-up type URL leaves nothing behind
-		}
-		c.mu.Unlock()
-	}
 }
 
 // Fetch is the REST transport, which the bridge does not serve.

@@ -159,3 +159,11 @@ func TestCatchUpJoinsOnlyTheLatestUpdate(t *testing.T) {
 		t.Error("a stream catching up with the latest update joined an older update's fan-out")
 	}
 }
+
+// openDeltaWatch files a watch of its own for req; own says whether its
+// answers may edit the versions the stream holds (the bridge's server).
+func (c *Cache) openDeltaWatch(order uint64, req *cachev3.DeltaRequest, sub cachev3.Subscription, own bool, send func(cachev3.DeltaResponse)) func() {
+	w := &DeltaWatch{c: c, order: order, sub: sub, send: send, own: own}
+	w.File(req)
+	return w.Cancel
+}

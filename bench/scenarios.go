@@ -308,7 +308,7 @@ func (r *run) s3(ctx context.Context, cfg FleetConfig, parallel int) (Row, error
 	if mem.HeapIdle > 0 {
 		// Free spans the RSS still holds: what a fleet's connect left
 		// behind that the runtime has not returned yet.
-		heapNote += fmt.Sprintf(", free spans held %s", bytesStr(float64(mem.HeapIdle-mem.HeapReleased)))
+		heapNote += fmt.Sprintf(", free spans held %s (idle releases %d)", bytesStr(float64(mem.HeapIdle-mem.HeapReleased)), mem.IdleReleases)
 	}
 	if live > 0 {
 		heapNote += fmt.Sprintf(", live %s/proxy after two collections", bytesStr(float64(live-mem0.Heap)/float64(r.n)))

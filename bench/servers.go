@@ -55,11 +55,14 @@ type Memory struct {
 	// the part of it returned to the OS: HeapIdle-HeapReleased is what
 	// the RSS still holds for nothing.
 	HeapIdle, HeapReleased int64
+	// IdleReleases counts the bridge's idle collections that returned
+	// memory to the OS (after a storm of streams).
+	IdleReleases int64
 }
 
 func (m Memory) plus(o Memory) Memory {
 	return Memory{Heap: m.Heap + o.Heap, Stacks: m.Stacks + o.Stacks, Goroutines: m.Goroutines + o.Goroutines,
-		HeapIdle: m.HeapIdle + o.HeapIdle, HeapReleased: m.HeapReleased + o.HeapReleased}
+		HeapIdle: m.HeapIdle + o.HeapIdle, HeapReleased: m.HeapReleased + o.HeapReleased, IdleReleases: m.IdleReleases + o.IdleReleases}
 }
 
 // Memory returns the server's memory figures from one scrape of its
@@ -71,7 +74,8 @@ func (t *Target) Memory(c *Consul) Memory {
 			return Memory{}
 		}
 		return Memory{Heap: int64(m["go_memstats_heap_inuse_bytes"]), Stacks: int64(m["go_memstats_stack_inuse_bytes"]), Goroutines: int64(m["go_goroutines"]),
-			HeapIdle: int64(m["go_memstats_heap_idle_bytes"]), HeapReleased: int64(m["go_memstats_heap_released_bytes"])}
+			HeapIdle: int64(m["go_memstats_heap_idle_bytes"]), HeapReleased: int64(m["go_memstats_heap_released_bytes"]),
+			IdleReleases: int64(m["consul_xds_bridge_idle_memory_releases_total"])}
 	}
 	if t.Name == "peer" && c != nil {
 		mi, err := c.Client.Agent().Metrics()

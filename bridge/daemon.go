@@ -317,7 +317,7 @@ func (d *Daemon) Run(ctx context.Context) error {
 	}
 	if s.XDS.CollectWhenIdle {
 		wg.Go(func() {
-			newIdleCollector(d.clock, d.cpuTime, d.buildActivity, d.xds.StreamCounts, d.metrics.idleGCs.Inc, d.metrics.idleReleases.Inc).run(ctx)
+			newIdleCollector(d.log, d.clock, d.cpuTime, d.buildActivity, d.xds.StreamCounts, d.metrics.idleGCs.Inc, d.metrics.idleReleases.Inc).run(ctx)
 		})
 	}
 	wg.Go(func() { fail(d.watchFiles(ctx)) })

@@ -28,7 +28,10 @@ type gatewayRouting map[uint32]struct {
 
 func gatewayRoutes(t *testing.T, addr, node string, wantListeners int) gatewayRouting {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	// Consul's own server sends a gateway nothing until its controllers
+	// have bound the gateway's routes, which on a loaded two-core machine
+	// (every package's tests at once) once took over 20 s.
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: node, Cluster: node, Mode: adsclient.Delta, InitialFetchTimeout: -1})
 	if err != nil {

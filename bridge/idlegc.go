@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/jonboulle/clockwork"
+	"github.com/rs/zerolog"
 )
 
 // Collecting garbage while idle (xds.collect_when_idle).
@@ -35,8 +36,8 @@ import (
 // never uses (S3 at N = 10,000: 28–34 MiB of free spans, 6–7 % of the
 // RSS; a bare gRPC server holds none). A storm is told by its streams,
 // not its bytes: once streams opened since the last look reach a tenth
-// of those open (at least 100), the first idle interval after looks at
-// the heap once, and if a collection would leave over an eighth of the
+// of those open (at least 100), the first idle interval in which no
+// stream opened looks at the heap once, and if a collection would leave over an eighth of the
 // heap's objects free (and at least 8 MiB), collects and returns the
 // free memory (debug.FreeOSMemory) rather than only collecting. A
 // change's fan-out opens no stream and never pays for it (the pages it
@@ -131,10 +132,11 @@ type idleCollector struct {
 	// collected counts the collections it started (metrics), released
 	// those that also returned memory.
 	collected, released func()
+	log                 zerolog.Logger
 }
 
-func newIdleCollector(clock clockwork.Clock, cpu func() time.Duration, builds func() (bool, uint64), streams func() (int, uint64), collected, released func()) *idleCollector {
-	return &idleCollector{clock: clock, cpu: cpu, heap: heapReader(), collect: runtime.GC, release: debug.FreeOSMemory,
+func newIdleCollector(log zerolog.Logger, clock clockwork.Clock, cpu func() time.Duration, builds func() (bool, uint64), streams func() (int, uint64), collected, released func()) *idleCollector {
+	return &idleCollector{log: log, clock: clock, cpu: cpu, heap: heapReader(), collect: runtime.GC, release: debug.FreeOSMemory,
 		streams: streams, builds: builds, collected: collected, released: released}
 }
 
@@ -143,7 +145,10 @@ func (c *idleCollector) run(ctx context.Context) {
 	defer t.Stop()
 	lastCPU, lastAllocs := c.cpu(), c.heap().allocs
 	_, lastBuilds := c.builds()
+	// lastOpened is the streams opened at the last look after a storm,
+	// tickOpened at the last tick.
 	_, lastOpened := c.streams()
+	tickOpened := lastOpened
 	// busy sums what busy intervals allocated since the last idle one;
 	// burst is the last such sum, what the next busy period may need.
 	var busy, burst uint64
@@ -154,6 +159,12 @@ func (c *idleCollector) run(ctx context.Context) {
 		case <-t.Chan():
 		}
 		cpu, h := c.cpu(), c.heap()
+		open, opened := c.streams()
+		// A storm is over when an interval opened no stream: a look
+		// while the fleet's last proxies still connect would see a heap
+		// the rest of the storm is still filling (and spend the look).
+		quiet := opened == tickOpened
+		tickOpened = opened
 		// A change waiting for its build (the debounce window) is work
 		// about to start, and a build since the last look means its
 		// fan-out is under way: a collection now would meet it.
@@ -167,14 +178,21 @@ func (c *idleCollector) run(ctx context.Context) {
 				burst, busy = busy, 0
 			}
 			release := false
-			if open, opened := c.streams(); stormed(open, opened-lastOpened) {
-				lastOpened = opened // one look per storm
+			if quiet && stormed(open, opened-lastOpened) {
 				release = releaseDue(h)
+				c.log.Debug().Int("streams_open", open).Uint64("streams_opened", opened-lastOpened).
+					Uint64("heap_objects_bytes", h.objects).Uint64("heap_live_bytes", h.live).Uint64("heap_free_bytes", h.free).
+					Bool("release", release).Msg("idle after a storm of streams: looked at the heap")
+				lastOpened = opened // one look per storm
 			}
 			if release || collectDue(h, burst) {
 				if release {
+					t0 := c.clock.Now()
 					c.release()
 					c.released()
+					c.log.Info().Int("streams_open", open).Uint64("heap_freeable_bytes", h.free+h.objects-h.live).
+						Dur("took", c.clock.Since(t0)).
+						Msg("idle after a storm of streams: collected and returned free memory to the OS")
 				} else {
 					c.collect()
 				}

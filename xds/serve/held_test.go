@@ -204,7 +204,7 @@ func TestSotwStreamsShareWhatTheyHold(t *testing.T) {
 	node := &corev3.Node{Id: "held-sotw", Cluster: "edge"}
 	var streams []*sotwStream
 	for i := range 2 {
-		st := &sotwStream{adsStream: newADSStream[cachev3.Response](1<<40 + int64(i)), s: srv, sent: map[string]string{}}
+		st := &sotwStream{adsStream: newADSStream[cachev3.Response](1<<40 + int64(i)), s: srv}
 		if err := s.cb.OnStreamOpen(context.Background(), st.id, resourcev3.AnyType); err != nil {
 			t.Fatal(err)
 		}

@@ -154,7 +154,7 @@ func TestSotwServerACKTakesTheFastPath(t *testing.T) {
 	s := startServer(t, ServerConfig{})
 	s.update(t, testOutput(t, []string{"api", "web"}, 8080))
 	srv := newSotwServer(context.Background(), s.cache, s.cb)
-	st := &sotwStream{adsStream: newADSStream[cachev3.Response](1 << 40), s: srv, sent: map[string]string{}}
+	st := &sotwStream{adsStream: newADSStream[cachev3.Response](1 << 40), s: srv}
 	if err := s.cb.OnStreamOpen(context.Background(), st.id, resourcev3.AnyType); err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +182,7 @@ func TestSotwServerACKTakesTheFastPath(t *testing.T) {
 	if got := taken(); len(got) != 1 {
 		t.Fatalf("first request: %d answers, want 1", len(got))
 	}
-	st.sent[resourcev3.EndpointType] = "1"
+	st.sent.set(resourcev3.EndpointType, "1")
 	request("1", "api", "web")
 	if got := taken(); len(got) != 0 {
 		t.Fatalf("ACK with nothing changed: answers %v", got)

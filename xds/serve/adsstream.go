@@ -46,9 +46,13 @@ func (a *adsServer) checkEndable(ctx context.Context) {
 // sotw.go) holds: the answers queued for it, and its watches and node,
 // which are the handler goroutine's (it reads, acts on requests and
 // closes the stream). Lock order: the cache's lock, then the outbox's.
+//
+// A stream's server embeds it, and it its outbox: one allocation for the
+// three (each proxy's at-rest memory counts its allocations as well as
+// their bytes: bench/README.md, "What a storm leaves").
 type adsStream[R any] struct {
 	id   int64
-	out  *outbox[R]
+	out  outbox[R]
 	node *corev3.Node
 	// watches holds a typeWatch per type, in the order the types came:
 	// a stream has a handful, and values searched in turn are smaller
@@ -80,8 +84,10 @@ func (w *typeWatch) cancel() {
 	}
 }
 
-func newADSStream[R any](id int64) *adsStream[R] {
-	return &adsStream[R]{id: id, out: newOutbox[R](), node: &corev3.Node{}}
+// init readies a stream numbered id, in place.
+func (a *adsStream[R]) init(id int64) {
+	a.id, a.node = id, &corev3.Node{}
+	a.out.init()
 }
 
 // watchFor is the stream's watch of typ, made with the subscription sub

@@ -40,7 +40,7 @@ type deltaServer struct{ adsServer }
 
 // deltaStream is one stream's state.
 type deltaStream struct {
-	*adsStream[cachev3.DeltaResponse]
+	adsStream[cachev3.DeltaResponse]
 	d   *deltaServer
 	str stream.DeltaStream
 }
@@ -52,9 +52,10 @@ func newDeltaServer(ctx context.Context, cache *cache.Cache, cb *callbacks) *del
 // serve runs one delta stream; defaultTypeURL is the type of a per-type
 // service (resourcev3.AnyType for ADS).
 func (d *deltaServer) serve(str stream.DeltaStream, defaultTypeURL string) error {
-	st := &deltaStream{adsStream: newADSStream[cachev3.DeltaResponse](d.ids.Add(1)), d: d, str: str}
+	st := &deltaStream{d: d, str: str}
+	st.init(d.ids.Add(1))
 	d.checkEndable(str.Context())
-	return runStream(st.adsStream, d.ctx, str.Context(),
+	return runStream(&st.adsStream, d.ctx, str.Context(),
 		func(ctx context.Context) error { return d.cb.OnDeltaStreamOpen(ctx, st.id, defaultTypeURL) },
 		func(node *corev3.Node) { d.cb.OnDeltaStreamClosed(st.id, node) },
 		str.Recv, func(req *discoveryv3.DeltaDiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send, d.senders)

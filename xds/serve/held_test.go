@@ -11,7 +11,6 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
 
@@ -27,7 +26,8 @@ type heldStream struct {
 func newHeldStream(t *testing.T, s *testServer, id int64) *heldStream {
 	t.Helper()
 	srv := newDeltaServer(context.Background(), s.cache, s.cb)
-	st := &deltaStream{adsStream: newADSStream[cachev3.DeltaResponse](id), d: srv}
+	st := &deltaStream{d: srv}
+	st.init(id)
 	if err := s.cb.OnDeltaStreamOpen(context.Background(), st.id, resourcev3.AnyType); err != nil {
 		t.Fatal(err)
 	}
@@ -204,7 +204,8 @@ func TestSotwStreamsShareWhatTheyHold(t *testing.T) {
 	node := &corev3.Node{Id: "held-sotw", Cluster: "edge"}
 	var streams []*sotwStream
 	for i := range 2 {
-		st := &sotwStream{adsStream: newADSStream[cachev3.Response](1<<40 + int64(i)), s: srv}
+		st := &sotwStream{s: srv}
+		st.init(1<<40 + int64(i))
 		if err := s.cb.OnStreamOpen(context.Background(), st.id, resourcev3.AnyType); err != nil {
 			t.Fatal(err)
 		}

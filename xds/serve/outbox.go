@@ -54,8 +54,13 @@ type outbox[R any] struct {
 const maxPending = 16
 
 func newOutbox[R any]() *outbox[R] {
-	return &outbox[R]{room: make(chan struct{}, 1)}
+	o := &outbox[R]{}
+	o.init()
+	return o
 }
+
+// init readies an outbox in place (a stream's, embedded).
+func (o *outbox[R]) init() { o.room = make(chan struct{}, 1) }
 
 // start sets the sender, and the server's pool (nil: a goroutine per
 // turn); answers already queued go out now.

@@ -79,3 +79,10 @@ func TestFailedReadEndsTheStreamWithItsStatus(t *testing.T) {
 		}
 	}
 }
+
+// newADSStream is a stream of its own (servers embed theirs).
+func newADSStream[R any](id int64) *adsStream[R] {
+	a := &adsStream[R]{}
+	a.init(id)
+	return a
+}

@@ -27,7 +27,7 @@ import (
 type sotwServer struct{ adsServer }
 
 type sotwStream struct {
-	*adsStream[cachev3.Response]
+	adsStream[cachev3.Response]
 	s   *sotwServer
 	str stream.Stream
 
@@ -84,9 +84,10 @@ func newSotwServer(ctx context.Context, cache *cache.Cache, cb *callbacks) *sotw
 }
 
 func (s *sotwServer) serve(str stream.Stream, defaultTypeURL string) error {
-	st := &sotwStream{adsStream: newADSStream[cachev3.Response](s.ids.Add(1)), s: s, str: str}
+	st := &sotwStream{s: s, str: str}
+	st.init(s.ids.Add(1))
 	s.checkEndable(str.Context())
-	return runStream(st.adsStream, s.ctx, str.Context(),
+	return runStream(&st.adsStream, s.ctx, str.Context(),
 		func(ctx context.Context) error { return s.cb.OnStreamOpen(ctx, st.id, defaultTypeURL) },
 		func(node *corev3.Node) { s.cb.OnStreamClosed(st.id, node) },
 		str.Recv, func(req *discoveryv3.DiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send, s.senders)

@@ -10,7 +10,6 @@ import (
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	endpointv3 "github.com/envoyproxy/go-control-plane/envoy/config/endpoint/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 )
 
@@ -154,7 +153,8 @@ func TestSotwServerACKTakesTheFastPath(t *testing.T) {
 	s := startServer(t, ServerConfig{})
 	s.update(t, testOutput(t, []string{"api", "web"}, 8080))
 	srv := newSotwServer(context.Background(), s.cache, s.cb)
-	st := &sotwStream{adsStream: newADSStream[cachev3.Response](1 << 40), s: srv}
+	st := &sotwStream{s: srv}
+	st.init(1 << 40)
 	if err := s.cb.OnStreamOpen(context.Background(), st.id, resourcev3.AnyType); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package cache
 
 import (
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 )
 
@@ -23,32 +24,32 @@ import (
 // proxy last in one fan-out and first in the next got two pushes within
 // a fraction of a window.
 
-// SotwWatch is a SotW stream's standing watch of one type.
-type SotwWatch struct {
+// watchBase is what a watch of either kind holds.
+type watchBase struct {
 	c     *Cache
-	filed filing[*SotwWatch]
 	order uint64
 	asked asked
 	sub   cachev3.Subscription
-	send  func(cachev3.Response) // as DeltaWatch.send
-	seen  string                 // the mark of the set this watch was last found up to date with
-	// own: the bridge's SotW server, which lets answers edit the versions
-	// a stream holds in place (answer.go).
+	seen  string // the mark of the set this watch was last found up to date with
+	// own: the bridge's servers, which let answers edit the versions a
+	// stream holds in place (answer.go).
 	own bool
+}
+
+// SotwWatch is a SotW stream's standing watch of one type.
+type SotwWatch struct {
+	watchBase
+	filed filing[*SotwWatch]
+	send  func(cachev3.Response) // as DeltaWatch.send
 }
 
 // DeltaWatch is a delta stream's standing watch of one type.
 type DeltaWatch struct {
-	c     *Cache
+	watchBase
 	filed filing[*DeltaWatch]
-	order uint64
-	asked asked
-	sub   cachev3.Subscription
 	// send hands an answer to the stream, under the cache's lock: it
 	// must not block (serve's adsStream.deliver queues it).
 	send func(cachev3.DeltaResponse)
-	seen string
-	own  bool // as SotwWatch.own
 }
 
 // filing is where a watch waits, if it does: its key's watches of its
@@ -81,12 +82,12 @@ func (f *filing[W]) unfile(w W) {
 // stream numbered order, with the stream's subscription of the type;
 // send hands it the answers.
 func (c *Cache) NewSotwWatch(order uint64, sub cachev3.Subscription, send func(cachev3.Response)) *SotwWatch {
-	return &SotwWatch{c: c, order: order, sub: sub, send: send, own: true}
+	return &SotwWatch{watchBase: watchBase{c: c, order: order, sub: sub, own: true}, send: send}
 }
 
 // NewDeltaWatch is NewSotwWatch for delta.
 func (c *Cache) NewDeltaWatch(order uint64, sub cachev3.Subscription, send func(cachev3.DeltaResponse)) *DeltaWatch {
-	return &DeltaWatch{c: c, order: order, sub: sub, send: send, own: true}
+	return &DeltaWatch{watchBase: watchBase{c: c, order: order, sub: sub, own: true}, send: send}
 }
 
 // File answers req at once if the stream lacks something, or files the
@@ -103,21 +104,31 @@ func (w *SotwWatch) File(req *cachev3.Request, sameNames bool) {
 }
 
 func (w *SotwWatch) file(req *cachev3.Request, held string) {
-	c := w.c
-	if c.cfg.Watched != nil {
-		c.cfg.Watched(req.GetNode(), req.GetTypeUrl(), w.sub, held == "")
+	fileOrAnswer(&w.watchBase, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), held, sotwAnswer, w.send,
+		func(k *keyState) { w.filed.file(k.sotw, req.GetTypeUrl(), w) })
+}
+
+// fileOrAnswer is File for either kind: the answer to the key's set of
+// the type (answer's, none if it is R's zero) goes out at once through
+// send, or file files the watch.
+func fileOrAnswer[R comparable](w *watchBase, node *corev3.Node, typ, nonce, held string,
+	answer func(asked, cachev3.Subscription, *Set, string, bool) R, send func(R), file func(*keyState)) {
+	if w.c.cfg.Watched != nil {
+		w.c.cfg.Watched(node, typ, w.sub, held == "")
 	}
-	w.asked = askedBy(req.GetNode(), req.GetResponseNonce())
-	c.open(req.GetNode(), req.GetTypeUrl(), held != "", func(ts *Set, fan *fanout) bool {
-		resp := sotwAnswer(w.asked, w.sub, ts, held, w.own)
-		if resp != nil {
-			fan.attach(resp, true)
-			w.send(resp)
+	w.asked = askedBy(node, nonce)
+	w.c.open(node, typ, held != "", func(ts *Set, fan *fanout) bool {
+		var none R
+		resp := answer(w.asked, w.sub, ts, held, w.own)
+		if resp == none {
+			return false
 		}
-		return resp != nil
+		fan.attach(resp, true)
+		send(resp)
+		return true
 	}, func(k *keyState, seen string) {
 		w.seen = seen
-		w.filed.file(k.sotw, req.GetTypeUrl(), w)
+		file(k)
 	})
 }
 
@@ -132,23 +143,8 @@ func (w *SotwWatch) Cancel() {
 // the subscription's, and whether they are what the last answer left,
 // the request's (heldMark).
 func (w *DeltaWatch) File(req *cachev3.DeltaRequest) {
-	c := w.c
-	held := heldMark(req, w.sub)
-	if c.cfg.Watched != nil {
-		c.cfg.Watched(req.GetNode(), req.GetTypeUrl(), w.sub, held == "")
-	}
-	w.asked = askedBy(req.GetNode(), req.GetResponseNonce())
-	c.open(req.GetNode(), req.GetTypeUrl(), held != "", func(ts *Set, fan *fanout) bool {
-		resp := deltaAnswer(w.asked, w.sub, ts, held, w.own)
-		if resp != nil {
-			fan.attach(resp, true)
-			w.send(resp)
-		}
-		return resp != nil
-	}, func(k *keyState, seen string) {
-		w.seen = seen
-		w.filed.file(k.delta, req.GetTypeUrl(), w)
-	})
+	fileOrAnswer(&w.watchBase, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), heldMark(req, w.sub), deltaAnswer, w.send,
+		func(k *keyState) { w.filed.file(k.delta, req.GetTypeUrl(), w) })
 }
 
 // Cancel is SotwWatch.Cancel for delta.
@@ -163,7 +159,7 @@ func (w *DeltaWatch) Cancel() {
 // go-control-plane's SotW server did (answers copy the held versions);
 // the bridge's own SotW server (serve's sotw.go) keeps a SotwWatch.
 func (c *Cache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
-	w := &SotwWatch{c: c, sub: sub, send: func(r cachev3.Response) { ch <- r; HandedOver(r) }}
+	w := &SotwWatch{watchBase: watchBase{c: c, sub: sub}, send: func(r cachev3.Response) { ch <- r; HandedOver(r) }}
 	w.file(req, "")
 	return w.Cancel, nil
 }
@@ -179,7 +175,7 @@ func (c *Cache) OpenSotw(order uint64, req *cachev3.Request, sub cachev3.Subscri
 // CreateDeltaWatch is go-control-plane's delta watch, kept likewise; the
 // bridge's own delta server (serve's delta.go) keeps a DeltaWatch.
 func (c *Cache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, ch chan cachev3.DeltaResponse) (func(), error) {
-	w := &DeltaWatch{c: c, sub: sub, send: func(r cachev3.DeltaResponse) { ch <- r; HandedOver(r) }}
+	w := &DeltaWatch{watchBase: watchBase{c: c, sub: sub}, send: func(r cachev3.DeltaResponse) { ch <- r; HandedOver(r) }}
 	w.File(req)
 	return w.Cancel, nil
 }

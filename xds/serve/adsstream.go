@@ -17,7 +17,8 @@ import (
 
 // adsServer is what the bridge's two servers (delta.go, sotw.go) hold.
 type adsServer struct {
-	ctx   context.Context
+	// ender ends the streams when the server's context ends.
+	ender *streamEnder
 	cache *cache.Cache
 	cb    *callbacks
 	ids   atomic.Int64
@@ -125,17 +126,18 @@ func (a *adsStream[R]) deliver(sub *cache.Subscription, held map[string]string, 
 // readEnd), when handle fails (its status), or when a send fails (gRPC has
 // then ended the stream with the send's status, and the read fails).
 //
-// ctx is the stream's context (it ends with the stream). When server
-// ends, the stream is ended with OK (endStream), which wakes a handler
-// blocked in a read, as go-control-plane's servers return nil then.
+// ctx is the stream's context (it ends with the stream). When the
+// server ends, ender ends the stream with OK (endStream), which wakes a
+// handler blocked in a read, as go-control-plane's servers return nil
+// then.
 //
 // open and closed are the stream's callbacks: open gets ctx; closed runs
 // after every watch is cancelled, with the stream's node.
-func runStream[Req, R any](a *adsStream[R], server, ctx context.Context,
+func runStream[Req, R any](a *adsStream[R], ender *streamEnder, ctx context.Context,
 	open func(context.Context) error, closed func(*corev3.Node),
 	recv func() (Req, error), handle func(Req) error, send func(R, int64) error, senders *sendPool) error {
-	stop := context.AfterFunc(server, func() { endStream(ctx, status.New(codes.OK, "")) })
-	defer stop()
+	ender.add(a.id, ctx)
+	defer ender.remove(a.id)
 	if err := open(ctx); err != nil {
 		return err
 	}

@@ -46,7 +46,7 @@ type deltaStream struct {
 }
 
 func newDeltaServer(ctx context.Context, cache *cache.Cache, cb *callbacks) *deltaServer {
-	return &deltaServer{adsServer{ctx: ctx, cache: cache, cb: cb}}
+	return &deltaServer{adsServer{ender: newStreamEnder(ctx), cache: cache, cb: cb}}
 }
 
 // serve runs one delta stream; defaultTypeURL is the type of a per-type
@@ -55,7 +55,7 @@ func (d *deltaServer) serve(str stream.DeltaStream, defaultTypeURL string) error
 	st := &deltaStream{d: d, str: str}
 	st.init(d.ids.Add(1))
 	d.checkEndable(str.Context())
-	return runStream(&st.adsStream, d.ctx, str.Context(),
+	return runStream(&st.adsStream, d.ender, str.Context(),
 		func(ctx context.Context) error { return d.cb.OnDeltaStreamOpen(ctx, st.id, defaultTypeURL) },
 		func(node *corev3.Node) { d.cb.OnDeltaStreamClosed(st.id, node) },
 		str.Recv, func(req *discoveryv3.DeltaDiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send, d.senders)

@@ -26,7 +26,7 @@ func TestStreamThatDoesNotReadHoldsBackItsRequests(t *testing.T) {
 	blocked := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- runStream(a, server, str,
+		done <- runStream(a, newStreamEnder(server), str,
 			func(context.Context) error { return nil }, func(*corev3.Node) {},
 			func() (int, error) { return int(reads.Add(1)), nil },
 			func(n int) error { a.out.push(n); return nil },       // every request answered
@@ -70,7 +70,7 @@ func TestFailedReadEndsTheStreamWithItsStatus(t *testing.T) {
 		{refused, refused},
 	} {
 		a := newADSStream[int](1)
-		err := runStream(a, context.Background(), context.Background(),
+		err := runStream(a, newStreamEnder(context.Background()), context.Background(),
 			func(context.Context) error { return nil }, func(*corev3.Node) {},
 			func() (int, error) { return 0, c.read }, func(int) error { return nil },
 			func(int, int64) error { return nil }, nil)

@@ -80,14 +80,14 @@ func sameSlice(a, b []string) bool {
 }
 
 func newSotwServer(ctx context.Context, cache *cache.Cache, cb *callbacks) *sotwServer {
-	return &sotwServer{adsServer{ctx: ctx, cache: cache, cb: cb}}
+	return &sotwServer{adsServer{ender: newStreamEnder(ctx), cache: cache, cb: cb}}
 }
 
 func (s *sotwServer) serve(str stream.Stream, defaultTypeURL string) error {
 	st := &sotwStream{s: s, str: str}
 	st.init(s.ids.Add(1))
 	s.checkEndable(str.Context())
-	return runStream(&st.adsStream, s.ctx, str.Context(),
+	return runStream(&st.adsStream, s.ender, str.Context(),
 		func(ctx context.Context) error { return s.cb.OnStreamOpen(ctx, st.id, defaultTypeURL) },
 		func(node *corev3.Node) { s.cb.OnStreamClosed(st.id, node) },
 		str.Recv, func(req *discoveryv3.DiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send, s.senders)

@@ -2,8 +2,10 @@ package serve
 
 import (
 	"context"
+	"sync"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
 
@@ -39,4 +41,50 @@ func endStream(ctx context.Context, st *status.Status) bool {
 // endStream; for ServerConfig.StreamInterceptor.
 func EndStream(ctx context.Context, err error) bool {
 	return endStream(ctx, status.Convert(err))
+}
+
+// streamEnder ends every stream it holds with OK when its server's
+// context ends (as go-control-plane's servers return nil then): one hook
+// on the server's context, where a hook per stream (context.AfterFunc)
+// was three allocations held for each stream's life, ~0.2 KiB of every
+// proxy's heap. A stream added after the end is ended at once.
+type streamEnder struct {
+	mu    sync.Mutex
+	ended bool
+	ctxs  map[int64]context.Context
+}
+
+func newStreamEnder(server context.Context) *streamEnder {
+	e := &streamEnder{ctxs: map[int64]context.Context{}}
+	context.AfterFunc(server, e.endAll)
+	return e
+}
+
+// add holds stream id's context until remove.
+func (e *streamEnder) add(id int64, ctx context.Context) {
+	e.mu.Lock()
+	if !e.ended {
+		e.ctxs[id] = ctx
+		e.mu.Unlock()
+		return
+	}
+	e.mu.Unlock()
+	endStream(ctx, status.New(codes.OK, ""))
+}
+
+func (e *streamEnder) remove(id int64) {
+	e.mu.Lock()
+	delete(e.ctxs, id)
+	e.mu.Unlock()
+}
+
+func (e *streamEnder) endAll() {
+	e.mu.Lock()
+	e.ended = true
+	ctxs := e.ctxs
+	e.ctxs = nil
+	e.mu.Unlock()
+	for _, ctx := range ctxs {
+		endStream(ctx, status.New(codes.OK, ""))
+	}
 }

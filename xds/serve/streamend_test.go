@@ -183,7 +183,7 @@ func TestSendFailureEndsTheStreamWithItsStatus(t *testing.T) {
 	str, end := context.WithCancel(context.Background())
 	defer end()
 	first := true
-	err := runStream(a, context.Background(), str,
+	err := runStream(a, newStreamEnder(context.Background()), str,
 		func(context.Context) error { return nil }, func(*corev3.Node) {},
 		func() (int, error) {
 			if first {
@@ -226,7 +226,7 @@ func TestStreamWaitsForItsSender(t *testing.T) {
 	reads := 0
 	done := make(chan error, 1)
 	go func() {
-		done <- runStream(a, context.Background(), context.Background(),
+		done <- runStream(a, newStreamEnder(context.Background()), context.Background(),
 			func(context.Context) error { return nil }, func(*corev3.Node) {},
 			func() (int, error) {
 				reads++
@@ -280,7 +280,7 @@ func rawStream(t *testing.T, ctx context.Context, serve func(grpc.ServerStream) 
 // handled by handle, and each answer queued goes out through send.
 func runRaw(a *adsStream[int], handle func(*discoveryv3.DiscoveryRequest) error, send func(grpc.ServerStream, int64) error) func(grpc.ServerStream) error {
 	return func(ss grpc.ServerStream) error {
-		return runStream(a, context.Background(), ss.Context(),
+		return runStream(a, newStreamEnder(context.Background()), ss.Context(),
 			func(context.Context) error { return nil }, func(*corev3.Node) {},
 			func() (*discoveryv3.DiscoveryRequest, error) {
 				req := &discoveryv3.DiscoveryRequest{}
@@ -338,5 +338,33 @@ func TestRefusedRequestEndsAStreamWhoseSendIsBlocked(t *testing.T) {
 	err := cs.RecvMsg(&discoveryv3.DiscoveryResponse{})
 	if status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("stream ended with %v, want the refusal's PermissionDenied", err)
+	}
+}
+
+// TestStreamOpenedAfterShutdownEndsAtOnce: a stream whose handler starts
+// after its server's end (the one hook for all streams has run) is ended
+// with OK at once, not left reading.
+func TestStreamOpenedAfterShutdownEndsAtOnce(t *testing.T) {
+	ctx := waitCtx(t)
+	server, stop := context.WithCancel(context.Background())
+	ender := newStreamEnder(server)
+	stop()
+	a := newADSStream[int](1)
+	cs := rawStream(t, ctx, func(ss grpc.ServerStream) error {
+		return runStream(a, ender, ss.Context(),
+			func(context.Context) error { return nil }, func(*corev3.Node) {},
+			func() (*discoveryv3.DiscoveryRequest, error) {
+				req := &discoveryv3.DiscoveryRequest{}
+				return req, ss.RecvMsg(req)
+			},
+			func(*discoveryv3.DiscoveryRequest) error { return nil }, func(int, int64) error { return nil }, nil)
+	})
+	if err := cs.RecvMsg(&discoveryv3.DiscoveryResponse{}); !errors.Is(err, io.EOF) {
+		t.Errorf("stream ended with %v, want OK (io.EOF)", err)
+	}
+	ender.mu.Lock()
+	defer ender.mu.Unlock()
+	if len(ender.ctxs) != 0 {
+		t.Errorf("an ended server holds %d streams", len(ender.ctxs))
 	}
 }

@@ -37,12 +37,12 @@ import (
 // RSS; a bare gRPC server holds none). A storm is told by its streams,
 // not its bytes: once streams opened since the last look reach a tenth
 // of those open (at least 100), the first idle interval in which no
-// stream opened looks at the heap once, and if a collection would leave over an eighth of the
-// heap's objects free (and at least 8 MiB), collects and returns the
-// free memory (debug.FreeOSMemory) rather than only collecting. A
-// change's fan-out opens no stream and never pays for it (the pages it
-// would fault back in); a trickle of reconnects pays once per tenth of
-// the fleet.
+// stream opened looks at the heap once and, if a collection would leave
+// over an eighth of the heap's objects free (and at least 8 MiB),
+// collects and returns the free memory (debug.FreeOSMemory) rather than
+// only collecting. A change's fan-out opens no stream and never pays for
+// it (the pages it would fault back in); a trickle of reconnects pays
+// once per tenth of the fleet.
 
 // releaseDue reports whether to collect and return the free memory.
 func releaseDue(h heapState) bool {

@@ -46,11 +46,18 @@ import (
 
 // releaseDue reports whether to collect and return the free memory.
 func releaseDue(h heapState) bool {
-	if h.objects < h.live {
-		return false
-	}
-	freeable := h.free + (h.objects - h.live)
+	freeable := h.freeable()
 	return freeable > h.objects/8 && freeable >= minRelease
+}
+
+// freeable is what a collection now would leave free: the free spans and
+// the garbage. Right after a collection the objects may read a few bytes
+// under the live estimate: no garbage, and the free spans all of it.
+func (h heapState) freeable() uint64 {
+	if h.objects < h.live {
+		return h.free
+	}
+	return h.free + h.objects - h.live
 }
 
 // stormed reports whether opened streams since the last look make a
@@ -190,7 +197,7 @@ func (c *idleCollector) run(ctx context.Context) {
 					t0 := c.clock.Now()
 					c.release()
 					c.released()
-					c.log.Info().Int("streams_open", open).Uint64("heap_freeable_bytes", h.free+h.objects-h.live).
+					c.log.Info().Int("streams_open", open).Uint64("heap_freeable_bytes", h.freeable()).
 						Dur("took", c.clock.Since(t0)).
 						Msg("idle after a storm of streams: collected and returned free memory to the OS")
 				} else {

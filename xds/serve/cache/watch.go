@@ -9,12 +9,11 @@ import (
 // type's first request comes (NewSotwWatch, NewDeltaWatch), filed by
 // each request of the type (File), and cancelled before the next one and
 // when the stream ends (Cancel). Making a watch, its answer's callback
-// and its cancel for every request, as go-control-plane's interface
-// does (CreateWatch, OpenDelta), cost three allocations per proxy per
-// change, and what each stream kept of them (~0.6 KiB over its four
-// types) was interleaved in the heap with the garbage of the requests
-// before: at N = 10,000 every stream's standing watches are ~1 MiB of
-// the RSS per 100 bytes each keeps (bench/README.md).
+// and its cancel for every request, as go-control-plane's cache
+// interface does (CreateWatch), cost three allocations per proxy per
+// change, and what a stream kept of them (~0.6 KiB over its four types)
+// lay in the heap among the garbage of the requests before it
+// (bench/README.md, "What a storm leaves").
 //
 // A watch's order is its stream's (streams are numbered as they open):
 // set answers a key's watches in that order, so the streams handed an

@@ -48,7 +48,21 @@ type request struct {
 	resource string
 	index    uint64
 	query    url.Values
-	at       time.Time
+	at       time.Time // when it came
+	failed   bool      // answered with a failure (failNext, failWith)
+}
+
+// fromFirstFailure is reqs from the first that was answered with a
+// failure: a query already blocked when the failures were set fails once
+// woken, so counting from when they were set misses it whenever the
+// query came first (as it does on a loaded machine).
+func fromFirstFailure(reqs []request) []request {
+	for i, r := range reqs {
+		if r.failed {
+			return reqs[i:]
+		}
+	}
+	return nil
 }
 
 func newFakeConsul(t *testing.T) (*fakeConsul, *api.Client) {
@@ -114,6 +128,7 @@ func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	f.mu.Lock()
 	f.reqs = append(f.reqs, request{resource: res, index: idx, query: q, at: time.Now()})
+	rec := len(f.reqs) - 1
 	// failed answers with a failure set for res, if any; f.mu is held
 	// and, if it answered, released. A query blocked when the failure is
 	// set fails too once woken, as a forwarded query does when the path
@@ -125,6 +140,7 @@ func (f *fakeConsul) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		fl.n--
 		f.fail[res] = fl
+		f.reqs[rec].failed = true
 		f.mu.Unlock()
 		if fl.code == 0 {
 			// No answer at all, like an agent that went away.
@@ -314,7 +330,6 @@ func TestWatcherBacksOffOnErrorsAndKeepsLastGood(t *testing.T) {
 
 	f.failNext("/v1/health/service/web", 5)
 	f.failNext("/v1/catalog/services", 5)
-	start := time.Now()
 	// Wake the blocked queries so they hit the failures.
 	f.set("/v1/health/service/web", 21, []*api.ServiceEntry{
 		entry("n1", "10.0.0.1", "web-1", 80, "passing"), entry("n1", "10.0.0.1", "web-2", 81, "passing"),
@@ -337,19 +352,18 @@ loop:
 	f.set("/v1/health/service/web", 30, []*api.ServiceEntry{entry("n1", "10.0.0.1", "web-1", 80, "passing")})
 	next(t, w, "change after recovery", func(u Update) bool { return instanceIDs(u.Catalog, "web") == "web-1=passing" })
 
-	reqs := f.requests("/v1/health/service/web")
-	var failed []time.Time
-	for _, r := range reqs {
-		if r.at.After(start) {
-			failed = append(failed, r.at)
-		}
+	attempts := fromFirstFailure(f.requests("/v1/health/service/web"))
+	if len(attempts) < 6 {
+		t.Fatalf("expected 5 failures and a success, got %d requests from the first failure: %+v", len(attempts), attempts)
 	}
-	if len(failed) < 6 {
-		t.Fatalf("expected 5 failures and a success after %v, got %d requests", start, len(failed))
+	for i, r := range attempts[:6] {
+		if r.failed != (i < 5) {
+			t.Fatalf("attempt %d failed=%v, want 5 failures and then a success: %+v", i+1, r.failed, attempts)
+		}
 	}
 	// Exponential backoff from 50ms with 50% jitter: the gap before the 5th
 	// retry is at least 50ms*2^3*0.5 = 200ms, far above the 5ms floor.
-	if gap := failed[5].Sub(failed[4]); gap < 150*time.Millisecond {
+	if gap := attempts[5].at.Sub(attempts[4].at); gap < 150*time.Millisecond {
 		t.Fatalf("no backoff: gap between 5th and 6th attempt is %v", gap)
 	}
 }

@@ -146,11 +146,7 @@ func sameAnswers(t *testing.T, consul, ours gatewayRouting, port uint32, hosts .
 // divergence: a Host with another port (a.example.com:1234) reaches
 // the bridge's virtual host and none of Consul's.
 func TestIngressDomainsMatchConsulXDS(t *testing.T) {
-	agent := consultest.Start(t)
-	registerServices(t, agent,
-		&api.AgentServiceRegistration{Name: "api", Port: 9090, Connect: withSidecar()},
-		&api.AgentServiceRegistration{Name: "web", Port: 9091, Connect: withSidecar()},
-		&api.AgentServiceRegistration{Kind: api.ServiceKindIngressGateway, Name: "edge", ID: "edge", Port: 8443})
+	agent := startIngressWorld(t)
 	writeEntries(t, agent,
 		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "api", Protocol: "http"},
 		&api.ServiceConfigEntry{Kind: api.ServiceDefaults, Name: "web", Protocol: "http"},
@@ -184,11 +180,7 @@ func TestIngressDomainsMatchConsulXDS(t *testing.T) {
 // listener with neither stays plain text in both, and the bridge serves
 // it with the same hosts.
 func TestIngressTLSListenersMatchConsulXDS(t *testing.T) {
-	agent := consultest.Start(t)
-	registerServices(t, agent,
-		&api.AgentServiceRegistration{Name: "api", Port: 9090, Connect: withSidecar()},
-		&api.AgentServiceRegistration{Name: "web", Port: 9091, Connect: withSidecar()},
-		&api.AgentServiceRegistration{Kind: api.ServiceKindIngressGateway, Name: "edge", ID: "edge", Port: 8443})
+	agent := startIngressWorld(t)
 	sds := func(cert string) *api.GatewayTLSSDSConfig {
 		return &api.GatewayTLSSDSConfig{ClusterName: "sds", CertResource: cert}
 	}
@@ -252,4 +244,16 @@ func TestIngressTLSListenersMatchConsulXDS(t *testing.T) {
 			t.Errorf("no warning %q on /v1/policy:\n%s", w, warnings)
 		}
 	}
+}
+
+// startIngressWorld is a Consul with two Connect services, api and web,
+// behind the ingress gateway "edge" (its config entry is each test's).
+func startIngressWorld(t *testing.T) *consultest.Agent {
+	t.Helper()
+	agent := consultest.Start(t)
+	registerServices(t, agent,
+		&api.AgentServiceRegistration{Name: "api", Port: 9090, Connect: withSidecar()},
+		&api.AgentServiceRegistration{Name: "web", Port: 9091, Connect: withSidecar()},
+		&api.AgentServiceRegistration{Kind: api.ServiceKindIngressGateway, Name: "edge", ID: "edge", Port: 8443})
+	return agent
 }

@@ -3,8 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -76,13 +74,7 @@ func TestPlanCoversEveryRole(t *testing.T) {
 	agent.RegisterTTL(t, "billing", "billing-1", 3001, nil, nil)
 	dir := t.TempDir()
 	src := strings.Replace(rolesPolicy, "%CONSUL%", agent.HTTPAddr(), 1)
-	write := func(name, content string) string {
-		f := filepath.Join(dir, name)
-		if err := os.WriteFile(f, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
+	write := fileWriter(t, dir)
 	file := write("config.hcl", src)
 	d := runDaemon(t, file)
 	admin := d.AdminAddr().String()

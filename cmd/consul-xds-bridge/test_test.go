@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -88,13 +87,7 @@ const cmdCatalog = `{"services": {"api": [
 
 func TestTestCommand(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, src string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := fileWriter(t, dir)
 	pol := write("policy.hcl", cmdTestPolicy)
 	pass := write("pass.test.hcl", cmdPassingTests)
 	fail := write("fail.test.hcl", cmdFailingTests)

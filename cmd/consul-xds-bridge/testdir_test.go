@@ -12,16 +12,7 @@ import (
 // usage error, as for the other commands.
 func TestTestCommandDirectory(t *testing.T) {
 	dir := t.TempDir()
-	write := func(name, src string) string {
-		p := filepath.Join(dir, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
+	write := fileWriter(t, dir)
 	pol := write("edge/policy.hcl", cmdTestPolicy)
 	pass := write("edge/pass.test.hcl", cmdPassingTests)
 	// Not *.hcl: not read as configuration.

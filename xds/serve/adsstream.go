@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 )
 
 // adsServer is what the bridge's two servers (delta.go, sotw.go) hold.
@@ -177,6 +178,27 @@ func readEnd(err error) error {
 		return nil
 	}
 	return err
+}
+
+// reusedRecv reads each of a stream's requests into one message: gRPC's
+// generated Recv allocates a new one for every read, and at a fleet's
+// connect those were the most numerous short-lived objects (eight a
+// proxy), spread among the spans that long-lived state then kept
+// half-empty (bench/README.md, "Where a storm's memory stays"). Nothing
+// keeps a request past its handling (the cache keeps its node and what it
+// asked: cache.asked; the tracker keeps strings), and every decode starts
+// from an empty message (proto.Unmarshal, the node memo's proto.Reset).
+func reusedRecv[Req any, P interface {
+	*Req
+	proto.Message
+}](str grpc.ServerStream) func() (P, error) {
+	req := P(new(Req))
+	return func() (P, error) {
+		if err := str.RecvMsg(req); err != nil {
+			return nil, err
+		}
+		return req, nil
+	}
 }
 
 // errEmptyRequest ends a stream whose read gave no request.

@@ -58,7 +58,7 @@ func (d *deltaServer) serve(str stream.DeltaStream, defaultTypeURL string) error
 	return runStream(&st.adsStream, d.ender, str.Context(),
 		func(ctx context.Context) error { return d.cb.OnDeltaStreamOpen(ctx, st.id, defaultTypeURL) },
 		func(node *corev3.Node) { d.cb.OnDeltaStreamClosed(st.id, node) },
-		str.Recv, func(req *discoveryv3.DeltaDiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send, d.senders)
+		reusedRecv[discoveryv3.DeltaDiscoveryRequest](str), func(req *discoveryv3.DeltaDiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send, d.senders)
 }
 
 func (st *deltaStream) send(r cachev3.DeltaResponse, nonce int64) error {

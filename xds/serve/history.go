@@ -17,20 +17,26 @@ type history struct {
 }
 
 // eventRing holds a node's last historyLen events in place: recording
-// one allocates nothing, which matters when a change is pushed to
-// thousands of proxies at once (each push and ACK is an event). It is
-// ~0.9 KiB, held for every connected proxy: an event's type is a number
-// and what is rare (a NACK's text, a type without a short name) lives
-// apart, allocated only for a proxy that has some.
+// one allocates nothing once the ring is full, which matters when a change
+// is pushed to thousands of proxies at once (each push and ACK is an
+// event). An event's type is a number and what is rare (a NACK's text, a
+// type without a short name) lives apart, allocated only for a proxy that
+// has some.
+//
+// The ring takes room as it fills: historyFirst slots (320 bytes), then
+// historyLen (~0.9 KiB). A proxy that has only connected holds its
+// connect's pushes and ACKs (eight over ADS), and most of a large fleet's
+// proxies are pushed to rarely: every proxy's full ring was a tenth of the
+// bridge's own memory per proxy at N = 10,000 (bench/README.md).
 type eventRing struct {
-	slots [historyLen]slot
-	next  int // where the next event goes
-	n     int // events held, up to historyLen
+	slots []slot // len: events held; cap grows to historyLen
+	next  int    // where the next event goes (len(slots) until full)
 	rare  *[historyLen]rareFields
 }
 
 const (
 	historyLen      = 20
+	historyFirst    = 8
 	historyNACKText = 512
 )
 
@@ -60,7 +66,8 @@ type event struct {
 	kind      eventKind
 }
 
-// slot is an event as a ring holds it: 40 bytes, 20 per connected proxy.
+// slot is an event as a ring holds it: 40 bytes, up to 20 per connected
+// proxy.
 type slot struct {
 	at        int64
 	version   string
@@ -86,6 +93,17 @@ var eventNames = [...]string{eventPush: "push", eventACK: "ack", eventNACK: "nac
 
 func (r *eventRing) put(ev event) {
 	i := r.next
+	if len(r.slots) < historyLen {
+		if len(r.slots) == cap(r.slots) {
+			grown := make([]slot, len(r.slots), historyLen)
+			if cap(r.slots) == 0 {
+				grown = make([]slot, 0, historyFirst)
+			}
+			copy(grown, r.slots)
+			r.slots = grown
+		}
+		r.slots = r.slots[:len(r.slots)+1]
+	}
 	r.slots[i] = slot{at: ev.at, version: ev.version, id: ev.stream.id, delta: ev.stream.delta,
 		resources: ev.resources, kind: ev.kind, typ: shortTypeNumbers[ev.typ]}
 	rare := rareFields{err: ev.err}
@@ -100,7 +118,6 @@ func (r *eventRing) put(ev event) {
 		r.rare[i] = rare
 	}
 	r.next = (r.next + 1) % historyLen
-	r.n = min(r.n+1, historyLen)
 }
 
 func (r *eventRing) event(i int) HistoryEvent {
@@ -151,8 +168,8 @@ func (s *Server) History(nodeID string) []HistoryEvent {
 	if r == nil {
 		return nil
 	}
-	evs := make([]HistoryEvent, 0, r.n)
-	for i := 1; i <= r.n; i++ { // newest first
+	evs := make([]HistoryEvent, 0, len(r.slots))
+	for i := 1; i <= len(r.slots); i++ { // newest first
 		evs = append(evs, r.event((r.next-i+historyLen)%historyLen))
 	}
 	return evs

@@ -45,9 +45,35 @@ func TestEventRingKeepsEveryField(t *testing.T) {
 }
 
 // TestEventRingSize: a connected proxy's history stays under 1 KiB (the
-// allocation's size class); it was 1.75 KiB.
+// allocations' size classes; it was 1.75 KiB), and one that has only
+// connected (eight events over ADS) holds a third of that.
 func TestEventRingSize(t *testing.T) {
-	if n := unsafe.Sizeof(eventRing{}); n > 896 {
-		t.Errorf("eventRing is %d bytes, want at most 896", n)
+	if n := unsafe.Sizeof(eventRing{}) + historyLen*unsafe.Sizeof(slot{}); n > 896 {
+		t.Errorf("a full ring is %d bytes, want at most 896", n)
+	}
+	if n := unsafe.Sizeof(eventRing{}) + historyFirst*unsafe.Sizeof(slot{}); n > 368 {
+		t.Errorf("a connected proxy's ring is %d bytes, want at most 368", n)
+	}
+}
+
+// TestEventRingGrowsThenWraps: the ring takes room as events come
+// (historyFirst slots, then historyLen) and, full, replaces its oldest;
+// newest first, nothing is lost or reordered across the growth.
+func TestEventRingGrowsThenWraps(t *testing.T) {
+	r := &eventRing{}
+	for k := 1; k <= 2*historyLen+3; k++ {
+		r.put(event{at: int64(k), stream: streamKey{id: 1}, kind: eventPush, typ: resourcev3.ClusterType, version: "v"})
+		wantCap := historyLen
+		if k <= historyFirst {
+			wantCap = historyFirst
+		}
+		if len(r.slots) != min(k, historyLen) || cap(r.slots) != wantCap {
+			t.Fatalf("after %d events: %d held in room for %d, want %d in %d", k, len(r.slots), cap(r.slots), min(k, historyLen), wantCap)
+		}
+		for i := 1; i <= len(r.slots); i++ { // as Server.History reads it
+			if got := r.event((r.next - i + historyLen) % historyLen).At.UnixNano(); got != int64(k-i+1) {
+				t.Fatalf("after %d events, the %dth newest is event %d, want %d", k, i, got, k-i+1)
+			}
+		}
 	}
 }

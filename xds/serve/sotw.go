@@ -90,7 +90,7 @@ func (s *sotwServer) serve(str stream.Stream, defaultTypeURL string) error {
 	return runStream(&st.adsStream, s.ender, str.Context(),
 		func(ctx context.Context) error { return s.cb.OnStreamOpen(ctx, st.id, defaultTypeURL) },
 		func(node *corev3.Node) { s.cb.OnStreamClosed(st.id, node) },
-		str.Recv, func(req *discoveryv3.DiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send, s.senders)
+		reusedRecv[discoveryv3.DiscoveryRequest](str), func(req *discoveryv3.DiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send, s.senders)
 }
 
 func (st *sotwStream) send(r cachev3.Response, nonce int64) error {

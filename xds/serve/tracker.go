@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"slices"
 	"strconv"
@@ -348,6 +349,10 @@ func (t *tracker) request(now time.Time, key streamKey, node *corev3.Node, typeU
 		return res
 	}
 	res.version = ts.sentVersion
+	// From here nonce is the sent nonce: what is kept is the sent string,
+	// not the request's copy of it (a small object per type of every
+	// stream, decoded among a storm's garbage and keeping its span).
+	nonce = ts.sentNonce
 	switch {
 	case errDetail != "":
 		res.kind = reqRepeat
@@ -391,15 +396,15 @@ func (st *streamState) subscribe(ts *typeState, u nameUpdate) string {
 		return why
 	}
 	remove, _ := size(u.remove)
-	next := max(ts.nameBytes+add-remove, 0)
+	next := max(int(ts.nameBytes)+add-remove, 0)
 	if u.replace {
 		next = add
 	}
-	if total := st.nameBytes - ts.nameBytes + next; total > maxNameBytesPerStream {
+	if total := st.nameBytes - int(ts.nameBytes) + next; total > maxNameBytesPerStream {
 		return fmt.Sprintf("resource names of %d bytes on one stream are over the limit of %d", total, maxNameBytesPerStream)
 	}
-	st.nameBytes += next - ts.nameBytes
-	ts.nameBytes = next
+	st.nameBytes += next - int(ts.nameBytes)
+	ts.nameBytes = int32(next) // at most maxNameBytesPerStream
 	return ""
 }
 
@@ -419,7 +424,7 @@ func (t *tracker) response(now time.Time, key streamKey, typeURL, version, nonce
 		}
 		ts = st.types.add(typeURL)
 	}
-	ts.sentVersion, ts.sentNonce, ts.sentAt, ts.sentResources = version, nonce, t.stamp(now), resources
+	ts.sentVersion, ts.sentNonce, ts.sentAt, ts.sentResources = version, nonce, t.stamp(now), int32(min(resources, math.MaxInt32))
 	if typeURL == resourcev3.EndpointType && st.node != nil && names != nil {
 		if e := t.expect[cache.Key(st.node)]; e != nil {
 			if ts.got == nil {

@@ -51,7 +51,12 @@ type typeState struct {
 	url                    string // the type URL (canonicalType's)
 	sentVersion, sentNonce string
 	sentAt                 stamp
-	sentResources          int // in the last response
+	sentResources          int32 // in the last response
+	// nameBytes is the size of the names subscribed (an upper bound for
+	// delta: duplicates are counted again); at most maxNameBytesPerStream.
+	// Beside sentResources: two int32s in one word keep a stream's four
+	// states in a 576-byte object, not 640.
+	nameBytes int32
 	// got holds the expected endpoints (tracker.expect) this stream was
 	// sent, for expectation expectGen.
 	got                      map[string]bool
@@ -60,9 +65,6 @@ type typeState struct {
 	ackedAt                  stamp
 	nackedNonce              string // == sentNonce while the last response stands rejected
 	lastNACK                 *NACKInfo
-	// nameBytes is the size of the names subscribed (an upper bound for
-	// delta: duplicates are counted again).
-	nameBytes int
 }
 
 // status is the type's status when its last response was sent sinceSent

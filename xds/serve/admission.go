@@ -112,7 +112,7 @@ func (t *tracker) initialSyncDone(key streamKey) bool {
 		return false
 	}
 	answered := func(ts *typeState) bool {
-		return ts != nil && ts.sentNonce != "" && (ts.ackedNonce == ts.sentNonce || ts.nackedNonce == ts.sentNonce)
+		return ts != nil && ts.sentNonce != "" && ts.answered()
 	}
 	for i := range st.types {
 		// Types the bridge does not serve are never answered.

@@ -244,13 +244,13 @@ func (t *tracker) caughtUp(key string, versions map[string]string, upToDate map[
 		// A stream that rejected the clusters will not ask for their
 		// endpoints: do not wait for those.
 		cds := st.types.get(resourcev3.ClusterType)
-		rejectedClusters := cds != nil && cds.sentNonce != "" && cds.nackedNonce == cds.sentNonce
+		rejectedClusters := cds != nil && cds.sentNonce != "" && cds.nacked
 		for _, typ := range slices.Sorted(maps.Keys(versions)) {
 			ts := st.types.get(typ)
 			if ts == nil || typ == resourcev3.EndpointType && rejectedClusters {
 				continue
 			}
-			answered := ts.ackedNonce == ts.sentNonce || ts.nackedNonce == ts.sentNonce
+			answered := ts.answered()
 			// Sent nothing of this version because it lacks nothing: its
 			// request is answered and its watch waits, up to date.
 			current := answered && upToDate[cache.Filed{Order: uint64(sk.id), Delta: sk.delta, Type: typ}]

@@ -349,27 +349,25 @@ func (t *tracker) request(now time.Time, key streamKey, node *corev3.Node, typeU
 		return res
 	}
 	res.version = ts.sentVersion
-	// From here nonce is the sent nonce: what is kept is the sent string,
-	// not the request's copy of it (a small object per type of every
-	// stream, decoded among a storm's garbage and keeping its span).
-	nonce = ts.sentNonce
+	// From here nonce is the sent nonce.
 	switch {
 	case errDetail != "":
 		res.kind = reqRepeat
-		if ts.nackedNonce != nonce {
+		if !ts.nacked {
 			res.kind = reqNACK
-			ts.nackedNonce = nonce
-			ts.lastNACK = &NACKInfo{Version: ts.sentVersion, Nonce: nonce, Error: truncate(errDetail, maxNACKText), ErrorBytes: len(errDetail), At: now}
+			ts.nacked = true
+			// The sent string, not the request's copy of it.
+			ts.lastNACK = &NACKInfo{Version: ts.sentVersion, Nonce: ts.sentNonce, Error: truncate(errDetail, maxNACKText), ErrorBytes: len(errDetail), At: now}
 		}
-	case ts.nackedNonce == nonce:
+	case ts.nacked:
 		// After a NACK, SotW requests for the type (e.g. a subscription
 		// change) keep the rejected response's nonce and the old version.
 		res.kind = reqRepeat
 	case key.delta || version == ts.sentVersion:
 		res.kind = reqRepeat
-		if ts.ackedNonce != nonce {
+		if !ts.acked {
 			res.kind = reqACK
-			ts.ackedVersion, ts.ackedNonce, ts.ackedAt = ts.sentVersion, nonce, t.stamp(now)
+			ts.ackedVersion, ts.acked, ts.ackedAt = ts.sentVersion, true, t.stamp(now)
 		}
 	default:
 		// Latest nonce, no error, another version: not an ACK of what we
@@ -425,6 +423,7 @@ func (t *tracker) response(now time.Time, key streamKey, typeURL, version, nonce
 		ts = st.types.add(typeURL)
 	}
 	ts.sentVersion, ts.sentNonce, ts.sentAt, ts.sentResources = version, nonce, t.stamp(now), int32(min(resources, math.MaxInt32))
+	ts.acked, ts.nacked = false, false
 	if typeURL == resourcev3.EndpointType && st.node != nil && names != nil {
 		if e := t.expect[cache.Key(st.node)]; e != nil {
 			if ts.got == nil {

@@ -73,6 +73,12 @@ func (st *deltaStream) send(r cachev3.DeltaResponse, nonce int64) error {
 	return st.str.Send(resp)
 }
 
+// TakeDelta queues an answer of one of the stream's watches
+// (cache.DeltaSink).
+func (st *deltaStream) TakeDelta(sub cachev3.Subscription, r cachev3.DeltaResponse) {
+	st.deliver(sub.(*cache.Subscription), r.GetNextVersionMap(), r)
+}
+
 // handle acts on one request, in the handler goroutine.
 func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTypeURL string) error {
 	if req == nil {
@@ -107,8 +113,7 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTyp
 		w.sub.Update(subscribe, unsubscribe)
 	}
 	if w.delta == nil {
-		sub := w.sub
-		w.delta = st.d.cache.NewDeltaWatch(uint64(st.id), sub, func(r cachev3.DeltaResponse) { st.deliver(sub, r.GetNextVersionMap(), r) })
+		w.delta = st.d.cache.NewDeltaWatch(uint64(st.id), w.sub, st)
 	}
 	w.delta.File(req)
 	return nil

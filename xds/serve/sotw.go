@@ -93,6 +93,12 @@ func (s *sotwServer) serve(str stream.Stream, defaultTypeURL string) error {
 		reusedRecv[discoveryv3.DiscoveryRequest](str), func(req *discoveryv3.DiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send, s.senders)
 }
 
+// TakeSotw queues an answer of one of the stream's watches
+// (cache.SotwSink).
+func (st *sotwStream) TakeSotw(sub cachev3.Subscription, r cachev3.Response) {
+	st.deliver(sub.(*cache.Subscription), r.GetReturnedResources(), r)
+}
+
 func (st *sotwStream) send(r cachev3.Response, nonce int64) error {
 	resp, err := r.GetDiscoveryResponse()
 	if err != nil {
@@ -161,8 +167,7 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 	}
 	w.names, w.digested = digest, names
 	if w.sotw == nil {
-		sub := w.sub
-		w.sotw = st.s.cache.NewSotwWatch(uint64(st.id), sub, func(r cachev3.Response) { st.deliver(sub, r.GetReturnedResources(), r) })
+		w.sotw = st.s.cache.NewSotwWatch(uint64(st.id), w.sub, st)
 	}
 	w.sotw.File(req, same)
 	return nil

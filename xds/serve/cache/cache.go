@@ -133,7 +133,7 @@ func (c *Cache) Set(key string, sets map[string]*Set) []string {
 				delete(k.sotw[typ], w)
 				w.filed.in = nil
 				answered = fan.attach(resp, false) || answered
-				w.send(resp)
+				w.take(resp)
 				continue
 			}
 			w.seen = ts.mark
@@ -143,7 +143,7 @@ func (c *Cache) Set(key string, sets map[string]*Set) []string {
 				delete(k.delta[typ], w)
 				w.filed.in = nil
 				answered = fan.attach(resp, false) || answered
-				w.send(resp)
+				w.take(resp)
 				continue
 			}
 			w.seen = ts.mark

@@ -67,7 +67,7 @@
 // Server.mu while it sets and reads what keys are served; the cache, under
 // its lock, calls nothing but what it was given to call:
 //
-//   - the send function a watch was made with (NewSotwWatch, NewDeltaWatch), which
+//   - the sink a watch was made with (NewSotwWatch, NewDeltaWatch), which
 //     must only queue the answer (serve's adsStream.deliver appends it to
 //     the stream's outbox) and never block;
 //   - the channel of a watch opened with CreateWatch or CreateDeltaWatch

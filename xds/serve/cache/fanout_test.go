@@ -163,7 +163,7 @@ func TestCatchUpJoinsOnlyTheLatestUpdate(t *testing.T) {
 // openDeltaWatch files a watch of its own for req; own says whether its
 // answers may edit the versions the stream holds (the bridge's server).
 func (c *Cache) openDeltaWatch(order uint64, req *cachev3.DeltaRequest, sub cachev3.Subscription, own bool, send func(cachev3.DeltaResponse)) func() {
-	w := &DeltaWatch{watchBase: watchBase{c: c, order: order, sub: sub, own: own}, send: send}
+	w := &DeltaWatch{watchBase: watchBase{c: c, order: order, sub: sub, own: own}, to: DeltaFunc(send)}
 	w.File(req)
 	return w.Cancel
 }

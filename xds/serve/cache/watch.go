@@ -39,17 +39,44 @@ type watchBase struct {
 type SotwWatch struct {
 	watchBase
 	filed filing[*SotwWatch]
-	send  func(cachev3.Response) // as DeltaWatch.send
+	to    SotwSink // as DeltaWatch.to
 }
 
 // DeltaWatch is a delta stream's standing watch of one type.
 type DeltaWatch struct {
 	watchBase
 	filed filing[*DeltaWatch]
-	// send hands an answer to the stream, under the cache's lock: it
-	// must not block (serve's adsStream.deliver queues it).
-	send func(cachev3.DeltaResponse)
+	// to takes the watch's answers, under the cache's lock: it must not
+	// block (serve's adsStream.deliver queues them).
+	to DeltaSink
 }
+
+// DeltaSink takes a delta watch's answers with the watch's subscription.
+// A stream is one for all its watches: a function per watch, closing over
+// the stream and the subscription, was a small object kept for every type
+// of every stream (bench/README.md, "Where a storm's memory stays").
+type DeltaSink interface {
+	TakeDelta(sub cachev3.Subscription, r cachev3.DeltaResponse)
+}
+
+// SotwSink is DeltaSink for SotW.
+type SotwSink interface {
+	TakeSotw(sub cachev3.Subscription, r cachev3.Response)
+}
+
+// DeltaFunc is a DeltaSink that has no use for the subscription.
+type DeltaFunc func(cachev3.DeltaResponse)
+
+func (f DeltaFunc) TakeDelta(_ cachev3.Subscription, r cachev3.DeltaResponse) { f(r) }
+
+// SotwFunc is DeltaFunc for SotW.
+type SotwFunc func(cachev3.Response)
+
+func (f SotwFunc) TakeSotw(_ cachev3.Subscription, r cachev3.Response) { f(r) }
+
+func (w *DeltaWatch) take(r cachev3.DeltaResponse) { w.to.TakeDelta(w.sub, r) }
+
+func (w *SotwWatch) take(r cachev3.Response) { w.to.TakeSotw(w.sub, r) }
 
 // filing is where a watch waits, if it does: its key's watches of its
 // type. Written under the cache's lock.
@@ -78,15 +105,15 @@ func (f *filing[W]) unfile(w W) {
 }
 
 // NewSotwWatch is the bridge's SotW server's watch of one type for the
-// stream numbered order, with the stream's subscription of the type;
-// send hands it the answers.
-func (c *Cache) NewSotwWatch(order uint64, sub cachev3.Subscription, send func(cachev3.Response)) *SotwWatch {
-	return &SotwWatch{watchBase: watchBase{c: c, order: order, sub: sub, own: true}, send: send}
+// stream numbered order, with the stream's subscription of the type; to
+// takes the answers.
+func (c *Cache) NewSotwWatch(order uint64, sub cachev3.Subscription, to SotwSink) *SotwWatch {
+	return &SotwWatch{watchBase: watchBase{c: c, order: order, sub: sub, own: true}, to: to}
 }
 
 // NewDeltaWatch is NewSotwWatch for delta.
-func (c *Cache) NewDeltaWatch(order uint64, sub cachev3.Subscription, send func(cachev3.DeltaResponse)) *DeltaWatch {
-	return &DeltaWatch{watchBase: watchBase{c: c, order: order, sub: sub, own: true}, send: send}
+func (c *Cache) NewDeltaWatch(order uint64, sub cachev3.Subscription, to DeltaSink) *DeltaWatch {
+	return &DeltaWatch{watchBase: watchBase{c: c, order: order, sub: sub, own: true}, to: to}
 }
 
 // File answers req at once if the stream lacks something, or files the
@@ -103,7 +130,7 @@ func (w *SotwWatch) File(req *cachev3.Request, sameNames bool) {
 }
 
 func (w *SotwWatch) file(req *cachev3.Request, held string) {
-	fileOrAnswer(&w.watchBase, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), held, sotwAnswer, w.send,
+	fileOrAnswer(&w.watchBase, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), held, sotwAnswer, w,
 		func(k *keyState) { w.filed.file(k.sotw, req.GetTypeUrl(), w) })
 }
 
@@ -111,7 +138,7 @@ func (w *SotwWatch) file(req *cachev3.Request, held string) {
 // the type (answer's, none if it is R's zero) goes out at once through
 // send, or file files the watch.
 func fileOrAnswer[R comparable](w *watchBase, node *corev3.Node, typ, nonce, held string,
-	answer func(asked, cachev3.Subscription, *Set, string, bool) R, send func(R), file func(*keyState)) {
+	answer func(asked, cachev3.Subscription, *Set, string, bool) R, to interface{ take(R) }, file func(*keyState)) {
 	if w.c.cfg.Watched != nil {
 		w.c.cfg.Watched(node, typ, w.sub, held == "")
 	}
@@ -123,7 +150,7 @@ func fileOrAnswer[R comparable](w *watchBase, node *corev3.Node, typ, nonce, hel
 			return false
 		}
 		fan.attach(resp, true)
-		send(resp)
+		to.take(resp)
 		return true
 	}, func(k *keyState, seen string) {
 		w.seen = seen
@@ -142,7 +169,7 @@ func (w *SotwWatch) Cancel() {
 // the subscription's, and whether they are what the last answer left,
 // the request's (heldMark).
 func (w *DeltaWatch) File(req *cachev3.DeltaRequest) {
-	fileOrAnswer(&w.watchBase, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), heldMark(req, w.sub), deltaAnswer, w.send,
+	fileOrAnswer(&w.watchBase, req.GetNode(), req.GetTypeUrl(), req.GetResponseNonce(), heldMark(req, w.sub), deltaAnswer, w,
 		func(k *keyState) { w.filed.file(k.delta, req.GetTypeUrl(), w) })
 }
 
@@ -158,7 +185,7 @@ func (w *DeltaWatch) Cancel() {
 // go-control-plane's SotW server did (answers copy the held versions);
 // the bridge's own SotW server (serve's sotw.go) keeps a SotwWatch.
 func (c *Cache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch chan cachev3.Response) (func(), error) {
-	w := &SotwWatch{watchBase: watchBase{c: c, sub: sub}, send: func(r cachev3.Response) { ch <- r; HandedOver(r) }}
+	w := &SotwWatch{watchBase: watchBase{c: c, sub: sub}, to: SotwFunc(func(r cachev3.Response) { ch <- r; HandedOver(r) })}
 	w.file(req, "")
 	return w.Cancel, nil
 }
@@ -166,7 +193,7 @@ func (c *Cache) CreateWatch(req *cachev3.Request, sub cachev3.Subscription, ch c
 // OpenSotw files a watch of its own for one request (tests): a
 // SotwWatch filed once.
 func (c *Cache) OpenSotw(order uint64, req *cachev3.Request, sub cachev3.Subscription, sameNames bool, send func(cachev3.Response)) func() {
-	w := c.NewSotwWatch(order, sub, send)
+	w := c.NewSotwWatch(order, sub, SotwFunc(send))
 	w.File(req, sameNames)
 	return w.Cancel
 }
@@ -174,14 +201,14 @@ func (c *Cache) OpenSotw(order uint64, req *cachev3.Request, sub cachev3.Subscri
 // CreateDeltaWatch is go-control-plane's delta watch, kept likewise; the
 // bridge's own delta server (serve's delta.go) keeps a DeltaWatch.
 func (c *Cache) CreateDeltaWatch(req *cachev3.DeltaRequest, sub cachev3.Subscription, ch chan cachev3.DeltaResponse) (func(), error) {
-	w := &DeltaWatch{watchBase: watchBase{c: c, sub: sub}, send: func(r cachev3.DeltaResponse) { ch <- r; HandedOver(r) }}
+	w := &DeltaWatch{watchBase: watchBase{c: c, sub: sub}, to: DeltaFunc(func(r cachev3.DeltaResponse) { ch <- r; HandedOver(r) })}
 	w.File(req)
 	return w.Cancel, nil
 }
 
 // OpenDelta is OpenSotw for delta.
 func (c *Cache) OpenDelta(order uint64, req *cachev3.DeltaRequest, sub cachev3.Subscription, send func(cachev3.DeltaResponse)) func() {
-	w := c.NewDeltaWatch(order, sub, send)
+	w := c.NewDeltaWatch(order, sub, DeltaFunc(send))
 	w.File(req)
 	return w.Cancel
 }

@@ -25,8 +25,21 @@ import (
 // servers refuse a changed identity as before): a different length, or
 // different bytes at either end (nodeSample).
 //
-// What a stream keeps of a node is what the bridge reads: a decoded node
-// loses its extension list, the bulk of it, which nothing here uses.
+// What a stream keeps of a node is what the bridge reads (trimNode).
+
+// trimNode drops what the bridge never reads of a decoded node, which
+// every stream would keep for its life: the extension list (the bulk of
+// an Envoy's node), the client features, listening addresses, dynamic
+// parameters and the build's metadata (of the build version, only the
+// version is read: envoycompat.FromNode). Kept: id, cluster, metadata
+// (sidecar keying and relayed agents read keys of it), locality and the
+// user agent.
+func trimNode(n *corev3.Node) {
+	n.Extensions, n.ClientFeatures, n.ListeningAddresses, n.DynamicParameters = nil, nil, nil, nil
+	if bv := n.GetUserAgentBuildVersion(); bv != nil {
+		bv.Metadata = nil
+	}
+}
 
 // nodeSeed keys the node hashes.
 var nodeSeed = maphash.MakeSeed()
@@ -179,7 +192,7 @@ func (m *nodeMemo) decode(b []byte, into proto.Message) error {
 		SetNode(into, m.node)
 	} else if node := RequestNode(into); node != nil {
 		nodeDecodes.Add(1)
-		node.Extensions = nil
+		trimNode(node)
 		switch sc.nodes {
 		case 1:
 			m.sum, m.size, m.node = sum, sc.nodeEnd-sc.nodeStart, node

@@ -22,7 +22,7 @@ func mustMarshal(t testing.TB, m proto.Message) []byte {
 	return b
 }
 
-// wantDecoded is proto.Unmarshal's result less the node's extensions.
+// wantDecoded is proto.Unmarshal's result less what trimNode drops.
 func wantDecoded(t testing.TB, b []byte, into proto.Message) proto.Message {
 	t.Helper()
 	want := into.ProtoReflect().New().Interface()
@@ -30,7 +30,7 @@ func wantDecoded(t testing.TB, b []byte, into proto.Message) proto.Message {
 		t.Fatal(err)
 	}
 	if n := RequestNode(want); n != nil {
-		n.Extensions = nil
+		trimNode(n)
 	}
 	return want
 }
@@ -154,7 +154,7 @@ func checkMemoDecode(t *testing.T, memo *nodeMemo, b []byte, got proto.Message) 
 	if len(in) != len(b) {
 		SetNode(want, kept)
 	} else if n := RequestNode(want); n != nil {
-		n.Extensions = nil
+		trimNode(n)
 	}
 	if !proto.Equal(got, want) {
 		t.Fatalf("memo decoded %v, want %v", got, want)
@@ -330,4 +330,29 @@ func BenchmarkDecodeSotwACK(b *testing.B) {
 	first := mustMarshal(b, &discoveryv3.DiscoveryRequest{Node: &corev3.Node{Id: "envoy-1", Cluster: "bench"}, TypeUrl: resourcev3.EndpointType, ResourceNames: names})
 	ack := mustMarshal(b, &discoveryv3.DiscoveryRequest{VersionInfo: "4f2a9c", TypeUrl: resourcev3.EndpointType, ResourceNames: names, ResponseNonce: "17"})
 	benchMemoDecode(b, first, ack, func() proto.Message { return &discoveryv3.DiscoveryRequest{} })
+}
+
+// TestDecodedNodeKeepsWhatIsRead: a stream keeps of an Envoy's node what
+// the bridge reads (identity, metadata, user agent and its version), not
+// its extensions, client features or build metadata.
+func TestDecodedNodeKeepsWhatIsRead(t *testing.T) {
+	sent := envoynode.New("sidecar-1", "web")
+	if len(sent.GetExtensions()) == 0 || len(sent.GetClientFeatures()) == 0 || sent.GetUserAgentBuildVersion().GetMetadata() == nil {
+		t.Fatal("the Envoy node lacks what this test drops")
+	}
+	var memo nodeMemo
+	got := &discoveryv3.DeltaDiscoveryRequest{}
+	if err := memo.decode(mustMarshal(t, &discoveryv3.DeltaDiscoveryRequest{Node: sent}), got); err != nil {
+		t.Fatal(err)
+	}
+	n := got.GetNode()
+	if n.GetId() != "sidecar-1" || n.GetCluster() != "web" || n.GetUserAgentName() != sent.GetUserAgentName() ||
+		!proto.Equal(n.GetUserAgentBuildVersion().GetVersion(), sent.GetUserAgentBuildVersion().GetVersion()) ||
+		!proto.Equal(n.GetMetadata(), sent.GetMetadata()) {
+		t.Errorf("the kept node lost what the bridge reads: %v", n)
+	}
+	if len(n.GetExtensions()) != 0 || len(n.GetClientFeatures()) != 0 || n.GetUserAgentBuildVersion().GetMetadata() != nil {
+		t.Errorf("the kept node holds what nothing reads: %d extensions, features %q, build metadata %v",
+			len(n.GetExtensions()), n.GetClientFeatures(), n.GetUserAgentBuildVersion().GetMetadata())
+	}
 }

@@ -64,8 +64,8 @@ type adsStream[R any] struct {
 }
 
 // typeWatch is a stream's subscription to one type and its standing
-// watch in the cache (one of delta and sotw; nil until the type's first
-// request is acted on), which each request files again.
+// watch in the cache (one of delta and sotw, which holds sub), which each
+// request files again.
 type typeWatch struct {
 	typ   string
 	sub   *cache.Subscription
@@ -92,9 +92,9 @@ func (a *adsStream[R]) init(id int64) {
 	a.out.init()
 }
 
-// watchFor is the stream's watch of typ, made with the subscription sub
-// returns when the type has none yet (old false).
-func (a *adsStream[R]) watchFor(typ string, sub func() *cache.Subscription) (w *typeWatch, old bool) {
+// watchFor is the stream's watch of typ, which made makes (the watch and
+// its subscription) when the type has none yet (old false).
+func (a *adsStream[R]) watchFor(typ string, made func(w *typeWatch)) (w *typeWatch, old bool) {
 	for i := range a.watches {
 		if a.watches[i].typ == typ {
 			return &a.watches[i], true
@@ -103,8 +103,10 @@ func (a *adsStream[R]) watchFor(typ string, sub func() *cache.Subscription) (w *
 	if a.watches == nil {
 		a.watches = make([]typeWatch, 0, 4) // ADS: CDS, EDS, LDS, RDS
 	}
-	a.watches = append(a.watches, typeWatch{typ: typ, sub: sub()})
-	return &a.watches[len(a.watches)-1], false
+	a.watches = append(a.watches, typeWatch{typ: typ})
+	w = &a.watches[len(a.watches)-1]
+	made(w)
+	return w, false
 }
 
 // deliver queues an answer for the sending goroutine. It runs under the

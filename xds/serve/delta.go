@@ -100,8 +100,9 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTyp
 	subscribe, unsubscribe := req.GetResourceNamesSubscribe(), cache.ClientNames(req.GetResourceNamesUnsubscribe())
 	// The type's first request: initial versions (a reconnecting
 	// client's) count only here; no names means the legacy wildcard.
-	w, old := st.watchFor(typ, func() *cache.Subscription {
-		return cache.NewDeltaSubscription(subscribe, unsubscribe, cache.ClientVersions(req.GetInitialResourceVersions()))
+	w, old := st.watchFor(typ, func(w *typeWatch) {
+		w.delta = st.d.cache.NewDeltaWatchOf(uint64(st.id), subscribe, unsubscribe, cache.ClientVersions(req.GetInitialResourceVersions()), st)
+		w.sub = w.delta.Subscription()
 	})
 	if old {
 		// Cancelled first: the cache touches the subscription only while
@@ -111,9 +112,6 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTyp
 			cache.OwnHeld(w.sub) // unsubscribing edits what it holds
 		}
 		w.sub.Update(subscribe, unsubscribe)
-	}
-	if w.delta == nil {
-		w.delta = st.d.cache.NewDeltaWatch(uint64(st.id), w.sub, st)
 	}
 	w.delta.File(req)
 	return nil

@@ -147,7 +147,10 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 		return err
 	}
 	names := req.GetResourceNames()
-	w, old := st.watchFor(typ, func() *cache.Subscription { return cache.NewSotwSubscription(names) })
+	w, old := st.watchFor(typ, func(w *typeWatch) {
+		w.sotw = st.s.cache.NewSotwWatchOf(uint64(st.id), names, st)
+		w.sub = w.sotw.Subscription()
+	})
 	// An ACK repeating the names of the type's last request carries that
 	// request's slice (package cache's nodememo.go): its digest is the one before.
 	digest := w.names
@@ -166,9 +169,6 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 		}
 	}
 	w.names, w.digested = digest, names
-	if w.sotw == nil {
-		w.sotw = st.s.cache.NewSotwWatch(uint64(st.id), w.sub, st)
-	}
 	w.sotw.File(req, same)
 	return nil
 }

@@ -40,21 +40,31 @@ const explicitWildcard = "*"
 // NewSotwSubscription is a SotW stream's subscription after its first
 // request of a type, which named names.
 func NewSotwSubscription(names []string) *Subscription {
-	s := &Subscription{wildcard: len(names) == 0, legacyWildcard: true, returned: map[string]string{}}
-	s.SetNames(names)
+	s := &Subscription{}
+	s.initSotw(names)
 	return s
+}
+
+func (s *Subscription) initSotw(names []string) {
+	*s = Subscription{wildcard: len(names) == 0, legacyWildcard: true, returned: map[string]string{}}
+	s.SetNames(names)
 }
 
 // NewDeltaSubscription is a delta stream's after its first request of a
 // type; held is what the client says it holds (initial_resource_versions),
 // nil for nothing.
 func NewDeltaSubscription(subscribe, unsubscribe []string, held map[string]string) *Subscription {
+	s := &Subscription{}
+	s.initDelta(subscribe, unsubscribe, held)
+	return s
+}
+
+func (s *Subscription) initDelta(subscribe, unsubscribe []string, held map[string]string) {
 	if held == nil {
 		held = map[string]string{}
 	}
-	s := &Subscription{wildcard: len(subscribe) == 0, legacyWildcard: true, returned: held}
+	*s = Subscription{wildcard: len(subscribe) == 0, legacyWildcard: true, returned: held}
 	s.Update(subscribe, unsubscribe)
-	return s
 }
 
 func (s *Subscription) SubscribedResources() map[string]struct{} { return s.names.set() }

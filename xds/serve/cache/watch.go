@@ -39,7 +39,8 @@ type watchBase struct {
 type SotwWatch struct {
 	watchBase
 	filed filing[*SotwWatch]
-	to    SotwSink // as DeltaWatch.to
+	to    SotwSink     // as DeltaWatch.to
+	ours  Subscription // as DeltaWatch.ours
 }
 
 // DeltaWatch is a delta stream's standing watch of one type.
@@ -49,6 +50,12 @@ type DeltaWatch struct {
 	// to takes the watch's answers, under the cache's lock: it must not
 	// block (serve's adsStream.deliver queues them).
 	to DeltaSink
+	// ours is the watch's subscription when it was made with one
+	// (NewDeltaWatchOf): one object for the two, where a subscription
+	// apart was a 24-byte object per type of every stream, kept among a
+	// connect's garbage of that size (bench/README.md, "Where a storm's
+	// memory stays").
+	ours Subscription
 }
 
 // DeltaSink takes a delta watch's answers with the watch's subscription.
@@ -110,6 +117,30 @@ func (f *filing[W]) unfile(w W) {
 func (c *Cache) NewSotwWatch(order uint64, sub cachev3.Subscription, to SotwSink) *SotwWatch {
 	return &SotwWatch{watchBase: watchBase{c: c, order: order, sub: sub, own: true}, to: to}
 }
+
+// NewSotwWatchOf is NewSotwWatch with a subscription of its own, made
+// as NewSotwSubscription(names) makes one (Subscription returns it).
+func (c *Cache) NewSotwWatchOf(order uint64, names []string, to SotwSink) *SotwWatch {
+	w := &SotwWatch{watchBase: watchBase{c: c, order: order, own: true}, to: to}
+	w.ours.initSotw(names)
+	w.sub = &w.ours
+	return w
+}
+
+// Subscription is the watch's own subscription (NewSotwWatchOf's).
+func (w *SotwWatch) Subscription() *Subscription { return &w.ours }
+
+// NewDeltaWatchOf is NewSotwWatchOf for delta: its subscription is made
+// as NewDeltaSubscription(subscribe, unsubscribe, held) makes one.
+func (c *Cache) NewDeltaWatchOf(order uint64, subscribe, unsubscribe []string, held map[string]string, to DeltaSink) *DeltaWatch {
+	w := &DeltaWatch{watchBase: watchBase{c: c, order: order, own: true}, to: to}
+	w.ours.initDelta(subscribe, unsubscribe, held)
+	w.sub = &w.ours
+	return w
+}
+
+// Subscription is the watch's own subscription (NewDeltaWatchOf's).
+func (w *DeltaWatch) Subscription() *Subscription { return &w.ours }
 
 // NewDeltaWatch is NewSotwWatch for delta.
 func (c *Cache) NewDeltaWatch(order uint64, sub cachev3.Subscription, to DeltaSink) *DeltaWatch {

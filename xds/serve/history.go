@@ -95,10 +95,11 @@ func (r *eventRing) put(ev event) {
 	i := r.next
 	if len(r.slots) < historyLen {
 		if len(r.slots) == cap(r.slots) {
-			grown := make([]slot, len(r.slots), historyLen)
+			room := historyLen
 			if cap(r.slots) == 0 {
-				grown = make([]slot, 0, historyFirst)
+				room = historyFirst
 			}
+			grown := make([]slot, len(r.slots), room)
 			copy(grown, r.slots)
 			r.slots = grown
 		}

@@ -56,6 +56,27 @@ func TestEventRingSize(t *testing.T) {
 	}
 }
 
+// TestEventRingAllocatesItsRoomOnce: a ring's first events allocate its
+// first room only, and a full ring records without allocating.
+func TestEventRingAllocatesItsRoomOnce(t *testing.T) {
+	ev := event{at: 1, stream: streamKey{id: 1}, kind: eventPush, typ: resourcev3.ClusterType, version: "v"}
+	if n := testing.AllocsPerRun(50, func() {
+		r := &eventRing{}
+		for range historyFirst {
+			r.put(ev)
+		}
+	}); n != 1 { // the first room (the ring itself stays on the stack here)
+		t.Errorf("a ring's first %d events took %v allocations, want 1", historyFirst, n)
+	}
+	r := &eventRing{}
+	for range historyLen {
+		r.put(ev)
+	}
+	if n := testing.AllocsPerRun(50, func() { r.put(ev) }); n != 0 {
+		t.Errorf("an event in a full ring took %v allocations, want 0", n)
+	}
+}
+
 // TestEventRingGrowsThenWraps: the ring takes room as events come
 // (historyFirst slots, then historyLen) and, full, replaces its oldest;
 // newest first, nothing is lost or reordered across the growth.

@@ -2,6 +2,7 @@ package cache
 
 import (
 	"strings"
+	"sync"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 
@@ -29,13 +30,60 @@ const classSep = "\x1e"
 // Key is the cache key of a node: its node.cluster, marked for
 // proxyless gRPC clients (user agent "gRPC ..." / "grpc-go").
 func Key(node *corev3.Node) string {
-	if isProxyless(node) {
-		return proxylessKey + node.GetCluster()
+	k := builtKey{cluster: node.GetCluster(), proxyless: isProxyless(node)}
+	if !k.proxyless {
+		if k.class = envoycompat.ClassOfNode(node); k.class.Current() {
+			return k.cluster
+		}
 	}
-	if c := envoycompat.ClassOfNode(node); !c.Current() {
-		return node.GetCluster() + classSep + c.String()
+	return k.key()
+}
+
+// builtKey is what a key other than the node.cluster itself is built
+// from. Key runs for every request in several places (the tracker, the
+// callbacks, the cache's open, the served-keys check), and building such
+// a key each time made tiny strings by the tens per proxy at a fleet's
+// connect, garbage scattered among the small objects the streams keep
+// (bench/README.md, "Where a storm's memory stays"). So built keys are
+// interned: up to maxBuiltKeys of them, of node.clusters up to
+// maxInternedCluster bytes (clients choose their node.cluster: beyond
+// either bound a key is built as before, at most ~1 MiB kept).
+type builtKey struct {
+	cluster   string
+	class     envoycompat.Class
+	proxyless bool
+}
+
+const (
+	maxBuiltKeys       = 4096
+	maxInternedCluster = 256
+)
+
+var builtKeys = struct {
+	sync.Mutex
+	m map[builtKey]string
+}{m: map[builtKey]string{}}
+
+func (k builtKey) key() string {
+	builtKeys.Lock()
+	s, ok := builtKeys.m[k]
+	builtKeys.Unlock()
+	if ok {
+		return s
 	}
-	return node.GetCluster()
+	if k.proxyless {
+		s = proxylessKey + k.cluster
+	} else {
+		s = k.cluster + classSep + k.class.String()
+	}
+	if len(k.cluster) <= maxInternedCluster {
+		builtKeys.Lock()
+		if len(builtKeys.m) < maxBuiltKeys {
+			builtKeys.m[k] = s
+		}
+		builtKeys.Unlock()
+	}
+	return s
 }
 
 // isProxyless runs on every request: no lower-cased copy of the agent.

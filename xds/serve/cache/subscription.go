@@ -118,6 +118,12 @@ func (s *Subscription) Update(subscribe, unsubscribe []string) {
 		}
 		s.legacyWildcard = false
 	}
+	if s.names == nil && len(unsubscribe) == 0 {
+		if ns := sharedNames(subscribe); ns != nil {
+			s.names = ns
+			return
+		}
+	}
 	// names is the shared set until a name changes, then a copy of it.
 	names, copied := s.names.set(), false
 	own := func() {
@@ -206,6 +212,48 @@ func internNames(set map[string]struct{}) *nameSet {
 	nameSets.mu.Unlock()
 	runtime.AddCleanup(ns, dropNameSets, d)
 	return ns
+}
+
+// sharedNames is the interned set of a few distinct names, if some
+// stream holds one, found without building a map: a stream's first
+// request of a type names what many streams of its group name too, and
+// the map Update built to find the shared set was garbage, a map per type
+// of every proxy at a fleet's connect (bench/README.md, "Where a storm's
+// memory stays"). nil when there is none, for more than
+// maxSharedLookup names, duplicates or the wildcard (Update then builds
+// the set).
+func sharedNames(names []string) *nameSet {
+	if len(names) == 0 || len(names) > maxSharedLookup {
+		return nil
+	}
+	for i, n := range names {
+		if n == explicitWildcard || slices.Contains(names[:i], n) {
+			return nil
+		}
+	}
+	d := digestOf(slices.Values(names))
+	var buf [4]weak.Pointer[nameSet]
+	nameSets.mu.Lock()
+	candidates := append(buf[:0], nameSets.sets[d]...)
+	nameSets.mu.Unlock()
+	for _, wp := range candidates {
+		if ns := wp.Value(); ns != nil && len(ns.m) == len(names) && holdsAll(ns.m, names) {
+			return ns
+		}
+	}
+	return nil
+}
+
+// maxSharedLookup bounds sharedNames' quadratic check for duplicates.
+const maxSharedLookup = 16
+
+func holdsAll(set map[string]struct{}, names []string) bool {
+	for _, n := range names {
+		if _, ok := set[n]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // dropNameSets forgets the collected sets of digest d.

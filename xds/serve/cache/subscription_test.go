@@ -134,3 +134,34 @@ func TestUnusedNameSetsAreForgotten(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestFirstSubscriptionFindsTheSharedSet: a stream's first request naming
+// what another stream's set holds takes that set without building one
+// (no allocation), in any order; duplicates or a different set never
+// take a set that differs.
+func TestFirstSubscriptionFindsTheSharedSet(t *testing.T) {
+	held := map[string]string{}
+	first := NewDeltaSubscription([]string{"shared-a", "shared-b"}, nil, held)
+	second := NewDeltaSubscription([]string{"shared-b", "shared-a"}, nil, held)
+	if first.names == nil || second.names != first.names {
+		t.Fatal("the same names in another order did not share the set")
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		var s Subscription
+		s.initDelta([]string{"shared-a", "shared-b"}, nil, held)
+	}); n != 0 {
+		t.Errorf("subscribing a shared set took %v allocations, want 0", n)
+	}
+	dup := NewDeltaSubscription([]string{"shared-a", "shared-a"}, nil, held)
+	if got := dup.SubscribedResources(); len(got) != 1 || dup.names == first.names {
+		t.Errorf("names with a duplicate subscribed %v", got)
+	}
+	other := NewDeltaSubscription([]string{"shared-a", "shared-c"}, nil, held)
+	if got := other.SubscribedResources(); other.names == first.names || len(got) != 2 {
+		t.Errorf("other names subscribed %v", got)
+	}
+	wild := NewDeltaSubscription([]string{"*", "shared-a"}, nil, held)
+	if !wild.IsWildcard() {
+		t.Error("the wildcard among names was lost")
+	}
+}

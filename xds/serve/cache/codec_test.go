@@ -137,3 +137,23 @@ func TestSharedEncodingsAreBounded(t *testing.T) {
 		t.Fatalf("%d responses remembered, want at most %d", len(ts.shared), maxSharedResponses)
 	}
 }
+
+// TestSharedPushIsOneAllocation: a push sent from its shared encoding
+// costs the stream one allocation (its buffers and nonce together), SotW
+// and delta: it is made for every proxy a change reaches.
+func TestSharedPushIsOneAllocation(t *testing.T) {
+	ts := endpointSet(t, map[string]uint32{"api": 9000, "web": 9001})
+	m := newSharedSotw(ts.version, ts.typeURL, ts.order).response(ts.version, ts.typeURL)
+	m.Nonce = "123456789"
+	d := newSharedDelta(ts.version, ts.typeURL, ts.order).response(ts.version, ts.typeURL, nil)
+	d.Nonce = "987654321"
+	c := NewCodec()
+	for _, msg := range []proto.Message{m, d} {
+		if _, err := c.Marshal(msg); err != nil { // encodes the shared prefix once
+			t.Fatal(err)
+		}
+		if n := testing.AllocsPerRun(100, func() { _, _ = c.Marshal(msg) }); n != 1 {
+			t.Errorf("%T from its shared encoding took %v allocations, want 1", msg, n)
+		}
+	}
+}

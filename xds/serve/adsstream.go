@@ -88,7 +88,7 @@ func (w *typeWatch) cancel() {
 
 // init readies a stream numbered id, in place.
 func (a *adsStream[R]) init(id int64) {
-	a.id, a.node = id, &corev3.Node{}
+	a.id = id
 	a.out.init()
 }
 
@@ -208,9 +208,16 @@ var errEmptyRequest = status.Error(codes.Unavailable, "empty request")
 
 // nodeFor is the stream's node: n when a request carries one (it may
 // come only with the first), the one before otherwise.
+//
+// A stream's first request carries its node (firstRequestInterceptor), so
+// the empty node go-control-plane's servers start from is made only for
+// a stream without one: made for every stream, it was dropped at once,
+// among the connect's garbage in the size class the streams' nodes keep.
 func (a *adsStream[R]) nodeFor(n *corev3.Node) *corev3.Node {
 	if n != nil {
 		a.node = n
+	} else if a.node == nil {
+		a.node = &corev3.Node{}
 	}
 	return a.node
 }
@@ -235,5 +242,8 @@ func (a *adsStream[R]) close() *corev3.Node {
 		a.watches[i].cancel()
 	}
 	a.out.drop()
+	if a.node == nil {
+		return &corev3.Node{} // the closed callback gets a node, as before
+	}
 	return a.node
 }

@@ -112,7 +112,7 @@ func (o *outbox[R]) push(r R) {
 // with every other stream would only slow each step of their syncs.
 func (o *outbox[R]) spawnRun(r R) {
 	if cache.InFanout(r) {
-		o.pool.Go(o.run)
+		o.pool.Run(o)
 		return
 	}
 	go o.run()
@@ -134,6 +134,9 @@ func (o *outbox[R]) claimLocked() bool {
 // whose send failed with the send's status, and endStream does for a
 // failure of the bridge's own (a response it could not make), so the
 // handler's read wakes; stop reports the status.
+// runTurn is a sending turn the server's pool runs (sendpool.go).
+func (o *outbox[R]) runTurn() { o.run() }
+
 func (o *outbox[R]) run() {
 	defer o.senders.Done()
 	for {

@@ -50,7 +50,7 @@ type sendPool struct {
 
 	mu      sync.Mutex
 	cond    *sync.Cond
-	queue   []func()
+	queue   []turner
 	head    int
 	idle    int                  // workers waiting for a turn, not yet woken
 	woken   int                  // workers woken for a turn, not yet running
@@ -84,17 +84,30 @@ func newSendPool(clock clockwork.Clock, detached func()) *sendPool {
 	return p
 }
 
-// Go runs turn on a worker, in the order turns were given. A nil pool
+// turner is a sending turn: a stream's outbox, which the pool holds as
+// itself. A function per turn (the outbox's method value) was an
+// allocation for every proxy an update reached.
+type turner interface{ runTurn() }
+
+// turnFunc is a turn that is a function (tests).
+type turnFunc func()
+
+func (f turnFunc) runTurn() { f() }
+
+// Go runs turn on a worker (Run).
+func (p *sendPool) Go(turn func()) { p.Run(turnFunc(turn)) }
+
+// Run runs turn on a worker, in the order turns were given. A nil pool
 // (tests of streams alone) runs it on a goroutine of its own.
-func (p *sendPool) Go(turn func()) {
+func (p *sendPool) Run(turn turner) {
 	if p == nil {
-		go turn()
+		go turn.runTurn()
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
-		go turn() // the server is stopping: its streams still end
+		go turn.runTurn() // the server is stopping: its streams still end
 		return
 	}
 	p.queue = append(p.queue, turn)
@@ -209,7 +222,7 @@ func (p *sendPool) work(w *sendWorker) {
 		w.since = p.clock.Now()
 		p.busy[w] = true
 		p.mu.Unlock()
-		turn()
+		turn.runTurn()
 		runtime.Gosched()
 		p.mu.Lock()
 		if w.detached {

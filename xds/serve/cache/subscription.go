@@ -85,6 +85,15 @@ func (s *Subscription) SetNames(names []string) {
 		}
 		s.legacyWildcard = false
 	}
+	if ns := sharedNames(names); ns != nil { // no wildcard among them
+		for n := range s.returned {
+			if _, ok := ns.m[n]; !ok {
+				delete(s.returned, n)
+			}
+		}
+		s.wildcard, s.names = false, ns
+		return
+	}
 	set := make(map[string]struct{}, len(names))
 	explicit := false
 	for _, n := range names {

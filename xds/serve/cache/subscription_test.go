@@ -164,4 +164,19 @@ func TestFirstSubscriptionFindsTheSharedSet(t *testing.T) {
 	if !wild.IsWildcard() {
 		t.Error("the wildcard among names was lost")
 	}
+
+	// SotW likewise, and a set taken so still forgets what the stream
+	// holds of names it no longer wants.
+	sotw := NewSotwSubscription([]string{"shared-b", "shared-a"})
+	if sotw.names != first.names {
+		t.Error("a SotW subscription of the same names did not share the set")
+	}
+	if n := testing.AllocsPerRun(100, func() { sotw.SetNames([]string{"shared-a", "shared-b"}) }); n != 0 {
+		t.Errorf("naming a shared set again took %v allocations, want 0", n)
+	}
+	sotw.SetReturnedResources(map[string]string{"shared-a": "1", "gone": "2"})
+	sotw.SetNames([]string{"shared-a", "shared-b"})
+	if _, kept := sotw.ReturnedResources()["gone"]; kept || sotw.ReturnedResources()["shared-a"] != "1" {
+		t.Errorf("held after renaming: %v", sotw.ReturnedResources())
+	}
 }

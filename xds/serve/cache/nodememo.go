@@ -7,6 +7,7 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -214,6 +215,12 @@ func (m *nodeMemo) decode(b []byte, into proto.Message) error {
 // requestScan is where a request's node is in its bytes, and whether its
 // SotW names are those the memo holds for its type.
 type requestScan struct {
+	// knownType is the request's type URL when it names one of the
+	// types the bridge serves, in its one type field at typeStart: the
+	// decode gives it the constant rather than a string of its own (every
+	// request, ACKs included, carries a 50-byte type URL).
+	knownType                 string
+	typeStart                 int
 	nodeStart, nodeEnd, nodes int
 	// sameNames: the names (field 3) are, in order, prev, the memo's for
 	// the request's type (field 4).
@@ -223,6 +230,28 @@ type requestScan struct {
 	// length-delimited field 3 entries (as every encoder writes a
 	// repeated string), runs the count of such runs.
 	runStart, runEnd, runs int
+}
+
+// typeField is the type URL's field number in a discovery request.
+func typeField(sotw bool) protowire.Number {
+	if sotw {
+		return 4
+	}
+	return 2
+}
+
+// knownTypes are the type URLs a request is given as constants.
+var knownTypes = []string{resourcev3.ClusterType, resourcev3.EndpointType, resourcev3.ListenerType, resourcev3.RouteType,
+	resourcev3.SecretType, resourcev3.RuntimeType, resourcev3.ScopedRouteType, resourcev3.VirtualHostType, resourcev3.ExtensionConfigType}
+
+// knownType is the constant of knownTypes with t's bytes, "" for none.
+func knownType(t []byte) string {
+	for _, k := range knownTypes {
+		if string(t) == k {
+			return k
+		}
+	}
+	return ""
 }
 
 // nameRun reads the run of length-delimited field 3 entries (tag 0x1a)
@@ -309,12 +338,18 @@ func scanRequest(b []byte, num protowire.Number, sotw bool, memo *nodeMemo) (sc 
 		case sotw && n == 3:
 			wellFormed = false
 			names++
-		case sotw && n == 4:
+		case n == typeField(sotw):
 			wellFormed = wellFormed && typ == protowire.BytesType
 			typeURL = b[value:end]
+			sc.typeStart = off
 			types++
 		}
 		off = end
+	}
+	if types == 1 && wellFormed {
+		if t, l := protowire.ConsumeBytes(typeURL); l == len(typeURL) {
+			sc.knownType = knownType(t)
+		}
 	}
 	if !sotw || memo == nil || !wellFormed || types > 1 || names == 0 {
 		return sc, true
@@ -350,7 +385,8 @@ func scanRequest(b []byte, num protowire.Number, sotw bool, memo *nodeMemo) (sc 
 // the names when names: the fields between those are merged in turn,
 // which protobuf defines to be the same as decoding them at once.
 func (sc *requestScan) unmarshal(b []byte, into proto.Message, node, names bool) error {
-	if !node && !names {
+	known := sc.knownType != ""
+	if !node && !names && !known {
 		return proto.Unmarshal(b, into)
 	}
 	proto.Reset(into)
@@ -367,7 +403,7 @@ func (sc *requestScan) unmarshal(b []byte, into proto.Message, node, names bool)
 			continue
 		}
 		n, _, _, end := nextField(b, off)
-		if (node && off == sc.nodeStart) || (names && n == 3) {
+		if (node && off == sc.nodeStart) || (names && n == 3) || (known && off == sc.typeStart) {
 			if off > at {
 				if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(b[at:off], into); err != nil {
 					return err
@@ -378,9 +414,23 @@ func (sc *requestScan) unmarshal(b []byte, into proto.Message, node, names bool)
 		off = end
 	}
 	if at < len(b) {
-		return proto.UnmarshalOptions{Merge: true}.Unmarshal(b[at:], into)
+		if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(b[at:], into); err != nil {
+			return err
+		}
+	}
+	if known {
+		setTypeURL(into, sc.knownType)
 	}
 	return nil
+}
+
+func setTypeURL(m proto.Message, typ string) {
+	switch r := m.(type) {
+	case *discoveryv3.DeltaDiscoveryRequest:
+		r.TypeUrl = typ
+	case *discoveryv3.DiscoveryRequest:
+		r.TypeUrl = typ
+	}
 }
 
 // Unmarshal decodes a memoRequest through its stream's memo, anything

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+	"unsafe"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -354,5 +355,32 @@ func TestDecodedNodeKeepsWhatIsRead(t *testing.T) {
 	if len(n.GetExtensions()) != 0 || len(n.GetClientFeatures()) != 0 || n.GetUserAgentBuildVersion().GetMetadata() != nil {
 		t.Errorf("the kept node holds what nothing reads: %d extensions, features %q, build metadata %v",
 			len(n.GetExtensions()), n.GetClientFeatures(), n.GetUserAgentBuildVersion().GetMetadata())
+	}
+}
+
+// TestKnownTypeURLIsTheConstant: a request naming a served type is given
+// the package's constant, not a string decoded for it (every ACK carries
+// one), SotW and delta; an unknown type URL, or two type fields (the last
+// wins, as proto.Unmarshal has it), decodes as sent.
+func TestKnownTypeURLIsTheConstant(t *testing.T) {
+	var memo nodeMemo
+	d := &discoveryv3.DeltaDiscoveryRequest{}
+	if err := memo.decode(mustMarshal(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResponseNonce: "1"}), d); err != nil {
+		t.Fatal(err)
+	}
+	s := &discoveryv3.DiscoveryRequest{}
+	if err := memo.decode(mustMarshal(t, &discoveryv3.DiscoveryRequest{TypeUrl: resourcev3.EndpointType, ResourceNames: []string{"a"}}), s); err != nil {
+		t.Fatal(err)
+	}
+	if unsafe.StringData(d.GetTypeUrl()) != unsafe.StringData(resourcev3.ClusterType) ||
+		unsafe.StringData(s.GetTypeUrl()) != unsafe.StringData(resourcev3.EndpointType) {
+		t.Errorf("type URLs %q and %q were decoded, not given the constants", d.GetTypeUrl(), s.GetTypeUrl())
+	}
+	for _, b := range [][]byte{
+		mustMarshal(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: "type.example/Other"}),
+		append(mustMarshal(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType}),
+			mustMarshal(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.RouteType})...),
+	} {
+		checkMemoDecode(t, &memo, b, &discoveryv3.DeltaDiscoveryRequest{})
 	}
 }

@@ -176,15 +176,25 @@ type expectation struct {
 }
 
 type streamState struct {
-	key      streamKey
-	typeURL  string // the stream's type, "" for ADS
-	kind     string
-	remote   string
+	key     streamKey
+	typeURL string // the stream's type, "" for ADS
+	kind    string
+	// remote is the peer's address as the connection holds it, formatted
+	// when read: a string made per stream was a small object kept for its
+	// life, made among a connect's garbage.
+	remote   net.Addr
 	openedAt time.Time
 	node     *corev3.Node
 	types    typeStates
 	// nameBytes sums the types' nameBytes.
 	nameBytes int
+}
+
+func addrString(a net.Addr) string {
+	if a == nil {
+		return ""
+	}
+	return a.String()
 }
 
 func newTracker() *tracker {
@@ -194,14 +204,15 @@ func newTracker() *tracker {
 // streamKind names a stream by its protocol and the type URL it was opened
 // for ("" for ADS).
 func streamKind(delta bool, typeURL string) string {
-	k := "ADS"
-	if typeURL != "" {
-		k = shortType(typeURL)
+	switch {
+	case typeURL == "" && delta:
+		return "ADS delta" // a constant: not a string made per stream
+	case typeURL == "":
+		return "ADS"
+	case delta:
+		return shortType(typeURL) + " delta"
 	}
-	if delta {
-		k += " delta"
-	}
-	return k
+	return shortType(typeURL)
 }
 
 var shortTypes = map[string]string{
@@ -252,10 +263,7 @@ func shortType(typeURL string) string {
 }
 
 func (t *tracker) open(key streamKey, typeURL string, addr net.Addr) {
-	st := &streamState{key: key, typeURL: typeURL, kind: streamKind(key.delta, typeURL), openedAt: time.Now()}
-	if addr != nil {
-		st.remote = addr.String()
-	}
+	st := &streamState{key: key, typeURL: typeURL, kind: streamKind(key.delta, typeURL), remote: addr, openedAt: time.Now()}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.streams[key] = st
@@ -517,7 +525,7 @@ func (t *tracker) snapshot(now time.Time, staleAfter time.Duration) []ProxyStatu
 			UserAgent:      userAgent(st.node),
 			EnvoyVersion:   envoyVersion(st.node),
 			RelayedEnvoys:  relayedEnvoys(st.node),
-			RemoteAddress:  st.remote,
+			RemoteAddress:  addrString(st.remote),
 			ConnectedSince: st.openedAt,
 			Stream:         st.key.String(),
 			Kind:           st.kind,

@@ -25,6 +25,10 @@ import (
 type outbox[R any] struct {
 	mu      sync.Mutex
 	pending []R
+	// inline is where pending lives while it holds at most two answers
+	// (a stream's usual queue): an array of its own, kept between pushes,
+	// was a small object per stream, grown among a connect's garbage.
+	inline [2]R
 	// send is the stream's sender and ctx its context (start); send is
 	// nil in tests that only look at what is queued.
 	send func(r R, nonce int64) error
@@ -41,7 +45,9 @@ type outbox[R any] struct {
 	ended   bool
 	sendErr error
 	senders sync.WaitGroup
-	room    chan struct{} // one token: an answer was taken
+	// room gets a token when an answer is taken; made the first time the
+	// queue is full (waitRoom), which few streams ever see.
+	room chan struct{}
 }
 
 // maxPending is how many answers a stream may have waiting before its
@@ -60,7 +66,7 @@ func newOutbox[R any]() *outbox[R] {
 }
 
 // init readies an outbox in place (a stream's, embedded).
-func (o *outbox[R]) init() { o.room = make(chan struct{}, 1) }
+func (o *outbox[R]) init() { o.pending = o.inline[:0] }
 
 // start sets the sender, and the server's pool (nil: a goroutine per
 // turn); answers already queued go out now.
@@ -80,12 +86,16 @@ func (o *outbox[R]) waitRoom(ctx context.Context) bool {
 	for ctx.Err() == nil {
 		o.mu.Lock()
 		n := len(o.pending)
+		if n >= maxPending && o.room == nil {
+			o.room = make(chan struct{}, 1)
+		}
+		room := o.room
 		o.mu.Unlock()
 		if n < maxPending {
 			return true
 		}
 		select {
-		case <-o.room:
+		case <-room:
 		case <-ctx.Done():
 		}
 	}
@@ -167,18 +177,17 @@ func (o *outbox[R]) next() (R, bool) {
 		o.sending = false
 		return zero, false
 	}
-	// Shifted down (at most maxPending): the array is kept for the next
-	// answer, so one answer at a time allocates nothing, unless a burst
-	// grew it.
+	// Shifted down (at most maxPending): one answer at a time stays in
+	// inline and allocates nothing; a burst's array goes when it drains.
 	r := o.pending[0]
 	n := copy(o.pending, o.pending[1:])
 	o.pending[n] = zero
 	o.pending = o.pending[:n]
-	if n == 0 && cap(o.pending) > 4 {
-		o.pending = nil
+	if n == 0 && cap(o.pending) > len(o.inline) {
+		o.pending = o.inline[:0]
 	}
 	select {
-	case o.room <- struct{}{}:
+	case o.room <- struct{}{}: // nil until a wait made it: no one waits
 	default:
 	}
 	return r, true

@@ -1,6 +1,7 @@
 package serve
 
 import (
+	"errors"
 	"strings"
 	"time"
 
@@ -25,6 +26,7 @@ const defaultFirstRequestTimeout = 30 * time.Second
 // handlers end a stream only when its read fails or the server stops, and
 // a silent stream must not hold its handler that long.
 func firstRequestInterceptor(timeout time.Duration, onIdle func()) grpc.StreamServerInterceptor {
+	waits := newFirstWaits(timeout)
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if !strings.HasPrefix(info.FullMethod, "/envoy.service.") {
 			return handler(srv, ss) // e.g. gRPC health
@@ -33,10 +35,14 @@ func firstRequestInterceptor(timeout time.Duration, onIdle func()) grpc.StreamSe
 		if strings.Contains(info.FullMethod, "Delta") {
 			first = &discoveryv3.DeltaDiscoveryRequest{}
 		}
-		got := make(chan error, 1)
+		// Room for the read's answer and the wait's end (firstWaits).
+		got := make(chan error, 2)
 		// This read ends when the stream does: returning below ends it.
 		go func() { got <- ss.RecvMsg(first) }()
-		if err := awaitFirst(ss, got, timeout, onIdle); err != nil {
+		waits.add(got)
+		err := awaitFirst(ss, got, timeout, onIdle)
+		waits.remove(got)
+		if err != nil {
 			return err
 		}
 		// The xDS protocol puts the node in a stream's first request.
@@ -50,18 +56,16 @@ func firstRequestInterceptor(timeout time.Duration, onIdle func()) grpc.StreamSe
 	}
 }
 
-// awaitFirst waits for the first read. Its timer is stopped as soon as
-// the wait ends, not when the stream does: nothing of it is kept for the
-// stream's life.
+// awaitFirst waits for the first read, or for its wait to run out
+// (firstWaits).
 func awaitFirst(ss grpc.ServerStream, got <-chan error, timeout time.Duration, onIdle func()) error {
-	t := time.NewTimer(timeout)
-	defer t.Stop()
 	select {
 	case err := <-got:
+		if errors.Is(err, errNoFirstRequest) {
+			onIdle()
+			return status.Errorf(codes.DeadlineExceeded, "no xDS request within %s of opening the stream; silent streams are closed", timeout)
+		}
 		return err
-	case <-t.C:
-		onIdle()
-		return status.Errorf(codes.DeadlineExceeded, "no xDS request within %s of opening the stream; silent streams are closed", timeout)
 	case <-ss.Context().Done():
 		return status.FromContextError(ss.Context().Err()).Err()
 	}

@@ -51,6 +51,9 @@ func (s *sentNonces) set(typ, nonce string) {
 			return
 		}
 	}
+	if *s == nil {
+		*s = make(sentNonces, 0, 4) // ADS: four types, one array
+	}
 	*s = append(*s, typeNonce{typ, nonce})
 }
 

@@ -133,6 +133,9 @@ func (m *nodeMemo) remember(typeURL string, names []string) {
 		m.names[len(m.names)-1] = typeNames{typeURL: typeURL, names: names}
 		return
 	}
+	if m.names == nil {
+		m.names = make([]typeNames, 0, 4) // ADS: four types, one array
+	}
 	m.names = append(m.names, typeNames{typeURL: typeURL, names: names})
 }
 

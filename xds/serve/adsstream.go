@@ -63,17 +63,24 @@ type adsStream[R any] struct {
 	watches []typeWatch
 }
 
-// typeWatch is a stream's subscription to one type and its standing
-// watch in the cache (one of delta and sotw, which holds sub), which each
-// request files again.
+// typeWatch is a stream's standing watch of one type in the cache (one
+// of delta and sotw), which holds its subscription and which each request
+// files again.
 type typeWatch struct {
 	typ   string
-	sub   *cache.Subscription
 	delta *cache.DeltaWatch
 	sotw  *cache.SotwWatch
 	names cache.NamesDigest // SotW: the names of the type's last request
 	// digested is the slice names was computed from (SotW).
 	digested []string
+}
+
+// subscription is the type's subscription (its watch's).
+func (w *typeWatch) subscription() *cache.Subscription {
+	if w.delta != nil {
+		return w.delta.Subscription()
+	}
+	return w.sotw.Subscription()
 }
 
 // cancel takes the type's watch out of the cache, if it waits there.

@@ -102,16 +102,15 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTyp
 	// client's) count only here; no names means the legacy wildcard.
 	w, old := st.watchFor(typ, func(w *typeWatch) {
 		w.delta = st.d.cache.NewDeltaWatchOf(uint64(st.id), subscribe, unsubscribe, cache.ClientVersions(req.GetInitialResourceVersions()), st)
-		w.sub = w.delta.Subscription()
 	})
 	if old {
 		// Cancelled first: the cache touches the subscription only while
 		// a watch is filed, under the lock the cancel takes.
 		w.cancel()
 		if len(unsubscribe) > 0 {
-			cache.OwnHeld(w.sub) // unsubscribing edits what it holds
+			cache.OwnHeld(w.subscription()) // unsubscribing edits what it holds
 		}
-		w.sub.Update(subscribe, unsubscribe)
+		w.subscription().Update(subscribe, unsubscribe)
 	}
 	w.delta.File(req)
 	return nil

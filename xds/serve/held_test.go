@@ -67,7 +67,7 @@ func (h *heldStream) taken() (sent, removed []string) {
 
 func (h *heldStream) held() map[string]string {
 	w, _ := h.st.watchFor(resourcev3.EndpointType, nil)
-	return w.sub.ReturnedResources()
+	return w.subscription().ReturnedResources()
 }
 
 func sameMap(a, b map[string]string) bool {
@@ -232,7 +232,7 @@ func TestSotwStreamsShareWhatTheyHold(t *testing.T) {
 		if !old {
 			t.Fatalf("no watch of %s", typ)
 		}
-		return w.sub.ReturnedResources()
+		return w.subscription().ReturnedResources()
 	}
 	a, b := streams[0], streams[1]
 	for _, typ := range []string{resourcev3.ClusterType, resourcev3.EndpointType} {

@@ -152,7 +152,6 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 	names := req.GetResourceNames()
 	w, old := st.watchFor(typ, func(w *typeWatch) {
 		w.sotw = st.s.cache.NewSotwWatchOf(uint64(st.id), names, st)
-		w.sub = w.sotw.Subscription()
 	})
 	// An ACK repeating the names of the type's last request carries that
 	// request's slice (package cache's nodememo.go): its digest is the one before.
@@ -167,8 +166,8 @@ func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL s
 		}
 		w.cancel()
 		if same = digest == w.names; !same {
-			cache.OwnHeld(w.sub) // it drops the names no longer wanted
-			w.sub.SetNames(names)
+			cache.OwnHeld(w.subscription()) // it drops the names no longer wanted
+			w.subscription().SetNames(names)
 		}
 	}
 	w.names, w.digested = digest, names

@@ -188,7 +188,7 @@ func TestSotwServerACKTakesTheFastPath(t *testing.T) {
 		t.Fatalf("ACK with nothing changed: answers %v", got)
 	}
 	w, _ := st.watchFor(resourcev3.EndpointType, nil)
-	delete(w.sub.ReturnedResources(), "api") // behind the mark's back
+	delete(w.subscription().ReturnedResources(), "api") // behind the mark's back
 	request("1", "api", "web")
 	if got := taken(); len(got) != 0 {
 		t.Fatalf("an ACK with the same names was compared in full: answers %v", got)

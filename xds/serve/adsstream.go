@@ -13,7 +13,6 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 )
 
 // adsServer is what the bridge's two servers (delta.go, sotw.go) hold.
@@ -146,21 +145,64 @@ func (a *adsStream[R]) deliver(sub *cache.Subscription, held map[string]string, 
 func runStream[Req, R any](a *adsStream[R], ender *streamEnder, ctx context.Context,
 	open func(context.Context) error, closed func(*corev3.Node),
 	recv func() (Req, error), handle func(Req) error, send func(R, int64) error, senders *sendPool) error {
+	return runStreamOps(a, ender, ctx, funcOps[Req, R]{open, closed, recv, handle, send}, senders)
+}
+
+// streamOps is what runStreamOps does with a stream, one method a step;
+// the servers' streams (deltaStream, sotwStream) are their own. A
+// function a step, each closing over the stream, was five small objects
+// kept for every stream's life (bench/README.md, "Where a storm's memory
+// stays").
+type streamOps[Req, R any] interface {
+	streamOpened(ctx context.Context) error // the open callback
+	streamClosed(node *corev3.Node)         // the closed callback
+	readRequest() (Req, error)
+	actOn(req Req) error
+	answerSender[R]
+}
+
+// answerSender sends a stream's answers (the outbox's sender).
+type answerSender[R any] interface {
+	sendAnswer(r R, nonce int64) error
+}
+
+// funcOps is streamOps of functions (runStream, for tests).
+type funcOps[Req, R any] struct {
+	open   func(context.Context) error
+	closed func(*corev3.Node)
+	recv   func() (Req, error)
+	handle func(Req) error
+	send   sendFunc[R]
+}
+
+func (f funcOps[Req, R]) streamOpened(ctx context.Context) error { return f.open(ctx) }
+func (f funcOps[Req, R]) streamClosed(n *corev3.Node)            { f.closed(n) }
+func (f funcOps[Req, R]) readRequest() (Req, error)              { return f.recv() }
+func (f funcOps[Req, R]) actOn(req Req) error                    { return f.handle(req) }
+func (f funcOps[Req, R]) sendAnswer(r R, nonce int64) error      { return f.send(r, nonce) }
+
+// sendFunc is an answerSender that is a function.
+type sendFunc[R any] func(R, int64) error
+
+func (f sendFunc[R]) sendAnswer(r R, nonce int64) error { return f(r, nonce) }
+
+// runStreamOps is runStream with the stream's steps as ops.
+func runStreamOps[Req, R any](a *adsStream[R], ender *streamEnder, ctx context.Context, ops streamOps[Req, R], senders *sendPool) error {
 	ender.add(a.id, ctx)
 	defer ender.remove(a.id)
-	if err := open(ctx); err != nil {
+	if err := ops.streamOpened(ctx); err != nil {
 		return err
 	}
-	defer func() { closed(a.close()) }()
-	a.out.start(ctx, send, senders)
+	defer func() { ops.streamClosed(a.close()) }()
+	a.out.startSender(ctx, ops, senders)
 	var err error
 	for a.out.waitRoom(ctx) {
 		var req Req
-		if req, err = recv(); err != nil {
+		if req, err = ops.readRequest(); err != nil {
 			err = readEnd(err)
 			break
 		}
-		if err = handle(req); err != nil {
+		if err = ops.actOn(req); err != nil {
 			break
 		}
 	}
@@ -187,27 +229,6 @@ func readEnd(err error) error {
 		return nil
 	}
 	return err
-}
-
-// reusedRecv reads each of a stream's requests into one message: gRPC's
-// generated Recv allocates a new one for every read, and at a fleet's
-// connect those were the most numerous short-lived objects (eight a
-// proxy), spread among the spans that long-lived state then kept
-// half-empty (bench/README.md, "Where a storm's memory stays"). Nothing
-// keeps a request past its handling (the cache keeps its node and what it
-// asked: cache.asked; the tracker keeps strings), and every decode starts
-// from an empty message (proto.Unmarshal, the node memo's proto.Reset).
-func reusedRecv[Req any, P interface {
-	*Req
-	proto.Message
-}](str grpc.ServerStream) func() (P, error) {
-	req := P(new(Req))
-	return func() (P, error) {
-		if err := str.RecvMsg(req); err != nil {
-			return nil, err
-		}
-		return req, nil
-	}
 }
 
 // errEmptyRequest ends a stream whose read gave no request.

@@ -41,8 +41,17 @@ type deltaServer struct{ adsServer }
 // deltaStream is one stream's state.
 type deltaStream struct {
 	adsStream[cachev3.DeltaResponse]
-	d   *deltaServer
-	str stream.DeltaStream
+	d       *deltaServer
+	str     stream.DeltaStream
+	typeURL string // a per-type service's type (resourcev3.AnyType for ADS)
+	// req is where every request of the stream is read (readRequest):
+	// gRPC's generated Recv allocates one per read, eight a proxy at a
+	// fleet's connect, spread among the spans long-lived state then kept
+	// half-empty. Nothing keeps a request past its handling (the cache
+	// keeps its node and what it asked: cache.asked; the tracker keeps
+	// strings), and every decode starts from an empty message
+	// (proto.Unmarshal, the node memo's proto.Reset).
+	req discoveryv3.DeltaDiscoveryRequest
 }
 
 func newDeltaServer(ctx context.Context, cache *cache.Cache, cb *callbacks) *deltaServer {
@@ -52,16 +61,30 @@ func newDeltaServer(ctx context.Context, cache *cache.Cache, cb *callbacks) *del
 // serve runs one delta stream; defaultTypeURL is the type of a per-type
 // service (resourcev3.AnyType for ADS).
 func (d *deltaServer) serve(str stream.DeltaStream, defaultTypeURL string) error {
-	st := &deltaStream{d: d, str: str}
+	st := &deltaStream{d: d, str: str, typeURL: defaultTypeURL}
 	st.init(d.ids.Add(1))
 	d.checkEndable(str.Context())
-	return runStream(&st.adsStream, d.ender, str.Context(),
-		func(ctx context.Context) error { return d.cb.OnDeltaStreamOpen(ctx, st.id, defaultTypeURL) },
-		func(node *corev3.Node) { d.cb.OnDeltaStreamClosed(st.id, node) },
-		reusedRecv[discoveryv3.DeltaDiscoveryRequest](str), func(req *discoveryv3.DeltaDiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send, d.senders)
+	return runStreamOps(&st.adsStream, d.ender, str.Context(), streamOps[*discoveryv3.DeltaDiscoveryRequest, cachev3.DeltaResponse](st), d.senders)
 }
 
-func (st *deltaStream) send(r cachev3.DeltaResponse, nonce int64) error {
+func (st *deltaStream) streamOpened(ctx context.Context) error {
+	return st.d.cb.OnDeltaStreamOpen(ctx, st.id, st.typeURL)
+}
+
+func (st *deltaStream) streamClosed(node *corev3.Node) { st.d.cb.OnDeltaStreamClosed(st.id, node) }
+
+func (st *deltaStream) readRequest() (*discoveryv3.DeltaDiscoveryRequest, error) {
+	if err := st.str.RecvMsg(&st.req); err != nil {
+		return nil, err
+	}
+	return &st.req, nil
+}
+
+func (st *deltaStream) actOn(req *discoveryv3.DeltaDiscoveryRequest) error {
+	return st.handle(req, st.typeURL)
+}
+
+func (st *deltaStream) sendAnswer(r cachev3.DeltaResponse, nonce int64) error {
 	resp, err := r.GetDeltaDiscoveryResponse()
 	if err != nil {
 		return err

@@ -31,7 +31,7 @@ type outbox[R any] struct {
 	inline [2]R
 	// send is the stream's sender and ctx its context (start); send is
 	// nil in tests that only look at what is queued.
-	send func(r R, nonce int64) error
+	send answerSender[R]
 	ctx  context.Context
 	// pool runs the sending turns an update starts (nil: a goroutine of
 	// their own, as other turns).
@@ -71,6 +71,11 @@ func (o *outbox[R]) init() { o.pending = o.inline[:0] }
 // start sets the sender, and the server's pool (nil: a goroutine per
 // turn); answers already queued go out now.
 func (o *outbox[R]) start(ctx context.Context, send func(r R, nonce int64) error, pool *sendPool) {
+	o.startSender(ctx, sendFunc[R](send), pool)
+}
+
+// startSender is start with the sender a stream is (runStreamOps).
+func (o *outbox[R]) startSender(ctx context.Context, send answerSender[R], pool *sendPool) {
 	o.mu.Lock()
 	o.send, o.ctx, o.pool = send, ctx, pool
 	run := o.claimLocked()
@@ -155,7 +160,7 @@ func (o *outbox[R]) run() {
 			return
 		}
 		o.nonce++
-		err := o.send(r, o.nonce)
+		err := o.send.sendAnswer(r, o.nonce)
 		cache.HandedOver(r)
 		if err != nil {
 			o.mu.Lock()

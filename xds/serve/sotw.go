@@ -36,6 +36,9 @@ type sotwStream struct {
 	// cleared by the handler (the stale-nonce rule).
 	sentMu sync.Mutex
 	sent   sentNonces
+
+	typeURL string                       // as deltaStream's
+	req     discoveryv3.DiscoveryRequest // as deltaStream's
 }
 
 // sentNonces holds a nonce per type: a stream has a handful of types,
@@ -87,13 +90,27 @@ func newSotwServer(ctx context.Context, cache *cache.Cache, cb *callbacks) *sotw
 }
 
 func (s *sotwServer) serve(str stream.Stream, defaultTypeURL string) error {
-	st := &sotwStream{s: s, str: str}
+	st := &sotwStream{s: s, str: str, typeURL: defaultTypeURL}
 	st.init(s.ids.Add(1))
 	s.checkEndable(str.Context())
-	return runStream(&st.adsStream, s.ender, str.Context(),
-		func(ctx context.Context) error { return s.cb.OnStreamOpen(ctx, st.id, defaultTypeURL) },
-		func(node *corev3.Node) { s.cb.OnStreamClosed(st.id, node) },
-		reusedRecv[discoveryv3.DiscoveryRequest](str), func(req *discoveryv3.DiscoveryRequest) error { return st.handle(req, defaultTypeURL) }, st.send, s.senders)
+	return runStreamOps(&st.adsStream, s.ender, str.Context(), streamOps[*discoveryv3.DiscoveryRequest, cachev3.Response](st), s.senders)
+}
+
+func (st *sotwStream) streamOpened(ctx context.Context) error {
+	return st.s.cb.OnStreamOpen(ctx, st.id, st.typeURL)
+}
+
+func (st *sotwStream) streamClosed(node *corev3.Node) { st.s.cb.OnStreamClosed(st.id, node) }
+
+func (st *sotwStream) readRequest() (*discoveryv3.DiscoveryRequest, error) {
+	if err := st.str.RecvMsg(&st.req); err != nil {
+		return nil, err
+	}
+	return &st.req, nil
+}
+
+func (st *sotwStream) actOn(req *discoveryv3.DiscoveryRequest) error {
+	return st.handle(req, st.typeURL)
 }
 
 // TakeSotw queues an answer of one of the stream's watches
@@ -102,7 +119,7 @@ func (st *sotwStream) TakeSotw(sub cachev3.Subscription, r cachev3.Response) {
 	st.deliver(sub.(*cache.Subscription), r.GetReturnedResources(), r)
 }
 
-func (st *sotwStream) send(r cachev3.Response, nonce int64) error {
+func (st *sotwStream) sendAnswer(r cachev3.Response, nonce int64) error {
 	resp, err := r.GetDiscoveryResponse()
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package cache
 import (
 	"hash/maphash"
 	"slices"
+	"strings"
 	"sync/atomic"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -132,9 +133,6 @@ func (m *nodeMemo) remember(typeURL string, names []string) {
 		copy(m.names, m.names[1:])
 		m.names[len(m.names)-1] = typeNames{typeURL: typeURL, names: names}
 		return
-	}
-	if m.names == nil {
-		m.names = make([]typeNames, 0, 4) // ADS: four types, one array
 	}
 	m.names = append(m.names, typeNames{typeURL: typeURL, names: names})
 }
@@ -472,6 +470,21 @@ func (s *memoStream) RecvMsg(m any) error {
 
 // NodeMemoInterceptor is the first of the server's interceptors, so
 // every later one reads requests through the memo.
-func NodeMemoInterceptor(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-	return handler(srv, &memoStream{ServerStream: ss})
+func NodeMemoInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	if info == nil || strings.Contains(info.FullMethod, "Delta") {
+		return handler(srv, &memoStream{ServerStream: ss})
+	}
+	// A SotW stream's memo keeps names by type: their first four in the
+	// same object, not an array apart in the size class of the responses
+	// every push makes (bench/README.md, "Where a storm's memory stays").
+	s := &sotwMemoStream{memoStream: memoStream{ServerStream: ss}}
+	s.memo.names = s.names[:0]
+	return handler(srv, &s.memoStream)
+}
+
+// sotwMemoStream is a SotW stream's memoStream, with room for the names
+// of four types.
+type sotwMemoStream struct {
+	memoStream
+	names [4]typeNames
 }

@@ -3,6 +3,7 @@ package serve
 import (
 	"context"
 	"strconv"
+	"sync"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -16,6 +17,7 @@ import (
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 // The bridge's delta xDS server (ADS and the per-type services).
@@ -84,11 +86,32 @@ func (st *deltaStream) actOn(req *discoveryv3.DeltaDiscoveryRequest) error {
 	return st.handle(req, st.typeURL)
 }
 
+// deltaResponses are the messages pushes are sent from (cache's
+// DeltaResponse.Fill): a message is done with once gRPC's Send returns (the
+// codec has encoded it, sharing nothing of it), so each goes back here,
+// emptied, rather than a new one being made for every push to every
+// proxy.
+var deltaResponses = sync.Pool{New: func() any { return new(discoveryv3.DeltaDiscoveryResponse) }}
+
 func (st *deltaStream) sendAnswer(r cachev3.DeltaResponse, nonce int64) error {
-	resp, err := r.GetDeltaDiscoveryResponse()
-	if err != nil {
-		return err
+	dr, ok := r.(*cache.DeltaResponse)
+	if !ok {
+		resp, err := r.GetDeltaDiscoveryResponse()
+		if err != nil {
+			return err
+		}
+		return st.sendResponse(resp, nonce)
 	}
+	resp := deltaResponses.Get().(*discoveryv3.DeltaDiscoveryResponse)
+	defer func() {
+		proto.Reset(resp) // keeps nothing of this push
+		deltaResponses.Put(resp)
+	}()
+	dr.Fill(resp)
+	return st.sendResponse(resp, nonce)
+}
+
+func (st *deltaStream) sendResponse(resp *discoveryv3.DeltaDiscoveryResponse, nonce int64) error {
 	resp.Nonce = strconv.FormatInt(nonce, 10)
 	// The bridge's callbacks read the response only; a response does not
 	// keep its request (cache.asked).

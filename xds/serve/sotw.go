@@ -11,6 +11,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/server/stream/v3"
+	"google.golang.org/protobuf/proto"
 )
 
 // The bridge's state-of-the-world xDS server, built like the delta one
@@ -119,11 +120,28 @@ func (st *sotwStream) TakeSotw(sub cachev3.Subscription, r cachev3.Response) {
 	st.deliver(sub.(*cache.Subscription), r.GetReturnedResources(), r)
 }
 
+// sotwResponses is deltaResponses for SotW.
+var sotwResponses = sync.Pool{New: func() any { return new(discoveryv3.DiscoveryResponse) }}
+
 func (st *sotwStream) sendAnswer(r cachev3.Response, nonce int64) error {
-	resp, err := r.GetDiscoveryResponse()
-	if err != nil {
-		return err
+	sr, ok := r.(*cache.SotwResponse)
+	if !ok {
+		resp, err := r.GetDiscoveryResponse()
+		if err != nil {
+			return err
+		}
+		return st.sendResponse(r, resp, nonce)
 	}
+	resp := sotwResponses.Get().(*discoveryv3.DiscoveryResponse)
+	defer func() {
+		proto.Reset(resp) // keeps nothing of this push
+		sotwResponses.Put(resp)
+	}()
+	sr.Fill(resp)
+	return st.sendResponse(r, resp, nonce)
+}
+
+func (st *sotwStream) sendResponse(r cachev3.Response, resp *discoveryv3.DiscoveryResponse, nonce int64) error {
 	resp.Nonce = strconv.FormatInt(nonce, 10)
 	st.sentMu.Lock()
 	st.sent.set(resp.GetTypeUrl(), resp.Nonce) // the type asked for: responses carry the canonical type

@@ -383,14 +383,25 @@ type SotwResponse struct {
 var _ cachev3.Response = (*SotwResponse)(nil)
 
 func (r *SotwResponse) GetDiscoveryResponse() (*discoveryv3.DiscoveryResponse, error) {
+	out := &discoveryv3.DiscoveryResponse{}
+	r.Fill(out)
+	return out, nil
+}
+
+// Fill makes out, an empty message, the response GetDiscoveryResponse
+// returns: the servers send each push from a message they reuse, where a
+// message per push to every proxy was garbage among what the streams keep
+// (bench/README.md, "Where a storm's memory stays").
+func (r *SotwResponse) Fill(out *discoveryv3.DiscoveryResponse) {
 	if r.shared != nil {
-		return r.shared.response(r.version, r.typeURL), nil
+		r.shared.fill(r.version, r.typeURL, out)
+		return
 	}
 	anys := make([]*anypb.Any, len(r.entries))
 	for i, e := range r.entries {
 		anys[i] = e.any
 	}
-	return &discoveryv3.DiscoveryResponse{VersionInfo: r.version, Resources: anys, TypeUrl: r.typeURL}, nil
+	out.VersionInfo, out.Resources, out.TypeUrl = r.version, anys, r.typeURL
 }
 
 // GetRequest is a request with the node and type the response answers,
@@ -428,14 +439,22 @@ type DeltaResponse struct {
 var _ cachev3.DeltaResponse = (*DeltaResponse)(nil)
 
 func (r *DeltaResponse) GetDeltaDiscoveryResponse() (*discoveryv3.DeltaDiscoveryResponse, error) {
+	out := &discoveryv3.DeltaDiscoveryResponse{}
+	r.Fill(out)
+	return out, nil
+}
+
+// Fill is SotwResponse.Fill for delta.
+func (r *DeltaResponse) Fill(out *discoveryv3.DeltaDiscoveryResponse) {
 	if r.shared != nil {
-		return r.shared.response(r.version, r.typeURL, r.removed), nil
+		r.shared.fill(r.version, r.typeURL, r.removed, out)
+		return
 	}
 	res := make([]*discoveryv3.Resource, len(r.entries))
 	for i, e := range r.entries {
 		res[i] = e.delta
 	}
-	return &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: r.version, Resources: res, RemovedResources: r.removed, TypeUrl: r.typeURL}, nil
+	out.SystemVersionInfo, out.Resources, out.RemovedResources, out.TypeUrl = r.version, res, r.removed, r.typeURL
 }
 
 // GetDeltaRequest is as SotwResponse.GetRequest.

@@ -129,14 +129,20 @@ func newSharedSotw(version, typeURL string, entries []*Entry) *sharedSotw {
 
 // response is the stream's DiscoveryResponse, its prefix encoded once.
 func (s *sharedSotw) response(version, typeURL string) *discoveryv3.DiscoveryResponse {
-	out := &discoveryv3.DiscoveryResponse{VersionInfo: version, Resources: s.anys, TypeUrl: typeURL}
+	out := &discoveryv3.DiscoveryResponse{}
+	s.fill(version, typeURL, out)
+	return out
+}
+
+// fill makes out, empty, the stream's DiscoveryResponse.
+func (s *sharedSotw) fill(version, typeURL string, out *discoveryv3.DiscoveryResponse) {
+	out.VersionInfo, out.Resources, out.TypeUrl = version, s.anys, typeURL
 	s.once.Do(func() {
 		hidden := s.anys[:len(s.anys)+1][len(s.anys)]
 		// Resources are encoded Anys: this cannot fail, and if it did
 		// the empty prefix would make the codec encode as usual.
 		hidden.Value, _ = proto.MarshalOptions{Deterministic: true}.Marshal(out)
 	})
-	return out
 }
 
 // sharedDelta is the resources of a delta response shared by every
@@ -156,12 +162,19 @@ func newSharedDelta(version, typeURL string, entries []*Entry) *sharedDelta {
 }
 
 func (s *sharedDelta) response(version, typeURL string, removed []string) *discoveryv3.DeltaDiscoveryResponse {
+	out := &discoveryv3.DeltaDiscoveryResponse{}
+	s.fill(version, typeURL, removed, out)
+	return out
+}
+
+// fill makes out, empty, the stream's DeltaDiscoveryResponse.
+func (s *sharedDelta) fill(version, typeURL string, removed []string, out *discoveryv3.DeltaDiscoveryResponse) {
 	s.once.Do(func() {
 		hidden := s.res[:len(s.res)+1][len(s.res)]
 		prefix := &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: version, Resources: s.res, TypeUrl: typeURL}
 		hidden.Resource.Value, _ = proto.MarshalOptions{Deterministic: true}.Marshal(prefix)
 	})
-	return &discoveryv3.DeltaDiscoveryResponse{SystemVersionInfo: version, Resources: s.res, TypeUrl: typeURL, RemovedResources: removed}
+	out.SystemVersionInfo, out.Resources, out.TypeUrl, out.RemovedResources = version, s.res, typeURL, removed
 }
 
 // hiddenMatches reports whether the hidden element's tag names version

@@ -46,7 +46,10 @@ func NewSotwSubscription(names []string) *Subscription {
 }
 
 func (s *Subscription) initSotw(names []string) {
-	*s = Subscription{wildcard: len(names) == 0, legacyWildcard: true, returned: map[string]string{}}
+	// Holding nothing is a nil map: the first answer gives the stream
+	// what it holds (most often a map shared with every stream like it),
+	// and an empty map made for every type of every stream was garbage.
+	*s = Subscription{wildcard: len(names) == 0, legacyWildcard: true}
 	s.SetNames(names)
 }
 
@@ -60,10 +63,7 @@ func NewDeltaSubscription(subscribe, unsubscribe []string, held map[string]strin
 }
 
 func (s *Subscription) initDelta(subscribe, unsubscribe []string, held map[string]string) {
-	if held == nil {
-		held = map[string]string{}
-	}
-	*s = Subscription{wildcard: len(subscribe) == 0, legacyWildcard: true, returned: held}
+	*s = Subscription{wildcard: len(subscribe) == 0, legacyWildcard: true, returned: held} // nil: as initSotw
 	s.Update(subscribe, unsubscribe)
 }
 
@@ -160,6 +160,9 @@ func (s *Subscription) Update(subscribe, unsubscribe []string) {
 		if subscribed && s.wildcard {
 			// Still wanted through the wildcard: held at no version, so
 			// the next answer sends it again, or says it is gone.
+			if s.returned == nil {
+				s.returned = map[string]string{}
+			}
 			s.returned[n] = ""
 		} else {
 			delete(s.returned, n)

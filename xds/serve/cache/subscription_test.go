@@ -180,3 +180,20 @@ func TestFirstSubscriptionFindsTheSharedSet(t *testing.T) {
 		t.Errorf("held after renaming: %v", sotw.ReturnedResources())
 	}
 }
+
+// TestHoldingNothingIsNoMap: a new subscription holds nothing without a
+// map of its own (the first answer gives it one), and unsubscribing a
+// name still wanted through the wildcard marks it held at no version.
+func TestHoldingNothingIsNoMap(t *testing.T) {
+	if s := NewSotwSubscription([]string{"a"}); s.ReturnedResources() != nil {
+		t.Error("a new SotW subscription made a map for what it holds")
+	}
+	s := NewDeltaSubscription([]string{"*", "a"}, nil, nil)
+	if s.ReturnedResources() != nil {
+		t.Error("a new delta subscription made a map for what it holds")
+	}
+	s.Update(nil, []string{"a"})
+	if v, ok := s.ReturnedResources()["a"]; !ok || v != "" {
+		t.Errorf("a name unsubscribed under the wildcard: held %q %v, want at no version", v, ok)
+	}
+}

@@ -145,7 +145,7 @@ func (a *adsStream[R]) deliver(sub *cache.Subscription, held map[string]string, 
 func runStream[Req, R any](a *adsStream[R], ender *streamEnder, ctx context.Context,
 	open func(context.Context) error, closed func(*corev3.Node),
 	recv func() (Req, error), handle func(Req) error, send func(R, int64) error, senders *sendPool) error {
-	return runStreamOps(a, ender, ctx, funcOps[Req, R]{open, closed, recv, handle, send}, senders)
+	return runStreamOps(a, ender, ctx, funcOps[Req, R]{open, closed, recv, handle, send, ctx}, senders)
 }
 
 // streamOps is what runStreamOps does with a stream, one method a step;
@@ -164,6 +164,8 @@ type streamOps[Req, R any] interface {
 // answerSender sends a stream's answers (the outbox's sender).
 type answerSender[R any] interface {
 	sendAnswer(r R, nonce int64) error
+	// streamContext is the stream's, which a failed send ends (endStream).
+	streamContext() context.Context
 }
 
 // funcOps is streamOps of functions (runStream, for tests).
@@ -173,6 +175,7 @@ type funcOps[Req, R any] struct {
 	recv   func() (Req, error)
 	handle func(Req) error
 	send   sendFunc[R]
+	ctx    context.Context
 }
 
 func (f funcOps[Req, R]) streamOpened(ctx context.Context) error { return f.open(ctx) }
@@ -180,11 +183,19 @@ func (f funcOps[Req, R]) streamClosed(n *corev3.Node)            { f.closed(n) }
 func (f funcOps[Req, R]) readRequest() (Req, error)              { return f.recv() }
 func (f funcOps[Req, R]) actOn(req Req) error                    { return f.handle(req) }
 func (f funcOps[Req, R]) sendAnswer(r R, nonce int64) error      { return f.send(r, nonce) }
+func (f funcOps[Req, R]) streamContext() context.Context         { return f.ctx }
 
-// sendFunc is an answerSender that is a function.
+// sendFunc is a stream's send as a function.
 type sendFunc[R any] func(R, int64) error
 
-func (f sendFunc[R]) sendAnswer(r R, nonce int64) error { return f(r, nonce) }
+// funcSender is an answerSender of a function and a context (tests).
+type funcSender[R any] struct {
+	send sendFunc[R]
+	ctx  context.Context
+}
+
+func (f funcSender[R]) sendAnswer(r R, nonce int64) error { return f.send(r, nonce) }
+func (f funcSender[R]) streamContext() context.Context    { return f.ctx }
 
 // runStreamOps is runStream with the stream's steps as ops.
 func runStreamOps[Req, R any](a *adsStream[R], ender *streamEnder, ctx context.Context, ops streamOps[Req, R], senders *sendPool) error {
@@ -194,7 +205,7 @@ func runStreamOps[Req, R any](a *adsStream[R], ender *streamEnder, ctx context.C
 		return err
 	}
 	defer func() { ops.streamClosed(a.close()) }()
-	a.out.startSender(ctx, ops, senders)
+	a.out.startSender(ops, senders)
 	var err error
 	for a.out.waitRoom(ctx) {
 		var req Req

@@ -73,6 +73,8 @@ func (st *deltaStream) streamOpened(ctx context.Context) error {
 	return st.d.cb.OnDeltaStreamOpen(ctx, st.id, st.typeURL)
 }
 
+func (st *deltaStream) streamContext() context.Context { return st.str.Context() }
+
 func (st *deltaStream) streamClosed(node *corev3.Node) { st.d.cb.OnDeltaStreamClosed(st.id, node) }
 
 func (st *deltaStream) readRequest() (*discoveryv3.DeltaDiscoveryRequest, error) {

@@ -29,22 +29,20 @@ type outbox[R any] struct {
 	// (a stream's usual queue): an array of its own, kept between pushes,
 	// was a small object per stream, grown among a connect's garbage.
 	inline [2]R
-	// send is the stream's sender and ctx its context (start); send is
-	// nil in tests that only look at what is queued.
+	// send is the stream's sender, which has its context (start); send
+	// is nil in tests that only look at what is queued.
 	send answerSender[R]
-	ctx  context.Context
 	// pool runs the sending turns an update starts (nil: a goroutine of
 	// their own, as other turns).
 	pool *sendPool
 	// sending says a sender goroutine runs; only it touches nonce, which
-	// numbers the stream's responses from 1.
-	sending bool
-	nonce   int64
-	// ended says no sender may start again (stop), or a send failed with
-	// sendErr.
-	ended   bool
-	sendErr error
-	senders sync.WaitGroup
+	// numbers the stream's responses from 1. ended says no sender may
+	// start again (stop), or a send failed with sendErr. (The two flags
+	// share a word.)
+	sending, ended bool
+	nonce          int64
+	sendErr        error
+	senders        sync.WaitGroup
 	// room gets a token when an answer is taken; made the first time the
 	// queue is full (waitRoom), which few streams ever see.
 	room chan struct{}
@@ -71,13 +69,13 @@ func (o *outbox[R]) init() { o.pending = o.inline[:0] }
 // start sets the sender, and the server's pool (nil: a goroutine per
 // turn); answers already queued go out now.
 func (o *outbox[R]) start(ctx context.Context, send func(r R, nonce int64) error, pool *sendPool) {
-	o.startSender(ctx, sendFunc[R](send), pool)
+	o.startSender(funcSender[R]{send, ctx}, pool)
 }
 
 // startSender is start with the sender a stream is (runStreamOps).
-func (o *outbox[R]) startSender(ctx context.Context, send answerSender[R], pool *sendPool) {
+func (o *outbox[R]) startSender(send answerSender[R], pool *sendPool) {
 	o.mu.Lock()
-	o.send, o.ctx, o.pool = send, ctx, pool
+	o.send, o.pool = send, pool
 	run := o.claimLocked()
 	o.mu.Unlock()
 	if run {
@@ -166,7 +164,7 @@ func (o *outbox[R]) run() {
 			o.mu.Lock()
 			o.ended, o.sendErr, o.sending = true, err, false
 			o.mu.Unlock()
-			endStream(o.ctx, status.Convert(err))
+			endStream(o.send.streamContext(), status.Convert(err))
 			return
 		}
 	}

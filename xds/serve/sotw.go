@@ -101,6 +101,8 @@ func (st *sotwStream) streamOpened(ctx context.Context) error {
 	return st.s.cb.OnStreamOpen(ctx, st.id, st.typeURL)
 }
 
+func (st *sotwStream) streamContext() context.Context { return st.str.Context() }
+
 func (st *sotwStream) streamClosed(node *corev3.Node) { st.s.cb.OnStreamClosed(st.id, node) }
 
 func (st *sotwStream) readRequest() (*discoveryv3.DiscoveryRequest, error) {

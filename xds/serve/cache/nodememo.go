@@ -3,6 +3,7 @@ package cache
 import (
 	"hash/maphash"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 
@@ -220,8 +221,14 @@ type requestScan struct {
 	// types the bridge serves, in its one type field at typeStart: the
 	// decode gives it the constant rather than a string of its own (every
 	// request, ACKs included, carries a 50-byte type URL).
-	knownType                 string
-	typeStart                 int
+	knownType string
+	typeStart int
+	// smallNonce is the request's nonce when it is one of the first
+	// hundred a stream is sent (every ACK of a connect: the servers
+	// number responses from 1), in its one nonce field at nonceStart:
+	// given as strconv's constant, not a string decoded for it.
+	smallNonce                string
+	nonceStart                int
 	nodeStart, nodeEnd, nodes int
 	// sameNames: the names (field 3) are, in order, prev, the memo's for
 	// the request's type (field 4).
@@ -239,6 +246,26 @@ func typeField(sotw bool) protowire.Number {
 		return 4
 	}
 	return 2
+}
+
+// requestNonceField is the response nonce's field number in a discovery request.
+func requestNonceField(sotw bool) protowire.Number {
+	if sotw {
+		return 5
+	}
+	return 6
+}
+
+// smallNonce is strconv's constant for a decimal from 1 to 99 written as
+// strconv writes it, "" for anything else.
+func smallNonce(v []byte) string {
+	switch {
+	case len(v) == 1 && v[0] >= '1' && v[0] <= '9':
+		return strconv.Itoa(int(v[0] - '0'))
+	case len(v) == 2 && v[0] >= '1' && v[0] <= '9' && v[1] >= '0' && v[1] <= '9':
+		return strconv.Itoa(int(v[0]-'0')*10 + int(v[1]-'0'))
+	}
+	return ""
 }
 
 // knownTypes are the type URLs a request is given as constants.
@@ -309,7 +336,7 @@ func nextField(b []byte, off int) (n protowire.Number, typ protowire.Type, value
 // stream's reading goroutine, whose stack is per proxy.
 func scanRequest(b []byte, num protowire.Number, sotw bool, memo *nodeMemo) (sc requestScan, ok bool) {
 	var typeURL []byte
-	types, names := 0, 0
+	types, names, nonces := 0, 0, 0
 	wellFormed := true // every name and the type are length-delimited
 	for off := 0; off < len(b); {
 		n, typ, value, end := nextField(b, off)
@@ -344,8 +371,16 @@ func scanRequest(b []byte, num protowire.Number, sotw bool, memo *nodeMemo) (sc 
 			typeURL = b[value:end]
 			sc.typeStart = off
 			types++
+		case n == requestNonceField(sotw):
+			nonces++
+			if v, l := protowire.ConsumeBytes(b[value:end]); typ == protowire.BytesType && l == end-value {
+				sc.nonceStart, sc.smallNonce = off, smallNonce(v)
+			}
 		}
 		off = end
+	}
+	if nonces != 1 {
+		sc.smallNonce = ""
 	}
 	if types == 1 && wellFormed {
 		if t, l := protowire.ConsumeBytes(typeURL); l == len(typeURL) {
@@ -386,8 +421,8 @@ func scanRequest(b []byte, num protowire.Number, sotw bool, memo *nodeMemo) (sc 
 // the names when names: the fields between those are merged in turn,
 // which protobuf defines to be the same as decoding them at once.
 func (sc *requestScan) unmarshal(b []byte, into proto.Message, node, names bool) error {
-	known := sc.knownType != ""
-	if !node && !names && !known {
+	known, small := sc.knownType != "", sc.smallNonce != ""
+	if !node && !names && !known && !small {
 		return proto.Unmarshal(b, into)
 	}
 	proto.Reset(into)
@@ -404,7 +439,7 @@ func (sc *requestScan) unmarshal(b []byte, into proto.Message, node, names bool)
 			continue
 		}
 		n, _, _, end := nextField(b, off)
-		if (node && off == sc.nodeStart) || (names && n == 3) || (known && off == sc.typeStart) {
+		if (node && off == sc.nodeStart) || (names && n == 3) || (known && off == sc.typeStart) || (small && off == sc.nonceStart) {
 			if off > at {
 				if err := (proto.UnmarshalOptions{Merge: true}).Unmarshal(b[at:off], into); err != nil {
 					return err
@@ -419,18 +454,29 @@ func (sc *requestScan) unmarshal(b []byte, into proto.Message, node, names bool)
 			return err
 		}
 	}
-	if known {
-		setTypeURL(into, sc.knownType)
+	if known || small {
+		setConstants(into, sc.knownType, sc.smallNonce)
 	}
 	return nil
 }
 
-func setTypeURL(m proto.Message, typ string) {
+// setConstants gives a request the type URL and nonce that are not "".
+func setConstants(m proto.Message, typ, nonce string) {
 	switch r := m.(type) {
 	case *discoveryv3.DeltaDiscoveryRequest:
-		r.TypeUrl = typ
+		if typ != "" {
+			r.TypeUrl = typ
+		}
+		if nonce != "" {
+			r.ResponseNonce = nonce
+		}
 	case *discoveryv3.DiscoveryRequest:
-		r.TypeUrl = typ
+		if typ != "" {
+			r.TypeUrl = typ
+		}
+		if nonce != "" {
+			r.ResponseNonce = nonce
+		}
 	}
 }
 

@@ -3,6 +3,7 @@ package cache
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"testing"
 	"unsafe"
 
@@ -382,5 +383,38 @@ func TestKnownTypeURLIsTheConstant(t *testing.T) {
 			mustMarshal(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.RouteType})...),
 	} {
 		checkMemoDecode(t, &memo, b, &discoveryv3.DeltaDiscoveryRequest{})
+	}
+}
+
+// TestSmallNonceIsTheConstant: an ACK of one of a stream's first hundred
+// responses is given strconv's constant for its nonce, SotW and delta;
+// any other nonce ("007", "100", two nonce fields) decodes as sent.
+func TestSmallNonceIsTheConstant(t *testing.T) {
+	for sotw, m := range map[bool]proto.Message{true: &discoveryv3.DiscoveryRequest{}, false: &discoveryv3.DeltaDiscoveryRequest{}} {
+		if f := m.ProtoReflect().Descriptor().Fields().ByName("response_nonce"); f == nil || f.Number() != requestNonceField(sotw) {
+			t.Fatalf("%T: response_nonce is %v, want field %d", m, f, requestNonceField(sotw))
+		}
+	}
+	var memo nodeMemo
+	d := &discoveryv3.DeltaDiscoveryRequest{}
+	if err := memo.decode(mustMarshal(t, &discoveryv3.DeltaDiscoveryRequest{TypeUrl: resourcev3.ClusterType, ResponseNonce: "42"}), d); err != nil {
+		t.Fatal(err)
+	}
+	s := &discoveryv3.DiscoveryRequest{}
+	if err := memo.decode(mustMarshal(t, &discoveryv3.DiscoveryRequest{VersionInfo: "v", ResponseNonce: "7"}), s); err != nil {
+		t.Fatal(err)
+	}
+	if unsafe.StringData(d.GetResponseNonce()) != unsafe.StringData(strconv.Itoa(42)) || unsafe.StringData(s.GetResponseNonce()) != unsafe.StringData(strconv.Itoa(7)) {
+		t.Errorf("nonces %q and %q were decoded, not given the constants", d.GetResponseNonce(), s.GetResponseNonce())
+	}
+	for _, nonce := range []string{"007", "100", "0", "x"} {
+		checkMemoDecode(t, &memo, mustMarshal(t, &discoveryv3.DeltaDiscoveryRequest{ResponseNonce: nonce}), &discoveryv3.DeltaDiscoveryRequest{})
+		checkMemoDecode(t, &memo, mustMarshal(t, &discoveryv3.DiscoveryRequest{ResponseNonce: nonce}), &discoveryv3.DiscoveryRequest{})
+	}
+	two := append(mustMarshal(t, &discoveryv3.DeltaDiscoveryRequest{ResponseNonce: "3"}), mustMarshal(t, &discoveryv3.DeltaDiscoveryRequest{ResponseNonce: "4"})...)
+	got := &discoveryv3.DeltaDiscoveryRequest{}
+	checkMemoDecode(t, &memo, two, got)
+	if got.GetResponseNonce() != "4" {
+		t.Errorf("two nonce fields decoded as %q, want the last", got.GetResponseNonce())
 	}
 }

@@ -3,7 +3,6 @@ package serve
 import (
 	"context"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
@@ -43,21 +42,14 @@ type admission struct {
 	slots chan struct{} // nil: unlimited
 	m     *metrics
 	hold  time.Duration // admissionHold; tests shorten it
-
-	mu sync.Mutex
-	// held is when each slot's hold runs out. One timer (expiry), armed
-	// for the earliest while any stream holds a slot, releases them: a
-	// timer per hold, stopped at the stream's sync, stayed in the
-	// runtime's timer heap until its 20 s ran out, ~160 bytes a proxy
-	// through a fleet's connect (bench/README.md, "Where a storm's
-	// memory stays").
-	held   map[streamKey]time.Time
-	expiry *time.Timer
-	armed  bool
+	// held is the streams that hold a slot, each until its hold ends
+	// (one timer for all: endTimes).
+	held *endTimes[streamKey]
 }
 
 func newAdmission(limit int, m *metrics) *admission {
-	a := &admission{m: m, hold: admissionHold, held: map[streamKey]time.Time{}}
+	a := &admission{m: m, hold: admissionHold}
+	a.held = newEndTimes(a.free)
 	if limit > 0 {
 		a.slots = make(chan struct{}, limit)
 	}
@@ -80,69 +72,25 @@ func (a *admission) admit(ctx context.Context, key streamKey) error {
 			return ctx.Err()
 		}
 	}
-	a.mu.Lock()
-	a.held[key] = time.Now().Add(a.hold)
-	if !a.armed { // else armed for an earlier end: holds end in the order taken
-		a.armLocked(a.hold)
-	}
-	a.mu.Unlock()
+	a.held.add(key, a.hold)
 	a.m.admissionSyncing.Inc()
 	return nil
 }
 
 // holds reports whether key holds a slot.
-func (a *admission) holds(key streamKey) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	_, ok := a.held[key]
-	return ok
-}
+func (a *admission) holds(key streamKey) bool { return a.held.has(key) }
 
 // release frees key's slot, if it holds one.
 func (a *admission) release(key streamKey) {
-	a.mu.Lock()
-	_, ok := a.held[key]
-	delete(a.held, key)
-	a.mu.Unlock()
-	if !ok {
-		return
+	if a.held.remove(key) {
+		a.free(key)
 	}
+}
+
+// free gives back a slot key held (released, or its hold ended).
+func (a *admission) free(streamKey) {
 	<-a.slots
 	a.m.admissionSyncing.Dec()
-}
-
-func (a *admission) armLocked(d time.Duration) {
-	if a.expiry == nil {
-		a.expiry = time.AfterFunc(d, a.expire)
-	} else {
-		a.expiry.Reset(d)
-	}
-	a.armed = true
-}
-
-// expire releases the slots whose hold ran out and arms the timer for
-// the next end, if a stream still holds a slot.
-func (a *admission) expire() {
-	a.mu.Lock()
-	now := time.Now()
-	var due []streamKey
-	var next time.Time
-	for k, end := range a.held {
-		switch {
-		case !end.After(now):
-			due = append(due, k)
-		case next.IsZero() || end.Before(next):
-			next = end
-		}
-	}
-	a.armed = false
-	if !next.IsZero() {
-		a.armLocked(next.Sub(now))
-	}
-	a.mu.Unlock()
-	for _, k := range due {
-		a.release(k)
-	}
 }
 
 // initialSyncDone reports whether a stream's state is complete (see

@@ -26,7 +26,7 @@ const defaultFirstRequestTimeout = 30 * time.Second
 // handlers end a stream only when its read fails or the server stops, and
 // a silent stream must not hold its handler that long.
 func firstRequestInterceptor(timeout time.Duration, onIdle func()) grpc.StreamServerInterceptor {
-	waits := newFirstWaits(timeout)
+	waits := newFirstWaits()
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if !strings.HasPrefix(info.FullMethod, "/envoy.service.") {
 			return handler(srv, ss) // e.g. gRPC health
@@ -35,11 +35,11 @@ func firstRequestInterceptor(timeout time.Duration, onIdle func()) grpc.StreamSe
 		if strings.Contains(info.FullMethod, "Delta") {
 			first = &discoveryv3.DeltaDiscoveryRequest{}
 		}
-		// Room for the read's answer and the wait's end (firstWaits).
+		// Room for the read's answer and the wait's end (newFirstWaits).
 		got := make(chan error, 2)
 		// This read ends when the stream does: returning below ends it.
 		go func() { got <- ss.RecvMsg(first) }()
-		waits.add(got)
+		waits.add(got, timeout)
 		err := awaitFirst(ss, got, timeout, onIdle)
 		waits.remove(got)
 		if err != nil {
@@ -57,7 +57,7 @@ func firstRequestInterceptor(timeout time.Duration, onIdle func()) grpc.StreamSe
 }
 
 // awaitFirst waits for the first read, or for its wait to run out
-// (firstWaits).
+// (newFirstWaits).
 func awaitFirst(ss grpc.ServerStream, got <-chan error, timeout time.Duration, onIdle func()) error {
 	select {
 	case err := <-got:

@@ -9,13 +9,14 @@ import (
 // out, each at its own end (not all at the earliest's), never one whose
 // first request came; and a storm's waits leave no map behind.
 func TestFirstWaitsEndEachAtItsOwnTime(t *testing.T) {
-	w := newFirstWaits(300 * time.Millisecond)
+	w := newFirstWaits()
+	const timeout = 300 * time.Millisecond
 	early, answered, late := make(chan error, 2), make(chan error, 2), make(chan error, 2)
 	start := time.Now()
-	w.add(early)
-	w.add(answered)
+	w.add(early, timeout)
+	w.add(answered, timeout)
 	time.Sleep(150 * time.Millisecond)
-	w.add(late)
+	w.add(late, timeout)
 	w.remove(answered) // its first request came
 	ended := func(got chan error) time.Duration {
 		select {
@@ -45,7 +46,7 @@ func TestFirstWaitsEndEachAtItsOwnTime(t *testing.T) {
 	storm := make([]chan error, 100)
 	for i := range storm {
 		storm[i] = make(chan error, 2)
-		w.add(storm[i])
+		w.add(storm[i], timeout)
 	}
 	for _, got := range storm {
 		w.remove(got)

@@ -206,17 +206,8 @@ func internNames(set map[string]struct{}) *nameSet {
 		return nil
 	}
 	d := digestOf(maps.Keys(set))
-	// Compared outside the lock (an edge proxy's set has thousands of
-	// names); two equal sets made at once may both be kept, which only
-	// shares less.
-	var buf [4]weak.Pointer[nameSet]
-	nameSets.mu.Lock()
-	candidates := append(buf[:0], nameSets.sets[d]...)
-	nameSets.mu.Unlock()
-	for _, wp := range candidates {
-		if ns := wp.Value(); ns != nil && maps.Equal(ns.m, set) {
-			return ns
-		}
+	if ns := findNames(d, func(m map[string]struct{}) bool { return maps.Equal(m, set) }); ns != nil {
+		return ns
 	}
 	ns := &nameSet{m: set}
 	nameSets.mu.Lock()
@@ -243,13 +234,22 @@ func sharedNames(names []string) *nameSet {
 			return nil
 		}
 	}
-	d := digestOf(slices.Values(names))
+	return findNames(digestOf(slices.Values(names)), func(m map[string]struct{}) bool {
+		return len(m) == len(names) && holdsAll(m, names)
+	})
+}
+
+// findNames is an interned set of digest d that matches, nil if no
+// stream holds one. Compared outside the lock (an edge proxy's set has
+// thousands of names); two equal sets made at once may both be kept,
+// which only shares less.
+func findNames(d NamesDigest, matches func(map[string]struct{}) bool) *nameSet {
 	var buf [4]weak.Pointer[nameSet]
 	nameSets.mu.Lock()
 	candidates := append(buf[:0], nameSets.sets[d]...)
 	nameSets.mu.Unlock()
 	for _, wp := range candidates {
-		if ns := wp.Value(); ns != nil && len(ns.m) == len(names) && holdsAll(ns.m, names) {
+		if ns := wp.Value(); ns != nil && matches(ns.m) {
 			return ns
 		}
 	}

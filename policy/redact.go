@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"io"
 	"regexp"
+	"strings"
 )
 
 // Redacted replaces a secret in text the bridge shows or logs.
@@ -60,6 +61,12 @@ func isSecret(m string) bool {
 		if len(m) >= 40 && m[:3] == p {
 			return true
 		}
+	}
+	if strings.IndexAny(m, "\r\n\\") == 64 {
+		// Lines of 64 base64 characters: a PEM body. Its slashes are
+		// random (a key's continuation lines can hold many), so the
+		// file-path test below would let some through.
+		return true
 	}
 	var upper, lower, digit bool
 	slashes := 0

@@ -129,3 +129,18 @@ func TestPastedKeyNeverInDiagnostics(t *testing.T) {
 		})
 	}
 }
+
+// TestRedactPEMBodyWithManySlashes: the continuation lines of a key's
+// body, whatever their slashes, are redacted (a random EC key's were once
+// let through as a file path: CI).
+func TestRedactPEMBodyWithManySlashes(t *testing.T) {
+	body := "MIGHAgEAMBMGByqGSM49AgEGCCqGSM49AwEHBG0wawIBAQQg1N5p4bQixbVyz5wj\n" +
+		"AwEHoUQDQgAE1N5p/4bQixbVyz5wjm9+GkX/+gzNUSJZsx/59+cHuQe8OID/whNf\n" +
+		"9gBET/qz2Jl3RScTGjIE/UE9EbA2ebY+/w=="
+	for _, s := range []string{"domain \"" + body + "\" is not valid", "x " + body[strings.Index(body, "\n")+1:]} {
+		got := RedactSecrets(s)
+		if strings.Contains(got, "AwEHoUQDQgAE1N5p") || strings.Contains(got, "9gBET/qz2Jl3RScT") {
+			t.Errorf("key lines still in %q", got)
+		}
+	}
+}

@@ -3,7 +3,11 @@ package consultest
 import (
 	"errors"
 	"io"
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -36,7 +40,7 @@ type fwdSession struct {
 // target. It is stopped on test cleanup.
 func NewForwarder(t testing.TB, target string) *Forwarder {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := listenOutsideEphemeral()
 	if err != nil {
 		t.Fatalf("consultest: forwarder listen: %v", err)
 	}
@@ -95,6 +99,31 @@ func (f *Forwarder) Start() {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// listenOutsideEphemeral listens on a free 127.0.0.1 port below the
+// kernel's ephemeral range, so that while the forwarder is stopped no
+// other listener asking for any port (port 0: every other test's, in
+// other packages running at once) is given its port, which Start must
+// have back (CI once failed so). Ports from 0 as a fallback.
+func listenOutsideEphemeral() (net.Listener, error) {
+	low := 32768 // Linux's default when the range cannot be read
+	if b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if f := strings.Fields(string(b)); len(f) == 2 {
+			if n, err := strconv.Atoi(f[0]); err == nil {
+				low = n
+			}
+		}
+	}
+	if low > 12000 {
+		for range 50 {
+			port := low - 1 - rand.IntN(10000)
+			if ln, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))); err == nil {
+				return ln, nil
+			}
+		}
+	}
+	return net.Listen("tcp", "127.0.0.1:0")
 }
 
 func (f *Forwarder) serve(ln net.Listener) {

@@ -43,12 +43,17 @@ type sotwStream struct {
 }
 
 // sentNonces holds a nonce per type: a stream has a handful of types,
-// and a map of them was ~0.3 KiB of every SotW proxy's heap.
+// and a map of them was ~0.3 KiB of every SotW proxy's heap. A nonce is
+// kept as the number the stream sent (outbox), 0 for none: 24 bytes a
+// type, not 32.
 type sentNonces []typeNonce
 
-type typeNonce struct{ typ, nonce string }
+type typeNonce struct {
+	typ   string
+	nonce int64
+}
 
-func (s *sentNonces) set(typ, nonce string) {
+func (s *sentNonces) set(typ string, nonce int64) {
 	for i := range *s {
 		if (*s)[i].typ == typ {
 			(*s)[i].nonce = nonce
@@ -61,24 +66,30 @@ func (s *sentNonces) set(typ, nonce string) {
 	*s = append(*s, typeNonce{typ, nonce})
 }
 
-// take returns typ's nonce ("" for none) and forgets it.
-func (s *sentNonces) take(typ string) string {
+// take forgets typ's nonce.
+func (s *sentNonces) take(typ string) {
 	for i, tn := range *s {
 		if tn.typ == typ {
 			*s = slices.Delete(*s, i, i+1)
-			return tn.nonce
+			return
 		}
 	}
-	return ""
 }
 
-func (s sentNonces) get(typ string) string {
+// get is typ's nonce, 0 for none.
+func (s sentNonces) get(typ string) int64 {
 	for _, tn := range s {
 		if tn.typ == typ {
 			return tn.nonce
 		}
 	}
-	return ""
+	return 0
+}
+
+// isNonce reports whether s is nonce as the stream sent it (decimal).
+func isNonce(s string, nonce int64) bool {
+	var b [20]byte
+	return string(strconv.AppendInt(b[:0], nonce, 10)) == s
 }
 
 // sameSlice is whether a and b are the same slice of names.
@@ -146,7 +157,7 @@ func (st *sotwStream) sendAnswer(r cachev3.Response, nonce int64) error {
 func (st *sotwStream) sendResponse(r cachev3.Response, resp *discoveryv3.DiscoveryResponse, nonce int64) error {
 	resp.Nonce = strconv.FormatInt(nonce, 10)
 	st.sentMu.Lock()
-	st.sent.set(resp.GetTypeUrl(), resp.Nonce) // the type asked for: responses carry the canonical type
+	st.sent.set(resp.GetTypeUrl(), nonce) // the type asked for: responses carry the canonical type
 	st.sentMu.Unlock()
 	if sr, ok := r.(*cache.SotwResponse); ok {
 		// The names are the entries' (no decoding of what the cache built).
@@ -165,7 +176,7 @@ func (st *sotwStream) sendResponse(r cachev3.Response, resp *discoveryv3.Discove
 func (st *sotwStream) accept(typ, nonce string) bool {
 	st.sentMu.Lock()
 	defer st.sentMu.Unlock()
-	if last := st.sent.get(typ); last != "" && nonce != last {
+	if last := st.sent.get(typ); last != 0 && !isNonce(nonce, last) {
 		return false
 	}
 	st.sent.take(typ)

@@ -182,7 +182,7 @@ func TestSotwServerACKTakesTheFastPath(t *testing.T) {
 	if got := taken(); len(got) != 1 {
 		t.Fatalf("first request: %d answers, want 1", len(got))
 	}
-	st.sent.set(resourcev3.EndpointType, "1")
+	st.sent.set(resourcev3.EndpointType, 1)
 	request("1", "api", "web")
 	if got := taken(); len(got) != 0 {
 		t.Fatalf("ACK with nothing changed: answers %v", got)

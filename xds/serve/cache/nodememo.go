@@ -520,17 +520,20 @@ func NodeMemoInterceptor(srv any, ss grpc.ServerStream, info *grpc.StreamServerI
 	if info == nil || strings.Contains(info.FullMethod, "Delta") {
 		return handler(srv, &memoStream{ServerStream: ss})
 	}
-	// A SotW stream's memo keeps names by type: their first four in the
-	// same object, not an array apart in the size class of the responses
-	// every push makes (bench/README.md, "Where a storm's memory stays").
+	// A SotW stream's memo keeps names by type: those of its first two
+	// types that name any in the same object, not an array apart in the
+	// size class of the responses every push makes (bench/README.md,
+	// "Where a storm's memory stays"). An Envoy's ADS names resources of
+	// two types, endpoints and routes (clusters and listeners are
+	// wildcards); a stream naming more grows an array of its own.
 	s := &sotwMemoStream{memoStream: memoStream{ServerStream: ss}}
 	s.memo.names = s.names[:0]
 	return handler(srv, &s.memoStream)
 }
 
 // sotwMemoStream is a SotW stream's memoStream, with room for the names
-// of four types.
+// of two types (176 bytes).
 type sotwMemoStream struct {
 	memoStream
-	names [4]typeNames
+	names [2]typeNames
 }

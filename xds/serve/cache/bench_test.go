@@ -69,7 +69,7 @@ func BenchmarkEncodeResponse(b *testing.B) {
 		for _, n := range []int{1, len(ts.order)} {
 			entries := ts.order[:n]
 			sh := newSharedSotw(ts.version, ts.typeURL, entries)
-			own := &SotwResponse{version: ts.version, typeURL: ts.typeURL, entries: entries}
+			own := &SotwResponse{set: ts, entries: entries}
 			for _, mode := range []string{"shared", "per-stream"} {
 				b.Run(fmt.Sprintf("%s/%d/%s", typ[strings.LastIndex(typ, ".")+1:], n, mode), func(b *testing.B) {
 					b.ReportAllocs()

@@ -104,7 +104,7 @@ func namesKey(entries []*Entry, removed []string) string {
 // newSotwResponse is a SotW response of entries from ts, sharing its
 // encoding with every other stream answered the same under key.
 func newSotwResponse(req asked, ts *Set, key shareKey, entries []*Entry, returned map[string]string) *SotwResponse {
-	r := &SotwResponse{asked: req, version: ts.version, typeURL: ts.typeURL, entries: entries, returned: returned}
+	r := &SotwResponse{asked: req, set: ts, entries: entries, returned: returned}
 	if sh, ok := ts.sharedFor(key, entries, func() any { return newSharedSotw(ts.version, ts.typeURL, entries) }).(*sharedSotw); ok {
 		r.shared = sh
 	}

@@ -126,28 +126,6 @@ func (a *adsStream[R]) deliver(sub *cache.Subscription, held map[string]string, 
 	a.out.push(r)
 }
 
-// runStream serves one stream in the handler's goroutine: it reads
-// requests and acts on each with handle (while the stream's queue has
-// room: outbox.waitRoom), while the answers the cache queues go out from
-// a sending goroutine that runs only while there is something to send
-// (outbox). The stream ends when a read fails (the client ended it: nil,
-// as go-control-plane; an interceptor refused the request: that status,
-// readEnd), when handle fails (its status), or when a send fails (gRPC has
-// then ended the stream with the send's status, and the read fails).
-//
-// ctx is the stream's context (it ends with the stream). When the
-// server ends, ender ends the stream with OK (endStream), which wakes a
-// handler blocked in a read, as go-control-plane's servers return nil
-// then.
-//
-// open and closed are the stream's callbacks: open gets ctx; closed runs
-// after every watch is cancelled, with the stream's node.
-func runStream[Req, R any](a *adsStream[R], ender *streamEnder, ctx context.Context,
-	open func(context.Context) error, closed func(*corev3.Node),
-	recv func() (Req, error), handle func(Req) error, send func(R, int64) error, senders *sendPool) error {
-	return runStreamOps(a, ender, ctx, funcOps[Req, R]{open, closed, recv, handle, send, ctx}, senders)
-}
-
 // streamOps is what runStreamOps does with a stream, one method a step;
 // the servers' streams (deltaStream, sotwStream) are their own. A
 // function a step, each closing over the stream, was five small objects
@@ -168,36 +146,23 @@ type answerSender[R any] interface {
 	streamContext() context.Context
 }
 
-// funcOps is streamOps of functions (runStream, for tests).
-type funcOps[Req, R any] struct {
-	open   func(context.Context) error
-	closed func(*corev3.Node)
-	recv   func() (Req, error)
-	handle func(Req) error
-	send   sendFunc[R]
-	ctx    context.Context
-}
-
-func (f funcOps[Req, R]) streamOpened(ctx context.Context) error { return f.open(ctx) }
-func (f funcOps[Req, R]) streamClosed(n *corev3.Node)            { f.closed(n) }
-func (f funcOps[Req, R]) readRequest() (Req, error)              { return f.recv() }
-func (f funcOps[Req, R]) actOn(req Req) error                    { return f.handle(req) }
-func (f funcOps[Req, R]) sendAnswer(r R, nonce int64) error      { return f.send(r, nonce) }
-func (f funcOps[Req, R]) streamContext() context.Context         { return f.ctx }
-
-// sendFunc is a stream's send as a function.
-type sendFunc[R any] func(R, int64) error
-
-// funcSender is an answerSender of a function and a context (tests).
-type funcSender[R any] struct {
-	send sendFunc[R]
-	ctx  context.Context
-}
-
-func (f funcSender[R]) sendAnswer(r R, nonce int64) error { return f.send(r, nonce) }
-func (f funcSender[R]) streamContext() context.Context    { return f.ctx }
-
-// runStreamOps is runStream with the stream's steps as ops.
+// runStreamOps serves one stream in the handler's goroutine: it reads
+// requests and acts on each with ops.actOn (while the stream's queue has
+// room: outbox.waitRoom), while the answers the cache queues go out from
+// a sending goroutine that runs only while there is something to send
+// (outbox). The stream ends when a read fails (the client ended it: nil,
+// as go-control-plane; an interceptor refused the request: that status,
+// readEnd), when acting fails (its status), or when a send fails (gRPC has
+// then ended the stream with the send's status, and the read fails).
+//
+// ctx is the stream's context (it ends with the stream). When the
+// server ends, ender ends the stream with OK (endStream), which wakes a
+// handler blocked in a read, as go-control-plane's servers return nil
+// then.
+//
+// ops.streamOpened and ops.streamClosed are the stream's callbacks: the
+// first gets ctx; the second runs after every watch is cancelled, with
+// the stream's node.
 func runStreamOps[Req, R any](a *adsStream[R], ender *streamEnder, ctx context.Context, ops streamOps[Req, R], senders *sendPool) error {
 	ender.add(a.id, ctx)
 	defer ender.remove(a.id)

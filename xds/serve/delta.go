@@ -84,10 +84,6 @@ func (st *deltaStream) readRequest() (*discoveryv3.DeltaDiscoveryRequest, error)
 	return &st.req, nil
 }
 
-func (st *deltaStream) actOn(req *discoveryv3.DeltaDiscoveryRequest) error {
-	return st.handle(req, st.typeURL)
-}
-
 // deltaResponses are the messages pushes are sent from (cache's
 // DeltaResponse.Fill): a message is done with once gRPC's Send returns (the
 // codec has encoded it, sharing nothing of it), so each goes back here,
@@ -127,8 +123,8 @@ func (st *deltaStream) TakeDelta(sub cachev3.Subscription, r cachev3.DeltaRespon
 	st.deliver(sub.(*cache.Subscription), r.GetNextVersionMap(), r)
 }
 
-// handle acts on one request, in the handler goroutine.
-func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTypeURL string) error {
+// actOn acts on one request, in the handler goroutine.
+func (st *deltaStream) actOn(req *discoveryv3.DeltaDiscoveryRequest) error {
 	if req == nil {
 		return errEmptyRequest
 	}
@@ -137,7 +133,7 @@ func (st *deltaStream) handle(req *discoveryv3.DeltaDiscoveryRequest, defaultTyp
 		return err
 	}
 	req.Node = st.nodeFor(req.GetNode())
-	typ, err := typeFor(req.GetTypeUrl(), defaultTypeURL)
+	typ, err := typeFor(req.GetTypeUrl(), st.typeURL)
 	if err != nil {
 		return err
 	}

@@ -26,7 +26,7 @@ type heldStream struct {
 func newHeldStream(t *testing.T, s *testServer, id int64) *heldStream {
 	t.Helper()
 	srv := newDeltaServer(context.Background(), s.cache, s.cb)
-	st := &deltaStream{d: srv}
+	st := &deltaStream{d: srv, typeURL: resourcev3.AnyType}
 	st.init(id)
 	if err := s.cb.OnDeltaStreamOpen(context.Background(), st.id, resourcev3.AnyType); err != nil {
 		t.Fatal(err)
@@ -41,7 +41,7 @@ func (h *heldStream) request(req *discoveryv3.DeltaDiscoveryRequest) {
 	if h.nonce > 0 {
 		req.ResponseNonce = strconv.Itoa(h.nonce)
 	}
-	if err := h.st.handle(req, resourcev3.AnyType); err != nil {
+	if err := h.st.actOn(req); err != nil {
 		h.t.Fatal(err)
 	}
 }
@@ -204,7 +204,7 @@ func TestSotwStreamsShareWhatTheyHold(t *testing.T) {
 	node := &corev3.Node{Id: "held-sotw", Cluster: "edge"}
 	var streams []*sotwStream
 	for i := range 2 {
-		st := &sotwStream{s: srv}
+		st := &sotwStream{s: srv, typeURL: resourcev3.AnyType}
 		st.init(1<<40 + int64(i))
 		if err := s.cb.OnStreamOpen(context.Background(), st.id, resourcev3.AnyType); err != nil {
 			t.Fatal(err)
@@ -215,7 +215,7 @@ func TestSotwStreamsShareWhatTheyHold(t *testing.T) {
 			if typ == resourcev3.EndpointType {
 				names = []string{"api", "web"}
 			}
-			if err := st.handle(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typ, ResourceNames: names}, resourcev3.AnyType); err != nil {
+			if err := st.actOn(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: typ, ResourceNames: names}); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -240,7 +240,7 @@ func TestSotwStreamsShareWhatTheyHold(t *testing.T) {
 			t.Fatalf("%s: two SotW streams following the same names hold two maps", typ)
 		}
 	}
-	if err := a.handle(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.EndpointType, ResourceNames: []string{"api"}}, resourcev3.AnyType); err != nil {
+	if err := a.actOn(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.EndpointType, ResourceNames: []string{"api"}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := names(held(b, resourcev3.EndpointType)); !slices.Equal(got, []string{"api", "web"}) {

@@ -29,7 +29,7 @@ type outbox[R any] struct {
 	// (a stream's usual queue): an array of its own, kept between pushes,
 	// was a small object per stream, grown among a connect's garbage.
 	inline [2]R
-	// send is the stream's sender, which has its context (start); send
+	// send is the stream's sender, which has its context (startSender); send
 	// is nil in tests that only look at what is queued.
 	send answerSender[R]
 	// pool runs the sending turns an update starts (nil: a goroutine of
@@ -66,13 +66,9 @@ func newOutbox[R any]() *outbox[R] {
 // init readies an outbox in place (a stream's, embedded).
 func (o *outbox[R]) init() { o.pending = o.inline[:0] }
 
-// start sets the sender, and the server's pool (nil: a goroutine per
-// turn); answers already queued go out now.
-func (o *outbox[R]) start(ctx context.Context, send func(r R, nonce int64) error, pool *sendPool) {
-	o.startSender(funcSender[R]{send, ctx}, pool)
-}
-
-// startSender is start with the sender a stream is (runStreamOps).
+// startSender sets the sender (the stream: runStreamOps), and the
+// server's pool (nil: a goroutine per turn); answers already queued go
+// out now.
 func (o *outbox[R]) startSender(send answerSender[R], pool *sendPool) {
 	o.mu.Lock()
 	o.send, o.pool = send, pool

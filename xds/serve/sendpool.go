@@ -89,14 +89,6 @@ func newSendPool(clock clockwork.Clock, detached func()) *sendPool {
 // allocation for every proxy an update reached.
 type turner interface{ runTurn() }
 
-// turnFunc is a turn that is a function (tests).
-type turnFunc func()
-
-func (f turnFunc) runTurn() { f() }
-
-// Go runs turn on a worker (Run).
-func (p *sendPool) Go(turn func()) { p.Run(turnFunc(turn)) }
-
 // Run runs turn on a worker, in the order turns were given. A nil pool
 // (tests of streams alone) runs it on a goroutine of its own.
 func (p *sendPool) Run(turn turner) {

@@ -123,10 +123,6 @@ func (st *sotwStream) readRequest() (*discoveryv3.DiscoveryRequest, error) {
 	return &st.req, nil
 }
 
-func (st *sotwStream) actOn(req *discoveryv3.DiscoveryRequest) error {
-	return st.handle(req, st.typeURL)
-}
-
 // TakeSotw queues an answer of one of the stream's watches
 // (cache.SotwSink).
 func (st *sotwStream) TakeSotw(sub cachev3.Subscription, r cachev3.Response) {
@@ -183,12 +179,13 @@ func (st *sotwStream) accept(typ, nonce string) bool {
 	return true
 }
 
-func (st *sotwStream) handle(req *discoveryv3.DiscoveryRequest, defaultTypeURL string) error {
+// actOn acts on one request, in the handler goroutine.
+func (st *sotwStream) actOn(req *discoveryv3.DiscoveryRequest) error {
 	if req == nil {
 		return errEmptyRequest
 	}
 	req.Node = st.nodeFor(req.GetNode())
-	typ, err := typeFor(req.GetTypeUrl(), defaultTypeURL)
+	typ, err := typeFor(req.GetTypeUrl(), st.typeURL)
 	if err != nil {
 		return err
 	}

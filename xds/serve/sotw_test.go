@@ -153,7 +153,7 @@ func TestSotwServerACKTakesTheFastPath(t *testing.T) {
 	s := startServer(t, ServerConfig{})
 	s.update(t, testOutput(t, []string{"api", "web"}, 8080))
 	srv := newSotwServer(context.Background(), s.cache, s.cb)
-	st := &sotwStream{s: srv}
+	st := &sotwStream{s: srv, typeURL: resourcev3.AnyType}
 	st.init(1 << 40)
 	if err := s.cb.OnStreamOpen(context.Background(), st.id, resourcev3.AnyType); err != nil {
 		t.Fatal(err)
@@ -174,7 +174,7 @@ func TestSotwServerACKTakesTheFastPath(t *testing.T) {
 	}
 	request := func(nonce string, names ...string) {
 		t.Helper()
-		if err := st.handle(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.EndpointType, ResponseNonce: nonce, ResourceNames: names}, resourcev3.AnyType); err != nil {
+		if err := st.actOn(&discoveryv3.DiscoveryRequest{Node: node, TypeUrl: resourcev3.EndpointType, ResponseNonce: nonce, ResourceNames: names}); err != nil {
 			t.Fatal(err)
 		}
 	}

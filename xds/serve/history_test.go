@@ -98,12 +98,3 @@ func TestEventRingGrowsThenWraps(t *testing.T) {
 		}
 	}
 }
-
-// TestTypeStatesSize: a stream's four type states (ADS) stay one object of
-// at most 512 bytes, under which a pointerful object has no malloc header
-// (640 bytes' size class with one).
-func TestTypeStatesSize(t *testing.T) {
-	if n := 4 * unsafe.Sizeof(typeState{}); n > 512 {
-		t.Errorf("four type states are %d bytes, want at most 512", n)
-	}
-}

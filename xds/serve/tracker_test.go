@@ -91,3 +91,26 @@ func TestStreamWatchesAllocateOnce(t *testing.T) {
 		}
 	}
 }
+
+// TestTypeStatesSize: a stream's four type states (ADS) stay one object of
+// at most 512 bytes, under which a pointerful object has no malloc header
+// (640 bytes' size class with one).
+func TestTypeStatesSize(t *testing.T) {
+	if n := 4 * unsafe.Sizeof(typeState{}); n > 512 {
+		t.Errorf("four type states are %d bytes, want at most 512", n)
+	}
+}
+
+// TestStreamKinds: a stream's kind names its protocol and the type it was
+// opened for, delta marked.
+func TestStreamKinds(t *testing.T) {
+	for _, c := range []struct {
+		delta bool
+		typ   string
+		want  string
+	}{{false, "", "ADS"}, {true, "", "ADS delta"}, {false, resourcev3.ClusterType, "CDS"}, {true, resourcev3.EndpointType, "EDS delta"}} {
+		if got := streamKind(c.delta, c.typ); got != c.want {
+			t.Errorf("streamKind(%v, %q) = %q, want %q", c.delta, c.typ, got, c.want)
+		}
+	}
+}

@@ -24,6 +24,7 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/internal/unixsock"
@@ -48,7 +49,11 @@ type Agent struct {
 	addrs   struct{ socket, tcp, admin net.Addr }
 	saves   chan struct{}
 	pending map[string]*xds.Resources // to be written to the data directory
-	connect *connectCerts             // nil without connect services
+	// encoded is each key's resources as the last save encoded them, by
+	// object: a change re-encodes only the objects it brought (the relay
+	// keeps the others). The save loop's alone.
+	encoded map[string]map[proto.Message]*anypb.Any
+	connect *connectCerts // nil without connect services
 	// sidecars follows the local Connect sidecar registrations (with
 	// connect services; sidecars.go).
 	sidecars *localSidecars
@@ -333,15 +338,41 @@ func (a *Agent) persist(key string, res *xds.Resources) {
 	}
 }
 
+// saveEvery is the least time between two writes of the data directory.
+// Each write of a key is a file written, synced and renamed; under
+// back-to-back changes (a rolling deploy, a flapping check) that was
+// most of an agent's CPU per change. The first change after a quiet
+// spell is written at once; changes that follow within saveEvery are
+// written together, the newest state, when it has passed. So the disk
+// is at most saveEvery behind memory, and an agent stopped meanwhile
+// writes what is pending before it exits.
+const saveEvery = time.Second
+
 func (a *Agent) saveLoop(ctx context.Context) {
+	a.saveLoopEvery(ctx, saveEvery)
+}
+
+func (a *Agent) saveLoopEvery(ctx context.Context, every time.Duration) {
+	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			a.flush()
 			return
 		case <-a.saves:
-			a.flush()
 		}
+		if wait := every - time.Since(last); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				a.flush()
+				return
+			case <-t.C:
+			}
+		}
+		a.flush()
+		last = time.Now()
 	}
 }
 
@@ -355,15 +386,33 @@ func (a *Agent) flush() {
 		}
 	}
 	a.mu.Unlock()
+	if a.encoded == nil {
+		a.encoded = map[string]map[proto.Message]*anypb.Any{}
+	}
+	a.mu.Lock()
+	for key := range a.encoded {
+		if a.relays[key] == nil {
+			delete(a.encoded, key) // dropped: its saved config goes too
+		}
+	}
+	a.mu.Unlock()
 	for key, res := range pending {
 		var anys []*anypb.Any
+		last, now := a.encoded[key], map[proto.Message]*anypb.Any{}
 		for _, list := range res.ByType() {
 			for _, m := range list {
-				if a, err := anypb.New(m); err == nil {
-					anys = append(anys, a)
+				enc := last[m]
+				if enc == nil {
+					var err error
+					if enc, err = anypb.New(m); err != nil {
+						continue
+					}
 				}
+				now[m] = enc
+				anys = append(anys, enc)
 			}
 		}
+		a.encoded[key] = now
 		if err := a.store.save(key, anys); err != nil {
 			a.log.Error().Err(err).Str("data_dir", a.cfg.DataDir).Msg("cannot save the last good config; a restart during a central outage would not have it")
 		}

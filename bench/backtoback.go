@@ -23,7 +23,11 @@ func (r *run) s9(ctx context.Context) Row {
 	var all, lasts []time.Duration
 	var worst time.Duration
 	start := time.Now()
-	for f := range flips {
+	// With -s2-profile, S9 flips on until its CPU profile is written, as
+	// S2 does, so the profile holds flips and not the quiet after them.
+	prof := startProfile(ctx, r.t, r.opts.S2Profile, fmt.Sprintf("s9-%s-%s-%d", r.t.Name, r.mode, r.n))
+	f := 0
+	for ; f < flips || profiling(prof); f++ {
 		fl, err := r.flip(ctx, r.flipService(f), 0, r.opts.FlipTimeout)
 		if err != nil {
 			return failed(m.row("S9 back-to-back flips", all, worst), err)
@@ -31,6 +35,12 @@ func (r *run) s9(ctx context.Context) Row {
 		all = append(all, fl.lats...)
 		lasts = append(lasts, fl.last)
 		worst = max(worst, fl.last)
+	}
+	flips = f
+	if prof != nil {
+		if err := <-prof; err != nil {
+			fmt.Fprintf(os.Stderr, "S9 profile: %v\n", err)
+		}
 	}
 	took := time.Since(start)
 	row := m.row("S9 back-to-back flips", all, worst)

@@ -367,18 +367,55 @@ func (r *run) liveHeap(ctx context.Context) int64 {
 // changing.
 func (r *run) s4idle(ctx context.Context) Row {
 	m := r.meter()
+	// A profile of the idle server says what its idle CPU is spent on. It
+	// samples the spell's last profileSeconds, the steadiest part (the
+	// first seconds after a connect may still hold its leftovers), so only
+	// a spell that long has one.
+	var (
+		prof  <-chan error
+		tail0 float64 // the servers' CPU where the profile starts
+	)
+	lead := r.opts.IdleTime - profileSeconds*time.Second
+	if lead >= 0 && r.opts.S2Profile != "" {
+		select {
+		case <-time.After(lead):
+		case <-ctx.Done():
+		}
+		tail0 = r.serverCPU()
+		prof = startProfile(ctx, r.t, r.opts.S2Profile, fmt.Sprintf("s4-%s-%s-%d", r.t.Name, r.mode, r.n))
+		lead = profileSeconds * time.Second
+	} else {
+		lead = r.opts.IdleTime
+	}
 	select {
-	case <-time.After(r.opts.IdleTime):
+	case <-time.After(lead):
 	case <-ctx.Done():
+	}
+	if prof != nil {
+		if err := <-prof; err != nil {
+			fmt.Fprintf(os.Stderr, "S4 profile: %v\n", err)
+		}
 	}
 	row := m.row("S4 Consul load idle", nil, -1)
 	// The server's CPU with nothing changing: what a scenario's CPU per
 	// change includes for each second it lasts.
 	row.Notes = fmt.Sprintf("%.2f req/s over %s; server CPU %.1f ms/s", row.ConsulReqs/r.opts.IdleTime.Seconds(), r.opts.IdleTime, row.CPU*1000/r.opts.IdleTime.Seconds())
+	if prof != nil {
+		row.Notes += fmt.Sprintf(" (its last %ds, profiled: %.1f ms/s)", profileSeconds, (r.serverCPU()-tail0)*1000/profileSeconds)
+	}
 	if row.ConsulReqs < 0 {
 		row.Notes = "n/a"
 	}
 	return row
+}
+
+// serverCPU is the CPU seconds the servers under test have used.
+func (r *run) serverCPU() float64 {
+	var cpu float64
+	for _, t := range r.targets() {
+		cpu += SampleProc(t.PID).CPU
+	}
+	return cpu
 }
 
 // S5 churn storm: StormRate flips/s spread over services for StormTime;

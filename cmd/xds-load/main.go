@@ -104,7 +104,7 @@ func runCmd(ctx context.Context, args []string) int {
 	fs.IntVar(&o.S1Flips, "s1-flips", o.S1Flips, "S1 flips")
 	fs.IntVar(&o.S2Flips, "s2-flips", o.S2Flips, "S2 flips (fleet)")
 	fs.IntVar(&o.CompareS2Flips, "compare-s2-flips", o.CompareS2Flips, "S2 flips in the comparison (0: -s2-flips)")
-	fs.StringVar(&o.S2Profile, "s2-profile", "", "directory for CPU profiles of the bridge taken during S2 (S2 flips until it is done) and from the start of the S6 reconnect storm")
+	fs.StringVar(&o.S2Profile, "s2-profile", "", "directory for CPU profiles of the bridge taken during S2 and S9 (each flips until it is done), from the start of the S6 reconnect storm, and over the last 15 s of S4 (when -idle is at least that)")
 	fs.StringVar(&o.BridgeLogLevel, "bridge-log", o.BridgeLogLevel, "bridge log level (logs in -dir)")
 	fs.DurationVar(&o.IdleTime, "idle", o.IdleTime, "S4 idle measurement time")
 	fs.DurationVar(&o.StormTime, "storm", o.StormTime, "S5 storm duration")

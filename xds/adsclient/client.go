@@ -256,7 +256,14 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		cfg.MaxMessageSize = DefaultMaxMessageSize
 	}
 	conn, err := grpc.NewClient(cfg.Addr, grpc.WithTransportCredentials(creds),
-		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxMessageSize)))
+		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(cfg.MaxMessageSize)),
+		// Fixed windows, as Envoy keeps them. gRPC's default windows grow
+		// by estimating the bandwidth-delay product, which pings the
+		// server after received data: a ping and its ack for every
+		// response, a read and a write more for the server per push (an
+		// agent's relay to the central bridge cost the central about as
+		// much again as the push).
+		grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow))
 	if err != nil {
 		return nil, fmt.Errorf("adsclient: %w", err)
 	}
@@ -538,6 +545,11 @@ func (c *Client) publishLocked(st State, typeURL, version, nonce string, at time
 	c.changed = make(chan struct{})
 	return Update{TypeURL: typeURL, Version: version, Nonce: nonce, Received: at, State: st}
 }
+
+// envoyWindow is Envoy's default HTTP/2 stream and connection window
+// (http2_protocol_options initial_stream_window_size and
+// initial_connection_window_size: 256 MiB).
+const envoyWindow = 256 << 20
 
 func cloneMap[K comparable, V any](m map[K]V) map[K]V {
 	out := make(map[K]V, len(m))

@@ -254,11 +254,27 @@ func TestEntriesAreSharedAndReused(t *testing.T) {
 		}
 	}
 	before := s.cache.Served("edge")[resourcev3.EndpointType]
+	for _, cl := range []*cacheClient{a, b, c} {
+		cl.ack()
+	}
 	if _, err := s.Update(context.Background(), testOutput(t, []string{"api", "web"}, 8080), resolveEdge); err != nil {
 		t.Fatal(err)
 	}
-	if after := s.cache.Served("edge")[resourcev3.EndpointType]; after != before {
-		t.Error("an equal translation built a new endpoint set")
+	// Nothing changed for a proxy: nothing is sent, SotW or delta.
+	a.mustNotTake("sotw after an equal translation")
+	b.mustNotTake("delta after an equal translation")
+	c.mustNotTake("sotw, other key, after an equal translation")
+	// Equal content in new objects: the same version and the very same
+	// encodings (no marshalling output of its own). The set may be new,
+	// holding the new objects, so the next build finds them by identity.
+	after := s.cache.Served("edge")[resourcev3.EndpointType]
+	if after.Version() != before.Version() {
+		t.Errorf("an equal translation moved the endpoint version from %q to %q", before.Version(), after.Version())
+	}
+	for i, e := range after.Entries() {
+		if e.Any() != before.Entries()[i].Any() {
+			t.Errorf("%s: an equal translation encoded it anew", e.Name())
+		}
 	}
 	// The delta resource version is go-control-plane's HashResource of the
 	// deterministic encoding, so clients of the snapshot cache (or an

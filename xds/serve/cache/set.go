@@ -89,6 +89,7 @@ func NewSet(typeURL string, items []types.Resource, prev *Set) (*Set, error) {
 	if prev != nil {
 		old, ts.prevMark = prev.entries, prev.mark
 	}
+	refreshed := false // an entry took a new object of the same content
 	for _, res := range items {
 		name := xds.ResourceName(res)
 		if _, dup := ts.entries[name]; dup {
@@ -104,14 +105,25 @@ func NewSet(typeURL string, items []types.Resource, prev *Set) (*Set, error) {
 			return nil, fmt.Errorf("marshal %s %q: %w", typeURL, name, err)
 		}
 		if o != nil && bytes.Equal(o.any.GetValue(), b) {
-			ts.entries[name] = o
+			// The same content in a new object (an agent's relay that
+			// redialled decodes everything again; a translation that made
+			// a resource anew). The encoding is kept, and the entry takes
+			// the new object so the next build finds it by identity:
+			// keeping the old object made every later build encode this
+			// resource again, for as long as the new one lived.
+			e := *o
+			e.res = res
+			ts.entries[name] = &e
+			refreshed = true
 			continue
 		}
 		ts.entries[name] = newEntry(typeURL, res, b)
 	}
 	if prev != nil {
 		for name, e := range ts.entries {
-			if old[name] != e {
+			// An entry's encoding (its Any) is shared by every entry of
+			// the same content: a new Any is a new content.
+			if o := old[name]; o == nil || o.any != e.any {
 				ts.diff = append(ts.diff, name)
 			}
 		}
@@ -120,7 +132,7 @@ func NewSet(typeURL string, items []types.Resource, prev *Set) (*Set, error) {
 				ts.diff = append(ts.diff, name)
 			}
 		}
-		if len(ts.diff) == 0 {
+		if len(ts.diff) == 0 && !refreshed {
 			return prev, nil
 		}
 	}

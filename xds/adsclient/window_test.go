@@ -1,0 +1,122 @@
+package adsclient
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"testing"
+
+	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
+	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
+	"golang.org/x/net/http2"
+	"google.golang.org/grpc"
+)
+
+// clientBytes keeps what clients write to a listener's connections.
+type clientBytes struct {
+	net.Listener
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *clientBytes) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &teeConn{Conn: c, l: l}, nil
+}
+
+type teeConn struct {
+	net.Conn
+	l *clientBytes
+}
+
+func (c *teeConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.l.mu.Lock()
+	c.l.buf.Write(p[:n])
+	c.l.mu.Unlock()
+	return n, err
+}
+
+// TestNoFlowControlPings: the client keeps fixed HTTP/2 windows, Envoy's
+// defaults (256 MiB for a stream and for the connection), so it sends no
+// PING when data arrives. With gRPC's default windows it estimated the
+// bandwidth-delay product and pinged the server after the responses it
+// received: an agent relaying to the central bridge cost the central a
+// ping to read and an ack to write per push, about as much again as the
+// push itself (the agent tier in bench/README.md).
+func TestNoFlowControlPings(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := &testServer{cache: cachev3.NewSnapshotCache(true, cachev3.IDHash{}, nil)}
+	gs := grpc.NewServer()
+	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(ctx, s.cache, nil))
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tee := &clientBytes{Listener: lis}
+	s.addr = lis.Addr().String()
+	go func() { _ = gs.Serve(tee) }()
+	defer gs.Stop()
+
+	for _, mode := range []Mode{SotW, Delta} {
+		s.set(t, makeSnapshot(t, "v0", map[string][]string{"api": {"10.0.0.1:80"}}))
+		c := dial(t, s, Config{Mode: mode})
+		for i := 1; i <= 20; i++ {
+			v := fmt.Sprintf("%v-%d", mode, i)
+			s.set(t, makeSnapshot(t, v, map[string][]string{"api": {fmt.Sprintf("10.0.0.%d:80", i+1)}}))
+			want := fmt.Sprintf("10.0.0.%d:80", i+1)
+			if _, err := c.Wait(waitCtx(t), func(st State) bool {
+				eps := st.Endpoints("api")
+				return len(eps) == 1 && eps[0].Address == want
+			}); err != nil {
+				t.Fatalf("%v: update %d: %v", mode, i, err)
+			}
+		}
+		_ = c.Close()
+	}
+	gs.Stop()
+
+	tee.mu.Lock()
+	raw := tee.buf.Bytes()
+	tee.mu.Unlock()
+	pings, windows := 0, map[uint32]bool{}
+	// Each connection starts with the client preface; the test reads the
+	// frames of each in turn.
+	for _, conn := range bytes.Split(raw, []byte(http2.ClientPreface))[1:] {
+		fr := http2.NewFramer(io.Discard, bytes.NewReader(conn))
+		for {
+			f, err := fr.ReadFrame()
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				break
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch f := f.(type) {
+			case *http2.PingFrame:
+				if !f.IsAck() {
+					pings++
+				}
+			case *http2.SettingsFrame:
+				if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
+					windows[v] = true
+				}
+			}
+		}
+	}
+	if pings != 0 {
+		t.Errorf("the client sent %d PINGs over 40 responses; want none (fixed windows)", pings)
+	}
+	if !windows[envoyWindow] || len(windows) != 1 {
+		t.Errorf("the client's stream windows: %v; want Envoy's %d", windows, envoyWindow)
+	}
+}

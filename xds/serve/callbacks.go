@@ -94,7 +94,7 @@ func (c *callbacks) closed(key streamKey) {
 		return
 	}
 	c.metrics.streamCounted(st.node.GetCluster(), st.kind, -1)
-	if _, still := c.tracker.nodeCluster(st.node.GetId()); !still {
+	if !c.tracker.hasNode(st.node.GetId()) {
 		c.history.forget(st.node.GetId())
 	}
 	if c.left != nil {

@@ -124,6 +124,7 @@ func (t *tracker) dropNode(key streamKey) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if st := t.streams[key]; st != nil {
+		t.forgetNodeLocked(st)
 		st.node = nil
 	}
 }

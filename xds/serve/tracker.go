@@ -168,6 +168,11 @@ type tracker struct {
 	// expect holds, by snapshot key, the endpoints a make-before-break
 	// step waits for every stream of the key to receive (staging.go).
 	expect map[string]*expectation
+	// nodes counts, by node id, the streams whose node is known: whether
+	// a closing stream was its node's last is a lookup, where a scan of
+	// every stream made a fleet's disconnect quadratic, under the lock
+	// every request takes.
+	nodes map[string]int32
 }
 
 // expectation is a set of ClusterLoadAssignment names.
@@ -198,7 +203,7 @@ func addrString(a net.Addr) string {
 }
 
 func newTracker() *tracker {
-	return &tracker{streams: map[streamKey]*streamState{}, expect: map[string]*expectation{}, epoch: time.Now()}
+	return &tracker{streams: map[streamKey]*streamState{}, expect: map[string]*expectation{}, nodes: map[string]int32{}, epoch: time.Now()}
 }
 
 // streamKind names a stream by its protocol and the type URL it was opened
@@ -276,7 +281,31 @@ func (t *tracker) close(key streamKey) *streamState {
 	defer t.mu.Unlock()
 	st := t.streams[key]
 	delete(t.streams, key)
+	if st != nil {
+		t.forgetNodeLocked(st)
+	}
 	return st
+}
+
+// forgetNodeLocked drops st's node from the count (t.mu held).
+func (t *tracker) forgetNodeLocked(st *streamState) {
+	if st.node == nil {
+		return
+	}
+	id := st.node.GetId()
+	if t.nodes[id] <= 1 {
+		delete(t.nodes, id)
+		return
+	}
+	t.nodes[id]--
+}
+
+// hasNode reports whether a stream of node id is open (and has sent its
+// node).
+func (t *tracker) hasNode(id string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.nodes[id] > 0
 }
 
 // reqKind classifies a request for a type.
@@ -330,6 +359,7 @@ func (t *tracker) request(now time.Time, key streamKey, node *corev3.Node, typeU
 	}
 	if st.node == nil && node != nil {
 		st.node, res.newNode = node, true
+		t.nodes[node.GetId()]++
 	}
 	res.node = st.node
 	ts := st.types.get(typeURL)

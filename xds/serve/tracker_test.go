@@ -114,3 +114,41 @@ func TestStreamKinds(t *testing.T) {
 		}
 	}
 }
+
+// TestTrackerCountsStreamsPerNode: whether a closing stream was its
+// node's last (its push history is then forgotten) is a count kept as
+// streams learn their node and close, not a scan of every stream: that
+// scan made a fleet's disconnect quadratic under the tracker's lock.
+func TestTrackerCountsStreamsPerNode(t *testing.T) {
+	tr := newTracker()
+	keys := []streamKey{{id: 1}, {id: 2}, {id: 3}, {id: 4, delta: true}}
+	for _, k := range keys {
+		tr.open(k, "", nil)
+	}
+	node := &corev3.Node{Id: "a", Cluster: "c"}
+	tr.request(time.Now(), keys[0], node, resourcev3.ClusterType, "", "", "", nameUpdate{})
+	tr.request(time.Now(), keys[0], node, resourcev3.EndpointType, "", "", "", nameUpdate{}) // the same stream again
+	tr.request(time.Now(), keys[1], &corev3.Node{Id: "a", Cluster: "c"}, resourcev3.ClusterType, "", "", "", nameUpdate{})
+	tr.request(time.Now(), keys[3], &corev3.Node{Id: "b", Cluster: "c"}, resourcev3.ClusterType, "", "", "", nameUpdate{})
+	// keys[2] never sends a node.
+	if !tr.hasNode("a") || !tr.hasNode("b") || tr.hasNode("c") {
+		t.Fatalf("after requests: a %v, b %v, c %v; want a and b only", tr.hasNode("a"), tr.hasNode("b"), tr.hasNode("c"))
+	}
+	tr.close(keys[0])
+	if !tr.hasNode("a") {
+		t.Error("a's other stream is open, but a counts as gone")
+	}
+	tr.close(keys[2]) // no node: nothing to count
+	tr.close(keys[1])
+	if tr.hasNode("a") {
+		t.Error("a's last stream closed, but a still counts")
+	}
+	tr.dropNode(keys[3]) // refused before it joined
+	if tr.hasNode("b") {
+		t.Error("b's node was dropped, but b still counts")
+	}
+	tr.close(keys[3])
+	if len(tr.nodes) != 0 {
+		t.Errorf("all streams closed, the count holds %v", tr.nodes)
+	}
+}

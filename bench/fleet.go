@@ -514,8 +514,9 @@ func (f *Fleet) connFor(k int, addr string) (*grpc.ClientConn, error) {
 }
 
 // newConn dials the server as Envoy's HTTP/2 client does: fixed large
-// flow-control windows (Envoy's defaults are 256 MiB per stream and per
-// connection), so no BDP pings — grpc-go's default client pings the
+// flow-control windows (256 MiB per stream and per connection, an older
+// Envoy's defaults; the Envoy API this project builds against says 16 and
+// 24 MiB, fixed as well), so no BDP pings — grpc-go's default client pings the
 // server whenever data arrives, which Envoy never does.
 func (f *Fleet) newConn(addr string) (*grpc.ClientConn, error) {
 	return grpc.NewClient(addr,

@@ -68,8 +68,8 @@ type h2Stream struct {
 }
 
 // h2Window is what the stream advertises for itself and its connection,
-// Envoy's default (256 MiB), as newConn does for grpc-go (a variable for
-// the test of its replenishing).
+// 256 MiB (an older Envoy's default), as newConn does for grpc-go (a
+// variable for the test of its replenishing).
 var h2Window int64 = 256 << 20
 
 const (

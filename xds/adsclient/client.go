@@ -263,7 +263,7 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		// response, a read and a write more for the server per push (an
 		// agent's relay to the central bridge cost the central about as
 		// much again as the push).
-		grpc.WithInitialWindowSize(envoyWindow), grpc.WithInitialConnWindowSize(envoyWindow))
+		grpc.WithInitialWindowSize(envoyStreamWindow), grpc.WithInitialConnWindowSize(envoyConnWindow))
 	if err != nil {
 		return nil, fmt.Errorf("adsclient: %w", err)
 	}
@@ -546,10 +546,13 @@ func (c *Client) publishLocked(st State, typeURL, version, nonce string, at time
 	return Update{TypeURL: typeURL, Version: version, Nonce: nonce, Received: at, State: st}
 }
 
-// envoyWindow is Envoy's default HTTP/2 stream and connection window
-// (http2_protocol_options initial_stream_window_size and
-// initial_connection_window_size: 256 MiB).
-const envoyWindow = 256 << 20
+// Envoy's default HTTP/2 flow-control windows (Http2ProtocolOptions
+// initial_stream_window_size, 16 MiB, and initial_connection_window_size,
+// 24 MiB, in the Envoy API this project builds against).
+const (
+	envoyStreamWindow = 16 << 20
+	envoyConnWindow   = 24 << 20
+)
 
 func cloneMap[K comparable, V any](m map[K]V) map[K]V {
 	out := make(map[K]V, len(m))

@@ -46,8 +46,8 @@ func (c *teeConn) Read(p []byte) (int, error) {
 }
 
 // TestNoFlowControlPings: the client keeps fixed HTTP/2 windows, Envoy's
-// defaults (256 MiB for a stream and for the connection), so it sends no
-// PING when data arrives. With gRPC's default windows it estimated the
+// defaults (16 MiB for a stream, 24 MiB for the connection), so it sends
+// no PING when data arrives. With gRPC's default windows it estimated the
 // bandwidth-delay product and pinged the server after the responses it
 // received: an agent relaying to the central bridge cost the central a
 // ping to read and an ack to write per push, about as much again as the
@@ -88,7 +88,7 @@ func TestNoFlowControlPings(t *testing.T) {
 	tee.mu.Lock()
 	raw := tee.buf.Bytes()
 	tee.mu.Unlock()
-	pings, windows := 0, map[uint32]bool{}
+	pings, windows, connGrants := 0, map[uint32]bool{}, map[uint32]bool{}
 	// Each connection starts with the client preface; the test reads the
 	// frames of each in turn.
 	for _, conn := range bytes.Split(raw, []byte(http2.ClientPreface))[1:] {
@@ -110,13 +110,22 @@ func TestNoFlowControlPings(t *testing.T) {
 				if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
 					windows[v] = true
 				}
+			case *http2.WindowUpdateFrame:
+				// The connection's window starts at HTTP/2's 65,535 bytes;
+				// the client raises it once, to its own size.
+				if f.StreamID == 0 && f.Increment > 1<<20 {
+					connGrants[f.Increment] = true
+				}
 			}
 		}
 	}
 	if pings != 0 {
 		t.Errorf("the client sent %d PINGs over 40 responses; want none (fixed windows)", pings)
 	}
-	if !windows[envoyWindow] || len(windows) != 1 {
-		t.Errorf("the client's stream windows: %v; want Envoy's %d", windows, envoyWindow)
+	if !windows[envoyStreamWindow] || len(windows) != 1 {
+		t.Errorf("the client's stream windows: %v; want Envoy's %d", windows, envoyStreamWindow)
+	}
+	if want := uint32(envoyConnWindow - 65535); !connGrants[want] || len(connGrants) != 1 {
+		t.Errorf("the client raised its connection window by %v; want Envoy's %d less HTTP/2's initial 65,535", connGrants, envoyConnWindow)
 	}
 }

@@ -385,11 +385,9 @@ func (a *Agent) flush() {
 			delete(pending, key) // dropped meanwhile
 		}
 	}
-	a.mu.Unlock()
 	if a.encoded == nil {
 		a.encoded = map[string]map[proto.Message]*anypb.Any{}
 	}
-	a.mu.Lock()
 	for key := range a.encoded {
 		if a.relays[key] == nil {
 			delete(a.encoded, key) // dropped: its saved config goes too

@@ -9,3 +9,16 @@ func SetEnvoyParentGrace(d time.Duration) func() {
 	envoyParentGrace = d
 	return func() { envoyParentGrace = was }
 }
+
+// IdleRelays counts the relays lingering with no local proxy.
+func (a *Agent) IdleRelays() int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	n := 0
+	for _, r := range a.relays {
+		if r.idle() {
+			n++
+		}
+	}
+	return n
+}

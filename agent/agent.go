@@ -401,6 +401,9 @@ func (a *Agent) flush() {
 			for _, m := range list {
 				enc := last[m]
 				if enc == nil {
+					enc = res.Encoded[m] // as it arrived from the central bridge
+				}
+				if enc == nil {
 					var err error
 					if enc, err = anypb.New(m); err != nil {
 						continue

@@ -7,6 +7,8 @@ import (
 
 	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
 	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds"
 )
@@ -120,5 +122,28 @@ func TestSavesAreSpacedAndTheLastIsKept(t *testing.T) {
 	<-done
 	if got := onDisk(); got != "four" {
 		t.Errorf("after the agent stopped, the data directory holds %q; want the pending %q", got, "four")
+	}
+}
+
+// TestSaveKeepsWhatArrived: a resource the central bridge sent is saved in
+// the bytes it arrived in (xds.Resources.Encoded), not encoded again; one
+// without them (a local secret, a file's) is encoded.
+func TestSaveKeepsWhatArrived(t *testing.T) {
+	a := New(&Config{DataDir: t.TempDir()}, zerolog.Nop())
+	const key = "web"
+	a.relays[key] = &relay{}
+	relayed := &clusterv3.Cluster{Name: "relayed"}
+	own := &clusterv3.Cluster{Name: "own"}
+	arrived, err := anypb.New(relayed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.persist(key, &xds.Resources{Clusters: []*clusterv3.Cluster{relayed, own}, Encoded: map[proto.Message]*anypb.Any{relayed: arrived}})
+	a.flush()
+	if got := a.encoded[key][relayed]; got != arrived {
+		t.Error("the relayed cluster was encoded again")
+	}
+	if got := a.encoded[key][own]; got == nil || got == arrived {
+		t.Error("the cluster that came without its bytes was not encoded")
 	}
 }

@@ -55,6 +55,7 @@ type relay struct {
 	idleSince time.Time                           // when lingering was set
 	dropped   bool                                // dropIdle ran: late updates are ignored
 	held      map[string]map[string]proto.Message // type URL -> name -> resource
+	encoded   map[string]map[string]*anypb.Any    // type URL -> name -> the bytes it arrived in
 	upstream  string                              // the replica streaming now, "" if none
 	lastGood  string                              // "upstream" or "disk"
 	// lastErr is why the last attempt failed ("" once a stream lasts);
@@ -301,11 +302,15 @@ func (r *relay) apply(st adsclient.State) {
 	if r.held == nil {
 		r.held = map[string]map[string]proto.Message{}
 	}
+	if r.encoded == nil {
+		r.encoded = map[string]map[string]*anypb.Any{}
+	}
 	for typ, ts := range st.Types {
 		r.held[typ] = withoutRelayedLeaves(typ, ts.Resources)
+		r.encoded[typ] = ts.Encoded
 	}
 	r.lastGood, r.refused = "upstream", ""
-	res := resources(r.held)
+	res := resources(r.held, r.encoded)
 	r.mu.Unlock()
 	if err := r.serve(res); err != nil {
 		r.a.log.Error().Err(err).Str("node_cluster", r.key.NodeCluster).Msg("cannot serve what the central bridge sent; local proxies keep their config")
@@ -364,7 +369,7 @@ func (r *relay) reserve() {
 		r.mu.Unlock()
 		return
 	}
-	res := resources(r.held)
+	res := resources(r.held, r.encoded)
 	r.mu.Unlock()
 	if err := r.serve(res); err != nil {
 		r.a.log.Error().Err(err).Str("node_cluster", r.key.NodeCluster).Msg("cannot serve the new local certificates")
@@ -384,9 +389,12 @@ func (r *relay) restore(anys []*anypb.Any) error {
 		}
 		held[a.GetTypeUrl()][xds.ResourceName(m)] = m
 	}
+	// The file's bytes are not reused: a set's encoding is compared by
+	// bytes with the central's (deterministic) one when it sends the same
+	// content, and a file from an older agent may not be deterministic.
 	r.mu.Lock()
-	r.held, r.lastGood = held, "disk"
-	res := resources(held)
+	r.held, r.encoded, r.lastGood = held, map[string]map[string]*anypb.Any{}, "disk"
+	res := resources(held, nil)
 	r.mu.Unlock()
 	return r.serve(res)
 }
@@ -426,10 +434,13 @@ func (r *relay) status() keyStatus {
 }
 
 // resources turns held state into the server's resource lists.
-func resources(held map[string]map[string]proto.Message) *xds.Resources {
-	res := &xds.Resources{}
+func resources(held map[string]map[string]proto.Message, encoded map[string]map[string]*anypb.Any) *xds.Resources {
+	res := &xds.Resources{Encoded: map[proto.Message]*anypb.Any{}}
 	for _, typ := range slices.Sorted(maps.Keys(held)) {
 		for _, name := range slices.Sorted(maps.Keys(held[typ])) {
+			if a := encoded[typ][name]; a != nil {
+				res.Encoded[held[typ][name]] = a
+			}
 			switch m := held[typ][name].(type) {
 			case *clusterv3.Cluster:
 				res.Clusters = append(res.Clusters, m)

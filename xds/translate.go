@@ -19,6 +19,8 @@ import (
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 
 	"github.com/consul-xds-bridge/consul-xds-bridge/ir"
 )
@@ -37,6 +39,12 @@ type Resources struct {
 	// "edge.hcl:12:7"). It is in no resource, so moving a route in its
 	// file changes no version; the config dump shows it.
 	RouteSources map[string]string
+	// Encoded, when set, holds the bytes some of these resources arrived
+	// in, by resource: an agent relays what the central bridge sent, and
+	// its serving sets and saved state take the central's encoding
+	// instead of encoding every relayed resource again. Only for a
+	// resource decoded from exactly those bytes.
+	Encoded map[proto.Message]*anypb.Any
 }
 
 // addRouteSources records where l's routes are declared.

@@ -124,22 +124,28 @@ func (c *Client) handleSotW(resp *discoveryv3.DiscoveryResponse, at time.Time) {
 	}
 
 	old := c.state.Types[typ]
-	var res map[string]proto.Message
+	var (
+		res map[string]proto.Message
+		enc map[string]*anypb.Any
+	)
 	if typ == ClusterType || typ == ListenerType {
 		// Full state: whatever the response does not name is gone.
 		res = make(map[string]proto.Message, len(items))
+		enc = make(map[string]*anypb.Any, len(items))
 		routes := make(map[string][]string, len(items))
 		secrets := make(map[string][]string, len(items))
 		for _, it := range items {
 			if it.msg == nil {
 				if m, ok := old.Resources[it.name]; ok {
 					res[it.name] = m
+					enc[it.name] = old.Encoded[it.name]
 					routes[it.name] = c.routesOf[it.name]
 					secrets[it.name] = c.secretsOf[typ][it.name]
 				}
 				continue
 			}
 			res[it.name] = it.msg
+			enc[it.name] = it.body
 			routes[it.name] = it.routes
 			secrets[it.name] = it.secrets
 		}
@@ -150,15 +156,16 @@ func (c *Client) handleSotW(resp *discoveryv3.DiscoveryResponse, at time.Time) {
 	} else {
 		// EDS and RDS responses may carry a subset: like Envoy, only the
 		// names present are updated, and names nobody subscribed are dropped.
-		res = cloneMap(old.Resources)
+		res, enc = cloneMap(old.Resources), cloneMap(old.Encoded)
 		for _, it := range items {
 			if sub.names[it.name] && it.msg != nil {
 				res[it.name] = it.msg
+				enc[it.name] = it.body
 			}
 		}
 	}
 	types := cloneMap(c.state.Types)
-	types[typ] = TypeState{Version: ri.Version, Nonce: ri.Nonce, Resources: res}
+	types[typ] = TypeState{Version: ri.Version, Nonce: ri.Nonce, Resources: res, Encoded: enc}
 	c.followLocked(typ, types)
 	sub.version = ri.Version
 	c.enqueueLocked(typ, c.sotwRequestLocked(typ, nil))
@@ -215,6 +222,7 @@ func (c *Client) handleDelta(resp *discoveryv3.DeltaDiscoveryResponse, at time.T
 	old := c.state.Types[typ]
 	res := cloneMap(old.Resources)
 	vers := cloneMap(old.ResourceVersions)
+	enc := cloneMap(old.Encoded)
 	for _, it := range items {
 		if !sub.wildcard && !sub.names[it.name] {
 			continue
@@ -224,6 +232,7 @@ func (c *Client) handleDelta(resp *discoveryv3.DeltaDiscoveryResponse, at time.T
 			continue
 		}
 		res[it.name] = it.msg
+		enc[it.name] = it.body
 		if typ == ListenerType {
 			c.routesOf[it.name] = it.routes
 		}
@@ -234,6 +243,7 @@ func (c *Client) handleDelta(resp *discoveryv3.DeltaDiscoveryResponse, at time.T
 	for _, name := range resp.GetRemovedResources() {
 		delete(res, name)
 		delete(vers, name)
+		delete(enc, name)
 		if typ == ListenerType {
 			delete(c.routesOf, name)
 		}
@@ -242,7 +252,7 @@ func (c *Client) handleDelta(resp *discoveryv3.DeltaDiscoveryResponse, at time.T
 		}
 	}
 	types := cloneMap(c.state.Types)
-	types[typ] = TypeState{Version: ri.Version, Nonce: ri.Nonce, Resources: res, ResourceVersions: vers}
+	types[typ] = TypeState{Version: ri.Version, Nonce: ri.Nonce, Resources: res, ResourceVersions: vers, Encoded: enc}
 	c.followLocked(typ, types)
 	c.enqueueLocked(typ, &discoveryv3.DeltaDiscoveryRequest{
 		Node:          c.node,
@@ -360,9 +370,11 @@ func (c *Client) resubscribeLocked(typeURL string, want map[string]bool, types m
 		if ts.ResourceVersions != nil {
 			ts.ResourceVersions = cloneMap(ts.ResourceVersions)
 		}
+		ts.Encoded = cloneMap(ts.Encoded)
 		for _, n := range removed {
 			delete(ts.Resources, n)
 			delete(ts.ResourceVersions, n)
+			delete(ts.Encoded, n)
 		}
 		types[typeURL] = ts
 	}

@@ -15,6 +15,7 @@ import (
 	routev3 "github.com/envoyproxy/go-control-plane/envoy/config/route/v3"
 	tlsv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/transport_sockets/tls/v3"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // State is what the client holds at one point in time. States are shared
@@ -37,6 +38,11 @@ type TypeState struct {
 	Resources map[string]proto.Message
 	// ResourceVersions maps resource name to its Delta version; nil in SotW.
 	ResourceVersions map[string]string
+	// Encoded maps resource name to the Any it arrived in (the server's
+	// encoding, of which Resources holds the decoded and checked copy):
+	// a relay serves those bytes again instead of encoding each resource
+	// anew.
+	Encoded map[string]*anypb.Any
 }
 
 // Endpoint is one endpoint of a ClusterLoadAssignment, flattened for

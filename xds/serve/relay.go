@@ -109,8 +109,9 @@ func (s *Server) relaySetsLocked(key string) (map[string]*cache.Set, error) {
 	notes := map[string]bool{}
 	defer s.setDowngradedLocked(key, notes)
 	sets := make(map[string]*cache.Set, len(cache.TypeOrder))
+	byType := lazyByType(r)
 	for _, typ := range cache.TypeOrder {
-		ts, err := s.setLocked(relayRole(cache.BaseKey(key)), builtKey{r: r, class: class}, typ, notes, func() []types.Resource { return r.ByType()[typ] })
+		ts, err := s.setLocked(relayRole(cache.BaseKey(key)), builtKey{r: r, class: class}, typ, notes, func() []types.Resource { return byType()[typ] })
 		if err != nil {
 			return nil, fmt.Errorf("relayed %s: %w", shortType(typ), err)
 		}

@@ -10,6 +10,8 @@ import (
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve/cache"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	resourcev3 "github.com/envoyproxy/go-control-plane/pkg/resource/v3"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 )
 
 // What a key is served from the current translation: its role (a group,
@@ -48,8 +50,9 @@ func (s *Server) setsLocked(key string) (map[string]*cache.Set, error) {
 		{"reach/" + role, reach, []string{resourcev3.ClusterType, resourcev3.EndpointType}},
 		{role, group, []string{resourcev3.ListenerType, resourcev3.RouteType}},
 	} {
+		byType := lazyByType(part.res)
 		for _, typ := range part.types {
-			ts, err := s.setLocked(part.chain, builtKey{r: part.res, class: class}, typ, notes, func() []types.Resource { return part.res.ByType()[typ] })
+			ts, err := s.setLocked(part.chain, builtKey{r: part.res, class: class}, typ, notes, func() []types.Resource { return byType()[typ] })
 			if err != nil {
 				return nil, err
 			}
@@ -187,7 +190,11 @@ func (s *Server) setLocked(role string, bk builtKey, typ string, notes map[strin
 		var served []types.Resource
 		served, downgraded = s.compat.Rewrite(bk.class, items())
 		var err error
-		if ts, err = cache.NewSet(typ, served, s.chains[chain]); err != nil {
+		var enc map[proto.Message]*anypb.Any
+		if bk.r != nil {
+			enc = bk.r.Encoded
+		}
+		if ts, err = cache.NewSetEncoded(typ, served, s.chains[chain], enc); err != nil {
 			return nil, err
 		}
 		s.setBuilds++
@@ -208,5 +215,18 @@ func (s *Server) setLocked(role string, bk builtKey, typ string, notes map[strin
 func addNotes(to map[string]bool, notes []string) {
 	for _, n := range notes {
 		to[n] = true
+	}
+}
+
+// lazyByType lists r's resources by type once, when first asked: a key
+// builds a type's set only where the memo misses, and ByType copies
+// every resource of every type.
+func lazyByType(r *xds.Resources) func() map[string][]types.Resource {
+	var byType map[string][]types.Resource
+	return func() map[string][]types.Resource {
+		if byType == nil {
+			byType = r.ByType()
+		}
+		return byType
 	}
 }

@@ -14,6 +14,7 @@ import (
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	"github.com/envoyproxy/go-control-plane/pkg/cache/types"
 	cachev3 "github.com/envoyproxy/go-control-plane/pkg/cache/v3"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 )
 
@@ -84,6 +85,19 @@ func setVersion(entries []*Entry) string {
 // that are the same object or encode to the same bytes. If nothing
 // differs from prev, it returns prev itself.
 func NewSet(typeURL string, items []types.Resource, prev *Set) (*Set, error) {
+	return NewSetEncoded(typeURL, items, prev, nil)
+}
+
+// NewSetEncoded is NewSet for items some of which arrived encoded
+// (xds.Resources.Encoded: an agent relaying what the central bridge
+// sent): an item found in enc, with typeURL's type, is served in those
+// bytes, which it was decoded from, instead of being encoded again.
+func NewSetEncoded(typeURL string, items []types.Resource, prev *Set, enc map[proto.Message]*anypb.Any) (*Set, error) {
+	if prev.holdsExactly(items) {
+		// The very objects, in its order: nothing to compare or encode
+		// (an agent's relay builds every type anew when one changes).
+		return prev, nil
+	}
 	ts := &Set{typeURL: typeURL, entries: make(map[string]*Entry, len(items)), mark: setMarkOf(typeSetIDs.Add(1))}
 	var old map[string]*Entry
 	if prev != nil {
@@ -100,9 +114,14 @@ func NewSet(typeURL string, items []types.Resource, prev *Set) (*Set, error) {
 			ts.entries[name] = o
 			continue
 		}
-		b, err := cachev3.MarshalResource(res)
-		if err != nil {
-			return nil, fmt.Errorf("marshal %s %q: %w", typeURL, name, err)
+		var b []byte
+		if a := enc[res]; a != nil && a.GetTypeUrl() == typeURL {
+			b = a.GetValue()
+		} else {
+			var err error
+			if b, err = cachev3.MarshalResource(res); err != nil {
+				return nil, fmt.Errorf("marshal %s %q: %w", typeURL, name, err)
+			}
 		}
 		if o != nil && bytes.Equal(o.any.GetValue(), b) {
 			// The same content in a new object (an agent's relay that
@@ -142,6 +161,20 @@ func NewSet(typeURL string, items []types.Resource, prev *Set) (*Set, error) {
 	}
 	ts.version = setVersion(ts.order)
 	return ts, nil
+}
+
+// holdsExactly reports whether ts's entries are items, the same objects
+// in the same order (sorted by name, as both are).
+func (ts *Set) holdsExactly(items []types.Resource) bool {
+	if ts == nil || len(items) != len(ts.order) {
+		return false
+	}
+	for i, res := range items {
+		if ts.order[i].res != res {
+			return false
+		}
+	}
+	return true
 }
 
 // Name is the resource's name.

@@ -343,6 +343,19 @@ func (l *loop) build(ctx context.Context) {
 	if !l.changedAt.IsZero() && len(changed) > 0 {
 		l.d.metrics.changeToPush.Observe(l.d.clock.Since(l.changedAt).Seconds())
 	}
+	// The status before ready: whoever sees ready also sees this
+	// build's failed groups (none, for a first build), not the failed
+	// first attempt's (CI once read ready with the old failure).
+	var failures []GroupFailure
+	for _, f := range w.Failures() {
+		failures = append(failures, GroupFailure{Group: f.Group, Error: f.Err.Error()})
+	}
+	l.d.metrics.failingGroups.Set(float64(len(failures)))
+	l.failing = failingSet(failures)
+	sources := l.sources.of(out)
+	l.setStatus(func(st *PolicyStatus) {
+		st.Warnings, st.FailedGroups, st.RouteSources = warnings, failures, sources
+	})
 	if !l.d.ready.Swap(true) {
 		l.d.log.Info().Int("clusters", len(out.Shared.Clusters)).Int("groups", len(out.Groups)).
 			Msg("first complete Consul sync served; ready")
@@ -377,16 +390,6 @@ func (l *loop) build(ctx context.Context) {
 	l.change = nil
 	l.served = cat
 	l.d.planBase.Store(&planBase{catalog: cat, docs: l.docs, policy: l.policy, model: m})
-	var failures []GroupFailure
-	for _, f := range w.Failures() {
-		failures = append(failures, GroupFailure{Group: f.Group, Error: f.Err.Error()})
-	}
-	l.d.metrics.failingGroups.Set(float64(len(failures)))
-	l.failing = failingSet(failures)
-	sources := l.sources.of(out)
-	l.setStatus(func(st *PolicyStatus) {
-		st.Warnings, st.FailedGroups, st.RouteSources = warnings, failures, sources
-	})
 }
 
 // catalogBehind reports whether the catalog lacks a service the watcher

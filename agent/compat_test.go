@@ -169,6 +169,26 @@ func TestCentralSeesRelayedEnvoys(t *testing.T) {
 	if !hasRoutes(old.Snapshot()) {
 		t.Error("the old Envoy lost its routes while the relay reconnected")
 	}
+	// The relay sends its node on a stream's first request only
+	// (NodeOnFirstMessageOnly); the central still counts every later
+	// request, the ACKs, as that stream's: each type it was sent is
+	// ACKed at the version sent.
+	eventually(t, 15*time.Second, "the central bridge seeing the relay stream synced", func() bool {
+		for _, p := range cen.srv.Proxies() {
+			if p.NodeCluster == "edge-rl" {
+				if len(p.Types) < 4 {
+					return false
+				}
+				for _, ts := range p.Types {
+					if ts.VersionSent == "" || ts.VersionAcked != ts.VersionSent {
+						return false
+					}
+				}
+				return true
+			}
+		}
+		return false
+	})
 	for typ, n := range old.Stats().NACKs {
 		if n > 0 {
 			t.Errorf("the old Envoy NACKed %s %d times", typ, n)

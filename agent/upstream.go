@@ -203,9 +203,11 @@ func (r *relay) stream(ctx context.Context, addr string) bool {
 	c, err := adsclient.Dial(dctx, adsclient.Config{
 		Addr: addr, NodeID: nodeID, Cluster: cluster, Metadata: meta, UserAgent: ua, Mode: adsclient.Delta,
 		InitialFetchTimeout: -1, // local proxies warm for themselves
-		TLS:                 tlsCfg,
-		MaxMessageSize:      r.a.cfg.MaxMessageSize,
-		OnUpdate:            func(u adsclient.Update) { r.apply(u.State) },
+		// The node once a stream: a change of it reconnects (above).
+		NodeOnFirstMessageOnly: true,
+		TLS:                    tlsCfg,
+		MaxMessageSize:         r.a.cfg.MaxMessageSize,
+		OnUpdate:               func(u adsclient.Update) { r.apply(u.State) },
 	})
 	if err != nil {
 		r.setError(fmt.Sprintf("cannot reach central bridge replica %s: %v", addr, err), false)

@@ -127,6 +127,14 @@ type Config struct {
 	// TLS, if set, connects over TLS with this configuration (client
 	// certificates included); nil connects in plaintext.
 	TLS *tls.Config
+	// NodeOnFirstMessageOnly is Envoy's set_node_on_first_message_only:
+	// only the stream's first request carries the node. The xDS protocol
+	// guarantees the node on the first request only, so a server keeps
+	// it; the rest leave it out rather than carry it with every ACK
+	// (the agent's relay: the central decodes one node a stream, not one
+	// per push it answers). Off, every request carries it, as Envoy's
+	// default does.
+	NodeOnFirstMessageOnly bool
 	// MaxMessageSize bounds one response the client accepts, in bytes;
 	// zero means DefaultMaxMessageSize. gRPC's own default (4 MiB) is
 	// below what the bridge sends, and a larger response ends the stream
@@ -226,10 +234,12 @@ type Client struct {
 	// clusters' secrets prefixed with warmSecret.
 	warming map[string]bool
 	queue   []proto.Message
-	wake    chan struct{}
-	stats   Stats
-	log     []ResponseInfo // ring buffer once full
-	logNext int            // oldest entry when the ring is full
+	// nodeQueued: a request with the node is queued (NodeOnFirstMessageOnly).
+	nodeQueued bool
+	wake       chan struct{}
+	stats      Stats
+	log        []ResponseInfo // ring buffer once full
+	logNext    int            // oldest entry when the ring is full
 }
 
 // Dial opens an ADS stream to cfg.Addr (plaintext) and sends the initial
@@ -469,6 +479,17 @@ func (c *Client) finish(err error) {
 // goroutine so that the reader never blocks on flow control while the
 // server is blocked sending to us.
 func (c *Client) enqueueLocked(typeURL string, m proto.Message) {
+	// The queue is sent in order: the first request queued is the
+	// stream's first on the wire.
+	if c.cfg.NodeOnFirstMessageOnly && c.nodeQueued {
+		switch r := m.(type) {
+		case *discoveryv3.DeltaDiscoveryRequest:
+			r.Node = nil
+		case *discoveryv3.DiscoveryRequest:
+			r.Node = nil
+		}
+	}
+	c.nodeQueued = true
 	c.stats.Requests[typeURL]++
 	c.queue = append(c.queue, m)
 	select {

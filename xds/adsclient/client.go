@@ -130,10 +130,10 @@ type Config struct {
 	// NodeOnFirstMessageOnly is Envoy's set_node_on_first_message_only:
 	// only the stream's first request carries the node. The xDS protocol
 	// guarantees the node on the first request only, so a server keeps
-	// it; the rest leave it out rather than carry it with every ACK
-	// (the agent's relay: the central decodes one node a stream, not one
-	// per push it answers). Off, every request carries it, as Envoy's
-	// default does.
+	// it; the rest leave it out rather than carry it with every ACK, as
+	// the bootstrap the bridge writes for Envoys asks too (the agent's
+	// relay sets it). Off, every request carries it, as Envoy's default
+	// does.
 	NodeOnFirstMessageOnly bool
 	// MaxMessageSize bounds one response the client accepts, in bytes;
 	// zero means DefaultMaxMessageSize. gRPC's own default (4 MiB) is

@@ -60,8 +60,9 @@ func startServer(t *testing.T) *testServer {
 
 // startServerADS starts a server whose cache is in go-control-plane's ADS
 // mode (a named SotW request is answered only once it names every
-// resource of its type) or not, as the bridge's is.
-func startServerADS(t *testing.T, ads bool) *testServer {
+// resource of its type) or not, as the bridge's is; opts are the gRPC
+// server's.
+func startServerADS(t *testing.T, ads bool, opts ...grpc.ServerOption) *testServer {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &testServer{cache: cachev3.NewSnapshotCache(ads, cachev3.IDHash{}, nil)}
@@ -89,7 +90,7 @@ func startServerADS(t *testing.T, ads bool) *testServer {
 			s.add(event{response: true, typ: r.GetTypeUrl(), version: r.GetSystemVersionInfo(), nonce: r.GetNonce()})
 		},
 	}
-	gs := grpc.NewServer()
+	gs := grpc.NewServer(opts...)
 	discoveryv3.RegisterAggregatedDiscoveryServiceServer(gs, serverv3.NewServer(ctx, s.cache, cb))
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -41,6 +41,12 @@ type standIn struct {
 
 func startStandIn(t *testing.T, allow func(*corev3.Node) error, world func(cluster string) *xds.Resources) *standIn {
 	t.Helper()
+	return startStandInOn(t, nil, allow, world)
+}
+
+// startStandInOn is startStandIn whose listener wrap wraps (nil: as is).
+func startStandInOn(t *testing.T, wrap func(net.Listener) net.Listener, allow func(*corev3.Node) error, world func(cluster string) *xds.Resources) *standIn {
+	t.Helper()
 	s := &standIn{world: world, keys: map[string]string{}}
 	s.srv = serve.NewServer(serve.ServerConfig{Logger: zerolog.New(zerolog.NewTestWriter(t)).Level(zerolog.WarnLevel), Relay: true, AllowNode: allow,
 		OnKey: func(k serve.RelayKey) {
@@ -57,6 +63,9 @@ func startStandIn(t *testing.T, allow func(*corev3.Node) error, world func(clust
 		t.Fatal(err)
 	}
 	s.addr = l.Addr().String()
+	if wrap != nil {
+		l = wrap(l)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- s.srv.Serve(ctx, l) }()

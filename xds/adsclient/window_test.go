@@ -1,13 +1,9 @@
 package adsclient
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net"
-	"sync"
 	"testing"
 
 	discoveryv3 "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
@@ -15,35 +11,9 @@ import (
 	serverv3 "github.com/envoyproxy/go-control-plane/pkg/server/v3"
 	"golang.org/x/net/http2"
 	"google.golang.org/grpc"
+
+	"github.com/consul-xds-bridge/consul-xds-bridge/internal/h2wire"
 )
-
-// clientBytes keeps what clients write to a listener's connections.
-type clientBytes struct {
-	net.Listener
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *clientBytes) Accept() (net.Conn, error) {
-	c, err := l.Listener.Accept()
-	if err != nil {
-		return nil, err
-	}
-	return &teeConn{Conn: c, l: l}, nil
-}
-
-type teeConn struct {
-	net.Conn
-	l *clientBytes
-}
-
-func (c *teeConn) Read(p []byte) (int, error) {
-	n, err := c.Conn.Read(p)
-	c.l.mu.Lock()
-	c.l.buf.Write(p[:n])
-	c.l.mu.Unlock()
-	return n, err
-}
 
 // TestNoFlowControlPings: the client keeps fixed HTTP/2 windows, Envoy's
 // defaults (16 MiB for a stream, 24 MiB for the connection), so it sends
@@ -62,7 +32,7 @@ func TestNoFlowControlPings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tee := &clientBytes{Listener: lis}
+	tee := &h2wire.Listener{Listener: lis}
 	s.addr = lis.Addr().String()
 	go func() { _ = gs.Serve(tee) }()
 	defer gs.Stop()
@@ -85,39 +55,27 @@ func TestNoFlowControlPings(t *testing.T) {
 	}
 	gs.Stop()
 
-	tee.mu.Lock()
-	raw := tee.buf.Bytes()
-	tee.mu.Unlock()
 	pings, windows, connGrants := 0, map[uint32]bool{}, map[uint32]bool{}
-	// Each connection starts with the client preface; the test reads the
-	// frames of each in turn.
-	for _, conn := range bytes.Split(raw, []byte(http2.ClientPreface))[1:] {
-		fr := http2.NewFramer(io.Discard, bytes.NewReader(conn))
-		for {
-			f, err := fr.ReadFrame()
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				break
+	err = tee.EachFrame(func(_ int, f http2.Frame) {
+		switch f := f.(type) {
+		case *http2.PingFrame:
+			if !f.IsAck() {
+				pings++
 			}
-			if err != nil {
-				t.Fatal(err)
+		case *http2.SettingsFrame:
+			if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
+				windows[v] = true
 			}
-			switch f := f.(type) {
-			case *http2.PingFrame:
-				if !f.IsAck() {
-					pings++
-				}
-			case *http2.SettingsFrame:
-				if v, ok := f.Value(http2.SettingInitialWindowSize); ok {
-					windows[v] = true
-				}
-			case *http2.WindowUpdateFrame:
-				// The connection's window starts at HTTP/2's 65,535 bytes;
-				// the client raises it once, to its own size.
-				if f.StreamID == 0 && f.Increment > 1<<20 {
-					connGrants[f.Increment] = true
-				}
+		case *http2.WindowUpdateFrame:
+			// The connection's window starts at HTTP/2's 65,535 bytes;
+			// the client raises it once, to its own size.
+			if f.StreamID == 0 && f.Increment > 1<<20 {
+				connGrants[f.Increment] = true
 			}
 		}
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
 	if pings != 0 {
 		t.Errorf("the client sent %d PINGs over 40 responses; want none (fixed windows)", pings)

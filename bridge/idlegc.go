@@ -148,14 +148,17 @@ func newIdleCollector(log zerolog.Logger, clock clockwork.Clock, cpu func() time
 }
 
 func (c *idleCollector) run(ctx context.Context) {
-	t := c.clock.NewTicker(idleInterval)
-	defer t.Stop()
 	lastCPU, lastAllocs := c.cpu(), c.heap().allocs
 	_, lastBuilds := c.builds()
 	// lastOpened is the streams opened at the last look after a storm,
 	// tickOpened at the last tick.
 	_, lastOpened := c.streams()
 	tickOpened := lastOpened
+	// The ticker after the first readings: whoever waits for it (a test
+	// on a fake clock) knows they were taken, and a storm after it
+	// counts (a stress run once read the storm's streams as the baseline).
+	t := c.clock.NewTicker(idleInterval)
+	defer t.Stop()
 	// busy sums what busy intervals allocated since the last idle one;
 	// burst is the last such sum, what the next busy period may need.
 	var busy, burst uint64

@@ -71,26 +71,12 @@ func (r FloorResult) PerConn() float64 { return float64(r.RSS-r.RSS0) / float64(
 // connection each, as the harness's HTTP/2 client and Envoy do), and
 // reads its memory.
 func RunFloor(ctx context.Context, cfg FloorConfig) (FloorResult, error) {
-	args := []string{"floor-server", "-server", cfg.Server}
-	cmd := exec.CommandContext(ctx, cfg.Self, args...)
-	cmd.Stderr = os.Stderr
-	in, err := cmd.StdinPipe()
+	cmd := exec.CommandContext(ctx, cfg.Self, "floor-server", "-server", cfg.Server)
+	in, out, addr, err := startFloor(cmd)
 	if err != nil {
-		return FloorResult{}, err
-	}
-	outPipe, err := cmd.StdoutPipe()
-	if err != nil {
-		return FloorResult{}, err
-	}
-	if err := cmd.Start(); err != nil {
 		return FloorResult{}, err
 	}
 	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
-	out := bufio.NewScanner(outPipe)
-	if !out.Scan() {
-		return FloorResult{}, fmt.Errorf("floor server: no address (%v)", out.Err())
-	}
-	addr := out.Text()
 	report := func() (FloorStats, error) {
 		var st FloorStats
 		if _, err := io.WriteString(in, "report\n"); err != nil {
@@ -124,6 +110,29 @@ func RunFloor(ctx context.Context, cfg FloorConfig) (FloorResult, error) {
 	res.RSS, _ = ProcMem(cmd.Process.Pid)
 	res.Connected, err = report()
 	return res, err
+}
+
+// startFloor starts cmd, a floor server, and reads the address it
+// prints first; in and out are its input and the rest of its output.
+func startFloor(cmd *exec.Cmd) (in io.WriteCloser, out *bufio.Scanner, addr string, err error) {
+	cmd.Stderr = os.Stderr
+	if in, err = cmd.StdinPipe(); err != nil {
+		return nil, nil, "", err
+	}
+	outPipe, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, nil, "", err
+	}
+	out = bufio.NewScanner(outPipe)
+	if !out.Scan() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, nil, "", fmt.Errorf("floor server: no address (%v)", out.Err())
+	}
+	return in, out, out.Text(), nil
 }
 
 // floorConnect opens n streams, each on its own connection, sends each a

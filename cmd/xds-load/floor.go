@@ -62,6 +62,50 @@ func floorCmd(ctx context.Context, args []string) int {
 	return 0
 }
 
+// floorACKsCmd measures what the floor server spends per small message
+// when N streams' messages come as one burst a period or spread over it
+// (bench/floor_acks.go).
+func floorACKsCmd(ctx context.Context, args []string) int {
+	fs := flag.NewFlagSet("floor-acks", flag.ExitOnError)
+	n := fs.Int("n", 1980, "streams, each on its own connection")
+	parallel := fs.Int("parallel", 64, "connections dialled at once")
+	period := fs.Duration("period", 1600*time.Millisecond, "one message per stream each period")
+	rounds := fs.Int("rounds", 20, "periods")
+	runs := fs.Int("runs", 2, "runs of each setting, interleaved")
+	servers := fs.String("servers", "raw,bridge-options", "floor servers, in turn (as floor's -servers)")
+	serverCPUs := fs.String("server-cpus", "0", "CPUs for the floor server (taskset list; GOMAXPROCS their count; empty: no pinning)")
+	clientCPUs := fs.String("client-cpus", "1", "CPUs for this process (empty: no pinning)")
+	fs.Parse(args)
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "floor-acks:", err)
+		return 1
+	}
+	if _, err := bench.RaiseFileLimit(uint64(2**n + 4096)); err != nil {
+		fmt.Fprintln(os.Stderr, "floor-acks: raising the open-file limit:", err)
+	}
+	fmt.Printf("| N | server | messages | server CPU | per message |\n|---|---|---|---|---|\n")
+	for range *runs {
+		for _, server := range strings.Split(*servers, ",") {
+			for _, spread := range []bool{false, true} {
+				r, err := bench.RunFloorACKs(ctx, bench.FloorACKsConfig{Self: self, N: *n, Parallel: *parallel, Mode: bench.Delta, Server: server,
+					Period: *period, Rounds: *rounds, Spread: spread, ServerCPUs: *serverCPUs, ClientCPUs: *clientCPUs})
+				if err != nil {
+					fmt.Fprintln(os.Stderr, "floor-acks:", err)
+					return 1
+				}
+				how := "at once each period"
+				if spread {
+					how = fmt.Sprintf("spread over each period (one every %v)", (*period / time.Duration(*n)).Round(time.Microsecond))
+				}
+				fmt.Printf("| %d | %s | %d, %s | %v | %.1f µs |\n", *n, floorNames[server], r.Messages, how,
+					r.CPU.Round(time.Millisecond), float64(r.PerMessage())/float64(time.Microsecond))
+			}
+		}
+	}
+	return 0
+}
+
 var floorNames = map[string]string{
 	"bridge-options": "grpc-go, the bridge's transport options",
 	"grpc-defaults":  "grpc-go, its defaults",

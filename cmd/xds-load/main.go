@@ -26,7 +26,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: xds-load run [flags] | xds-load baseline-server [flags] | xds-load floor [flags]")
+		fmt.Fprintln(os.Stderr, "usage: xds-load run [flags] | xds-load baseline-server [flags] | xds-load floor [flags] | xds-load floor-acks [flags]")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -38,6 +38,8 @@ func main() {
 		os.Exit(baselineCmd(ctx, os.Args[2:]))
 	case "floor":
 		os.Exit(floorCmd(ctx, os.Args[2:]))
+	case "floor-acks":
+		os.Exit(floorACKsCmd(ctx, os.Args[2:]))
 	case "floor-server":
 		os.Exit(floorServerCmd(ctx, os.Args[2:]))
 	default:

@@ -142,9 +142,15 @@ func (a *runningAgent) stop() {
 
 func dial(t testing.TB, addr, cluster string, mode adsclient.Mode) *adsclient.Client {
 	t.Helper()
+	return dialWith(t, adsclient.Config{Addr: addr, NodeID: "envoy-" + mode.String(), Cluster: cluster, Mode: mode})
+}
+
+// dialWith dials a proxy of cfg, closed at the test's end.
+func dialWith(t testing.TB, cfg adsclient.Config) *adsclient.Client {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c, err := adsclient.Dial(ctx, adsclient.Config{Addr: addr, NodeID: "envoy-" + mode.String(), Cluster: cluster, Mode: mode})
+	c, err := adsclient.Dial(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package agent_test
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -73,13 +72,7 @@ func TestAgentRelaysTheBytesItReceived(t *testing.T) {
 	})
 	dir := t.TempDir()
 	ag := startAgentWith(t, dir, func(c *agent.Config) { c.Upstreams = []string{cen.addr} })
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := adsclient.Dial(ctx, adsclient.Config{Addr: "unix://" + ag.SocketAddr().String(), NodeID: "p", Cluster: "web", Mode: adsclient.Delta})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := dialWith(t, adsclient.Config{Addr: "unix://" + ag.SocketAddr().String(), NodeID: "p", Cluster: "web", Mode: adsclient.Delta})
 	wait(t, c, "the relayed cluster", 15*time.Second, func(s adsclient.State) bool { return s.Cluster("api") != nil })
 	got := c.Snapshot().Types[adsclient.ClusterType].Encoded["api"].GetValue()
 	if !bytes.Equal(got, sent) {

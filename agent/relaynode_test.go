@@ -1,7 +1,6 @@
 package agent_test
 
 import (
-	"context"
 	"net"
 	"testing"
 	"time"
@@ -28,13 +27,7 @@ func TestRelaySendsItsNodeOnce(t *testing.T) {
 	cen := startStandInOn(t, func(l net.Listener) net.Listener { tee.Listener = l; return tee }, nil, rateLimitWorld(t))
 	var logs syncbuffer.Buffer
 	ag := startAgentWith(t, t.TempDir(), func(c *agent.Config) { c.Upstreams = []string{cen.addr} }, &logs)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	c, err := adsclient.Dial(ctx, adsclient.Config{Addr: "unix://" + ag.SocketAddr().String(), NodeID: "vm-1-edge", Cluster: "edge-rl", UserAgentVersion: "1.40.0", Mode: adsclient.Delta})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
+	c := dialWith(t, adsclient.Config{Addr: "unix://" + ag.SocketAddr().String(), NodeID: "vm-1-edge", Cluster: "edge-rl", UserAgentVersion: "1.40.0", Mode: adsclient.Delta})
 	wait(t, c, "the routes", 15*time.Second, func(s adsclient.State) bool { return len(s.Types[adsclient.RouteType].Resources) > 0 })
 	eventually(t, 15*time.Second, "the central bridge seeing the relay stream synced", func() bool {
 		for _, p := range cen.srv.Proxies() {

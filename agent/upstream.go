@@ -309,7 +309,7 @@ func (r *relay) apply(st adsclient.State) {
 	}
 	for typ, ts := range st.Types {
 		r.held[typ] = withoutRelayedLeaves(typ, ts.Resources)
-		r.encoded[typ] = ts.Encoded
+		r.encoded[typ] = withoutRelayedLeaves(typ, ts.Encoded) // nor their bytes
 	}
 	r.lastGood, r.refused = "upstream", ""
 	res := resources(r.held, r.encoded)
@@ -325,11 +325,11 @@ func (r *relay) apply(st adsclient.State) {
 // leaves are the agent's alone (serve), and one never served must not be
 // held or written to data_dir either (persist), as it would be with the
 // rest of what the key holds.
-func withoutRelayedLeaves(typ string, held map[string]proto.Message) map[string]proto.Message {
+func withoutRelayedLeaves[V any](typ string, held map[string]V) map[string]V {
 	if typ != resourcev3.SecretType {
 		return held
 	}
-	var out map[string]proto.Message
+	var out map[string]V
 	for name := range held {
 		if strings.HasPrefix(name, LeafSecretPrefix) {
 			if out == nil {

@@ -237,7 +237,7 @@ func (a *Agent) onKey(k serve.RelayKey) {
 	if a.ctx == nil {
 		return
 	}
-	a.startLocked(&relay{a: a, key: k})
+	a.startLocked(newRelay(a, k))
 }
 
 // startLocked registers a relay and starts it with its own context, so
@@ -315,7 +315,7 @@ func (a *Agent) reserveAll() {
 // restore serves a key saved in the data directory and starts relaying it.
 func (a *Agent) restore(key string, anys []*anypb.Any) {
 	k := serve.ParseRelayKey(key)
-	r := &relay{a: a, key: k}
+	r := newRelay(a, k)
 	if err := r.restore(anys); err != nil {
 		a.log.Warn().Err(err).Str("node_cluster", k.NodeCluster).Msg("cannot serve the saved config; waiting for the central bridge")
 		return

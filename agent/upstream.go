@@ -49,6 +49,8 @@ type relay struct {
 	key serve.RelayKey
 
 	cancel context.CancelFunc // ends run (the relay was dropped)
+	// updates applies what the stream delivers (apply), off its reader.
+	updates handoff[adsclient.State]
 
 	mu        sync.Mutex
 	lingering *time.Timer                         // set while no local proxy uses the key
@@ -63,6 +65,12 @@ type relay struct {
 	// (it cannot sync, which /readyz reports); refused when the central
 	// bridge refused the key (local streams of it are refused too).
 	lastErr, syncErr, refused string
+}
+
+func newRelay(a *Agent, k serve.RelayKey) *relay {
+	r := &relay{a: a, key: k}
+	r.updates = handoff[adsclient.State]{fn: r.apply, merge: keepUnanswered}
+	return r
 }
 
 // setError records why the relay is not in sync ("" clears it); reached
@@ -207,7 +215,13 @@ func (r *relay) stream(ctx context.Context, addr string) bool {
 		NodeOnFirstMessageOnly: true,
 		TLS:                    tlsCfg,
 		MaxMessageSize:         r.a.cfg.MaxMessageSize,
-		OnUpdate:               func(u adsclient.Update) { r.apply(u.State) },
+		// The update is applied on the handoff's goroutine: the reader
+		// returns at once, so the central gets its ACK before the local
+		// fan-out and save the update starts (Go runs the goroutine
+		// woken last first, and the client wakes its writer after
+		// OnUpdate), as from an Envoy, which ACKs once it has taken a
+		// response in; the reader is free for the next response.
+		OnUpdate: func(u adsclient.Update) { r.updates.offer(u.State) },
 	})
 	if err != nil {
 		r.setError(fmt.Sprintf("cannot reach central bridge replica %s: %v", addr, err), false)
@@ -292,6 +306,26 @@ func (r *relay) setUpstream(addr string) {
 		r.a.metrics.connected.Dec()
 	}
 	r.upstream = addr
+}
+
+// keepUnanswered is the relay's handoff merge: a state of an earlier
+// stream (a reconnect) may hold types the newer one has not answered
+// yet, and those are kept, as apply keeps what the key holds.
+func keepUnanswered(pending, newer adsclient.State) adsclient.State {
+	cloned := false
+	for typ, ts := range pending.Types {
+		if _, ok := newer.Types[typ]; ok {
+			continue
+		}
+		if !cloned { // newer.Types is the client's published state
+			newer.Types, cloned = maps.Clone(newer.Types), true
+			if newer.Types == nil {
+				newer.Types = map[string]adsclient.TypeState{}
+			}
+		}
+		newer.Types[typ] = ts
+	}
+	return newer
 }
 
 // apply merges the stream's state into what the key holds and serves it.

@@ -3,9 +3,14 @@ package bench
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,6 +35,17 @@ import (
 // them includes their relay and re-serve on those cores, which on a VM is
 // each agent's own. An agent's K proxies share one connection to its
 // socket (harness.go): this process holds both ends of every socket.
+//
+// With Options.AgentsNice set, the agents run in a process of their own
+// (`xds-load agents-server`) at that niceness instead, on the same CPUs,
+// so the kernel runs them ahead of this process's simulated proxies. In
+// one process the Go scheduler runs an agent's answer to the central
+// bridge behind every other agent's local fan-out still queued, so the
+// central's ACKs trickle in over the whole of the load generator's
+// turnaround (1.5–1.9 s a change at 1,980 agents × 10), one every
+// ~800 µs: a lone message costs a gRPC server 4–5× a bunched one
+// (floor-acks). On a fleet each agent answers on its own VM's CPU,
+// whatever the other VMs' proxies are doing.
 
 // startAgentTier starts server ("agents": one central bridge; "agents-2":
 // two replicas) and n/K agents relaying to it.
@@ -55,7 +71,12 @@ func startAgentTier(ctx context.Context, o *Options, server, dir, consulAddr, po
 	}
 	k := max(o.AgentProxies, 1)
 	o.logf("compare %s N=%d: starting %d agents of %d proxies each", server, n, n/k, k)
-	tier, err := startAgents(ctx, filepath.Join(dir, "agents"), n/k, ups)
+	var tier *agentTier
+	if o.AgentsNice != "" {
+		tier, err = startAgentsProcess(o, filepath.Join(dir, "agents"), n/k, ups)
+	} else {
+		tier, err = startAgents(ctx, filepath.Join(dir, "agents"), n/k, ups)
+	}
 	if err != nil {
 		for _, rt := range all {
 			rt.Stop()
@@ -70,6 +91,18 @@ type agentTier struct {
 	sockets []string // "unix://" addresses, one per agent
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
+	// proc is the agents' own process (Options.AgentsNice), nil when they
+	// run in this one; in is its stdin, whose end stops it.
+	proc *exec.Cmd
+	in   io.Closer
+}
+
+// pid is the agents' process, or 0 when they run in this one.
+func (t *agentTier) pid() int {
+	if t == nil || t.proc == nil {
+		return 0
+	}
+	return t.proc.Process.Pid
 }
 
 // startAgents starts m agents under dir, each relaying to upstreams.
@@ -89,7 +122,7 @@ func startAgents(ctx context.Context, dir string, m int, upstreams []string) (*a
 		cfg := &agent.Config{
 			NodeID:  fmt.Sprintf("bench-vm-%d", i),
 			DataDir: filepath.Join(d, "data"), AllowGroups: []string{"*"}, AllowNodeIDs: []string{"*"},
-			Socket: filepath.Join(d, "agent.sock"), SocketMode: 0o600,
+			Socket: agentSocket(dir, i), SocketMode: 0o600,
 			Upstreams: upstreams, AdminListen: "127.0.0.1:0",
 			BackoffInitial: 100 * time.Millisecond, BackoffMax: 2 * time.Second,
 		}
@@ -122,6 +155,85 @@ func (t *agentTier) addrOf(perAgent int) func(k int) string {
 }
 
 func (t *agentTier) stop() {
+	if t.proc != nil {
+		_ = t.in.Close() // ServeAgents stops its agents and returns
+		done := make(chan error, 1)
+		go func() { done <- t.proc.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(30 * time.Second):
+			_ = t.proc.Process.Kill()
+			<-done
+		}
+		return
+	}
 	t.cancel()
 	t.wg.Wait()
+}
+
+// startAgentsProcess starts m agents under dir in `xds-load
+// agents-server`, pinned to the load generator's CPUs at niceness
+// o.AgentsNice (below 0 needs root or CAP_SYS_NICE).
+func startAgentsProcess(o *Options, dir string, m int, upstreams []string) (*agentTier, error) {
+	args := []string{"-n", o.AgentsNice}
+	if o.ClientCPUs != "" {
+		args = append(args, "taskset", "-c", o.ClientCPUs)
+	}
+	args = append(args, o.Self, "agents-server", "-dir", dir, "-m", strconv.Itoa(m), "-upstreams", strings.Join(upstreams, ","))
+	cmd := exec.Command("nice", args...)
+	if o.ClientCPUs != "" {
+		cmd.Env = append(os.Environ(), fmt.Sprintf("GOMAXPROCS=%d", cpuCount(o.ClientCPUs)))
+	}
+	in, out, line, err := startFloor(cmd)
+	if err != nil {
+		return nil, fmt.Errorf("agents process: %w", err)
+	}
+	tier := &agentTier{proc: cmd, in: in, cancel: func() {}}
+	if line != "ready" {
+		tier.stop()
+		return nil, fmt.Errorf("agents process: %s", line)
+	}
+	go func() {
+		for out.Scan() { // drain: the process prints nothing more
+		}
+	}()
+	for i := range m {
+		tier.sockets = append(tier.sockets, "unix://"+agentSocket(dir, i))
+	}
+	return tier, nil
+}
+
+// ServeAgents runs m agents under dir relaying to upstreams (`xds-load
+// agents-server`, started by startAgentsProcess): it writes "ready" to w
+// once every agent listens, or the error, and stops them when r ends.
+func ServeAgents(ctx context.Context, dir string, m int, upstreams []string, r io.Reader, w io.Writer) error {
+	tier, err := startAgents(ctx, dir, m, upstreams)
+	if err != nil {
+		fmt.Fprintln(w, "cannot start the agents: "+strings.ReplaceAll(err.Error(), "\n", " "))
+		return err
+	}
+	defer tier.stop()
+	fmt.Fprintln(w, "ready")
+	_, _ = io.Copy(io.Discard, r)
+	return nil
+}
+
+// AgentsServer is `xds-load agents-server ARGS`: ServeAgents over stdin
+// and stdout, as startAgentsProcess starts it.
+func AgentsServer(ctx context.Context, args []string) error {
+	fs := flag.NewFlagSet("agents-server", flag.ContinueOnError)
+	dir := fs.String("dir", "", "directory for the agents' sockets and data")
+	m := fs.Int("m", 1, "agents")
+	ups := fs.String("upstreams", "", "central bridge xDS addresses, ','-separated")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *dir == "" || *ups == "" {
+		return errors.New("-dir and -upstreams are required")
+	}
+	return ServeAgents(ctx, *dir, *m, strings.Split(*ups, ","), os.Stdin, os.Stdout)
+}
+
+func agentSocket(dir string, i int) string {
+	return filepath.Join(dir, fmt.Sprintf("agent-%d", i), "agent.sock")
 }

@@ -2,9 +2,13 @@ package bench
 
 import (
 	"context"
+	"fmt"
 	"os"
+	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestAgentTierSockets: startAgents runs m real agents, each on a socket
@@ -33,4 +37,80 @@ func TestAgentTierSockets(t *testing.T) {
 	if _, err := startAgents(context.Background(), t.TempDir(), 0, nil); err == nil {
 		t.Error("a tier of 0 agents started")
 	}
+}
+
+// TestAgentsApart: with AgentsNice the agents run in a process of their
+// own at that niceness, listening where addrOf sends the proxies; the
+// load generator's CPU counts that process too, and stop ends it.
+func TestAgentsApart(t *testing.T) {
+	dir := t.TempDir()
+	o := &Options{Self: os.Args[0], AgentsNice: "7"}
+	tier, err := startAgentsProcess(o, dir, 2, []string{"127.0.0.1:1"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopped := false
+	defer func() {
+		if !stopped {
+			tier.stop()
+		}
+	}()
+	pid := tier.pid()
+	if pid == 0 || pid == os.Getpid() {
+		t.Fatalf("agents process %d", pid)
+	}
+	for _, s := range []string{tier.addrOf(3)(0), tier.addrOf(3)(3)} {
+		if fi, err := os.Stat(strings.TrimPrefix(s, "unix://")); err != nil || fi.Mode()&os.ModeSocket == 0 {
+			t.Errorf("agent socket %s: %v %v", s, fi, err)
+		}
+	}
+	if nice := procNice(t, pid); nice != 7 {
+		t.Errorf("agents process runs at niceness %d, want 7", nice)
+	}
+	tier.stop()
+	stopped = true
+	if tier.proc.ProcessState == nil || !tier.proc.ProcessState.Success() {
+		t.Errorf("agents process after stop: %v", tier.proc.ProcessState)
+	}
+}
+
+// TestGenCPUCountsTheAgents: the load generator's CPU is this process's
+// plus, when the agents run apart, theirs (here a process that has
+// burnt a known amount: /proc counts in 10 ms ticks).
+func TestGenCPUCountsTheAgents(t *testing.T) {
+	busy := exec.Command("sh", "-c", `i=0; while [ $i -lt 300000 ]; do i=$((i+1)); done; exec sleep 30`)
+	if err := busy.Start(); err != nil {
+		t.Skip("no sh:", err)
+	}
+	defer func() { _ = busy.Process.Kill(); _ = busy.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for ProcCPU(busy.Process.Pid) < 0.1 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	other := ProcCPU(busy.Process.Pid)
+	if other < 0.1 {
+		t.Fatalf("the busy process used %.2fs", other)
+	}
+	r := &run{tier: &agentTier{proc: busy}}
+	self := ProcCPU(os.Getpid())
+	if got := r.genCPU(); got < self+other {
+		t.Errorf("load generator CPU %.2fs, want at least this process's %.2fs plus the agents' %.2fs", got, self, other)
+	}
+	if got := (&run{}).genCPU(); got > ProcCPU(os.Getpid()) {
+		t.Errorf("without an agents process: %.2fs, more than this process's own", got)
+	}
+}
+
+// procNice is field 19 of /proc/PID/stat.
+func procNice(t *testing.T, pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := strings.Fields(string(b[strings.LastIndexByte(string(b), ')')+2:]))
+	n, err := strconv.Atoi(f[16]) // fields 3.. after "pid (comm) "
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -51,7 +51,10 @@ type Options struct {
 	// AgentProxies is K, the proxies behind each agent of the agent tier
 	// (servers "agents" and "agents-2": N/K agents, agents.go).
 	AgentProxies int
-	Compare      []string // "bridge/sotw", "bridge/delta", "bridge-fixed/delta", "baseline/sotw", "baseline/delta", "peer/delta"
+	// AgentsNice, when set, runs the agent tier in a process of its own
+	// at this niceness (agents.go); "" runs it in this process.
+	AgentsNice string
+	Compare    []string // "bridge/sotw", "bridge/delta", "bridge-fixed/delta", "baseline/sotw", "baseline/delta", "peer/delta"
 
 	S1Flips, S2Flips int
 	CompareS2Flips   int // S2 flips in the comparison (0: S2Flips)
@@ -364,7 +367,7 @@ func comparePhase(ctx context.Context, o *Options, c *Consul, emit func(Row)) er
 				continue
 			}
 			o.logf("compare %s N=%d: connecting", which, n)
-			r := &run{opts: o, consul: c, t: t, replicas: replicas, mode: modeName, n: n, health: map[[2]int]string{}}
+			r := &run{opts: o, consul: c, t: t, replicas: replicas, tier: tier, mode: modeName, n: n, health: map[[2]int]string{}}
 			cfg := FleetConfig{StreamsPerConn: o.StreamsPerConn, SharedDecode: o.SharedDecode, EnvoyNode: o.EnvoyNode, H2: o.H2, Addr: t.XDSAddr, NodeID: t.NodeID, Cluster: t.Cluster, HoldOff: o.HoldOff,
 				Mode: func(int) Mode { return mode }}
 			if o.FollowOne && server != "peer" && server != "baseline" {

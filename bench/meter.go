@@ -3,7 +3,6 @@ package bench
 import (
 	"fmt"
 	"math"
-	"os"
 	"slices"
 	"strings"
 	"time"
@@ -22,7 +21,7 @@ type meter struct {
 }
 
 func (r *run) meter() *meter {
-	m := &meter{r: r, gen0: ProcCPU(os.Getpid()), steal: CPUSteal()}
+	m := &meter{r: r, gen0: r.genCPU(), steal: CPUSteal()}
 	for _, t := range r.targets() {
 		ResetPeak(t.PID)
 		m.all0 = append(m.all0, SampleProc(t.PID))

@@ -48,6 +48,7 @@ type run struct {
 	// across; rows then sum CPU, RSS and Consul requests over all of them
 	// and say what each one took.
 	replicas []*Target
+	tier     *agentTier // the agent tier, if the run has one
 	f        *Fleet
 	mode     string
 	n        int
@@ -58,6 +59,16 @@ type run struct {
 }
 
 func (r *run) targets() []*Target { return append([]*Target{r.t}, r.replicas...) }
+
+// genCPU is the load generator's CPU so far: this process and, when the
+// agent tier runs apart (Options.AgentsNice), the agents' process.
+func (r *run) genCPU() float64 {
+	cpu := ProcCPU(os.Getpid())
+	if pid := r.tier.pid(); pid != 0 {
+		cpu += ProcCPU(pid)
+	}
+	return cpu
+}
 
 // toggle flips instance (i, j) and returns the new status.
 func (r *run) toggle(i, j int) string {
@@ -255,7 +266,7 @@ func (r *run) s2(ctx context.Context) Row {
 	snapshotAllocs(ctx, r.t, r.opts.S2Profile, profName+"-after")
 	row := m.row("S2 CPU/change", all, worst)
 	row.CPUPerChange = row.CPU / float64(flips)
-	gen := (ProcCPU(os.Getpid()) - m.gen0) / float64(flips)
+	gen := (r.genCPU() - m.gen0) / float64(flips)
 	maxPer, total, _ := r.f.PushCounts()
 	row.Notes = fmt.Sprintf("%d flips: %s CPU/change (load generator %s), %s/change/proxy; pushes/proxy/change CDS %.2f EDS %.2f LDS %.2f RDS %.2f",
 		flips, ms(time.Duration(row.CPUPerChange*float64(time.Second))), ms(time.Duration(gen*float64(time.Second))),
@@ -548,7 +559,7 @@ func (r *run) s6(ctx context.Context, cfg FleetConfig) Row {
 		return failed(row, err)
 	}
 	row.Notes = fmt.Sprintf("latency = reconnect to full state; slowest first response %s, p99 first response %s; load generator %.2f CPU-s",
-		ms(slices.Max(res.FirstResponse)), ms(percentile(res.FirstResponse, 99)), ProcCPU(os.Getpid())-m.gen0)
+		ms(slices.Max(res.FirstResponse)), ms(percentile(res.FirstResponse, 99)), r.genCPU()-m.gen0)
 	return row
 }
 

@@ -4,6 +4,8 @@
 //	xds-load baseline-server [flags]   the baseline go-control-plane server (started by run)
 //	xds-load floor [flags]             a bare grpc-go server's memory per connection
 //	xds-load floor-server [flags]      that server (started by floor)
+//	xds-load floor-acks [flags]        a bare grpc-go server's CPU per ACK, bunched or spread
+//	xds-load agents-server [flags]     the agent tier in a process of its own (started by run with -agents-nice)
 package main
 
 import (
@@ -42,6 +44,8 @@ func main() {
 		os.Exit(floorACKsCmd(ctx, os.Args[2:]))
 	case "floor-server":
 		os.Exit(floorServerCmd(ctx, os.Args[2:]))
+	case "agents-server":
+		os.Exit(agentsServerCmd(ctx, os.Args[2:]))
 	default:
 		fmt.Fprintf(os.Stderr, "unknown command %q\n", os.Args[1])
 		os.Exit(2)
@@ -103,6 +107,7 @@ func runCmd(ctx context.Context, args []string) int {
 	csizes := fs.String("compare-n", join(o.CompareSizes), "fleet sizes for the bridge/baseline/peer comparison (empty: skip)")
 	compare := fs.String("compare", strings.Join(o.Compare, ","), "servers/modes to compare: bridge, base, bridge-2 (two replicas), bridge-fixed, baseline, peer, agents and agents-2 (the agent tier in front of one bridge or two replicas)")
 	fs.IntVar(&o.AgentProxies, "agent-proxies", 10, "K: proxies behind each agent of the agent tier (-compare agents/...: N/K agents in this process, real agent code)")
+	fs.StringVar(&o.AgentsNice, "agents-nice", "", "run the agent tier in a process of its own at this niceness (e.g. -10; below 0 needs root), on -client-cpus ahead of the simulated proxies, as a fleet's agents answer the central on their own VMs; empty: in this process")
 	fs.IntVar(&o.S1Flips, "s1-flips", o.S1Flips, "S1 flips")
 	fs.IntVar(&o.S2Flips, "s2-flips", o.S2Flips, "S2 flips (fleet)")
 	fs.IntVar(&o.CompareS2Flips, "compare-s2-flips", o.CompareS2Flips, "S2 flips in the comparison (0: -s2-flips)")
@@ -203,6 +208,14 @@ func runCmd(ctx context.Context, args []string) int {
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "xds-load:", err)
+		return 1
+	}
+	return 0
+}
+
+func agentsServerCmd(ctx context.Context, args []string) int {
+	if err := bench.AgentsServer(ctx, args); err != nil {
+		fmt.Fprintln(os.Stderr, "agents-server:", err)
 		return 1
 	}
 	return 0

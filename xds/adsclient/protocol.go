@@ -168,14 +168,27 @@ func (c *Client) handleSotW(resp *discoveryv3.DiscoveryResponse, at time.Time) {
 	types[typ] = TypeState{Version: ri.Version, Nonce: ri.Nonce, Resources: res, Encoded: enc}
 	c.followLocked(typ, types)
 	sub.version = ri.Version
-	c.enqueueLocked(typ, c.sotwRequestLocked(typ, nil))
 	c.recordLocked(ri)
-	c.warmLocked(typ, items, false)
 	u := c.publishLocked(State{Types: types}, typ, ri.Version, ri.Nonce, at)
 	c.mu.Unlock()
+	c.applyThenACK(u, items, func() proto.Message { return c.sotwRequestLocked(typ, nil) })
+}
+
+// applyThenACK hands an accepted response to OnUpdate, then queues its
+// ACK (built under the lock) and moves warming on (items: what the
+// response brought), in the order they had. Envoy applies a response
+// (onConfigUpdate) before it queues the ACK. It also lets an OnUpdate
+// that only hands the update on (the agent's relay) wake its worker
+// before the writer: Go runs the goroutine woken last first, so the ACK
+// leaves before the work the update started, not behind it.
+func (c *Client) applyThenACK(u Update, items []item, ack func() proto.Message) {
 	if c.cfg.OnUpdate != nil {
 		c.cfg.OnUpdate(u)
 	}
+	c.mu.Lock()
+	c.enqueueLocked(u.TypeURL, ack())
+	c.warmLocked(u.TypeURL, items, false)
+	c.mu.Unlock()
 }
 
 func (c *Client) handleDelta(resp *discoveryv3.DeltaDiscoveryResponse, at time.Time) {
@@ -254,21 +267,15 @@ func (c *Client) handleDelta(resp *discoveryv3.DeltaDiscoveryResponse, at time.T
 	types := cloneMap(c.state.Types)
 	types[typ] = TypeState{Version: ri.Version, Nonce: ri.Nonce, Resources: res, ResourceVersions: vers, Encoded: enc}
 	c.followLocked(typ, types)
-	c.enqueueLocked(typ, &discoveryv3.DeltaDiscoveryRequest{
-		Node:          c.node,
-		TypeUrl:       typ,
-		ResponseNonce: ri.Nonce,
-	})
 	c.recordLocked(ri)
 	for _, name := range resp.GetRemovedResources() {
 		items = append(items, item{name: name})
 	}
-	c.warmLocked(typ, items, false)
 	u := c.publishLocked(State{Types: types}, typ, ri.Version, ri.Nonce, at)
 	c.mu.Unlock()
-	if c.cfg.OnUpdate != nil {
-		c.cfg.OnUpdate(u)
-	}
+	c.applyThenACK(u, items, func() proto.Message {
+		return &discoveryv3.DeltaDiscoveryRequest{Node: c.node, TypeUrl: typ, ResponseNonce: ri.Nonce}
+	})
 }
 
 // ignore records a response for a type nobody asked for. Envoy drops those

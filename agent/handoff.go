@@ -13,9 +13,22 @@ type handoff[T any] struct {
 	merge func(pending, newer T) T
 
 	mu      sync.Mutex
+	idle    *sync.Cond // on mu: running became false
 	next    T
 	pending bool
 	running bool
+}
+
+// flush waits until every value offered so far has been handled.
+func (h *handoff[T]) flush() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for h.running {
+		if h.idle == nil {
+			h.idle = sync.NewCond(&h.mu)
+		}
+		h.idle.Wait()
+	}
 }
 
 func (h *handoff[T]) offer(v T) {
@@ -37,6 +50,9 @@ func (h *handoff[T]) run() {
 		h.mu.Lock()
 		if !h.pending {
 			h.running = false
+			if h.idle != nil {
+				h.idle.Broadcast()
+			}
 			h.mu.Unlock()
 			return
 		}

@@ -3,10 +3,16 @@ package agent
 import (
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	clusterv3 "github.com/envoyproxy/go-control-plane/envoy/config/cluster/v3"
+	"github.com/rs/zerolog"
+	"google.golang.org/protobuf/proto"
+
 	"github.com/consul-xds-bridge/consul-xds-bridge/xds/adsclient"
+	"github.com/consul-xds-bridge/consul-xds-bridge/xds/serve"
 )
 
 // TestHandoff: offer returns while fn still runs (the stream's reader is
@@ -84,28 +90,62 @@ func TestHandoff(t *testing.T) {
 	}
 }
 
-// TestKeepUnanswered: a pending state's types that the newer state has not
-// answered are kept; the newer one's own types win; the newer state's map,
-// which the client published, is not written.
-func TestKeepUnanswered(t *testing.T) {
-	pending := adsclient.State{Types: map[string]adsclient.TypeState{
-		adsclient.ClusterType:  {Version: "c1"},
-		adsclient.EndpointType: {Version: "e1"},
-	}}
-	newer := adsclient.State{Types: map[string]adsclient.TypeState{
-		adsclient.ClusterType: {Version: "c2"},
-	}}
-	got := keepUnanswered(pending, newer)
-	if v := got.Types[adsclient.ClusterType].Version; v != "c2" {
-		t.Errorf("CDS %q, want the newer c2", v)
+// TestHandoffFlush: flush returns only once what was offered has been
+// handled, and at once when nothing is.
+func TestHandoffFlush(t *testing.T) {
+	release := make(chan struct{})
+	var handled atomic.Int32
+	h := handoff[int]{fn: func(int) { <-release; handled.Add(1) }, merge: func(_, n int) int { return n }}
+	h.flush() // idle: at once
+	h.offer(1)
+	flushed := make(chan struct{})
+	go func() { h.flush(); close(flushed) }()
+	select {
+	case <-flushed:
+		t.Fatal("flush returned while an offered value was still being handled")
+	case <-time.After(100 * time.Millisecond):
 	}
-	if v := got.Types[adsclient.EndpointType].Version; v != "e1" {
-		t.Errorf("EDS %q, want the pending e1 the newer stream has not answered", v)
+	close(release)
+	select {
+	case <-flushed:
+	case <-time.After(5 * time.Second):
+		t.Fatal("flush never returned")
 	}
-	if len(newer.Types) != 1 {
-		t.Errorf("the newer state's own map was written: %v", newer.Types)
+	if n := handled.Load(); n != 1 {
+		t.Errorf("handled %d values at flush, want 1", n)
 	}
-	if got := keepUnanswered(pending, adsclient.State{}); len(got.Types) != 2 {
-		t.Errorf("a newer state with no types: %v", got.Types)
+}
+
+// TestNoLateUpdateAfterRefusal: an update the stream delivered just before
+// the central bridge refused the key is applied before the refusal, never
+// after it. Applied after, it would clear the refusal and serve the key
+// again: a group the central no longer authorizes for this agent.
+func TestNoLateUpdateAfterRefusal(t *testing.T) {
+	a := New(&Config{DataDir: t.TempDir()}, zerolog.Nop())
+	r := newRelay(a, serve.ParseRelayKey("web"))
+	slow := make(chan struct{})
+	r.updates.fn = func(st adsclient.State) { <-slow; r.apply(st) }
+	r.updates.offer(adsclient.State{Types: map[string]adsclient.TypeState{
+		adsclient.ClusterType: {Version: "1", Resources: map[string]proto.Message{"api": &clusterv3.Cluster{Name: "api"}}},
+	}})
+	ended := make(chan struct{})
+	go func() {
+		// What stream does once its client has ended with PermissionDenied.
+		r.settle()
+		r.refuse("the central bridge refuses group web to this agent")
+		close(ended)
+	}()
+	time.Sleep(50 * time.Millisecond) // the refusal, unsettled, would run now
+	close(slow)
+	<-ended
+	r.updates.flush() // a late update, if any, has been applied too
+	r.mu.Lock()
+	refused := r.refused
+	r.mu.Unlock()
+	if refused == "" {
+		t.Fatal("the late update cleared the refusal: the key is served again")
+	}
+	if slices.Contains(a.server.RelayKeys(), r.key.Key) {
+		t.Errorf("the refused key %q is still served (relayed keys %v)", r.key.Key, a.server.RelayKeys())
 	}
 }

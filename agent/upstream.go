@@ -69,7 +69,7 @@ type relay struct {
 
 func newRelay(a *Agent, k serve.RelayKey) *relay {
 	r := &relay{a: a, key: k}
-	r.updates = handoff[adsclient.State]{fn: r.apply, merge: keepUnanswered}
+	r.updates = handoff[adsclient.State]{fn: r.apply, merge: newest}
 	return r
 }
 
@@ -253,16 +253,16 @@ wait:
 			}
 		}
 	}
+	err = c.Err()
+	_ = c.Close()
+	r.settle()
 	if redial && ctx.Err() == nil {
 		// Not a failure: the local proxies keep their config meanwhile.
-		_ = c.Close()
 		r.setUpstream("")
 		r.a.log.Info().Str("upstream", addr).Str("node_cluster", r.key.NodeCluster).
 			Msg("the Envoys relayed for this node.cluster changed; reconnecting to report them to the central bridge")
 		return true
 	}
-	err = c.Err()
-	_ = c.Close()
 	r.setUpstream("")
 	if ctx.Err() != nil {
 		return stable
@@ -308,25 +308,17 @@ func (r *relay) setUpstream(addr string) {
 	r.upstream = addr
 }
 
-// keepUnanswered is the relay's handoff merge: a state of an earlier
-// stream (a reconnect) may hold types the newer one has not answered
-// yet, and those are kept, as apply keeps what the key holds.
-func keepUnanswered(pending, newer adsclient.State) adsclient.State {
-	cloned := false
-	for typ, ts := range pending.Types {
-		if _, ok := newer.Types[typ]; ok {
-			continue
-		}
-		if !cloned { // newer.Types is the client's published state
-			newer.Types, cloned = maps.Clone(newer.Types), true
-			if newer.Types == nil {
-				newer.Types = map[string]adsclient.TypeState{}
-			}
-		}
-		newer.Types[typ] = ts
-	}
-	return newer
-}
+// newest is the relay's handoff merge: each state a stream delivers is
+// its whole state (types only come, never go, within a stream), and a
+// stream's updates are all applied before the next stream starts
+// (settle), so the newest pending state holds all of the older ones.
+func newest(_, newer adsclient.State) adsclient.State { return newer }
+
+// settle waits until every update the ended stream delivered has been
+// applied. The relay acts on the end (a refusal, the next stream) only
+// after that, so no late update serves a key the central bridge just
+// refused, and no earlier stream's state is applied over a later one's.
+func (r *relay) settle() { r.updates.flush() }
 
 // apply merges the stream's state into what the key holds and serves it.
 func (r *relay) apply(st adsclient.State) {

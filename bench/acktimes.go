@@ -68,8 +68,8 @@ func (a ackTiming) String() string {
 	if a.Streams == 0 {
 		return "no stream ACKed the last push"
 	}
-	return fmt.Sprintf("last push's ACKs (server's /v1/proxies, %d streams): %s p50, %s p99 after their send; sent over %s, all ACKed %s after the first send",
-		a.Streams, ms(percentile(a.After, 50)), ms(percentile(a.After, 99)), ms(a.Sends), ms(a.ACKs))
+	return fmt.Sprintf("last push's ACKs (server's /v1/proxies, %d streams): %s p10, %s p50, %s p99 after their send; sent over %s, all ACKed %s after the first send",
+		a.Streams, ms(percentile(a.After, 10)), ms(percentile(a.After, 50)), ms(percentile(a.After, 99)), ms(a.Sends), ms(a.ACKs))
 }
 
 // ackNote is lastPushACKs of the EDS of every bridge target of the run,

@@ -149,3 +149,32 @@ func TestNoLateUpdateAfterRefusal(t *testing.T) {
 		t.Errorf("the refused key %q is still served (relayed keys %v)", r.key.Key, a.server.RelayKeys())
 	}
 }
+
+// TestRelayReaderNotHeldByApply: the stream's OnUpdate returns while the
+// relay cannot apply (its lock held here, as by a long apply), so the
+// client queues the ACK at once; the update is applied afterwards.
+func TestRelayReaderNotHeldByApply(t *testing.T) {
+	a := New(&Config{DataDir: t.TempDir()}, zerolog.Nop())
+	r := newRelay(a, serve.ParseRelayKey("web"))
+	r.mu.Lock()
+	returned := make(chan struct{})
+	go func() {
+		r.onUpdate(adsclient.Update{State: adsclient.State{Types: map[string]adsclient.TypeState{
+			adsclient.ClusterType: {Version: "1", Resources: map[string]proto.Message{"api": &clusterv3.Cluster{Name: "api"}}},
+		}}})
+		close(returned)
+	}()
+	select {
+	case <-returned:
+	case <-time.After(5 * time.Second):
+		r.mu.Unlock()
+		t.Fatal("OnUpdate waited for the apply: the ACK would wait behind the local fan-out")
+	}
+	r.mu.Unlock()
+	r.settle()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, ok := r.held[adsclient.ClusterType]["api"]; !ok {
+		t.Errorf("the update was never applied: held %v", r.held)
+	}
+}

@@ -215,13 +215,7 @@ func (r *relay) stream(ctx context.Context, addr string) bool {
 		NodeOnFirstMessageOnly: true,
 		TLS:                    tlsCfg,
 		MaxMessageSize:         r.a.cfg.MaxMessageSize,
-		// The update is applied on the handoff's goroutine: the reader
-		// returns at once, so the central gets its ACK before the local
-		// fan-out and save the update starts (Go runs the goroutine
-		// woken last first, and the client wakes its writer after
-		// OnUpdate), as from an Envoy, which ACKs once it has taken a
-		// response in; the reader is free for the next response.
-		OnUpdate: func(u adsclient.Update) { r.updates.offer(u.State) },
+		OnUpdate:               r.onUpdate,
 	})
 	if err != nil {
 		r.setError(fmt.Sprintf("cannot reach central bridge replica %s: %v", addr, err), false)
@@ -307,6 +301,14 @@ func (r *relay) setUpstream(addr string) {
 	}
 	r.upstream = addr
 }
+
+// onUpdate is the stream's OnUpdate. The update is applied on the
+// handoff's goroutine and the reader returns at once, so the central gets
+// its ACK before the local fan-out and save the update starts (Go runs
+// the goroutine woken last first, and the client wakes its writer after
+// OnUpdate), as from an Envoy, which ACKs once it has taken a response
+// in; the reader is free for the next response.
+func (r *relay) onUpdate(u adsclient.Update) { r.updates.offer(u.State) }
 
 // newest is the relay's handoff merge: each state a stream delivers is
 // its whole state (types only come, never go, within a stream), and a

@@ -133,7 +133,7 @@ func TestHostileFilesAndSecretsInTheRealBinary(t *testing.T) {
 	}
 
 	if waitPolicy("FIFO state file at start", "rejected at start") {
-		if !strings.Contains(logs.String(), "kv-policy.json: not a regular file (a FIFO)") {
+		if !logSays(logs, "kv-policy.json: not a regular file (a FIFO)", 5*time.Second) {
 			t.Errorf("the log does not say the state file was ignored:\n%s", logs.String())
 		}
 		put("base.hcl", "export_all_services = true\n")

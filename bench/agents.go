@@ -38,14 +38,11 @@ import (
 //
 // With Options.AgentsNice set, the agents run in a process of their own
 // (`xds-load agents-server`) at that niceness instead, on the same CPUs,
-// so the kernel runs them ahead of this process's simulated proxies. In
-// one process the Go scheduler runs an agent's answer to the central
-// bridge behind every other agent's local fan-out still queued, so the
-// central's ACKs trickle in over the whole of the load generator's
-// turnaround (1.5–1.9 s a change at 1,980 agents × 10), one every
-// ~800 µs: a lone message costs a gRPC server 4–5× a bunched one
-// (floor-acks). On a fleet each agent answers on its own VM's CPU,
-// whatever the other VMs' proxies are doing.
+// so the kernel runs them ahead of this process's simulated proxies, as
+// a fleet's agents answer the central on their own VMs whatever other
+// VMs' proxies do. It was built to see whether sharing a process with
+// the proxies was what held the agents' ACKs to the central back: it was
+// not (bench/README.md, "The relay ACKs before it relays").
 
 // startAgentTier starts server ("agents": one central bridge; "agents-2":
 // two replicas) and n/K agents relaying to it.
@@ -192,6 +189,12 @@ func startAgentsProcess(o *Options, dir string, m int, upstreams []string) (*age
 	if line != "ready" {
 		tier.stop()
 		return nil, fmt.Errorf("agents process: %s", line)
+	}
+	// nice(1) runs the command anyway when it may not set the niceness
+	// (below 0 without root): a run must not claim a priority it lacks.
+	if got, err := ProcNice(cmd.Process.Pid); err != nil || strconv.Itoa(got) != strings.TrimPrefix(o.AgentsNice, "+") {
+		tier.stop()
+		return nil, fmt.Errorf("agents process runs at niceness %d, not %s (%v; below 0 needs root or CAP_SYS_NICE)", got, o.AgentsNice, err)
 	}
 	go func() {
 		for out.Scan() { // drain: the process prints nothing more

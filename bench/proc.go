@@ -164,3 +164,20 @@ func ScrapeMetrics(url string) (Metrics, error) {
 	}
 	return m, s.Err()
 }
+
+// ProcNice is the niceness of process pid (field 19 of /proc/PID/stat).
+func ProcNice(pid int) (int, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+2:])) // from field 3, the state
+	if len(f) < 17 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	return strconv.Atoi(f[16])
+}

@@ -151,6 +151,15 @@ func run(consulBin, useConsul, bridgeBin, config string) error {
 	if err := bridge.Start(); err != nil {
 		return fmt.Errorf("start bridge: %w", err)
 	}
+	exited := make(chan error, 1)
+	go func() { exited <- bridge.Wait() }()
+	// "Running" below must be true when it is printed: the admin token
+	// file it names exists once the admin API answers, and /readyz says
+	// the bridge serves its first Consul sync.
+	if err := waitReady(ctx, "http://"+s.Admin.Listen+"/readyz", 60*time.Second, exited); err != nil {
+		stop()
+		return fmt.Errorf("the bridge did not become ready (its log is above): %w", err)
+	}
 	tokenFile, _, err := s.AdminTokenPath()
 	if err != nil {
 		return fmt.Errorf("admin token: %w", err)
@@ -175,7 +184,7 @@ Press Ctrl-C to stop; the demo deregisters its services and stops the
 agent it started.
 
 `, s.XDS.Listen, s.Admin.Listen, bridgeBin, tokenFile)
-	err = bridge.Wait()
+	err = <-exited
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -274,4 +283,36 @@ func startBackend(ctx context.Context, id string) (int, error) {
 	go func() { _ = srv.Serve(lis) }()
 	go func() { <-ctx.Done(); _ = srv.Close() }()
 	return lis.Addr().(*net.TCPAddr).Port, nil
+}
+
+// waitReady polls url until it answers 200, for at most within, or until
+// the bridge exits (exited: its Wait's error, which is put back for the
+// caller).
+func waitReady(ctx context.Context, url string, within time.Duration, exited chan error) error {
+	ctx, cancel := context.WithTimeout(ctx, within)
+	defer cancel()
+	last := "no answer"
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			last = resp.Status
+		} else if ctx.Err() == nil {
+			last = err.Error()
+		}
+		select {
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("bridge exited: %v", err)
+		case <-ctx.Done():
+			return fmt.Errorf("%s after %s: %s", url, within, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }

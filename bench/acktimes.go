@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"time"
@@ -92,21 +91,11 @@ func (r *run) ackNote(ctx context.Context) string {
 func proxies(ctx context.Context, url, token string) ([]serve.ProxyStatus, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return nil, err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := adminGet(ctx, url, token)
 	if err != nil {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("%s: %s", url, resp.Status)
-	}
 	var ps []serve.ProxyStatus
 	if err := json.NewDecoder(resp.Body).Decode(&ps); err != nil {
 		return nil, fmt.Errorf("%s: %w", url, err)

@@ -1,7 +1,11 @@
 package bench
 
 import (
+	"context"
+	"net/http"
+	"net/http/httptest"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -40,5 +44,25 @@ func TestLastPushACKs(t *testing.T) {
 	}
 	if s := lastPushACKs(nil, "EDS").String(); s != "no stream ACKed the last push" {
 		t.Errorf("empty: %q", s)
+	}
+}
+
+// TestAdminGet: the bearer token is sent when there is one, and an answer
+// other than 200 is an error naming the URL and status.
+func TestAdminGet(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Authorization") != "Bearer sesame" {
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
+		_, _ = w.Write([]byte("[]"))
+	}))
+	defer srv.Close()
+	ctx := context.Background()
+	if ps, err := proxies(ctx, srv.URL+"/v1/proxies", "sesame"); err != nil || len(ps) != 0 {
+		t.Errorf("with the token: %v %v", ps, err)
+	}
+	if _, err := proxies(ctx, srv.URL+"/v1/proxies", ""); err == nil || !strings.Contains(err.Error(), "401") || !strings.Contains(err.Error(), "/v1/proxies") {
+		t.Errorf("without the token: %v, want a 401 naming the URL", err)
 	}
 }

@@ -52,21 +52,11 @@ func fetch(ctx context.Context, url, token, path string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := adminGet(ctx, url, token)
 	if err != nil {
-		return err
-	}
-	if token != "" {
-		req.Header.Set("Authorization", "Bearer "+token)
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return fmt.Errorf("profile %s: %w", url, err)
+		return fmt.Errorf("profile: %w (is admin.pprof on?)", err)
 	}
 	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("profile %s: %s (is admin.pprof on?)", url, resp.Status)
-	}
 	f, err := os.Create(path)
 	if err != nil {
 		return err
@@ -76,6 +66,27 @@ func fetch(ctx context.Context, url, token, path string) error {
 		return err
 	}
 	return f.Close()
+}
+
+// adminGet GETs url with the admin API's bearer token when there is one;
+// an answer other than 200 is an error (its body closed).
+func adminGet(ctx context.Context, url, token string) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", url, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return resp, nil
 }
 
 // profiling reports whether the profile behind done is still being taken.

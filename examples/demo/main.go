@@ -157,6 +157,10 @@ func run(consulBin, useConsul, bridgeBin, config string) error {
 	// file it names exists once the admin API answers, and /readyz says
 	// the bridge serves its first Consul sync.
 	if err := waitReady(ctx, "http://"+s.Admin.Listen+"/readyz", 60*time.Second, exited); err != nil {
+		if ctx.Err() != nil { // Ctrl-C while the bridge started: a clean stop
+			<-exited
+			return nil
+		}
 		stop()
 		return fmt.Errorf("the bridge did not become ready (its log is above): %w", err)
 	}
